@@ -1,0 +1,290 @@
+//! An agent's directory: `<data-dir>/agents/<name>/{agent.json,docs/,sessions/,workspace/}`.
+//!
+//! New agents are copied from the template (built into the binary, or a directory the
+//! operator names); the workspace becomes a git repository with an initial commit.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+use tokio::process::Command;
+
+const TEMPLATE_AGENT_JSON: &str = include_str!("../../../template/agent.json");
+const TEMPLATE_DOCS_README: &str = include_str!("../../../template/docs/README.md");
+
+#[derive(Debug, thiserror::Error)]
+pub enum FilesError {
+    #[error("{action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not valid JSON: {message}")]
+    BadConfig { path: PathBuf, message: String },
+    #[error("git {args} failed in {dir}: {message}")]
+    Git {
+        args: String,
+        dir: PathBuf,
+        message: String,
+    },
+}
+
+fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> FilesError {
+    let path = path.to_path_buf();
+    move |source| FilesError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+/// The paths of one agent's directory.
+#[derive(Debug, Clone)]
+pub struct AgentDir {
+    pub root: PathBuf,
+}
+
+impl AgentDir {
+    pub fn new(agents_root: &Path, name: &str) -> Self {
+        AgentDir {
+            root: agents_root.join(name),
+        }
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.root.join("agent.json")
+    }
+
+    pub fn workspace(&self) -> PathBuf {
+        self.root.join("workspace")
+    }
+
+    pub fn exists(&self) -> bool {
+        self.root.is_dir()
+    }
+
+    /// Lays out a fresh agent directory from the template (the built-in one when
+    /// `template_dir` is `None`).
+    pub async fn create_from_template(
+        &self,
+        template_dir: Option<&Path>,
+    ) -> Result<(), FilesError> {
+        match template_dir {
+            Some(dir) => copy_dir(dir, &self.root).await?,
+            None => {
+                write_new(&self.config_path(), TEMPLATE_AGENT_JSON).await?;
+                write_new(&self.root.join("docs/README.md"), TEMPLATE_DOCS_README).await?;
+                write_new(&self.workspace().join(".gitkeep"), "").await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes sure the parts every agent needs exist; safe to run over kept files.
+    pub async fn ensure_layout(&self) -> Result<(), FilesError> {
+        for dir in [
+            self.root.join("docs"),
+            self.root.join("sessions"),
+            self.workspace(),
+        ] {
+            tokio::fs::create_dir_all(&dir)
+                .await
+                .map_err(io("cannot create", &dir))?;
+        }
+        if !self.workspace().join(".git").exists() {
+            init_git(&self.workspace()).await?;
+        }
+        Ok(())
+    }
+
+    /// Reads `agent.json` as an open map, so fields Chorus does not know survive edits.
+    pub async fn read_config(&self) -> Result<Map<String, Value>, FilesError> {
+        let path = self.config_path();
+        let text = match tokio::fs::read_to_string(&path).await {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Map::new()),
+            Err(e) => return Err(io("cannot read", &path)(e)),
+        };
+        match serde_json::from_str::<Value>(&text) {
+            Ok(Value::Object(map)) => Ok(map),
+            Ok(_) => Err(FilesError::BadConfig {
+                path,
+                message: "expected a JSON object".into(),
+            }),
+            Err(e) => Err(FilesError::BadConfig {
+                path,
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    /// Writes `agent.json` atomically (write to a temporary file, then rename).
+    pub async fn write_config(&self, config: &Map<String, Value>) -> Result<(), FilesError> {
+        let path = self.config_path();
+        let tmp = self.root.join(".agent.json.tmp");
+        let text = serde_json::to_string_pretty(config).map_err(|e| FilesError::BadConfig {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        tokio::fs::write(&tmp, text + "\n")
+            .await
+            .map_err(io("cannot write", &tmp))?;
+        tokio::fs::rename(&tmp, &path)
+            .await
+            .map_err(io("cannot replace", &path))
+    }
+
+    pub async fn remove(&self) -> Result<(), FilesError> {
+        match tokio::fs::remove_dir_all(&self.root).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io("cannot delete", &self.root)(e)),
+        }
+    }
+}
+
+async fn write_new(path: &Path, contents: &str) -> Result<(), FilesError> {
+    if let Some(parent) = path.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(io("cannot create", parent))?;
+    }
+    tokio::fs::write(path, contents)
+        .await
+        .map_err(io("cannot write", path))
+}
+
+/// Copies a template directory. Symlinks are refused rather than followed, so a
+/// template cannot smuggle a link to the outside into a workspace.
+async fn copy_dir(from: &Path, to: &Path) -> Result<(), FilesError> {
+    let mut pending = vec![(from.to_path_buf(), to.to_path_buf())];
+    while let Some((src, dst)) = pending.pop() {
+        tokio::fs::create_dir_all(&dst)
+            .await
+            .map_err(io("cannot create", &dst))?;
+        let mut entries = tokio::fs::read_dir(&src)
+            .await
+            .map_err(io("cannot read template directory", &src))?;
+        while let Some(entry) = entries
+            .next_entry()
+            .await
+            .map_err(io("cannot read template directory", &src))?
+        {
+            let kind = entry
+                .file_type()
+                .await
+                .map_err(io("cannot inspect", &entry.path()))?;
+            let target = dst.join(entry.file_name());
+            if kind.is_dir() {
+                pending.push((entry.path(), target));
+            } else if kind.is_file() {
+                tokio::fs::copy(entry.path(), &target)
+                    .await
+                    .map_err(io("cannot copy", &entry.path()))?;
+            } else {
+                return Err(FilesError::Io {
+                    action: "refusing to copy non-regular file",
+                    path: entry.path(),
+                    source: std::io::Error::other("templates may hold only files and directories"),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn git(dir: &Path, args: &[&str]) -> Result<(), FilesError> {
+    let output = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .await
+        .map_err(|e| FilesError::Git {
+            args: args.join(" "),
+            dir: dir.to_path_buf(),
+            message: if e.kind() == std::io::ErrorKind::NotFound {
+                "git is not installed or not on PATH; install git".into()
+            } else {
+                e.to_string()
+            },
+        })?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(FilesError::Git {
+            args: args.join(" "),
+            dir: dir.to_path_buf(),
+            message: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        })
+    }
+}
+
+/// `git init` plus an initial commit of whatever the template put there.
+async fn init_git(workspace: &Path) -> Result<(), FilesError> {
+    git(workspace, &["init", "--quiet", "--initial-branch=main"]).await?;
+    git(workspace, &["add", "--all"]).await?;
+    git(
+        workspace,
+        &[
+            "-c",
+            "user.name=Chorus",
+            "-c",
+            "user.email=chorus@localhost",
+            "-c",
+            "commit.gpgsign=false",
+            "commit",
+            "--quiet",
+            "--allow-empty",
+            "--no-verify",
+            "-m",
+            "Initial commit",
+        ],
+    )
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_built_in_template_gives_a_committed_workspace() {
+        let data = tempfile::tempdir().unwrap();
+        let dir = AgentDir::new(data.path(), "a");
+        dir.create_from_template(None).await.unwrap();
+        dir.ensure_layout().await.unwrap();
+        assert!(dir.root.join("docs/README.md").is_file());
+        assert!(dir.root.join("sessions").is_dir());
+        assert!(dir.workspace().join(".gitkeep").is_file());
+        let log = std::process::Command::new("git")
+            .args(["log", "--oneline"])
+            .current_dir(dir.workspace())
+            .output()
+            .unwrap();
+        assert!(String::from_utf8_lossy(&log.stdout).contains("Initial commit"));
+        let config = dir.read_config().await.unwrap();
+        assert_eq!(config["permissions"], "standard");
+    }
+
+    #[tokio::test]
+    async fn a_template_with_a_symlink_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let template = tmp.path().join("template");
+        std::fs::create_dir_all(template.join("workspace")).unwrap();
+        std::os::unix::fs::symlink("/etc", template.join("workspace/etc")).unwrap();
+        let dir = AgentDir::new(&tmp.path().join("agents"), "a");
+        assert!(dir.create_from_template(Some(&template)).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn config_round_trips_and_keeps_unknown_fields() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = AgentDir::new(tmp.path(), "a");
+        dir.create_from_template(None).await.unwrap();
+        let mut config = dir.read_config().await.unwrap();
+        config.insert("custom".into(), Value::from(7));
+        dir.write_config(&config).await.unwrap();
+        assert_eq!(dir.read_config().await.unwrap()["custom"], 7);
+    }
+}

@@ -1,0 +1,345 @@
+//! Settings for `chorus serve`, layered: built-in defaults < `chorus.toml` <
+//! environment < command-line flags.
+//!
+//! Flags and `CHORUS_*` variables arrive together through clap (a flag wins over its
+//! variable); the ecosystem's own variables (`OPENAI_API_KEY`, …) are read here. The
+//! merge itself is a pure function so the precedence is tested without touching the
+//! process environment.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// A value that must never reach logs: `Debug` prints a placeholder.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// Values given on the command line or in `CHORUS_*` variables (clap merges the two).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServeArgs {
+    /// Directory that holds all state (database, agents, caches).
+    /// [default: ./data]
+    #[arg(long, env = "CHORUS_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Address of the HTTP API and web UI. [default: 127.0.0.1:8080]
+    #[arg(long, env = "CHORUS_HTTP_ADDR")]
+    pub http_addr: Option<SocketAddr>,
+
+    /// Address workers dial (gRPC and the model relay). [default: 127.0.0.1:50051]
+    #[arg(long, env = "CHORUS_GRPC_ADDR")]
+    pub grpc_addr: Option<SocketAddr>,
+
+    /// Settings file. [default: ./chorus.toml when it exists]
+    #[arg(long, env = "CHORUS_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Model for agents created without one, e.g. gpt-4o-mini.
+    #[arg(long, env = "CHORUS_DEFAULT_MODEL")]
+    pub default_model: Option<String>,
+
+    /// Path of the `chorus-worker` binary. [default: next to `chorus`]
+    #[arg(long, env = "CHORUS_WORKER_BIN")]
+    pub worker_bin: Option<PathBuf>,
+
+    /// Directory copied for each new agent. [default: the template built into `chorus`]
+    #[arg(long, env = "CHORUS_TEMPLATE_DIR")]
+    pub template_dir: Option<PathBuf>,
+
+    /// Upper bound on LLM calls in one run of a thread. [default: 50]
+    #[arg(long, env = "CHORUS_MAX_ITERATIONS")]
+    pub max_iterations: Option<u32>,
+
+    /// Bearer token for /api. [default: generated into <data-dir>/api-token]
+    #[arg(long = "api-token", env = "CHORUS_API_TOKEN", hide_env_values = true)]
+    pub api_token: Option<String>,
+}
+
+/// `chorus.toml`. Every field is optional; unknown fields are an error so a typo
+/// does not silently fall back to a default.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSettings {
+    pub data_dir: Option<PathBuf>,
+    pub http_addr: Option<SocketAddr>,
+    pub grpc_addr: Option<SocketAddr>,
+    pub default_model: Option<String>,
+    pub worker_bin: Option<PathBuf>,
+    pub template_dir: Option<PathBuf>,
+    pub max_iterations: Option<u32>,
+    pub api_token: Option<Secret>,
+    #[serde(default)]
+    pub providers: FileProviders,
+    #[serde(default)]
+    pub workers: FileWorkers,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileProviders {
+    pub openai: Option<FileProvider>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileProvider {
+    pub base_url: Option<String>,
+    pub api_key: Option<Secret>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileWorkers {
+    pub restart_backoff_ms: Option<u64>,
+    pub restart_backoff_max_ms: Option<u64>,
+    pub stop_grace_ms: Option<u64>,
+}
+
+/// The resolved settings `chorus serve` runs with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub data_dir: PathBuf,
+    pub http_addr: SocketAddr,
+    pub grpc_addr: SocketAddr,
+    pub default_model: Option<String>,
+    pub worker_bin: Option<PathBuf>,
+    pub template_dir: Option<PathBuf>,
+    pub max_iterations: u32,
+    pub api_token: Option<Secret>,
+    pub openai: Option<OpenAiSettings>,
+    pub workers: WorkerSettings,
+}
+
+/// An OpenAI-compatible endpoint. Configured when either its key or its base URL is
+/// set: local servers (vLLM, llama.cpp, …) often need no key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenAiSettings {
+    pub base_url: String,
+    pub api_key: Option<Secret>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerSettings {
+    /// First delay before restarting a worker that died; doubles up to the max.
+    pub restart_backoff: Duration,
+    pub restart_backoff_max: Duration,
+    /// Time between SIGTERM and SIGKILL when a worker is stopped.
+    pub stop_grace: Duration,
+}
+
+pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read settings file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("settings file {path} is not valid: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{name} is set but empty; unset it or give it a value")]
+    EmptyVariable { name: &'static str },
+}
+
+/// Loads the settings file named by `--config`, else `./chorus.toml` if present.
+pub fn load_file(explicit: Option<&Path>) -> Result<(FileSettings, Option<PathBuf>), ConfigError> {
+    let path = match explicit {
+        Some(p) => p.to_path_buf(),
+        None => {
+            let default = PathBuf::from("chorus.toml");
+            if !default.exists() {
+                return Ok((FileSettings::default(), None));
+            }
+            default
+        }
+    };
+    let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let file = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    Ok((file, Some(path)))
+}
+
+impl Settings {
+    /// Merges the layers. `env` looks up the ecosystem's own variables.
+    pub fn resolve(
+        args: ServeArgs,
+        file: FileSettings,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Settings, ConfigError> {
+        let non_empty = |name: &'static str| -> Result<Option<String>, ConfigError> {
+            match env(name) {
+                Some(v) if v.trim().is_empty() => Err(ConfigError::EmptyVariable { name }),
+                other => Ok(other),
+            }
+        };
+        let file_openai = file.providers.openai.unwrap_or_default();
+        let openai_key = non_empty("OPENAI_API_KEY")?
+            .map(Secret::new)
+            .or(file_openai.api_key);
+        let openai_base = non_empty("OPENAI_BASE_URL")?.or(file_openai.base_url);
+        let openai = match (openai_base, openai_key) {
+            (None, None) => None,
+            (base, api_key) => Some(OpenAiSettings {
+                base_url: base
+                    .unwrap_or_else(|| DEFAULT_OPENAI_BASE_URL.to_string())
+                    .trim_end_matches('/')
+                    .to_string(),
+                api_key,
+            }),
+        };
+        let workers = WorkerSettings {
+            restart_backoff: Duration::from_millis(file.workers.restart_backoff_ms.unwrap_or(250)),
+            restart_backoff_max: Duration::from_millis(
+                file.workers.restart_backoff_max_ms.unwrap_or(30_000),
+            ),
+            stop_grace: Duration::from_millis(file.workers.stop_grace_ms.unwrap_or(5_000)),
+        };
+        Ok(Settings {
+            data_dir: args
+                .data_dir
+                .or(file.data_dir)
+                .unwrap_or_else(|| PathBuf::from("./data")),
+            http_addr: args
+                .http_addr
+                .or(file.http_addr)
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
+            grpc_addr: args
+                .grpc_addr
+                .or(file.grpc_addr)
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 50051))),
+            default_model: args.default_model.or(file.default_model),
+            worker_bin: args.worker_bin.or(file.worker_bin),
+            template_dir: args.template_dir.or(file.template_dir),
+            max_iterations: args.max_iterations.or(file.max_iterations).unwrap_or(50),
+            api_token: args.api_token.map(Secret::new).or(file.api_token),
+            openai,
+            workers,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn defaults_apply_when_nothing_is_set() {
+        let s =
+            Settings::resolve(ServeArgs::default(), FileSettings::default(), env_of(&[])).unwrap();
+        assert_eq!(s.data_dir, PathBuf::from("./data"));
+        assert_eq!(s.http_addr.to_string(), "127.0.0.1:8080");
+        assert_eq!(s.grpc_addr.to_string(), "127.0.0.1:50051");
+        assert_eq!(s.openai, None);
+        assert_eq!(s.max_iterations, 50);
+    }
+
+    #[test]
+    fn flags_and_env_beat_the_file_and_the_file_beats_defaults() {
+        let file: FileSettings = toml::from_str(
+            r#"
+            data_dir = "/from/file"
+            default_model = "file-model"
+            max_iterations = 7
+            [providers.openai]
+            base_url = "http://file/v1"
+            api_key = "file-key"
+            [workers]
+            stop_grace_ms = 100
+            "#,
+        )
+        .unwrap();
+        let args = ServeArgs {
+            data_dir: Some(PathBuf::from("/from/flag")),
+            ..ServeArgs::default()
+        };
+        let s = Settings::resolve(args, file, env_of(&[("OPENAI_API_KEY", "env-key")])).unwrap();
+        assert_eq!(s.data_dir, PathBuf::from("/from/flag"));
+        assert_eq!(s.default_model.as_deref(), Some("file-model"));
+        assert_eq!(s.max_iterations, 7);
+        let openai = s.openai.unwrap();
+        assert_eq!(openai.base_url, "http://file/v1");
+        assert_eq!(openai.api_key.unwrap().expose(), "env-key");
+        assert_eq!(s.workers.stop_grace, Duration::from_millis(100));
+    }
+
+    #[test]
+    fn a_base_url_alone_configures_a_keyless_local_endpoint() {
+        let s = Settings::resolve(
+            ServeArgs::default(),
+            FileSettings::default(),
+            env_of(&[("OPENAI_BASE_URL", "http://127.0.0.1:9/v1/")]),
+        )
+        .unwrap();
+        let openai = s.openai.unwrap();
+        assert_eq!(openai.base_url, "http://127.0.0.1:9/v1");
+        assert!(openai.api_key.is_none());
+    }
+
+    #[test]
+    fn a_key_alone_uses_the_public_endpoint() {
+        let s = Settings::resolve(
+            ServeArgs::default(),
+            FileSettings::default(),
+            env_of(&[("OPENAI_API_KEY", "k")]),
+        )
+        .unwrap();
+        assert_eq!(s.openai.unwrap().base_url, DEFAULT_OPENAI_BASE_URL);
+    }
+
+    #[test]
+    fn an_empty_variable_is_an_error_not_a_silent_default() {
+        let err = Settings::resolve(
+            ServeArgs::default(),
+            FileSettings::default(),
+            env_of(&[("OPENAI_API_KEY", " ")]),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("OPENAI_API_KEY"));
+    }
+
+    #[test]
+    fn unknown_fields_in_the_file_are_reported() {
+        let err = toml::from_str::<FileSettings>("dta_dir = \"x\"").unwrap_err();
+        assert!(err.to_string().contains("dta_dir"), "{err}");
+    }
+
+    #[test]
+    fn secrets_do_not_print() {
+        let s = Secret::new("sk-very-secret");
+        assert!(!format!("{s:?}").contains("very-secret"));
+    }
+}

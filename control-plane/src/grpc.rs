@@ -1,0 +1,125 @@
+//! The gRPC service workers attach to. One of the two modules that see generated
+//! protocol types (the other is the worker's connection module): it authenticates the
+//! worker, converts wire messages to domain types and back, and does nothing else.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use chorus_proto::AGENT_METADATA_KEY;
+use chorus_proto::domain::{ControlCommand, WorkerEvent};
+use chorus_proto::wire::{ControlMessage, WorkerLink, WorkerLinkServer, WorkerMessage};
+use futures::{Stream, StreamExt};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_util::task::TaskTracker;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::agents::name;
+use crate::runs::Runs;
+use crate::secrets::bearer_token;
+use crate::workers::registry::{AttachError, Registry};
+
+/// How often workers should send a heartbeat.
+const HEARTBEAT_INTERVAL_MS: u32 = 5_000;
+
+pub struct WorkerLinkService {
+    registry: Arc<Registry>,
+    runs: Arc<Runs>,
+    connections: TaskTracker,
+}
+
+impl WorkerLinkService {
+    pub fn new(registry: Arc<Registry>, runs: Arc<Runs>, connections: TaskTracker) -> Self {
+        WorkerLinkService {
+            registry,
+            runs,
+            connections,
+        }
+    }
+
+    pub fn into_server(self) -> WorkerLinkServer<Self> {
+        WorkerLinkServer::new(self)
+    }
+}
+
+/// Reads who the caller claims to be and the credential it presents.
+fn identify<T>(request: &Request<T>) -> Result<(String, String), Status> {
+    let metadata = request.metadata();
+    let agent = metadata
+        .get(AGENT_METADATA_KEY)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| Status::unauthenticated(format!("missing {AGENT_METADATA_KEY} metadata")))?;
+    name::validate(agent).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    let token = metadata
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer_token)
+        .ok_or_else(|| Status::unauthenticated("missing bearer credential"))?;
+    Ok((agent.to_string(), token.to_string()))
+}
+
+type ControlStream = Pin<Box<dyn Stream<Item = Result<ControlMessage, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl WorkerLink for WorkerLinkService {
+    type AttachStream = ControlStream;
+
+    async fn attach(
+        &self,
+        request: Request<Streaming<WorkerMessage>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        let (agent, token) = identify(&request)?;
+        let attachment = self.registry.attach(&agent, &token).map_err(|e| {
+            tracing::warn!(%agent, error = %e, "worker refused");
+            match e {
+                AttachError::BadCredential(_) => Status::unauthenticated(e.to_string()),
+                AttachError::AlreadyAttached(_) | AttachError::Spent(_) => {
+                    Status::failed_precondition(e.to_string())
+                }
+            }
+        })?;
+        let generation = attachment.generation;
+        tracing::info!(%agent, generation, "worker attached");
+
+        let welcome = ControlCommand::Welcome {
+            agent: agent.clone(),
+            connection_id: format!("{agent}#{generation}"),
+            heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
+        };
+        let outbound = futures::stream::once(async move { welcome })
+            .chain(UnboundedReceiverStream::new(attachment.commands))
+            .map(|command| Ok(ControlMessage::from(command)));
+
+        let mut inbound = request.into_inner();
+        let registry = self.registry.clone();
+        let runs = self.runs.clone();
+        self.connections.spawn(async move {
+            runs.deliver_pending(&agent);
+            loop {
+                let message = match inbound.message().await {
+                    Ok(Some(message)) => message,
+                    Ok(None) => break,
+                    Err(status) => {
+                        tracing::info!(%agent, generation, %status, "worker stream ended");
+                        break;
+                    }
+                };
+                let event = match WorkerEvent::try_from(message) {
+                    Ok(event) => event,
+                    Err(e) => {
+                        tracing::warn!(%agent, generation, error = %e, "malformed message from worker");
+                        continue;
+                    }
+                };
+                if let WorkerEvent::Hello { worker_version, pid } = &event {
+                    tracing::info!(%agent, generation, %worker_version, pid, "worker ready");
+                }
+                if let Err(e) = runs.apply(&agent, generation, event).await {
+                    tracing::warn!(%agent, generation, error = %e, "worker event refused");
+                }
+            }
+            registry.detach(&agent, generation);
+            tracing::info!(%agent, generation, "worker detached");
+        });
+        Ok(Response::new(Box::pin(outbound)))
+    }
+}

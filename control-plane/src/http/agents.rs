@@ -1,0 +1,145 @@
+//! `/api/agents`: create, list, show, configure, destroy.
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use serde::{Deserialize, Serialize};
+
+use super::{API_USER, ApiError, ApiJson, AppState};
+use crate::agents::CreateAgent;
+use crate::store::{AgentRecord, AgentUpdate};
+use crate::workers::WorkerStatus;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/agents", get(list).post(create))
+        .route("/agents/{name}", get(show).patch(configure).delete(destroy))
+}
+
+#[derive(Serialize)]
+pub struct AgentView {
+    name: String,
+    status: &'static str,
+    model: Option<String>,
+    system_prompt: String,
+    permissions: String,
+    created_at: String,
+    updated_at: String,
+    workspace: String,
+    worker: WorkerStatus,
+}
+
+fn view(state: &AppState, agent: AgentRecord) -> AgentView {
+    AgentView {
+        workspace: state
+            .agents
+            .dir(&agent.name)
+            .workspace()
+            .to_string_lossy()
+            .into_owned(),
+        worker: state.workers.status(&agent.name),
+        status: agent.status.as_str(),
+        name: agent.name,
+        model: agent.model,
+        system_prompt: agent.system_prompt,
+        permissions: agent.permissions,
+        created_at: agent.created_at,
+        updated_at: agent.updated_at,
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    name: String,
+    system_prompt: Option<String>,
+    model: Option<String>,
+}
+
+async fn create(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<CreateBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    let record = state
+        .agents
+        .create(
+            CreateAgent {
+                name: body.name,
+                system_prompt: body.system_prompt,
+                model: body.model,
+            },
+            API_USER,
+        )
+        .await?;
+    Ok((StatusCode::CREATED, Json(view(&state, record))))
+}
+
+async fn list(State(state): State<AppState>) -> Result<Json<Vec<AgentView>>, ApiError> {
+    let agents = state.store.active_agents().await?;
+    Ok(Json(agents.into_iter().map(|a| view(&state, a)).collect()))
+}
+
+pub(super) async fn active_agent(state: &AppState, name: &str) -> Result<AgentRecord, ApiError> {
+    state
+        .store
+        .active_agent(name)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no agent named '{name}'")))
+}
+
+async fn show(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<AgentView>, ApiError> {
+    let agent = active_agent(&state, &name).await?;
+    Ok(Json(view(&state, agent)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigureBody {
+    system_prompt: Option<String>,
+    model: Option<String>,
+}
+
+async fn configure(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<ConfigureBody>,
+) -> Result<Json<AgentView>, ApiError> {
+    let record = state
+        .agents
+        .configure(
+            &name,
+            AgentUpdate {
+                model: body.model,
+                system_prompt: body.system_prompt,
+            },
+            API_USER,
+        )
+        .await?;
+    Ok(Json(view(&state, record)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DestroyQuery {
+    #[serde(default)]
+    keep_files: bool,
+}
+
+async fn destroy(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    query: Result<Query<DestroyQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<StatusCode, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    state
+        .agents
+        .destroy(&name, query.keep_files, API_USER)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,119 @@
+//! One error shape for every HTTP failure: `{"error": {"code": …, "message": …}}`.
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Request};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+
+use crate::agents::AgentError;
+use crate::store::StoreError;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "send 'Authorization: Bearer <token>'; the token is CHORUS_API_TOKEN or the file <data-dir>/api-token",
+        )
+    }
+
+    fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::error!(code = self.code, message = %self.message, "request failed");
+        }
+        let body = serde_json::json!({ "error": { "code": self.code, "message": self.message } });
+        let mut response = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Conflict(m) => Self::new(StatusCode::CONFLICT, "conflict", m),
+            StoreError::NotFound(m) => Self::not_found(m),
+            other => Self::internal(other.to_string()),
+        }
+    }
+}
+
+impl From<AgentError> for ApiError {
+    fn from(e: AgentError) -> Self {
+        match e {
+            AgentError::InvalidName(e) => {
+                Self::new(StatusCode::BAD_REQUEST, "invalid_name", e.to_string())
+            }
+            AgentError::InvalidInput(m) => Self::bad_request(m),
+            AgentError::Conflict(m) => Self::new(StatusCode::CONFLICT, "conflict", m),
+            AgentError::NotFound(m) => Self::not_found(m),
+            AgentError::Files(e) => Self::internal(e.to_string()),
+            AgentError::Store(e) => e.into(),
+        }
+    }
+}
+
+/// `Json<T>` whose rejections (bad JSON, wrong content type, missing fields) come
+/// back in the API's error shape instead of plain text.
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(request, state).await {
+            Ok(Json(value)) => Ok(ApiJson(value)),
+            Err(rejection) => Err(json_rejection(rejection)),
+        }
+    }
+}
+
+fn json_rejection(rejection: JsonRejection) -> ApiError {
+    let message = match &rejection {
+        JsonRejection::MissingJsonContentType(_) => {
+            "send the body as JSON with 'Content-Type: application/json'".to_string()
+        }
+        _ => format!("the request body is not valid: {}", rejection.body_text()),
+    };
+    ApiError::bad_request(message)
+}

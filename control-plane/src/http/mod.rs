@@ -1,0 +1,73 @@
+//! The HTTP API. Each resource module exposes `routes() -> Router<AppState>`; this
+//! module merges them behind the token check. Only this module tree uses axum for
+//! the API (the model relay has its own router).
+
+mod agents;
+mod error;
+mod threads;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::get;
+
+use crate::agents::AgentService;
+use crate::config::Secret;
+use crate::runs::Runs;
+use crate::secrets::{bearer_token, constant_time_eq};
+use crate::store::Store;
+use crate::workers::WorkerManager;
+pub use error::{ApiError, ApiJson};
+
+/// Who the audit log names for actions taken through the API.
+pub const API_USER: &str = "api";
+
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub agents: Arc<AgentService>,
+    pub runs: Arc<Runs>,
+    pub workers: Arc<WorkerManager>,
+    pub api_token: Secret,
+}
+
+pub fn router(state: AppState) -> Router {
+    let api = Router::new()
+        .merge(agents::routes())
+        .merge(threads::routes())
+        .fallback(|| async { ApiError::not_found("no such API endpoint") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this endpoint does not take that method",
+            )
+        })
+        .layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .nest("/api", api)
+        .with_state(state)
+}
+
+async fn require_token(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer_token);
+    match presented {
+        Some(token) if constant_time_eq(token.as_bytes(), state.api_token.expose().as_bytes()) => {
+            Ok(next.run(request).await)
+        }
+        _ => Err(ApiError::unauthorized()),
+    }
+}

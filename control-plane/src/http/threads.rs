@@ -1,0 +1,178 @@
+//! `/api/agents/{name}/messages` and `/api/agents/{name}/threads`.
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use chorus_proto::domain::{ChatMessage, StepKind};
+use serde::{Deserialize, Serialize};
+
+use super::agents::active_agent;
+use super::{ApiError, ApiJson, AppState};
+use crate::store::{StepRecord, StoredMessage, ThreadRecord};
+
+/// Longest user message accepted, in bytes.
+const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/agents/{name}/messages", post(send_message))
+        .route("/agents/{name}/threads", get(list_threads))
+        .route("/agents/{name}/threads/{id}", get(show_thread))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MessageBody {
+    content: String,
+}
+
+async fn send_message(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<MessageBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    if body.content.trim().is_empty() {
+        return Err(ApiError::bad_request("content must not be empty"));
+    }
+    if body.content.len() > MAX_MESSAGE_BYTES {
+        return Err(ApiError::bad_request(format!(
+            "content is {} bytes; the limit is {MAX_MESSAGE_BYTES}",
+            body.content.len()
+        )));
+    }
+    let agent = active_agent(&state, &name).await?;
+    let thread_id = state.runs.start_thread(&agent, &body.content).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({
+            "agent": agent.name,
+            "thread_id": thread_id,
+            "url": format!("/api/agents/{}/threads/{thread_id}", agent.name),
+        })),
+    ))
+}
+
+#[derive(Serialize)]
+struct ThreadSummary {
+    id: u64,
+    status: &'static str,
+    created_at: String,
+    updated_at: String,
+    ended_at: Option<String>,
+    error: Option<String>,
+}
+
+impl From<ThreadRecord> for ThreadSummary {
+    fn from(t: ThreadRecord) -> Self {
+        ThreadSummary {
+            id: t.id,
+            status: t.status.as_str(),
+            created_at: t.created_at,
+            updated_at: t.updated_at,
+            ended_at: t.ended_at,
+            error: t.error,
+        }
+    }
+}
+
+async fn list_threads(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Vec<ThreadSummary>>, ApiError> {
+    let agent = active_agent(&state, &name).await?;
+    let threads = state.store.threads(&agent.name).await?;
+    Ok(Json(threads.into_iter().map(Into::into).collect()))
+}
+
+#[derive(Serialize)]
+struct MessageView {
+    #[serde(flatten)]
+    message: ChatMessage,
+    created_at: String,
+}
+
+#[derive(Serialize)]
+struct StepView {
+    number: u32,
+    kind: StepKind,
+    description: String,
+    started_at: String,
+    ended_at: Option<String>,
+    duration_ms: Option<u64>,
+    failed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<UsageView>,
+}
+
+#[derive(Serialize)]
+struct UsageView {
+    input_tokens: u64,
+    output_tokens: u64,
+}
+
+impl From<StepRecord> for StepView {
+    fn from(s: StepRecord) -> Self {
+        let usage = match (s.input_tokens, s.output_tokens) {
+            (None, None) => None,
+            (i, o) => Some(UsageView {
+                input_tokens: i.unwrap_or(0),
+                output_tokens: o.unwrap_or(0),
+            }),
+        };
+        StepView {
+            number: s.number,
+            kind: s.kind,
+            description: s.description,
+            started_at: s.started_at,
+            ended_at: s.ended_at,
+            duration_ms: s.duration_ms,
+            failed: s.failed,
+            usage,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ThreadView {
+    agent: String,
+    #[serde(flatten)]
+    summary: ThreadSummary,
+    messages: Vec<MessageView>,
+    steps: Vec<StepView>,
+}
+
+async fn show_thread(
+    State(state): State<AppState>,
+    Path((name, id)): Path<(String, String)>,
+) -> Result<Json<ThreadView>, ApiError> {
+    let agent = active_agent(&state, &name).await?;
+    let not_found = || ApiError::not_found(format!("agent '{name}' has no thread {id}"));
+    let id: u64 = id.parse().map_err(|_| not_found())?;
+    let thread = state
+        .store
+        .thread(&agent.name, id)
+        .await?
+        .ok_or_else(not_found)?;
+    let messages = state.store.thread_messages(&agent.name, id).await?;
+    let steps = state.store.thread_steps(&agent.name, id).await?;
+    Ok(Json(ThreadView {
+        agent: agent.name,
+        summary: thread.into(),
+        messages: messages
+            .into_iter()
+            .map(
+                |StoredMessage {
+                     message,
+                     created_at,
+                 }| MessageView {
+                    message,
+                    created_at,
+                },
+            )
+            .collect(),
+        steps: steps.into_iter().map(Into::into).collect(),
+    }))
+}

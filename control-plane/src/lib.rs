@@ -1,0 +1,14 @@
+//! The Chorus control plane (`chorus`): agent registry, storage, worker dispatch,
+//! the model relay and the HTTP API. See ARCHITECTURE.md for how the parts fit.
+
+pub mod agents;
+pub mod config;
+pub mod grpc;
+pub mod http;
+pub mod llm_relay;
+pub mod runs;
+pub mod secrets;
+pub mod serve;
+pub mod store;
+pub mod telemetry;
+pub mod workers;

@@ -1,0 +1,354 @@
+//! Runs: turning a user message into work for the agent's worker, and the worker's
+//! events back into thread state.
+//!
+//! Invariants:
+//! - A run belongs to one agent, and only that agent's worker connection can report
+//!   on it: events are looked up in the reporting agent's own table.
+//! - A run waits in `pending` until a worker is connected. If its worker is lost
+//!   before the run reported a step, the run goes back to `pending` for the next
+//!   worker; once started, it fails with the reason the worker ended.
+//! - Every event is persisted before the next one from that connection is read, so
+//!   the database always holds the thread's steps up to the last one reported.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use chorus_proto::domain::{
+    AgentSettings, ChatMessage, ControlCommand, ModelRoute, Role, RunAssignment, WorkerEvent,
+};
+
+use crate::config::Settings;
+use crate::store::{AgentRecord, Store, StoreError, ThreadStatus};
+use crate::workers::WorkerLost;
+use crate::workers::registry::{Generation, Registry};
+
+/// What the run dispatcher needs from the settings.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    pub default_model: Option<String>,
+    pub openai_configured: bool,
+    pub max_iterations: u32,
+    pub agents_root: std::path::PathBuf,
+}
+
+impl RunSettings {
+    pub fn from_settings(settings: &Settings, agents_root: std::path::PathBuf) -> Self {
+        RunSettings {
+            default_model: settings.default_model.clone(),
+            openai_configured: settings.openai.is_some(),
+            max_iterations: settings.max_iterations,
+            agents_root,
+        }
+    }
+}
+
+struct ActiveRun {
+    thread_id: u64,
+    /// Kept so the run can be handed to another worker if its first one dies early.
+    assignment: Box<RunAssignment>,
+    /// The worker generation the run was handed to, if any.
+    delivered_to: Option<Generation>,
+    /// Whether the worker reported any step of it yet.
+    started: bool,
+}
+
+#[derive(Default)]
+struct AgentRuns {
+    /// Run ids waiting for a connected worker, oldest first.
+    pending: VecDeque<String>,
+    active: HashMap<String, ActiveRun>,
+}
+
+pub struct Runs {
+    store: Store,
+    registry: Arc<Registry>,
+    settings: RunSettings,
+    agents: Mutex<HashMap<String, AgentRuns>>,
+}
+
+/// An event a worker is not entitled to send.
+#[derive(Debug, thiserror::Error)]
+pub enum EventRejected {
+    #[error("run '{0}' is not a run of this worker's agent")]
+    UnknownRun(String),
+    #[error("workers may add only assistant and tool messages, not {0}")]
+    ForbiddenRole(&'static str),
+}
+
+impl Runs {
+    pub fn new(store: Store, registry: Arc<Registry>, settings: RunSettings) -> Self {
+        Runs {
+            store,
+            registry,
+            settings,
+            agents: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn agents(&self) -> MutexGuard<'_, HashMap<String, AgentRuns>> {
+        self.agents.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts a new thread for `content` and queues its first run. A thread whose run
+    /// cannot be built (no provider, no model) is created failed, with the reason.
+    pub async fn start_thread(
+        &self,
+        agent: &AgentRecord,
+        content: &str,
+    ) -> Result<u64, StoreError> {
+        let thread_id = self
+            .store
+            .start_thread(&agent.name, &ChatMessage::user(content))
+            .await?;
+        let run = match self.build_run(agent, thread_id).await? {
+            Ok(run) => run,
+            Err(reason) => {
+                self.store
+                    .set_thread_status(&agent.name, thread_id, ThreadStatus::Failed, Some(&reason))
+                    .await?;
+                return Ok(thread_id);
+            }
+        };
+        tracing::info!(agent = %agent.name, thread_id, run_id = %run.run_id, "run queued");
+        {
+            let mut agents = self.agents();
+            let runs = agents.entry(agent.name.clone()).or_default();
+            runs.pending.push_back(run.run_id.clone());
+            runs.active.insert(
+                run.run_id.clone(),
+                ActiveRun {
+                    thread_id,
+                    assignment: Box::new(run),
+                    delivered_to: None,
+                    started: false,
+                },
+            );
+        }
+        self.deliver_pending(&agent.name);
+        Ok(thread_id)
+    }
+
+    /// The run for a thread, or the reason it cannot run, for the user.
+    async fn build_run(
+        &self,
+        agent: &AgentRecord,
+        thread_id: u64,
+    ) -> Result<Result<RunAssignment, String>, StoreError> {
+        if !self.settings.openai_configured {
+            return Ok(Err(
+                "no model provider configured: set OPENAI_API_KEY (or OPENAI_BASE_URL for a local \
+                 OpenAI-compatible server) and restart chorus"
+                    .to_string(),
+            ));
+        }
+        let Some(model) = agent
+            .model
+            .clone()
+            .or_else(|| self.settings.default_model.clone())
+        else {
+            return Ok(Err(format!(
+                "agent '{}' has no model: set one with PATCH /api/agents/{} {{\"model\": \"…\"}}, \
+                 or start chorus with CHORUS_DEFAULT_MODEL",
+                agent.name, agent.name
+            )));
+        };
+        let messages = self
+            .store
+            .thread_messages(&agent.name, thread_id)
+            .await?
+            .into_iter()
+            .map(|m| m.message)
+            .collect();
+        let first_step_number = self.store.next_step_number(&agent.name, thread_id).await?;
+        let workspace = self
+            .settings
+            .agents_root
+            .join(&agent.name)
+            .join("workspace");
+        Ok(Ok(RunAssignment {
+            run_id: uuid::Uuid::new_v4().to_string(),
+            thread_id,
+            agent: AgentSettings {
+                name: agent.name.clone(),
+                system_prompt: agent.system_prompt.clone(),
+                model,
+                workspace: workspace.to_string_lossy().into_owned(),
+            },
+            model: ModelRoute {
+                provider: "openai".into(),
+                api: ModelRoute::OPENAI_CHAT.into(),
+                relay_path: "/llm/openai".into(),
+            },
+            messages,
+            first_step_number,
+            max_iterations: self.settings.max_iterations,
+            trace_context: HashMap::new(),
+        }))
+    }
+
+    /// Hands queued runs to the agent's worker, if one is connected.
+    pub fn deliver_pending(&self, agent: &str) {
+        let Some((generation, sender)) = self.registry.sender(agent) else {
+            return;
+        };
+        let mut agents = self.agents();
+        let Some(runs) = agents.get_mut(agent) else {
+            return;
+        };
+        while let Some(run_id) = runs.pending.pop_front() {
+            let Some(active) = runs.active.get_mut(&run_id) else {
+                continue; // finished or cancelled while waiting
+            };
+            if sender
+                .send(ControlCommand::AssignRun(active.assignment.clone()))
+                .is_err()
+            {
+                // The connection closed under us; keep the run for the next worker.
+                runs.pending.push_front(run_id);
+                break;
+            }
+            active.delivered_to = Some(generation);
+            tracing::debug!(agent, %run_id, generation, "run delivered");
+        }
+    }
+
+    /// Applies one event from `agent`'s worker (generation `generation`).
+    pub async fn apply(
+        &self,
+        agent: &str,
+        generation: Generation,
+        event: WorkerEvent,
+    ) -> Result<(), EventRejected> {
+        let Some(run_id) = event.run_id().map(str::to_string) else {
+            return Ok(()); // hello / heartbeat: nothing to persist
+        };
+        let thread_id = {
+            let mut agents = self.agents();
+            let active = agents
+                .get_mut(agent)
+                .and_then(|runs| runs.active.get_mut(&run_id))
+                .filter(|run| run.delivered_to == Some(generation))
+                .ok_or_else(|| EventRejected::UnknownRun(run_id.clone()))?;
+            active.started = true;
+            active.thread_id
+        };
+        let result = match &event {
+            WorkerEvent::StepStarted(step) => {
+                self.store.record_step_started(agent, thread_id, step).await
+            }
+            WorkerEvent::StepEnded(step) => {
+                self.store.record_step_ended(agent, thread_id, step).await
+            }
+            WorkerEvent::MessageAppended { message, .. } => {
+                if !matches!(message.role, Role::Assistant | Role::Tool) {
+                    return Err(EventRejected::ForbiddenRole(message.role.as_str()));
+                }
+                self.store.append_message(agent, thread_id, message).await
+            }
+            WorkerEvent::RunCompleted { .. } => {
+                self.finish(agent, &run_id, thread_id, ThreadStatus::Completed, None)
+                    .await
+            }
+            WorkerEvent::RunFailed { error, .. } => {
+                self.finish(agent, &run_id, thread_id, ThreadStatus::Failed, Some(error))
+                    .await
+            }
+            WorkerEvent::Hello { .. } | WorkerEvent::Heartbeat { .. } => Ok(()),
+        };
+        if let Err(e) = result {
+            tracing::error!(agent, thread_id, %run_id, error = %e, "cannot record worker event");
+        }
+        Ok(())
+    }
+
+    async fn finish(
+        &self,
+        agent: &str,
+        run_id: &str,
+        thread_id: u64,
+        status: ThreadStatus,
+        error: Option<&str>,
+    ) -> Result<(), StoreError> {
+        if let Some(runs) = self.agents().get_mut(agent) {
+            runs.active.remove(run_id);
+        }
+        tracing::info!(
+            agent,
+            thread_id,
+            run_id,
+            status = status.as_str(),
+            error,
+            "run finished"
+        );
+        self.store
+            .set_thread_status(agent, thread_id, status, error)
+            .await
+            .map(|_| ())
+    }
+
+    /// A worker ended: its started runs fail with `reason`, its unstarted runs wait
+    /// for the next worker.
+    pub async fn worker_lost(&self, lost: WorkerLost) {
+        let failed: Vec<(String, u64)> = {
+            let mut agents = self.agents();
+            let Some(runs) = agents.get_mut(&lost.agent) else {
+                return;
+            };
+            let mut failed = Vec::new();
+            for (run_id, run) in runs.active.iter_mut() {
+                if run.delivered_to != Some(lost.generation) {
+                    continue;
+                }
+                if run.started {
+                    failed.push((run_id.clone(), run.thread_id));
+                } else {
+                    run.delivered_to = None;
+                    runs.pending.push_front(run_id.clone());
+                }
+            }
+            for (run_id, _) in &failed {
+                runs.active.remove(run_id);
+            }
+            failed
+        };
+        for (run_id, thread_id) in failed {
+            let reason = format!(
+                "{}; this thread was interrupted. Send the message again to retry.",
+                lost.reason
+            );
+            if let Err(e) = self
+                .store
+                .set_thread_status(&lost.agent, thread_id, ThreadStatus::Failed, Some(&reason))
+                .await
+            {
+                tracing::error!(agent = %lost.agent, thread_id, %run_id, error = %e, "cannot fail thread");
+            }
+        }
+    }
+
+    /// The agent is going away: every run of it fails with `reason`.
+    pub async fn fail_agent_runs(&self, agent: &str, reason: &str) {
+        let threads: Vec<u64> = self
+            .agents()
+            .remove(agent)
+            .map(|runs| runs.active.into_values().map(|r| r.thread_id).collect())
+            .unwrap_or_default();
+        for thread_id in threads {
+            if let Err(e) = self
+                .store
+                .set_thread_status(agent, thread_id, ThreadStatus::Failed, Some(reason))
+                .await
+            {
+                tracing::error!(agent, thread_id, error = %e, "cannot fail thread");
+            }
+        }
+    }
+
+    /// Every run of every agent fails with `reason` (shutdown).
+    pub async fn fail_all(&self, reason: &str) {
+        let agents: Vec<String> = self.agents().keys().cloned().collect();
+        for agent in agents {
+            self.fail_agent_runs(&agent, reason).await;
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! `chorus serve`: builds every part, binds the listeners, and tears it all down in
+//! order on SIGINT/SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::agents::AgentService;
+use crate::config::{Secret, Settings};
+use crate::grpc::WorkerLinkService;
+use crate::http::{self, AppState};
+use crate::llm_relay::{self, RelayState};
+use crate::runs::{RunSettings, Runs};
+use crate::secrets::random_token;
+use crate::store::Store;
+use crate::workers::launcher::LocalLauncher;
+use crate::workers::registry::Registry;
+use crate::workers::{WorkerLost, WorkerManager};
+
+/// A started control plane.
+pub struct Running {
+    pub http_addr: SocketAddr,
+    pub grpc_addr: SocketAddr,
+    pub data_dir: PathBuf,
+    shutdown: CancellationToken,
+    servers: Vec<JoinHandle<std::io::Result<()>>>,
+    store: Store,
+    runs: Arc<Runs>,
+    workers: Arc<WorkerManager>,
+    connections: TaskTracker,
+    lost_forwarder: JoinHandle<()>,
+}
+
+pub async fn start(settings: Settings) -> anyhow::Result<Running> {
+    let data_dir = prepare_data_dir(&settings.data_dir)?;
+    let agents_root = data_dir.join("agents");
+    std::fs::create_dir_all(&agents_root)
+        .with_context(|| format!("cannot create {}", agents_root.display()))?;
+    let store = Store::open(&data_dir.join("chorus.db"))
+        .await
+        .with_context(|| format!("cannot open the database in {}", data_dir.display()))?;
+    let interrupted = store
+        .fail_unfinished_threads(
+            "chorus stopped while this thread was running; send the message again to retry",
+        )
+        .await?;
+    if interrupted > 0 {
+        tracing::warn!(
+            threads = interrupted,
+            "marked threads interrupted by the last shutdown as failed"
+        );
+    }
+    let api_token = api_token(&settings, &data_dir)?;
+
+    let grpc_listener = TcpListener::bind(settings.grpc_addr)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen for workers on {} (--grpc-addr)",
+                settings.grpc_addr
+            )
+        })?;
+    let http_listener = TcpListener::bind(settings.http_addr)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen for HTTP on {} (--http-addr)",
+                settings.http_addr
+            )
+        })?;
+    let grpc_addr = grpc_listener.local_addr()?;
+    let http_addr = http_listener.local_addr()?;
+
+    let registry = Arc::new(Registry::default());
+    let runs = Arc::new(Runs::new(
+        store.clone(),
+        registry.clone(),
+        RunSettings::from_settings(&settings, agents_root.clone()),
+    ));
+    let (lost_tx, mut lost_rx) = mpsc::unbounded_channel::<WorkerLost>();
+    let lost_forwarder = {
+        let runs = runs.clone();
+        tokio::spawn(async move {
+            while let Some(lost) = lost_rx.recv().await {
+                runs.worker_lost(lost).await;
+            }
+        })
+    };
+    let launcher = LocalLauncher {
+        worker_bin: worker_bin(&settings)?,
+        control_plane_url: format!("http://{}", dialable(grpc_addr)),
+    };
+    let workers = Arc::new(WorkerManager::new(
+        registry.clone(),
+        launcher,
+        settings.workers.clone(),
+        lost_tx,
+    ));
+    let agents = Arc::new(AgentService::new(
+        store.clone(),
+        workers.clone(),
+        runs.clone(),
+        agents_root,
+        settings.template_dir.clone(),
+        settings.default_model.clone(),
+    ));
+
+    let shutdown = CancellationToken::new();
+    let connections = TaskTracker::new();
+    let worker_router = tonic::service::Routes::new(
+        WorkerLinkService::new(registry.clone(), runs.clone(), connections.clone()).into_server(),
+    )
+    .into_axum_router()
+    .merge(llm_relay::routes(RelayState::new(
+        registry.clone(),
+        settings.openai.clone(),
+    )?));
+    let api_router = http::router(AppState {
+        store: store.clone(),
+        agents: agents.clone(),
+        runs: runs.clone(),
+        workers: workers.clone(),
+        api_token,
+    });
+    let servers = vec![
+        spawn_server(grpc_listener, worker_router, shutdown.clone()),
+        spawn_server(http_listener, api_router, shutdown.clone()),
+    ];
+
+    let started = agents.start_all_workers().await?;
+    tracing::info!(%http_addr, %grpc_addr, data_dir = %data_dir.display(), agents = started, "chorus is up");
+    Ok(Running {
+        http_addr,
+        grpc_addr,
+        data_dir,
+        shutdown,
+        servers,
+        store,
+        runs,
+        workers,
+        connections,
+        lost_forwarder,
+    })
+}
+
+fn spawn_server(
+    listener: TcpListener,
+    router: axum::Router,
+    shutdown: CancellationToken,
+) -> JoinHandle<std::io::Result<()>> {
+    tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await
+    })
+}
+
+impl Running {
+    /// Runs until SIGINT or SIGTERM, then shuts down.
+    pub async fn until_signal(self) -> anyhow::Result<()> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received; shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT received; shutting down"),
+        }
+        self.shut_down().await
+    }
+
+    /// Stops workers, fails what was running, closes listeners and the database.
+    pub async fn shut_down(self) -> anyhow::Result<()> {
+        self.workers.stop_all().await;
+        self.runs
+            .fail_all(
+                "chorus shut down while this thread was running; send the message again to retry",
+            )
+            .await;
+        self.shutdown.cancel();
+        self.connections.close();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.connections.wait()).await;
+        for server in self.servers {
+            match tokio::time::timeout(Duration::from_secs(5), server).await {
+                Ok(Ok(Err(e))) => tracing::warn!(error = %e, "listener ended with an error"),
+                Ok(_) => {}
+                Err(_) => tracing::warn!("a listener did not close within 5 s"),
+            }
+        }
+        self.lost_forwarder.abort();
+        self.store.close().await;
+        tracing::info!("chorus stopped");
+        Ok(())
+    }
+}
+
+/// An address a local worker can dial: a wildcard bind is reached over loopback.
+fn dialable(addr: SocketAddr) -> SocketAddr {
+    if addr.ip().is_unspecified() {
+        let loopback = match addr {
+            SocketAddr::V4(_) => std::net::IpAddr::from([127, 0, 0, 1]),
+            SocketAddr::V6(_) => std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+        };
+        SocketAddr::new(loopback, addr.port())
+    } else {
+        addr
+    }
+}
+
+fn prepare_data_dir(dir: &Path) -> anyhow::Result<PathBuf> {
+    if !dir.exists() {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+    }
+    dir.canonicalize()
+        .with_context(|| format!("cannot resolve the data directory {}", dir.display()))
+}
+
+/// The API token: from settings, else from `<data-dir>/api-token`, created (mode
+/// 0600) on first start. The token itself is never logged, only where it is.
+fn api_token(settings: &Settings, data_dir: &Path) -> anyhow::Result<Secret> {
+    if let Some(token) = &settings.api_token {
+        return Ok(token.clone());
+    }
+    let path = data_dir.join("api-token");
+    match std::fs::read_to_string(&path) {
+        Ok(text) if !text.trim().is_empty() => {
+            tracing::info!(path = %path.display(), "API token read from file");
+            return Ok(Secret::new(text.trim()));
+        }
+        Ok(_) => anyhow::bail!(
+            "{} is empty; delete it to have a new token generated",
+            path.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+    let token = random_token()?;
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        writeln!(file, "{token}").with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    tracing::info!(path = %path.display(), "generated an API token; send it as 'Authorization: Bearer <token>'");
+    Ok(Secret::new(token))
+}
+
+fn worker_bin(settings: &Settings) -> anyhow::Result<PathBuf> {
+    if let Some(path) = &settings.worker_bin {
+        return Ok(path.clone());
+    }
+    let exe = std::env::current_exe().context("cannot locate the chorus binary")?;
+    let beside = exe.with_file_name("chorus-worker");
+    if beside.exists() {
+        return Ok(beside);
+    }
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("chorus-worker"))
+            .find(|candidate| candidate.is_file())
+    });
+    match on_path {
+        Some(path) => Ok(path),
+        None => {
+            tracing::warn!(
+                path = %beside.display(),
+                "chorus-worker is neither beside chorus nor on PATH; agents cannot run until it is \
+                 (build it with `cargo build --bins`, or set CHORUS_WORKER_BIN)"
+            );
+            Ok(beside)
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! The agent registry table.
+
+use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
+
+use super::{Store, StoreError, now};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentStatus {
+    Active,
+    Destroyed,
+}
+
+impl AgentStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentStatus::Active => "active",
+            AgentStatus::Destroyed => "destroyed",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentRecord {
+    pub name: String,
+    pub status: AgentStatus,
+    pub model: Option<String>,
+    pub system_prompt: String,
+    pub permissions: String,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewAgent {
+    pub name: String,
+    pub model: Option<String>,
+    pub system_prompt: String,
+    pub permissions: String,
+}
+
+/// Fields a configure call may change; `None` leaves the field alone.
+#[derive(Debug, Clone, Default)]
+pub struct AgentUpdate {
+    pub model: Option<String>,
+    pub system_prompt: Option<String>,
+}
+
+fn agent_from_row(row: &SqliteRow) -> Result<AgentRecord, StoreError> {
+    let status: String = row.try_get("status")?;
+    let status = match status.as_str() {
+        "active" => AgentStatus::Active,
+        "destroyed" => AgentStatus::Destroyed,
+        _ => {
+            return Err(StoreError::Corrupt {
+                column: "agents.status",
+                value: status,
+            });
+        }
+    };
+    Ok(AgentRecord {
+        name: row.try_get("name")?,
+        status,
+        model: row.try_get("model")?,
+        system_prompt: row.try_get("system_prompt")?,
+        permissions: row.try_get("permissions")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
+const AGENT_COLUMNS: &str =
+    "SELECT name, status, model, system_prompt, permissions, created_at, updated_at FROM agents";
+
+impl Store {
+    /// Registers an agent, or revives the row of a destroyed agent with that name.
+    /// Fails with [`StoreError::Conflict`] while an active agent holds the name.
+    pub async fn register_agent(&self, agent: &NewAgent) -> Result<AgentRecord, StoreError> {
+        let at = now();
+        let mut tx = self.pool.begin().await?;
+        let existing: Option<String> =
+            sqlx::query_scalar("SELECT status FROM agents WHERE name = $1")
+                .bind(&agent.name)
+                .fetch_optional(&mut *tx)
+                .await?;
+        match existing.as_deref() {
+            Some("active") => {
+                return Err(StoreError::Conflict(format!(
+                    "an agent named '{}' already exists",
+                    agent.name
+                )));
+            }
+            Some(_) => {
+                sqlx::query(
+                    "UPDATE agents SET status = 'active', model = $2, system_prompt = $3, \
+                     permissions = $4, created_at = $5, updated_at = $5, destroyed_at = NULL \
+                     WHERE name = $1",
+                )
+                .bind(&agent.name)
+                .bind(&agent.model)
+                .bind(&agent.system_prompt)
+                .bind(&agent.permissions)
+                .bind(&at)
+                .execute(&mut *tx)
+                .await?;
+            }
+            None => {
+                sqlx::query(
+                    "INSERT INTO agents (name, status, model, system_prompt, permissions, created_at, updated_at) \
+                     VALUES ($1, 'active', $2, $3, $4, $5, $5)",
+                )
+                .bind(&agent.name)
+                .bind(&agent.model)
+                .bind(&agent.system_prompt)
+                .bind(&agent.permissions)
+                .bind(&at)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        tx.commit().await?;
+        self.agent(&agent.name)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("agent '{}' vanished", agent.name)))
+    }
+
+    /// Any agent by name, active or destroyed.
+    pub async fn agent(&self, name: &str) -> Result<Option<AgentRecord>, StoreError> {
+        let sql = format!("{AGENT_COLUMNS} WHERE name = $1");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(agent_from_row).transpose()
+    }
+
+    /// An active agent by name.
+    pub async fn active_agent(&self, name: &str) -> Result<Option<AgentRecord>, StoreError> {
+        Ok(self
+            .agent(name)
+            .await?
+            .filter(|a| a.status == AgentStatus::Active))
+    }
+
+    pub async fn active_agents(&self) -> Result<Vec<AgentRecord>, StoreError> {
+        let sql = format!("{AGENT_COLUMNS} WHERE status = 'active' ORDER BY name");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(agent_from_row).collect()
+    }
+
+    pub async fn update_agent(
+        &self,
+        name: &str,
+        update: &AgentUpdate,
+    ) -> Result<AgentRecord, StoreError> {
+        let done = sqlx::query(
+            "UPDATE agents SET model = COALESCE($2, model), \
+             system_prompt = COALESCE($3, system_prompt), updated_at = $4 \
+             WHERE name = $1 AND status = 'active'",
+        )
+        .bind(name)
+        .bind(&update.model)
+        .bind(&update.system_prompt)
+        .bind(now())
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound(format!(
+                "no active agent named '{name}'"
+            )));
+        }
+        self.agent(name)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("no agent named '{name}'")))
+    }
+
+    pub async fn mark_agent_destroyed(&self, name: &str) -> Result<(), StoreError> {
+        let at = now();
+        let done = sqlx::query(
+            "UPDATE agents SET status = 'destroyed', destroyed_at = $2, updated_at = $2 \
+             WHERE name = $1 AND status = 'active'",
+        )
+        .bind(name)
+        .bind(&at)
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound(format!(
+                "no active agent named '{name}'"
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_store;
+
+    fn new_agent(name: &str) -> NewAgent {
+        NewAgent {
+            name: name.into(),
+            model: Some("m".into()),
+            system_prompt: "p".into(),
+            permissions: "standard".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_active_name_cannot_be_registered_twice() {
+        let (store, _dir) = test_store().await;
+        store.register_agent(&new_agent("a")).await.unwrap();
+        let err = store.register_agent(&new_agent("a")).await.unwrap_err();
+        assert!(matches!(err, StoreError::Conflict(_)));
+    }
+
+    #[tokio::test]
+    async fn a_destroyed_name_is_revived_in_place() {
+        let (store, _dir) = test_store().await;
+        store.register_agent(&new_agent("a")).await.unwrap();
+        store.mark_agent_destroyed("a").await.unwrap();
+        assert!(store.active_agent("a").await.unwrap().is_none());
+        assert_eq!(
+            store.agent("a").await.unwrap().unwrap().status,
+            AgentStatus::Destroyed
+        );
+        let revived = store
+            .register_agent(&NewAgent {
+                model: Some("other".into()),
+                ..new_agent("a")
+            })
+            .await
+            .unwrap();
+        assert_eq!(revived.status, AgentStatus::Active);
+        assert_eq!(revived.model.as_deref(), Some("other"));
+        assert_eq!(store.active_agents().await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn update_changes_only_given_fields() {
+        let (store, _dir) = test_store().await;
+        store.register_agent(&new_agent("a")).await.unwrap();
+        let updated = store
+            .update_agent(
+                "a",
+                &AgentUpdate {
+                    model: Some("new".into()),
+                    system_prompt: None,
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(updated.model.as_deref(), Some("new"));
+        assert_eq!(updated.system_prompt, "p");
+        assert!(matches!(
+            store.update_agent("nobody", &AgentUpdate::default()).await,
+            Err(StoreError::NotFound(_))
+        ));
+    }
+}

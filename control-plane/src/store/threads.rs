@@ -1,0 +1,500 @@
+//! Threads, their messages and their step history.
+
+use chorus_proto::domain::{ChatMessage, Role, StepEnded, StepKind, StepStarted, ToolCall};
+use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
+
+use super::{Store, StoreError, format_epoch_ms, now};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThreadStatus {
+    Running,
+    WaitingForPermission,
+    Idle,
+    Completed,
+    Failed,
+}
+
+impl ThreadStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ThreadStatus::Running => "running",
+            ThreadStatus::WaitingForPermission => "waiting_for_permission",
+            ThreadStatus::Idle => "idle",
+            ThreadStatus::Completed => "completed",
+            ThreadStatus::Failed => "failed",
+        }
+    }
+
+    fn parse(s: &str) -> Option<ThreadStatus> {
+        Some(match s {
+            "running" => ThreadStatus::Running,
+            "waiting_for_permission" => ThreadStatus::WaitingForPermission,
+            "idle" => ThreadStatus::Idle,
+            "completed" => ThreadStatus::Completed,
+            "failed" => ThreadStatus::Failed,
+            _ => return None,
+        })
+    }
+
+    pub fn is_finished(self) -> bool {
+        matches!(self, ThreadStatus::Completed | ThreadStatus::Failed)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadRecord {
+    pub agent_name: String,
+    pub id: u64,
+    pub status: ThreadStatus,
+    pub created_at: String,
+    pub updated_at: String,
+    pub ended_at: Option<String>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMessage {
+    pub message: ChatMessage,
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepRecord {
+    pub number: u32,
+    pub kind: StepKind,
+    pub description: String,
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    pub duration_ms: Option<u64>,
+    pub failed: bool,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+}
+
+fn thread_from_row(row: &SqliteRow) -> Result<ThreadRecord, StoreError> {
+    let status: String = row.try_get("status")?;
+    Ok(ThreadRecord {
+        agent_name: row.try_get("agent_name")?,
+        id: row.try_get::<i64, _>("id")? as u64,
+        status: ThreadStatus::parse(&status).ok_or(StoreError::Corrupt {
+            column: "threads.status",
+            value: status,
+        })?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+        ended_at: row.try_get("ended_at")?,
+        error: row.try_get("error")?,
+    })
+}
+
+fn message_from_row(row: &SqliteRow) -> Result<StoredMessage, StoreError> {
+    let role: String = row.try_get("role")?;
+    let tool_calls: Option<String> = row.try_get("tool_calls")?;
+    let tool_calls: Vec<ToolCall> = match tool_calls {
+        Some(json) => serde_json::from_str(&json).map_err(|_| StoreError::Corrupt {
+            column: "messages.tool_calls",
+            value: json,
+        })?,
+        None => Vec::new(),
+    };
+    Ok(StoredMessage {
+        message: ChatMessage {
+            role: Role::parse(&role).ok_or(StoreError::Corrupt {
+                column: "messages.role",
+                value: role,
+            })?,
+            content: row.try_get("content")?,
+            tool_calls,
+            tool_call_id: row.try_get("tool_call_id")?,
+            tool_name: row.try_get("tool_name")?,
+            is_error: row.try_get::<i64, _>("is_error")? != 0,
+        },
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+fn step_from_row(row: &SqliteRow) -> Result<StepRecord, StoreError> {
+    let kind: String = row.try_get("kind")?;
+    let opt_u64 = |col: &str| -> Result<Option<u64>, StoreError> {
+        Ok(row.try_get::<Option<i64>, _>(col)?.map(|v| v as u64))
+    };
+    Ok(StepRecord {
+        number: row.try_get::<i64, _>("step_number")? as u32,
+        kind: StepKind::parse(&kind).ok_or(StoreError::Corrupt {
+            column: "thread_steps.kind",
+            value: kind,
+        })?,
+        description: row.try_get("description")?,
+        started_at: row.try_get("started_at")?,
+        ended_at: row.try_get("ended_at")?,
+        duration_ms: opt_u64("duration_ms")?,
+        failed: row.try_get::<i64, _>("failed")? != 0,
+        input_tokens: opt_u64("input_tokens")?,
+        output_tokens: opt_u64("output_tokens")?,
+    })
+}
+
+impl Store {
+    /// Creates a running thread with its first user message; returns the thread id.
+    pub async fn start_thread(&self, agent: &str, first: &ChatMessage) -> Result<u64, StoreError> {
+        let at = now();
+        let mut tx = self.pool.begin().await?;
+        // Allocating the id by bumping the agent's counter is atomic on both SQLite and
+        // Postgres, so concurrent creates never collide.
+        let id: Option<i64> = sqlx::query_scalar(
+            "UPDATE agents SET next_thread_id = next_thread_id + 1 \
+             WHERE name = $1 AND status = 'active' RETURNING next_thread_id - 1",
+        )
+        .bind(agent)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let id =
+            id.ok_or_else(|| StoreError::NotFound(format!("no active agent named '{agent}'")))?;
+        sqlx::query(
+            "INSERT INTO threads (agent_name, id, status, created_at, updated_at) \
+             VALUES ($1, $2, 'running', $3, $3)",
+        )
+        .bind(agent)
+        .bind(id)
+        .bind(&at)
+        .execute(&mut *tx)
+        .await?;
+        insert_message(&mut tx, agent, id as u64, first, &at).await?;
+        tx.commit().await?;
+        Ok(id as u64)
+    }
+
+    pub async fn thread(&self, agent: &str, id: u64) -> Result<Option<ThreadRecord>, StoreError> {
+        let row = sqlx::query(
+            "SELECT agent_name, id, status, created_at, updated_at, ended_at, error \
+             FROM threads WHERE agent_name = $1 AND id = $2",
+        )
+        .bind(agent)
+        .bind(id as i64)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(thread_from_row).transpose()
+    }
+
+    pub async fn threads(&self, agent: &str) -> Result<Vec<ThreadRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT agent_name, id, status, created_at, updated_at, ended_at, error \
+             FROM threads WHERE agent_name = $1 ORDER BY id",
+        )
+        .bind(agent)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(thread_from_row).collect()
+    }
+
+    /// Moves a thread to `status`. Finishing a thread also closes any step left open.
+    /// A finished thread is never moved again, so a late event cannot resurrect it.
+    pub async fn set_thread_status(
+        &self,
+        agent: &str,
+        id: u64,
+        status: ThreadStatus,
+        error: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let at = now();
+        let ended_at = status.is_finished().then(|| at.clone());
+        let mut tx = self.pool.begin().await?;
+        let done = sqlx::query(
+            "UPDATE threads SET status = $3, error = COALESCE($4, error), updated_at = $5, ended_at = $6 \
+             WHERE agent_name = $1 AND id = $2 AND status NOT IN ('completed', 'failed')",
+        )
+        .bind(agent)
+        .bind(id as i64)
+        .bind(status.as_str())
+        .bind(error)
+        .bind(&at)
+        .bind(&ended_at)
+        .execute(&mut *tx)
+        .await?;
+        if status.is_finished() {
+            sqlx::query(
+                "UPDATE thread_steps SET ended_at = $3, failed = 1 \
+                 WHERE agent_name = $1 AND thread_id = $2 AND ended_at IS NULL",
+            )
+            .bind(agent)
+            .bind(id as i64)
+            .bind(&at)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Marks every unfinished thread failed; used at start-up for threads whose
+    /// control plane died under them. Returns how many were failed.
+    pub async fn fail_unfinished_threads(&self, reason: &str) -> Result<u64, StoreError> {
+        let at = now();
+        let mut tx = self.pool.begin().await?;
+        let done = sqlx::query(
+            "UPDATE threads SET status = 'failed', error = $1, updated_at = $2, ended_at = $2 \
+             WHERE status NOT IN ('completed', 'failed')",
+        )
+        .bind(reason)
+        .bind(&at)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("UPDATE thread_steps SET ended_at = $1, failed = 1 WHERE ended_at IS NULL")
+            .bind(&at)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
+    }
+
+    pub async fn append_message(
+        &self,
+        agent: &str,
+        thread: u64,
+        message: &ChatMessage,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        insert_message(&mut tx, agent, thread, message, &now()).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn thread_messages(
+        &self,
+        agent: &str,
+        thread: u64,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT role, content, tool_calls, tool_call_id, tool_name, is_error, created_at \
+             FROM messages WHERE agent_name = $1 AND thread_id = $2 ORDER BY id",
+        )
+        .bind(agent)
+        .bind(thread as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(message_from_row).collect()
+    }
+
+    pub async fn record_step_started(
+        &self,
+        agent: &str,
+        thread: u64,
+        step: &StepStarted,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO thread_steps (agent_name, thread_id, step_number, kind, description, started_at) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(agent)
+        .bind(thread as i64)
+        .bind(step.number as i64)
+        .bind(step.kind.as_str())
+        .bind(&step.description)
+        .bind(format_epoch_ms(step.started_at_ms))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn record_step_ended(
+        &self,
+        agent: &str,
+        thread: u64,
+        step: &StepEnded,
+    ) -> Result<(), StoreError> {
+        let usage = step.usage.unwrap_or_default();
+        let has_usage = step.usage.is_some();
+        sqlx::query(
+            "UPDATE thread_steps SET ended_at = $4, duration_ms = $5, failed = $6, \
+             input_tokens = $7, output_tokens = $8 \
+             WHERE agent_name = $1 AND thread_id = $2 AND step_number = $3",
+        )
+        .bind(agent)
+        .bind(thread as i64)
+        .bind(step.number as i64)
+        .bind(format_epoch_ms(step.ended_at_ms))
+        .bind(step.duration_ms as i64)
+        .bind(step.failed as i64)
+        .bind(has_usage.then_some(usage.input_tokens as i64))
+        .bind(has_usage.then_some(usage.output_tokens as i64))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn thread_steps(
+        &self,
+        agent: &str,
+        thread: u64,
+    ) -> Result<Vec<StepRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT step_number, kind, description, started_at, ended_at, duration_ms, failed, \
+             input_tokens, output_tokens \
+             FROM thread_steps WHERE agent_name = $1 AND thread_id = $2 ORDER BY step_number",
+        )
+        .bind(agent)
+        .bind(thread as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(step_from_row).collect()
+    }
+
+    /// The next step number of a thread (step numbers continue across runs).
+    pub async fn next_step_number(&self, agent: &str, thread: u64) -> Result<u32, StoreError> {
+        let max: Option<i64> = sqlx::query_scalar(
+            "SELECT MAX(step_number) FROM thread_steps WHERE agent_name = $1 AND thread_id = $2",
+        )
+        .bind(agent)
+        .bind(thread as i64)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(max.unwrap_or(0) as u32 + 1)
+    }
+}
+
+async fn insert_message(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    agent: &str,
+    thread: u64,
+    message: &ChatMessage,
+    at: &str,
+) -> Result<(), StoreError> {
+    let tool_calls = if message.tool_calls.is_empty() {
+        None
+    } else {
+        Some(
+            serde_json::to_string(&message.tool_calls).map_err(|e| StoreError::Corrupt {
+                column: "messages.tool_calls",
+                value: e.to_string(),
+            })?,
+        )
+    };
+    sqlx::query(
+        "INSERT INTO messages (agent_name, thread_id, role, content, tool_calls, tool_call_id, \
+         tool_name, is_error, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(agent)
+    .bind(thread as i64)
+    .bind(message.role.as_str())
+    .bind(&message.content)
+    .bind(tool_calls)
+    .bind(&message.tool_call_id)
+    .bind(&message.tool_name)
+    .bind(message.is_error as i64)
+    .bind(at)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{NewAgent, test_store};
+
+    async fn store_with_agent() -> (Store, tempfile::TempDir) {
+        let (store, dir) = test_store().await;
+        store
+            .register_agent(&NewAgent {
+                name: "a".into(),
+                model: None,
+                system_prompt: "p".into(),
+                permissions: "standard".into(),
+            })
+            .await
+            .unwrap();
+        (store, dir)
+    }
+
+    #[tokio::test]
+    async fn thread_ids_count_up_per_agent() {
+        let (store, _dir) = store_with_agent().await;
+        let first = store
+            .start_thread("a", &ChatMessage::user("1"))
+            .await
+            .unwrap();
+        let second = store
+            .start_thread("a", &ChatMessage::user("2"))
+            .await
+            .unwrap();
+        assert_eq!((first, second), (1, 2));
+        assert!(matches!(
+            store.start_thread("nobody", &ChatMessage::user("x")).await,
+            Err(StoreError::NotFound(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn messages_keep_their_order_and_tool_calls() {
+        let (store, _dir) = store_with_agent().await;
+        let t = store
+            .start_thread("a", &ChatMessage::user("make a file"))
+            .await
+            .unwrap();
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "create_file".into(),
+            arguments: "{\"path\":\"a\"}".into(),
+        };
+        store
+            .append_message("a", t, &ChatMessage::assistant("", vec![call.clone()]))
+            .await
+            .unwrap();
+        store
+            .append_message("a", t, &ChatMessage::tool_result(&call, "ok", false))
+            .await
+            .unwrap();
+        let messages: Vec<ChatMessage> = store
+            .thread_messages("a", t)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.message)
+            .collect();
+        assert_eq!(messages.len(), 3);
+        assert_eq!(messages[1].tool_calls, vec![call.clone()]);
+        assert_eq!(messages[2].tool_call_id.as_deref(), Some("c1"));
+    }
+
+    #[tokio::test]
+    async fn a_finished_thread_stays_finished_and_closes_open_steps() {
+        let (store, _dir) = store_with_agent().await;
+        let t = store
+            .start_thread("a", &ChatMessage::user("x"))
+            .await
+            .unwrap();
+        store
+            .record_step_started(
+                "a",
+                t,
+                &StepStarted {
+                    run_id: "r".into(),
+                    number: 1,
+                    kind: StepKind::LlmCall,
+                    description: "Calling LLM".into(),
+                    started_at_ms: 1_700_000_000_000,
+                },
+            )
+            .await
+            .unwrap();
+        assert!(
+            store
+                .set_thread_status("a", t, ThreadStatus::Failed, Some("worker died"))
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .set_thread_status("a", t, ThreadStatus::Completed, None)
+                .await
+                .unwrap()
+        );
+        let thread = store.thread("a", t).await.unwrap().unwrap();
+        assert_eq!(thread.status, ThreadStatus::Failed);
+        assert_eq!(thread.error.as_deref(), Some("worker died"));
+        let steps = store.thread_steps("a", t).await.unwrap();
+        assert!(steps[0].ended_at.is_some() && steps[0].failed);
+        assert_eq!(store.next_step_number("a", t).await.unwrap(), 2);
+    }
+}

@@ -1,0 +1,192 @@
+//! The local launcher: a worker as a child process of the control plane.
+//!
+//! No orphans, by three means: the child runs in its own process group and is stopped
+//! as a group; it gets `PR_SET_PDEATHSIG = SIGKILL`, so it dies with the control plane
+//! even on SIGKILL; and it is told to exit when its connection to us closes.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::AsyncWriteExt;
+use tokio::process::{Child, Command};
+
+/// Environment variables a worker inherits; everything else (API keys, tokens) is
+/// withheld. Provider keys stay in the control plane, behind the model relay.
+const INHERITED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "TMPDIR",
+    "RUST_LOG",
+    "RUST_BACKTRACE",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error(
+        "cannot start worker binary {path}: {source}; build it with `cargo build --bins` or set CHORUS_WORKER_BIN"
+    )]
+    Spawn {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot hand the credential to the worker: {0}")]
+    Credential(std::io::Error),
+}
+
+#[derive(Debug, Clone)]
+pub struct LocalLauncher {
+    pub worker_bin: PathBuf,
+    /// URL the worker dials, e.g. `http://127.0.0.1:50051`.
+    pub control_plane_url: String,
+}
+
+/// A running local worker process.
+pub struct LocalWorker {
+    child: Child,
+    pid: u32,
+}
+
+impl LocalLauncher {
+    /// Starts a worker for `agent` and hands it `credential` over its stdin (never in
+    /// argv or the environment, where other processes of this user could read it).
+    pub async fn launch(&self, agent: &str, credential: &str) -> Result<LocalWorker, LaunchError> {
+        let mut command = Command::new(&self.worker_bin);
+        command
+            .arg("--control-plane")
+            .arg(&self.control_plane_url)
+            .arg("--agent")
+            .arg(agent)
+            .arg("--credential-stdin")
+            .env_clear()
+            .envs(
+                INHERITED_ENV
+                    .iter()
+                    .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
+            )
+            .stdin(Stdio::piped())
+            .stdout(stderr_stdio())
+            .stderr(Stdio::inherit())
+            .process_group(0)
+            .kill_on_drop(true);
+        set_parent_death_signal(&mut command);
+        let child = command.spawn().map_err(|source| LaunchError::Spawn {
+            path: self.worker_bin.clone(),
+            source,
+        })?;
+        let pid = child.id().unwrap_or_default();
+        let mut worker = LocalWorker { child, pid };
+        if let Err(e) = worker.send_credential(credential).await {
+            worker.kill();
+            return Err(e);
+        }
+        Ok(worker)
+    }
+}
+
+/// The worker's stdout goes to our stderr: our stdout carries only what `chorus`
+/// itself prints for its caller.
+fn stderr_stdio() -> Stdio {
+    use std::os::fd::AsFd;
+    match std::io::stderr().as_fd().try_clone_to_owned() {
+        Ok(fd) => Stdio::from(fd),
+        Err(_) => Stdio::null(),
+    }
+}
+
+#[allow(unsafe_code)]
+fn set_parent_death_signal(command: &mut Command) {
+    let parent = std::process::id();
+    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe
+    // system calls (prctl, getppid); it allocates nothing and takes no locks.
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+            // The parent may have died before prctl took effect; then nobody would
+            // deliver the signal, so give up now.
+            if nix::unistd::getppid().as_raw() as u32 != parent {
+                return Err(std::io::Error::other("control plane exited during launch"));
+            }
+            Ok(())
+        });
+    }
+}
+
+impl LocalWorker {
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    async fn send_credential(&mut self, credential: &str) -> Result<(), LaunchError> {
+        let mut stdin = self
+            .child
+            .stdin
+            .take()
+            .ok_or_else(|| LaunchError::Credential(std::io::Error::other("no stdin pipe")))?;
+        stdin
+            .write_all(format!("{credential}\n").as_bytes())
+            .await
+            .map_err(LaunchError::Credential)?;
+        stdin.shutdown().await.map_err(LaunchError::Credential)?;
+        Ok(())
+    }
+
+    /// Waits for the worker to exit and says how it ended.
+    pub async fn wait(&mut self) -> String {
+        match self.child.wait().await {
+            Ok(status) => describe_exit(status),
+            Err(e) => format!("could not be waited for: {e}"),
+        }
+    }
+
+    /// Waits at most `limit`; `None` when it is still running.
+    pub async fn wait_for(&mut self, limit: Duration) -> Option<String> {
+        tokio::time::timeout(limit, self.wait()).await.ok()
+    }
+
+    /// SIGKILL to the whole process group.
+    pub fn kill(&mut self) {
+        self.signal_group(Signal::SIGKILL);
+        let _ = self.child.start_kill();
+    }
+
+    /// SIGTERM to the group, then SIGKILL after `grace`; returns once it is reaped.
+    pub async fn stop(&mut self, grace: Duration) -> String {
+        self.signal_group(Signal::SIGTERM);
+        if let Some(report) = self.wait_for(grace).await {
+            // The worker is gone; make sure nothing it started lingers in its group.
+            self.signal_group(Signal::SIGKILL);
+            return report;
+        }
+        tracing::warn!(pid = self.pid, "worker ignored SIGTERM; sending SIGKILL");
+        self.kill();
+        self.wait().await
+    }
+
+    fn signal_group(&self, signal: Signal) {
+        if self.pid != 0 {
+            // ESRCH (already gone) is fine.
+            let _ = killpg(Pid::from_raw(self.pid as i32), signal);
+        }
+    }
+}
+
+pub fn describe_exit(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        format!("exited with status {code}")
+    } else if let Some(signal) = status.signal() {
+        let name = Signal::try_from(signal)
+            .map(|s| s.as_str().to_string())
+            .unwrap_or_else(|_| format!("signal {signal}"));
+        format!("was killed by {name}")
+    } else {
+        "ended".to_string()
+    }
+}

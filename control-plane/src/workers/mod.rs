@@ -1,0 +1,311 @@
+//! Worker processes: one per active agent, launched, watched, restarted and stopped
+//! here. Only this module starts or signals worker processes.
+
+pub mod launcher;
+pub mod registry;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::WorkerSettings;
+use crate::secrets::random_token;
+use launcher::{LocalLauncher, LocalWorker};
+use registry::{Generation, Registry};
+
+/// A worker that ended while it may have held runs. The run dispatcher fails the
+/// runs that generation had started.
+#[derive(Debug, Clone)]
+pub struct WorkerLost {
+    pub agent: String,
+    pub generation: Generation,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerState {
+    /// Launched, not yet connected.
+    Starting,
+    /// Connected and taking work.
+    Running,
+    /// Died; waiting out the backoff before the next launch.
+    Restarting,
+    Stopped,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkerStatus {
+    pub state: WorkerState,
+    pub pid: Option<u32>,
+    pub restarts: u32,
+    /// How the previous worker process ended, or why it could not start.
+    pub last_exit: Option<String>,
+}
+
+impl WorkerStatus {
+    fn stopped() -> Self {
+        WorkerStatus {
+            state: WorkerState::Stopped,
+            pid: None,
+            restarts: 0,
+            last_exit: None,
+        }
+    }
+}
+
+struct Supervised {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+    status: watch::Receiver<WorkerStatus>,
+}
+
+pub struct WorkerManager {
+    registry: Arc<Registry>,
+    launcher: LocalLauncher,
+    settings: WorkerSettings,
+    lost: mpsc::UnboundedSender<WorkerLost>,
+    supervised: Mutex<HashMap<String, Supervised>>,
+}
+
+/// Delay before restart number `attempt` (0-based): doubling from `initial`, capped.
+pub fn restart_delay(attempt: u32, initial: Duration, max: Duration) -> Duration {
+    initial.saturating_mul(1u32 << attempt.min(16)).min(max)
+}
+
+/// A worker that stayed up this long is healthy: its next crash restarts quickly again.
+const HEALTHY_UPTIME: Duration = Duration::from_secs(30);
+
+/// How long to wait for one signal of a worker's end (exit or disconnect) to be
+/// followed by the other, so runs are failed only after their last events arrived.
+const SETTLE: Duration = Duration::from_secs(1);
+
+impl WorkerManager {
+    pub fn new(
+        registry: Arc<Registry>,
+        launcher: LocalLauncher,
+        settings: WorkerSettings,
+        lost: mpsc::UnboundedSender<WorkerLost>,
+    ) -> Self {
+        WorkerManager {
+            registry,
+            launcher,
+            settings,
+            lost,
+            supervised: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn supervised(&self) -> MutexGuard<'_, HashMap<String, Supervised>> {
+        self.supervised.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts supervising `agent`'s worker; does nothing if it is already supervised.
+    pub fn start(&self, agent: &str) {
+        let mut supervised = self.supervised();
+        if supervised.contains_key(agent) {
+            return;
+        }
+        let stop = CancellationToken::new();
+        let (status_tx, status) = watch::channel(WorkerStatus {
+            state: WorkerState::Starting,
+            ..WorkerStatus::stopped()
+        });
+        let supervisor = Supervisor {
+            agent: agent.to_string(),
+            registry: self.registry.clone(),
+            launcher: self.launcher.clone(),
+            settings: self.settings.clone(),
+            lost: self.lost.clone(),
+            status: status_tx,
+            stop: stop.clone(),
+        };
+        let task = tokio::spawn(supervisor.run());
+        supervised.insert(agent.to_string(), Supervised { stop, task, status });
+    }
+
+    /// Stops `agent`'s worker (SIGTERM, then SIGKILL after the grace period) and
+    /// returns once the process is gone.
+    pub async fn stop(&self, agent: &str) {
+        let entry = self.supervised().remove(agent);
+        if let Some(entry) = entry {
+            entry.stop.cancel();
+            if let Err(e) = entry.task.await {
+                tracing::error!(agent, error = %e, "worker supervisor panicked");
+            }
+        }
+    }
+
+    pub async fn stop_all(&self) {
+        let entries: Vec<(String, Supervised)> = self.supervised().drain().collect();
+        for (_, entry) in &entries {
+            entry.stop.cancel();
+        }
+        for (agent, entry) in entries {
+            if let Err(e) = entry.task.await {
+                tracing::error!(agent, error = %e, "worker supervisor panicked");
+            }
+        }
+    }
+
+    pub fn status(&self, agent: &str) -> WorkerStatus {
+        let Some(status) = self
+            .supervised()
+            .get(agent)
+            .map(|s| s.status.borrow().clone())
+        else {
+            return WorkerStatus::stopped();
+        };
+        match status.state {
+            WorkerState::Starting if self.registry.is_attached(agent) => WorkerStatus {
+                state: WorkerState::Running,
+                ..status
+            },
+            _ => status,
+        }
+    }
+}
+
+/// Owns one agent's worker process for as long as the agent is active.
+struct Supervisor {
+    agent: String,
+    registry: Arc<Registry>,
+    launcher: LocalLauncher,
+    settings: WorkerSettings,
+    lost: mpsc::UnboundedSender<WorkerLost>,
+    status: watch::Sender<WorkerStatus>,
+    stop: CancellationToken,
+}
+
+enum Ended {
+    Stopped,
+    Exited(String),
+}
+
+impl Supervisor {
+    async fn run(self) {
+        let mut attempt = 0u32;
+        let mut restarts = 0u32;
+        let mut last_exit = None;
+        while !self.stop.is_cancelled() {
+            let launched_at = Instant::now();
+            let outcome = self.one_generation(restarts, last_exit.take()).await;
+            let reason = match outcome {
+                Ended::Stopped => break,
+                Ended::Exited(reason) => reason,
+            };
+            if launched_at.elapsed() >= HEALTHY_UPTIME {
+                attempt = 0;
+            }
+            let delay = restart_delay(
+                attempt,
+                self.settings.restart_backoff,
+                self.settings.restart_backoff_max,
+            );
+            attempt += 1;
+            restarts += 1;
+            tracing::warn!(agent = %self.agent, %reason, ?delay, "worker ended; restarting");
+            self.status.send_replace(WorkerStatus {
+                state: WorkerState::Restarting,
+                pid: None,
+                restarts,
+                last_exit: Some(reason.clone()),
+            });
+            last_exit = Some(reason);
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = self.stop.cancelled() => break,
+            }
+        }
+        self.status.send_modify(|s| {
+            s.state = WorkerState::Stopped;
+            s.pid = None;
+        });
+    }
+
+    /// Launches one worker and watches it until it ends or we are told to stop.
+    async fn one_generation(&self, restarts: u32, last_exit: Option<String>) -> Ended {
+        let credential = match random_token() {
+            Ok(token) => token,
+            Err(e) => return Ended::Exited(format!("could not create a credential: {e}")),
+        };
+        let (generation, detached) = self.registry.expect(&self.agent, credential.clone());
+        let mut worker = match self.launcher.launch(&self.agent, &credential).await {
+            Ok(worker) => worker,
+            Err(e) => {
+                self.registry.revoke(&self.agent, generation);
+                tracing::error!(agent = %self.agent, error = %e, "cannot launch worker");
+                return Ended::Exited(format!("could not be started: {e}"));
+            }
+        };
+        drop(credential);
+        tracing::info!(agent = %self.agent, pid = worker.pid(), generation, "worker launched");
+        self.status.send_replace(WorkerStatus {
+            state: WorkerState::Starting,
+            pid: Some(worker.pid()),
+            restarts,
+            last_exit,
+        });
+
+        let reason = tokio::select! {
+            report = worker.wait() => {
+                // Its socket closed with it; let the connection drain its last events.
+                let deadline = Instant::now() + SETTLE;
+                while !self.registry.is_detached(&self.agent, generation) && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                format!("the worker process (pid {}) {report}", worker.pid())
+            }
+            _ = detached.notified() => {
+                // A worker without its connection is of no use: give it a moment to
+                // exit by itself, then make sure.
+                let report = match worker.wait_for(SETTLE).await {
+                    Some(report) => report,
+                    None => { worker.kill(); worker.wait().await }
+                };
+                format!("the worker process (pid {}) lost its connection and {report}", worker.pid())
+            }
+            _ = self.stop.cancelled() => {
+                self.shut_down(&mut worker, generation).await;
+                return Ended::Stopped;
+            }
+        };
+        self.registry.revoke(&self.agent, generation);
+        let _ = self.lost.send(WorkerLost {
+            agent: self.agent.clone(),
+            generation,
+            reason: reason.clone(),
+        });
+        Ended::Exited(reason)
+    }
+
+    async fn shut_down(&self, worker: &mut LocalWorker, generation: Generation) {
+        let report = worker.stop(self.settings.stop_grace).await;
+        self.registry.revoke(&self.agent, generation);
+        tracing::info!(agent = %self.agent, pid = worker.pid(), %report, "worker stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_delay_doubles_up_to_the_cap() {
+        let initial = Duration::from_millis(250);
+        let max = Duration::from_secs(30);
+        let delays: Vec<u128> = (0..9)
+            .map(|a| restart_delay(a, initial, max).as_millis())
+            .collect();
+        assert_eq!(
+            delays,
+            vec![250, 500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]
+        );
+        assert_eq!(restart_delay(u32::MAX, initial, max), max);
+    }
+}

@@ -1,0 +1,226 @@
+//! Which worker may speak for which agent, and the live connection to each.
+//!
+//! Every launch of a worker is a *generation* with its own credential. A credential
+//! admits exactly one connection, for exactly its agent, once: after that connection
+//! ends, the generation is spent and the supervisor launches a new one.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use chorus_proto::domain::ControlCommand;
+use tokio::sync::{Notify, mpsc};
+
+use crate::secrets::constant_time_eq;
+
+pub type Generation = u64;
+
+/// The worker-facing end of a connection: commands for the worker go in here.
+pub type CommandSender = mpsc::UnboundedSender<ControlCommand>;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AttachError {
+    /// Unknown agent and wrong credential look the same from outside on purpose.
+    #[error("the credential is not valid for agent '{0}'")]
+    BadCredential(String),
+    #[error("a worker is already attached for agent '{0}'")]
+    AlreadyAttached(String),
+    #[error("the credential for agent '{0}' has been used already; the worker is being replaced")]
+    Spent(String),
+}
+
+/// A successful attach: the commands to stream to the worker.
+pub struct Attachment {
+    pub generation: Generation,
+    pub commands: mpsc::UnboundedReceiver<ControlCommand>,
+}
+
+enum Link {
+    Waiting,
+    Attached(CommandSender),
+    Spent,
+}
+
+struct Slot {
+    generation: Generation,
+    credential: String,
+    link: Link,
+    /// Signalled when this generation's connection ends.
+    detached: Arc<Notify>,
+}
+
+#[derive(Default)]
+pub struct Registry {
+    slots: Mutex<HashMap<String, Slot>>,
+    next_generation: Mutex<Generation>,
+}
+
+impl Registry {
+    fn slots(&self) -> MutexGuard<'_, HashMap<String, Slot>> {
+        // A panic while holding this lock leaves plain data behind; keep serving.
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts a new generation for `agent` with `credential`, replacing (and thereby
+    /// disconnecting) any previous one. Returns the generation and its detach signal.
+    pub fn expect(&self, agent: &str, credential: String) -> (Generation, Arc<Notify>) {
+        let generation = {
+            let mut next = self
+                .next_generation
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            *next += 1;
+            *next
+        };
+        let detached = Arc::new(Notify::new());
+        self.slots().insert(
+            agent.to_string(),
+            Slot {
+                generation,
+                credential,
+                link: Link::Waiting,
+                detached: detached.clone(),
+            },
+        );
+        (generation, detached)
+    }
+
+    /// Forgets `agent`'s generation `generation` (if still current); its connection, if
+    /// any, is closed because the command sender is dropped.
+    pub fn revoke(&self, agent: &str, generation: Generation) {
+        let mut slots = self.slots();
+        if slots.get(agent).is_some_and(|s| s.generation == generation) {
+            slots.remove(agent);
+        }
+    }
+
+    pub fn attach(&self, agent: &str, presented: &str) -> Result<Attachment, AttachError> {
+        let mut slots = self.slots();
+        let slot = slots
+            .get_mut(agent)
+            .filter(|s| constant_time_eq(s.credential.as_bytes(), presented.as_bytes()))
+            .ok_or_else(|| AttachError::BadCredential(agent.to_string()))?;
+        match slot.link {
+            Link::Waiting => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                slot.link = Link::Attached(tx);
+                Ok(Attachment {
+                    generation: slot.generation,
+                    commands: rx,
+                })
+            }
+            Link::Attached(_) => Err(AttachError::AlreadyAttached(agent.to_string())),
+            Link::Spent => Err(AttachError::Spent(agent.to_string())),
+        }
+    }
+
+    /// Ends `generation`'s connection and tells its supervisor.
+    pub fn detach(&self, agent: &str, generation: Generation) {
+        let mut slots = self.slots();
+        if let Some(slot) = slots.get_mut(agent).filter(|s| s.generation == generation) {
+            slot.link = Link::Spent;
+            slot.detached.notify_one();
+        }
+    }
+
+    /// Whether `generation` has connected and then disconnected (or been replaced).
+    pub fn is_detached(&self, agent: &str, generation: Generation) -> bool {
+        match self.slots().get(agent) {
+            Some(slot) if slot.generation == generation => matches!(slot.link, Link::Spent),
+            _ => true,
+        }
+    }
+
+    pub fn is_attached(&self, agent: &str) -> bool {
+        matches!(
+            self.slots().get(agent).map(|s| &s.link),
+            Some(Link::Attached(_))
+        )
+    }
+
+    /// The live connection to `agent`'s worker, if there is one.
+    pub fn sender(&self, agent: &str) -> Option<(Generation, CommandSender)> {
+        let slots = self.slots();
+        let slot = slots.get(agent)?;
+        match &slot.link {
+            Link::Attached(tx) => Some((slot.generation, tx.clone())),
+            _ => None,
+        }
+    }
+
+    /// The agent whose current worker holds `presented`, for the model relay.
+    pub fn agent_for_credential(&self, presented: &str) -> Option<String> {
+        self.slots()
+            .iter()
+            .find(|(_, s)| constant_time_eq(s.credential.as_bytes(), presented.as_bytes()))
+            .map(|(agent, _)| agent.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_credential_admits_one_connection_for_its_own_agent_once() {
+        let registry = Registry::default();
+        let (gen_a, _) = registry.expect("a", "token-a".into());
+        registry.expect("b", "token-b".into());
+
+        assert!(matches!(
+            registry.attach("a", "token-b"),
+            Err(AttachError::BadCredential(_))
+        ));
+        assert!(matches!(
+            registry.attach("nobody", "token-a"),
+            Err(AttachError::BadCredential(_))
+        ));
+        let attached = registry.attach("a", "token-a").unwrap();
+        assert_eq!(attached.generation, gen_a);
+        assert!(matches!(
+            registry.attach("a", "token-a"),
+            Err(AttachError::AlreadyAttached(_))
+        ));
+        registry.detach("a", gen_a);
+        assert!(registry.is_detached("a", gen_a));
+        assert!(matches!(
+            registry.attach("a", "token-a"),
+            Err(AttachError::Spent(_))
+        ));
+    }
+
+    #[test]
+    fn a_new_generation_closes_the_old_connection() {
+        let registry = Registry::default();
+        registry.expect("a", "old".into());
+        let mut old = registry.attach("a", "old").unwrap();
+        registry.expect("a", "new".into());
+        // The old sender was dropped with its slot: the old stream ends.
+        assert!(old.commands.try_recv().is_err());
+        assert!(matches!(
+            registry.attach("a", "old"),
+            Err(AttachError::BadCredential(_))
+        ));
+        assert!(registry.attach("a", "new").is_ok());
+    }
+
+    #[tokio::test]
+    async fn detach_wakes_the_supervisor() {
+        let registry = Registry::default();
+        let (generation, detached) = registry.expect("a", "t".into());
+        let _attached = registry.attach("a", "t").unwrap();
+        registry.detach("a", generation);
+        tokio::time::timeout(std::time::Duration::from_secs(1), detached.notified())
+            .await
+            .expect("supervisor woken");
+    }
+
+    #[test]
+    fn the_relay_finds_the_agent_by_credential() {
+        let registry = Registry::default();
+        let (generation, _) = registry.expect("a", "t".into());
+        assert_eq!(registry.agent_for_credential("t").as_deref(), Some("a"));
+        assert_eq!(registry.agent_for_credential("x"), None);
+        registry.revoke("a", generation);
+        assert_eq!(registry.agent_for_credential("t"), None);
+    }
+}

@@ -1,0 +1,500 @@
+//! Conversions between the generated wire types and [`crate::domain`].
+//!
+//! Domain → wire is total. Wire → domain is checked: a message that is missing a
+//! required part is a [`ProtocolError`], never a silently defaulted value.
+
+use crate::domain::{
+    AgentSettings, ChatMessage, ControlCommand, ModelRoute, Role, RunAssignment, StepEnded,
+    StepKind, StepStarted, ToolCall, Usage, WorkerEvent,
+};
+use crate::generated as pb;
+use pb::control_message::Body as ControlBody;
+use pb::worker_message::Body as WorkerBody;
+
+/// A peer sent something this version of the protocol cannot accept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("{0} message has no body")]
+    EmptyMessage(&'static str),
+    #[error("{message} is missing its {field}")]
+    MissingField {
+        message: &'static str,
+        field: &'static str,
+    },
+    #[error("{message} has an unknown {field} value {value}")]
+    UnknownEnum {
+        message: &'static str,
+        field: &'static str,
+        value: i32,
+    },
+}
+
+fn missing(message: &'static str, field: &'static str) -> ProtocolError {
+    ProtocolError::MissingField { message, field }
+}
+
+// ------------------------------------------------------------ shared parts
+
+impl From<Role> for pb::Role {
+    fn from(role: Role) -> Self {
+        match role {
+            Role::System => pb::Role::System,
+            Role::User => pb::Role::User,
+            Role::Assistant => pb::Role::Assistant,
+            Role::Tool => pb::Role::Tool,
+        }
+    }
+}
+
+fn role_from_wire(value: i32) -> Result<Role, ProtocolError> {
+    match pb::Role::try_from(value) {
+        Ok(pb::Role::System) => Ok(Role::System),
+        Ok(pb::Role::User) => Ok(Role::User),
+        Ok(pb::Role::Assistant) => Ok(Role::Assistant),
+        Ok(pb::Role::Tool) => Ok(Role::Tool),
+        Ok(pb::Role::Unspecified) | Err(_) => Err(ProtocolError::UnknownEnum {
+            message: "ChatMessage",
+            field: "role",
+            value,
+        }),
+    }
+}
+
+impl From<ChatMessage> for pb::ChatMessage {
+    fn from(m: ChatMessage) -> Self {
+        pb::ChatMessage {
+            role: pb::Role::from(m.role) as i32,
+            content: m.content,
+            tool_calls: m.tool_calls.into_iter().map(Into::into).collect(),
+            tool_call_id: m.tool_call_id.unwrap_or_default(),
+            tool_name: m.tool_name.unwrap_or_default(),
+            is_error: m.is_error,
+        }
+    }
+}
+
+impl TryFrom<pb::ChatMessage> for ChatMessage {
+    type Error = ProtocolError;
+
+    fn try_from(m: pb::ChatMessage) -> Result<Self, Self::Error> {
+        Ok(ChatMessage {
+            role: role_from_wire(m.role)?,
+            content: m.content,
+            tool_calls: m.tool_calls.into_iter().map(Into::into).collect(),
+            tool_call_id: non_empty(m.tool_call_id),
+            tool_name: non_empty(m.tool_name),
+            is_error: m.is_error,
+        })
+    }
+}
+
+fn non_empty(s: String) -> Option<String> {
+    if s.is_empty() { None } else { Some(s) }
+}
+
+fn required_message(
+    m: Option<pb::ChatMessage>,
+    message: &'static str,
+) -> Result<ChatMessage, ProtocolError> {
+    m.ok_or_else(|| missing(message, "message"))?.try_into()
+}
+
+impl From<ToolCall> for pb::ToolCall {
+    fn from(c: ToolCall) -> Self {
+        pb::ToolCall {
+            id: c.id,
+            name: c.name,
+            arguments: c.arguments,
+        }
+    }
+}
+
+impl From<pb::ToolCall> for ToolCall {
+    fn from(c: pb::ToolCall) -> Self {
+        ToolCall {
+            id: c.id,
+            name: c.name,
+            arguments: c.arguments,
+        }
+    }
+}
+
+impl From<Usage> for pb::Usage {
+    fn from(u: Usage) -> Self {
+        pb::Usage {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+        }
+    }
+}
+
+impl From<pb::Usage> for Usage {
+    fn from(u: pb::Usage) -> Self {
+        Usage {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+        }
+    }
+}
+
+// ------------------------------------------------------------ control plane -> worker
+
+impl From<ControlCommand> for pb::ControlMessage {
+    fn from(command: ControlCommand) -> Self {
+        let body = match command {
+            ControlCommand::Welcome {
+                agent,
+                connection_id,
+                heartbeat_interval_ms,
+            } => ControlBody::Welcome(pb::Welcome {
+                agent,
+                connection_id,
+                heartbeat_interval_ms,
+            }),
+            ControlCommand::AssignRun(run) => ControlBody::AssignRun(pb::AssignRun {
+                run_id: run.run_id,
+                thread_id: run.thread_id,
+                agent: Some(pb::AgentSettings {
+                    name: run.agent.name,
+                    system_prompt: run.agent.system_prompt,
+                    model: run.agent.model,
+                    workspace: run.agent.workspace,
+                }),
+                model: Some(pb::ModelRoute {
+                    provider: run.model.provider,
+                    api: run.model.api,
+                    relay_path: run.model.relay_path,
+                }),
+                messages: run.messages.into_iter().map(Into::into).collect(),
+                first_step_number: run.first_step_number,
+                max_iterations: run.max_iterations,
+                trace_context: run.trace_context,
+            }),
+            ControlCommand::InjectMessage { run_id, message } => {
+                ControlBody::InjectMessage(pb::InjectMessage {
+                    run_id,
+                    message: Some(message.into()),
+                })
+            }
+            ControlCommand::CancelRun { run_id, reason } => {
+                ControlBody::CancelRun(pb::CancelRun { run_id, reason })
+            }
+            ControlCommand::Shutdown { reason } => ControlBody::Shutdown(pb::Shutdown { reason }),
+        };
+        pb::ControlMessage { body: Some(body) }
+    }
+}
+
+impl TryFrom<pb::ControlMessage> for ControlCommand {
+    type Error = ProtocolError;
+
+    fn try_from(message: pb::ControlMessage) -> Result<Self, Self::Error> {
+        let body = message
+            .body
+            .ok_or(ProtocolError::EmptyMessage("ControlMessage"))?;
+        Ok(match body {
+            ControlBody::Welcome(w) => ControlCommand::Welcome {
+                agent: w.agent,
+                connection_id: w.connection_id,
+                heartbeat_interval_ms: w.heartbeat_interval_ms,
+            },
+            ControlBody::AssignRun(run) => {
+                let agent = run.agent.ok_or_else(|| missing("AssignRun", "agent"))?;
+                let model = run.model.ok_or_else(|| missing("AssignRun", "model"))?;
+                let messages = run
+                    .messages
+                    .into_iter()
+                    .map(ChatMessage::try_from)
+                    .collect::<Result<_, _>>()?;
+                ControlCommand::AssignRun(Box::new(RunAssignment {
+                    run_id: run.run_id,
+                    thread_id: run.thread_id,
+                    agent: AgentSettings {
+                        name: agent.name,
+                        system_prompt: agent.system_prompt,
+                        model: agent.model,
+                        workspace: agent.workspace,
+                    },
+                    model: ModelRoute {
+                        provider: model.provider,
+                        api: model.api,
+                        relay_path: model.relay_path,
+                    },
+                    messages,
+                    first_step_number: run.first_step_number,
+                    max_iterations: run.max_iterations,
+                    trace_context: run.trace_context,
+                }))
+            }
+            ControlBody::InjectMessage(m) => ControlCommand::InjectMessage {
+                run_id: m.run_id,
+                message: required_message(m.message, "InjectMessage")?,
+            },
+            ControlBody::CancelRun(c) => ControlCommand::CancelRun {
+                run_id: c.run_id,
+                reason: c.reason,
+            },
+            ControlBody::Shutdown(s) => ControlCommand::Shutdown { reason: s.reason },
+        })
+    }
+}
+
+// ------------------------------------------------------------ worker -> control plane
+
+impl From<StepKind> for pb::StepKind {
+    fn from(kind: StepKind) -> Self {
+        match kind {
+            StepKind::LlmCall => pb::StepKind::LlmCall,
+            StepKind::Tool => pb::StepKind::Tool,
+        }
+    }
+}
+
+fn step_kind_from_wire(value: i32) -> Result<StepKind, ProtocolError> {
+    match pb::StepKind::try_from(value) {
+        Ok(pb::StepKind::LlmCall) => Ok(StepKind::LlmCall),
+        Ok(pb::StepKind::Tool) => Ok(StepKind::Tool),
+        Ok(pb::StepKind::Unspecified) | Err(_) => Err(ProtocolError::UnknownEnum {
+            message: "StepStarted",
+            field: "kind",
+            value,
+        }),
+    }
+}
+
+impl From<WorkerEvent> for pb::WorkerMessage {
+    fn from(event: WorkerEvent) -> Self {
+        let body = match event {
+            WorkerEvent::Hello {
+                worker_version,
+                pid,
+            } => WorkerBody::Hello(pb::Hello {
+                worker_version,
+                pid,
+            }),
+            WorkerEvent::Heartbeat { active_runs } => {
+                WorkerBody::Heartbeat(pb::Heartbeat { active_runs })
+            }
+            WorkerEvent::StepStarted(s) => WorkerBody::StepStarted(pb::StepStarted {
+                run_id: s.run_id,
+                number: s.number,
+                kind: pb::StepKind::from(s.kind) as i32,
+                description: s.description,
+                started_at_ms: s.started_at_ms,
+            }),
+            WorkerEvent::StepEnded(s) => WorkerBody::StepEnded(pb::StepEnded {
+                run_id: s.run_id,
+                number: s.number,
+                ended_at_ms: s.ended_at_ms,
+                duration_ms: s.duration_ms,
+                failed: s.failed,
+                usage: s.usage.map(Into::into),
+            }),
+            WorkerEvent::MessageAppended { run_id, message } => {
+                WorkerBody::MessageAppended(pb::MessageAppended {
+                    run_id,
+                    message: Some(message.into()),
+                })
+            }
+            WorkerEvent::RunCompleted { run_id, final_text } => {
+                WorkerBody::RunCompleted(pb::RunCompleted { run_id, final_text })
+            }
+            WorkerEvent::RunFailed { run_id, error } => {
+                WorkerBody::RunFailed(pb::RunFailed { run_id, error })
+            }
+        };
+        pb::WorkerMessage { body: Some(body) }
+    }
+}
+
+impl TryFrom<pb::WorkerMessage> for WorkerEvent {
+    type Error = ProtocolError;
+
+    fn try_from(message: pb::WorkerMessage) -> Result<Self, Self::Error> {
+        let body = message
+            .body
+            .ok_or(ProtocolError::EmptyMessage("WorkerMessage"))?;
+        Ok(match body {
+            WorkerBody::Hello(h) => WorkerEvent::Hello {
+                worker_version: h.worker_version,
+                pid: h.pid,
+            },
+            WorkerBody::Heartbeat(h) => WorkerEvent::Heartbeat {
+                active_runs: h.active_runs,
+            },
+            WorkerBody::StepStarted(s) => WorkerEvent::StepStarted(StepStarted {
+                kind: step_kind_from_wire(s.kind)?,
+                run_id: s.run_id,
+                number: s.number,
+                description: s.description,
+                started_at_ms: s.started_at_ms,
+            }),
+            WorkerBody::StepEnded(s) => WorkerEvent::StepEnded(StepEnded {
+                run_id: s.run_id,
+                number: s.number,
+                ended_at_ms: s.ended_at_ms,
+                duration_ms: s.duration_ms,
+                failed: s.failed,
+                usage: s.usage.map(Into::into),
+            }),
+            WorkerBody::MessageAppended(m) => WorkerEvent::MessageAppended {
+                run_id: m.run_id,
+                message: required_message(m.message, "MessageAppended")?,
+            },
+            WorkerBody::RunCompleted(r) => WorkerEvent::RunCompleted {
+                run_id: r.run_id,
+                final_text: r.final_text,
+            },
+            WorkerBody::RunFailed(r) => WorkerEvent::RunFailed {
+                run_id: r.run_id,
+                error: r.error,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn call() -> ToolCall {
+        ToolCall {
+            id: "call_1".into(),
+            name: "create_file".into(),
+            arguments: r#"{"path":"a.txt""#.into(), // invalid JSON survives untouched
+        }
+    }
+
+    #[test]
+    fn every_worker_event_survives_the_wire() {
+        let events = vec![
+            WorkerEvent::Hello {
+                worker_version: "0.1.0".into(),
+                pid: 42,
+            },
+            WorkerEvent::Heartbeat { active_runs: 2 },
+            WorkerEvent::StepStarted(StepStarted {
+                run_id: "r".into(),
+                number: 3,
+                kind: StepKind::Tool,
+                description: "Executing create_file: a.txt".into(),
+                started_at_ms: 1_700_000_000_000,
+            }),
+            WorkerEvent::StepEnded(StepEnded {
+                run_id: "r".into(),
+                number: 3,
+                ended_at_ms: 1_700_000_000_005,
+                duration_ms: 5,
+                failed: true,
+                usage: Some(Usage {
+                    input_tokens: 10,
+                    output_tokens: 2,
+                }),
+            }),
+            WorkerEvent::MessageAppended {
+                run_id: "r".into(),
+                message: ChatMessage::assistant("", vec![call()]),
+            },
+            WorkerEvent::MessageAppended {
+                run_id: "r".into(),
+                message: ChatMessage::tool_result(&call(), "refused", true),
+            },
+            WorkerEvent::RunCompleted {
+                run_id: "r".into(),
+                final_text: "done".into(),
+            },
+            WorkerEvent::RunFailed {
+                run_id: "r".into(),
+                error: "boom".into(),
+            },
+        ];
+        for event in events {
+            let wire = pb::WorkerMessage::from(event.clone());
+            assert_eq!(WorkerEvent::try_from(wire).unwrap(), event);
+        }
+    }
+
+    #[test]
+    fn every_control_command_survives_the_wire() {
+        let commands = vec![
+            ControlCommand::Welcome {
+                agent: "a".into(),
+                connection_id: "c".into(),
+                heartbeat_interval_ms: 5000,
+            },
+            ControlCommand::AssignRun(Box::new(RunAssignment {
+                run_id: "r".into(),
+                thread_id: 7,
+                agent: AgentSettings {
+                    name: "a".into(),
+                    system_prompt: "be brief".into(),
+                    model: "m".into(),
+                    workspace: "/data/agents/a/workspace".into(),
+                },
+                model: ModelRoute {
+                    provider: "openai".into(),
+                    api: ModelRoute::OPENAI_CHAT.into(),
+                    relay_path: "/llm/openai".into(),
+                },
+                messages: vec![ChatMessage::user("hi")],
+                first_step_number: 4,
+                max_iterations: 50,
+                trace_context: HashMap::from([("traceparent".into(), "00-…".into())]),
+            })),
+            ControlCommand::InjectMessage {
+                run_id: "r".into(),
+                message: ChatMessage::user("also this"),
+            },
+            ControlCommand::CancelRun {
+                run_id: "r".into(),
+                reason: "killed".into(),
+            },
+            ControlCommand::Shutdown {
+                reason: "agent destroyed".into(),
+            },
+        ];
+        for command in commands {
+            let wire = pb::ControlMessage::from(command.clone());
+            assert_eq!(ControlCommand::try_from(wire).unwrap(), command);
+        }
+    }
+
+    #[test]
+    fn malformed_wire_messages_are_rejected_not_defaulted() {
+        assert_eq!(
+            WorkerEvent::try_from(pb::WorkerMessage { body: None }),
+            Err(ProtocolError::EmptyMessage("WorkerMessage"))
+        );
+        let no_message = pb::WorkerMessage {
+            body: Some(WorkerBody::MessageAppended(pb::MessageAppended {
+                run_id: "r".into(),
+                message: None,
+            })),
+        };
+        assert!(matches!(
+            WorkerEvent::try_from(no_message),
+            Err(ProtocolError::MissingField { .. })
+        ));
+        let bad_role = pb::WorkerMessage {
+            body: Some(WorkerBody::MessageAppended(pb::MessageAppended {
+                run_id: "r".into(),
+                message: Some(pb::ChatMessage {
+                    role: 99,
+                    ..Default::default()
+                }),
+            })),
+        };
+        assert!(matches!(
+            WorkerEvent::try_from(bad_role),
+            Err(ProtocolError::UnknownEnum { value: 99, .. })
+        ));
+        let no_agent = pb::ControlMessage {
+            body: Some(ControlBody::AssignRun(pb::AssignRun::default())),
+        };
+        assert!(matches!(
+            ControlCommand::try_from(no_agent),
+            Err(ProtocolError::MissingField { .. })
+        ));
+    }
+}

@@ -1,0 +1,244 @@
+//! Types the control plane and the worker exchange, free of generated code.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "system" => Some(Role::System),
+            "user" => Some(Role::User),
+            "assistant" => Some(Role::Assistant),
+            "tool" => Some(Role::Tool),
+            _ => None,
+        }
+    }
+}
+
+/// One message of a conversation in Chorus's provider-neutral model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub content: String,
+    /// Assistant messages: the tool calls the model asked for, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// Tool messages: the call this is the result of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// Tool messages: the tool's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+    /// Tool messages: the result is an error the model should act on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
+}
+
+impl ChatMessage {
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::plain(Role::User, content.into())
+    }
+
+    pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
+        ChatMessage {
+            tool_calls,
+            ..Self::plain(Role::Assistant, content.into())
+        }
+    }
+
+    pub fn tool_result(call: &ToolCall, content: impl Into<String>, is_error: bool) -> Self {
+        ChatMessage {
+            tool_call_id: Some(call.id.clone()),
+            tool_name: Some(call.name.clone()),
+            is_error,
+            ..Self::plain(Role::Tool, content.into())
+        }
+    }
+
+    fn plain(role: Role, content: String) -> Self {
+        ChatMessage {
+            role,
+            content,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            tool_name: None,
+            is_error: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// The arguments exactly as the model produced them; may be invalid JSON.
+    pub arguments: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// What a worker needs to know about its agent to run one thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentSettings {
+    pub name: String,
+    pub system_prompt: String,
+    pub model: String,
+    /// Absolute path of the agent's workspace on the worker's filesystem.
+    pub workspace: String,
+}
+
+/// Where a worker sends model requests: a path on the control plane's model relay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelRoute {
+    pub provider: String,
+    /// Wire format spoken behind the relay, e.g. [`ModelRoute::OPENAI_CHAT`].
+    pub api: String,
+    pub relay_path: String,
+}
+
+impl ModelRoute {
+    pub const OPENAI_CHAT: &'static str = "openai-chat";
+}
+
+/// One run of a thread's tool loop, assigned to the agent's worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAssignment {
+    pub run_id: String,
+    pub thread_id: u64,
+    pub agent: AgentSettings,
+    pub model: ModelRoute,
+    /// The conversation so far, oldest first, without a system message.
+    pub messages: Vec<ChatMessage>,
+    pub first_step_number: u32,
+    /// Upper bound on LLM calls; 0 lets the worker choose.
+    pub max_iterations: u32,
+    pub trace_context: HashMap<String, String>,
+}
+
+/// Control plane to worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlCommand {
+    Welcome {
+        agent: String,
+        connection_id: String,
+        heartbeat_interval_ms: u32,
+    },
+    AssignRun(Box<RunAssignment>),
+    InjectMessage {
+        run_id: String,
+        message: ChatMessage,
+    },
+    CancelRun {
+        run_id: String,
+        reason: String,
+    },
+    Shutdown {
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    LlmCall,
+    Tool,
+}
+
+impl StepKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepKind::LlmCall => "llm_call",
+            StepKind::Tool => "tool",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<StepKind> {
+        match s {
+            "llm_call" => Some(StepKind::LlmCall),
+            "tool" => Some(StepKind::Tool),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepStarted {
+    pub run_id: String,
+    pub number: u32,
+    pub kind: StepKind,
+    pub description: String,
+    pub started_at_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepEnded {
+    pub run_id: String,
+    pub number: u32,
+    pub ended_at_ms: i64,
+    pub duration_ms: u64,
+    pub failed: bool,
+    pub usage: Option<Usage>,
+}
+
+/// Worker to control plane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerEvent {
+    Hello {
+        worker_version: String,
+        pid: u32,
+    },
+    Heartbeat {
+        active_runs: u32,
+    },
+    StepStarted(StepStarted),
+    StepEnded(StepEnded),
+    MessageAppended {
+        run_id: String,
+        message: ChatMessage,
+    },
+    RunCompleted {
+        run_id: String,
+        final_text: String,
+    },
+    RunFailed {
+        run_id: String,
+        error: String,
+    },
+}
+
+impl WorkerEvent {
+    /// The run an event belongs to, for events that belong to one.
+    pub fn run_id(&self) -> Option<&str> {
+        match self {
+            WorkerEvent::Hello { .. } | WorkerEvent::Heartbeat { .. } => None,
+            WorkerEvent::StepStarted(s) => Some(&s.run_id),
+            WorkerEvent::StepEnded(s) => Some(&s.run_id),
+            WorkerEvent::MessageAppended { run_id, .. }
+            | WorkerEvent::RunCompleted { run_id, .. }
+            | WorkerEvent::RunFailed { run_id, .. } => Some(run_id),
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! The chorus.v1 protocol between the control plane and its workers.
+//!
+//! This crate holds two things and nothing else:
+//! - [`wire`]: the code generated from `proto/chorus/v1/worker.proto`. Only the two
+//!   connection modules may use it (the control plane's gRPC service and the worker's
+//!   connection module); a test in `tests/e2e` enforces that.
+//! - [`domain`]: the plain Rust types both sides work with, and the conversions to and
+//!   from the wire. Everything else in Chorus speaks these types.
+//!
+//! No business logic lives here, and no I/O.
+
+mod convert;
+pub mod domain;
+
+#[allow(clippy::all, clippy::unwrap_used, missing_docs, unreachable_pub)]
+mod generated {
+    tonic::include_proto!("chorus.v1");
+}
+
+/// Generated gRPC types. Reserved for the connection modules (see the crate docs).
+pub mod wire {
+    pub use crate::generated::worker_link_client::WorkerLinkClient;
+    pub use crate::generated::worker_link_server::{WorkerLink, WorkerLinkServer};
+    pub use crate::generated::{ControlMessage, WorkerMessage};
+}
+
+pub use convert::ProtocolError;
+
+/// Request metadata key that names the agent a worker speaks for.
+pub const AGENT_METADATA_KEY: &str = "x-chorus-agent";

@@ -1,0 +1,5 @@
+//! One integration-test binary for the whole end-to-end suite (faster to link than
+//! one binary per file).
+#![allow(clippy::unwrap_used)]
+
+mod suite;

@@ -1,0 +1,127 @@
+//! The HTTP API's contract: authentication and error shapes.
+
+use chorus_test_support::Chorus;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+async fn error_of(response: reqwest::Response) -> (u16, String) {
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.expect("errors are JSON");
+    let code = body["error"]["code"]
+        .as_str()
+        .expect("error.code")
+        .to_string();
+    assert!(
+        body["error"]["message"].is_string(),
+        "error.message: {body}"
+    );
+    (status, code)
+}
+
+#[tokio::test]
+async fn every_api_route_needs_the_token() -> anyhow::Result<()> {
+    let chorus = Chorus::builder().start().await?;
+    let health = chorus.anonymous(Method::GET, "/healthz").send().await?;
+    assert_eq!(health.status(), 200);
+
+    for (method, path) in [
+        (Method::GET, "/api/agents"),
+        (Method::POST, "/api/agents"),
+        (Method::GET, "/api/agents/x"),
+        (Method::DELETE, "/api/agents/x"),
+        (Method::POST, "/api/agents/x/messages"),
+        (Method::GET, "/api/agents/x/threads/1"),
+        (Method::GET, "/api/no-such-route"),
+    ] {
+        let response = chorus.anonymous(method.clone(), path).send().await?;
+        assert_eq!(response.headers()["www-authenticate"], "Bearer");
+        assert_eq!(
+            error_of(response).await,
+            (401, "unauthorized".into()),
+            "{method} {path}"
+        );
+        let response = chorus
+            .anonymous(method.clone(), path)
+            .bearer_auth("wrong-token")
+            .send()
+            .await?;
+        assert_eq!(
+            error_of(response).await.0,
+            401,
+            "{method} {path} with a wrong token"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_requests_get_json_errors_that_say_what_is_wrong() -> anyhow::Result<()> {
+    let chorus = Chorus::builder().start().await?;
+    let post = |body: &'static str| {
+        chorus
+            .api(Method::POST, "/api/agents")
+            .header("content-type", "application/json")
+            .body(body)
+    };
+    assert_eq!(
+        error_of(post("{not json").send().await?).await,
+        (400, "invalid_request".into())
+    );
+    assert_eq!(
+        error_of(post(r#"{"nom": "x"}"#).send().await?).await,
+        (400, "invalid_request".into())
+    );
+    assert_eq!(
+        error_of(post(r#"{"name": "../evil"}"#).send().await?).await,
+        (400, "invalid_name".into())
+    );
+    assert_eq!(
+        error_of(post(r#"{"name": "ok", "model": " "}"#).send().await?).await,
+        (400, "invalid_request".into())
+    );
+    let no_type = chorus
+        .api(Method::POST, "/api/agents")
+        .body(r#"{"name":"x"}"#)
+        .send()
+        .await?;
+    assert_eq!(error_of(no_type).await.0, 400);
+
+    chorus.create_agent("dup").await?;
+    let again = chorus
+        .api(Method::POST, "/api/agents")
+        .json(&json!({"name": "dup"}))
+        .send()
+        .await?;
+    assert_eq!(error_of(again).await, (409, "conflict".into()));
+
+    let missing = chorus.api(Method::GET, "/api/agents/nobody").send().await?;
+    assert_eq!(error_of(missing).await, (404, "not_found".into()));
+    let missing = chorus
+        .api(Method::POST, "/api/agents/nobody/messages")
+        .json(&json!({"content": "hi"}))
+        .send()
+        .await?;
+    assert_eq!(error_of(missing).await, (404, "not_found".into()));
+    let empty = chorus
+        .api(Method::POST, "/api/agents/dup/messages")
+        .json(&json!({"content": "  "}))
+        .send()
+        .await?;
+    assert_eq!(error_of(empty).await, (400, "invalid_request".into()));
+    let no_thread = chorus
+        .api(Method::GET, "/api/agents/dup/threads/999")
+        .send()
+        .await?;
+    assert_eq!(error_of(no_thread).await, (404, "not_found".into()));
+    let bad_id = chorus
+        .api(Method::GET, "/api/agents/dup/threads/abc")
+        .send()
+        .await?;
+    assert_eq!(error_of(bad_id).await, (404, "not_found".into()));
+    let wrong_method = chorus.api(Method::PUT, "/api/agents").send().await?;
+    assert_eq!(
+        error_of(wrong_method).await,
+        (405, "method_not_allowed".into())
+    );
+    Ok(())
+}

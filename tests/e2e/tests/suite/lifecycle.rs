@@ -1,0 +1,162 @@
+//! Agents from creation to destruction, and across restarts of chorus.
+
+use std::time::Duration;
+
+use chorus_test_support::{Chorus, process};
+use reqwest::Method;
+use serde_json::json;
+
+#[tokio::test]
+async fn a_new_agent_gets_a_committed_workspace_from_the_template() -> anyhow::Result<()> {
+    let chorus = Chorus::builder().start().await?;
+    let agent = chorus
+        .api(Method::POST, "/api/agents")
+        .json(&json!({"name": "scribe", "system_prompt": "You write things down.", "model": "m-1"}))
+        .send()
+        .await?;
+    assert_eq!(agent.status(), 201);
+    let agent: serde_json::Value = agent.json().await?;
+    assert_eq!(agent["name"], "scribe");
+    assert_eq!(agent["model"], "m-1");
+    assert_eq!(agent["permissions"], "standard");
+
+    let dir = chorus.agent_dir("scribe");
+    assert!(dir.join("docs/README.md").is_file());
+    assert!(dir.join("sessions").is_dir());
+    assert!(dir.join("workspace/.gitkeep").is_file());
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("agent.json"))?)?;
+    assert_eq!(config["name"], "scribe");
+    assert_eq!(config["system_prompt"], "You write things down.");
+    assert_eq!(config["model"], "m-1");
+    assert!(config["created_at"].is_string());
+    let log = std::process::Command::new("git")
+        .args(["log", "--format=%s"])
+        .current_dir(dir.join("workspace"))
+        .output()?;
+    assert_eq!(
+        String::from_utf8_lossy(&log.stdout).trim(),
+        "Initial commit"
+    );
+
+    let listed: serde_json::Value = chorus
+        .api(Method::GET, "/api/agents")
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn destroy_stops_the_worker_and_deletes_or_keeps_files() -> anyhow::Result<()> {
+    let chorus = Chorus::builder().start().await?;
+    chorus.create_agent("goner").await?;
+    chorus.create_agent("keeper").await?;
+    let goner_pid = chorus
+        .wait_worker_running("goner", Duration::from_secs(15))
+        .await?;
+    let keeper_pid = chorus
+        .wait_worker_running("keeper", Duration::from_secs(15))
+        .await?;
+    std::fs::write(
+        chorus.agent_dir("keeper").join("workspace/work.txt"),
+        "precious",
+    )?;
+
+    let response = chorus
+        .api(Method::DELETE, "/api/agents/goner")
+        .send()
+        .await?;
+    assert_eq!(response.status(), 204);
+    assert!(
+        process::wait_gone(goner_pid, Duration::from_secs(5)).await,
+        "worker survived destroy"
+    );
+    assert!(
+        !chorus.agent_dir("goner").exists(),
+        "files were not deleted"
+    );
+    let gone = chorus.api(Method::GET, "/api/agents/goner").send().await?;
+    assert_eq!(gone.status(), 404);
+
+    let response = chorus
+        .api(Method::DELETE, "/api/agents/keeper?keep_files=true")
+        .send()
+        .await?;
+    assert_eq!(response.status(), 204);
+    assert!(
+        process::wait_gone(keeper_pid, Duration::from_secs(5)).await,
+        "worker survived destroy"
+    );
+    assert_eq!(
+        std::fs::read_to_string(chorus.agent_dir("keeper").join("workspace/work.txt"))?,
+        "precious"
+    );
+    let listed: serde_json::Value = chorus
+        .api(Method::GET, "/api/agents")
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(listed, json!([]));
+
+    // Re-creating over kept files reuses them; the old name is free again.
+    chorus.create_agent("keeper").await?;
+    assert_eq!(
+        std::fs::read_to_string(chorus.agent_dir("keeper").join("workspace/work.txt"))?,
+        "precious"
+    );
+    chorus
+        .wait_worker_running("keeper", Duration::from_secs(15))
+        .await?;
+    chorus.create_agent("goner").await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn agents_come_back_after_a_restart() -> anyhow::Result<()> {
+    let data = tempfile::tempdir()?;
+    let chorus = Chorus::builder()
+        .data_dir(&data.path().join("data"))
+        .start()
+        .await?;
+    chorus.create_agent("durable").await?;
+    let first_pid = chorus
+        .wait_worker_running("durable", Duration::from_secs(15))
+        .await?;
+    let id = chorus.send_message("durable", "remember me").await?;
+    chorus
+        .wait_thread_finished("durable", id, Duration::from_secs(10))
+        .await?;
+    assert!(chorus.stop().await?.success());
+
+    let chorus = Chorus::builder()
+        .data_dir(&data.path().join("data"))
+        .start()
+        .await?;
+    let second_pid = chorus
+        .wait_worker_running("durable", Duration::from_secs(15))
+        .await?;
+    assert_ne!(first_pid, second_pid);
+    let thread = chorus.thread("durable", id).await?;
+    assert_eq!(thread["messages"][0]["content"], "remember me");
+    // Thread ids keep counting.
+    let next = chorus.send_message("durable", "again").await?;
+    assert_eq!(next, id + 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_generated_api_token_is_private_to_its_owner() -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let chorus = Chorus::builder().generated_token().start().await?;
+    let path = chorus.data_dir.join("api-token");
+    let mode = std::fs::metadata(&path)?.permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    assert_eq!(chorus.token().len(), 64);
+    let response = chorus.api(Method::GET, "/api/agents").send().await?;
+    assert_eq!(response.status(), 200);
+    Ok(())
+}

@@ -1,0 +1,5 @@
+mod api;
+mod architecture;
+mod lifecycle;
+mod tool_loop;
+mod workers;

@@ -1,0 +1,244 @@
+//! Worker processes: crash and restart, credentials, and no orphans in any path.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use chorus_test_support::fake_openai::{Reply, text, tool_call};
+use chorus_test_support::{Chorus, FakeOpenAi, bin_path, process};
+use nix::sys::signal::Signal;
+use serde_json::json;
+
+async fn chorus_with(model: &FakeOpenAi) -> anyhow::Result<Chorus> {
+    Chorus::builder()
+        .env("OPENAI_BASE_URL", &model.base_url())
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("CHORUS_DEFAULT_MODEL", "fake-model")
+        .start()
+        .await
+}
+
+#[tokio::test]
+async fn a_worker_killed_mid_run_fails_its_thread_and_is_replaced() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    // The first model call hangs, so the run is in flight when the worker dies.
+    model.push(Reply::Delayed(
+        Duration::from_secs(60),
+        Box::new(text("too late")),
+    ));
+    let chorus = chorus_with(&model).await?;
+    chorus.create_agent("fragile").await?;
+    let first_pid = chorus
+        .wait_worker_running("fragile", Duration::from_secs(15))
+        .await?;
+
+    let id = chorus.send_message("fragile", "take your time").await?;
+    chorus
+        .wait_thread("fragile", id, Duration::from_secs(15), |t| {
+            t["steps"].as_array().is_some_and(|s| !s.is_empty())
+        })
+        .await?;
+    assert_eq!(
+        model
+            .wait_for_requests(1, Duration::from_secs(5))
+            .await
+            .len(),
+        1
+    );
+
+    process::signal(first_pid, Signal::SIGKILL);
+    let killed_at = Instant::now();
+    let thread = chorus
+        .wait_thread("fragile", id, Duration::from_secs(2), |t| {
+            t["status"] == "failed"
+        })
+        .await?;
+    eprintln!("worker death noticed after {:?}", killed_at.elapsed());
+    let error = thread["error"].as_str().unwrap();
+    assert!(error.contains(&format!("pid {first_pid}")), "{error}");
+    assert!(error.contains("SIGKILL"), "{error}");
+    assert!(
+        error.contains("again"),
+        "the user should learn what to do: {error}"
+    );
+    assert!(
+        thread["steps"][0]["ended_at"].is_string(),
+        "the open step was closed"
+    );
+
+    // A new worker takes over and the next message works.
+    let second_pid = chorus
+        .wait_worker_running("fragile", Duration::from_secs(10))
+        .await?;
+    assert_ne!(second_pid, first_pid);
+    let agent = chorus.agent("fragile").await?;
+    assert_eq!(agent["worker"]["restarts"], 1);
+    assert!(
+        agent["worker"]["last_exit"]
+            .as_str()
+            .unwrap()
+            .contains("SIGKILL")
+    );
+    model.push(tool_call(
+        "c1",
+        "create_file",
+        json!({"path": "after.txt", "content": "ok"}),
+    ));
+    model.push(text("done"));
+    let next = chorus.send_message("fragile", "again, quickly").await?;
+    let thread = chorus
+        .wait_thread_finished("fragile", next, Duration::from_secs(20))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    assert_eq!(
+        std::fs::read_to_string(chorus.agent_dir("fragile").join("workspace/after.txt"))?,
+        "ok"
+    );
+    Ok(())
+}
+
+/// A worker binary that records the credential it is handed (as a leak would) and
+/// then runs the real worker with it.
+fn credential_capturing_worker(dir: &Path) -> anyhow::Result<std::path::PathBuf> {
+    let script = dir.join("capturing-worker.sh");
+    let capture = dir.join("credentials");
+    std::fs::create_dir_all(&capture)?;
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/bash\nread -r credential\nagent=''\nprev=''\nfor a in \"$@\"; do\n  \
+             if [ \"$prev\" = --agent ]; then agent=\"$a\"; fi\n  prev=\"$a\"\ndone\n\
+             printf '%s' \"$credential\" > '{capture}'/\"$agent\"\n\
+             exec '{worker}' \"$@\" <<< \"$credential\"\n",
+            capture = capture.display(),
+            worker = bin_path("chorus-worker").display(),
+        ),
+    )?;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
+    Ok(script)
+}
+
+#[tokio::test]
+async fn a_worker_cannot_speak_for_another_agent() -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let script = credential_capturing_worker(tmp.path())?;
+    let chorus = Chorus::builder()
+        .env("CHORUS_WORKER_BIN", script.to_str().unwrap())
+        .start()
+        .await?;
+    chorus.create_agent("alpha").await?;
+    chorus.create_agent("beta").await?;
+    let alpha_pid = chorus
+        .wait_worker_running("alpha", Duration::from_secs(15))
+        .await?;
+    chorus
+        .wait_worker_running("beta", Duration::from_secs(15))
+        .await?;
+    let beta_credential = std::fs::read_to_string(tmp.path().join("credentials/beta"))?;
+    assert_eq!(beta_credential.len(), 64);
+
+    // The credential was handed over on stdin, not where other processes can read it.
+    let beta_pid = chorus.agent("beta").await?["worker"]["pid"]
+        .as_u64()
+        .unwrap() as u32;
+    assert!(
+        !process::environ(beta_pid)
+            .join(" ")
+            .contains(&beta_credential)
+    );
+    assert!(
+        !process::cmdline(beta_pid)
+            .join(" ")
+            .contains(&beta_credential)
+    );
+
+    let rogue = |agent: &str, credential: &str| {
+        std::process::Command::new(bin_path("chorus-worker"))
+            .args([
+                "--control-plane",
+                &chorus.grpc_url,
+                "--agent",
+                agent,
+                "--dial-timeout-secs",
+                "5",
+            ])
+            .env("CHORUS_WORKER_CREDENTIAL", credential)
+            .output()
+    };
+    // beta's credential does not open a stream for alpha.
+    let output = rogue("alpha", &beta_credential)?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("refused"), "{stderr}");
+    assert!(stderr.contains("not valid for agent 'alpha'"), "{stderr}");
+    // Nor a second stream for beta while beta's worker holds it.
+    let output = rogue("beta", &beta_credential)?;
+    assert_eq!(
+        output.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // A made-up credential gets nowhere either.
+    let output = rogue("alpha", &"0".repeat(64))?;
+    assert_eq!(output.status.code(), Some(3));
+
+    // The model relay wants a current worker credential too.
+    let relay = reqwest::Client::new();
+    let status = relay
+        .post(format!("{}/llm/openai/chat/completions", chorus.grpc_url))
+        .json(&json!({}))
+        .send()
+        .await?
+        .status();
+    assert_eq!(status, 401);
+
+    // The real workers are untouched.
+    assert_eq!(
+        chorus
+            .wait_worker_running("alpha", Duration::from_secs(5))
+            .await?,
+        alpha_pid
+    );
+    assert_eq!(chorus.agent("alpha").await?["worker"]["restarts"], 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn stopping_chorus_stops_every_worker() -> anyhow::Result<()> {
+    let chorus = Chorus::builder().start().await?;
+    chorus.create_agent("one").await?;
+    chorus.create_agent("two").await?;
+    let pids = [
+        chorus
+            .wait_worker_running("one", Duration::from_secs(15))
+            .await?,
+        chorus
+            .wait_worker_running("two", Duration::from_secs(15))
+            .await?,
+    ];
+    let status = chorus.stop().await?;
+    assert!(status.success(), "chorus exited with {status}");
+    for pid in pids {
+        assert!(
+            process::wait_gone(pid, Duration::from_secs(5)).await,
+            "worker {pid} outlived chorus"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_crashed_chorus_leaves_no_worker_behind() -> anyhow::Result<()> {
+    let chorus = Chorus::builder().start().await?;
+    chorus.create_agent("orphan").await?;
+    let pid = chorus
+        .wait_worker_running("orphan", Duration::from_secs(15))
+        .await?;
+    chorus.kill().await?;
+    assert!(
+        process::wait_gone(pid, Duration::from_secs(5)).await,
+        "worker {pid} was orphaned"
+    );
+    Ok(())
+}

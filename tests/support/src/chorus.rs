@@ -1,0 +1,307 @@
+//! Runs the real `chorus` binary (which starts real `chorus-worker` processes) in a
+//! temporary data directory, and talks to its HTTP API.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The API token every test instance uses.
+pub const TEST_TOKEN: &str = "test-token-0123456789";
+
+/// Path of a binary built by this workspace (`chorus`, `chorus-worker`), found
+/// beside the running test executable's `deps/` directory.
+pub fn bin_path(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current test executable");
+    let mut dir = exe.parent().expect("deps dir").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} does not exist: build the binaries first (`cargo build --bins`, or run the \
+         whole workspace's tests, which builds them)",
+        path.display()
+    );
+    path
+}
+
+pub struct ChorusBuilder {
+    env: Vec<(String, String)>,
+    data_dir: Option<PathBuf>,
+    api_token: Option<String>,
+}
+
+pub struct Chorus {
+    child: Child,
+    pub http_url: String,
+    pub grpc_url: String,
+    pub data_dir: PathBuf,
+    client: reqwest::Client,
+    token: Option<String>,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl ChorusBuilder {
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Reuses a data directory (to test restarts); by default each instance gets a
+    /// fresh temporary one.
+    pub fn data_dir(mut self, dir: &Path) -> Self {
+        self.data_dir = Some(dir.to_path_buf());
+        self
+    }
+
+    /// Leaves CHORUS_API_TOKEN unset so chorus generates one into the data dir.
+    pub fn generated_token(mut self) -> Self {
+        self.api_token = None;
+        self
+    }
+
+    pub async fn start(self) -> anyhow::Result<Chorus> {
+        let (data_dir, temp) = match self.data_dir {
+            Some(dir) => (dir, None),
+            None => {
+                let temp = tempfile::tempdir()?;
+                (temp.path().join("data"), Some(temp))
+            }
+        };
+        let mut command = Command::new(bin_path("chorus"));
+        command
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args(["--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env(
+                "HOME",
+                std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()),
+            )
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .env("CHORUS_WORKER_BIN", bin_path("chorus-worker"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        if let Some(token) = &self.api_token {
+            command.env("CHORUS_API_TOKEN", token);
+        }
+        for (k, v) in &self.env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().context("spawn chorus")?;
+        let stdout = child.stdout.take().context("chorus stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(line) = lines.next_line().await? {
+                if line.starts_with("chorus ready") {
+                    return Ok::<_, std::io::Error>(Some(line));
+                }
+            }
+            Ok(None)
+        })
+        .await
+        .context("chorus did not report ready within 30 s")??;
+        let Some(ready) = ready else {
+            let status = child.wait().await?;
+            bail!("chorus exited before it was ready ({status})");
+        };
+        // Keep draining stdout so chorus never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let field = |name: &str| -> anyhow::Result<String> {
+            ready
+                .split_whitespace()
+                .find_map(|part| part.strip_prefix(&format!("{name}=")))
+                .map(str::to_string)
+                .with_context(|| format!("no {name}= in {ready:?}"))
+        };
+        let token = match self.api_token {
+            Some(token) => Some(token),
+            None => std::fs::read_to_string(data_dir.join("api-token"))
+                .ok()
+                .map(|t| t.trim().to_string()),
+        };
+        Ok(Chorus {
+            http_url: field("http")?,
+            grpc_url: field("grpc")?,
+            data_dir: PathBuf::from(field("data_dir")?),
+            child,
+            client: reqwest::Client::new(),
+            token,
+            _temp: temp,
+        })
+    }
+}
+
+impl Chorus {
+    pub fn builder() -> ChorusBuilder {
+        ChorusBuilder {
+            env: Vec::new(),
+            data_dir: None,
+            api_token: Some(TEST_TOKEN.to_string()),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap_or_default()
+    }
+
+    pub fn token(&self) -> &str {
+        self.token.as_deref().unwrap_or_default()
+    }
+
+    /// A request to the API, with the token.
+    pub fn api(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.client
+            .request(method, format!("{}{}", self.http_url, path))
+            .bearer_auth(self.token())
+    }
+
+    /// A request without any token.
+    pub fn anonymous(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.client
+            .request(method, format!("{}{}", self.http_url, path))
+    }
+
+    pub fn agent_dir(&self, name: &str) -> PathBuf {
+        self.data_dir.join("agents").join(name)
+    }
+
+    pub async fn create_agent(&self, name: &str) -> anyhow::Result<Value> {
+        let response = self
+            .api(reqwest::Method::POST, "/api/agents")
+            .json(&json!({ "name": name }))
+            .send()
+            .await?;
+        let status = response.status();
+        let body: Value = response.json().await?;
+        if status != reqwest::StatusCode::CREATED {
+            bail!("create agent {name}: {status} {body}");
+        }
+        Ok(body)
+    }
+
+    pub async fn agent(&self, name: &str) -> anyhow::Result<Value> {
+        Ok(self
+            .api(reqwest::Method::GET, &format!("/api/agents/{name}"))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?)
+    }
+
+    /// Waits until the agent's worker is connected; returns its pid.
+    pub async fn wait_worker_running(&self, name: &str, timeout: Duration) -> anyhow::Result<u32> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let agent = self.agent(name).await?;
+            if let (true, Some(pid)) = (
+                agent["worker"]["state"] == "running",
+                agent["worker"]["pid"].as_u64(),
+            ) {
+                return Ok(pid as u32);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "worker of {name} not running after {timeout:?}: {}",
+                    agent["worker"]
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Sends a message; returns the new thread's id.
+    pub async fn send_message(&self, agent: &str, content: &str) -> anyhow::Result<u64> {
+        let response = self
+            .api(
+                reqwest::Method::POST,
+                &format!("/api/agents/{agent}/messages"),
+            )
+            .json(&json!({ "content": content }))
+            .send()
+            .await?;
+        let status = response.status();
+        let body: Value = response.json().await?;
+        if status != reqwest::StatusCode::ACCEPTED {
+            bail!("send message: {status} {body}");
+        }
+        body["thread_id"].as_u64().context("thread_id")
+    }
+
+    pub async fn thread(&self, agent: &str, id: u64) -> anyhow::Result<Value> {
+        Ok(self
+            .api(
+                reqwest::Method::GET,
+                &format!("/api/agents/{agent}/threads/{id}"),
+            )
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?)
+    }
+
+    /// Polls until the thread is completed or failed.
+    pub async fn wait_thread_finished(
+        &self,
+        agent: &str,
+        id: u64,
+        timeout: Duration,
+    ) -> anyhow::Result<Value> {
+        self.wait_thread(agent, id, timeout, |t| {
+            t["status"] == "completed" || t["status"] == "failed"
+        })
+        .await
+    }
+
+    /// Polls until `done` holds for the thread.
+    pub async fn wait_thread(
+        &self,
+        agent: &str,
+        id: u64,
+        timeout: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> anyhow::Result<Value> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let thread = self.thread(agent, id).await?;
+            if done(&thread) {
+                return Ok(thread);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!("thread {agent}/{id} not done after {timeout:?}: {thread:#}");
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub async fn stop(mut self) -> anyhow::Result<std::process::ExitStatus> {
+        crate::process::signal(self.pid(), nix::sys::signal::Signal::SIGTERM);
+        let status = tokio::time::timeout(Duration::from_secs(20), self.child.wait())
+            .await
+            .context("chorus did not exit within 20 s of SIGTERM")??;
+        Ok(status)
+    }
+
+    /// SIGKILL, as a crash would.
+    pub async fn kill(mut self) -> anyhow::Result<()> {
+        self.child.start_kill()?;
+        self.child.wait().await?;
+        Ok(())
+    }
+}

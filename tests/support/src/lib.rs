@@ -1,0 +1,10 @@
+//! Test support for Chorus: fake model servers that speak the real wire formats, a
+//! handle on a real `chorus` process, and process inspection helpers.
+#![allow(clippy::unwrap_used)]
+
+pub mod chorus;
+pub mod fake_openai;
+pub mod process;
+
+pub use chorus::{Chorus, TEST_TOKEN, bin_path};
+pub use fake_openai::FakeOpenAi;

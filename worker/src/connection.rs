@@ -1,0 +1,183 @@
+//! The worker's end of the chorus.v1 link. One of the two modules that see generated
+//! protocol types (the other is the control plane's gRPC service): it dials, attaches
+//! with the worker's credential, and converts between the wire and domain types.
+
+use std::time::{Duration, Instant};
+
+use chorus_proto::AGENT_METADATA_KEY;
+use chorus_proto::domain::{ControlCommand, WorkerEvent};
+use chorus_proto::wire::{WorkerLinkClient, WorkerMessage};
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::Code;
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::runner::Runner;
+use crate::tool_loop::EventSink;
+
+pub struct ConnectOptions {
+    /// e.g. `http://127.0.0.1:50051`
+    pub control_plane: String,
+    pub agent: String,
+    pub credential: String,
+    /// How long to keep trying to reach the control plane at start.
+    pub dial_timeout: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    #[error("'{0}' is not a valid control plane URL: {1}")]
+    BadUrl(String, String),
+    #[error("cannot reach the control plane at {url} after {waited:?}: {message}")]
+    Unreachable {
+        url: String,
+        waited: Duration,
+        message: String,
+    },
+    #[error("the control plane refused this worker: {0}")]
+    Refused(String),
+    #[error("the control plane broke protocol: {0}")]
+    Protocol(String),
+}
+
+/// How long in-flight runs get to wind down when the worker stops.
+const WIND_DOWN: Duration = Duration::from_secs(3);
+
+async fn dial(options: &ConnectOptions) -> Result<Channel, ConnectionError> {
+    let endpoint = Endpoint::from_shared(options.control_plane.clone())
+        .map_err(|e| ConnectionError::BadUrl(options.control_plane.clone(), e.to_string()))?
+        .connect_timeout(Duration::from_secs(2))
+        .tcp_nodelay(true);
+    let started = Instant::now();
+    let mut delay = Duration::from_millis(50);
+    loop {
+        match endpoint.connect().await {
+            Ok(channel) => return Ok(channel),
+            Err(e) if started.elapsed() < options.dial_timeout => {
+                tracing::debug!(error = %e, ?delay, "control plane not reachable yet");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => {
+                return Err(ConnectionError::Unreachable {
+                    url: options.control_plane.clone(),
+                    waited: started.elapsed(),
+                    message: e.to_string(),
+                });
+            }
+        }
+    }
+}
+
+/// Attaches and serves until the control plane closes the link or `shutdown` fires.
+pub async fn serve(
+    options: ConnectOptions,
+    shutdown: CancellationToken,
+) -> Result<(), ConnectionError> {
+    let channel = dial(&options).await?;
+    let mut client = WorkerLinkClient::new(channel);
+
+    let (events_tx, events_rx) = mpsc::unbounded_channel::<WorkerEvent>();
+    let _ = events_tx.send(WorkerEvent::Hello {
+        worker_version: env!("CARGO_PKG_VERSION").to_string(),
+        pid: std::process::id(),
+    });
+    let outbound = UnboundedReceiverStream::new(events_rx).map(WorkerMessage::from);
+    let mut request = tonic::Request::new(outbound);
+    let metadata = request.metadata_mut();
+    metadata.insert(
+        AGENT_METADATA_KEY,
+        MetadataValue::try_from(options.agent.as_str()).map_err(|_| {
+            ConnectionError::Refused(format!("agent name {:?} cannot be sent", options.agent))
+        })?,
+    );
+    metadata.insert(
+        "authorization",
+        MetadataValue::try_from(format!("Bearer {}", options.credential)).map_err(|_| {
+            ConnectionError::Refused("the credential has characters that cannot be sent".into())
+        })?,
+    );
+
+    let response = client
+        .attach(request)
+        .await
+        .map_err(|status| match status.code() {
+            Code::Unauthenticated
+            | Code::PermissionDenied
+            | Code::FailedPrecondition
+            | Code::InvalidArgument => ConnectionError::Refused(status.message().to_string()),
+            _ => ConnectionError::Unreachable {
+                url: options.control_plane.clone(),
+                waited: Duration::ZERO,
+                message: status.to_string(),
+            },
+        })?;
+    let mut inbound = response.into_inner();
+
+    let heartbeat_every = match inbound.message().await {
+        Ok(Some(first)) => match ControlCommand::try_from(first) {
+            Ok(ControlCommand::Welcome {
+                connection_id,
+                heartbeat_interval_ms,
+                ..
+            }) => {
+                tracing::info!(%connection_id, "attached to the control plane");
+                Duration::from_millis(u64::from(heartbeat_interval_ms.max(500)))
+            }
+            Ok(other) => {
+                return Err(ConnectionError::Protocol(format!(
+                    "expected Welcome first, got {other:?}"
+                )));
+            }
+            Err(e) => return Err(ConnectionError::Protocol(e.to_string())),
+        },
+        Ok(None) => {
+            return Err(ConnectionError::Refused(
+                "the control plane closed the link at once".into(),
+            ));
+        }
+        Err(status) => return Err(ConnectionError::Refused(status.message().to_string())),
+    };
+
+    let runner = Runner::new(
+        EventSink::new(events_tx.clone()),
+        options.control_plane.clone(),
+        options.credential,
+    );
+    let mut heartbeat = tokio::time::interval(heartbeat_every);
+    heartbeat.tick().await; // the first tick is immediate
+    loop {
+        tokio::select! {
+            message = inbound.message() => match message {
+                Ok(Some(message)) => match ControlCommand::try_from(message) {
+                    Ok(ControlCommand::Shutdown { reason }) => {
+                        tracing::info!(%reason, "control plane asked this worker to stop");
+                        break;
+                    }
+                    Ok(command) => runner.handle(command),
+                    Err(e) => tracing::warn!(error = %e, "malformed command from the control plane; ignored"),
+                },
+                Ok(None) => {
+                    tracing::info!("the control plane closed the link");
+                    break;
+                }
+                Err(status) => {
+                    tracing::warn!(%status, "the link to the control plane broke");
+                    break;
+                }
+            },
+            _ = heartbeat.tick() => {
+                let _ = events_tx.send(WorkerEvent::Heartbeat { active_runs: runner.active_runs() as u32 });
+            }
+            _ = shutdown.cancelled() => {
+                tracing::info!("stopping");
+                break;
+            }
+        }
+    }
+    runner.cancel_all(WIND_DOWN).await;
+    Ok(())
+}

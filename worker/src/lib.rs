@@ -1,0 +1,9 @@
+//! A Chorus worker (`chorus-worker`): serves one agent. It attaches to the control
+//! plane, runs the tool loop for each thread it is assigned, executes tools in the
+//! agent's workspace and streams every step back. See ARCHITECTURE.md.
+
+pub mod connection;
+pub mod model;
+pub mod runner;
+pub mod tool_loop;
+pub mod tools;

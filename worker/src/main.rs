@@ -1,0 +1,110 @@
+//! `chorus-worker`: the worker process for one agent.
+
+use std::io::{BufRead, IsTerminal};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use chorus_worker::connection::{self, ConnectOptions, ConnectionError};
+
+/// Runs one Chorus agent's tool loops. Normally started by `chorus serve`; the
+/// credential comes on stdin (--credential-stdin) or in CHORUS_WORKER_CREDENTIAL.
+#[derive(Parser)]
+#[command(name = "chorus-worker", version)]
+struct Args {
+    /// URL of the control plane's worker endpoint, e.g. http://127.0.0.1:50051.
+    #[arg(long, env = "CHORUS_CONTROL_PLANE")]
+    control_plane: String,
+
+    /// The agent this worker serves.
+    #[arg(long, env = "CHORUS_AGENT")]
+    agent: String,
+
+    /// Read the credential from the first line of stdin.
+    #[arg(long)]
+    credential_stdin: bool,
+
+    /// How long to keep trying to reach the control plane at start, in seconds.
+    #[arg(long, default_value_t = 30)]
+    dial_timeout_secs: u64,
+}
+
+fn read_credential(from_stdin: bool) -> Result<String, String> {
+    let credential = if from_stdin {
+        let mut line = String::new();
+        std::io::stdin()
+            .lock()
+            .read_line(&mut line)
+            .map_err(|e| format!("cannot read the credential from stdin: {e}"))?;
+        line.trim().to_string()
+    } else {
+        std::env::var("CHORUS_WORKER_CREDENTIAL").unwrap_or_default()
+    };
+    if credential.is_empty() {
+        return Err(
+            "no credential: pass --credential-stdin or set CHORUS_WORKER_CREDENTIAL".into(),
+        );
+    }
+    Ok(credential)
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    init_logging();
+    let credential = match read_credential(args.credential_stdin) {
+        Ok(credential) => credential,
+        Err(message) => {
+            tracing::error!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    let shutdown = CancellationToken::new();
+    {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut term), Ok(mut int)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) else {
+                return;
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            shutdown.cancel();
+        });
+    }
+    let span = tracing::info_span!("worker", agent = %args.agent);
+    let options = ConnectOptions {
+        control_plane: args.control_plane,
+        agent: args.agent,
+        credential,
+        dial_timeout: Duration::from_secs(args.dial_timeout_secs),
+    };
+    match connection::serve(options, shutdown).instrument(span).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            match e {
+                ConnectionError::Refused(_) => ExitCode::from(3),
+                _ => ExitCode::from(4),
+            }
+        }
+    }
+}
