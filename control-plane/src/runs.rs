@@ -50,6 +50,38 @@ struct ActiveRun {
     delivered_to: Option<Generation>,
     /// Whether the worker reported any step of it yet.
     started: bool,
+    /// The run's span on this side, and the spans of its open steps: the control
+    /// plane's view of the run mirrors the worker's in traces.
+    span: tracing::Span,
+    open_steps: HashMap<u32, tracing::Span>,
+}
+
+impl ActiveRun {
+    /// Opens or closes the span of the step an event is about.
+    fn trace(&mut self, event: &WorkerEvent) {
+        match event {
+            WorkerEvent::StepStarted(step) => {
+                let span = tracing::info_span!(
+                    parent: &self.span,
+                    "step",
+                    number = step.number,
+                    kind = step.kind.as_str(),
+                    description = %step.description,
+                    duration_ms = tracing::field::Empty,
+                    failed = tracing::field::Empty,
+                );
+                self.open_steps.insert(step.number, span);
+            }
+            WorkerEvent::StepEnded(step) => {
+                if let Some(span) = self.open_steps.remove(&step.number) {
+                    span.record("duration_ms", step.duration_ms);
+                    span.record("failed", step.failed);
+                    span.in_scope(|| tracing::debug!("step ended"));
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 #[derive(Default)]
@@ -118,9 +150,17 @@ impl Runs {
                 run.run_id.clone(),
                 ActiveRun {
                     thread_id,
+                    span: tracing::info_span!(
+                        "run",
+                        agent = %agent.name,
+                        thread_id,
+                        run_id = %run.run_id,
+                        model = %run.agent.model,
+                    ),
                     assignment: Box::new(run),
                     delivered_to: None,
                     started: false,
+                    open_steps: HashMap::new(),
                 },
             );
         }
@@ -230,6 +270,7 @@ impl Runs {
                 .filter(|run| run.delivered_to == Some(generation))
                 .ok_or_else(|| EventRejected::UnknownRun(run_id.clone()))?;
             active.started = true;
+            active.trace(&event);
             active.thread_id
         };
         let result = match &event {
@@ -269,17 +310,13 @@ impl Runs {
         status: ThreadStatus,
         error: Option<&str>,
     ) -> Result<(), StoreError> {
-        if let Some(runs) = self.agents().get_mut(agent) {
-            runs.active.remove(run_id);
-        }
-        tracing::info!(
-            agent,
-            thread_id,
-            run_id,
-            status = status.as_str(),
-            error,
-            "run finished"
-        );
+        let span = self
+            .agents()
+            .get_mut(agent)
+            .and_then(|runs| runs.active.remove(run_id))
+            .map(|run| run.span)
+            .unwrap_or_else(tracing::Span::none);
+        span.in_scope(|| tracing::info!(status = status.as_str(), error, "run finished"));
         self.store
             .set_thread_status(agent, thread_id, status, error)
             .await
@@ -289,36 +326,46 @@ impl Runs {
     /// A worker ended: its started runs fail with `reason`, its unstarted runs wait
     /// for the next worker.
     pub async fn worker_lost(&self, lost: WorkerLost) {
-        let failed: Vec<(String, u64)> = {
+        let interrupted = format!(
+            "{}; this thread was interrupted. Send the message again to retry.",
+            lost.reason
+        );
+        let never_ran = format!(
+            "{}; this thread could not start. Send the message again once the worker runs.",
+            lost.reason
+        );
+        let failed: Vec<(String, u64, &str)> = {
             let mut agents = self.agents();
             let Some(runs) = agents.get_mut(&lost.agent) else {
                 return;
             };
             let mut failed = Vec::new();
             for (run_id, run) in runs.active.iter_mut() {
+                if !lost.attached && run.delivered_to.is_none() {
+                    // The worker never came up: waiting for it could be forever.
+                    failed.push((run_id.clone(), run.thread_id, never_ran.as_str()));
+                    continue;
+                }
                 if run.delivered_to != Some(lost.generation) {
                     continue;
                 }
                 if run.started {
-                    failed.push((run_id.clone(), run.thread_id));
+                    failed.push((run_id.clone(), run.thread_id, interrupted.as_str()));
                 } else {
                     run.delivered_to = None;
                     runs.pending.push_front(run_id.clone());
                 }
             }
-            for (run_id, _) in &failed {
+            for (run_id, _, _) in &failed {
                 runs.active.remove(run_id);
             }
+            runs.pending.retain(|id| runs.active.contains_key(id));
             failed
         };
-        for (run_id, thread_id) in failed {
-            let reason = format!(
-                "{}; this thread was interrupted. Send the message again to retry.",
-                lost.reason
-            );
+        for (run_id, thread_id, reason) in failed {
             if let Err(e) = self
                 .store
-                .set_thread_status(&lost.agent, thread_id, ThreadStatus::Failed, Some(&reason))
+                .set_thread_status(&lost.agent, thread_id, ThreadStatus::Failed, Some(reason))
                 .await
             {
                 tracing::error!(agent = %lost.agent, thread_id, %run_id, error = %e, "cannot fail thread");

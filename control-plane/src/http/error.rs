@@ -109,6 +109,13 @@ where
 }
 
 fn json_rejection(rejection: JsonRejection) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            "the request body is too large",
+        );
+    }
     let message = match &rejection {
         JsonRejection::MissingJsonContentType(_) => {
             "send the body as JSON with 'Content-Type: application/json'".to_string()

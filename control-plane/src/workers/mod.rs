@@ -16,15 +16,18 @@ use tokio_util::sync::CancellationToken;
 use crate::config::WorkerSettings;
 use crate::secrets::random_token;
 use launcher::{LocalLauncher, LocalWorker};
-use registry::{Generation, Registry};
+use registry::{Generation, LinkState, Registry};
 
-/// A worker that ended while it may have held runs. The run dispatcher fails the
-/// runs that generation had started.
+/// A worker that ended (or never started). The run dispatcher fails the runs that
+/// generation had started; if it never attached, it fails the waiting runs too, so a
+/// worker that cannot start leaves no thread hanging.
 #[derive(Debug, Clone)]
 pub struct WorkerLost {
     pub agent: String,
     pub generation: Generation,
     pub reason: String,
+    /// Whether this generation ever connected.
+    pub attached: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -240,7 +243,14 @@ impl Supervisor {
             Err(e) => {
                 self.registry.revoke(&self.agent, generation);
                 tracing::error!(agent = %self.agent, error = %e, "cannot launch worker");
-                return Ended::Exited(format!("could not be started: {e}"));
+                let reason = format!("the agent's worker could not be started: {e}");
+                let _ = self.lost.send(WorkerLost {
+                    agent: self.agent.clone(),
+                    generation,
+                    reason: reason.clone(),
+                    attached: false,
+                });
+                return Ended::Exited(reason);
             }
         };
         drop(credential);
@@ -256,7 +266,9 @@ impl Supervisor {
             report = worker.wait() => {
                 // Its socket closed with it; let the connection drain its last events.
                 let deadline = Instant::now() + SETTLE;
-                while !self.registry.is_detached(&self.agent, generation) && Instant::now() < deadline {
+                while self.registry.link_state(&self.agent, generation) == LinkState::Attached
+                    && Instant::now() < deadline
+                {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
                 format!("the worker process (pid {}) {report}", worker.pid())
@@ -275,11 +287,16 @@ impl Supervisor {
                 return Ended::Stopped;
             }
         };
+        let attached = matches!(
+            self.registry.link_state(&self.agent, generation),
+            LinkState::Attached | LinkState::Spent
+        );
         self.registry.revoke(&self.agent, generation);
         let _ = self.lost.send(WorkerLost {
             agent: self.agent.clone(),
             generation,
             reason: reason.clone(),
+            attached,
         });
         Ended::Exited(reason)
     }

@@ -34,6 +34,18 @@ pub struct Attachment {
     pub commands: mpsc::UnboundedReceiver<ControlCommand>,
 }
 
+/// The life of one generation's link, as seen from outside the registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkState {
+    /// Expected, not connected yet.
+    Waiting,
+    Attached,
+    /// Was attached; the connection has ended.
+    Spent,
+    /// Revoked or replaced by a newer generation.
+    Gone,
+}
+
 enum Link {
     Waiting,
     Attached(CommandSender),
@@ -122,11 +134,15 @@ impl Registry {
         }
     }
 
-    /// Whether `generation` has connected and then disconnected (or been replaced).
-    pub fn is_detached(&self, agent: &str, generation: Generation) -> bool {
+    /// Where `agent`'s generation `generation` stands.
+    pub fn link_state(&self, agent: &str, generation: Generation) -> LinkState {
         match self.slots().get(agent) {
-            Some(slot) if slot.generation == generation => matches!(slot.link, Link::Spent),
-            _ => true,
+            Some(slot) if slot.generation == generation => match slot.link {
+                Link::Waiting => LinkState::Waiting,
+                Link::Attached(_) => LinkState::Attached,
+                Link::Spent => LinkState::Spent,
+            },
+            _ => LinkState::Gone,
         }
     }
 
@@ -180,8 +196,9 @@ mod tests {
             registry.attach("a", "token-a"),
             Err(AttachError::AlreadyAttached(_))
         ));
+        assert_eq!(registry.link_state("a", gen_a), LinkState::Attached);
         registry.detach("a", gen_a);
-        assert!(registry.is_detached("a", gen_a));
+        assert_eq!(registry.link_state("a", gen_a), LinkState::Spent);
         assert!(matches!(
             registry.attach("a", "token-a"),
             Err(AttachError::Spent(_))
@@ -218,9 +235,11 @@ mod tests {
     fn the_relay_finds_the_agent_by_credential() {
         let registry = Registry::default();
         let (generation, _) = registry.expect("a", "t".into());
+        assert_eq!(registry.link_state("a", generation), LinkState::Waiting);
         assert_eq!(registry.agent_for_credential("t").as_deref(), Some("a"));
         assert_eq!(registry.agent_for_credential("x"), None);
         registry.revoke("a", generation);
+        assert_eq!(registry.link_state("a", generation), LinkState::Gone);
         assert_eq!(registry.agent_for_credential("t"), None);
     }
 }

@@ -125,3 +125,24 @@ async fn bad_requests_get_json_errors_that_say_what_is_wrong() -> anyhow::Result
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn an_oversized_body_is_refused_as_json() -> anyhow::Result<()> {
+    let chorus = Chorus::builder().start().await?;
+    chorus.create_agent("big").await?;
+    let huge = "x".repeat(3 * 1024 * 1024);
+    let response = chorus
+        .api(Method::POST, "/api/agents/big/messages")
+        .json(&json!({ "content": huge }))
+        .send()
+        .await?;
+    assert_eq!(error_of(response).await, (413, "too_large".into()));
+    let threads: Value = chorus
+        .api(Method::GET, "/api/agents/big/threads")
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(threads, json!([]), "nothing was started");
+    Ok(())
+}

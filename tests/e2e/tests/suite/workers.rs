@@ -242,3 +242,33 @@ async fn a_crashed_chorus_leaves_no_worker_behind() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_worker_that_cannot_start_fails_the_thread_instead_of_hanging_it() -> anyhow::Result<()> {
+    for (worker_bin, expected) in [
+        ("/nonexistent/chorus-worker", "could not be started"),
+        ("/bin/false", "exited with status 1"),
+    ] {
+        let chorus = Chorus::builder()
+            .env("CHORUS_WORKER_BIN", worker_bin)
+            .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+            .env("CHORUS_DEFAULT_MODEL", "m")
+            .start()
+            .await?;
+        chorus.create_agent("broken").await?;
+        let id = chorus.send_message("broken", "anyone there?").await?;
+        let thread = chorus
+            .wait_thread_finished("broken", id, Duration::from_secs(10))
+            .await?;
+        assert_eq!(thread["status"], "failed");
+        let error = thread["error"].as_str().unwrap();
+        assert!(error.contains(expected), "{worker_bin}: {error}");
+        assert!(error.contains("could not start"), "{worker_bin}: {error}");
+        let worker = &chorus.agent("broken").await?["worker"];
+        assert!(
+            worker["last_exit"].as_str().unwrap().contains(expected),
+            "{worker}"
+        );
+    }
+    Ok(())
+}
