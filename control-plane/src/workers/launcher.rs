@@ -39,6 +39,8 @@ pub enum LaunchError {
     },
     #[error("cannot hand the credential to the worker: {0}")]
     Credential(std::io::Error),
+    #[error("the worker {0} before it took its credential")]
+    ExitedEarly(String),
 }
 
 #[derive(Debug, Clone)]
@@ -84,8 +86,15 @@ impl LocalLauncher {
         let pid = child.id().unwrap_or_default();
         let mut worker = LocalWorker { child, pid };
         if let Err(e) = worker.send_credential(credential).await {
-            worker.kill();
-            return Err(e);
+            // Most often the process died at once; its exit says more than EPIPE.
+            return Err(match worker.wait_for(Duration::from_secs(1)).await {
+                Some(report) => LaunchError::ExitedEarly(report),
+                None => {
+                    worker.kill();
+                    worker.wait().await;
+                    e
+                }
+            });
         }
         Ok(worker)
     }

@@ -133,6 +133,9 @@ async fn an_oversized_body_is_refused_as_json() -> anyhow::Result<()> {
     let huge = "x".repeat(3 * 1024 * 1024);
     let response = chorus
         .api(Method::POST, "/api/agents/big/messages")
+        // The server answers before reading the body and then drops the connection;
+        // keep it out of the client's pool so the next request gets a fresh one.
+        .header("connection", "close")
         .json(&json!({ "content": huge }))
         .send()
         .await?;
