@@ -36,9 +36,9 @@ pub async fn wait_gone(pid: u32, timeout: Duration) -> bool {
     !is_alive(pid)
 }
 
-/// The environment a process was started with.
-pub fn environ(pid: u32) -> Vec<String> {
-    std::fs::read(format!("/proc/{pid}/environ"))
+/// A NUL-separated /proc file (`environ`, `cmdline`) as strings.
+fn proc_strings(pid: u32, file: &str) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/{file}"))
         .map(|bytes| {
             bytes
                 .split(|b| *b == 0)
@@ -49,17 +49,14 @@ pub fn environ(pid: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The environment a process was started with.
+pub fn environ(pid: u32) -> Vec<String> {
+    proc_strings(pid, "environ")
+}
+
 /// The command line of a process.
 pub fn cmdline(pid: u32) -> Vec<String> {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|bytes| {
-            bytes
-                .split(|b| *b == 0)
-                .filter(|s| !s.is_empty())
-                .map(|s| String::from_utf8_lossy(s).into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+    proc_strings(pid, "cmdline")
 }
 
 /// Live processes whose command line contains `needle`.
