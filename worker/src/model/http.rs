@@ -1,0 +1,248 @@
+//! What every wire format shares over HTTP: sending a request, reading a stream of
+//! server-sent events, and turning a provider's failure into a [`ModelError`] that
+//! says what to do.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::Value;
+
+use super::ModelError;
+use super::sse::{SseDecoder, SseEvent};
+
+/// Header the control plane's model relay puts on errors it makes itself (as opposed
+/// to errors it passes through from the provider).
+pub const RELAY_ERROR_HEADER: &str = "x-chorus-relay-error";
+
+/// The setting a user fixes when a provider refuses its credentials.
+pub fn key_hint(provider: &str) -> &'static str {
+    match provider {
+        "anthropic" => "ANTHROPIC_API_KEY",
+        "openai" => "OPENAI_API_KEY",
+        "openrouter" => "OPENROUTER_API_KEY",
+        "ollama" => "OLLAMA_BASE_URL",
+        "lmstudio" => "LMSTUDIO_BASE_URL",
+        _ => "the provider's API key",
+    }
+}
+
+/// Reads `Retry-After` (seconds, or an HTTP date) and OpenAI's `retry-after-ms`.
+pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    if let Some(ms) = headers
+        .get("retry-after-ms")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+    {
+        return duration_from_secs(ms / 1000.0);
+    }
+    parse_retry_after(headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?)
+}
+
+pub fn parse_retry_after(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<f64>() {
+        return duration_from_secs(secs);
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    let wait = at.with_timezone(&chrono::Utc) - chrono::Utc::now();
+    Some(wait.to_std().unwrap_or(Duration::ZERO))
+}
+
+fn duration_from_secs(secs: f64) -> Option<Duration> {
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(3600.0)))
+}
+
+/// The provider's own words from an error body (`{"error": {"message": …}}`, or
+/// `{"error": "…"}`, or plain text), shortened.
+pub fn provider_message(body: &str) -> String {
+    let json: Option<Value> = serde_json::from_str(body).ok();
+    let message = json.as_ref().and_then(|v| {
+        let error = v.get("error")?;
+        error
+            .get("message")
+            .and_then(Value::as_str)
+            .or_else(|| error.as_str())
+            .map(str::to_string)
+    });
+    let message = message.unwrap_or_else(|| body.trim().to_string());
+    let message: String = message.chars().take(500).collect();
+    if message.is_empty() {
+        "no details given".into()
+    } else {
+        message.trim_end_matches('.').to_string()
+    }
+}
+
+fn error_code(body: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(body).ok()?;
+    let error = v.get("error")?;
+    error
+        .get("code")
+        .or_else(|| error.get("type"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+fn looks_like_context_length(code: Option<&str>, message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    code == Some("context_length_exceeded")
+        || message.contains("context length")
+        || message.contains("context window")
+        || message.contains("maximum context")
+        || message.contains("prompt is too long")
+        || message.contains("too many tokens")
+}
+
+/// Turns a non-success answer into what the loop should do about it.
+pub fn classify(
+    provider: &str,
+    status: u16,
+    body: &str,
+    retry_after: Option<Duration>,
+    from_relay: bool,
+) -> ModelError {
+    let message = provider_message(body);
+    if from_relay {
+        return match status {
+            502 | 504 => ModelError::Retryable {
+                message: format!("the model relay could not reach '{provider}': {message}"),
+                retry_after,
+            },
+            _ => ModelError::Fatal(format!("the model relay refused the call ({status}): {message}")),
+        };
+    }
+    let code = error_code(body);
+    let quota = code.as_deref() == Some("insufficient_quota");
+    match status {
+        429 if !quota => ModelError::Retryable {
+            message: format!("'{provider}' is rate limiting (429): {message}"),
+            retry_after,
+        },
+        408 | 500..=599 => ModelError::Retryable {
+            message: format!("'{provider}' failed ({status}): {message}"),
+            retry_after,
+        },
+        401 | 403 => ModelError::Fatal(format!(
+            "the model provider '{provider}' refused the credentials ({status}): {message}. Check {}.",
+            key_hint(provider)
+        )),
+        402 | 429 => ModelError::Fatal(format!(
+            "the model provider '{provider}' says the account is out of credit or quota ({status}): {message}"
+        )),
+        404 => ModelError::Fatal(format!(
+            "the model provider '{provider}' does not know this model or endpoint (404): {message}. \
+             Check the model name (GET /api/models lists the known ones)."
+        )),
+        _ if looks_like_context_length(code.as_deref(), &message) => ModelError::ContextLength(format!(
+            "the conversation is too long for the model ('{provider}' said: {message}); \
+             clear or summarise the context, or use a model with a larger window"
+        )),
+        _ => ModelError::Fatal(format!(
+            "the model provider '{provider}' refused the request ({status}): {message}"
+        )),
+    }
+}
+
+/// Sends a JSON POST. Success is the response to read; failure is already classified.
+pub async fn post_json(
+    http: &reqwest::Client,
+    provider: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> Result<reqwest::Response, ModelError> {
+    let mut request = http.post(url).json(body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.map_err(|e| {
+        ModelError::retryable(format!("cannot reach the model relay for '{provider}' at {url}: {e}"))
+    })?;
+    if response.status().is_success() {
+        return Ok(response);
+    }
+    let status = response.status().as_u16();
+    let wait = retry_after(response.headers());
+    let from_relay = response.headers().contains_key(RELAY_ERROR_HEADER);
+    let text = response.text().await.unwrap_or_default();
+    Err(classify(provider, status, &text, wait, from_relay))
+}
+
+/// Reads a response as server-sent events, handing each to `on_event` until it
+/// returns `Ok(true)` (done) or the stream ends.
+pub async fn read_sse(
+    provider: &str,
+    response: reqwest::Response,
+    mut on_event: impl FnMut(SseEvent) -> Result<bool, ModelError>,
+) -> Result<(), ModelError> {
+    let mut decoder = SseDecoder::new();
+    let mut bytes = response.bytes_stream();
+    while let Some(chunk) = bytes.next().await {
+        let chunk = chunk.map_err(|e| {
+            ModelError::retryable(format!("the stream from '{provider}' broke off: {e}"))
+        })?;
+        for event in decoder.push(&chunk) {
+            if on_event(event)? {
+                return Ok(());
+            }
+        }
+    }
+    if let Some(event) = decoder.finish() {
+        on_event(event)?;
+    }
+    Ok(())
+}
+
+/// Reads a whole JSON body (non-streaming answers, model lists).
+pub async fn read_json(provider: &str, response: reqwest::Response) -> Result<Value, ModelError> {
+    let text = response.text().await.map_err(|e| {
+        ModelError::retryable(format!("the answer from '{provider}' broke off: {e}"))
+    })?;
+    serde_json::from_str(&text).map_err(|e| {
+        ModelError::retryable(format!("'{provider}' answered with something that is not JSON ({e})"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_sorted_by_what_to_do() {
+        let retry = |status, body: &str| matches!(classify("openai", status, body, None, false), ModelError::Retryable { .. });
+        assert!(retry(429, r#"{"error":{"message":"slow down"}}"#));
+        assert!(retry(500, ""));
+        assert!(retry(503, "upstream busy"));
+        assert!(retry(529, r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#));
+
+        let fatal = classify("anthropic", 401, r#"{"error":{"type":"authentication_error","message":"invalid x-api-key"}}"#, None, false);
+        assert_eq!(
+            fatal.to_string(),
+            "the model provider 'anthropic' refused the credentials (401): invalid x-api-key. Check ANTHROPIC_API_KEY."
+        );
+        assert!(matches!(
+            classify("openai", 429, r#"{"error":{"code":"insufficient_quota","message":"You exceeded your current quota"}}"#, None, false),
+            ModelError::Fatal(m) if m.contains("quota")
+        ));
+        assert!(matches!(
+            classify("openai", 400, r#"{"error":{"code":"context_length_exceeded","message":"This model's maximum context length is 8192 tokens"}}"#, None, false),
+            ModelError::ContextLength(_)
+        ));
+        assert!(matches!(
+            classify("anthropic", 400, r#"{"error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#, None, false),
+            ModelError::ContextLength(_)
+        ));
+        assert!(matches!(classify("ollama", 404, "model not found", None, false), ModelError::Fatal(m) if m.contains("GET /api/models")));
+        assert!(matches!(classify("openai", 502, "{}", None, true), ModelError::Retryable { .. }));
+        assert!(matches!(classify("openai", 401, "{}", None, true), ModelError::Fatal(m) if m.contains("relay")));
+    }
+
+    #[test]
+    fn retry_after_in_seconds_or_as_a_date() {
+        assert_eq!(parse_retry_after("1"), Some(Duration::from_secs(1)));
+        assert_eq!(parse_retry_after("0.5"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_retry_after("-3"), None);
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), Some(Duration::ZERO));
+        assert_eq!(parse_retry_after("soon"), None);
+    }
+}
