@@ -10,7 +10,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use chorus_proto::domain::RetryPolicy;
 use serde::Deserialize;
+
+use crate::providers::{ALL_PROVIDERS, ProviderEndpoint, ProviderKind};
 
 /// A value that must never reach logs: `Debug` prints a placeholder.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
@@ -91,12 +94,31 @@ pub struct FileSettings {
     pub providers: FileProviders,
     #[serde(default)]
     pub workers: FileWorkers,
+    #[serde(default)]
+    pub models: FileModels,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileProviders {
+    pub anthropic: Option<FileProvider>,
     pub openai: Option<FileProvider>,
+    pub openrouter: Option<FileProvider>,
+    pub ollama: Option<FileProvider>,
+    pub lmstudio: Option<FileProvider>,
+}
+
+impl FileProviders {
+    fn take(&mut self, kind: ProviderKind) -> FileProvider {
+        match kind {
+            ProviderKind::Anthropic => self.anthropic.take(),
+            ProviderKind::OpenAi => self.openai.take(),
+            ProviderKind::OpenRouter => self.openrouter.take(),
+            ProviderKind::Ollama => self.ollama.take(),
+            ProviderKind::LmStudio => self.lmstudio.take(),
+        }
+        .unwrap_or_default()
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -104,6 +126,19 @@ pub struct FileProviders {
 pub struct FileProvider {
     pub base_url: Option<String>,
     pub api_key: Option<Secret>,
+    /// Local servers are probed by default; `enabled = false` stops that.
+    pub enabled: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileModels {
+    /// Attempts per model call, the first included.
+    pub retry_attempts: Option<u32>,
+    /// Give up retrying a model call after this many seconds.
+    pub retry_max_secs: Option<u64>,
+    /// First backoff delay in milliseconds (it doubles per attempt).
+    pub retry_base_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -125,16 +160,10 @@ pub struct Settings {
     pub template_dir: Option<PathBuf>,
     pub max_iterations: u32,
     pub api_token: Option<Secret>,
-    pub openai: Option<OpenAiSettings>,
+    /// Configured providers, in resolution order.
+    pub providers: Vec<ProviderEndpoint>,
     pub workers: WorkerSettings,
-}
-
-/// An OpenAI-compatible endpoint. Configured when either its key or its base URL is
-/// set: local servers (vLLM, llama.cpp, …) often need no key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OpenAiSettings {
-    pub base_url: String,
-    pub api_key: Option<Secret>,
+    pub retry: RetryPolicy,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,8 +174,6 @@ pub struct WorkerSettings {
     /// Time between SIGTERM and SIGKILL when a worker is stopped.
     pub stop_grace: Duration,
 }
-
-pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -197,21 +224,33 @@ impl Settings {
                 other => Ok(other),
             }
         };
-        let file_openai = file.providers.openai.unwrap_or_default();
-        let openai_key = non_empty("OPENAI_API_KEY")?
-            .map(Secret::new)
-            .or(file_openai.api_key);
-        let openai_base = non_empty("OPENAI_BASE_URL")?.or(file_openai.base_url);
-        let openai = match (openai_base, openai_key) {
-            (None, None) => None,
-            (base, api_key) => Some(OpenAiSettings {
-                base_url: base
-                    .unwrap_or_else(|| DEFAULT_OPENAI_BASE_URL.to_string())
-                    .trim_end_matches('/')
-                    .to_string(),
-                api_key,
-            }),
-        };
+        let mut file_providers = file.providers;
+        let mut providers = Vec::new();
+        for kind in ALL_PROVIDERS {
+            let from_file = file_providers.take(kind);
+            let key = match kind.key_env() {
+                Some(var) => non_empty(var)?.map(Secret::new).or(from_file.api_key),
+                None => from_file.api_key,
+            };
+            let base = non_empty(kind.base_env())?.or(from_file.base_url);
+            // Hosted providers are on when given a key (or an explicit endpoint, for
+            // keyless compatible servers); local ones unless switched off.
+            let enabled = match kind {
+                ProviderKind::OpenAi => key.is_some() || base.is_some(),
+                ProviderKind::Anthropic | ProviderKind::OpenRouter => key.is_some(),
+                ProviderKind::Ollama | ProviderKind::LmStudio => from_file.enabled.unwrap_or(true),
+            };
+            if enabled {
+                providers.push(ProviderEndpoint {
+                    kind,
+                    base_url: base
+                        .unwrap_or_else(|| kind.default_base().to_string())
+                        .trim_end_matches('/')
+                        .to_string(),
+                    api_key: key,
+                });
+            }
+        }
         let workers = WorkerSettings {
             restart_backoff: Duration::from_millis(file.workers.restart_backoff_ms.unwrap_or(250)),
             restart_backoff_max: Duration::from_millis(
@@ -237,8 +276,17 @@ impl Settings {
             template_dir: args.template_dir.or(file.template_dir),
             max_iterations: args.max_iterations.or(file.max_iterations).unwrap_or(50),
             api_token: args.api_token.map(Secret::new).or(file.api_token),
-            openai,
+            providers,
             workers,
+            retry: RetryPolicy {
+                max_attempts: file.models.retry_attempts.unwrap_or(5).max(1),
+                max_total_ms: file
+                    .models
+                    .retry_max_secs
+                    .unwrap_or(120)
+                    .saturating_mul(1000),
+                base_delay_ms: file.models.retry_base_ms.unwrap_or(1000),
+            },
         })
     }
 }
@@ -263,8 +311,14 @@ mod tests {
         assert_eq!(s.data_dir, PathBuf::from("./data"));
         assert_eq!(s.http_addr.to_string(), "127.0.0.1:8080");
         assert_eq!(s.grpc_addr.to_string(), "127.0.0.1:50051");
-        assert_eq!(s.openai, None);
+        let kinds: Vec<ProviderKind> = s.providers.iter().map(|p| p.kind).collect();
+        assert_eq!(
+            kinds,
+            vec![ProviderKind::Ollama, ProviderKind::LmStudio],
+            "local servers are probed"
+        );
         assert_eq!(s.max_iterations, 50);
+        assert_eq!(s.retry, RetryPolicy::default());
     }
 
     #[test]
@@ -290,10 +344,14 @@ mod tests {
         assert_eq!(s.data_dir, PathBuf::from("/from/flag"));
         assert_eq!(s.default_model.as_deref(), Some("file-model"));
         assert_eq!(s.max_iterations, 7);
-        let openai = s.openai.unwrap();
+        let openai = provider(&s, ProviderKind::OpenAi).unwrap();
         assert_eq!(openai.base_url, "http://file/v1");
         assert_eq!(openai.api_key.unwrap().expose(), "env-key");
         assert_eq!(s.workers.stop_grace, Duration::from_millis(100));
+    }
+
+    fn provider(s: &Settings, kind: ProviderKind) -> Option<ProviderEndpoint> {
+        s.providers.iter().find(|p| p.kind == kind).cloned()
     }
 
     #[test]
@@ -304,20 +362,60 @@ mod tests {
             env_of(&[("OPENAI_BASE_URL", "http://127.0.0.1:9/v1/")]),
         )
         .unwrap();
-        let openai = s.openai.unwrap();
+        let openai = provider(&s, ProviderKind::OpenAi).unwrap();
         assert_eq!(openai.base_url, "http://127.0.0.1:9/v1");
         assert!(openai.api_key.is_none());
     }
 
     #[test]
-    fn a_key_alone_uses_the_public_endpoint() {
+    fn keys_switch_hosted_providers_on_with_their_public_endpoints() {
         let s = Settings::resolve(
             ServeArgs::default(),
             FileSettings::default(),
-            env_of(&[("OPENAI_API_KEY", "k")]),
+            env_of(&[
+                ("OPENAI_API_KEY", "k"),
+                ("ANTHROPIC_API_KEY", "a"),
+                ("OPENROUTER_API_KEY", "o"),
+            ]),
         )
         .unwrap();
-        assert_eq!(s.openai.unwrap().base_url, DEFAULT_OPENAI_BASE_URL);
+        let kinds: Vec<ProviderKind> = s.providers.iter().map(|p| p.kind).collect();
+        assert_eq!(kinds, ALL_PROVIDERS.to_vec(), "resolution order");
+        assert_eq!(
+            provider(&s, ProviderKind::OpenAi).unwrap().base_url,
+            "https://api.openai.com/v1"
+        );
+        assert_eq!(
+            provider(&s, ProviderKind::Anthropic).unwrap().base_url,
+            "https://api.anthropic.com"
+        );
+    }
+
+    #[test]
+    fn local_servers_can_be_switched_off_or_moved() {
+        let file: FileSettings = toml::from_str(
+            "[providers.ollama]\nenabled = false\n[models]\nretry_attempts = 2\nretry_max_secs = 9\n",
+        )
+        .unwrap();
+        let s = Settings::resolve(
+            ServeArgs::default(),
+            file,
+            env_of(&[("LMSTUDIO_BASE_URL", "http://10.0.0.5:1234")]),
+        )
+        .unwrap();
+        assert!(provider(&s, ProviderKind::Ollama).is_none());
+        assert_eq!(
+            provider(&s, ProviderKind::LmStudio).unwrap().base_url,
+            "http://10.0.0.5:1234"
+        );
+        assert_eq!(
+            s.retry,
+            RetryPolicy {
+                max_attempts: 2,
+                max_total_ms: 9000,
+                base_delay_ms: 1000
+            }
+        );
     }
 
     #[test]

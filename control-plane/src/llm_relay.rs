@@ -18,9 +18,16 @@ use axum::routing::any;
 
 use tracing::Instrument;
 
-use crate::config::OpenAiSettings;
+use crate::providers::ProviderEndpoint;
 use crate::secrets::bearer_token;
 use crate::workers::registry::Registry;
+
+/// Marks errors the relay makes itself, so a worker can tell them from the provider's.
+pub const RELAY_ERROR_HEADER: &str = "x-chorus-relay-error";
+
+/// Request headers passed through to the provider (everything else is dropped,
+/// notably the worker's own credential).
+const FORWARDED_HEADERS: &[&str] = &["content-type", "accept", "anthropic-beta"];
 
 /// Largest request a worker may relay (a long conversation with file contents).
 const MAX_REQUEST_BYTES: usize = 32 * 1024 * 1024;
@@ -28,12 +35,12 @@ const MAX_REQUEST_BYTES: usize = 32 * 1024 * 1024;
 #[derive(Clone)]
 pub struct RelayState {
     registry: Arc<Registry>,
-    openai: Option<OpenAiSettings>,
+    providers: Arc<Vec<ProviderEndpoint>>,
     client: reqwest::Client,
 }
 
 impl RelayState {
-    pub fn new(registry: Arc<Registry>, openai: Option<OpenAiSettings>) -> reqwest::Result<Self> {
+    pub fn new(registry: Arc<Registry>, providers: Vec<ProviderEndpoint>) -> reqwest::Result<Self> {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             // A redirect could carry the key somewhere else; providers do not redirect.
@@ -41,7 +48,7 @@ impl RelayState {
             .build()?;
         Ok(RelayState {
             registry,
-            openai,
+            providers: Arc::new(providers),
             client,
         })
     }
@@ -56,7 +63,12 @@ pub fn routes(state: RelayState) -> Router {
 
 fn relay_error(status: StatusCode, code: &str, message: String) -> Response {
     let body = serde_json::json!({ "error": { "code": code, "message": message } });
-    (status, axum::Json(body)).into_response()
+    let mut response = (status, axum::Json(body)).into_response();
+    response.headers_mut().insert(
+        RELAY_ERROR_HEADER,
+        axum::http::HeaderValue::from_static("1"),
+    );
+    response
 }
 
 async fn relay(
@@ -67,10 +79,13 @@ async fn relay(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    // Workers present their credential the way the provider's own clients would:
+    // a bearer token, or Anthropic's x-api-key.
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(bearer_token);
+        .and_then(bearer_token)
+        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()));
     let Some(agent) = presented.and_then(|t| state.registry.agent_for_credential(t)) else {
         return relay_error(
             StatusCode::UNAUTHORIZED,
@@ -78,37 +93,28 @@ async fn relay(
             "the model relay needs a current worker credential".into(),
         );
     };
-    let openai = match (provider.as_str(), &state.openai) {
-        ("openai", Some(openai)) => openai,
-        ("openai", None) => {
-            return relay_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "provider_not_configured",
-                "no model provider configured: set OPENAI_API_KEY (or OPENAI_BASE_URL) and restart chorus"
-                    .into(),
-            );
-        }
-        _ => {
-            return relay_error(
-                StatusCode::NOT_FOUND,
-                "unknown_provider",
-                format!("the relay has no provider named '{provider}'"),
-            );
-        }
+    let Some(endpoint) = state.providers.iter().find(|p| p.kind.name() == provider) else {
+        return relay_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "provider_not_configured",
+            format!("the provider '{provider}' is not configured in this control plane"),
+        );
     };
-    let mut url = format!("{}/{}", openai.base_url, path);
+    let base = endpoint.relay_base();
+    let mut url = format!("{base}/{path}");
     if let Some(query) = query {
         url.push('?');
         url.push_str(&query);
     }
+
     let mut upstream = state.client.request(method, &url).body(body);
-    for name in [header::CONTENT_TYPE, header::ACCEPT] {
-        if let Some(value) = headers.get(&name) {
-            upstream = upstream.header(name, value);
+    for name in FORWARDED_HEADERS {
+        if let Some(value) = headers.get(*name) {
+            upstream = upstream.header(*name, value);
         }
     }
-    if let Some(key) = &openai.api_key {
-        upstream = upstream.bearer_auth(key.expose());
+    for (name, value) in endpoint.auth_headers() {
+        upstream = upstream.header(name, value);
     }
     let span = tracing::info_span!("llm_relay", %agent, %provider, %path);
     let response = match upstream.send().instrument(span.clone()).await {
@@ -119,8 +125,10 @@ async fn relay(
                 StatusCode::BAD_GATEWAY,
                 "provider_unreachable",
                 format!(
-                    "cannot reach the openai endpoint at {} (OPENAI_BASE_URL): {}",
-                    openai.base_url,
+                    "cannot reach {} at {} ({}): {}",
+                    provider,
+                    endpoint.base_url,
+                    endpoint.kind.base_env(),
                     error_chain(&e)
                 ),
             );
@@ -128,8 +136,8 @@ async fn relay(
     };
     tracing::debug!(parent: &span, status = %response.status(), "provider answered");
     let mut reply = Response::builder().status(response.status());
-    for name in [header::CONTENT_TYPE, header::RETRY_AFTER] {
-        if let Some(value) = response.headers().get(&name) {
+    for name in ["content-type", "retry-after", "retry-after-ms"] {
+        if let Some(value) = response.headers().get(name) {
             reply = reply.header(name, value.clone());
         }
     }

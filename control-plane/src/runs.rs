@@ -14,10 +14,12 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use chorus_proto::domain::{
-    AgentSettings, ChatMessage, ControlCommand, ModelRoute, Role, RunAssignment, WorkerEvent,
+    AgentSettings, ChatMessage, ControlCommand, ModelRoute, RetryPolicy, Role, RunAssignment,
+    WorkerEvent,
 };
 
 use crate::config::Settings;
+use crate::providers::catalog::{Catalog, ResolveError};
 use crate::store::{AgentRecord, Store, StoreError, ThreadStatus};
 use crate::workers::WorkerLost;
 use crate::workers::registry::{Generation, Registry};
@@ -26,8 +28,8 @@ use crate::workers::registry::{Generation, Registry};
 #[derive(Debug, Clone)]
 pub struct RunSettings {
     pub default_model: Option<String>,
-    pub openai_configured: bool,
     pub max_iterations: u32,
+    pub retry: RetryPolicy,
     pub agents_root: std::path::PathBuf,
 }
 
@@ -35,8 +37,8 @@ impl RunSettings {
     pub fn from_settings(settings: &Settings, agents_root: std::path::PathBuf) -> Self {
         RunSettings {
             default_model: settings.default_model.clone(),
-            openai_configured: settings.openai.is_some(),
             max_iterations: settings.max_iterations,
+            retry: settings.retry,
             agents_root,
         }
     }
@@ -94,6 +96,7 @@ struct AgentRuns {
 pub struct Runs {
     store: Store,
     registry: Arc<Registry>,
+    catalog: Arc<Catalog>,
     settings: RunSettings,
     agents: Mutex<HashMap<String, AgentRuns>>,
 }
@@ -108,10 +111,16 @@ pub enum EventRejected {
 }
 
 impl Runs {
-    pub fn new(store: Store, registry: Arc<Registry>, settings: RunSettings) -> Self {
+    pub fn new(
+        store: Store,
+        registry: Arc<Registry>,
+        catalog: Arc<Catalog>,
+        settings: RunSettings,
+    ) -> Self {
         Runs {
             store,
             registry,
+            catalog,
             settings,
             agents: Mutex::new(HashMap::new()),
         }
@@ -174,23 +183,24 @@ impl Runs {
         agent: &AgentRecord,
         thread_id: u64,
     ) -> Result<Result<RunAssignment, String>, StoreError> {
-        if !self.settings.openai_configured {
-            return Ok(Err(
-                "no model provider configured: set OPENAI_API_KEY (or OPENAI_BASE_URL for a local \
-                 OpenAI-compatible server) and restart chorus"
-                    .to_string(),
-            ));
-        }
         let Some(model) = agent
             .model
             .clone()
             .or_else(|| self.settings.default_model.clone())
         else {
+            // Name the more basic problem first.
+            if let Err(e @ ResolveError::NoProviders { .. }) = self.catalog.resolve("").await {
+                return Ok(Err(e.to_string()));
+            }
             return Ok(Err(format!(
                 "agent '{}' has no model: set one with PATCH /api/agents/{} {{\"model\": \"…\"}}, \
                  or start chorus with CHORUS_DEFAULT_MODEL",
                 agent.name, agent.name
             )));
+        };
+        let route = match self.catalog.resolve(&model).await {
+            Ok(route) => route,
+            Err(e) => return Ok(Err(e.to_string())),
         };
         let messages = self
             .store
@@ -214,16 +224,30 @@ impl Runs {
                 model,
                 workspace: workspace.to_string_lossy().into_owned(),
             },
-            model: ModelRoute {
-                provider: "openai".into(),
-                api: ModelRoute::OPENAI_CHAT.into(),
-                relay_path: "/llm/openai".into(),
-            },
+            model: route,
             messages,
             first_step_number,
             max_iterations: self.settings.max_iterations,
             trace_context: HashMap::new(),
+            retry: self.settings.retry,
         }))
+    }
+
+    /// The agent's model changed: runs in progress use it from their next model call,
+    /// runs still waiting get it in their assignment.
+    pub fn model_changed(&self, agent: &str, model: &str, route: &ModelRoute) {
+        if let Some(runs) = self.agents().get_mut(agent) {
+            for run in runs.active.values_mut() {
+                run.assignment.agent.model = model.to_string();
+                run.assignment.model = route.clone();
+            }
+        }
+        if let Some((_, sender)) = self.registry.sender(agent) {
+            let _ = sender.send(ControlCommand::SetModel {
+                model: model.to_string(),
+                route: route.clone(),
+            });
+        }
     }
 
     /// Hands queued runs to the agent's worker, if one is connected.
@@ -294,6 +318,8 @@ impl Runs {
                 self.finish(agent, &run_id, thread_id, ThreadStatus::Failed, Some(error))
                     .await
             }
+            // Live text is for live views (none yet); the whole message follows.
+            WorkerEvent::TextDelta { .. } => Ok(()),
             WorkerEvent::Hello { .. } | WorkerEvent::Heartbeat { .. } => Ok(()),
         };
         if let Err(e) = result {

@@ -18,6 +18,7 @@ use crate::config::{Secret, Settings};
 use crate::grpc::WorkerLinkService;
 use crate::http::{self, AppState};
 use crate::llm_relay::{self, RelayState};
+use crate::providers::catalog::Catalog;
 use crate::runs::{RunSettings, Runs};
 use crate::secrets::random_token;
 use crate::store::Store;
@@ -37,6 +38,7 @@ pub struct Running {
     workers: Arc<WorkerManager>,
     connections: TaskTracker,
     lost_forwarder: JoinHandle<()>,
+    discovery: JoinHandle<()>,
 }
 
 pub async fn start(settings: Settings) -> anyhow::Result<Running> {
@@ -79,10 +81,22 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     let grpc_addr = grpc_listener.local_addr()?;
     let http_addr = http_listener.local_addr()?;
 
+    let catalog = Arc::new(Catalog::new(
+        settings.providers.clone(),
+        data_dir.join("available_models.json"),
+    ));
+    // Discovery runs beside start-up; whoever needs the catalogue first waits for it.
+    let discovery = {
+        let catalog = catalog.clone();
+        tokio::spawn(async move {
+            catalog.refresh().await;
+        })
+    };
     let registry = Arc::new(Registry::default());
     let runs = Arc::new(Runs::new(
         store.clone(),
         registry.clone(),
+        catalog.clone(),
         RunSettings::from_settings(&settings, agents_root.clone()),
     ));
     let (lost_tx, mut lost_rx) = mpsc::unbounded_channel::<WorkerLost>();
@@ -108,6 +122,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         store.clone(),
         workers.clone(),
         runs.clone(),
+        catalog.clone(),
         agents_root,
         settings.template_dir.clone(),
         settings.default_model.clone(),
@@ -121,13 +136,14 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     .into_axum_router()
     .merge(llm_relay::routes(RelayState::new(
         registry.clone(),
-        settings.openai.clone(),
+        settings.providers.clone(),
     )?));
     let api_router = http::router(AppState {
         store: store.clone(),
         agents: agents.clone(),
         runs: runs.clone(),
         workers: workers.clone(),
+        catalog: catalog.clone(),
         api_token,
     });
     let servers = vec![
@@ -148,6 +164,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         workers,
         connections,
         lost_forwarder,
+        discovery,
     })
 }
 
@@ -195,6 +212,7 @@ impl Running {
             }
         }
         self.lost_forwarder.abort();
+        self.discovery.abort();
         self.store.close().await;
         tracing::info!("chorus stopped");
         Ok(())

@@ -4,8 +4,8 @@
 //! required part is a [`ProtocolError`], never a silently defaulted value.
 
 use crate::domain::{
-    AgentSettings, ChatMessage, ControlCommand, ModelRoute, Role, RunAssignment, StepEnded,
-    StepKind, StepStarted, ToolCall, Usage, WorkerEvent,
+    AgentSettings, ChatMessage, ControlCommand, ModelRoute, RetryPolicy, Role, RunAssignment,
+    StepEnded, StepKind, StepStarted, ToolCall, Usage, WorkerEvent,
 };
 use crate::generated as pb;
 use pb::control_message::Body as ControlBody;
@@ -137,6 +137,28 @@ impl From<pb::Usage> for Usage {
     }
 }
 
+impl From<ModelRoute> for pb::ModelRoute {
+    fn from(r: ModelRoute) -> Self {
+        pb::ModelRoute {
+            provider: r.provider,
+            api: r.api,
+            relay_path: r.relay_path,
+            model: r.model,
+        }
+    }
+}
+
+impl From<pb::ModelRoute> for ModelRoute {
+    fn from(r: pb::ModelRoute) -> Self {
+        ModelRoute {
+            provider: r.provider,
+            api: r.api,
+            relay_path: r.relay_path,
+            model: r.model,
+        }
+    }
+}
+
 // ------------------------------------------------------------ control plane -> worker
 
 impl From<ControlCommand> for pb::ControlMessage {
@@ -160,15 +182,16 @@ impl From<ControlCommand> for pb::ControlMessage {
                     model: run.agent.model,
                     workspace: run.agent.workspace,
                 }),
-                model: Some(pb::ModelRoute {
-                    provider: run.model.provider,
-                    api: run.model.api,
-                    relay_path: run.model.relay_path,
-                }),
+                model: Some(run.model.into()),
                 messages: run.messages.into_iter().map(Into::into).collect(),
                 first_step_number: run.first_step_number,
                 max_iterations: run.max_iterations,
                 trace_context: run.trace_context,
+                retry: Some(pb::RetryPolicy {
+                    max_attempts: run.retry.max_attempts,
+                    max_total_ms: run.retry.max_total_ms,
+                    base_delay_ms: run.retry.base_delay_ms,
+                }),
             }),
             ControlCommand::InjectMessage { run_id, message } => {
                 ControlBody::InjectMessage(pb::InjectMessage {
@@ -180,6 +203,10 @@ impl From<ControlCommand> for pb::ControlMessage {
                 ControlBody::CancelRun(pb::CancelRun { run_id, reason })
             }
             ControlCommand::Shutdown { reason } => ControlBody::Shutdown(pb::Shutdown { reason }),
+            ControlCommand::SetModel { model, route } => ControlBody::SetModel(pb::SetModel {
+                model,
+                route: Some(route.into()),
+            }),
         };
         pb::ControlMessage { body: Some(body) }
     }
@@ -215,15 +242,19 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                         model: agent.model,
                         workspace: agent.workspace,
                     },
-                    model: ModelRoute {
-                        provider: model.provider,
-                        api: model.api,
-                        relay_path: model.relay_path,
-                    },
+                    model: model.into(),
                     messages,
                     first_step_number: run.first_step_number,
                     max_iterations: run.max_iterations,
                     trace_context: run.trace_context,
+                    retry: run
+                        .retry
+                        .map(|r| RetryPolicy {
+                            max_attempts: r.max_attempts,
+                            max_total_ms: r.max_total_ms,
+                            base_delay_ms: r.base_delay_ms,
+                        })
+                        .unwrap_or_default(),
                 }))
             }
             ControlBody::InjectMessage(m) => ControlCommand::InjectMessage {
@@ -235,6 +266,10 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                 reason: c.reason,
             },
             ControlBody::Shutdown(s) => ControlCommand::Shutdown { reason: s.reason },
+            ControlBody::SetModel(m) => ControlCommand::SetModel {
+                route: m.route.ok_or_else(|| missing("SetModel", "route"))?.into(),
+                model: m.model,
+            },
         })
     }
 }
@@ -246,6 +281,7 @@ impl From<StepKind> for pb::StepKind {
         match kind {
             StepKind::LlmCall => pb::StepKind::LlmCall,
             StepKind::Tool => pb::StepKind::Tool,
+            StepKind::Wait => pb::StepKind::Wait,
         }
     }
 }
@@ -254,6 +290,7 @@ fn step_kind_from_wire(value: i32) -> Result<StepKind, ProtocolError> {
     match pb::StepKind::try_from(value) {
         Ok(pb::StepKind::LlmCall) => Ok(StepKind::LlmCall),
         Ok(pb::StepKind::Tool) => Ok(StepKind::Tool),
+        Ok(pb::StepKind::Wait) => Ok(StepKind::Wait),
         Ok(pb::StepKind::Unspecified) | Err(_) => Err(ProtocolError::UnknownEnum {
             message: "StepStarted",
             field: "kind",
@@ -302,6 +339,9 @@ impl From<WorkerEvent> for pb::WorkerMessage {
             WorkerEvent::RunFailed { run_id, error } => {
                 WorkerBody::RunFailed(pb::RunFailed { run_id, error })
             }
+            WorkerEvent::TextDelta { run_id, step, text } => {
+                WorkerBody::TextDelta(pb::TextDelta { run_id, step, text })
+            }
         };
         pb::WorkerMessage { body: Some(body) }
     }
@@ -348,6 +388,11 @@ impl TryFrom<pb::WorkerMessage> for WorkerEvent {
             WorkerBody::RunFailed(r) => WorkerEvent::RunFailed {
                 run_id: r.run_id,
                 error: r.error,
+            },
+            WorkerBody::TextDelta(t) => WorkerEvent::TextDelta {
+                run_id: t.run_id,
+                step: t.step,
+                text: t.text,
             },
         })
     }
@@ -408,10 +453,24 @@ mod tests {
                 run_id: "r".into(),
                 error: "boom".into(),
             },
+            WorkerEvent::TextDelta {
+                run_id: "r".into(),
+                step: 1,
+                text: "Hel".into(),
+            },
         ];
         for event in events {
             let wire = pb::WorkerMessage::from(event.clone());
             assert_eq!(WorkerEvent::try_from(wire).unwrap(), event);
+        }
+    }
+
+    fn route() -> ModelRoute {
+        ModelRoute {
+            provider: "openai".into(),
+            api: ModelRoute::OPENAI_CHAT.into(),
+            relay_path: "/llm/openai".into(),
+            model: "gpt-4o".into(),
         }
     }
 
@@ -432,16 +491,21 @@ mod tests {
                     model: "m".into(),
                     workspace: "/data/agents/a/workspace".into(),
                 },
-                model: ModelRoute {
-                    provider: "openai".into(),
-                    api: ModelRoute::OPENAI_CHAT.into(),
-                    relay_path: "/llm/openai".into(),
-                },
+                model: route(),
                 messages: vec![ChatMessage::user("hi")],
                 first_step_number: 4,
                 max_iterations: 50,
                 trace_context: HashMap::from([("traceparent".into(), "00-…".into())]),
+                retry: RetryPolicy {
+                    max_attempts: 3,
+                    max_total_ms: 1000,
+                    base_delay_ms: 10,
+                },
             })),
+            ControlCommand::SetModel {
+                model: "ollama/llama3.2".into(),
+                route: route(),
+            },
             ControlCommand::InjectMessage {
                 run_id: "r".into(),
                 message: ChatMessage::user("also this"),

@@ -114,13 +114,38 @@ pub struct AgentSettings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelRoute {
     pub provider: String,
-    /// Wire format spoken behind the relay, e.g. [`ModelRoute::OPENAI_CHAT`].
+    /// Wire format spoken behind the relay: [`ModelRoute::OPENAI_CHAT`] or
+    /// [`ModelRoute::ANTHROPIC_MESSAGES`].
     pub api: String,
     pub relay_path: String,
+    /// The model name as the provider knows it.
+    pub model: String,
 }
 
 impl ModelRoute {
     pub const OPENAI_CHAT: &'static str = "openai-chat";
+    pub const ANTHROPIC_MESSAGES: &'static str = "anthropic-messages";
+}
+
+/// How a worker retries model calls that failed for a passing reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    pub max_attempts: u32,
+    /// Give up once this long has passed since the first attempt.
+    pub max_total_ms: u64,
+    /// First backoff delay; doubles per attempt. A provider's Retry-After wins.
+    pub base_delay_ms: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 5,
+            max_total_ms: 120_000,
+            base_delay_ms: 1_000,
+        }
+    }
 }
 
 /// One run of a thread's tool loop, assigned to the agent's worker.
@@ -136,6 +161,7 @@ pub struct RunAssignment {
     /// Upper bound on LLM calls; 0 lets the worker choose.
     pub max_iterations: u32,
     pub trace_context: HashMap<String, String>,
+    pub retry: RetryPolicy,
 }
 
 /// Control plane to worker.
@@ -158,6 +184,11 @@ pub enum ControlCommand {
     Shutdown {
         reason: String,
     },
+    /// The agent's model changed; runs use it from their next model call.
+    SetModel {
+        model: String,
+        route: ModelRoute,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,6 +196,8 @@ pub enum ControlCommand {
 pub enum StepKind {
     LlmCall,
     Tool,
+    /// Waiting before a retry.
+    Wait,
 }
 
 impl StepKind {
@@ -172,6 +205,7 @@ impl StepKind {
         match self {
             StepKind::LlmCall => "llm_call",
             StepKind::Tool => "tool",
+            StepKind::Wait => "wait",
         }
     }
 
@@ -179,6 +213,7 @@ impl StepKind {
         match s {
             "llm_call" => Some(StepKind::LlmCall),
             "tool" => Some(StepKind::Tool),
+            "wait" => Some(StepKind::Wait),
             _ => None,
         }
     }
@@ -227,6 +262,12 @@ pub enum WorkerEvent {
         run_id: String,
         error: String,
     },
+    /// Streamed text of an LLM-call step, for live views; not stored.
+    TextDelta {
+        run_id: String,
+        step: u32,
+        text: String,
+    },
 }
 
 impl WorkerEvent {
@@ -238,7 +279,8 @@ impl WorkerEvent {
             WorkerEvent::StepEnded(s) => Some(&s.run_id),
             WorkerEvent::MessageAppended { run_id, .. }
             | WorkerEvent::RunCompleted { run_id, .. }
-            | WorkerEvent::RunFailed { run_id, .. } => Some(run_id),
+            | WorkerEvent::RunFailed { run_id, .. }
+            | WorkerEvent::TextDelta { run_id, .. } => Some(run_id),
         }
     }
 }

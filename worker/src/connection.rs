@@ -144,8 +144,8 @@ pub async fn serve(
 
     let runner = Runner::new(
         EventSink::new(events_tx.clone()),
-        options.control_plane.clone(),
-        options.credential,
+        &options.control_plane,
+        &options.credential,
     );
     let mut heartbeat = tokio::time::interval(heartbeat_every);
     heartbeat.tick().await; // the first tick is immediate

@@ -1,17 +1,18 @@
 //! The runs of one worker: each assigned run is a task running the tool loop; the
-//! runner starts them, cancels them, and reports how each ended.
+//! runner starts them, cancels them, switches their model, and reports how each ended.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use chorus_proto::domain::{ControlCommand, ModelRoute, RunAssignment, WorkerEvent};
+use chorus_proto::domain::{ControlCommand, RunAssignment, WorkerEvent};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::model::openai::OpenAiClient;
-use crate::tool_loop::{self, EventSink, LoopInput};
+use crate::model::relay::RelayClients;
+use crate::tool_loop::{self, EventSink, LoopInput, ModelSelection};
 use crate::tools::ToolBox;
 use crate::tools::jail::Workspace;
 
@@ -20,28 +21,28 @@ const DEFAULT_MAX_ITERATIONS: u32 = 50;
 
 pub struct Runner {
     sink: EventSink,
-    /// The control plane's base URL; model requests go to its relay.
-    control_plane: String,
-    /// This worker's credential, which the relay accepts in place of a provider key.
-    credential: String,
-    http: reqwest::Client,
+    clients: RelayClients,
     runs: Arc<Mutex<HashMap<String, CancellationToken>>>,
+    /// The agent's model when it changes mid-run (SetModel); runs watch it.
+    model_change: watch::Sender<Option<ModelSelection>>,
     tasks: TaskTracker,
 }
 
 impl Runner {
-    pub fn new(sink: EventSink, control_plane: String, credential: String) -> Self {
+    /// `control_plane` is the base URL of the control plane (model requests go to its
+    /// relay); `credential` is this worker's, which the relay accepts.
+    pub fn new(sink: EventSink, control_plane: &str, credential: &str) -> Self {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(600))
+            // A stream may run long, but a silent one is dead.
+            .read_timeout(Duration::from_secs(300))
             .build()
             .unwrap_or_default();
         Runner {
             sink,
-            control_plane: control_plane.trim_end_matches('/').to_string(),
-            credential,
-            http,
+            clients: RelayClients::new(http, control_plane, credential),
             runs: Arc::new(Mutex::new(HashMap::new())),
+            model_change: watch::Sender::new(None),
             tasks: TaskTracker::new(),
         }
     }
@@ -65,6 +66,13 @@ impl Runner {
                     token.cancel();
                 }
             }
+            ControlCommand::SetModel { model, route } => {
+                tracing::info!(%model, provider = %route.provider, "model changed");
+                self.model_change.send_replace(Some(ModelSelection {
+                    display: model,
+                    route,
+                }));
+            }
             ControlCommand::InjectMessage { run_id, .. } => {
                 tracing::warn!(%run_id, "message injection into a running run is not supported by this worker yet");
             }
@@ -73,27 +81,18 @@ impl Runner {
     }
 
     fn start(&self, run: RunAssignment) {
-        let run_id = run.run_id.clone();
-        if run.model.api != ModelRoute::OPENAI_CHAT {
-            self.sink.send(WorkerEvent::RunFailed {
-                run_id,
-                error: format!(
-                    "this worker cannot speak the '{}' model API; upgrade chorus-worker",
-                    run.model.api
-                ),
-            });
-            return;
-        }
         let cancel = CancellationToken::new();
-        self.runs().insert(run_id.clone(), cancel.clone());
-        let model = OpenAiClient::new(
-            self.http.clone(),
-            format!("{}{}", self.control_plane, run.model.relay_path),
-            self.credential.clone(),
-            run.model.provider.clone(),
-        );
+        self.runs().insert(run.run_id.clone(), cancel.clone());
+        let (model_tx, model_rx) = watch::channel(ModelSelection {
+            display: run.agent.model.clone(),
+            route: run.model.clone(),
+        });
+        // Forward later model changes (not earlier ones: the assignment is newer).
+        let mut changes = self.model_change.subscribe();
+        changes.mark_unchanged();
         let tools = ToolBox::new(Workspace::new(&run.agent.workspace));
         let sink = self.sink.clone();
+        let clients = self.clients.clone();
         let runs = self.runs.clone();
         let span = tracing::info_span!(
             "run",
@@ -105,9 +104,15 @@ impl Runner {
         self.tasks.spawn(
             async move {
                 tracing::info!("run started");
+                let forward = async {
+                    while changes.changed().await.is_ok() {
+                        if let Some(selection) = changes.borrow_and_update().clone() {
+                            model_tx.send_replace(selection);
+                        }
+                    }
+                };
                 let input = LoopInput {
                     run_id: &run.run_id,
-                    model: &run.agent.model,
                     system_prompt: &run.agent.system_prompt,
                     messages: run.messages.clone(),
                     first_step_number: run.first_step_number,
@@ -116,8 +121,13 @@ impl Runner {
                     } else {
                         run.max_iterations
                     },
+                    retry: run.retry,
+                    model: model_rx,
                 };
-                let outcome = tool_loop::run(&model, &tools, input, &sink, &cancel).await;
+                let outcome = tokio::select! {
+                    outcome = tool_loop::run(&clients, &tools, input, &sink, &cancel) => outcome,
+                    _ = forward => unreachable_forward(),
+                };
                 runs.lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&run.run_id);
@@ -155,4 +165,12 @@ impl Runner {
             tracing::warn!("runs did not finish within {grace:?} of cancellation");
         }
     }
+}
+
+/// The model-change forwarder ends only when the runner is dropped, which cannot
+/// happen while a run holds it; if it does, the run simply ends cancelled.
+fn unreachable_forward() -> Result<String, tool_loop::LoopError> {
+    Err(tool_loop::LoopError::Cancelled(
+        "the worker is shutting down".into(),
+    ))
 }

@@ -1,17 +1,22 @@
 //! The tool loop (SPEC C1): call the model, run the tools it asks for in order, give
-//! it the results, and repeat until it ends its turn. Every model call and every tool
-//! execution is a step, reported to the control plane as it starts and as it ends.
+//! it the results, and repeat until it ends its turn. Every model call, every wait
+//! before a retry and every tool execution is a step, reported as it starts and ends.
 //!
-//! This module knows nothing of gRPC: it reports through an [`EventSink`].
+//! This module knows nothing of gRPC: it reports through an [`EventSink`] and reaches
+//! models through a [`ClientFactory`].
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use chorus_proto::domain::{ChatMessage, StepEnded, StepKind, StepStarted, Usage, WorkerEvent};
-use tokio::sync::mpsc;
+use chorus_proto::domain::{
+    ChatMessage, ModelRoute, RetryPolicy, StepEnded, StepKind, StepStarted, Usage, WorkerEvent,
+};
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::model::{ModelClient, ModelError, ModelRequest, StopReason};
+use crate::model::{
+    DEFAULT_MAX_TOKENS, ModelClient, ModelError, ModelReply, ModelRequest, StopReason,
+};
 use crate::tools::ToolBox;
 
 /// Where a run's events go (the connection forwards them to the control plane).
@@ -27,6 +32,20 @@ impl EventSink {
         // If the connection is gone the worker is shutting down; nothing to do.
         let _ = self.0.send(event);
     }
+}
+
+/// The model a run talks to. It may change while the run goes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelSelection {
+    /// As the user named it, e.g. `ollama/llama3.2`.
+    pub display: String,
+    pub route: ModelRoute,
+}
+
+/// Makes the client for a model route.
+pub trait ClientFactory: Send + Sync {
+    type Client: ModelClient;
+    fn client(&self, route: &ModelRoute) -> Result<Self::Client, ModelError>;
 }
 
 /// Numbers steps and reports their start and end.
@@ -72,18 +91,30 @@ impl Steps<'_> {
 
 pub struct LoopInput<'a> {
     pub run_id: &'a str,
-    pub model: &'a str,
     pub system_prompt: &'a str,
     pub messages: Vec<ChatMessage>,
     pub first_step_number: u32,
     pub max_iterations: u32,
+    pub retry: RetryPolicy,
+    /// The current model; read again before every model call.
+    pub model: watch::Receiver<ModelSelection>,
 }
 
 /// Why a run ended without the model finishing its turn.
 #[derive(Debug, thiserror::Error)]
 pub enum LoopError {
     #[error(transparent)]
-    Model(#[from] ModelError),
+    Model(ModelError),
+    #[error("gave up on the model after {attempts} attempts in {elapsed:.0?}: {last}")]
+    GaveUp {
+        attempts: u32,
+        elapsed: Duration,
+        last: String,
+    },
+    #[error(
+        "the model gave {count} unusable replies in a row (the last was {last}); try another model or rephrase the request"
+    )]
+    BadOutput { count: u32, last: String },
     #[error(
         "stopped after {0} model calls without the model finishing; raise CHORUS_MAX_ITERATIONS or split the task"
     )]
@@ -92,20 +123,26 @@ pub enum LoopError {
     Cancelled(String),
 }
 
-/// Text sent when the model's answer was cut off by its output limit.
+/// Consecutive unusable replies tolerated before the run fails.
+pub const MAX_BAD_REPLIES: u32 = 3;
+
+/// Said to the model when its answer was cut off by the output limit.
 const CONTINUE_PROMPT: &str =
     "Your previous answer was cut off by the output limit. Continue exactly where it stopped.";
+/// Said to the model when it replied with nothing at all.
+const EMPTY_REPLY_PROMPT: &str =
+    "Your last reply was empty. Continue with the task, or give your final answer if you are done.";
 
 /// Runs the loop; returns the model's final text.
-pub async fn run<M: ModelClient>(
-    model: &M,
+pub async fn run<F: ClientFactory>(
+    clients: &F,
     tools: &ToolBox,
-    input: LoopInput<'_>,
+    mut input: LoopInput<'_>,
     sink: &EventSink,
     cancel: &CancellationToken,
 ) -> Result<String, LoopError> {
     let schemas = tools.schemas();
-    let mut messages = input.messages;
+    let mut messages = std::mem::take(&mut input.messages);
     let mut steps = Steps {
         run_id: input.run_id,
         next: input.first_step_number.max(1),
@@ -117,48 +154,55 @@ pub async fn run<M: ModelClient>(
             message: message.clone(),
         })
     };
+    let mut bad_replies = 0u32;
 
     for _ in 0..input.max_iterations {
-        let step = steps.begin(StepKind::LlmCall, format!("Calling LLM ({})", input.model));
+        let selection = input.model.borrow_and_update().clone();
+        let client = clients.client(&selection.route).map_err(LoopError::Model)?;
         let request = ModelRequest {
-            model: input.model,
+            model: &selection.route.model,
             system: input.system_prompt,
             messages: &messages,
             tools: &schemas,
+            max_tokens: DEFAULT_MAX_TOKENS,
         };
-        let span = tracing::info_span!("llm_call", model = input.model, step = step.number);
-        let reply = tokio::select! {
-            reply = model.complete(&request).instrument(span) => reply,
-            _ = cancel.cancelled() => {
-                steps.end(step, true, None);
-                return Err(LoopError::Cancelled("the run was cancelled".into()));
-            }
-        };
-        let reply = match reply {
-            Ok(reply) => {
-                steps.end(step, false, reply.usage);
-                reply
-            }
-            Err(e) => {
-                steps.end(step, true, None);
-                return Err(e.into());
-            }
-        };
+        let reply = call_with_retries(
+            &client,
+            &request,
+            &selection,
+            input.retry,
+            &mut steps,
+            cancel,
+        )
+        .await?;
 
         let assistant = ChatMessage::assistant(reply.content.clone(), reply.tool_calls.clone());
         emit(&assistant);
         messages.push(assistant);
 
         if reply.tool_calls.is_empty() {
-            if reply.stop == StopReason::MaxTokens {
-                // Keep the partial answer and let the model go on (seed 000).
-                let nudge = ChatMessage::user(CONTINUE_PROMPT);
-                messages.push(nudge);
-                continue;
+            match reply.stop {
+                StopReason::MaxTokens => {
+                    // Keep the partial answer and let the model go on (seed 000).
+                    messages.push(ChatMessage::user(CONTINUE_PROMPT));
+                    continue;
+                }
+                _ if reply.content.trim().is_empty() => {
+                    bad_replies += 1;
+                    if bad_replies >= MAX_BAD_REPLIES {
+                        return Err(LoopError::BadOutput {
+                            count: bad_replies,
+                            last: "an empty reply".into(),
+                        });
+                    }
+                    messages.push(ChatMessage::user(EMPTY_REPLY_PROMPT));
+                    continue;
+                }
+                _ => return Ok(reply.content),
             }
-            return Ok(reply.content);
         }
 
+        let mut malformed = 0;
         for call in &reply.tool_calls {
             if cancel.is_cancelled() {
                 return Err(LoopError::Cancelled("the run was cancelled".into()));
@@ -170,10 +214,148 @@ pub async fn run<M: ModelClient>(
             let span = tracing::info_span!("tool", tool = %call.name, step = step.number);
             let outcome = tools.execute(call).instrument(span).await;
             steps.end(step, outcome.is_error, None);
+            if outcome.malformed {
+                malformed += 1;
+            }
             let result = ChatMessage::tool_result(call, outcome.content, outcome.is_error);
             emit(&result);
             messages.push(result);
         }
+        if malformed == reply.tool_calls.len() {
+            bad_replies += 1;
+            if bad_replies >= MAX_BAD_REPLIES {
+                return Err(LoopError::BadOutput {
+                    count: bad_replies,
+                    last: "tool calls that could not be used (unknown tool or invalid arguments)"
+                        .into(),
+                });
+            }
+        } else {
+            bad_replies = 0;
+        }
     }
     Err(LoopError::IterationCap(input.max_iterations))
+}
+
+/// One model call, retried on passing failures within the policy. The failed call,
+/// each wait, and each new attempt are steps of their own, so the user sees them.
+async fn call_with_retries<C: ModelClient>(
+    client: &C,
+    request: &ModelRequest<'_>,
+    selection: &ModelSelection,
+    policy: RetryPolicy,
+    steps: &mut Steps<'_>,
+    cancel: &CancellationToken,
+) -> Result<ModelReply, LoopError> {
+    let first_attempt = Instant::now();
+    let max_total = Duration::from_millis(policy.max_total_ms);
+    let max_attempts = policy.max_attempts.max(1);
+    let mut attempt = 1u32;
+    loop {
+        let description = if attempt == 1 {
+            format!("Calling LLM ({})", selection.display)
+        } else {
+            format!(
+                "Calling LLM ({}), attempt {attempt} of {max_attempts}",
+                selection.display
+            )
+        };
+        let step = steps.begin(StepKind::LlmCall, description);
+        let step_number = step.number;
+        let sink = steps.sink.clone();
+        let run_id = steps.run_id.to_string();
+        let mut on_text = move |text: &str| {
+            sink.send(WorkerEvent::TextDelta {
+                run_id: run_id.clone(),
+                step: step_number,
+                text: text.to_string(),
+            })
+        };
+        let span = tracing::info_span!(
+            "llm_call",
+            provider = %selection.route.provider,
+            model = %selection.route.model,
+            step = step_number,
+            attempt
+        );
+        let result = tokio::select! {
+            result = client.stream(request, &mut on_text).instrument(span) => result,
+            _ = cancel.cancelled() => {
+                steps.end(step, true, None);
+                return Err(LoopError::Cancelled("the run was cancelled".into()));
+            }
+        };
+        let (message, retry_after) = match result {
+            Ok(reply) => {
+                steps.end(step, false, reply.usage);
+                return Ok(reply);
+            }
+            Err(ModelError::Retryable {
+                message,
+                retry_after,
+            }) => {
+                steps.end(step, true, None);
+                (message, retry_after)
+            }
+            Err(other) => {
+                steps.end(step, true, None);
+                return Err(LoopError::Model(other));
+            }
+        };
+        let delay = retry_after
+            .unwrap_or_else(|| backoff(attempt, Duration::from_millis(policy.base_delay_ms)));
+        if attempt >= max_attempts || first_attempt.elapsed() + delay > max_total {
+            return Err(LoopError::GaveUp {
+                attempts: attempt,
+                elapsed: first_attempt.elapsed(),
+                last: message,
+            });
+        }
+        tracing::warn!(attempt, ?delay, %message, "model call failed; retrying");
+        let wait = steps.begin(
+            StepKind::Wait,
+            format!(
+                "Waiting {:.1}s before retrying: {message}",
+                delay.as_secs_f64()
+            ),
+        );
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => steps.end(wait, false, None),
+            _ = cancel.cancelled() => {
+                steps.end(wait, true, None);
+                return Err(LoopError::Cancelled("the run was cancelled".into()));
+            }
+        }
+        attempt += 1;
+    }
+}
+
+/// Exponential backoff from `base`, capped at 30 s, with ±20 % jitter so many
+/// workers hitting one rate limit do not retry in lockstep.
+pub fn backoff(attempt: u32, base: Duration) -> Duration {
+    let base = base.saturating_mul(1u32 << attempt.saturating_sub(1).min(5));
+    let base = base.min(Duration::from_secs(30));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let jitter = (nanos % 401) as f64 / 1000.0 - 0.2; // -0.2 ..= +0.2
+    base.mul_f64(1.0 + jitter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_stays_bounded() {
+        for attempt in 1..10 {
+            let d = backoff(attempt, Duration::from_secs(1)).as_secs_f64();
+            let base = (1u64 << (attempt - 1).min(5)).min(30) as f64;
+            assert!(
+                d >= base * 0.79 && d <= base * 1.21,
+                "attempt {attempt}: {d}"
+            );
+        }
+    }
 }

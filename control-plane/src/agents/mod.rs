@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
+use crate::providers::catalog::Catalog;
 use crate::runs::Runs;
 use crate::store::{AgentRecord, AgentUpdate, AuditEntry, NewAgent, Store, StoreError};
 use crate::workers::WorkerManager;
@@ -59,6 +60,7 @@ pub struct AgentService {
     store: Store,
     workers: Arc<WorkerManager>,
     runs: Arc<Runs>,
+    catalog: Arc<Catalog>,
     agents_root: PathBuf,
     template_dir: Option<PathBuf>,
     default_model: Option<String>,
@@ -95,6 +97,7 @@ impl AgentService {
         store: Store,
         workers: Arc<WorkerManager>,
         runs: Arc<Runs>,
+        catalog: Arc<Catalog>,
         agents_root: PathBuf,
         template_dir: Option<PathBuf>,
         default_model: Option<String>,
@@ -103,6 +106,7 @@ impl AgentService {
             store,
             workers,
             runs,
+            catalog,
             agents_root,
             template_dir,
             default_model,
@@ -135,6 +139,15 @@ impl AgentService {
         name::validate(&request.name)?;
         let system_prompt = non_blank("system_prompt", request.system_prompt)?;
         let model = non_blank("model", request.model)?;
+        match &model {
+            Some(model) => self.check_model(model, "model").await?,
+            None => {
+                if let Some(default) = &self.default_model {
+                    self.check_model(default, "the default model (CHORUS_DEFAULT_MODEL)")
+                        .await?;
+                }
+            }
+        }
         let _guard = self.claim_name(&request.name)?;
         if self.store.active_agent(&request.name).await?.is_some() {
             return Err(AgentError::Conflict(format!(
@@ -174,6 +187,15 @@ impl AgentService {
         self.workers.start(&record.name);
         tracing::info!(agent = %record.name, reused, "agent created");
         Ok(record)
+    }
+
+    /// A model must be one a configured provider offers (SPEC C3).
+    async fn check_model(&self, model: &str, what: &str) -> Result<(), AgentError> {
+        self.catalog
+            .resolve(model)
+            .await
+            .map(|_| ())
+            .map_err(|e| AgentError::InvalidInput(format!("{what}: {e}")))
     }
 
     fn claim_name(&self, name: &str) -> Result<CreatingGuard<'_>, AgentError> {
@@ -245,6 +267,15 @@ impl AgentService {
             model: non_blank("model", update.model)?,
             system_prompt: non_blank("system_prompt", update.system_prompt)?,
         };
+        let new_route = match &update.model {
+            Some(model) => Some(
+                self.catalog
+                    .resolve(model)
+                    .await
+                    .map_err(|e| AgentError::InvalidInput(format!("model: {e}")))?,
+            ),
+            None => None,
+        };
         let before = self
             .store
             .active_agent(name)
@@ -262,6 +293,12 @@ impl AgentService {
             after.model.clone().map(Value::from).unwrap_or(Value::Null),
         );
         dir.write_config(&config).await?;
+        if let (Some(route), Some(model), true) =
+            (new_route, &after.model, before.model != after.model)
+        {
+            // Runs in progress switch at their next model call.
+            self.runs.model_changed(name, model, &route);
+        }
         if before.model != after.model {
             self.audit(
                 name,

@@ -12,6 +12,7 @@ use super::{API_USER, ApiError, ApiJson, AppState};
 use crate::agents::CreateAgent;
 use crate::store::{AgentRecord, AgentUpdate};
 use crate::workers::WorkerStatus;
+use chorus_proto::domain::Usage;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -30,10 +31,14 @@ pub struct AgentView {
     updated_at: String,
     workspace: String,
     worker: WorkerStatus,
+    /// Tokens used by all of the agent's threads.
+    usage: Usage,
 }
 
-fn view(state: &AppState, agent: AgentRecord) -> AgentView {
-    AgentView {
+async fn view(state: &AppState, agent: AgentRecord) -> Result<AgentView, ApiError> {
+    let usage = state.store.token_usage(&agent.name, None).await?;
+    Ok(AgentView {
+        usage,
         workspace: state
             .agents
             .dir(&agent.name)
@@ -48,7 +53,7 @@ fn view(state: &AppState, agent: AgentRecord) -> AgentView {
         permissions: agent.permissions,
         created_at: agent.created_at,
         updated_at: agent.updated_at,
-    }
+    })
 }
 
 #[derive(Deserialize)]
@@ -74,12 +79,15 @@ async fn create(
             API_USER,
         )
         .await?;
-    Ok((StatusCode::CREATED, Json(view(&state, record))))
+    Ok((StatusCode::CREATED, Json(view(&state, record).await?)))
 }
 
 async fn list(State(state): State<AppState>) -> Result<Json<Vec<AgentView>>, ApiError> {
-    let agents = state.store.active_agents().await?;
-    Ok(Json(agents.into_iter().map(|a| view(&state, a)).collect()))
+    let mut views = Vec::new();
+    for agent in state.store.active_agents().await? {
+        views.push(view(&state, agent).await?);
+    }
+    Ok(Json(views))
 }
 
 pub(super) async fn active_agent(state: &AppState, name: &str) -> Result<AgentRecord, ApiError> {
@@ -95,7 +103,7 @@ async fn show(
     Path(name): Path<String>,
 ) -> Result<Json<AgentView>, ApiError> {
     let agent = active_agent(&state, &name).await?;
-    Ok(Json(view(&state, agent)))
+    Ok(Json(view(&state, agent).await?))
 }
 
 #[derive(Deserialize)]
@@ -121,7 +129,7 @@ async fn configure(
             API_USER,
         )
         .await?;
-    Ok(Json(view(&state, record)))
+    Ok(Json(view(&state, record).await?))
 }
 
 #[derive(Deserialize)]

@@ -4,6 +4,7 @@
 
 mod agents;
 mod error;
+mod models;
 mod threads;
 
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use axum::routing::get;
 
 use crate::agents::AgentService;
 use crate::config::Secret;
+use crate::providers::catalog::Catalog;
 use crate::runs::Runs;
 use crate::secrets::{bearer_token, constant_time_eq};
 use crate::store::Store;
@@ -32,12 +34,14 @@ pub struct AppState {
     pub agents: Arc<AgentService>,
     pub runs: Arc<Runs>,
     pub workers: Arc<WorkerManager>,
+    pub catalog: Arc<Catalog>,
     pub api_token: Secret,
 }
 
 pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .merge(agents::routes())
+        .merge(models::routes())
         .merge(threads::routes())
         .fallback(|| async { ApiError::not_found("no such API endpoint") })
         .method_not_allowed_fallback(|| async {

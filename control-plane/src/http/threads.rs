@@ -6,7 +6,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
-use chorus_proto::domain::{ChatMessage, StepKind};
+use chorus_proto::domain::{ChatMessage, StepKind, Usage};
 use serde::{Deserialize, Serialize};
 
 use super::agents::active_agent;
@@ -142,6 +142,8 @@ struct ThreadView {
     summary: ThreadSummary,
     messages: Vec<MessageView>,
     steps: Vec<StepView>,
+    /// Tokens used by all of the thread's model calls.
+    usage: Usage,
 }
 
 async fn show_thread(
@@ -158,6 +160,7 @@ async fn show_thread(
         .ok_or_else(not_found)?;
     let messages = state.store.thread_messages(&agent.name, id).await?;
     let steps = state.store.thread_steps(&agent.name, id).await?;
+    let usage = state.store.token_usage(&agent.name, Some(id)).await?;
     Ok(Json(ThreadView {
         agent: agent.name,
         summary: thread.into(),
@@ -174,5 +177,6 @@ async fn show_thread(
             )
             .collect(),
         steps: steps.into_iter().map(Into::into).collect(),
+        usage,
     }))
 }

@@ -1,6 +1,6 @@
 //! Threads, their messages and their step history.
 
-use chorus_proto::domain::{ChatMessage, Role, StepEnded, StepKind, StepStarted, ToolCall};
+use chorus_proto::domain::{ChatMessage, Role, StepEnded, StepKind, StepStarted, ToolCall, Usage};
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
@@ -340,6 +340,36 @@ impl Store {
         rows.iter().map(step_from_row).collect()
     }
 
+    /// Tokens used by a thread's model calls (all of the agent's threads when `thread`
+    /// is `None`).
+    pub async fn token_usage(&self, agent: &str, thread: Option<u64>) -> Result<Usage, StoreError> {
+        // Two statements rather than `$2 IS NULL OR …`, which Postgres cannot type.
+        let (input, output): (Option<i64>, Option<i64>) = match thread {
+            Some(thread) => {
+                sqlx::query_as(
+                    "SELECT SUM(input_tokens), SUM(output_tokens) FROM thread_steps \
+                     WHERE agent_name = $1 AND thread_id = $2",
+                )
+                .bind(agent)
+                .bind(thread as i64)
+                .fetch_one(&self.pool)
+                .await?
+            }
+            None => {
+                sqlx::query_as(
+                    "SELECT SUM(input_tokens), SUM(output_tokens) FROM thread_steps WHERE agent_name = $1",
+                )
+                .bind(agent)
+                .fetch_one(&self.pool)
+                .await?
+            }
+        };
+        Ok(Usage {
+            input_tokens: input.unwrap_or(0) as u64,
+            output_tokens: output.unwrap_or(0) as u64,
+        })
+    }
+
     /// The next step number of a thread (step numbers continue across runs).
     pub async fn next_step_number(&self, agent: &str, thread: u64) -> Result<u32, StoreError> {
         let max: Option<i64> = sqlx::query_scalar(
@@ -496,5 +526,46 @@ mod tests {
         let steps = store.thread_steps("a", t).await.unwrap();
         assert!(steps[0].ended_at.is_some() && steps[0].failed);
         assert_eq!(store.next_step_number("a", t).await.unwrap(), 2);
+    }
+
+    #[tokio::test]
+    async fn token_usage_adds_up_per_thread_and_per_agent() {
+        let (store, _dir) = store_with_agent().await;
+        for (thread, tokens) in [(1u64, 10u64), (2, 5)] {
+            let t = store
+                .start_thread("a", &ChatMessage::user("x"))
+                .await
+                .unwrap();
+            assert_eq!(t, thread);
+            for number in 1..=2 {
+                let started = StepStarted {
+                    run_id: "r".into(),
+                    number,
+                    kind: StepKind::LlmCall,
+                    description: "Calling LLM".into(),
+                    started_at_ms: 0,
+                };
+                store.record_step_started("a", t, &started).await.unwrap();
+                let ended = StepEnded {
+                    run_id: "r".into(),
+                    number,
+                    ended_at_ms: 1,
+                    duration_ms: 1,
+                    failed: false,
+                    usage: Some(Usage {
+                        input_tokens: tokens,
+                        output_tokens: 1,
+                    }),
+                };
+                store.record_step_ended("a", t, &ended).await.unwrap();
+            }
+        }
+        let usage = |input_tokens, output_tokens| Usage {
+            input_tokens,
+            output_tokens,
+        };
+        assert_eq!(store.token_usage("a", Some(1)).await.unwrap(), usage(20, 2));
+        assert_eq!(store.token_usage("a", None).await.unwrap(), usage(30, 4));
+        assert_eq!(store.token_usage("b", None).await.unwrap(), usage(0, 0));
     }
 }

@@ -3,8 +3,8 @@
 #![allow(clippy::unwrap_used)]
 
 pub mod chorus;
-pub mod fake_openai;
+pub mod fake_model;
 pub mod process;
 
 pub use chorus::{Chorus, TEST_TOKEN, bin_path};
-pub use fake_openai::FakeOpenAi;
+pub use fake_model::{FakeAnthropic, FakeModel, FakeOpenAi, Reply};

@@ -108,7 +108,9 @@ pub fn classify(
                 message: format!("the model relay could not reach '{provider}': {message}"),
                 retry_after,
             },
-            _ => ModelError::Fatal(format!("the model relay refused the call ({status}): {message}")),
+            _ => ModelError::Fatal(format!(
+                "the model relay refused the call ({status}): {message}"
+            )),
         };
     }
     let code = error_code(body);
@@ -133,10 +135,12 @@ pub fn classify(
             "the model provider '{provider}' does not know this model or endpoint (404): {message}. \
              Check the model name (GET /api/models lists the known ones)."
         )),
-        _ if looks_like_context_length(code.as_deref(), &message) => ModelError::ContextLength(format!(
-            "the conversation is too long for the model ('{provider}' said: {message}); \
+        _ if looks_like_context_length(code.as_deref(), &message) => {
+            ModelError::ContextLength(format!(
+                "the conversation is too long for the model ('{provider}' said: {message}); \
              clear or summarise the context, or use a model with a larger window"
-        )),
+            ))
+        }
         _ => ModelError::Fatal(format!(
             "the model provider '{provider}' refused the request ({status}): {message}"
         )),
@@ -156,7 +160,9 @@ pub async fn post_json(
         request = request.header(*name, *value);
     }
     let response = request.send().await.map_err(|e| {
-        ModelError::retryable(format!("cannot reach the model relay for '{provider}' at {url}: {e}"))
+        ModelError::retryable(format!(
+            "cannot reach the model relay for '{provider}' at {url}: {e}"
+        ))
     })?;
     if response.status().is_success() {
         return Ok(response);
@@ -199,7 +205,9 @@ pub async fn read_json(provider: &str, response: reqwest::Response) -> Result<Va
         ModelError::retryable(format!("the answer from '{provider}' broke off: {e}"))
     })?;
     serde_json::from_str(&text).map_err(|e| {
-        ModelError::retryable(format!("'{provider}' answered with something that is not JSON ({e})"))
+        ModelError::retryable(format!(
+            "'{provider}' answered with something that is not JSON ({e})"
+        ))
     })
 }
 
@@ -209,13 +217,27 @@ mod tests {
 
     #[test]
     fn failures_are_sorted_by_what_to_do() {
-        let retry = |status, body: &str| matches!(classify("openai", status, body, None, false), ModelError::Retryable { .. });
+        let retry = |status, body: &str| {
+            matches!(
+                classify("openai", status, body, None, false),
+                ModelError::Retryable { .. }
+            )
+        };
         assert!(retry(429, r#"{"error":{"message":"slow down"}}"#));
         assert!(retry(500, ""));
         assert!(retry(503, "upstream busy"));
-        assert!(retry(529, r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#));
+        assert!(retry(
+            529,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+        ));
 
-        let fatal = classify("anthropic", 401, r#"{"error":{"type":"authentication_error","message":"invalid x-api-key"}}"#, None, false);
+        let fatal = classify(
+            "anthropic",
+            401,
+            r#"{"error":{"type":"authentication_error","message":"invalid x-api-key"}}"#,
+            None,
+            false,
+        );
         assert_eq!(
             fatal.to_string(),
             "the model provider 'anthropic' refused the credentials (401): invalid x-api-key. Check ANTHROPIC_API_KEY."
@@ -225,16 +247,35 @@ mod tests {
             ModelError::Fatal(m) if m.contains("quota")
         ));
         assert!(matches!(
-            classify("openai", 400, r#"{"error":{"code":"context_length_exceeded","message":"This model's maximum context length is 8192 tokens"}}"#, None, false),
+            classify(
+                "openai",
+                400,
+                r#"{"error":{"code":"context_length_exceeded","message":"This model's maximum context length is 8192 tokens"}}"#,
+                None,
+                false
+            ),
             ModelError::ContextLength(_)
         ));
         assert!(matches!(
-            classify("anthropic", 400, r#"{"error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#, None, false),
+            classify(
+                "anthropic",
+                400,
+                r#"{"error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+                None,
+                false
+            ),
             ModelError::ContextLength(_)
         ));
-        assert!(matches!(classify("ollama", 404, "model not found", None, false), ModelError::Fatal(m) if m.contains("GET /api/models")));
-        assert!(matches!(classify("openai", 502, "{}", None, true), ModelError::Retryable { .. }));
-        assert!(matches!(classify("openai", 401, "{}", None, true), ModelError::Fatal(m) if m.contains("relay")));
+        assert!(
+            matches!(classify("ollama", 404, "model not found", None, false), ModelError::Fatal(m) if m.contains("GET /api/models"))
+        );
+        assert!(matches!(
+            classify("openai", 502, "{}", None, true),
+            ModelError::Retryable { .. }
+        ));
+        assert!(
+            matches!(classify("openai", 401, "{}", None, true), ModelError::Fatal(m) if m.contains("relay"))
+        );
     }
 
     #[test]
@@ -242,7 +283,10 @@ mod tests {
         assert_eq!(parse_retry_after("1"), Some(Duration::from_secs(1)));
         assert_eq!(parse_retry_after("0.5"), Some(Duration::from_millis(500)));
         assert_eq!(parse_retry_after("-3"), None);
-        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), Some(Duration::ZERO));
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"),
+            Some(Duration::ZERO)
+        );
         assert_eq!(parse_retry_after("soon"), None);
     }
 }

@@ -6,6 +6,7 @@
 pub mod anthropic;
 pub mod http;
 pub mod openai;
+pub mod relay;
 pub mod sse;
 
 use std::time::Duration;

@@ -1,8 +1,14 @@
-//! The OpenAI chat-completions wire format (OpenAI, and the many servers that speak it).
+//! The OpenAI chat-completions wire format, spoken by OpenAI, OpenRouter, Ollama,
+//! LM Studio and many other servers. Streaming: tool-call arguments arrive as
+//! fragments keyed by index; usage comes in a last chunk (`include_usage`).
+
+use std::collections::BTreeMap;
 
 use chorus_proto::domain::{ChatMessage, Role, ToolCall, Usage};
 use serde_json::{Value, json};
 
+use super::http::{post_json, read_sse};
+use super::sse::SseEvent;
 use super::{ModelClient, ModelError, ModelReply, ModelRequest, StopReason};
 
 pub struct OpenAiClient {
@@ -33,7 +39,7 @@ impl OpenAiClient {
 }
 
 /// The request body for `/chat/completions`.
-pub fn request_body(request: &ModelRequest<'_>) -> Value {
+pub fn request_body(request: &ModelRequest<'_>, stream: bool) -> Value {
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
     if !request.system.is_empty() {
         messages.push(json!({ "role": "system", "content": request.system }));
@@ -42,8 +48,12 @@ pub fn request_body(request: &ModelRequest<'_>) -> Value {
     let mut body = json!({
         "model": request.model,
         "messages": messages,
-        "stream": false,
+        "max_tokens": request.max_tokens,
+        "stream": stream,
     });
+    if stream {
+        body["stream_options"] = json!({ "include_usage": true });
+    }
     if !request.tools.is_empty() {
         body["tools"] = request
             .tools
@@ -83,124 +93,211 @@ fn message_json(m: &ChatMessage) -> Value {
     }
 }
 
-/// Reads a `/chat/completions` response body.
-pub fn parse_reply(body: &Value) -> Result<ModelReply, ModelError> {
-    let choice = body
-        .get("choices")
-        .and_then(|c| c.get(0))
-        .ok_or_else(|| ModelError::BadReply("no choices in the response".into()))?;
-    let message = choice
-        .get("message")
-        .ok_or_else(|| ModelError::BadReply("the first choice has no message".into()))?;
-    let content = message
-        .get("content")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let tool_calls = message
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .map(|calls| {
-            calls
-                .iter()
-                .enumerate()
-                .map(|(i, c)| tool_call(i, c))
-                .collect()
-        })
-        .unwrap_or_default();
-    let stop = match choice.get("finish_reason").and_then(Value::as_str) {
+fn stop_reason(reason: Option<&str>) -> StopReason {
+    match reason {
         Some("stop") => StopReason::EndTurn,
         Some("tool_calls") | Some("function_call") => StopReason::ToolUse,
         Some("length") => StopReason::MaxTokens,
         _ => StopReason::Other,
-    };
-    let usage = body.get("usage").map(|u| Usage {
-        input_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
-        output_tokens: u
-            .get("completion_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
-    });
-    Ok(ModelReply {
-        content,
-        tool_calls,
-        stop,
-        usage,
-    })
-}
-
-fn tool_call(index: usize, call: &Value) -> ToolCall {
-    let function = call.get("function");
-    let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_string();
-    let id = text(call.get("id"));
-    ToolCall {
-        // A call without an id still needs one to pair its result with.
-        id: if id.is_empty() {
-            format!("call_{index}")
-        } else {
-            id
-        },
-        name: text(function.and_then(|f| f.get("name"))),
-        arguments: match function.and_then(|f| f.get("arguments")) {
-            Some(Value::String(s)) => s.clone(),
-            Some(other) => other.to_string(),
-            None => String::new(),
-        },
     }
 }
 
-/// The provider's own error message, from `{"error": {"message": …}}` when present.
-fn error_message(body: &str) -> String {
-    serde_json::from_str::<Value>(body)
-        .ok()
-        .and_then(|v| {
-            v.get("error").and_then(|e| {
-                e.get("message")
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-                    .or_else(|| e.as_str().map(str::to_string))
+fn usage_of(value: &Value) -> Option<Usage> {
+    let usage = value.get("usage").filter(|u| u.is_object())?;
+    Some(Usage {
+        input_tokens: usage
+            .get("prompt_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+        output_tokens: usage
+            .get("completion_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+    })
+}
+
+/// Reads a non-streaming `/chat/completions` response body.
+pub fn parse_reply(body: &Value) -> Result<ModelReply, ModelError> {
+    let choice = body
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .ok_or_else(|| ModelError::retryable("the reply has no choices"))?;
+    let message = choice
+        .get("message")
+        .ok_or_else(|| ModelError::retryable("the reply's first choice has no message"))?;
+    let mut calls = ToolCalls::default();
+    if let Some(list) = message.get("tool_calls").and_then(Value::as_array) {
+        for (i, call) in list.iter().enumerate() {
+            calls.apply(i as u64, call);
+        }
+    }
+    Ok(ModelReply {
+        content: message
+            .get("content")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        tool_calls: calls.finish(),
+        stop: stop_reason(choice.get("finish_reason").and_then(Value::as_str)),
+        usage: usage_of(body),
+    })
+}
+
+/// Tool calls put together from fragments keyed by index.
+#[derive(Default)]
+struct ToolCalls(BTreeMap<u64, ToolCall>);
+
+impl ToolCalls {
+    fn apply(&mut self, index: u64, fragment: &Value) {
+        let call = self.0.entry(index).or_insert_with(|| ToolCall {
+            id: String::new(),
+            name: String::new(),
+            arguments: String::new(),
+        });
+        if let Some(id) = fragment
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
+            call.id = id.to_string();
+        }
+        let function = fragment.get("function");
+        if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str) {
+            call.name.push_str(name);
+        }
+        match function.and_then(|f| f.get("arguments")) {
+            Some(Value::String(s)) => call.arguments.push_str(s),
+            Some(Value::Null) | None => {}
+            // Some servers send the arguments as an object instead of a string.
+            Some(other) => call.arguments.push_str(&other.to_string()),
+        }
+    }
+
+    fn finish(self) -> Vec<ToolCall> {
+        self.0
+            .into_iter()
+            .map(|(index, mut call)| {
+                if call.id.is_empty() {
+                    // Without an id a result could not be paired with its call.
+                    call.id = format!("call_{index}");
+                }
+                call
             })
+            .collect()
+    }
+}
+
+/// Builds a reply from `chat.completion.chunk` events.
+#[derive(Default)]
+pub struct StreamState {
+    content: String,
+    calls: ToolCalls,
+    finish: Option<String>,
+    usage: Option<Usage>,
+    done: bool,
+}
+
+impl StreamState {
+    /// Applies one event; text deltas go to `on_text`. Returns whether the stream ended.
+    pub fn apply(
+        &mut self,
+        provider: &str,
+        event: &SseEvent,
+        on_text: &mut (dyn FnMut(&str) + Send),
+    ) -> Result<bool, ModelError> {
+        if event.data.trim() == "[DONE]" {
+            self.done = true;
+            return Ok(true);
+        }
+        let chunk: Value = serde_json::from_str(&event.data).map_err(|e| {
+            ModelError::retryable(format!(
+                "'{provider}' streamed a chunk that is not JSON ({e})"
+            ))
+        })?;
+        if let Some(error) = chunk.get("error") {
+            let message = error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("no details given");
+            return Err(ModelError::retryable(format!(
+                "'{provider}' reported an error mid-stream: {message}"
+            )));
+        }
+        if let Some(usage) = usage_of(&chunk) {
+            self.usage = Some(usage);
+        }
+        let Some(choice) = chunk.get("choices").and_then(|c| c.get(0)) else {
+            return Ok(false); // the usage chunk has no choices
+        };
+        let delta = choice.get("delta").or_else(|| choice.get("message"));
+        if let Some(text) = delta
+            .and_then(|d| d.get("content"))
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+        {
+            on_text(text);
+            self.content.push_str(text);
+        }
+        if let Some(calls) = delta
+            .and_then(|d| d.get("tool_calls"))
+            .and_then(Value::as_array)
+        {
+            for (position, fragment) in calls.iter().enumerate() {
+                let index = fragment
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(position as u64);
+                self.calls.apply(index, fragment);
+            }
+        }
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish = Some(reason.to_string());
+        }
+        Ok(false)
+    }
+
+    pub fn finish(self, provider: &str) -> Result<ModelReply, ModelError> {
+        // Servers differ on `[DONE]`; a finish reason is enough to know the reply is whole.
+        if !self.done && self.finish.is_none() {
+            return Err(ModelError::retryable(format!(
+                "the stream from '{provider}' ended before the reply was complete"
+            )));
+        }
+        Ok(ModelReply {
+            content: self.content,
+            tool_calls: self.calls.finish(),
+            stop: stop_reason(self.finish.as_deref()),
+            usage: self.usage,
         })
-        .unwrap_or_else(|| body.chars().take(500).collect())
+    }
 }
 
 impl ModelClient for OpenAiClient {
-    async fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelReply, ModelError> {
+    async fn stream(
+        &self,
+        request: &ModelRequest<'_>,
+        on_text: &mut (dyn FnMut(&str) + Send),
+    ) -> Result<ModelReply, ModelError> {
         let url = format!("{}/chat/completions", self.base_url);
-        let response = self
-            .http
-            .post(&url)
-            .bearer_auth(&self.api_key)
-            .json(&request_body(request))
-            .send()
-            .await
-            .map_err(|e| ModelError::Unreachable {
-                url: url.clone(),
-                message: e.to_string(),
-            })?;
-        let status = response.status();
-        let text = response.text().await.map_err(|e| ModelError::Unreachable {
-            url: url.clone(),
-            message: e.to_string(),
-        })?;
-        if !status.is_success() {
-            let message = error_message(&text);
-            let hint = match status.as_u16() {
-                401 | 403 => " Check OPENAI_API_KEY.",
-                404 => " Check the model name and OPENAI_BASE_URL.",
-                _ => "",
-            };
-            return Err(ModelError::Provider(format!(
-                "the model provider '{}' answered {}: {}.{}",
-                self.provider,
-                status.as_u16(),
-                message.trim_end_matches('.'),
-                hint
-            )));
-        }
-        let body: Value = serde_json::from_str(&text)
-            .map_err(|e| ModelError::BadReply(format!("not JSON ({e})")))?;
-        parse_reply(&body)
+        let auth = format!("Bearer {}", self.api_key);
+        let headers = [
+            ("authorization", auth.as_str()),
+            ("accept", "text/event-stream"),
+        ];
+        let response = post_json(
+            &self.http,
+            &self.provider,
+            &url,
+            &headers,
+            &request_body(request, true),
+        )
+        .await?;
+        let mut state = StreamState::default();
+        read_sse(&self.provider, response, |event| {
+            state.apply(&self.provider, &event, on_text)
+        })
+        .await?;
+        state.finish(&self.provider)
     }
 }
 
@@ -226,12 +323,16 @@ mod tests {
             description: "read".into(),
             parameters: json!({"type": "object"}),
         }];
-        let body = request_body(&ModelRequest {
-            model: "m",
-            system: "be brief",
-            messages: &messages,
-            tools: &tools,
-        });
+        let body = request_body(
+            &ModelRequest {
+                model: "m",
+                system: "be brief",
+                messages: &messages,
+                tools: &tools,
+                max_tokens: 100,
+            },
+            true,
+        );
         assert_eq!(
             body["messages"][0],
             json!({"role": "system", "content": "be brief"})
@@ -243,10 +344,113 @@ mod tests {
         );
         assert_eq!(body["messages"][3]["tool_call_id"], "call_1");
         assert_eq!(body["tools"][0]["function"]["name"], "view");
+        assert_eq!(body["stream_options"], json!({"include_usage": true}));
+    }
+
+    fn chunk(data: Value) -> SseEvent {
+        SseEvent {
+            event: None,
+            data: data.to_string(),
+        }
     }
 
     #[test]
-    fn replies_are_normalised() {
+    fn parallel_tool_calls_are_put_together_by_index() {
+        let events = vec![
+            chunk(
+                json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "On it. "}}]}),
+            ),
+            chunk(json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 0, "id": "call_a", "type": "function", "function": {"name": "view", "arguments": ""}},
+                {"index": 1, "id": "call_b", "type": "function", "function": {"name": "create_file", "arguments": "{\"pa"}}
+            ]}}]})),
+            chunk(
+                json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"path\":\"x\"}"}}]}}]}),
+            ),
+            chunk(
+                json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 1, "function": {"arguments": "th\":\"y\",\"content\":\"\"}"}}]}}]}),
+            ),
+            chunk(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})),
+            chunk(json!({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 4}})),
+            SseEvent {
+                event: None,
+                data: "[DONE]".into(),
+            },
+        ];
+        let mut state = StreamState::default();
+        let mut streamed = String::new();
+        let mut done = false;
+        for event in &events {
+            done = state
+                .apply("openai", event, &mut |t| streamed.push_str(t))
+                .unwrap();
+        }
+        assert!(done);
+        assert_eq!(streamed, "On it. ");
+        let reply = state.finish("openai").unwrap();
+        assert_eq!(reply.stop, StopReason::ToolUse);
+        assert_eq!(
+            reply.usage,
+            Some(Usage {
+                input_tokens: 9,
+                output_tokens: 4
+            })
+        );
+        let calls: Vec<(&str, &str, &str)> = reply
+            .tool_calls
+            .iter()
+            .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str()))
+            .collect();
+        assert_eq!(
+            calls,
+            vec![
+                ("call_a", "view", "{\"path\":\"x\"}"),
+                ("call_b", "create_file", "{\"path\":\"y\",\"content\":\"\"}"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cut_stream_is_retryable_and_calls_without_ids_get_one() {
+        let mut state = StreamState::default();
+        state
+            .apply(
+                "ollama",
+                &chunk(json!({"choices": [{"delta": {"content": "partial"}}]})),
+                &mut |_| {},
+            )
+            .unwrap();
+        assert!(matches!(
+            state.finish("ollama"),
+            Err(ModelError::Retryable { .. })
+        ));
+
+        let mut state = StreamState::default();
+        state
+            .apply(
+                "ollama",
+                &chunk(json!({"choices": [{"delta": {"tool_calls": [{"function": {"name": "view", "arguments": {"path": "a"}}}]}, "finish_reason": "stop"}]})),
+                &mut |_| {},
+            )
+            .unwrap();
+        let reply = state.finish("ollama").unwrap();
+        assert_eq!(reply.tool_calls[0].id, "call_0");
+        assert_eq!(reply.tool_calls[0].arguments, r#"{"path":"a"}"#);
+        assert!(matches!(
+            StreamState::default().apply(
+                "x",
+                &SseEvent {
+                    event: None,
+                    data: "{bad".into()
+                },
+                &mut |_| {}
+            ),
+            Err(ModelError::Retryable { .. })
+        ));
+    }
+
+    #[test]
+    fn non_streaming_replies_are_normalised() {
         let body = json!({
             "choices": [{
                 "message": {"role": "assistant", "content": null, "tool_calls": [
@@ -267,14 +471,5 @@ mod tests {
             })
         );
         assert!(parse_reply(&json!({"choices": []})).is_err());
-    }
-
-    #[test]
-    fn provider_errors_keep_the_providers_words() {
-        assert_eq!(
-            error_message(r#"{"error":{"message":"Incorrect API key provided"}}"#),
-            "Incorrect API key provided"
-        );
-        assert_eq!(error_message("plain text"), "plain text");
     }
 }

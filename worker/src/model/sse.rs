@@ -48,10 +48,10 @@ impl SseDecoder {
     /// The stream ended: an event without its final blank line still counts.
     pub fn finish(&mut self) -> Option<SseEvent> {
         let line = std::mem::take(&mut self.line);
-        if !line.is_empty() {
-            if let Some(event) = self.line_done(&line) {
-                return Some(event);
-            }
+        if !line.is_empty()
+            && let Some(event) = self.line_done(&line)
+        {
+            return Some(event);
         }
         self.dispatch()
     }
@@ -111,9 +111,18 @@ mod tests {
     fn events_survive_any_chunking_and_line_ending() {
         let input = "event: message_start\ndata: {\"a\":1}\n\n: ping\n\ndata: two\r\ndata: lines\r\n\r\nevent: x\rdata: é\r\r";
         let expected = vec![
-            SseEvent { event: Some("message_start".into()), data: "{\"a\":1}".into() },
-            SseEvent { event: None, data: "two\nlines".into() },
-            SseEvent { event: Some("x".into()), data: "é".into() },
+            SseEvent {
+                event: Some("message_start".into()),
+                data: "{\"a\":1}".into(),
+            },
+            SseEvent {
+                event: None,
+                data: "two\nlines".into(),
+            },
+            SseEvent {
+                event: Some("x".into()),
+                data: "é".into(),
+            },
         ];
         for size in [1, 2, 3, 7, 64] {
             assert_eq!(decode_in_chunks(input, size), expected, "chunk size {size}");
@@ -124,7 +133,10 @@ mod tests {
     fn an_unterminated_last_event_is_kept() {
         assert_eq!(
             decode_in_chunks("data: [DONE]", 4),
-            vec![SseEvent { event: None, data: "[DONE]".into() }]
+            vec![SseEvent {
+                event: None,
+                data: "[DONE]".into()
+            }]
         );
     }
 

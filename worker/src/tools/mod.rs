@@ -17,6 +17,9 @@ use jail::Workspace;
 pub struct ToolOutcome {
     pub content: String,
     pub is_error: bool,
+    /// The call itself was unusable (unknown tool, arguments that do not parse), as
+    /// opposed to a tool that ran and failed. The loop counts these as bad model output.
+    pub malformed: bool,
 }
 
 impl ToolOutcome {
@@ -24,6 +27,7 @@ impl ToolOutcome {
         ToolOutcome {
             content: content.into(),
             is_error: false,
+            malformed: false,
         }
     }
 
@@ -31,6 +35,14 @@ impl ToolOutcome {
         ToolOutcome {
             content: content.into(),
             is_error: true,
+            malformed: false,
+        }
+    }
+
+    pub fn malformed(content: impl Into<String>) -> Self {
+        ToolOutcome {
+            malformed: true,
+            ..ToolOutcome::error(content)
         }
     }
 }
@@ -115,7 +127,7 @@ fn execute_blocking(workspace: &Workspace, call: &ToolCall) -> ToolOutcome {
             Ok(args) => files::view(workspace, args),
             Err(outcome) => outcome,
         },
-        other => ToolOutcome::error(format!(
+        other => ToolOutcome::malformed(format!(
             "there is no tool named '{other}'; the tools are: {}",
             TOOL_NAMES.join(", ")
         )),
@@ -129,7 +141,7 @@ fn parse_args<T: DeserializeOwned>(call: &ToolCall) -> Result<T, ToolOutcome> {
         &call.arguments
     };
     serde_json::from_str(text).map_err(|e| {
-        ToolOutcome::error(format!(
+        ToolOutcome::malformed(format!(
             "the arguments for {} are not valid: {e}; send a JSON object matching the tool's schema",
             call.name
         ))
@@ -161,9 +173,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let tools = ToolBox::new(Workspace::new(dir.path()));
         let unknown = tools.execute(&call("rm_rf", "{}")).await;
-        assert!(unknown.is_error && unknown.content.contains("create_file, view"));
+        assert!(unknown.malformed && unknown.content.contains("create_file, view"));
         let invalid = tools.execute(&call("create_file", "{\"path\": ")).await;
-        assert!(invalid.is_error && invalid.content.contains("not valid"));
+        assert!(invalid.malformed && invalid.content.contains("not valid"));
+        let refused = tools.execute(&call("view", "{\"path\": \"../x\"}")).await;
+        assert!(
+            refused.is_error && !refused.malformed,
+            "a refused path is a tool error, not bad output"
+        );
         let missing = tools.execute(&call("view", "{}")).await;
         assert!(missing.is_error && missing.content.contains("path"));
     }

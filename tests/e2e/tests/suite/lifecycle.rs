@@ -2,13 +2,18 @@
 
 use std::time::Duration;
 
-use chorus_test_support::{Chorus, process};
+use chorus_test_support::{Chorus, FakeOpenAi, process};
 use reqwest::Method;
 use serde_json::json;
 
 #[tokio::test]
 async fn a_new_agent_gets_a_committed_workspace_from_the_template() -> anyhow::Result<()> {
-    let chorus = Chorus::builder().start().await?;
+    let model = FakeOpenAi::start().await;
+    model.set_models(&["m-1"]);
+    let chorus = Chorus::builder()
+        .env("OPENAI_BASE_URL", &model.base_url())
+        .start()
+        .await?;
     let agent = chorus
         .api(Method::POST, "/api/agents")
         .json(&json!({"name": "scribe", "system_prompt": "You write things down.", "model": "m-1"}))

@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
-use chorus_test_support::fake_openai::{text, tool_call, tool_calls};
-use chorus_test_support::{Chorus, FakeOpenAi, process};
+use chorus_test_support::fake_model::{text, tool_call, tool_calls};
+use chorus_test_support::{Chorus, FakeModel, FakeOpenAi, process};
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-test-provider-secret";
 
-async fn chorus_with(model: &FakeOpenAi) -> anyhow::Result<Chorus> {
+async fn chorus_with(model: &FakeModel) -> anyhow::Result<Chorus> {
     Chorus::builder()
         .env("OPENAI_BASE_URL", &model.base_url())
         .env("OPENAI_API_KEY", KEY)

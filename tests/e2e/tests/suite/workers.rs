@@ -4,12 +4,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use chorus_test_support::fake_openai::{Reply, text, tool_call};
-use chorus_test_support::{Chorus, FakeOpenAi, bin_path, process};
+use chorus_test_support::fake_model::{Reply, text, tool_call};
+use chorus_test_support::{Chorus, FakeModel, FakeOpenAi, bin_path, process};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
-async fn chorus_with(model: &FakeOpenAi) -> anyhow::Result<Chorus> {
+async fn chorus_with(model: &FakeModel) -> anyhow::Result<Chorus> {
     Chorus::builder()
         .env("OPENAI_BASE_URL", &model.base_url())
         .env("OPENAI_API_KEY", "sk-test")
@@ -252,7 +252,8 @@ async fn a_worker_that_cannot_start_fails_the_thread_instead_of_hanging_it() -> 
         let chorus = Chorus::builder()
             .env("CHORUS_WORKER_BIN", worker_bin)
             .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
-            .env("CHORUS_DEFAULT_MODEL", "m")
+            // The endpoint is down, so the model cannot be listed: name it explicitly.
+            .env("CHORUS_DEFAULT_MODEL", "openai/m")
             .start()
             .await?;
         chorus.create_agent("broken").await?;

@@ -1,0 +1,464 @@
+//! The model catalogue (SPEC C3): at start and on demand, check each configured
+//! provider's key and list its models; cache the result in
+//! `<data-dir>/available_models.json`; resolve a model name to a provider.
+//!
+//! A provider that cannot be reached keeps the models it listed last time (a local
+//! server that is down, or a hosted one with a bad minute, is reported, not fatal);
+//! a provider that refuses its key loses them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::RwLock;
+use std::time::Duration;
+
+use chorus_proto::domain::ModelRoute;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::{ALL_PROVIDERS, ProviderEndpoint, ProviderKind};
+use crate::store::now;
+
+/// What one provider offered at its last check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderModels {
+    /// The last check succeeded.
+    pub valid: bool,
+    pub base_url: String,
+    pub models: Vec<String>,
+    /// Why the last check failed, and what to do.
+    pub error: Option<String>,
+    pub checked_at: String,
+}
+
+/// The contents of `available_models.json` and of `GET /api/models`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CatalogSnapshot {
+    pub refreshed_at: Option<String>,
+    /// By provider name.
+    pub providers: BTreeMap<String, ProviderModels>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    #[error(
+        "no model provider configured: set OPENAI_API_KEY, ANTHROPIC_API_KEY or OPENROUTER_API_KEY \
+         (or OPENAI_BASE_URL for a local OpenAI-compatible server), or start Ollama (OLLAMA_BASE_URL) \
+         or LM Studio (LMSTUDIO_BASE_URL), then restart chorus or POST /api/models/refresh{details}"
+    )]
+    NoProviders { details: String },
+    #[error(
+        "unknown model '{model}'; known models: {known}. GET /api/models lists them; \
+         name a local model as ollama/<name> or lmstudio/<name>"
+    )]
+    Unknown { model: String, known: String },
+}
+
+/// Resolves `model` against a snapshot (pure; see the module docs for the rules):
+/// an explicit `provider/model` first, when that provider lists the model or could
+/// not be listed; then the first provider, in resolution order, that lists it.
+pub fn resolve_in(snapshot: &CatalogSnapshot, model: &str) -> Result<ModelRoute, ResolveError> {
+    let route = |kind: ProviderKind, api_model: &str| ModelRoute {
+        provider: kind.name().to_string(),
+        api: kind.api().to_string(),
+        relay_path: format!("/llm/{}", kind.name()),
+        model: api_model.to_string(),
+    };
+    let listed = |kind: ProviderKind| snapshot.providers.get(kind.name());
+    let explicit = model
+        .split_once('/')
+        .filter(|(_, rest)| !rest.is_empty())
+        .and_then(|(prefix, rest)| Some((ProviderKind::parse(prefix)?, rest)));
+    if let Some((kind, rest)) = explicit
+        && let Some(entry) = listed(kind)
+    {
+        if let Some(name) = find(kind, &entry.models, rest) {
+            return Ok(route(kind, name));
+        }
+        if entry.models.is_empty() {
+            // Could not be listed (down, or no list endpoint): trust the user.
+            return Ok(route(kind, rest));
+        }
+    }
+    for kind in ALL_PROVIDERS {
+        if let Some(name) = listed(kind).and_then(|entry| find(kind, &entry.models, model)) {
+            return Ok(route(kind, name));
+        }
+    }
+    let known: Vec<String> = ALL_PROVIDERS
+        .into_iter()
+        .filter_map(|kind| listed(kind).map(|entry| (kind, entry)))
+        .flat_map(|(kind, entry)| {
+            entry.models.iter().map(move |m| {
+                if kind.is_local() {
+                    format!("{}/{m}", kind.name())
+                } else {
+                    m.clone()
+                }
+            })
+        })
+        .collect();
+    if known.is_empty() {
+        let details: Vec<String> = snapshot
+            .providers
+            .iter()
+            .filter_map(|(name, entry)| entry.error.as_ref().map(|e| format!("{name}: {e}")))
+            .collect();
+        return Err(ResolveError::NoProviders {
+            details: if details.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", details.join("; "))
+            },
+        });
+    }
+    const SHOWN: usize = 30;
+    let mut text = known
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if known.len() > SHOWN {
+        text.push_str(&format!(" and {} more", known.len() - SHOWN));
+    }
+    Err(ResolveError::Unknown {
+        model: model.to_string(),
+        known: text,
+    })
+}
+
+/// The listed name for `wanted`; Ollama lists tags, so `llama3.2` finds `llama3.2:latest`.
+fn find<'a>(kind: ProviderKind, models: &'a [String], wanted: &str) -> Option<&'a str> {
+    models
+        .iter()
+        .find(|m| {
+            *m == wanted || (kind == ProviderKind::Ollama && **m == format!("{wanted}:latest"))
+        })
+        .map(String::as_str)
+}
+
+pub struct Catalog {
+    endpoints: Vec<ProviderEndpoint>,
+    http: reqwest::Client,
+    cache_path: PathBuf,
+    snapshot: RwLock<CatalogSnapshot>,
+    refreshed: watch::Sender<bool>,
+    refreshing: tokio::sync::Mutex<()>,
+}
+
+/// How long a caller waits for the first discovery after start before using the cache.
+const FIRST_REFRESH_WAIT: Duration = Duration::from_secs(15);
+
+impl Catalog {
+    /// A catalogue for `endpoints`, starting from the cache file when there is one.
+    pub fn new(endpoints: Vec<ProviderEndpoint>, cache_path: PathBuf) -> Self {
+        let mut snapshot = std::fs::read_to_string(&cache_path)
+            .ok()
+            .and_then(|text| serde_json::from_str::<CatalogSnapshot>(&text).ok())
+            .unwrap_or_default();
+        // Only providers configured now count.
+        snapshot
+            .providers
+            .retain(|name, _| endpoints.iter().any(|e| e.kind.name() == name));
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(3))
+            .timeout(Duration::from_secs(10))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default();
+        Catalog {
+            endpoints,
+            http,
+            cache_path,
+            snapshot: RwLock::new(snapshot),
+            refreshed: watch::Sender::new(false),
+            refreshing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn endpoint(&self, provider: &str) -> Option<&ProviderEndpoint> {
+        self.endpoints.iter().find(|e| e.kind.name() == provider)
+    }
+
+    fn current(&self) -> CatalogSnapshot {
+        self.snapshot
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The catalogue, after the first discovery (or its time limit).
+    pub async fn snapshot(&self) -> CatalogSnapshot {
+        let mut refreshed = self.refreshed.subscribe();
+        let _ = tokio::time::timeout(FIRST_REFRESH_WAIT, refreshed.wait_for(|done| *done)).await;
+        self.current()
+    }
+
+    pub async fn resolve(&self, model: &str) -> Result<ModelRoute, ResolveError> {
+        resolve_in(&self.snapshot().await, model)
+    }
+
+    /// Checks every provider (in parallel), updates the cache file, and returns the
+    /// new catalogue. Concurrent calls share one refresh.
+    pub async fn refresh(&self) -> CatalogSnapshot {
+        let _one_at_a_time = self.refreshing.lock().await;
+        let previous = self.current();
+        let checks = self.endpoints.iter().map(|endpoint| async move {
+            let result = list_models(&self.http, endpoint).await;
+            (endpoint, result)
+        });
+        let results = futures::future::join_all(checks).await;
+        let mut next = CatalogSnapshot {
+            refreshed_at: Some(now()),
+            providers: BTreeMap::new(),
+        };
+        for (endpoint, result) in results {
+            let name = endpoint.kind.name().to_string();
+            let entry = match result {
+                Ok(models) => ProviderModels {
+                    valid: true,
+                    base_url: endpoint.base_url.clone(),
+                    models,
+                    error: None,
+                    checked_at: now(),
+                },
+                Err(Failure {
+                    message,
+                    keep_models,
+                }) => {
+                    tracing::warn!(provider = %name, %message, "model discovery failed");
+                    ProviderModels {
+                        valid: false,
+                        base_url: endpoint.base_url.clone(),
+                        models: if keep_models {
+                            previous
+                                .providers
+                                .get(&name)
+                                .map(|p| p.models.clone())
+                                .unwrap_or_default()
+                        } else {
+                            Vec::new()
+                        },
+                        error: Some(message),
+                        checked_at: now(),
+                    }
+                }
+            };
+            next.providers.insert(name, entry);
+        }
+        if let Err(e) = write_cache(&self.cache_path, &next) {
+            tracing::warn!(path = %self.cache_path.display(), error = %e, "cannot write the model cache");
+        }
+        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = next.clone();
+        self.refreshed.send_replace(true);
+        let total: usize = next.providers.values().map(|p| p.models.len()).sum();
+        tracing::info!(
+            providers = next.providers.len(),
+            models = total,
+            "model catalogue refreshed"
+        );
+        next
+    }
+}
+
+fn write_cache(path: &std::path::Path, snapshot: &CatalogSnapshot) -> std::io::Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    let text = serde_json::to_string_pretty(snapshot).map_err(std::io::Error::other)?;
+    std::fs::write(&tmp, text + "\n")?;
+    std::fs::rename(&tmp, path)
+}
+
+struct Failure {
+    message: String,
+    /// The provider may be fine (unreachable, not refused): keep what it listed before.
+    keep_models: bool,
+}
+
+async fn list_models(
+    http: &reqwest::Client,
+    endpoint: &ProviderEndpoint,
+) -> Result<Vec<String>, Failure> {
+    let kind = endpoint.kind;
+    if kind == ProviderKind::OpenRouter {
+        // OpenRouter lists models to anyone; check the key on its own endpoint.
+        get_json(http, endpoint, &format!("{}/key", endpoint.base_url)).await?;
+    }
+    let url = match kind {
+        ProviderKind::Anthropic => format!("{}/v1/models?limit=1000", endpoint.base_url),
+        ProviderKind::Ollama => format!("{}/api/tags", endpoint.base_url),
+        ProviderKind::LmStudio => format!("{}/v1/models", endpoint.base_url),
+        ProviderKind::OpenAi | ProviderKind::OpenRouter => format!("{}/models", endpoint.base_url),
+    };
+    let body = get_json(http, endpoint, &url).await?;
+    let (list, field) = match kind {
+        ProviderKind::Ollama => (body.get("models"), "name"),
+        _ => (body.get("data"), "id"),
+    };
+    let mut models: Vec<String> = list
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|m| m.get(field).and_then(Value::as_str).map(str::to_string))
+                .collect()
+        })
+        .ok_or_else(|| Failure {
+            message: format!("{url} answered without a model list"),
+            keep_models: true,
+        })?;
+    models.sort();
+    models.dedup();
+    Ok(models)
+}
+
+async fn get_json(
+    http: &reqwest::Client,
+    endpoint: &ProviderEndpoint,
+    url: &str,
+) -> Result<Value, Failure> {
+    let mut request = http.get(url);
+    for (name, value) in endpoint.auth_headers() {
+        request = request.header(name, value);
+    }
+    let response = request.send().await.map_err(|e| Failure {
+        message: format!(
+            "cannot reach {} ({}): {}",
+            endpoint.base_url,
+            endpoint.kind.base_env(),
+            root_cause(&e)
+        ),
+        keep_models: true,
+    })?;
+    let status = response.status();
+    if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+        return Err(Failure {
+            message: format!(
+                "the key was refused ({}); check {}",
+                status.as_u16(),
+                endpoint.kind.setting_hint()
+            ),
+            keep_models: false,
+        });
+    }
+    if !status.is_success() {
+        return Err(Failure {
+            message: format!("{url} answered {}", status.as_u16()),
+            keep_models: true,
+        });
+    }
+    response.json().await.map_err(|e| Failure {
+        message: format!("{url} did not answer with JSON: {e}"),
+        keep_models: true,
+    })
+}
+
+fn root_cause(e: &dyn std::error::Error) -> String {
+    let mut cause = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(entries: &[(&str, &[&str])]) -> CatalogSnapshot {
+        CatalogSnapshot {
+            refreshed_at: None,
+            providers: entries
+                .iter()
+                .map(|(name, models)| {
+                    (
+                        name.to_string(),
+                        ProviderModels {
+                            valid: !models.is_empty(),
+                            base_url: String::new(),
+                            models: models.iter().map(|m| m.to_string()).collect(),
+                            error: models.is_empty().then(|| "cannot reach it".to_string()),
+                            checked_at: String::new(),
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    fn resolved(s: &CatalogSnapshot, model: &str) -> (String, String) {
+        let route = resolve_in(s, model).unwrap();
+        (route.provider, route.model)
+    }
+
+    #[test]
+    fn explicit_prefixes_then_first_listing_provider() {
+        let s = snapshot(&[
+            ("anthropic", &["claude-sonnet-4"]),
+            ("openai", &["gpt-4o", "shared"]),
+            ("openrouter", &["anthropic/claude-3.5-sonnet", "shared"]),
+            ("ollama", &["llama3.2:latest"]),
+            ("lmstudio", &[]),
+        ]);
+        let pairs = |a: &str, b: &str| (a.to_string(), b.to_string());
+        assert_eq!(resolved(&s, "gpt-4o"), pairs("openai", "gpt-4o"));
+        assert_eq!(
+            resolved(&s, "shared"),
+            pairs("openai", "shared"),
+            "first match wins"
+        );
+        assert_eq!(
+            resolved(&s, "openrouter/shared"),
+            pairs("openrouter", "shared")
+        );
+        assert_eq!(
+            resolved(&s, "ollama/llama3.2"),
+            pairs("ollama", "llama3.2:latest")
+        );
+        assert_eq!(
+            resolved(&s, "llama3.2:latest"),
+            pairs("ollama", "llama3.2:latest")
+        );
+        // An OpenRouter id that looks like a prefix: anthropic does not list it.
+        assert_eq!(
+            resolved(&s, "anthropic/claude-3.5-sonnet"),
+            pairs("openrouter", "anthropic/claude-3.5-sonnet")
+        );
+        // A local server that could not be listed: trust the explicit name.
+        assert_eq!(
+            resolved(&s, "lmstudio/qwen2.5"),
+            pairs("lmstudio", "qwen2.5")
+        );
+        let route = resolve_in(&s, "claude-sonnet-4").unwrap();
+        assert_eq!(route.api, ModelRoute::ANTHROPIC_MESSAGES);
+        assert_eq!(route.relay_path, "/llm/anthropic");
+    }
+
+    #[test]
+    fn unknown_models_name_the_known_ones() {
+        let s = snapshot(&[("openai", &["gpt-4o"]), ("ollama", &["llama3.2:latest"])]);
+        let err = resolve_in(&s, "gpt-5-turbo-ultra").unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("unknown model 'gpt-5-turbo-ultra'"), "{text}");
+        assert!(text.contains("gpt-4o, ollama/llama3.2:latest"), "{text}");
+        assert!(matches!(
+            resolve_in(&s, "ollama/mistral"),
+            Err(ResolveError::Unknown { .. })
+        ));
+        assert!(matches!(
+            resolve_in(&s, "nosuch/gpt-4o"),
+            Err(ResolveError::Unknown { .. })
+        ));
+    }
+
+    #[test]
+    fn with_nothing_listed_the_error_says_how_to_configure_a_provider() {
+        let s = snapshot(&[("ollama", &[])]);
+        let text = resolve_in(&s, "anything").unwrap_err().to_string();
+        assert!(text.starts_with("no model provider configured"), "{text}");
+        assert!(
+            text.contains("OPENAI_API_KEY") && text.contains("ollama: cannot reach it"),
+            "{text}"
+        );
+    }
+}

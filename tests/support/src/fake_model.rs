@@ -1,0 +1,568 @@
+//! Fake model servers on 127.0.0.1 that speak the real wire formats: OpenAI chat
+//! completions (also standing in for OpenRouter, Ollama and LM Studio) and
+//! Anthropic messages, streaming or not. Tests script what the model says in a
+//! format-neutral way ([`Reply`]); each fake renders it in its own format, and
+//! records every request (headers and JSON body) so tests can check what was sent.
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// What the model says next.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// A final answer.
+    Text(String),
+    /// Tool calls (id, name, arguments JSON text) with optional text before them.
+    ToolCalls {
+        text: String,
+        calls: Vec<(String, String, String)>,
+    },
+    /// An answer cut off by the output limit.
+    Truncated(String),
+    /// An error status with the format's error body, and `Retry-After` when given.
+    Error {
+        status: u16,
+        kind: String,
+        message: String,
+        retry_after: Option<String>,
+    },
+    /// 200 with a body that is not valid for the format.
+    Malformed,
+    /// A streamed answer whose connection drops after some text.
+    Disconnect { after_text: String },
+    /// Wait, then answer with the inner reply.
+    Delayed(Duration, Box<Reply>),
+    /// A raw JSON body, sent as is (non-streaming only).
+    Json(Value),
+}
+
+/// Which wire format a fake speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    OpenAi,
+    Anthropic,
+}
+
+#[derive(Debug, Clone)]
+pub struct RecordedRequest {
+    pub path: String,
+    pub headers: HashMap<String, String>,
+    pub body: Value,
+}
+
+struct Script {
+    wire: Wire,
+    replies: VecDeque<Reply>,
+    requests: Vec<RecordedRequest>,
+    models: Vec<String>,
+    usage: (u64, u64),
+}
+
+type Shared = Arc<Mutex<Script>>;
+
+/// A fake model server. `FakeOpenAi::start()` / `FakeAnthropic::start()` make one.
+pub struct FakeModel {
+    addr: std::net::SocketAddr,
+    script: Shared,
+    task: JoinHandle<()>,
+}
+
+/// The OpenAI-format fake (also serves Ollama's `/api/tags` and OpenRouter's `/key`).
+pub struct FakeOpenAi;
+/// The Anthropic-format fake.
+pub struct FakeAnthropic;
+
+impl FakeOpenAi {
+    #[allow(clippy::new_ret_no_self)]
+    pub async fn start() -> FakeModel {
+        FakeModel::start(Wire::OpenAi, &["fake-model"]).await
+    }
+}
+
+impl FakeAnthropic {
+    #[allow(clippy::new_ret_no_self)]
+    pub async fn start() -> FakeModel {
+        FakeModel::start(Wire::Anthropic, &["claude-fake"]).await
+    }
+}
+
+impl Drop for FakeModel {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FakeModel {
+    pub async fn start(wire: Wire, models: &[&str]) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind fake model");
+        let addr = listener.local_addr().expect("fake model address");
+        let script = Arc::new(Mutex::new(Script {
+            wire,
+            replies: VecDeque::new(),
+            requests: Vec::new(),
+            models: models.iter().map(|m| m.to_string()).collect(),
+            usage: (20, 10),
+        }));
+        let app = Router::new()
+            .route("/v1/chat/completions", post(answer))
+            .route("/v1/messages", post(answer))
+            .route("/v1/models", get(list_models))
+            .route("/api/tags", get(ollama_tags))
+            .route("/v1/key", get(openrouter_key))
+            .with_state(script.clone());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FakeModel { addr, script, task }
+    }
+
+    /// Base URL with `/v1` (OPENAI_BASE_URL, OPENROUTER_BASE_URL).
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Base URL of the host (ANTHROPIC_BASE_URL, OLLAMA_BASE_URL, LMSTUDIO_BASE_URL).
+    pub fn host_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn set_models(&self, models: &[&str]) -> &Self {
+        self.script.lock().unwrap().models = models.iter().map(|m| m.to_string()).collect();
+        self
+    }
+
+    pub fn push(&self, reply: Reply) -> &Self {
+        self.script.lock().unwrap().replies.push_back(reply);
+        self
+    }
+
+    /// Requests to the model endpoints (not the model lists).
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.script.lock().unwrap().requests.clone()
+    }
+
+    /// Waits until at least `n` requests arrived.
+    pub async fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<RecordedRequest> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let requests = self.requests();
+            if requests.len() >= n || tokio::time::Instant::now() >= deadline {
+                return requests;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+async fn answer(
+    State(script): State<Shared>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let body: Value = serde_json::from_str(&body).unwrap_or(Value::String(body));
+    let streaming = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let (wire, reply, usage) = {
+        let mut script = script.lock().unwrap();
+        script.requests.push(RecordedRequest {
+            path: uri.path().to_string(),
+            headers: headers
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.as_str().to_string(),
+                        v.to_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect(),
+            body,
+        });
+        (script.wire, script.replies.pop_front(), script.usage)
+    };
+    let mut reply = reply.unwrap_or(Reply::Error {
+        status: 500,
+        kind: "api_error".into(),
+        message: "fake model: no scripted reply left for this request".into(),
+        retry_after: None,
+    });
+    while let Reply::Delayed(delay, inner) = reply {
+        tokio::time::sleep(delay).await;
+        reply = *inner;
+    }
+    render(wire, reply, streaming, usage)
+}
+
+fn render(wire: Wire, reply: Reply, streaming: bool, usage: (u64, u64)) -> Response {
+    match reply {
+        Reply::Error {
+            status,
+            kind,
+            message,
+            retry_after,
+        } => {
+            let body = match wire {
+                Wire::OpenAi => json!({"error": {"message": message, "type": kind, "code": kind}}),
+                Wire::Anthropic => {
+                    json!({"type": "error", "error": {"type": kind, "message": message}})
+                }
+            };
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut response = (status, axum::Json(body)).into_response();
+            if let Some(wait) = retry_after {
+                response
+                    .headers_mut()
+                    .insert("retry-after", wait.parse().unwrap());
+            }
+            response
+        }
+        Reply::Malformed if streaming => {
+            sse_response(vec![Ok(Bytes::from("data: {this is not json\n\n"))])
+        }
+        Reply::Malformed => {
+            ([("content-type", "application/json")], "{\"choices\": [").into_response()
+        }
+        Reply::Json(value) => axum::Json(value).into_response(),
+        Reply::Disconnect { after_text } => {
+            let mut chunks: Vec<Result<Bytes, std::io::Error>> = match wire {
+                Wire::OpenAi => openai_events(&Turn::text(after_text), usage, false),
+                Wire::Anthropic => anthropic_events(&Turn::text(after_text), usage, false),
+            }
+            .into_iter()
+            .map(Ok)
+            .collect();
+            chunks.push(Err(std::io::Error::other("fake model: connection dropped")));
+            sse_response(chunks)
+        }
+        Reply::Text(_) | Reply::ToolCalls { .. } | Reply::Truncated(_) => {
+            let turn = Turn::from(reply);
+            match (wire, streaming) {
+                (Wire::OpenAi, true) => sse_response(
+                    openai_events(&turn, usage, true)
+                        .into_iter()
+                        .map(Ok)
+                        .collect(),
+                ),
+                (Wire::Anthropic, true) => sse_response(
+                    anthropic_events(&turn, usage, true)
+                        .into_iter()
+                        .map(Ok)
+                        .collect(),
+                ),
+                (Wire::OpenAi, false) => axum::Json(openai_body(&turn, usage)).into_response(),
+                (Wire::Anthropic, false) => {
+                    axum::Json(anthropic_body(&turn, usage)).into_response()
+                }
+            }
+        }
+        Reply::Delayed(..) => unreachable!("delays are unwrapped before rendering"),
+    }
+}
+
+fn sse_response(chunks: Vec<Result<Bytes, std::io::Error>>) -> Response {
+    let stream = futures_util_stream(chunks);
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+/// A stream that yields the chunks with a short pause between them, so readers see
+/// them arrive separately (as from a real server).
+fn futures_util_stream(
+    chunks: Vec<Result<Bytes, std::io::Error>>,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send {
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        for chunk in chunks {
+            if tx.send(chunk).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+/// A model turn, format-neutral.
+struct Turn {
+    text: String,
+    calls: Vec<(String, String, String)>,
+    truncated: bool,
+}
+
+impl Turn {
+    fn text(text: String) -> Self {
+        Turn {
+            text,
+            calls: Vec::new(),
+            truncated: false,
+        }
+    }
+}
+
+impl From<Reply> for Turn {
+    fn from(reply: Reply) -> Self {
+        match reply {
+            Reply::Text(text) => Turn::text(text),
+            Reply::Truncated(text) => Turn {
+                truncated: true,
+                ..Turn::text(text)
+            },
+            Reply::ToolCalls { text, calls } => Turn {
+                text,
+                calls,
+                truncated: false,
+            },
+            _ => Turn::text(String::new()),
+        }
+    }
+}
+
+/// Splits text into a few pieces, as a model streams it.
+fn pieces(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let size = chars.len().div_ceil(3).max(1);
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+fn sse(event: Option<&str>, data: &Value) -> Bytes {
+    match event {
+        Some(name) => Bytes::from(format!("event: {name}\ndata: {data}\n\n")),
+        None => Bytes::from(format!("data: {data}\n\n")),
+    }
+}
+
+fn openai_finish(turn: &Turn) -> &'static str {
+    if turn.truncated {
+        "length"
+    } else if turn.calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    }
+}
+
+fn openai_events(turn: &Turn, usage: (u64, u64), complete: bool) -> Vec<Bytes> {
+    let chunk = |delta: Value, finish: Value| {
+        sse(
+            None,
+            &json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "fake-model",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}),
+        )
+    };
+    let mut out = vec![chunk(
+        json!({"role": "assistant", "content": ""}),
+        Value::Null,
+    )];
+    for piece in pieces(&turn.text) {
+        out.push(chunk(json!({"content": piece}), Value::Null));
+    }
+    if !complete {
+        return out;
+    }
+    for (index, (id, name, args)) in turn.calls.iter().enumerate() {
+        out.push(chunk(
+            json!({"tool_calls": [{"index": index, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}),
+            Value::Null,
+        ));
+        for piece in pieces(args) {
+            out.push(chunk(
+                json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}),
+                Value::Null,
+            ));
+        }
+    }
+    out.push(chunk(json!({}), Value::from(openai_finish(turn))));
+    out.push(sse(
+        None,
+        &json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "choices": [],
+                "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1, "total_tokens": usage.0 + usage.1}}),
+    ));
+    out.push(Bytes::from("data: [DONE]\n\n"));
+    out
+}
+
+fn openai_body(turn: &Turn, usage: (u64, u64)) -> Value {
+    let calls: Vec<Value> = turn
+        .calls
+        .iter()
+        .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
+        .collect();
+    let mut message = json!({"role": "assistant", "content": if turn.text.is_empty() { Value::Null } else { Value::from(turn.text.clone()) }});
+    if !calls.is_empty() {
+        message["tool_calls"] = Value::from(calls);
+    }
+    json!({
+        "id": "chatcmpl-fake", "object": "chat.completion", "model": "fake-model",
+        "choices": [{"index": 0, "message": message, "finish_reason": openai_finish(turn)}],
+        "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1, "total_tokens": usage.0 + usage.1}
+    })
+}
+
+fn anthropic_stop(turn: &Turn) -> &'static str {
+    if turn.truncated {
+        "max_tokens"
+    } else if turn.calls.is_empty() {
+        "end_turn"
+    } else {
+        "tool_use"
+    }
+}
+
+fn anthropic_events(turn: &Turn, usage: (u64, u64), complete: bool) -> Vec<Bytes> {
+    let mut out = vec![sse(
+        Some("message_start"),
+        &json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant",
+                "content": [], "model": "claude-fake", "stop_reason": null,
+                "usage": {"input_tokens": usage.0, "output_tokens": 1}}}),
+    )];
+    let mut index = 0;
+    if !turn.text.is_empty() {
+        out.push(sse(
+            Some("content_block_start"),
+            &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ));
+        out.push(sse(Some("ping"), &json!({"type": "ping"})));
+        for piece in pieces(&turn.text) {
+            out.push(sse(
+                Some("content_block_delta"),
+                &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}),
+            ));
+        }
+        if !complete {
+            return out;
+        }
+        out.push(sse(
+            Some("content_block_stop"),
+            &json!({"type": "content_block_stop", "index": 0}),
+        ));
+        index = 1;
+    }
+    for (i, (id, name, args)) in turn.calls.iter().enumerate() {
+        let index = index + i;
+        out.push(sse(
+            Some("content_block_start"),
+            &json!({"type": "content_block_start", "index": index,
+                    "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+        ));
+        for piece in pieces(args) {
+            out.push(sse(
+                Some("content_block_delta"),
+                &json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": piece}}),
+            ));
+        }
+        out.push(sse(
+            Some("content_block_stop"),
+            &json!({"type": "content_block_stop", "index": index}),
+        ));
+    }
+    out.push(sse(
+        Some("message_delta"),
+        &json!({"type": "message_delta", "delta": {"stop_reason": anthropic_stop(turn), "stop_sequence": null},
+                "usage": {"output_tokens": usage.1}}),
+    ));
+    out.push(sse(Some("message_stop"), &json!({"type": "message_stop"})));
+    out
+}
+
+fn anthropic_body(turn: &Turn, usage: (u64, u64)) -> Value {
+    let mut content = Vec::new();
+    if !turn.text.is_empty() {
+        content.push(json!({"type": "text", "text": turn.text}));
+    }
+    for (id, name, args) in &turn.calls {
+        let input: Value = serde_json::from_str(args).unwrap_or(json!({}));
+        content.push(json!({"type": "tool_use", "id": id, "name": name, "input": input}));
+    }
+    json!({"id": "msg_fake", "type": "message", "role": "assistant", "model": "claude-fake",
+           "content": content, "stop_reason": anthropic_stop(turn),
+           "usage": {"input_tokens": usage.0, "output_tokens": usage.1}})
+}
+
+async fn list_models(State(script): State<Shared>, headers: HeaderMap) -> Response {
+    let script = script.lock().unwrap();
+    let authorized = match script.wire {
+        Wire::OpenAi => headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .is_none_or(|v| !v.contains("bad-key")),
+        Wire::Anthropic => headers
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v != "bad-key"),
+    };
+    if !authorized {
+        return (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(json!({"error": {"message": "invalid key"}})),
+        )
+            .into_response();
+    }
+    let data: Vec<Value> = script
+        .models
+        .iter()
+        .map(|m| json!({"id": m, "object": "model"}))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+async fn ollama_tags(State(script): State<Shared>) -> Response {
+    let script = script.lock().unwrap();
+    let models: Vec<Value> = script
+        .models
+        .iter()
+        .map(|m| json!({"name": m, "model": m}))
+        .collect();
+    axum::Json(json!({"models": models})).into_response()
+}
+
+async fn openrouter_key() -> Result<axum::Json<Value>, Infallible> {
+    Ok(axum::Json(json!({"data": {"label": "fake", "usage": 0}})))
+}
+
+// ------------------------------------------------------------ script helpers
+
+/// The model asks for one tool call.
+pub fn tool_call(id: &str, name: &str, arguments: Value) -> Reply {
+    tool_calls(&[(id, name, arguments)])
+}
+
+/// The model asks for several tool calls in one turn.
+pub fn tool_calls(calls: &[(&str, &str, Value)]) -> Reply {
+    Reply::ToolCalls {
+        text: String::new(),
+        calls: calls
+            .iter()
+            .map(|(id, name, args)| (id.to_string(), name.to_string(), args.to_string()))
+            .collect(),
+    }
+}
+
+/// The model answers with text.
+pub fn text(content: &str) -> Reply {
+    Reply::Text(content.to_string())
+}
+
+/// An error status; `kind` is the format's error type (e.g. `rate_limit_error`).
+pub fn error(status: u16, kind: &str, message: &str) -> Reply {
+    Reply::Error {
+        status,
+        kind: kind.into(),
+        message: message.into(),
+        retry_after: None,
+    }
+}

@@ -1,0 +1,568 @@
+//! Anthropic's native Messages API: `system` as a parameter, `tool_use` /
+//! `tool_result` content blocks, and its server-sent event stream.
+
+use std::collections::BTreeMap;
+
+use chorus_proto::domain::{ChatMessage, Role, ToolCall, Usage};
+use serde_json::{Map, Value, json};
+
+use super::http::{post_json, read_sse};
+use super::sse::SseEvent;
+use super::{ModelClient, ModelError, ModelReply, ModelRequest, StopReason};
+
+pub const API_VERSION: &str = "2023-06-01";
+
+pub struct AnthropicClient {
+    http: reqwest::Client,
+    /// e.g. `http://127.0.0.1:50051/llm/anthropic` (the control plane's relay).
+    base_url: String,
+    /// Sent as `x-api-key`: the worker credential when calling the relay.
+    api_key: String,
+    provider: String,
+}
+
+impl AnthropicClient {
+    pub fn new(
+        http: reqwest::Client,
+        base_url: impl Into<String>,
+        api_key: impl Into<String>,
+        provider: impl Into<String>,
+    ) -> Self {
+        AnthropicClient {
+            http,
+            base_url: base_url.into().trim_end_matches('/').to_string(),
+            api_key: api_key.into(),
+            provider: provider.into(),
+        }
+    }
+}
+
+/// The request body for `POST /v1/messages`.
+pub fn request_body(request: &ModelRequest<'_>, stream: bool) -> Value {
+    let mut body = json!({
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "messages": messages_json(request.messages),
+        "stream": stream,
+    });
+    if !request.system.is_empty() {
+        body["system"] = Value::from(request.system);
+    }
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+            .collect();
+    }
+    body
+}
+
+/// Anthropic wants alternating user/assistant turns of content blocks: tool results
+/// travel in a user turn, and consecutive turns of one role are merged.
+fn messages_json(messages: &[ChatMessage]) -> Vec<Value> {
+    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    for message in messages {
+        let (role, blocks) = match message.role {
+            Role::User | Role::System => {
+                ("user", text_block(&message.content).into_iter().collect())
+            }
+            Role::Tool => {
+                let mut block = json!({
+                    "type": "tool_result",
+                    "tool_use_id": message.tool_call_id.clone().unwrap_or_default(),
+                    "content": message.content,
+                });
+                if message.is_error {
+                    block["is_error"] = Value::Bool(true);
+                }
+                ("user", vec![block])
+            }
+            Role::Assistant => {
+                let mut blocks: Vec<Value> = text_block(&message.content).into_iter().collect();
+                blocks.extend(message.tool_calls.iter().map(|call| {
+                    json!({"type": "tool_use", "id": call.id, "name": call.name, "input": tool_input(call)})
+                }));
+                ("assistant", blocks)
+            }
+        };
+        if blocks.is_empty() {
+            continue; // an empty turn is refused by the API and says nothing
+        }
+        match turns.last_mut() {
+            Some((last, existing)) if *last == role => existing.extend(blocks),
+            _ => turns.push((role, blocks)),
+        }
+    }
+    turns
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect()
+}
+
+fn text_block(text: &str) -> Option<Value> {
+    (!text.is_empty()).then(|| json!({"type": "text", "text": text}))
+}
+
+/// Tool inputs must be objects; arguments another model produced as invalid JSON
+/// are sent as an empty object (their tool result already says what was wrong).
+fn tool_input(call: &ToolCall) -> Value {
+    match serde_json::from_str::<Value>(&call.arguments) {
+        Ok(Value::Object(map)) => Value::Object(map),
+        _ => Value::Object(Map::new()),
+    }
+}
+
+fn stop_reason(reason: Option<&str>) -> StopReason {
+    match reason {
+        Some("end_turn") | Some("stop_sequence") => StopReason::EndTurn,
+        Some("tool_use") => StopReason::ToolUse,
+        Some("max_tokens") => StopReason::MaxTokens,
+        _ => StopReason::Other,
+    }
+}
+
+/// Reads a non-streaming response body.
+pub fn parse_reply(body: &Value) -> Result<ModelReply, ModelError> {
+    let blocks = body
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ModelError::retryable("the reply has no content blocks"))?;
+    let mut content = String::new();
+    let mut tool_calls = Vec::new();
+    for block in blocks {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => content.push_str(
+                block
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+            ),
+            Some("tool_use") => tool_calls.push(ToolCall {
+                id: str_of(block, "id"),
+                name: str_of(block, "name"),
+                arguments: block
+                    .get("input")
+                    .map(Value::to_string)
+                    .unwrap_or_else(|| "{}".into()),
+            }),
+            _ => {}
+        }
+    }
+    Ok(ModelReply {
+        content,
+        tool_calls,
+        stop: stop_reason(body.get("stop_reason").and_then(Value::as_str)),
+        usage: body.get("usage").map(|u| Usage {
+            input_tokens: u.get("input_tokens").and_then(Value::as_u64).unwrap_or(0),
+            output_tokens: u.get("output_tokens").and_then(Value::as_u64).unwrap_or(0),
+        }),
+    })
+}
+
+fn str_of(v: &Value, key: &str) -> String {
+    v.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+enum Block {
+    Text,
+    Tool {
+        id: String,
+        name: String,
+        input: String,
+    },
+    Other,
+}
+
+/// Builds a reply from the event stream.
+#[derive(Default)]
+pub struct StreamState {
+    blocks: BTreeMap<u64, Block>,
+    content: String,
+    stop: Option<String>,
+    input_tokens: u64,
+    output_tokens: u64,
+    saw_usage: bool,
+    finished: bool,
+}
+
+impl StreamState {
+    /// Applies one event; text deltas go to `on_text`. Returns whether the message ended.
+    pub fn apply(
+        &mut self,
+        provider: &str,
+        event: &SseEvent,
+        on_text: &mut (dyn FnMut(&str) + Send),
+    ) -> Result<bool, ModelError> {
+        let data: Value = serde_json::from_str(&event.data).map_err(|e| {
+            ModelError::retryable(format!(
+                "'{provider}' streamed an event that is not JSON ({e})"
+            ))
+        })?;
+        let kind = event
+            .event
+            .clone()
+            .or_else(|| data.get("type").and_then(Value::as_str).map(str::to_string))
+            .unwrap_or_default();
+        match kind.as_str() {
+            "message_start" => {
+                if let Some(usage) = data.pointer("/message/usage") {
+                    self.add_usage(usage);
+                }
+            }
+            "content_block_start" => {
+                let index = data.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let block = data.get("content_block").cloned().unwrap_or(Value::Null);
+                let block = match block.get("type").and_then(Value::as_str) {
+                    Some("text") => {
+                        let text = str_of(&block, "text");
+                        if !text.is_empty() {
+                            on_text(&text);
+                            self.content.push_str(&text);
+                        }
+                        Block::Text
+                    }
+                    Some("tool_use") => Block::Tool {
+                        id: str_of(&block, "id"),
+                        name: str_of(&block, "name"),
+                        // A non-empty start input (rare) is kept unless deltas follow.
+                        input: match block.get("input") {
+                            Some(Value::Object(map)) if !map.is_empty() => {
+                                Value::Object(map.clone()).to_string()
+                            }
+                            _ => String::new(),
+                        },
+                    },
+                    _ => Block::Other,
+                };
+                self.blocks.insert(index, block);
+            }
+            "content_block_delta" => {
+                let index = data.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let delta = data.get("delta").cloned().unwrap_or(Value::Null);
+                match (
+                    delta.get("type").and_then(Value::as_str),
+                    self.blocks.get_mut(&index),
+                ) {
+                    (Some("text_delta"), _) => {
+                        let text = str_of(&delta, "text");
+                        on_text(&text);
+                        self.content.push_str(&text);
+                    }
+                    (Some("input_json_delta"), Some(Block::Tool { input, .. })) => {
+                        input.push_str(
+                            delta
+                                .get("partial_json")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default(),
+                        );
+                    }
+                    _ => {} // thinking, signatures: not part of Chorus's message model
+                }
+            }
+            "message_delta" => {
+                if let Some(reason) = data.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                    self.stop = Some(reason.to_string());
+                }
+                if let Some(usage) = data.get("usage") {
+                    self.add_usage(usage);
+                }
+            }
+            "message_stop" => {
+                self.finished = true;
+                return Ok(true);
+            }
+            "error" => {
+                let kind = data
+                    .pointer("/error/type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("error");
+                let message = data
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("no details given");
+                let text = format!("'{provider}' reported {kind} mid-stream: {message}");
+                return Err(match kind {
+                    "overloaded_error" | "api_error" | "rate_limit_error" => {
+                        ModelError::retryable(text)
+                    }
+                    _ => ModelError::Fatal(text),
+                });
+            }
+            _ => {} // ping, content_block_stop
+        }
+        Ok(false)
+    }
+
+    fn add_usage(&mut self, usage: &Value) {
+        if let Some(n) = usage.get("input_tokens").and_then(Value::as_u64) {
+            self.input_tokens = n;
+            self.saw_usage = true;
+        }
+        if let Some(n) = usage.get("output_tokens").and_then(Value::as_u64) {
+            self.output_tokens = n;
+            self.saw_usage = true;
+        }
+    }
+
+    pub fn finish(self, provider: &str) -> Result<ModelReply, ModelError> {
+        if !self.finished {
+            return Err(ModelError::retryable(format!(
+                "the stream from '{provider}' ended before the message was complete"
+            )));
+        }
+        let tool_calls = self
+            .blocks
+            .into_values()
+            .filter_map(|block| match block {
+                Block::Tool { id, name, input } => Some(ToolCall {
+                    id,
+                    name,
+                    arguments: if input.trim().is_empty() {
+                        "{}".into()
+                    } else {
+                        input
+                    },
+                }),
+                _ => None,
+            })
+            .collect();
+        Ok(ModelReply {
+            content: self.content,
+            tool_calls,
+            stop: stop_reason(self.stop.as_deref()),
+            usage: self.saw_usage.then_some(Usage {
+                input_tokens: self.input_tokens,
+                output_tokens: self.output_tokens,
+            }),
+        })
+    }
+}
+
+impl ModelClient for AnthropicClient {
+    async fn stream(
+        &self,
+        request: &ModelRequest<'_>,
+        on_text: &mut (dyn FnMut(&str) + Send),
+    ) -> Result<ModelReply, ModelError> {
+        let url = format!("{}/v1/messages", self.base_url);
+        let headers = [
+            ("x-api-key", self.api_key.as_str()),
+            ("anthropic-version", API_VERSION),
+            ("accept", "text/event-stream"),
+        ];
+        let response = post_json(
+            &self.http,
+            &self.provider,
+            &url,
+            &headers,
+            &request_body(request, true),
+        )
+        .await?;
+        let mut state = StreamState::default();
+        read_sse(&self.provider, response, |event| {
+            state.apply(&self.provider, &event, on_text)
+        })
+        .await?;
+        state.finish(&self.provider)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ToolSchema;
+
+    fn call(id: &str, args: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: "view".into(),
+            arguments: args.into(),
+        }
+    }
+
+    #[test]
+    fn requests_use_system_and_pair_tool_results_with_their_calls() {
+        let a = call("toolu_1", r#"{"path":"a"}"#);
+        let b = call("toolu_2", "{not json");
+        let messages = vec![
+            ChatMessage::user("look at a and b"),
+            ChatMessage::assistant("Looking.", vec![a.clone(), b.clone()]),
+            ChatMessage::tool_result(&a, "1\thello", false),
+            ChatMessage::tool_result(&b, "invalid arguments", true),
+            ChatMessage::user("and then?"),
+            ChatMessage::assistant("", vec![]),
+        ];
+        let tools = vec![ToolSchema {
+            name: "view".into(),
+            description: "read".into(),
+            parameters: json!({"type": "object"}),
+        }];
+        let body = request_body(
+            &ModelRequest {
+                model: "claude-x",
+                system: "be brief",
+                messages: &messages,
+                tools: &tools,
+                max_tokens: 1024,
+            },
+            true,
+        );
+        assert_eq!(body["system"], "be brief");
+        assert_eq!(body["max_tokens"], 1024);
+        assert_eq!(body["stream"], true);
+        assert_eq!(
+            body["tools"][0],
+            json!({"name": "view", "description": "read", "input_schema": {"type": "object"}})
+        );
+        let turns = body["messages"].as_array().unwrap();
+        assert_eq!(turns.len(), 3, "{turns:#?}");
+        assert_eq!(
+            turns[0],
+            json!({"role": "user", "content": [{"type": "text", "text": "look at a and b"}]})
+        );
+        assert_eq!(
+            turns[1]["content"][1],
+            json!({"type": "tool_use", "id": "toolu_1", "name": "view", "input": {"path": "a"}})
+        );
+        assert_eq!(turns[1]["content"][2]["input"], json!({}));
+        assert_eq!(
+            turns[2]["content"],
+            json!([
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "1\thello"},
+                {"type": "tool_result", "tool_use_id": "toolu_2", "content": "invalid arguments", "is_error": true},
+                {"type": "text", "text": "and then?"}
+            ])
+        );
+    }
+
+    fn sse(event: &str, data: Value) -> SseEvent {
+        SseEvent {
+            event: Some(event.into()),
+            data: data.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_stream_of_text_and_tool_use_becomes_one_reply() {
+        let events = vec![
+            sse(
+                "message_start",
+                json!({"type": "message_start", "message": {"usage": {"input_tokens": 25, "output_tokens": 1}}}),
+            ),
+            sse(
+                "content_block_start",
+                json!({"index": 0, "content_block": {"type": "text", "text": ""}}),
+            ),
+            sse("ping", json!({"type": "ping"})),
+            sse(
+                "content_block_delta",
+                json!({"index": 0, "delta": {"type": "text_delta", "text": "Let me "}}),
+            ),
+            sse(
+                "content_block_delta",
+                json!({"index": 0, "delta": {"type": "text_delta", "text": "look."}}),
+            ),
+            sse("content_block_stop", json!({"index": 0})),
+            sse(
+                "content_block_start",
+                json!({"index": 1, "content_block": {"type": "tool_use", "id": "toolu_9", "name": "view", "input": {}}}),
+            ),
+            sse(
+                "content_block_delta",
+                json!({"index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"pa"}}),
+            ),
+            sse(
+                "content_block_delta",
+                json!({"index": 1, "delta": {"type": "input_json_delta", "partial_json": "th\": \"a\"}"}}),
+            ),
+            sse("content_block_stop", json!({"index": 1})),
+            sse(
+                "message_delta",
+                json!({"delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 17}}),
+            ),
+            sse("message_stop", json!({"type": "message_stop"})),
+        ];
+        let mut state = StreamState::default();
+        let mut streamed = String::new();
+        let mut done = false;
+        for event in &events {
+            done = state
+                .apply("anthropic", event, &mut |t| streamed.push_str(t))
+                .unwrap();
+        }
+        assert!(done);
+        assert_eq!(streamed, "Let me look.");
+        let reply = state.finish("anthropic").unwrap();
+        assert_eq!(reply.content, "Let me look.");
+        assert_eq!(reply.stop, StopReason::ToolUse);
+        assert_eq!(reply.tool_calls, vec![call("toolu_9", "{\"path\": \"a\"}")]);
+        assert_eq!(
+            reply.usage,
+            Some(Usage {
+                input_tokens: 25,
+                output_tokens: 17
+            })
+        );
+    }
+
+    #[test]
+    fn a_cut_stream_and_stream_errors_are_reported_as_what_they_are() {
+        let mut state = StreamState::default();
+        state
+            .apply(
+                "anthropic",
+                &sse(
+                    "message_start",
+                    json!({"message": {"usage": {"input_tokens": 1}}}),
+                ),
+                &mut |_| {},
+            )
+            .unwrap();
+        assert!(matches!(
+            state.finish("anthropic"),
+            Err(ModelError::Retryable { .. })
+        ));
+
+        let overloaded = sse(
+            "error",
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        );
+        assert!(matches!(
+            StreamState::default().apply("anthropic", &overloaded, &mut |_| {}),
+            Err(ModelError::Retryable { .. })
+        ));
+        let invalid = sse(
+            "error",
+            json!({"type": "error", "error": {"type": "invalid_request_error", "message": "bad"}}),
+        );
+        assert!(matches!(
+            StreamState::default().apply("anthropic", &invalid, &mut |_| {}),
+            Err(ModelError::Fatal(_))
+        ));
+        let garbage = SseEvent {
+            event: Some("content_block_delta".into()),
+            data: "{oops".into(),
+        };
+        assert!(matches!(
+            StreamState::default().apply("anthropic", &garbage, &mut |_| {}),
+            Err(ModelError::Retryable { .. })
+        ));
+    }
+
+    #[test]
+    fn non_streaming_replies_parse_too() {
+        let reply = parse_reply(&json!({
+            "content": [{"type": "text", "text": "hi"}, {"type": "tool_use", "id": "t", "name": "view", "input": {"path": "x"}}],
+            "stop_reason": "tool_use",
+            "usage": {"input_tokens": 3, "output_tokens": 4}
+        }))
+        .unwrap();
+        assert_eq!(reply.content, "hi");
+        assert_eq!(reply.tool_calls[0].arguments, r#"{"path":"x"}"#);
+        assert_eq!(reply.stop, StopReason::ToolUse);
+    }
+}
