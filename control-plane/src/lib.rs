@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod config;
+pub mod feed;
 pub mod grpc;
 pub mod http;
 pub mod llm_relay;

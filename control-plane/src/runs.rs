@@ -19,10 +19,12 @@ use chorus_proto::domain::{
 };
 
 use crate::config::Settings;
+use crate::feed::ThreadFeed;
 use crate::providers::catalog::{Catalog, ResolveError};
-use crate::store::{AgentRecord, Store, StoreError, ThreadStatus};
+use crate::store::{AgentRecord, Store, StoreError, ThreadStatus, format_epoch_ms};
 use crate::workers::WorkerLost;
 use crate::workers::registry::{Generation, Registry};
+use serde_json::json;
 
 /// What the run dispatcher needs from the settings.
 #[derive(Debug, Clone)]
@@ -99,6 +101,7 @@ pub struct Runs {
     catalog: Arc<Catalog>,
     settings: RunSettings,
     agents: Mutex<HashMap<String, AgentRuns>>,
+    feed: ThreadFeed,
 }
 
 /// An event a worker is not entitled to send.
@@ -123,6 +126,7 @@ impl Runs {
             catalog,
             settings,
             agents: Mutex::new(HashMap::new()),
+            feed: ThreadFeed::default(),
         }
     }
 
@@ -144,8 +148,7 @@ impl Runs {
         let run = match self.build_run(agent, thread_id).await? {
             Ok(run) => run,
             Err(reason) => {
-                self.store
-                    .set_thread_status(&agent.name, thread_id, ThreadStatus::Failed, Some(&reason))
+                self.end_thread(&agent.name, thread_id, ThreadStatus::Failed, Some(&reason))
                     .await?;
                 return Ok(thread_id);
             }
@@ -233,6 +236,31 @@ impl Runs {
         }))
     }
 
+    /// The live feed of every thread's events.
+    pub fn feed(&self) -> &ThreadFeed {
+        &self.feed
+    }
+
+    /// Finishes a thread in the store and tells live subscribers.
+    async fn end_thread(
+        &self,
+        agent: &str,
+        thread_id: u64,
+        status: ThreadStatus,
+        error: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.store
+            .set_thread_status(agent, thread_id, status, error)
+            .await?;
+        self.feed.publish(
+            agent,
+            thread_id,
+            "status",
+            serde_json::json!({ "status": status.as_str(), "error": error }),
+        );
+        Ok(())
+    }
+
     /// The agent's model changed: runs in progress use it from their next model call,
     /// runs still waiting get it in their assignment.
     pub fn model_changed(&self, agent: &str, model: &str, route: &ModelRoute) {
@@ -297,18 +325,33 @@ impl Runs {
             active.trace(&event);
             active.thread_id
         };
+        let publish = |kind, data| self.feed.publish(agent, thread_id, kind, data);
         let result = match &event {
             WorkerEvent::StepStarted(step) => {
-                self.store.record_step_started(agent, thread_id, step).await
+                let stored = self.store.record_step_started(agent, thread_id, step).await;
+                publish(
+                    "step_started",
+                    json!({"number": step.number, "kind": step.kind, "description": step.description,
+                           "started_at": format_epoch_ms(step.started_at_ms)}),
+                );
+                stored
             }
             WorkerEvent::StepEnded(step) => {
-                self.store.record_step_ended(agent, thread_id, step).await
+                let stored = self.store.record_step_ended(agent, thread_id, step).await;
+                publish(
+                    "step_ended",
+                    json!({"number": step.number, "duration_ms": step.duration_ms,
+                           "failed": step.failed, "usage": step.usage}),
+                );
+                stored
             }
             WorkerEvent::MessageAppended { message, .. } => {
                 if !matches!(message.role, Role::Assistant | Role::Tool) {
                     return Err(EventRejected::ForbiddenRole(message.role.as_str()));
                 }
-                self.store.append_message(agent, thread_id, message).await
+                let stored = self.store.append_message(agent, thread_id, message).await;
+                publish("message", json!(message));
+                stored
             }
             WorkerEvent::RunCompleted { .. } => {
                 self.finish(agent, &run_id, thread_id, ThreadStatus::Completed, None)
@@ -318,8 +361,11 @@ impl Runs {
                 self.finish(agent, &run_id, thread_id, ThreadStatus::Failed, Some(error))
                     .await
             }
-            // Live text is for live views (none yet); the whole message follows.
-            WorkerEvent::TextDelta { .. } => Ok(()),
+            // Live text is only for live views; the whole message follows.
+            WorkerEvent::TextDelta { step, text, .. } => {
+                publish("text", json!({"step": step, "text": text}));
+                Ok(())
+            }
             WorkerEvent::Hello { .. } | WorkerEvent::Heartbeat { .. } => Ok(()),
         };
         if let Err(e) = result {
@@ -343,10 +389,7 @@ impl Runs {
             .map(|run| run.span)
             .unwrap_or_else(tracing::Span::none);
         span.in_scope(|| tracing::info!(status = status.as_str(), error, "run finished"));
-        self.store
-            .set_thread_status(agent, thread_id, status, error)
-            .await
-            .map(|_| ())
+        self.end_thread(agent, thread_id, status, error).await
     }
 
     /// A worker ended: its started runs fail with `reason`, its unstarted runs wait
@@ -390,8 +433,7 @@ impl Runs {
         };
         for (run_id, thread_id, reason) in failed {
             if let Err(e) = self
-                .store
-                .set_thread_status(&lost.agent, thread_id, ThreadStatus::Failed, Some(reason))
+                .end_thread(&lost.agent, thread_id, ThreadStatus::Failed, Some(reason))
                 .await
             {
                 tracing::error!(agent = %lost.agent, thread_id, %run_id, error = %e, "cannot fail thread");
@@ -408,8 +450,7 @@ impl Runs {
             .unwrap_or_default();
         for thread_id in threads {
             if let Err(e) = self
-                .store
-                .set_thread_status(agent, thread_id, ThreadStatus::Failed, Some(reason))
+                .end_thread(agent, thread_id, ThreadStatus::Failed, Some(reason))
                 .await
             {
                 tracing::error!(agent, thread_id, error = %e, "cannot fail thread");

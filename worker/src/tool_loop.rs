@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::model::{
-    DEFAULT_MAX_TOKENS, ModelClient, ModelError, ModelReply, ModelRequest, StopReason,
+    DEFAULT_MAX_TOKENS, MessageCache, ModelClient, ModelError, ModelReply, ModelRequest, StopReason,
 };
 use crate::tools::ToolBox;
 
@@ -155,6 +155,8 @@ pub async fn run<F: ClientFactory>(
         })
     };
     let mut bad_replies = 0u32;
+    // `messages` is only ever appended to, which is what the cache relies on.
+    let cache = MessageCache::default();
 
     for _ in 0..input.max_iterations {
         let selection = input.model.borrow_and_update().clone();
@@ -165,6 +167,7 @@ pub async fn run<F: ClientFactory>(
             messages: &messages,
             tools: &schemas,
             max_tokens: DEFAULT_MAX_TOKENS,
+            cache: &cache,
         };
         let reply = call_with_retries(
             &client,
@@ -345,7 +348,290 @@ pub fn backoff(attempt: u32, base: Duration) -> Duration {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+
+    use chorus_proto::domain::{Role, ToolCall};
+    use serde_json::json;
+
     use super::*;
+    use crate::tools::jail::Workspace;
+
+    /// A model that answers from a script and remembers what it was sent.
+    #[derive(Clone, Default)]
+    struct Scripted {
+        replies: Arc<Mutex<VecDeque<Result<ModelReply, ModelError>>>>,
+        seen: Arc<Mutex<Vec<Vec<ChatMessage>>>>,
+        hang: bool,
+    }
+
+    impl ModelClient for Scripted {
+        async fn stream(
+            &self,
+            request: &ModelRequest<'_>,
+            on_text: &mut (dyn FnMut(&str) + Send),
+        ) -> Result<ModelReply, ModelError> {
+            self.seen.lock().unwrap().push(request.messages.to_vec());
+            if self.hang {
+                std::future::pending::<()>().await;
+            }
+            let reply = self
+                .replies
+                .lock()
+                .unwrap()
+                .pop_front()
+                .expect("a scripted reply");
+            if let Ok(reply) = &reply {
+                on_text(&reply.content);
+            }
+            reply
+        }
+    }
+
+    impl ClientFactory for Scripted {
+        type Client = Scripted;
+        fn client(&self, _route: &ModelRoute) -> Result<Scripted, ModelError> {
+            Ok(self.clone())
+        }
+    }
+
+    fn reply(content: &str, stop: StopReason) -> Result<ModelReply, ModelError> {
+        Ok(ModelReply {
+            content: content.into(),
+            tool_calls: vec![],
+            stop,
+            usage: None,
+        })
+    }
+
+    fn call_reply(name: &str, arguments: &str) -> Result<ModelReply, ModelError> {
+        Ok(ModelReply {
+            content: String::new(),
+            tool_calls: vec![ToolCall {
+                id: "c".into(),
+                name: name.into(),
+                arguments: arguments.into(),
+            }],
+            stop: StopReason::ToolUse,
+            usage: None,
+        })
+    }
+
+    struct Outcome {
+        result: Result<String, LoopError>,
+        events: Vec<WorkerEvent>,
+        seen: Vec<Vec<ChatMessage>>,
+    }
+
+    async fn run_script(
+        script: Vec<Result<ModelReply, ModelError>>,
+        policy: RetryPolicy,
+    ) -> Outcome {
+        let model = Scripted {
+            replies: Arc::new(Mutex::new(script.into())),
+            ..Scripted::default()
+        };
+        run_with(model, policy, &CancellationToken::new()).await
+    }
+
+    async fn run_with(model: Scripted, retry: RetryPolicy, cancel: &CancellationToken) -> Outcome {
+        let dir = tempfile::tempdir().unwrap();
+        let tools = ToolBox::new(Workspace::new(dir.path()));
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (_model_tx, model_rx) = watch::channel(ModelSelection {
+            display: "m".into(),
+            route: ModelRoute {
+                provider: "p".into(),
+                api: ModelRoute::OPENAI_CHAT.into(),
+                relay_path: "/llm/p".into(),
+                model: "m".into(),
+            },
+        });
+        let input = LoopInput {
+            run_id: "r",
+            system_prompt: "sys",
+            messages: vec![ChatMessage::user("go")],
+            first_step_number: 1,
+            max_iterations: 10,
+            retry,
+            model: model_rx,
+        };
+        let result = run(&model, &tools, input, &EventSink::new(tx), cancel).await;
+        let mut events = Vec::new();
+        while let Ok(event) = rx.try_recv() {
+            events.push(event);
+        }
+        let seen = model.seen.lock().unwrap().clone();
+        Outcome {
+            result,
+            events,
+            seen,
+        }
+    }
+
+    fn fast() -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: 3,
+            max_total_ms: 10_000,
+            base_delay_ms: 1,
+        }
+    }
+
+    fn step_descriptions(events: &[WorkerEvent]) -> Vec<String> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                WorkerEvent::StepStarted(s) => Some(s.description.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_cut_off_answer_is_kept_and_continued() {
+        let out = run_script(
+            vec![
+                reply("part one", StopReason::MaxTokens),
+                reply("part two", StopReason::EndTurn),
+            ],
+            fast(),
+        )
+        .await;
+        assert_eq!(out.result.unwrap(), "part two");
+        let second = &out.seen[1];
+        assert_eq!(
+            second[1].content, "part one",
+            "the partial answer stays in the context"
+        );
+        assert_eq!(second[2].content, CONTINUE_PROMPT);
+    }
+
+    #[tokio::test]
+    async fn empty_replies_are_nudged_then_fail_the_run() {
+        let out = run_script(
+            vec![
+                reply("", StopReason::EndTurn),
+                reply("done", StopReason::EndTurn),
+            ],
+            fast(),
+        )
+        .await;
+        assert_eq!(out.result.unwrap(), "done");
+        assert_eq!(out.seen[1].last().unwrap().content, EMPTY_REPLY_PROMPT);
+
+        let out = run_script(vec![reply(" ", StopReason::EndTurn); 3], fast()).await;
+        assert!(
+            matches!(out.result, Err(LoopError::BadOutput { count: 3, .. })),
+            "{:?}",
+            out.result
+        );
+    }
+
+    #[tokio::test]
+    async fn a_good_turn_resets_the_count_of_bad_ones() {
+        let out = run_script(
+            vec![
+                call_reply("nope", "{}"),
+                call_reply("nope", "{}"),
+                call_reply("view", r#"{"path":"missing.txt"}"#), // runs, fails: not bad output
+                call_reply("nope", "{}"),
+                call_reply("nope", "{}"),
+                reply("done", StopReason::EndTurn),
+            ],
+            fast(),
+        )
+        .await;
+        assert_eq!(out.result.unwrap(), "done");
+        let tool_results: Vec<&ChatMessage> = out.seen[5]
+            .iter()
+            .filter(|m| m.role == Role::Tool)
+            .collect();
+        assert_eq!(tool_results.len(), 5);
+        assert!(tool_results.iter().all(|m| m.is_error));
+    }
+
+    #[tokio::test]
+    async fn passing_failures_are_retried_as_steps_and_then_given_up() {
+        let retryable = || Err(ModelError::retryable("busy"));
+        let out = run_script(
+            vec![retryable(), retryable(), reply("ok", StopReason::EndTurn)],
+            fast(),
+        )
+        .await;
+        assert_eq!(out.result.unwrap(), "ok");
+        let steps = step_descriptions(&out.events);
+        assert_eq!(steps.len(), 5, "{steps:?}");
+        assert!(
+            steps[1].starts_with("Waiting") && steps[1].ends_with("busy"),
+            "{steps:?}"
+        );
+        assert_eq!(steps[4], "Calling LLM (m), attempt 3 of 3");
+
+        let out = run_script(vec![retryable(), retryable(), retryable()], fast()).await;
+        assert!(
+            matches!(out.result, Err(LoopError::GaveUp { attempts: 3, .. })),
+            "{:?}",
+            out.result
+        );
+
+        let out = run_script(
+            vec![Err(ModelError::ContextLength("too long".into()))],
+            fast(),
+        )
+        .await;
+        assert!(matches!(
+            out.result,
+            Err(LoopError::Model(ModelError::ContextLength(_)))
+        ));
+        assert_eq!(out.seen.len(), 1, "not retried");
+    }
+
+    #[tokio::test]
+    async fn streamed_text_is_reported_with_its_step() {
+        let out = run_script(vec![reply("hi there", StopReason::EndTurn)], fast()).await;
+        assert!(out.events.iter().any(|e| matches!(
+            e,
+            WorkerEvent::TextDelta { step: 1, text, .. } if text == "hi there"
+        )));
+    }
+
+    #[tokio::test]
+    async fn cancelling_ends_a_hanging_model_call_and_closes_its_step() {
+        let model = Scripted {
+            hang: true,
+            ..Scripted::default()
+        };
+        let cancel = CancellationToken::new();
+        let canceller = {
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                cancel.cancel();
+            })
+        };
+        let out = tokio::time::timeout(Duration::from_secs(5), run_with(model, fast(), &cancel))
+            .await
+            .expect("cancellation is prompt");
+        canceller.await.unwrap();
+        assert!(matches!(out.result, Err(LoopError::Cancelled(_))));
+        assert!(
+            out.events
+                .iter()
+                .any(|e| matches!(e, WorkerEvent::StepEnded(s) if s.failed))
+        );
+    }
+
+    #[tokio::test]
+    async fn the_iteration_cap_ends_a_model_that_never_stops() {
+        let out = run_script(
+            (0..10)
+                .map(|_| call_reply("view", &json!({"path": "x"}).to_string()))
+                .collect(),
+            fast(),
+        )
+        .await;
+        assert!(matches!(out.result, Err(LoopError::IterationCap(10))));
+    }
 
     #[test]
     fn backoff_grows_and_stays_bounded() {

@@ -5,6 +5,14 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures::{Stream, StreamExt};
+use serde_json::json;
+use std::convert::Infallible;
+use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+
+use crate::feed::ThreadEvent;
 use axum::routing::{get, post};
 use chorus_proto::domain::{ChatMessage, StepKind, Usage};
 use serde::{Deserialize, Serialize};
@@ -21,6 +29,7 @@ pub fn routes() -> Router<AppState> {
         .route("/agents/{name}/messages", post(send_message))
         .route("/agents/{name}/threads", get(list_threads))
         .route("/agents/{name}/threads/{id}", get(show_thread))
+        .route("/agents/{name}/threads/{id}/events", get(thread_events))
 }
 
 #[derive(Deserialize)]
@@ -179,4 +188,60 @@ async fn show_thread(
         steps: steps.into_iter().map(Into::into).collect(),
         usage,
     }))
+}
+
+/// `GET …/threads/{id}/events`: the thread live, as server-sent events. First its
+/// current `status`; then `step_started`, `step_ended`, `text` (model output as it
+/// streams), `message` and, last, the final `status`, after which the stream ends.
+async fn thread_events(
+    State(state): State<AppState>,
+    Path((name, id)): Path<(String, String)>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let agent = active_agent(&state, &name).await?;
+    let not_found = || ApiError::not_found(format!("agent '{name}' has no thread {id}"));
+    let id: u64 = id.parse().map_err(|_| not_found())?;
+    // Subscribe before reading the status, so an ending in between is not missed.
+    let receiver = state.runs.feed().subscribe();
+    let thread = state
+        .store
+        .thread(&agent.name, id)
+        .await?
+        .ok_or_else(not_found)?;
+    let finished = thread.status.is_finished();
+    let first = Event::default()
+        .event("status")
+        .data(json!({"status": thread.status.as_str(), "error": thread.error}).to_string());
+    let agent_name = agent.name;
+    let live = BroadcastStream::new(receiver)
+        .filter_map(move |item| {
+            let event = match item {
+                Ok(event) if event.agent == agent_name && event.thread_id == id => Some(event),
+                Ok(_) => None,
+                Err(BroadcastStreamRecvError::Lagged(missed)) => Some(ThreadEvent {
+                    agent: agent_name.clone(),
+                    thread_id: id,
+                    kind: "lagged",
+                    data: json!({"missed": missed, "hint": "re-read the thread for what was missed"}),
+                }),
+            };
+            std::future::ready(event)
+        })
+        .boxed();
+    // Yield events up to and including the final status, then end at once (not at
+    // the next event, which never comes).
+    let live = futures::stream::unfold((live, finished), |(mut events, done)| async move {
+        if done {
+            return None;
+        }
+        let event = events.next().await?;
+        let done = event.is_final();
+        Some((event, (events, done)))
+    })
+    .map(|event| {
+        Ok(Event::default()
+            .event(event.kind)
+            .data(event.data.to_string()))
+    });
+    let stream = futures::stream::once(std::future::ready(Ok(first))).chain(live);
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }

@@ -35,6 +35,7 @@ pub struct ChorusBuilder {
     env: Vec<(String, String)>,
     data_dir: Option<PathBuf>,
     api_token: Option<String>,
+    config: Option<String>,
 }
 
 pub struct Chorus {
@@ -57,6 +58,12 @@ impl ChorusBuilder {
     /// fresh temporary one.
     pub fn data_dir(mut self, dir: &Path) -> Self {
         self.data_dir = Some(dir.to_path_buf());
+        self
+    }
+
+    /// Starts chorus with this `chorus.toml`.
+    pub fn config(mut self, toml: &str) -> Self {
+        self.config = Some(toml.to_string());
         self
     }
 
@@ -97,6 +104,13 @@ impl ChorusBuilder {
             .kill_on_drop(true);
         if let Some(token) = &self.api_token {
             command.env("CHORUS_API_TOKEN", token);
+        }
+        if let Some(toml) = &self.config {
+            let parent = data_dir.parent().unwrap_or(&data_dir).to_path_buf();
+            std::fs::create_dir_all(&parent)?;
+            let path = parent.join("chorus.toml");
+            std::fs::write(&path, toml)?;
+            command.env("CHORUS_CONFIG", &path);
         }
         for (k, v) in &self.env {
             command.env(k, v);
@@ -151,6 +165,7 @@ impl Chorus {
             env: Vec::new(),
             data_dir: None,
             api_token: Some(TEST_TOKEN.to_string()),
+            config: None,
         }
     }
 
@@ -287,6 +302,62 @@ impl Chorus {
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
+    }
+
+    /// Reads a thread's live event stream until the server ends it; returns the
+    /// (event, data) pairs.
+    pub async fn thread_events(
+        &self,
+        agent: &str,
+        id: u64,
+        timeout: Duration,
+    ) -> anyhow::Result<Vec<(String, Value)>> {
+        use futures::StreamExt;
+        let response = self
+            .api(
+                reqwest::Method::GET,
+                &format!("/api/agents/{agent}/threads/{id}/events"),
+            )
+            .send()
+            .await?
+            .error_for_status()?;
+        anyhow::ensure!(
+            response.headers()["content-type"]
+                .to_str()?
+                .starts_with("text/event-stream"),
+            "not an event stream"
+        );
+        let mut body = response.bytes_stream();
+        let mut buffer = String::new();
+        let mut events = Vec::new();
+        let read = async {
+            while let Some(chunk) = body.next().await {
+                buffer.push_str(&String::from_utf8_lossy(&chunk?));
+                while let Some(end) = buffer.find("\n\n") {
+                    let block: String = buffer.drain(..end + 2).collect();
+                    let mut name = String::from("message");
+                    let mut data = String::new();
+                    for line in block.lines() {
+                        if let Some(v) = line.strip_prefix("event:") {
+                            name = v.trim().to_string();
+                        } else if let Some(v) = line.strip_prefix("data:") {
+                            data.push_str(v.trim_start());
+                        }
+                    }
+                    if !data.is_empty() {
+                        events.push((
+                            name,
+                            serde_json::from_str(&data).unwrap_or(Value::String(data)),
+                        ));
+                    }
+                }
+            }
+            Ok::<_, anyhow::Error>(())
+        };
+        tokio::time::timeout(timeout, read)
+            .await
+            .context("the event stream did not end")??;
+        Ok(events)
     }
 
     /// SIGTERM and wait for a clean exit.

@@ -57,6 +57,8 @@ pub enum Wire {
 
 #[derive(Debug, Clone)]
 pub struct RecordedRequest {
+    /// When it arrived.
+    pub at: std::time::Instant,
     pub path: String,
     pub headers: HashMap<String, String>,
     pub body: Value,
@@ -179,6 +181,7 @@ async fn answer(
     let (wire, reply, usage) = {
         let mut script = script.lock().unwrap();
         script.requests.push(RecordedRequest {
+            at: std::time::Instant::now(),
             path: uri.path().to_string(),
             headers: headers
                 .iter()

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use chorus_proto::domain::{ChatMessage, Role, ToolCall, Usage};
+use chorus_proto::domain::{ChatMessage, ModelRoute, Role, ToolCall, Usage};
 use serde_json::{Map, Value, json};
 
 use super::http::{post_json, read_sse};
@@ -37,67 +37,104 @@ impl AnthropicClient {
     }
 }
 
-/// The request body for `POST /v1/messages`.
-pub fn request_body(request: &ModelRequest<'_>, stream: bool) -> Value {
-    let mut body = json!({
+/// The request body for `POST /v1/messages`, as JSON text. Each message's content
+/// blocks come from the request's cache, so only new messages are serialised.
+pub fn request_json(request: &ModelRequest<'_>, stream: bool) -> String {
+    let mut head = json!({
         "model": request.model,
         "max_tokens": request.max_tokens,
-        "messages": messages_json(request.messages),
         "stream": stream,
     });
     if !request.system.is_empty() {
-        body["system"] = Value::from(request.system);
+        head["system"] = Value::from(request.system);
     }
     if !request.tools.is_empty() {
-        body["tools"] = request
+        head["tools"] = request
             .tools
             .iter()
             .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
             .collect();
     }
-    body
+    let head = head.to_string();
+    request.cache.with_fragments(
+        ModelRoute::ANTHROPIC_MESSAGES,
+        request.messages,
+        render_blocks,
+        |fragments| {
+            let size = head.len() + fragments.iter().map(|f| f.len() + 40).sum::<usize>();
+            let mut out = String::with_capacity(size);
+            out.push_str(&head[..head.len() - 1]);
+            out.push_str(",\"messages\":[");
+            // Anthropic wants alternating turns: consecutive fragments of one role
+            // (e.g. several tool results and the user's next words) share a turn.
+            let mut open_role: Option<char> = None;
+            for fragment in fragments {
+                let mut chars = fragment.chars();
+                let (Some(role), blocks) = (chars.next(), chars.as_str()) else {
+                    continue;
+                };
+                if blocks.is_empty() {
+                    continue; // an empty turn is refused by the API and says nothing
+                }
+                if open_role == Some(role) {
+                    out.push(',');
+                } else {
+                    if open_role.is_some() {
+                        out.push_str("]},");
+                    }
+                    let name = if role == 'a' { "assistant" } else { "user" };
+                    out.push_str(&format!("{{\"role\":\"{name}\",\"content\":["));
+                    open_role = Some(role);
+                }
+                out.push_str(blocks);
+            }
+            if open_role.is_some() {
+                out.push_str("]}");
+            }
+            out.push_str("]}");
+            out
+        },
+    )
 }
 
-/// Anthropic wants alternating user/assistant turns of content blocks: tool results
-/// travel in a user turn, and consecutive turns of one role are merged.
-fn messages_json(messages: &[ChatMessage]) -> Vec<Value> {
-    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    for message in messages {
-        let (role, blocks) = match message.role {
-            Role::User | Role::System => {
-                ("user", text_block(&message.content).into_iter().collect())
+/// The request body as a JSON value (for tests and inspection).
+pub fn request_body(request: &ModelRequest<'_>, stream: bool) -> Value {
+    serde_json::from_str(&request_json(request, stream)).unwrap_or(Value::Null)
+}
+
+/// One message as its role letter (`u`/`a`) followed by its content blocks, comma
+/// separated (nothing after the letter when it has no content).
+fn render_blocks(message: &ChatMessage) -> String {
+    let (role, blocks): (char, Vec<Value>) = match message.role {
+        Role::User | Role::System => ('u', text_block(&message.content).into_iter().collect()),
+        Role::Tool => {
+            let mut block = json!({
+                "type": "tool_result",
+                "tool_use_id": message.tool_call_id.clone().unwrap_or_default(),
+                "content": message.content,
+            });
+            if message.is_error {
+                block["is_error"] = Value::Bool(true);
             }
-            Role::Tool => {
-                let mut block = json!({
-                    "type": "tool_result",
-                    "tool_use_id": message.tool_call_id.clone().unwrap_or_default(),
-                    "content": message.content,
-                });
-                if message.is_error {
-                    block["is_error"] = Value::Bool(true);
-                }
-                ("user", vec![block])
-            }
-            Role::Assistant => {
-                let mut blocks: Vec<Value> = text_block(&message.content).into_iter().collect();
-                blocks.extend(message.tool_calls.iter().map(|call| {
-                    json!({"type": "tool_use", "id": call.id, "name": call.name, "input": tool_input(call)})
-                }));
-                ("assistant", blocks)
-            }
-        };
-        if blocks.is_empty() {
-            continue; // an empty turn is refused by the API and says nothing
+            ('u', vec![block])
         }
-        match turns.last_mut() {
-            Some((last, existing)) if *last == role => existing.extend(blocks),
-            _ => turns.push((role, blocks)),
+        Role::Assistant => {
+            let mut blocks: Vec<Value> = text_block(&message.content).into_iter().collect();
+            blocks.extend(message.tool_calls.iter().map(|call| {
+                json!({"type": "tool_use", "id": call.id, "name": call.name, "input": tool_input(call)})
+            }));
+            ('a', blocks)
         }
+    };
+    let mut out = String::new();
+    out.push(role);
+    for (i, block) in blocks.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&block.to_string());
     }
-    turns
-        .into_iter()
-        .map(|(role, content)| json!({"role": role, "content": content}))
-        .collect()
+    out
 }
 
 fn text_block(text: &str) -> Option<Value> {
@@ -359,7 +396,7 @@ impl ModelClient for AnthropicClient {
             &self.provider,
             &url,
             &headers,
-            &request_body(request, true),
+            request_json(request, true),
         )
         .await?;
         let mut state = StreamState::default();
@@ -374,7 +411,7 @@ impl ModelClient for AnthropicClient {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ToolSchema;
+    use crate::model::{MessageCache, ToolSchema};
 
     fn call(id: &str, args: &str) -> ToolCall {
         ToolCall {
@@ -408,6 +445,7 @@ mod tests {
                 messages: &messages,
                 tools: &tools,
                 max_tokens: 1024,
+                cache: &MessageCache::default(),
             },
             true,
         );

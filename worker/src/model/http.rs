@@ -147,15 +147,19 @@ pub fn classify(
     }
 }
 
-/// Sends a JSON POST. Success is the response to read; failure is already classified.
+/// Sends a JSON POST (`body` is JSON text). Success is the response to read;
+/// failure is already classified.
 pub async fn post_json(
     http: &reqwest::Client,
     provider: &str,
     url: &str,
     headers: &[(&str, &str)],
-    body: &Value,
+    body: String,
 ) -> Result<reqwest::Response, ModelError> {
-    let mut request = http.post(url).json(body);
+    let mut request = http
+        .post(url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body);
     for (name, value) in headers {
         request = request.header(*name, *value);
     }

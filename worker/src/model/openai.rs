@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use chorus_proto::domain::{ChatMessage, Role, ToolCall, Usage};
+use chorus_proto::domain::{ChatMessage, ModelRoute, Role, ToolCall, Usage};
 use serde_json::{Value, json};
 
 use super::http::{post_json, read_sse};
@@ -38,24 +38,21 @@ impl OpenAiClient {
     }
 }
 
-/// The request body for `/chat/completions`.
-pub fn request_body(request: &ModelRequest<'_>, stream: bool) -> Value {
-    let mut messages = Vec::with_capacity(request.messages.len() + 1);
-    if !request.system.is_empty() {
-        messages.push(json!({ "role": "system", "content": request.system }));
-    }
-    messages.extend(request.messages.iter().map(message_json));
-    let mut body = json!({
+/// The request body for `/chat/completions`, as JSON text. Messages come from the
+/// request's cache, so only new ones are serialised (see [`MessageCache`]).
+///
+/// [`MessageCache`]: super::MessageCache
+pub fn request_json(request: &ModelRequest<'_>, stream: bool) -> String {
+    let mut head = json!({
         "model": request.model,
-        "messages": messages,
         "max_tokens": request.max_tokens,
         "stream": stream,
     });
     if stream {
-        body["stream_options"] = json!({ "include_usage": true });
+        head["stream_options"] = json!({ "include_usage": true });
     }
     if !request.tools.is_empty() {
-        body["tools"] = request
+        head["tools"] = request
             .tools
             .iter()
             .map(|t| {
@@ -70,7 +67,43 @@ pub fn request_body(request: &ModelRequest<'_>, stream: bool) -> Value {
             })
             .collect();
     }
-    body
+    let head = head.to_string();
+    let system = (!request.system.is_empty())
+        .then(|| json!({ "role": "system", "content": request.system }).to_string());
+    request.cache.with_fragments(
+        ModelRoute::OPENAI_CHAT,
+        request.messages,
+        |m| message_json(m).to_string(),
+        |fragments| {
+            let size = head.len()
+                + system.as_ref().map_or(0, String::len)
+                + fragments.iter().map(|f| f.len() + 1).sum::<usize>()
+                + 16;
+            let mut out = String::with_capacity(size);
+            // `head` is an object with at least one field: reopen it for "messages".
+            out.push_str(&head[..head.len() - 1]);
+            out.push_str(",\"messages\":[");
+            let mut first = true;
+            for fragment in system
+                .iter()
+                .map(String::as_str)
+                .chain(fragments.iter().copied())
+            {
+                if !first {
+                    out.push(',');
+                }
+                first = false;
+                out.push_str(fragment);
+            }
+            out.push_str("]}");
+            out
+        },
+    )
+}
+
+/// The request body as a JSON value (for tests and inspection).
+pub fn request_body(request: &ModelRequest<'_>, stream: bool) -> Value {
+    serde_json::from_str(&request_json(request, stream)).unwrap_or(Value::Null)
 }
 
 fn message_json(m: &ChatMessage) -> Value {
@@ -289,7 +322,7 @@ impl ModelClient for OpenAiClient {
             &self.provider,
             &url,
             &headers,
-            &request_body(request, true),
+            request_json(request, true),
         )
         .await?;
         let mut state = StreamState::default();
@@ -304,7 +337,7 @@ impl ModelClient for OpenAiClient {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ToolSchema;
+    use crate::model::{MessageCache, ToolSchema};
 
     #[test]
     fn the_system_prompt_leads_and_tool_turns_pair_up() {
@@ -330,6 +363,7 @@ mod tests {
                 messages: &messages,
                 tools: &tools,
                 max_tokens: 100,
+                cache: &MessageCache::default(),
             },
             true,
         );
