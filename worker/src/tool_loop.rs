@@ -126,6 +126,35 @@ pub enum LoopError {
 /// Consecutive unusable replies tolerated before the run fails.
 pub const MAX_BAD_REPLIES: u32 = 3;
 
+/// Times a run shortens its context after "too long" before giving up.
+pub const MAX_SHRINKS: u32 = 3;
+
+/// What replaces tool output dropped to fit the context window.
+pub const TRIMMED_OUTPUT: &str = "[older tool output removed to fit the model's context window; run the tool again if you need it]";
+
+/// Shortens the context after the model said it is too long: replaces the older
+/// half of the long tool results (never those of the latest turn) by a note.
+/// Returns how many were shortened. Only what the model sees changes; the thread's
+/// stored history keeps everything.
+pub fn shrink_context(messages: &mut [ChatMessage]) -> usize {
+    use chorus_proto::domain::Role;
+    let latest_turn = messages
+        .iter()
+        .rposition(|m| m.role == Role::Assistant)
+        .unwrap_or(messages.len());
+    let long: Vec<usize> = messages[..latest_turn]
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.role == Role::Tool && m.content.len() > TRIMMED_OUTPUT.len() * 2)
+        .map(|(i, _)| i)
+        .collect();
+    let count = long.len().div_ceil(2);
+    for &i in &long[..count] {
+        messages[i].content = TRIMMED_OUTPUT.to_string();
+    }
+    count
+}
+
 /// Said to the model when its answer was cut off by the output limit.
 const CONTINUE_PROMPT: &str =
     "Your previous answer was cut off by the output limit. Continue exactly where it stopped.";
@@ -155,10 +184,14 @@ pub async fn run<F: ClientFactory>(
         })
     };
     let mut bad_replies = 0u32;
-    // `messages` is only ever appended to, which is what the cache relies on.
+    let mut shrinks = 0u32;
+    // Messages are appended, and only old tool output is ever shortened in place;
+    // the cache notices the latter by the changed length.
     let cache = MessageCache::default();
 
-    for _ in 0..input.max_iterations {
+    let mut calls = 0u32;
+    while calls < input.max_iterations {
+        calls += 1;
         let selection = input.model.borrow_and_update().clone();
         let client = clients.client(&selection.route).map_err(LoopError::Model)?;
         let request = ModelRequest {
@@ -169,7 +202,7 @@ pub async fn run<F: ClientFactory>(
             max_tokens: DEFAULT_MAX_TOKENS,
             cache: &cache,
         };
-        let reply = call_with_retries(
+        let reply = match call_with_retries(
             &client,
             &request,
             &selection,
@@ -177,7 +210,24 @@ pub async fn run<F: ClientFactory>(
             &mut steps,
             cancel,
         )
-        .await?;
+        .await
+        {
+            Err(LoopError::Model(ModelError::ContextLength(message))) if shrinks < MAX_SHRINKS => {
+                let trimmed = shrink_context(&mut messages);
+                if trimmed == 0 {
+                    return Err(LoopError::Model(ModelError::ContextLength(message)));
+                }
+                shrinks += 1;
+                calls -= 1; // the refused call did no work
+                let step = steps.begin(
+                    StepKind::Wait,
+                    format!("The conversation is too long for the model; shortened {trimmed} old tool results and trying again"),
+                );
+                steps.end(step, false, None);
+                continue;
+            }
+            other => other?,
+        };
 
         let assistant = ChatMessage::assistant(reply.content.clone(), reply.tool_calls.clone());
         emit(&assistant);
@@ -631,6 +681,54 @@ mod tests {
         )
         .await;
         assert!(matches!(out.result, Err(LoopError::IterationCap(10))));
+    }
+
+    #[tokio::test]
+    async fn a_context_that_is_too_long_is_shortened_and_tried_again() {
+        let big = "x".repeat(5000);
+        let mut script = Vec::new();
+        for i in 0..4 {
+            script.push(call_reply(
+                "create_file",
+                &json!({"path": format!("f{i}"), "content": big}).to_string(),
+            ));
+            script.push(call_reply(
+                "view",
+                &json!({"path": format!("f{i}")}).to_string(),
+            ));
+        }
+        script.push(Err(ModelError::ContextLength("prompt is too long".into())));
+        script.push(reply("fits now", StopReason::EndTurn));
+        let out = run_script(script, fast()).await;
+        assert_eq!(out.result.unwrap(), "fits now");
+        let last = out.seen.last().unwrap();
+        let trimmed = last.iter().filter(|m| m.content == TRIMMED_OUTPUT).count();
+        assert_eq!(trimmed, 2, "the older half of the 4 long view results");
+        assert!(
+            last.iter()
+                .rev()
+                .find(|m| m.role == Role::Tool)
+                .unwrap()
+                .content
+                .len()
+                > 5000
+        );
+        assert!(
+            step_descriptions(&out.events)
+                .iter()
+                .any(|d| d.contains("too long for the model"))
+        );
+
+        // With nothing left to shorten, the error reaches the user.
+        let out = run_script(
+            vec![Err(ModelError::ContextLength("prompt is too long".into()))],
+            fast(),
+        )
+        .await;
+        assert!(matches!(
+            out.result,
+            Err(LoopError::Model(ModelError::ContextLength(_)))
+        ));
     }
 
     #[test]

@@ -126,8 +126,9 @@ pub enum ModelError {
         message: String,
         retry_after: Option<Duration>,
     },
-    /// The conversation no longer fits the model's context window. The loop fails the
-    /// run with this message (shrinking the context is the context manager's job).
+    /// The conversation no longer fits the model's context window. The loop shortens
+    /// old tool output and tries again, a bounded number of times, then fails the
+    /// run with this message.
     #[error("{0}")]
     ContextLength(String),
     /// Retrying cannot help: bad key, no quota, unknown model, a refused request. The
