@@ -6,6 +6,7 @@ pub mod config;
 pub mod grpc;
 pub mod http;
 pub mod llm_relay;
+pub mod permissions;
 pub mod runs;
 pub mod secrets;
 pub mod serve;
