@@ -7,6 +7,7 @@ pub mod feed;
 pub mod grpc;
 pub mod http;
 pub mod llm_relay;
+pub mod permissions;
 pub mod providers;
 pub mod runs;
 pub mod secrets;

@@ -1,0 +1,176 @@
+//! Waiting for a person's answer to a tool call (SPEC D2): the request is a row in
+//! the store (so any frontend can list and answer it) and a waiter in memory (so the
+//! answer reaches the run at once). Fails closed: no answer in time, a restart, or an
+//! unknown answer all mean deny.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::store::{ApprovalRecord, ApprovalStatus, NewApproval, Store, StoreError};
+
+/// A person's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub approved: bool,
+    pub by: String,
+}
+
+/// How a request ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Answered(Answer),
+    /// Nobody answered within the timeout.
+    Expired,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    #[error("no approval request '{0}'")]
+    NotFound(String),
+    #[error("approval request '{id}' is {status} already")]
+    Settled { id: String, status: &'static str },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub struct Approvals {
+    store: Store,
+    waiting: Mutex<HashMap<String, oneshot::Sender<Answer>>>,
+}
+
+impl Approvals {
+    pub fn new(store: Store) -> Self {
+        Approvals {
+            store,
+            waiting: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn waiting(&self) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<Answer>>> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records a request; the caller then awaits [`Approvals::wait`].
+    pub async fn open(&self, request: &NewApproval) -> Result<oneshot::Receiver<Answer>, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.waiting().insert(request.id.clone(), tx);
+        if let Err(e) = self.store.insert_approval(request).await {
+            self.waiting().remove(&request.id);
+            return Err(e);
+        }
+        Ok(rx)
+    }
+
+    /// Waits for the answer to `id`, or for `timeout`, whichever is first.
+    pub async fn wait(&self, id: &str, answer: oneshot::Receiver<Answer>, timeout: Duration) -> Outcome {
+        let mut answer = answer;
+        match tokio::time::timeout(timeout, &mut answer).await {
+            Ok(Ok(answer)) => return Outcome::Answered(answer),
+            Ok(Err(_)) => {} // the waiter was dropped: treat as no answer
+            Err(_) => {}
+        }
+        self.waiting().remove(id);
+        // An answer may have been recorded just as time ran out; it wins if so.
+        match self.store.settle_approval(id, ApprovalStatus::Expired, None).await {
+            Ok(true) | Err(_) => Outcome::Expired,
+            Ok(false) => match answer.try_recv() {
+                Ok(answer) => Outcome::Answered(answer),
+                Err(_) => Outcome::Expired,
+            },
+        }
+    }
+
+    /// A person answers. Only a pending request can be answered, once.
+    pub async fn answer(&self, id: &str, approved: bool, by: &str) -> Result<ApprovalRecord, AnswerError> {
+        let status = if approved {
+            ApprovalStatus::Approved
+        } else {
+            ApprovalStatus::Denied
+        };
+        if !self.store.settle_approval(id, status, Some(by)).await? {
+            return match self.store.approval(id).await? {
+                Some(record) => Err(AnswerError::Settled {
+                    id: id.to_string(),
+                    status: record.status.as_str(),
+                }),
+                None => Err(AnswerError::NotFound(id.to_string())),
+            };
+        }
+        if let Some(waiter) = self.waiting().remove(id) {
+            let _ = waiter.send(Answer {
+                approved,
+                by: by.to_string(),
+            });
+        }
+        self.store
+            .approval(id)
+            .await?
+            .ok_or_else(|| AnswerError::NotFound(id.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{NewAgent, test_store};
+
+    fn request(id: &str) -> NewApproval {
+        NewApproval {
+            id: id.into(),
+            agent_name: "a".into(),
+            thread_id: 1,
+            call_id: "c".into(),
+            tool: "bash".into(),
+            actions: vec!["tool:bash:rm x".into()],
+            detail: None,
+            requested_by: Some("api".into()),
+            expires_at: crate::store::now(),
+        }
+    }
+
+    async fn approvals() -> (Approvals, tempfile::TempDir) {
+        let (store, dir) = test_store().await;
+        store
+            .register_agent(&NewAgent {
+                name: "a".into(),
+                model: None,
+                system_prompt: "p".into(),
+                permissions: "standard".into(),
+                on_ask: "prompt".into(),
+            })
+            .await
+            .unwrap();
+        (Approvals::new(store), dir)
+    }
+
+    #[tokio::test]
+    async fn an_answer_reaches_the_waiter_once() {
+        let (approvals, _dir) = approvals().await;
+        let rx = approvals.open(&request("x")).await.unwrap();
+        let record = approvals.answer("x", true, "alice").await.unwrap();
+        assert_eq!(record.status, ApprovalStatus::Approved);
+        assert_eq!(
+            approvals.wait("x", rx, Duration::from_secs(1)).await,
+            Outcome::Answered(Answer { approved: true, by: "alice".into() })
+        );
+        assert!(matches!(
+            approvals.answer("x", false, "bob").await,
+            Err(AnswerError::Settled { status: "approved", .. })
+        ));
+        assert!(matches!(approvals.answer("nope", true, "bob").await, Err(AnswerError::NotFound(_))));
+    }
+
+    #[tokio::test]
+    async fn no_answer_in_time_is_an_expired_deny_that_cannot_be_answered_later() {
+        let (approvals, _dir) = approvals().await;
+        let rx = approvals.open(&request("y")).await.unwrap();
+        assert_eq!(approvals.wait("y", rx, Duration::from_millis(20)).await, Outcome::Expired);
+        assert!(matches!(
+            approvals.answer("y", true, "late").await,
+            Err(AnswerError::Settled { status: "expired", .. })
+        ));
+    }
+}

@@ -1,0 +1,60 @@
+//! Who may grant which permissions (SPEC B3, G4): a self-edit of permissions can never
+//! give an agent more than the user who triggered it may grant. Roles come from the
+//! settings now; Discord roles will map onto them.
+
+use serde::{Deserialize, Serialize};
+
+/// A user's standing, from most to least trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// May set any profile, custom ones included.
+    Admin,
+    /// May set `standard` or `locked`.
+    Operator,
+    /// May only lock an agent down.
+    Viewer,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Operator => "operator",
+            Role::Viewer => "viewer",
+        }
+    }
+}
+
+/// Whether `role` may give an agent the permissions named `target` (a preset name,
+/// or `None` for a custom profile).
+pub fn may_grant(role: Role, target: Option<&str>) -> bool {
+    match (role, target) {
+        (Role::Admin, _) => true,
+        (Role::Operator, Some("standard" | "locked")) => true,
+        (Role::Viewer, Some("locked")) => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nobody_grants_above_their_role() {
+        let table = [
+            (Role::Admin, Some("open"), true),
+            (Role::Admin, None, true),
+            (Role::Operator, Some("open"), false),
+            (Role::Operator, Some("standard"), true),
+            (Role::Operator, None, false),
+            (Role::Viewer, Some("standard"), false),
+            (Role::Viewer, Some("locked"), true),
+            (Role::Viewer, Some("made-up"), false),
+        ];
+        for (role, target, expected) in table {
+            assert_eq!(may_grant(role, target), expected, "{role:?} → {target:?}");
+        }
+    }
+}

@@ -1,0 +1,389 @@
+//! The tool gate (SPEC D1–D5, H8): the one authoritative check before any tool call.
+//! A worker sends each call as the model made it; the gate derives its action
+//! strings, decides with the agent's profile, asks a person when the profile says
+//! ASK, audits the decision, executes the tools whose resource the control plane owns
+//! (the agent's configuration), and answers the worker.
+//!
+//! Invariants: every call gets exactly one decision and one audit row; anything that
+//! goes wrong (no profile, no answer, a restart) is a deny.
+
+pub mod actions;
+pub mod approvals;
+pub mod grants;
+pub mod profiles;
+pub mod redact;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chorus_proto::domain::{ControlCommand, ToolCall, ToolDecision, ToolResult};
+use serde_json::{Value, json};
+
+use crate::agents::AgentService;
+use crate::permissions::{Decision, Explanation, PermissionsSetting};
+use crate::runs::Runs;
+use crate::store::{AgentUpdate, AuditEntry, NewApproval, Store, format_time};
+use crate::workers::registry::{Generation, Registry};
+use actions::actions_for;
+use approvals::{Approvals, Outcome};
+use grants::Role;
+use profiles::ProfileCache;
+
+/// Settings of the gate.
+#[derive(Debug, Clone)]
+pub struct GateSettings {
+    /// How long an ASK waits for a person before it is a deny.
+    pub ask_timeout: Duration,
+    /// Roles by user id; `api` is whoever holds the API token.
+    pub roles: HashMap<String, Role>,
+    /// The role of users not listed.
+    pub default_role: Role,
+    /// Secrets to scrub from anything recorded (provider keys, the API token).
+    pub known_secrets: Vec<String>,
+}
+
+impl GateSettings {
+    pub fn role_of(&self, user: Option<&str>) -> Role {
+        user.and_then(|u| self.roles.get(u).copied())
+            .unwrap_or(self.default_role)
+    }
+}
+
+pub struct ToolGate {
+    store: Store,
+    registry: Arc<Registry>,
+    runs: Arc<Runs>,
+    agents: Arc<AgentService>,
+    approvals: Arc<Approvals>,
+    profiles: Arc<ProfileCache>,
+    settings: GateSettings,
+}
+
+/// The worker's question, with who asked.
+pub struct Check {
+    pub agent: String,
+    pub generation: Generation,
+    pub request_id: u64,
+    pub run_id: String,
+    pub call: ToolCall,
+}
+
+impl ToolGate {
+    pub fn new(
+        store: Store,
+        registry: Arc<Registry>,
+        runs: Arc<Runs>,
+        agents: Arc<AgentService>,
+        approvals: Arc<Approvals>,
+        profiles: Arc<ProfileCache>,
+        settings: GateSettings,
+    ) -> Self {
+        ToolGate {
+            store,
+            registry,
+            runs,
+            agents,
+            approvals,
+            profiles,
+            settings,
+        }
+    }
+
+    pub fn approvals(&self) -> &Arc<Approvals> {
+        &self.approvals
+    }
+
+    /// Decides one check and answers the worker. Returns at once: an ASK may wait
+    /// for minutes, and other checks (other threads) must not wait behind it.
+    pub fn handle(self: &Arc<Self>, check: Check, tasks: &tokio_util::task::TaskTracker) {
+        let gate = self.clone();
+        tasks.spawn(async move {
+            let request_id = check.request_id;
+            let agent = check.agent.clone();
+            let generation = check.generation;
+            let decision = gate.decide(&check).await;
+            let decision = ToolDecision {
+                request_id,
+                ..decision
+            };
+            gate.reply(&agent, generation, ControlCommand::ToolDecision(decision));
+        });
+    }
+
+    fn reply(&self, agent: &str, generation: Generation, command: ControlCommand) {
+        match self.registry.sender(agent) {
+            Some((current, sender)) if current == generation => {
+                let _ = sender.send(command);
+            }
+            // The worker that asked is gone; its run has failed already.
+            _ => tracing::debug!(agent, generation, "tool decision for a worker that is gone"),
+        }
+    }
+
+    async fn decide(&self, check: &Check) -> ToolDecision {
+        let deny = |message: String| ToolDecision {
+            request_id: check.request_id,
+            allowed: false,
+            message,
+            result: None,
+        };
+        let Some(thread_id) = self.runs.thread_of(&check.agent, check.generation, &check.run_id) else {
+            return deny("this run is not known to the control plane; the tool was not run".into());
+        };
+        let record = match self.store.active_agent(&check.agent).await {
+            Ok(Some(record)) => record,
+            _ => return deny("the agent is not active; the tool was not run".into()),
+        };
+        let user = match self.store.thread(&check.agent, thread_id).await {
+            Ok(Some(thread)) => thread.created_by,
+            _ => None,
+        };
+        let call = &check.call;
+        let actions = actions_for(&call.name, &call.arguments);
+        let detail = redact::redact_arguments(&call.arguments, &self.settings.known_secrets);
+        let audit = |decision: &'static str, explanations: Option<&[Explanation]>| {
+            let detail = match explanations {
+                Some(explanations) => json!({"arguments": detail, "why": explanations.iter().map(|e| &e.reason).collect::<Vec<_>>()}).to_string(),
+                None => json!({"arguments": detail}).to_string(),
+            };
+            let action = actions.join("\n");
+            let store = self.store.clone();
+            let agent = check.agent.clone();
+            let user = user.clone();
+            let call_id = call.id.clone();
+            async move {
+                let entry = AuditEntry {
+                    agent_name: &agent,
+                    action: &action,
+                    decision,
+                    user_id: user.as_deref(),
+                    detail: Some(detail),
+                    thread_id: Some(thread_id),
+                    call_id: Some(&call_id),
+                };
+                if let Err(e) = store.audit(entry).await {
+                    tracing::error!(%agent, error = %e, "cannot write audit entry");
+                }
+            }
+        };
+
+        let profile = match self.profiles.get(&record.permissions) {
+            Ok(profile) => profile,
+            Err(e) => {
+                audit("deny", None).await;
+                return deny(format!(
+                    "the agent's permission profile cannot be used ({e}); every tool call is denied until it is fixed"
+                ));
+            }
+        };
+        let (decision, explanations) = profile.decide_all(&actions);
+        // Every arm either audits an allow and falls through to execution, or audits
+        // a deny and returns it.
+        match decision {
+            Decision::Allow => audit("allow", Some(&explanations)).await,
+            Decision::Deny => {
+                audit("deny", Some(&explanations)).await;
+                return deny(denial(&profile_label(&record.permissions), &explanations));
+            }
+            Decision::Ask => match record.on_ask.as_str() {
+                "allow" => audit("ask_auto_allowed", Some(&explanations)).await,
+                "deny" => {
+                    audit("ask_auto_denied", Some(&explanations)).await;
+                    return deny(format!(
+                        "Permission denied: {} needs a person's approval and this agent does not ask (on_ask = deny)",
+                        asked(&explanations)
+                    ));
+                }
+                _ => {
+                    let answer = self.ask(check, thread_id, user.clone(), &actions, &detail, &explanations).await;
+                    match answer {
+                        Ok(Outcome::Answered(answer)) if answer.approved => {
+                            audit("ask_approved", Some(&explanations)).await
+                        }
+                        Ok(Outcome::Answered(answer)) => {
+                            audit("ask_denied", Some(&explanations)).await;
+                            return deny(format!(
+                                "Permission denied by {}: {} was not approved",
+                                answer.by,
+                                asked(&explanations)
+                            ));
+                        }
+                        Ok(Outcome::Expired) => {
+                            audit("ask_expired", Some(&explanations)).await;
+                            return deny(format!(
+                                "Permission denied: nobody approved {} within {:.0?}",
+                                asked(&explanations),
+                                self.settings.ask_timeout
+                            ));
+                        }
+                        Err(message) => {
+                            audit("deny", Some(&explanations)).await;
+                            return deny(message);
+                        }
+                    }
+                }
+            },
+        }
+        ToolDecision {
+            request_id: check.request_id,
+            allowed: true,
+            message: String::new(),
+            result: self.execute_here(check, user.as_deref()).await,
+        }
+    }
+
+    /// Asks a person: records the request, tells the worker (a step) and the live
+    /// feed, marks the thread waiting, and waits for the answer or the timeout.
+    async fn ask(
+        &self,
+        check: &Check,
+        thread_id: u64,
+        user: Option<String>,
+        actions: &[String],
+        detail: &str,
+        explanations: &[Explanation],
+    ) -> Result<Outcome, String> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let expires = chrono::Utc::now()
+            + chrono::Duration::from_std(self.settings.ask_timeout).unwrap_or(chrono::Duration::minutes(10));
+        let request = NewApproval {
+            id: id.clone(),
+            agent_name: check.agent.clone(),
+            thread_id,
+            call_id: check.call.id.clone(),
+            tool: check.call.name.clone(),
+            actions: actions.to_vec(),
+            detail: Some(detail.to_string()),
+            requested_by: user,
+            expires_at: format_time(expires),
+        };
+        let answer = self.approvals.open(&request).await.map_err(|e| {
+            format!("Permission denied: the approval request could not be recorded ({e})")
+        })?;
+        let description = format!("Waiting for permission: {}", asked(explanations));
+        self.reply(
+            &check.agent,
+            check.generation,
+            ControlCommand::ToolPending {
+                request_id: check.request_id,
+                description: description.clone(),
+                approval_id: id.clone(),
+            },
+        );
+        self.runs
+            .set_waiting(&check.agent, thread_id, true, Some(json!({
+                "approval_id": id, "tool": check.call.name, "actions": actions, "expires_at": request.expires_at,
+            })))
+            .await;
+        let outcome = self.approvals.wait(&id, answer, self.settings.ask_timeout).await;
+        self.runs.set_waiting(&check.agent, thread_id, false, None).await;
+        Ok(outcome)
+    }
+
+    /// Executes the tools whose resource the control plane owns. `None`: the worker
+    /// runs the tool itself.
+    async fn execute_here(&self, check: &Check, user: Option<&str>) -> Option<ToolResult> {
+        let args: Value = serde_json::from_str(&check.call.arguments).unwrap_or(Value::Null);
+        let text = |key: &str| args.get(key).and_then(Value::as_str).map(str::to_string);
+        let user = user.unwrap_or("agent");
+        let result = match check.call.name.as_str() {
+            "self_edit_system_prompt" => match text("new_prompt") {
+                Some(prompt) => self
+                    .agents
+                    .configure(
+                        &check.agent,
+                        AgentUpdate {
+                            system_prompt: Some(prompt.clone()),
+                            ..AgentUpdate::default()
+                        },
+                        user,
+                    )
+                    .await
+                    .map(|_| format!("System prompt updated ({} characters); it applies from your next step.", prompt.chars().count()))
+                    .map_err(|e| e.to_string()),
+                None => Err("self_edit_system_prompt needs {\"new_prompt\": \"…\"}".to_string()),
+            },
+            "self_edit_model" => match text("new_model") {
+                Some(model) => self
+                    .agents
+                    .configure(
+                        &check.agent,
+                        AgentUpdate {
+                            model: Some(model.clone()),
+                            ..AgentUpdate::default()
+                        },
+                        user,
+                    )
+                    .await
+                    .map(|_| format!("Model switched to {model}; it answers from your next step."))
+                    .map_err(|e| e.to_string()),
+                None => Err("self_edit_model needs {\"new_model\": \"…\"}".to_string()),
+            },
+            "self_edit_permissions" => match args.get("new_profile").cloned() {
+                Some(profile) => match serde_json::from_value::<PermissionsSetting>(profile) {
+                    Ok(setting) => {
+                        let role = self.settings.role_of(Some(user));
+                        self.agents
+                            .set_permissions(&check.agent, setting, role, user)
+                            .await
+                            .map(|name| format!("Permissions set to {name}; they apply from your next tool call."))
+                            .map_err(|e| e.to_string())
+                    }
+                    Err(e) => Err(format!("new_profile is not a preset name or a profile: {e}")),
+                },
+                None => Err("self_edit_permissions needs {\"new_profile\": \"standard\"} or a profile object".to_string()),
+            },
+            _ => return None,
+        };
+        Some(match result {
+            Ok(content) => ToolResult {
+                content,
+                is_error: false,
+            },
+            Err(content) => ToolResult {
+                content,
+                is_error: true,
+            },
+        })
+    }
+}
+
+/// How a profile is named in messages.
+fn profile_label(stored: &str) -> String {
+    match profiles::from_stored(stored) {
+        Ok(PermissionsSetting::Preset(name)) => format!("'{name}'"),
+        _ => "the agent's custom profile".into(),
+    }
+}
+
+/// The actions that need approval, for messages.
+fn asked(explanations: &[Explanation]) -> String {
+    let asked: Vec<&str> = explanations
+        .iter()
+        .filter(|e| e.decision == Decision::Ask)
+        .map(|e| e.action.as_str())
+        .collect();
+    asked.join(", ")
+}
+
+/// The model-facing message of a deny: which action, and why.
+fn denial(profile: &str, explanations: &[Explanation]) -> String {
+    let denied: Vec<String> = explanations
+        .iter()
+        .filter(|e| e.decision == Decision::Deny)
+        .map(|e| format!("{} ({})", e.action, e.reason))
+        .collect();
+    format!(
+        "Permission denied by profile {profile}: {}. Do not retry this; find another way or ask the user.",
+        denied.join("; ")
+    )
+}
+
+pub use approvals::AnswerError;
+
+impl std::fmt::Debug for ToolGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ToolGate")
+    }
+}

@@ -1,0 +1,477 @@
+//! The built-in profiles `open`, `standard` and `locked`.
+//!
+//! Each rule carries examples that are checked whenever the preset is compiled (and by a
+//! unit test), so a preset cannot ship with a rule that does not do what it says.
+//!
+//! The regex crate has no look-ahead, so "anything but X" is spelt out with character
+//! classes; the pieces are built by the functions below and named after what they accept.
+
+use super::profile::{ProfileSpec, RuleSpec};
+
+/// The specification of a preset, or `None` for an unknown name.
+pub(super) fn spec(name: &str) -> Option<ProfileSpec> {
+    match name {
+        "open" => Some(open()),
+        "standard" => Some(standard()),
+        "locked" => Some(locked()),
+        _ => None,
+    }
+}
+
+/// `open`: everything is allowed, nothing asks.
+fn open() -> ProfileSpec {
+    ProfileSpec {
+        allow: vec![RuleSpec::with_examples(
+            "(?s:.*)",
+            &[
+                "tool:bash:rm -rf /",
+                "tool:bash:cat <<EOF\nx\nEOF",
+                "tool:self_edit:permissions:open",
+                "",
+            ],
+            &[],
+        )],
+        ask: vec![],
+    }
+}
+
+/// `locked`: reading files inside the workspace and nothing else.
+fn locked() -> ProfileSpec {
+    ProfileSpec {
+        allow: vec![read_files()],
+        ask: vec![],
+    }
+}
+
+/// `standard`: files inside the workspace are read and written freely, a few read-only
+/// commands run without asking, every other command and deleting files ask, and an agent
+/// edits its own prompt and docs but asks before changing its permissions or model.
+fn standard() -> ProfileSpec {
+    let path = rel_path();
+    let write_tools = r"tool:(?:create_file|str_replace|file\.write|file\.create|file\.patch)";
+    ProfileSpec {
+        allow: vec![
+            read_files(),
+            RuleSpec::with_examples(
+                format!("{write_tools}:{}", writable_path()),
+                &[
+                    "tool:create_file:src/a.rs",
+                    "tool:str_replace:README.md",
+                    "tool:file.write:docs/notes v2.txt",
+                    "tool:file.create:.gitignore",
+                    "tool:file.patch:.github/workflows/ci.yml",
+                    "tool:create_file:a..b/x",
+                ],
+                &[
+                    "tool:create_file:../x",
+                    "tool:create_file:src/../../etc/passwd",
+                    "tool:create_file:/etc/passwd",
+                    "tool:create_file:.git/config",
+                    "tool:file.write:sub/.GIT/hooks/pre-commit",
+                    "tool:create_file:",
+                    "tool:file.delete:src/a.rs",
+                ],
+            ),
+            read_only_commands(),
+            RuleSpec::with_examples(
+                r"tool:bash:pwd(?:[ \t]+-[LP])*",
+                &["tool:bash:pwd", "tool:bash:pwd -P"],
+                &["tool:bash:pwd; rm x", "tool:bash:pwdx"],
+            ),
+            ripgrep(),
+            find(),
+            git_read(),
+            git_branch(),
+            RuleSpec::with_examples(
+                r"tool:self_edit:system_prompt(?::(?s:.*))?",
+                &[
+                    "tool:self_edit:system_prompt",
+                    "tool:self_edit:system_prompt:You are…\nBe brief.",
+                ],
+                &[
+                    "tool:self_edit:system_prompts",
+                    "tool:self_edit:permissions:open",
+                ],
+            ),
+            RuleSpec::with_examples(
+                format!("tool:self_edit:docs(?::{path})?"),
+                &[
+                    "tool:self_edit:docs",
+                    "tool:self_edit:docs:README.md",
+                    "tool:self_edit:docs:how/to.md",
+                ],
+                &[
+                    "tool:self_edit:docs:../agent.json",
+                    "tool:self_edit:docs:/etc/passwd",
+                ],
+            ),
+        ],
+        ask: vec![
+            RuleSpec::with_examples(
+                format!(r"tool:file\.delete:{path}"),
+                &[
+                    "tool:file.delete:build/out.o",
+                    "tool:file.delete:.git/index.lock",
+                ],
+                &["tool:file.delete:../x", "tool:file.delete:/etc/passwd"],
+            ),
+            RuleSpec::with_examples(
+                format!("{write_tools}:{path}"),
+                &[
+                    "tool:create_file:.git/config",
+                    "tool:file.write:sub/.git/hooks/pre-commit",
+                ],
+                &["tool:create_file:.git/../../x", "tool:create_file:/tmp/x"],
+            ),
+            RuleSpec::with_examples(
+                r"tool:bash:(?s:.*)",
+                &[
+                    "tool:bash:rm -rf build",
+                    "tool:bash:cat <<EOF\nx\nEOF",
+                    "tool:bash:",
+                ],
+                &["tool:bashx:ls", "tool:view:bash"],
+            ),
+            RuleSpec::with_examples(
+                r"tool:self_edit:(?:permissions|model)(?::(?s:.*))?",
+                &[
+                    "tool:self_edit:permissions:open",
+                    "tool:self_edit:model:gpt-4o",
+                ],
+                &["tool:self_edit:modelx", "tool:self_edit:docs:a.md"],
+            ),
+        ],
+    }
+}
+
+/// Reading files, listing and searching inside the workspace.
+fn read_files() -> RuleSpec {
+    RuleSpec::with_examples(
+        format!(
+            r"tool:(?:view|file\.read|file\.list|file\.search):(?:{})?",
+            rel_path()
+        ),
+        &[
+            "tool:view:README.md",
+            "tool:view:src/main.rs",
+            "tool:file.read:./src/a b.rs",
+            "tool:file.list:",
+            "tool:file.list:src/",
+            "tool:file.search:.git/HEAD",
+            "tool:view:...hidden",
+        ],
+        &[
+            "tool:view:../secret",
+            "tool:view:src/../../etc/passwd",
+            "tool:view:src/..",
+            "tool:file.read:/etc/passwd",
+            "tool:file.read:src/a.rs\n../x",
+            "tool:file.delete:src/a.rs",
+            "tool:create_file:src/a.rs",
+            "tool:viewer:a",
+        ],
+    )
+}
+
+/// `ls`, `cat`, `head`, `tail`, `wc`, `grep` on workspace-relative paths.
+fn read_only_commands() -> RuleSpec {
+    let (opt, arg) = (option(), argument(&word()));
+    RuleSpec::with_examples(
+        format!(r"tool:bash:(?:ls|cat|head|tail|wc|grep)(?:{SEP}(?:{opt}|{arg}))*"),
+        &[
+            "tool:bash:ls",
+            "tool:bash:ls -la src",
+            "tool:bash:cat src/main.rs",
+            "tool:bash:head -n 20 README.md",
+            "tool:bash:tail -n +5 Cargo.toml",
+            "tool:bash:wc -l src/lib.rs",
+            "tool:bash:grep -rn 'fn main' src",
+            "tool:bash:grep -rn \"TODO\" .",
+            "tool:bash:grep -c 'a|b;c' ./src",
+            "tool:bash:ls 'a;b'",
+            "tool:bash:ls --color=never src/*.rs",
+            "tool:bash:cat .env.example",
+        ],
+        &[
+            "tool:bash:cat x > /etc/passwd",
+            "tool:bash:cat /etc/passwd",
+            "tool:bash:cat '/etc/passwd'",
+            "tool:bash:cat ../../chorus.db",
+            "tool:bash:cat \"src/../../x\"",
+            "tool:bash:cat ~/.ssh/id_rsa",
+            "tool:bash:cat .*/agent.json",
+            "tool:bash:cat .?/agent.json",
+            "tool:bash:cat *",
+            "tool:bash:cat $(rm -rf ~)",
+            "tool:bash:cat \"$HOME/x\"",
+            "tool:bash:cat `id`",
+            "tool:bash:grep -f /etc/shadow x",
+            "tool:bash:grep --file=/etc/shadow x",
+            "tool:bash:grep '--file=/x' y",
+            "tool:bash:ls; rm -rf /",
+            "tool:bash:cat x | sh",
+            "tool:bash:ls &",
+            "tool:bash:cat 'unbalanced",
+            "tool:bash:cat a\nrm b",
+            "tool:bash:lsof",
+            "tool:bash:ls -la\\",
+        ],
+    )
+}
+
+/// `rg`, without `--pre` (runs a program on every file it searches) or `--hostname-bin`
+/// (runs a program to name the host in hyperlinks). Long options starting with `--p…`
+/// or `--ho…` are left out as a whole, so abbreviations cannot get through either.
+fn ripgrep() -> RuleSpec {
+    let value = value();
+    let rg_opt = format!(
+        r"(?:-[A-Za-z0-9_]*|--(?:(?:[a-gi-oq-zA-Z0-9_]|p[a-qs-zA-Z0-9_]|pr[a-df-zA-Z0-9_]|h[a-np-zA-Z0-9_])[A-Za-z0-9_-]*(?:={value})?)?)"
+    );
+    let arg = argument(&word());
+    RuleSpec::with_examples(
+        format!(r"tool:bash:rg(?:{SEP}(?:{rg_opt}|{arg}))*"),
+        &[
+            "tool:bash:rg TODO",
+            "tool:bash:rg -n --type=rust 'fn main' src",
+            "tool:bash:rg --files",
+            "tool:bash:rg -g '*.rs' -A3 foo -- src",
+            "tool:bash:rg --hidden --heading -i x",
+        ],
+        &[
+            "tool:bash:rg --pre=sh x",
+            "tool:bash:rg --pre sh x",
+            "tool:bash:rg --pr=sh x",
+            "tool:bash:rg '--pre=sh' x",
+            "tool:bash:rg --hostname-bin=./x --hyperlink-format=default x",
+            "tool:bash:rg x *",
+            "tool:bash:rg x /etc",
+        ],
+    )
+}
+
+/// `find` with predicates that only read and print (no `-exec`, `-delete`, `-fprint`…).
+fn find() -> RuleSpec {
+    let predicates = "name|iname|path|ipath|wholename|iwholename|regex|iregex|type|xtype|\
+                      maxdepth|mindepth|size|mtime|mmin|atime|amin|ctime|cmin|newer|empty|\
+                      print|print0|printf|ls|not|and|or|a|o|prune|perm|user|group|readable|\
+                      writable|executable|links|depth|follow|L|H|P";
+    let arg = argument(&word());
+    RuleSpec::with_examples(
+        format!(r"tool:bash:find(?:{SEP}(?:-(?:{predicates})|-[0-9]+[a-zA-Z]?|{arg}))*"),
+        &[
+            "tool:bash:find",
+            "tool:bash:find . -name '*.rs' -type f",
+            "tool:bash:find src -maxdepth 2 -mtime -1 -print",
+            "tool:bash:find -L docs -iname \"*.md\"",
+        ],
+        &[
+            "tool:bash:find . -exec rm {} ;",
+            "tool:bash:find . -delete",
+            "tool:bash:find . -fprint out",
+            "tool:bash:find . -execdir sh",
+            "tool:bash:find . '-delete'",
+            "tool:bash:find / -name x",
+            "tool:bash:find .. -name x",
+            "tool:bash:find * -name x",
+        ],
+    )
+}
+
+/// `git status|diff|log|show`, without `--output` (it writes a file), `--no-index` (it
+/// reads files outside the repository) or options before the subcommand (`-c` sets
+/// configuration that can run programs).
+fn git_read() -> RuleSpec {
+    let value = value();
+    let long = format!(
+        r"--(?:(?:[a-mp-zA-Z0-9_]|n[a-np-zA-Z0-9_-]|no[A-Za-z0-9_]|no-[a-hj-zA-Z0-9_-])[A-Za-z0-9_-]*|n|no|no-|oneline)?(?:={value})?"
+    );
+    let arg = argument(&git_word());
+    RuleSpec::with_examples(
+        format!(
+            r"tool:bash:git{SEP}(?:status|diff|log|show)(?:{SEP}(?:-[A-Za-z0-9_]*|{long}|{arg}))*"
+        ),
+        &[
+            "tool:bash:git status",
+            "tool:bash:git status --porcelain -b",
+            "tool:bash:git diff --stat HEAD~1..HEAD",
+            "tool:bash:git diff --no-color --name-only main...feature -- src",
+            "tool:bash:git log --oneline -n 20",
+            "tool:bash:git log --format=%H --since=2.weeks",
+            "tool:bash:git show HEAD:src/main.rs",
+            "tool:bash:git log -p 'fix bug'",
+        ],
+        &[
+            "tool:bash:git status; rm -rf /",
+            "tool:bash:git status && curl http://x",
+            "tool:bash:git diff --output=/tmp/x",
+            "tool:bash:git diff --out=x",
+            "tool:bash:git diff --no-index /etc/passwd x",
+            "tool:bash:git diff --no-index a b",
+            "tool:bash:git -c core.pager=sh log",
+            "tool:bash:git -C .. status",
+            "tool:bash:git log > x",
+            "tool:bash:git show ../x",
+            "tool:bash:git diff HEAD -- ../../x",
+            "tool:bash:git statusx",
+            "tool:bash:git commit -m x",
+        ],
+    )
+}
+
+/// `git branch` listing forms only (any name argument would create or delete a branch).
+fn git_branch() -> RuleSpec {
+    RuleSpec::with_examples(
+        format!(
+            r"tool:bash:git{SEP}branch(?:{SEP}(?:-a|-r|-v|-vv|-l|--all|--remotes|--verbose|--list|--show-current|--no-color|--merged|--no-merged))*"
+        ),
+        &[
+            "tool:bash:git branch",
+            "tool:bash:git branch -a -vv",
+            "tool:bash:git branch --show-current",
+        ],
+        &[
+            "tool:bash:git branch -D main",
+            "tool:bash:git branch new",
+            "tool:bash:git branch -m x",
+        ],
+    )
+}
+
+/// Blanks between words.
+const SEP: &str = r"[ \t]+";
+/// Unquoted word characters with no meaning to bash, except `.` (see [`word`]).
+const WORD_CHAR: &str = r"[A-Za-z0-9_,:+@%^=/~*-]";
+/// What may follow a `.`: not another `.` (no `..`) and not `*` (`.*` can match `..`).
+const AFTER_DOT: &str = r"[A-Za-z0-9_,:+@%^=/~-]";
+/// What may start a word: not `-` (an option), `/` (an absolute path), `~` (the home
+/// directory) or `*` (a glob can expand to file names that read as options, like
+/// `--pre=sh`).
+const WORD_START: &str = r"[A-Za-z0-9_,:+@%^=]";
+
+/// An unquoted workspace-relative word: never absolute, never `..`, no shell syntax.
+fn word() -> String {
+    format!(r"(?:(?:{WORD_START}|\.{AFTER_DOT})(?:{WORD_CHAR}|\.{AFTER_DOT})*\.?|\.)")
+}
+
+/// Like [`word`], but `..` may join two revision names (`main..feature`, `HEAD~1...HEAD`).
+fn git_word() -> String {
+    format!(
+        r"(?:(?:{WORD_START}|\.{AFTER_DOT})(?:{WORD_CHAR}|\.{AFTER_DOT}|\.\.\.?[A-Za-z0-9_])*\.?|\.)"
+    )
+}
+
+/// The value after `--option=`: like a word, but it may start with `*` or `-`, which
+/// cannot turn it into another option.
+fn value() -> String {
+    format!(r"(?:(?:{WORD_START}|[*-]|\.{AFTER_DOT})(?:{WORD_CHAR}|\.{AFTER_DOT})*\.?|\.)?")
+}
+
+/// An option such as `-la`, `--color=never`.
+fn option() -> String {
+    format!(r"-[A-Za-z0-9_-]*(?:={})?", value())
+}
+
+/// One argument: an unquoted word, or a whole single- or double-quoted string that does
+/// not start with `/` or `-` and contains no `..` (nor, in double quotes, `$`, `` ` ``
+/// or `\`, which still expand there).
+fn argument(word: &str) -> String {
+    let single = r"'(?:(?:[^'\n./-]|\.[^'\n.])(?:[^'\n.]|\.[^'\n.])*\.?|\.)?'";
+    let double = r#""(?:(?:[^"\n./$`\\-]|\.[^"\n.$`\\])(?:[^"\n.$`\\]|\.[^"\n.$`\\])*\.?|\.)?""#;
+    format!("(?:{word}|{single}|{double})")
+}
+
+/// A workspace-relative path: components separated by `/`, none of them `..`, not
+/// starting with `/`. May end with `/`.
+fn rel_path() -> String {
+    let c = component_except(&[".."]);
+    format!("{c}(?:/+{c})*/*")
+}
+
+/// A path that may be written without asking: relative, no `..` and no `.git` component
+/// (in any case), because git runs programs named in `.git/config` (`core.fsmonitor`)
+/// even for `git status`.
+fn writable_path() -> String {
+    let c = component_except(&["..", ".git"]);
+    format!("{c}(?:/+{c})*")
+}
+
+/// One non-empty path component other than `names` (ASCII letters in any case). Spelt
+/// out over the prefixes of the names: a component either leaves every name at some
+/// character, or is a proper prefix of one, or runs past the end of one.
+pub(super) fn component_except(names: &[&str]) -> String {
+    let names: Vec<Vec<char>> = names
+        .iter()
+        .map(|n| n.chars().map(|c| c.to_ascii_lowercase()).collect())
+        .collect();
+    let mut alternatives = Vec::new();
+    spell_out(&names, &mut Vec::new(), &mut alternatives);
+    format!("(?:{})", alternatives.join("|"))
+}
+
+fn spell_out(names: &[Vec<char>], prefix: &mut Vec<char>, out: &mut Vec<String>) {
+    let literal: String = prefix.iter().map(|&c| char_pattern(c)).collect();
+    if !prefix.is_empty() && !names.iter().any(|n| n == prefix) {
+        out.push(literal.clone());
+    }
+    let mut next: Vec<char> = names
+        .iter()
+        .filter(|n| n.len() > prefix.len() && n.starts_with(prefix))
+        .map(|n| n[prefix.len()])
+        .collect();
+    next.sort_unstable();
+    next.dedup();
+    let excluded: String = next.iter().map(|&c| class_chars(c)).collect();
+    out.push(format!(r"{literal}[^/\n{excluded}][^/\n]*"));
+    for c in next {
+        prefix.push(c);
+        spell_out(names, prefix, out);
+        prefix.pop();
+    }
+}
+
+fn char_pattern(c: char) -> String {
+    if c.is_ascii_alphabetic() {
+        format!("[{}{}]", c.to_ascii_lowercase(), c.to_ascii_uppercase())
+    } else {
+        regex::escape(&c.to_string())
+    }
+}
+
+fn class_chars(c: char) -> String {
+    if c.is_ascii_alphabetic() {
+        format!("{}{}", c.to_ascii_lowercase(), c.to_ascii_uppercase())
+    } else {
+        format!(r"\{c}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{PRESETS, Profile};
+    use super::*;
+
+    #[test]
+    fn every_preset_compiles_with_its_examples() {
+        for name in PRESETS {
+            let spec = spec(name).unwrap();
+            if let Err(e) = Profile::compile(name, &spec) {
+                panic!("preset {name}: {e}");
+            }
+            assert!(Profile::preset(name).is_some(), "{name}");
+        }
+        assert!(spec("strict").is_none());
+    }
+
+    #[test]
+    fn component_except_accepts_everything_but_the_names() {
+        let re = regex::Regex::new(&format!("^{}$", component_except(&["..", ".git"]))).unwrap();
+        for ok in [
+            ".", "a", ".g", ".gi", ".gitx", ".github", "...", "..a", ".x", "git", "a.git",
+        ] {
+            assert!(re.is_match(ok), "{ok}");
+        }
+        for bad in ["..", ".git", ".GIT", ".Git", "", "a/b", "a\nb"] {
+            assert!(!re.is_match(bad), "{bad:?}");
+        }
+    }
+}

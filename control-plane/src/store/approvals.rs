@@ -1,0 +1,178 @@
+//! Requests for a person's answer to a tool call (SPEC D2).
+
+use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
+
+use super::{Store, StoreError, now};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    Pending,
+    Approved,
+    Denied,
+    /// Nobody answered in time: a deny.
+    Expired,
+    /// The control plane stopped while it waited: a deny.
+    Cancelled,
+}
+
+impl ApprovalStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Approved => "approved",
+            ApprovalStatus::Denied => "denied",
+            ApprovalStatus::Expired => "expired",
+            ApprovalStatus::Cancelled => "cancelled",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => ApprovalStatus::Pending,
+            "approved" => ApprovalStatus::Approved,
+            "denied" => ApprovalStatus::Denied,
+            "expired" => ApprovalStatus::Expired,
+            "cancelled" => ApprovalStatus::Cancelled,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct NewApproval {
+    pub id: String,
+    pub agent_name: String,
+    pub thread_id: u64,
+    pub call_id: String,
+    pub tool: String,
+    pub actions: Vec<String>,
+    pub detail: Option<String>,
+    pub requested_by: Option<String>,
+    pub expires_at: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ApprovalRecord {
+    pub id: String,
+    pub agent: String,
+    pub thread_id: u64,
+    pub call_id: String,
+    pub tool: String,
+    pub actions: Vec<String>,
+    pub detail: Option<String>,
+    pub status: ApprovalStatus,
+    pub requested_by: Option<String>,
+    pub requested_at: String,
+    pub expires_at: String,
+    pub decided_at: Option<String>,
+    pub decided_by: Option<String>,
+}
+
+const COLUMNS: &str = "SELECT id, agent_name, thread_id, call_id, tool, action, detail, status, \
+    requested_by, requested_at, expires_at, decided_at, decided_by FROM approvals";
+
+fn approval_from_row(row: &SqliteRow) -> Result<ApprovalRecord, StoreError> {
+    let status: String = row.try_get("status")?;
+    let actions: String = row.try_get("action")?;
+    Ok(ApprovalRecord {
+        id: row.try_get("id")?,
+        agent: row.try_get("agent_name")?,
+        thread_id: row.try_get::<i64, _>("thread_id")? as u64,
+        call_id: row.try_get("call_id")?,
+        tool: row.try_get("tool")?,
+        actions: actions.lines().map(str::to_string).collect(),
+        detail: row.try_get("detail")?,
+        status: ApprovalStatus::parse(&status).ok_or(StoreError::Corrupt {
+            column: "approvals.status",
+            value: status,
+        })?,
+        requested_by: row.try_get("requested_by")?,
+        requested_at: row.try_get("requested_at")?,
+        expires_at: row.try_get("expires_at")?,
+        decided_at: row.try_get("decided_at")?,
+        decided_by: row.try_get("decided_by")?,
+    })
+}
+
+impl Store {
+    pub async fn insert_approval(&self, approval: &NewApproval) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO approvals (id, agent_name, thread_id, call_id, tool, action, detail, status, \
+             requested_by, requested_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9, $10)",
+        )
+        .bind(&approval.id)
+        .bind(&approval.agent_name)
+        .bind(approval.thread_id as i64)
+        .bind(&approval.call_id)
+        .bind(&approval.tool)
+        .bind(approval.actions.join("\n"))
+        .bind(&approval.detail)
+        .bind(&approval.requested_by)
+        .bind(now())
+        .bind(&approval.expires_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn approval(&self, id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
+        let sql = format!("{COLUMNS} WHERE id = $1");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(approval_from_row).transpose()
+    }
+
+    /// Pending approvals, oldest first (all agents when `agent` is `None`).
+    pub async fn pending_approvals(&self, agent: Option<&str>) -> Result<Vec<ApprovalRecord>, StoreError> {
+        let rows = match agent {
+            Some(agent) => {
+                let sql = format!("{COLUMNS} WHERE status = 'pending' AND agent_name = $1 ORDER BY requested_at");
+                sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .bind(agent)
+                    .fetch_all(&self.pool)
+                    .await?
+            }
+            None => {
+                let sql = format!("{COLUMNS} WHERE status = 'pending' ORDER BY requested_at");
+                sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(&self.pool).await?
+            }
+        };
+        rows.iter().map(approval_from_row).collect()
+    }
+
+    /// Settles a pending approval; `false` when it was no longer pending.
+    pub async fn settle_approval(
+        &self,
+        id: &str,
+        status: ApprovalStatus,
+        by: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE approvals SET status = $2, decided_at = $3, decided_by = $4 \
+             WHERE id = $1 AND status = 'pending'",
+        )
+        .bind(id)
+        .bind(status.as_str())
+        .bind(now())
+        .bind(by)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// At start-up: nobody waits for approvals of an earlier process any more.
+    pub async fn cancel_pending_approvals(&self) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "UPDATE approvals SET status = 'cancelled', decided_at = $1 WHERE status = 'pending'",
+        )
+        .bind(now())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+}
