@@ -13,7 +13,9 @@ use std::time::Duration;
 use chorus_proto::domain::RetryPolicy;
 use serde::Deserialize;
 
+use crate::gate::grants::Role;
 use crate::providers::{ALL_PROVIDERS, ProviderEndpoint, ProviderKind};
+use std::collections::HashMap;
 
 /// A value that must never reach logs: `Debug` prints a placeholder.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
@@ -96,6 +98,19 @@ pub struct FileSettings {
     pub workers: FileWorkers,
     #[serde(default)]
     pub models: FileModels,
+    #[serde(default)]
+    pub permissions: FilePermissions,
+    /// Roles by user id (`api` is whoever holds the API token; `default` is everyone
+    /// not listed): admin | operator | viewer.
+    #[serde(default)]
+    pub roles: HashMap<String, Role>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilePermissions {
+    /// How long an ASK waits for a person before it counts as a deny.
+    pub ask_timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -164,6 +179,10 @@ pub struct Settings {
     pub providers: Vec<ProviderEndpoint>,
     pub workers: WorkerSettings,
     pub retry: RetryPolicy,
+    pub ask_timeout: Duration,
+    /// Roles by user id; see [`FileSettings::roles`].
+    pub roles: HashMap<String, Role>,
+    pub default_role: Role,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -278,6 +297,15 @@ impl Settings {
             api_token: args.api_token.map(Secret::new).or(file.api_token),
             providers,
             workers,
+            ask_timeout: Duration::from_secs(file.permissions.ask_timeout_secs.unwrap_or(600)),
+            default_role: file.roles.get("default").copied().unwrap_or(Role::Operator),
+            roles: {
+                let mut roles = file.roles.clone();
+                roles.remove("default");
+                // Whoever holds the API token runs this control plane.
+                roles.entry("api".to_string()).or_insert(Role::Admin);
+                roles
+            },
             retry: RetryPolicy {
                 max_attempts: file.models.retry_attempts.unwrap_or(5).max(1),
                 max_total_ms: file
@@ -319,6 +347,9 @@ mod tests {
         );
         assert_eq!(s.max_iterations, 50);
         assert_eq!(s.retry, RetryPolicy::default());
+        assert_eq!(s.ask_timeout, Duration::from_secs(600));
+        assert_eq!(s.roles.get("api"), Some(&Role::Admin));
+        assert_eq!(s.default_role, Role::Operator);
     }
 
     #[test]

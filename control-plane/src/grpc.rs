@@ -14,6 +14,7 @@ use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::agents::name;
+use crate::gate::{Check, ToolGate};
 use crate::runs::Runs;
 use crate::secrets::bearer_token;
 use crate::workers::registry::{AttachError, Registry};
@@ -24,14 +25,21 @@ const HEARTBEAT_INTERVAL_MS: u32 = 5_000;
 pub struct WorkerLinkService {
     registry: Arc<Registry>,
     runs: Arc<Runs>,
+    gate: Arc<ToolGate>,
     connections: TaskTracker,
 }
 
 impl WorkerLinkService {
-    pub fn new(registry: Arc<Registry>, runs: Arc<Runs>, connections: TaskTracker) -> Self {
+    pub fn new(
+        registry: Arc<Registry>,
+        runs: Arc<Runs>,
+        gate: Arc<ToolGate>,
+        connections: TaskTracker,
+    ) -> Self {
         WorkerLinkService {
             registry,
             runs,
+            gate,
             connections,
         }
     }
@@ -92,6 +100,8 @@ impl WorkerLink for WorkerLinkService {
         let mut inbound = request.into_inner();
         let registry = self.registry.clone();
         let runs = self.runs.clone();
+        let gate = self.gate.clone();
+        let checks = self.connections.clone();
         self.connections.spawn(async move {
             runs.deliver_pending(&agent);
             loop {
@@ -112,6 +122,17 @@ impl WorkerLink for WorkerLinkService {
                 };
                 if let WorkerEvent::Hello { worker_version, pid } = &event {
                     tracing::info!(%agent, generation, %worker_version, pid, "worker ready");
+                }
+                if let WorkerEvent::ToolCheck { request_id, run_id, call } = event {
+                    let check = Check {
+                        agent: agent.clone(),
+                        generation,
+                        request_id,
+                        run_id,
+                        call,
+                    };
+                    gate.handle(check, &checks);
+                    continue;
                 }
                 if let Err(e) = runs.apply(&agent, generation, event).await {
                     tracing::warn!(%agent, generation, error = %e, "worker event refused");

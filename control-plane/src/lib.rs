@@ -4,6 +4,7 @@
 pub mod agents;
 pub mod config;
 pub mod feed;
+pub mod gate;
 pub mod grpc;
 pub mod http;
 pub mod llm_relay;

@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 use chorus_control_plane::config::{self, ServeArgs, Settings};
+use chorus_control_plane::permissions::PRESETS;
 use chorus_control_plane::{serve, telemetry};
 
 #[derive(Parser)]
@@ -25,11 +26,44 @@ struct Cli {
 enum Command {
     /// Run the control plane: HTTP API, worker endpoint and one worker per agent.
     Serve(ServeArgs),
+    /// Inspect permission profiles.
+    #[command(subcommand)]
+    Permissions(PermissionsCommand),
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+#[derive(Subcommand)]
+enum PermissionsCommand {
+    /// Say whether a profile allows, asks for or denies an action, and which rule decides.
+    ///
+    /// Example: chorus permissions explain standard 'tool:bash:git status; rm -rf /'
+    Explain {
+        /// A preset (open, standard, locked) or a JSON file with {"allow": [...], "ask": [...]}.
+        profile: String,
+        /// An action string, e.g. tool:create_file:src/main.rs or tool:bash:ls -la.
+        action: String,
+    },
+}
+
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The whole chain of causes, without a backtrace: it is for the operator.
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     telemetry::init();
     match cli.command {
         Command::Serve(args) => {
@@ -48,5 +82,47 @@ async fn main() -> anyhow::Result<()> {
             );
             running.until_signal().await
         }
+        Command::Permissions(PermissionsCommand::Explain { profile, action }) => {
+            explain(&profile, &action)
+        }
     }
+}
+
+fn explain(profile: &str, action: &str) -> anyhow::Result<()> {
+    use chorus_control_plane::permissions::{PermissionsSetting, Profile, bash_actions};
+    let setting = if PRESETS.contains(&profile) {
+        PermissionsSetting::Preset(profile.to_string())
+    } else {
+        let text = std::fs::read_to_string(profile).map_err(|e| {
+            anyhow::anyhow!(
+                "'{profile}' is neither a preset ({}) nor a readable file: {e}",
+                PRESETS.join(", ")
+            )
+        })?;
+        PermissionsSetting::Custom(
+            serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{profile}: {e}"))?,
+        )
+    };
+    let profile = Profile::from_setting(&setting)?;
+    // A bash line is checked part by part, as the gate does.
+    let actions = match action.strip_prefix("tool:bash:") {
+        Some(command) => bash_actions(command),
+        None => vec![action.to_string()],
+    };
+    let (decision, explanations) = profile.decide_all(&actions);
+    println!("{decision}  ({} profile)", profile.name());
+    for e in &explanations {
+        // The reason names the rule; preset patterns are long, so the index leads.
+        let rule = match (e.list, e.rule_index) {
+            (Some(list), Some(index)) => format!("{list}[{index}]"),
+            _ => "no rule".to_string(),
+        };
+        println!(
+            "  {:<5} {}\n        {rule}: {}",
+            e.decision.as_str(),
+            e.action,
+            e.reason
+        );
+    }
+    Ok(())
 }

@@ -14,12 +14,13 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use chorus_proto::domain::{
-    AgentSettings, ChatMessage, ControlCommand, ModelRoute, RetryPolicy, Role, RunAssignment,
+    AgentChange, AgentSettings, ChatMessage, ControlCommand, RetryPolicy, Role, RunAssignment,
     WorkerEvent,
 };
 
 use crate::config::Settings;
 use crate::feed::ThreadFeed;
+use crate::gate::profiles::{ProfileCache, offered_tools};
 use crate::providers::catalog::{Catalog, ResolveError};
 use crate::store::{AgentRecord, Store, StoreError, ThreadStatus, format_epoch_ms};
 use crate::workers::WorkerLost;
@@ -99,6 +100,7 @@ pub struct Runs {
     store: Store,
     registry: Arc<Registry>,
     catalog: Arc<Catalog>,
+    profiles: Arc<ProfileCache>,
     settings: RunSettings,
     agents: Mutex<HashMap<String, AgentRuns>>,
     feed: ThreadFeed,
@@ -118,12 +120,14 @@ impl Runs {
         store: Store,
         registry: Arc<Registry>,
         catalog: Arc<Catalog>,
+        profiles: Arc<ProfileCache>,
         settings: RunSettings,
     ) -> Self {
         Runs {
             store,
             registry,
             catalog,
+            profiles,
             settings,
             agents: Mutex::new(HashMap::new()),
             feed: ThreadFeed::default(),
@@ -140,10 +144,11 @@ impl Runs {
         &self,
         agent: &AgentRecord,
         content: &str,
+        user: &str,
     ) -> Result<u64, StoreError> {
         let thread_id = self
             .store
-            .start_thread(&agent.name, &ChatMessage::user(content))
+            .start_thread(&agent.name, &ChatMessage::user(content), user)
             .await?;
         let run = match self.build_run(agent, thread_id).await? {
             Ok(run) => run,
@@ -205,6 +210,15 @@ impl Runs {
             Ok(route) => route,
             Err(e) => return Ok(Err(e.to_string())),
         };
+        let tools = match self.profiles.get(&agent.permissions) {
+            Ok(profile) => offered_tools(&profile),
+            Err(e) => {
+                return Ok(Err(format!(
+                    "the agent's permission profile cannot be used: {e}; fix it with PATCH /api/agents/{}",
+                    agent.name
+                )));
+            }
+        };
         let messages = self
             .store
             .thread_messages(&agent.name, thread_id)
@@ -213,11 +227,9 @@ impl Runs {
             .map(|m| m.message)
             .collect();
         let first_step_number = self.store.next_step_number(&agent.name, thread_id).await?;
-        let workspace = self
-            .settings
-            .agents_root
-            .join(&agent.name)
-            .join("workspace");
+        let agent_dir = self.settings.agents_root.join(&agent.name);
+        let workspace = agent_dir.join("workspace");
+        let docs_dir = agent_dir.join("docs");
         Ok(Ok(RunAssignment {
             run_id: uuid::Uuid::new_v4().to_string(),
             thread_id,
@@ -226,6 +238,8 @@ impl Runs {
                 system_prompt: agent.system_prompt.clone(),
                 model,
                 workspace: workspace.to_string_lossy().into_owned(),
+                docs_dir: docs_dir.to_string_lossy().into_owned(),
+                tools,
             },
             model: route,
             messages,
@@ -261,21 +275,70 @@ impl Runs {
         Ok(())
     }
 
-    /// The agent's model changed: runs in progress use it from their next model call,
-    /// runs still waiting get it in their assignment.
-    pub fn model_changed(&self, agent: &str, model: &str, route: &ModelRoute) {
+    /// The agent changed (configure, self-edit): runs in progress use the new values
+    /// from their next model call, runs still waiting get them in their assignment.
+    pub fn agent_changed(&self, agent: &str, change: AgentChange) {
         if let Some(runs) = self.agents().get_mut(agent) {
             for run in runs.active.values_mut() {
-                run.assignment.agent.model = model.to_string();
-                run.assignment.model = route.clone();
+                let assignment = &mut run.assignment;
+                if let Some((model, route)) = &change.model {
+                    assignment.agent.model = model.clone();
+                    assignment.model = route.clone();
+                }
+                if let Some(prompt) = &change.system_prompt {
+                    assignment.agent.system_prompt = prompt.clone();
+                }
+                if let Some(tools) = &change.tools {
+                    assignment.agent.tools = tools.clone();
+                }
             }
         }
         if let Some((_, sender)) = self.registry.sender(agent) {
-            let _ = sender.send(ControlCommand::SetModel {
-                model: model.to_string(),
-                route: route.clone(),
-            });
+            let _ = sender.send(ControlCommand::UpdateAgent(change));
         }
+    }
+
+    /// The thread of `run_id`, if it is a run of `agent` handed to `generation`.
+    pub fn thread_of(&self, agent: &str, generation: Generation, run_id: &str) -> Option<u64> {
+        let mut agents = self.agents();
+        let run = agents
+            .get_mut(agent)?
+            .active
+            .get_mut(run_id)
+            .filter(|run| run.delivered_to == Some(generation))?;
+        run.started = true;
+        Some(run.thread_id)
+    }
+
+    /// A thread starts or stops waiting for a person's answer.
+    pub async fn set_waiting(
+        &self,
+        agent: &str,
+        thread_id: u64,
+        waiting: bool,
+        approval: Option<serde_json::Value>,
+    ) {
+        let status = if waiting {
+            ThreadStatus::WaitingForPermission
+        } else {
+            ThreadStatus::Running
+        };
+        if let Err(e) = self
+            .store
+            .set_thread_status(agent, thread_id, status, None)
+            .await
+        {
+            tracing::error!(agent, thread_id, error = %e, "cannot record thread status");
+        }
+        if let Some(approval) = approval {
+            self.feed.publish(agent, thread_id, "approval", approval);
+        }
+        self.feed.publish(
+            agent,
+            thread_id,
+            "status",
+            json!({ "status": status.as_str(), "error": null }),
+        );
     }
 
     /// Hands queued runs to the agent's worker, if one is connected.
@@ -350,6 +413,16 @@ impl Runs {
                     return Err(EventRejected::ForbiddenRole(message.role.as_str()));
                 }
                 let stored = self.store.append_message(agent, thread_id, message).await;
+                if let (Role::Tool, Some(call_id)) = (message.role, &message.tool_call_id) {
+                    let result = if message.is_error { "error" } else { "ok" };
+                    if let Err(e) = self
+                        .store
+                        .audit_result(agent, thread_id, call_id, result)
+                        .await
+                    {
+                        tracing::error!(agent, thread_id, error = %e, "cannot record a tool result in the audit log");
+                    }
+                }
                 publish("message", json!(message));
                 stored
             }
@@ -366,6 +439,8 @@ impl Runs {
                 publish("text", json!({"step": step, "text": text}));
                 Ok(())
             }
+            // Tool checks go to the gate, not here.
+            WorkerEvent::ToolCheck { .. } => Ok(()),
             WorkerEvent::Hello { .. } | WorkerEvent::Heartbeat { .. } => Ok(()),
         };
         if let Err(e) = result {

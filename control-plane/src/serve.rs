@@ -15,6 +15,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::agents::AgentService;
 use crate::config::{Secret, Settings};
+use crate::gate::approvals::Approvals;
+use crate::gate::profiles::ProfileCache;
+use crate::gate::{GateSettings, ToolGate};
 use crate::grpc::WorkerLinkService;
 use crate::http::{self, AppState};
 use crate::llm_relay::{self, RelayState};
@@ -93,10 +96,12 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         })
     };
     let registry = Arc::new(Registry::default());
+    let profiles = Arc::new(ProfileCache::default());
     let runs = Arc::new(Runs::new(
         store.clone(),
         registry.clone(),
         catalog.clone(),
+        profiles.clone(),
         RunSettings::from_settings(&settings, agents_root.clone()),
     ));
     let (lost_tx, mut lost_rx) = mpsc::unbounded_channel::<WorkerLost>();
@@ -128,10 +133,44 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         settings.default_model.clone(),
     ));
 
+    let cancelled = store.cancel_pending_approvals().await?;
+    if cancelled > 0 {
+        tracing::warn!(
+            approvals = cancelled,
+            "cancelled approval requests left by the last run"
+        );
+    }
+    let mut known_secrets: Vec<String> = settings
+        .providers
+        .iter()
+        .filter_map(|p| p.api_key.as_ref().map(|k| k.expose().to_string()))
+        .collect();
+    known_secrets.push(api_token.expose().to_string());
+    let gate = Arc::new(ToolGate::new(
+        store.clone(),
+        registry.clone(),
+        runs.clone(),
+        agents.clone(),
+        Arc::new(Approvals::new(store.clone())),
+        profiles,
+        GateSettings {
+            ask_timeout: settings.ask_timeout,
+            roles: settings.roles.clone(),
+            default_role: settings.default_role,
+            known_secrets,
+        },
+    ));
+
     let shutdown = CancellationToken::new();
     let connections = TaskTracker::new();
     let worker_router = tonic::service::Routes::new(
-        WorkerLinkService::new(registry.clone(), runs.clone(), connections.clone()).into_server(),
+        WorkerLinkService::new(
+            registry.clone(),
+            runs.clone(),
+            gate.clone(),
+            connections.clone(),
+        )
+        .into_server(),
     )
     .into_axum_router()
     .merge(llm_relay::routes(RelayState::new(
@@ -144,6 +183,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         runs: runs.clone(),
         workers: workers.clone(),
         catalog: catalog.clone(),
+        gate,
         api_token,
     });
     let servers = vec![

@@ -4,8 +4,9 @@
 //! required part is a [`ProtocolError`], never a silently defaulted value.
 
 use crate::domain::{
-    AgentSettings, ChatMessage, ControlCommand, ModelRoute, RetryPolicy, Role, RunAssignment,
-    StepEnded, StepKind, StepStarted, ToolCall, Usage, WorkerEvent,
+    AgentChange, AgentSettings, ChatMessage, ControlCommand, ModelRoute, RetryPolicy, Role,
+    RunAssignment, StepEnded, StepKind, StepStarted, ToolCall, ToolDecision, ToolResult, Usage,
+    WorkerEvent,
 };
 use crate::generated as pb;
 use pb::control_message::Body as ControlBody;
@@ -181,6 +182,8 @@ impl From<ControlCommand> for pb::ControlMessage {
                     system_prompt: run.agent.system_prompt,
                     model: run.agent.model,
                     workspace: run.agent.workspace,
+                    docs_dir: run.agent.docs_dir,
+                    tools: run.agent.tools,
                 }),
                 model: Some(run.model.into()),
                 messages: run.messages.into_iter().map(Into::into).collect(),
@@ -203,9 +206,35 @@ impl From<ControlCommand> for pb::ControlMessage {
                 ControlBody::CancelRun(pb::CancelRun { run_id, reason })
             }
             ControlCommand::Shutdown { reason } => ControlBody::Shutdown(pb::Shutdown { reason }),
-            ControlCommand::SetModel { model, route } => ControlBody::SetModel(pb::SetModel {
-                model,
-                route: Some(route.into()),
+            ControlCommand::UpdateAgent(change) => {
+                let (model, route) = match change.model {
+                    Some((model, route)) => (Some(model), Some(route.into())),
+                    None => (None, None),
+                };
+                ControlBody::UpdateAgent(pb::UpdateAgent {
+                    model,
+                    route,
+                    system_prompt: change.system_prompt,
+                    tools: change.tools.map(|names| pb::ToolList { names }),
+                })
+            }
+            ControlCommand::ToolDecision(d) => ControlBody::ToolDecision(pb::ToolDecision {
+                request_id: d.request_id,
+                allowed: d.allowed,
+                message: d.message,
+                result: d.result.map(|r| pb::ToolResult {
+                    content: r.content,
+                    is_error: r.is_error,
+                }),
+            }),
+            ControlCommand::ToolPending {
+                request_id,
+                description,
+                approval_id,
+            } => ControlBody::ToolPending(pb::ToolPending {
+                request_id,
+                description,
+                approval_id,
             }),
         };
         pb::ControlMessage { body: Some(body) }
@@ -241,6 +270,8 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                         system_prompt: agent.system_prompt,
                         model: agent.model,
                         workspace: agent.workspace,
+                        docs_dir: agent.docs_dir,
+                        tools: agent.tools,
                     },
                     model: model.into(),
                     messages,
@@ -266,9 +297,32 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                 reason: c.reason,
             },
             ControlBody::Shutdown(s) => ControlCommand::Shutdown { reason: s.reason },
-            ControlBody::SetModel(m) => ControlCommand::SetModel {
-                route: m.route.ok_or_else(|| missing("SetModel", "route"))?.into(),
-                model: m.model,
+            ControlBody::UpdateAgent(u) => ControlCommand::UpdateAgent(AgentChange {
+                model: match u.model {
+                    Some(model) => Some((
+                        model,
+                        u.route
+                            .ok_or_else(|| missing("UpdateAgent", "route"))?
+                            .into(),
+                    )),
+                    None => None,
+                },
+                system_prompt: u.system_prompt,
+                tools: u.tools.map(|t| t.names),
+            }),
+            ControlBody::ToolDecision(d) => ControlCommand::ToolDecision(ToolDecision {
+                request_id: d.request_id,
+                allowed: d.allowed,
+                message: d.message,
+                result: d.result.map(|r| ToolResult {
+                    content: r.content,
+                    is_error: r.is_error,
+                }),
+            }),
+            ControlBody::ToolPending(p) => ControlCommand::ToolPending {
+                request_id: p.request_id,
+                description: p.description,
+                approval_id: p.approval_id,
             },
         })
     }
@@ -282,6 +336,7 @@ impl From<StepKind> for pb::StepKind {
             StepKind::LlmCall => pb::StepKind::LlmCall,
             StepKind::Tool => pb::StepKind::Tool,
             StepKind::Wait => pb::StepKind::Wait,
+            StepKind::Permission => pb::StepKind::Permission,
         }
     }
 }
@@ -291,6 +346,7 @@ fn step_kind_from_wire(value: i32) -> Result<StepKind, ProtocolError> {
         Ok(pb::StepKind::LlmCall) => Ok(StepKind::LlmCall),
         Ok(pb::StepKind::Tool) => Ok(StepKind::Tool),
         Ok(pb::StepKind::Wait) => Ok(StepKind::Wait),
+        Ok(pb::StepKind::Permission) => Ok(StepKind::Permission),
         Ok(pb::StepKind::Unspecified) | Err(_) => Err(ProtocolError::UnknownEnum {
             message: "StepStarted",
             field: "kind",
@@ -342,6 +398,17 @@ impl From<WorkerEvent> for pb::WorkerMessage {
             WorkerEvent::TextDelta { run_id, step, text } => {
                 WorkerBody::TextDelta(pb::TextDelta { run_id, step, text })
             }
+            WorkerEvent::ToolCheck {
+                request_id,
+                run_id,
+                call,
+            } => WorkerBody::ToolCheck(pb::ToolCheck {
+                request_id,
+                run_id,
+                call_id: call.id,
+                tool: call.name,
+                arguments: call.arguments,
+            }),
         };
         pb::WorkerMessage { body: Some(body) }
     }
@@ -393,6 +460,15 @@ impl TryFrom<pb::WorkerMessage> for WorkerEvent {
                 run_id: t.run_id,
                 step: t.step,
                 text: t.text,
+            },
+            WorkerBody::ToolCheck(c) => WorkerEvent::ToolCheck {
+                request_id: c.request_id,
+                run_id: c.run_id,
+                call: ToolCall {
+                    id: c.call_id,
+                    name: c.tool,
+                    arguments: c.arguments,
+                },
             },
         })
     }
@@ -458,6 +534,11 @@ mod tests {
                 step: 1,
                 text: "Hel".into(),
             },
+            WorkerEvent::ToolCheck {
+                request_id: 9,
+                run_id: "r".into(),
+                call: call(),
+            },
         ];
         for event in events {
             let wire = pb::WorkerMessage::from(event.clone());
@@ -490,6 +571,8 @@ mod tests {
                     system_prompt: "be brief".into(),
                     model: "m".into(),
                     workspace: "/data/agents/a/workspace".into(),
+                    docs_dir: "/data/agents/a/docs".into(),
+                    tools: vec!["view".into(), "bash".into()],
                 },
                 model: route(),
                 messages: vec![ChatMessage::user("hi")],
@@ -502,9 +585,25 @@ mod tests {
                     base_delay_ms: 10,
                 },
             })),
-            ControlCommand::SetModel {
-                model: "ollama/llama3.2".into(),
-                route: route(),
+            ControlCommand::UpdateAgent(AgentChange {
+                model: Some(("ollama/llama3.2".into(), route())),
+                system_prompt: Some("new".into()),
+                tools: Some(vec![]),
+            }),
+            ControlCommand::UpdateAgent(AgentChange::default()),
+            ControlCommand::ToolDecision(ToolDecision {
+                request_id: 9,
+                allowed: false,
+                message: "denied by rule 2".into(),
+                result: Some(ToolResult {
+                    content: "x".into(),
+                    is_error: true,
+                }),
+            }),
+            ControlCommand::ToolPending {
+                request_id: 9,
+                description: "Waiting for permission".into(),
+                approval_id: "a1".into(),
             },
             ControlCommand::InjectMessage {
                 run_id: "r".into(),

@@ -108,6 +108,10 @@ pub struct AgentSettings {
     pub model: String,
     /// Absolute path of the agent's workspace on the worker's filesystem.
     pub workspace: String,
+    /// Absolute path of the agent's docs directory (its files follow the system prompt).
+    pub docs_dir: String,
+    /// The tools the model may be offered (the profile may allow or ask for them).
+    pub tools: Vec<String>,
 }
 
 /// Where a worker sends model requests: a path on the control plane's model relay.
@@ -184,11 +188,41 @@ pub enum ControlCommand {
     Shutdown {
         reason: String,
     },
-    /// The agent's model changed; runs use it from their next model call.
-    SetModel {
-        model: String,
-        route: ModelRoute,
+    /// The agent changed; runs use the new values from their next model call.
+    UpdateAgent(AgentChange),
+    /// The answer to a [`WorkerEvent::ToolCheck`].
+    ToolDecision(ToolDecision),
+    /// A tool check waits for a person's answer.
+    ToolPending {
+        request_id: u64,
+        description: String,
+        approval_id: String,
     },
+}
+
+/// What changed about an agent; `None` means unchanged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentChange {
+    /// The model as the user named it, and its route.
+    pub model: Option<(String, ModelRoute)>,
+    pub system_prompt: Option<String>,
+    pub tools: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolDecision {
+    pub request_id: u64,
+    pub allowed: bool,
+    /// Why not (for the model), or a note.
+    pub message: String,
+    /// The result, when the control plane executed the tool itself.
+    pub result: Option<ToolResult>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolResult {
+    pub content: String,
+    pub is_error: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -198,6 +232,8 @@ pub enum StepKind {
     Tool,
     /// Waiting before a retry.
     Wait,
+    /// Waiting for a person to approve or deny a tool call.
+    Permission,
 }
 
 impl StepKind {
@@ -206,6 +242,7 @@ impl StepKind {
             StepKind::LlmCall => "llm_call",
             StepKind::Tool => "tool",
             StepKind::Wait => "wait",
+            StepKind::Permission => "permission",
         }
     }
 
@@ -214,6 +251,7 @@ impl StepKind {
             "llm_call" => Some(StepKind::LlmCall),
             "tool" => Some(StepKind::Tool),
             "wait" => Some(StepKind::Wait),
+            "permission" => Some(StepKind::Permission),
             _ => None,
         }
     }
@@ -268,6 +306,12 @@ pub enum WorkerEvent {
         step: u32,
         text: String,
     },
+    /// May this tool call run? Answered by [`ControlCommand::ToolDecision`].
+    ToolCheck {
+        request_id: u64,
+        run_id: String,
+        call: ToolCall,
+    },
 }
 
 impl WorkerEvent {
@@ -280,7 +324,8 @@ impl WorkerEvent {
             WorkerEvent::MessageAppended { run_id, .. }
             | WorkerEvent::RunCompleted { run_id, .. }
             | WorkerEvent::RunFailed { run_id, .. }
-            | WorkerEvent::TextDelta { run_id, .. } => Some(run_id),
+            | WorkerEvent::TextDelta { run_id, .. }
+            | WorkerEvent::ToolCheck { run_id, .. } => Some(run_id),
         }
     }
 }

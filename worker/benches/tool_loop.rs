@@ -4,7 +4,9 @@
 //! it builds the whole request body (system prompt, full history, tool schemas) as
 //! the OpenAI client would, then decodes a streamed reply through
 //! the real SSE decoder and stream state. Each turn then runs a real tool (`view` of
-//! a 40-line file) and reports its steps and messages through the event sink.
+//! a 40-line file) and reports its steps and messages through the event sink. The
+//! permission check is the control plane's (a gRPC round trip, not worker work) and
+//! is left out here (`AllowAll`).
 //!
 //! Run: `cargo bench -p chorus-worker --bench tool_loop`
 #![allow(clippy::unwrap_used)]
@@ -14,10 +16,13 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use chorus_proto::domain::{ChatMessage, ModelRoute, RetryPolicy};
+use chorus_worker::gate::AllowAll;
 use chorus_worker::model::openai::{StreamState, request_json};
 use chorus_worker::model::sse::SseDecoder;
 use chorus_worker::model::{ModelClient, ModelError, ModelReply, ModelRequest};
-use chorus_worker::tool_loop::{self, ClientFactory, EventSink, LoopInput, ModelSelection};
+use chorus_worker::tool_loop::{
+    self, ClientFactory, EventSink, LiveAgent, LoopInput, ModelSelection,
+};
 use chorus_worker::tools::ToolBox;
 use chorus_worker::tools::jail::Workspace;
 use tokio_util::sync::CancellationToken;
@@ -101,27 +106,33 @@ async fn one_run(tools: &ToolBox, turns: usize) -> Measured {
     };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
-    let (_model_tx, model_rx) = tokio::sync::watch::channel(ModelSelection {
-        display: "bench".into(),
-        route: ModelRoute {
-            provider: "bench".into(),
-            api: ModelRoute::OPENAI_CHAT.into(),
-            relay_path: "/llm/bench".into(),
-            model: "bench".into(),
+    let (_agent_tx, agent_rx) = tokio::sync::watch::channel(LiveAgent {
+        model: ModelSelection {
+            display: "bench".into(),
+            route: ModelRoute {
+                provider: "bench".into(),
+                api: ModelRoute::OPENAI_CHAT.into(),
+                relay_path: "/llm/bench".into(),
+                model: "bench".into(),
+            },
         },
+        system_prompt: "You are a general-purpose AI agent with a workspace. Use your tools."
+            .into(),
+        tools: None,
+        docs_dir: None,
     });
     let input = LoopInput {
         run_id: "bench",
-        system_prompt: "You are a general-purpose AI agent with a workspace. Use your tools.",
         messages: vec![ChatMessage::user("Read src/main.rs over and over.")],
         first_step_number: 1,
         max_iterations: turns as u32 + 1,
         retry: RetryPolicy::default(),
-        model: model_rx,
+        agent: agent_rx,
     };
     let started = Instant::now();
     let text = tool_loop::run(
         &Factory(&model),
+        &AllowAll,
         tools,
         input,
         &EventSink::new(tx),

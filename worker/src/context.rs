@@ -19,7 +19,9 @@ pub fn system_prompt(prompt: &str, docs_dir: Option<&Path>) -> String {
         return prompt.to_string();
     }
     let mut out = String::from(prompt);
-    out.push_str("\n\n# Your docs\nThese are the files in your docs/ directory (you maintain them).\n");
+    out.push_str(
+        "\n\n# Your docs\nThese are the files in your docs/ directory (you maintain them).\n",
+    );
     let mut used = 0usize;
     let mut left_out = Vec::new();
     for relative in files {
@@ -31,7 +33,11 @@ pub fn system_prompt(prompt: &str, docs_dir: Option<&Path>) -> String {
             continue;
         }
         used += text.len();
-        out.push_str(&format!("\n## docs/{}\n{}\n", relative.display(), text.trim_end()));
+        out.push_str(&format!(
+            "\n## docs/{}\n{}\n",
+            relative.display(),
+            text.trim_end()
+        ));
     }
     if !left_out.is_empty() {
         out.push_str(&format!(
@@ -55,7 +61,9 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<PathBuf>, depth: usize) {
         if entry.file_name().to_string_lossy().starts_with('.') {
             continue;
         }
-        let Ok(kind) = entry.file_type() else { continue };
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
         let path = entry.path();
         if kind.is_dir() {
             collect(root, &path, out, depth + 1);
@@ -94,7 +102,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(system_prompt("p", Some(dir.path())), "p");
         assert_eq!(system_prompt("p", None), "p");
-        assert_eq!(system_prompt("p", Some(Path::new("/nonexistent/docs"))), "p");
+        assert_eq!(
+            system_prompt("p", Some(Path::new("/nonexistent/docs"))),
+            "p"
+        );
     }
 
     #[test]

@@ -14,7 +14,10 @@ use crate::tool_loop::EventSink;
 /// person must answer), then exactly one `Decided`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GateMessage {
-    Pending { description: String, approval_id: String },
+    Pending {
+        description: String,
+        approval_id: String,
+    },
     Decided(ToolDecision),
 }
 
@@ -41,7 +44,9 @@ impl RelayGate {
         }
     }
 
-    fn waiting(&self) -> std::sync::MutexGuard<'_, HashMap<u64, mpsc::UnboundedSender<GateMessage>>> {
+    fn waiting(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<u64, mpsc::UnboundedSender<GateMessage>>> {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -131,9 +136,15 @@ mod tests {
         );
         gate.answer(ids[1], decided(ids[1]));
         gate.answer(ids[0], decided(ids[0]));
-        assert!(matches!(second.recv().await, Some(GateMessage::Pending { .. })));
+        assert!(matches!(
+            second.recv().await,
+            Some(GateMessage::Pending { .. })
+        ));
         assert!(matches!(second.recv().await, Some(GateMessage::Decided(d)) if d.allowed));
         assert!(matches!(first.recv().await, Some(GateMessage::Decided(d)) if !d.allowed));
-        assert!(first.recv().await.is_none(), "one decision, then the check is over");
+        assert!(
+            first.recv().await.is_none(),
+            "one decision, then the check is over"
+        );
     }
 }

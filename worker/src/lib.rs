@@ -3,6 +3,8 @@
 //! agent's workspace and streams every step back. See ARCHITECTURE.md.
 
 pub mod connection;
+pub mod context;
+pub mod gate;
 pub mod model;
 pub mod runner;
 pub mod tool_loop;

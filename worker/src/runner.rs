@@ -5,14 +5,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use chorus_proto::domain::{ControlCommand, RunAssignment, WorkerEvent};
-use tokio::sync::watch;
+use chorus_proto::domain::{AgentChange, ControlCommand, RunAssignment, WorkerEvent};
+use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::gate::{GateMessage, RelayGate};
 use crate::model::relay::RelayClients;
-use crate::tool_loop::{self, EventSink, LoopInput, ModelSelection};
+use crate::tool_loop::{self, EventSink, LiveAgent, LoopInput, ModelSelection};
 use crate::tools::ToolBox;
 use crate::tools::jail::Workspace;
 
@@ -23,8 +24,9 @@ pub struct Runner {
     sink: EventSink,
     clients: RelayClients,
     runs: Arc<Mutex<HashMap<String, CancellationToken>>>,
-    /// The agent's model when it changes mid-run (SetModel); runs watch it.
-    model_change: watch::Sender<Option<ModelSelection>>,
+    /// Changes to the agent (configure, self-edit); every run applies each one.
+    changes: broadcast::Sender<AgentChange>,
+    gate: Arc<RelayGate>,
     tasks: TaskTracker,
 }
 
@@ -39,10 +41,11 @@ impl Runner {
             .build()
             .unwrap_or_default();
         Runner {
+            gate: Arc::new(RelayGate::new(sink.clone())),
             sink,
             clients: RelayClients::new(http, control_plane, credential),
             runs: Arc::new(Mutex::new(HashMap::new())),
-            model_change: watch::Sender::new(None),
+            changes: broadcast::Sender::new(64),
             tasks: TaskTracker::new(),
         }
     }
@@ -66,12 +69,26 @@ impl Runner {
                     token.cancel();
                 }
             }
-            ControlCommand::SetModel { model, route } => {
-                tracing::info!(%model, provider = %route.provider, "model changed");
-                self.model_change.send_replace(Some(ModelSelection {
-                    display: model,
-                    route,
-                }));
+            ControlCommand::UpdateAgent(change) => {
+                tracing::info!(?change.model, tools = ?change.tools, "agent changed");
+                let _ = self.changes.send(change);
+            }
+            ControlCommand::ToolDecision(decision) => {
+                self.gate
+                    .answer(decision.request_id, GateMessage::Decided(decision));
+            }
+            ControlCommand::ToolPending {
+                request_id,
+                description,
+                approval_id,
+            } => {
+                self.gate.answer(
+                    request_id,
+                    GateMessage::Pending {
+                        description,
+                        approval_id,
+                    },
+                );
             }
             ControlCommand::InjectMessage { run_id, .. } => {
                 tracing::warn!(%run_id, "message injection into a running run is not supported by this worker yet");
@@ -83,13 +100,18 @@ impl Runner {
     fn start(&self, run: RunAssignment) {
         let cancel = CancellationToken::new();
         self.runs().insert(run.run_id.clone(), cancel.clone());
-        let (model_tx, model_rx) = watch::channel(ModelSelection {
-            display: run.agent.model.clone(),
-            route: run.model.clone(),
+        let (agent_tx, agent_rx) = watch::channel(LiveAgent {
+            model: ModelSelection {
+                display: run.agent.model.clone(),
+                route: run.model.clone(),
+            },
+            system_prompt: run.agent.system_prompt.clone(),
+            tools: Some(run.agent.tools.clone()),
+            docs_dir: (!run.agent.docs_dir.is_empty()).then(|| run.agent.docs_dir.clone().into()),
         });
-        // Forward later model changes (not earlier ones: the assignment is newer).
-        let mut changes = self.model_change.subscribe();
-        changes.mark_unchanged();
+        // Changes from now on (the assignment already has the earlier ones).
+        let mut changes = self.changes.subscribe();
+        let gate = self.gate.clone();
         let tools = ToolBox::new(Workspace::new(&run.agent.workspace));
         let sink = self.sink.clone();
         let clients = self.clients.clone();
@@ -105,15 +127,18 @@ impl Runner {
             async move {
                 tracing::info!("run started");
                 let forward = async {
-                    while changes.changed().await.is_ok() {
-                        if let Some(selection) = changes.borrow_and_update().clone() {
-                            model_tx.send_replace(selection);
+                    loop {
+                        match changes.recv().await {
+                            Ok(change) => agent_tx.send_modify(|agent| apply(agent, change)),
+                            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                                tracing::warn!(missed, "missed agent changes");
+                            }
+                            Err(broadcast::error::RecvError::Closed) => break,
                         }
                     }
                 };
                 let input = LoopInput {
                     run_id: &run.run_id,
-                    system_prompt: &run.agent.system_prompt,
                     messages: run.messages.clone(),
                     first_step_number: run.first_step_number,
                     max_iterations: if run.max_iterations == 0 {
@@ -122,10 +147,10 @@ impl Runner {
                         run.max_iterations
                     },
                     retry: run.retry,
-                    model: model_rx,
+                    agent: agent_rx,
                 };
                 let outcome = tokio::select! {
-                    outcome = tool_loop::run(&clients, &tools, input, &sink, &cancel) => outcome,
+                    outcome = tool_loop::run(&clients, gate.as_ref(), &tools, input, &sink, &cancel) => outcome,
                     _ = forward => unreachable_forward(),
                 };
                 runs.lock()
@@ -167,7 +192,20 @@ impl Runner {
     }
 }
 
-/// The model-change forwarder ends only when the runner is dropped, which cannot
+/// Applies a change to what a run knows of its agent.
+fn apply(agent: &mut LiveAgent, change: AgentChange) {
+    if let Some((display, route)) = change.model {
+        agent.model = ModelSelection { display, route };
+    }
+    if let Some(prompt) = change.system_prompt {
+        agent.system_prompt = prompt;
+    }
+    if let Some(tools) = change.tools {
+        agent.tools = Some(tools);
+    }
+}
+
+/// The change forwarder ends only when the runner is dropped, which cannot
 /// happen while a run holds it; if it does, the run simply ends cancelled.
 fn unreachable_forward() -> Result<String, tool_loop::LoopError> {
     Err(tool_loop::LoopError::Cancelled(

@@ -8,16 +8,18 @@
 use std::time::{Duration, Instant};
 
 use chorus_proto::domain::{
-    ChatMessage, ModelRoute, RetryPolicy, StepEnded, StepKind, StepStarted, Usage, WorkerEvent,
+    ChatMessage, ModelRoute, RetryPolicy, StepEnded, StepKind, StepStarted, ToolCall, ToolResult,
+    Usage, WorkerEvent,
 };
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::gate::{GateMessage, ToolGate};
 use crate::model::{
     DEFAULT_MAX_TOKENS, MessageCache, ModelClient, ModelError, ModelReply, ModelRequest, StopReason,
 };
-use crate::tools::ToolBox;
+use crate::tools::{ToolBox, ToolOutcome};
 
 /// Where a run's events go (the connection forwards them to the control plane).
 #[derive(Clone)]
@@ -40,6 +42,19 @@ pub struct ModelSelection {
     /// As the user named it, e.g. `ollama/llama3.2`.
     pub display: String,
     pub route: ModelRoute,
+}
+
+/// What a run knows about its agent; any of it may change while the run goes on
+/// (configure, self-edit), and the loop reads it again before every model call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveAgent {
+    pub model: ModelSelection,
+    pub system_prompt: String,
+    /// The tools offered to the model (the permission profile may allow or ask for
+    /// them); `None` offers every tool.
+    pub tools: Option<Vec<String>>,
+    /// The agent's docs directory, whose files follow the system prompt.
+    pub docs_dir: Option<std::path::PathBuf>,
 }
 
 /// Makes the client for a model route.
@@ -91,13 +106,12 @@ impl Steps<'_> {
 
 pub struct LoopInput<'a> {
     pub run_id: &'a str,
-    pub system_prompt: &'a str,
     pub messages: Vec<ChatMessage>,
     pub first_step_number: u32,
     pub max_iterations: u32,
     pub retry: RetryPolicy,
-    /// The current model; read again before every model call.
-    pub model: watch::Receiver<ModelSelection>,
+    /// The agent as it is now; read again before every model call.
+    pub agent: watch::Receiver<LiveAgent>,
 }
 
 /// Why a run ended without the model finishing its turn.
@@ -163,14 +177,15 @@ const EMPTY_REPLY_PROMPT: &str =
     "Your last reply was empty. Continue with the task, or give your final answer if you are done.";
 
 /// Runs the loop; returns the model's final text.
-pub async fn run<F: ClientFactory>(
+pub async fn run<F: ClientFactory, G: ToolGate>(
     clients: &F,
+    gate: &G,
     tools: &ToolBox,
     mut input: LoopInput<'_>,
     sink: &EventSink,
     cancel: &CancellationToken,
 ) -> Result<String, LoopError> {
-    let schemas = tools.schemas();
+    let all_schemas = tools.schemas();
     let mut messages = std::mem::take(&mut input.messages);
     let mut steps = Steps {
         run_id: input.run_id,
@@ -192,11 +207,21 @@ pub async fn run<F: ClientFactory>(
     let mut calls = 0u32;
     while calls < input.max_iterations {
         calls += 1;
-        let selection = input.model.borrow_and_update().clone();
+        let live = input.agent.borrow_and_update().clone();
+        let selection = live.model.clone();
         let client = clients.client(&selection.route).map_err(LoopError::Model)?;
+        let schemas: Vec<_> = match &live.tools {
+            Some(offered) => all_schemas
+                .iter()
+                .filter(|s| offered.contains(&s.name))
+                .cloned()
+                .collect(),
+            None => all_schemas.clone(),
+        };
+        let system = crate::context::system_prompt(&live.system_prompt, live.docs_dir.as_deref());
         let request = ModelRequest {
             model: &selection.route.model,
-            system: input.system_prompt,
+            system: &system,
             messages: &messages,
             tools: &schemas,
             max_tokens: DEFAULT_MAX_TOKENS,
@@ -260,13 +285,57 @@ pub async fn run<F: ClientFactory>(
             if cancel.is_cancelled() {
                 return Err(LoopError::Cancelled("the run was cancelled".into()));
             }
-            let step = steps.begin(
-                StepKind::Tool,
-                format!("Executing {}", ToolBox::describe(call)),
-            );
-            let span = tracing::info_span!("tool", tool = %call.name, step = step.number);
-            let outcome = tools.execute(call).instrument(span).await;
-            steps.end(step, outcome.is_error, None);
+            // A call that cannot run at all needs no permission: tell the model what
+            // is wrong with it right away.
+            let unusable = unusable_call(call, &all_schemas);
+            let gated = match unusable {
+                Some(outcome) => Err(outcome),
+                None => Ok(ask_gate(gate, input.run_id, call, &mut steps, cancel).await?),
+            };
+            let outcome = match gated {
+                Err(outcome) => {
+                    let step = steps.begin(
+                        StepKind::Tool,
+                        format!("Refused {}", ToolBox::describe(call)),
+                    );
+                    steps.end(step, true, None);
+                    outcome
+                }
+                Ok(gate_answer) => match gate_answer {
+                    Gate::Run => {
+                        let step = steps.begin(
+                            StepKind::Tool,
+                            format!("Executing {}", ToolBox::describe(call)),
+                        );
+                        let span =
+                            tracing::info_span!("tool", tool = %call.name, step = step.number);
+                        let outcome = tools.execute(call).instrument(span).await;
+                        steps.end(step, outcome.is_error, None);
+                        outcome
+                    }
+                    Gate::Refused(message) => {
+                        let step = steps.begin(
+                            StepKind::Tool,
+                            format!("Refused {}", ToolBox::describe(call)),
+                        );
+                        steps.end(step, true, None);
+                        ToolOutcome::error(message)
+                    }
+                    Gate::Done(result) => {
+                        // Executed by the control plane, which owns the resource.
+                        let step = steps.begin(
+                            StepKind::Tool,
+                            format!("Executing {}", ToolBox::describe(call)),
+                        );
+                        steps.end(step, result.is_error, None);
+                        ToolOutcome {
+                            content: result.content,
+                            is_error: result.is_error,
+                            malformed: false,
+                        }
+                    }
+                },
+            };
             if outcome.malformed {
                 malformed += 1;
             }
@@ -288,6 +357,91 @@ pub async fn run<F: ClientFactory>(
         }
     }
     Err(LoopError::IterationCap(input.max_iterations))
+}
+
+/// Why a call cannot run at all, as the model should hear it: a tool that does not
+/// exist, or arguments that are not a JSON object.
+fn unusable_call(call: &ToolCall, tools: &[crate::model::ToolSchema]) -> Option<ToolOutcome> {
+    if !tools.iter().any(|t| t.name == call.name) {
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        return Some(ToolOutcome::malformed(format!(
+            "there is no tool named '{}'; the tools are: {}",
+            call.name,
+            names.join(", ")
+        )));
+    }
+    let arguments = if call.arguments.trim().is_empty() {
+        "{}"
+    } else {
+        &call.arguments
+    };
+    match serde_json::from_str::<serde_json::Value>(arguments) {
+        Ok(serde_json::Value::Object(_)) => None,
+        Ok(_) => Some(ToolOutcome::malformed(format!(
+            "the arguments for {} are not valid: expected a JSON object; send a JSON object matching the tool's schema",
+            call.name
+        ))),
+        Err(e) => Some(ToolOutcome::malformed(format!(
+            "the arguments for {} are not valid: {e}; send a JSON object matching the tool's schema",
+            call.name
+        ))),
+    }
+}
+
+/// What the gate said about one tool call.
+enum Gate {
+    Run,
+    Refused(String),
+    Done(ToolResult),
+}
+
+/// Asks the gate; a wait for a person is a step of its own.
+async fn ask_gate<G: ToolGate>(
+    gate: &G,
+    run_id: &str,
+    call: &ToolCall,
+    steps: &mut Steps<'_>,
+    cancel: &CancellationToken,
+) -> Result<Gate, LoopError> {
+    let mut answers = gate.check(run_id, call);
+    let mut waiting: Option<OpenStep> = None;
+    loop {
+        let answer = tokio::select! {
+            answer = answers.recv() => answer,
+            _ = cancel.cancelled() => {
+                if let Some(step) = waiting {
+                    steps.end(step, true, None);
+                }
+                return Err(LoopError::Cancelled("the run was cancelled".into()));
+            }
+        };
+        match answer {
+            Some(GateMessage::Pending { description, .. }) => {
+                if waiting.is_none() {
+                    waiting = Some(steps.begin(StepKind::Permission, description));
+                }
+            }
+            Some(GateMessage::Decided(decision)) => {
+                if let Some(step) = waiting {
+                    steps.end(step, !decision.allowed, None);
+                }
+                return Ok(match (decision.allowed, decision.result) {
+                    (true, Some(result)) => Gate::Done(result),
+                    (true, None) => Gate::Run,
+                    (false, _) => Gate::Refused(decision.message),
+                });
+            }
+            None => {
+                if let Some(step) = waiting {
+                    steps.end(step, true, None);
+                }
+                return Ok(Gate::Refused(
+                    "the control plane did not answer the permission check; the tool was not run"
+                        .into(),
+                ));
+            }
+        }
+    }
 }
 
 /// One model call, retried on passing failures within the policy. The failed call,
@@ -405,6 +559,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::gate::AllowAll;
     use crate::tools::jail::Workspace;
 
     /// A model that answers from a script and remembers what it was sent.
@@ -488,25 +643,37 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let tools = ToolBox::new(Workspace::new(dir.path()));
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let (_model_tx, model_rx) = watch::channel(ModelSelection {
-            display: "m".into(),
-            route: ModelRoute {
-                provider: "p".into(),
-                api: ModelRoute::OPENAI_CHAT.into(),
-                relay_path: "/llm/p".into(),
-                model: "m".into(),
+        let (_agent_tx, agent_rx) = watch::channel(LiveAgent {
+            model: ModelSelection {
+                display: "m".into(),
+                route: ModelRoute {
+                    provider: "p".into(),
+                    api: ModelRoute::OPENAI_CHAT.into(),
+                    relay_path: "/llm/p".into(),
+                    model: "m".into(),
+                },
             },
+            system_prompt: "sys".into(),
+            tools: None,
+            docs_dir: None,
         });
         let input = LoopInput {
             run_id: "r",
-            system_prompt: "sys",
             messages: vec![ChatMessage::user("go")],
             first_step_number: 1,
             max_iterations: 10,
             retry,
-            model: model_rx,
+            agent: agent_rx,
         };
-        let result = run(&model, &tools, input, &EventSink::new(tx), cancel).await;
+        let result = run(
+            &model,
+            &AllowAll,
+            &tools,
+            input,
+            &EventSink::new(tx),
+            cancel,
+        )
+        .await;
         let mut events = Vec::new();
         while let Ok(event) = rx.try_recv() {
             events.push(event);

@@ -13,10 +13,14 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
+use crate::gate::grants::{Role, may_grant};
+use crate::gate::profiles::{offered_tools, setting_name, to_stored};
+use crate::permissions::{PermissionsSetting, Profile};
 use crate::providers::catalog::Catalog;
 use crate::runs::Runs;
 use crate::store::{AgentRecord, AgentUpdate, AuditEntry, NewAgent, Store, StoreError};
 use crate::workers::WorkerManager;
+use chorus_proto::domain::AgentChange;
 use files::{AgentDir, FilesError};
 use name::NameError;
 
@@ -32,6 +36,9 @@ pub enum AgentError {
     Conflict(String),
     #[error("{0}")]
     NotFound(String),
+    /// The user may not do this (e.g. grant more than their role allows).
+    #[error("{0}")]
+    Forbidden(String),
     #[error(transparent)]
     Files(#[from] FilesError),
     #[error(transparent)]
@@ -54,6 +61,31 @@ pub struct CreateAgent {
     pub name: String,
     pub system_prompt: Option<String>,
     pub model: Option<String>,
+    /// A preset name or a custom profile; the template's (`standard`) when absent.
+    pub permissions: Option<PermissionsSetting>,
+    /// `prompt`, `allow` or `deny`; `prompt` when absent.
+    pub on_ask: Option<String>,
+}
+
+/// What a create request gives; the rest comes from agent.json or the defaults.
+struct Given {
+    system_prompt: Option<String>,
+    model: Option<String>,
+    permissions: Option<PermissionsSetting>,
+    on_ask: Option<String>,
+}
+
+/// What an ASK may resolve to without a person.
+pub const ON_ASK_VALUES: &[&str] = &["prompt", "allow", "deny"];
+
+fn check_on_ask(value: Option<String>) -> Result<Option<String>, AgentError> {
+    match value {
+        Some(v) if !ON_ASK_VALUES.contains(&v.as_str()) => Err(AgentError::InvalidInput(format!(
+            "on_ask must be one of {}, not '{v}'",
+            ON_ASK_VALUES.join(", ")
+        ))),
+        other => Ok(other),
+    }
 }
 
 pub struct AgentService {
@@ -135,10 +167,16 @@ impl AgentService {
         &self,
         request: CreateAgent,
         user: &str,
+        role: Role,
     ) -> Result<AgentRecord, AgentError> {
         name::validate(&request.name)?;
         let system_prompt = non_blank("system_prompt", request.system_prompt)?;
         let model = non_blank("model", request.model)?;
+        let on_ask = check_on_ask(request.on_ask)?;
+        if let Some(setting) = &request.permissions {
+            self.check_grant(setting, role, user)?;
+        }
+        let permissions = request.permissions;
         match &model {
             Some(model) => self.check_model(model, "model").await?,
             None => {
@@ -163,7 +201,17 @@ impl AgentService {
                 .await?;
         }
         let created = self
-            .register(&dir, &request.name, system_prompt, model, reused)
+            .register(
+                &dir,
+                &request.name,
+                Given {
+                    system_prompt,
+                    model,
+                    permissions,
+                    on_ask,
+                },
+                reused,
+            )
             .await;
         let record = match created {
             Ok(record) => record,
@@ -187,6 +235,81 @@ impl AgentService {
         self.workers.start(&record.name);
         tracing::info!(agent = %record.name, reused, "agent created");
         Ok(record)
+    }
+
+    /// A permissions setting that compiles and that `role` may grant; its stored form.
+    fn check_grant(
+        &self,
+        setting: &PermissionsSetting,
+        role: Role,
+        user: &str,
+    ) -> Result<String, AgentError> {
+        if !may_grant(role, setting_name(setting)) {
+            let what = match setting_name(setting) {
+                Some(name) => format!("the '{name}' preset"),
+                None => "a custom profile".to_string(),
+            };
+            return Err(AgentError::Forbidden(format!(
+                "{user} (role {}) may not grant {what}; an admin can",
+                role.as_str()
+            )));
+        }
+        Profile::from_setting(setting)
+            .map_err(|e| AgentError::InvalidInput(format!("permissions: {e}")))?;
+        Ok(to_stored(setting))
+    }
+
+    /// Changes an agent's permissions, never beyond what `role` may grant. Runs in
+    /// progress get the new tool list at their next model call; every check after
+    /// this uses the new profile. Returns the profile's name.
+    pub async fn set_permissions(
+        &self,
+        name: &str,
+        setting: PermissionsSetting,
+        role: Role,
+        user: &str,
+    ) -> Result<String, AgentError> {
+        let stored = self.check_grant(&setting, role, user)?;
+        let profile = Profile::from_setting(&setting)
+            .map_err(|e| AgentError::InvalidInput(format!("permissions: {e}")))?;
+        let before = self
+            .store
+            .active_agent(name)
+            .await?
+            .ok_or_else(|| AgentError::NotFound(format!("no agent named '{name}'")))?;
+        self.store
+            .update_agent(
+                name,
+                &AgentUpdate {
+                    permissions: Some(stored.clone()),
+                    ..AgentUpdate::default()
+                },
+            )
+            .await?;
+        let dir = self.dir(name);
+        let mut config = dir.read_config().await?;
+        config.insert(
+            "permissions".into(),
+            serde_json::to_value(&setting).unwrap_or(Value::Null),
+        );
+        dir.write_config(&config).await?;
+        self.audit(
+            name,
+            "agent:configure:permissions",
+            user,
+            Some(format!("old={} new={}", before.permissions, stored)),
+        )
+        .await;
+        self.runs.agent_changed(
+            name,
+            AgentChange {
+                tools: Some(offered_tools(&profile)),
+                ..AgentChange::default()
+            },
+        );
+        Ok(setting_name(&setting)
+            .unwrap_or("a custom profile")
+            .to_string())
     }
 
     /// A model must be one a configured provider offers (SPEC C3).
@@ -216,10 +339,15 @@ impl AgentService {
         &self,
         dir: &AgentDir,
         name: &str,
-        system_prompt: Option<String>,
-        model: Option<String>,
+        given: Given,
         reused: bool,
     ) -> Result<AgentRecord, AgentError> {
+        let Given {
+            system_prompt,
+            model,
+            permissions,
+            on_ask,
+        } = given;
         dir.ensure_layout().await?;
         let mut config = dir.read_config().await?;
         let text = |config: &serde_json::Map<String, Value>, key: &str| {
@@ -231,8 +359,23 @@ impl AgentService {
         let model = model
             .or_else(|| text(&config, "model"))
             .or_else(|| self.default_model.clone());
-        let permissions =
-            text(&config, "permissions").unwrap_or_else(|| DEFAULT_PERMISSIONS.into());
+        // The request's permissions win; else what agent.json says (a kept or custom
+        // template), else the default.
+        let permissions = match permissions {
+            Some(setting) => setting,
+            None => match config.get("permissions") {
+                Some(value) => serde_json::from_value::<PermissionsSetting>(value.clone())
+                    .map_err(|e| {
+                        AgentError::InvalidInput(format!("agent.json permissions: {e}"))
+                    })?,
+                None => PermissionsSetting::Preset(DEFAULT_PERMISSIONS.into()),
+            },
+        };
+        Profile::from_setting(&permissions)
+            .map_err(|e| AgentError::InvalidInput(format!("permissions: {e}")))?;
+        let on_ask = on_ask
+            .or_else(|| text(&config, "on_ask"))
+            .unwrap_or_else(|| "prompt".into());
 
         let record = self
             .store
@@ -240,7 +383,8 @@ impl AgentService {
                 name: name.to_string(),
                 model: model.clone(),
                 system_prompt: system_prompt.clone(),
-                permissions: permissions.clone(),
+                permissions: to_stored(&permissions),
+                on_ask: on_ask.clone(),
             })
             .await?;
         config.insert("name".into(), Value::from(name));
@@ -249,7 +393,11 @@ impl AgentService {
             "model".into(),
             model.map(Value::from).unwrap_or(Value::Null),
         );
-        config.insert("permissions".into(), Value::from(permissions));
+        config.insert(
+            "permissions".into(),
+            serde_json::to_value(&permissions).unwrap_or(Value::Null),
+        );
+        config.insert("on_ask".into(), Value::from(on_ask));
         if !reused || !config.get("created_at").is_some_and(Value::is_string) {
             config.insert("created_at".into(), Value::from(record.created_at.clone()));
         }
@@ -266,6 +414,8 @@ impl AgentService {
         let update = AgentUpdate {
             model: non_blank("model", update.model)?,
             system_prompt: non_blank("system_prompt", update.system_prompt)?,
+            permissions: None, // set_permissions, which checks the user's role
+            on_ask: check_on_ask(update.on_ask)?,
         };
         let new_route = match &update.model {
             Some(model) => Some(
@@ -292,12 +442,31 @@ impl AgentService {
             "model".into(),
             after.model.clone().map(Value::from).unwrap_or(Value::Null),
         );
+        config.insert("on_ask".into(), Value::from(after.on_ask.clone()));
         dir.write_config(&config).await?;
-        if let (Some(route), Some(model), true) =
-            (new_route, &after.model, before.model != after.model)
-        {
-            // Runs in progress switch at their next model call.
-            self.runs.model_changed(name, model, &route);
+        // Runs in progress use the changes from their next model call.
+        let change = AgentChange {
+            model: match (new_route, &after.model) {
+                (Some(route), Some(model)) if before.model != after.model => {
+                    Some((model.clone(), route))
+                }
+                _ => None,
+            },
+            system_prompt: (before.system_prompt != after.system_prompt)
+                .then(|| after.system_prompt.clone()),
+            tools: None,
+        };
+        if change != AgentChange::default() {
+            self.runs.agent_changed(name, change);
+        }
+        if before.on_ask != after.on_ask {
+            self.audit(
+                name,
+                "agent:configure:on_ask",
+                user,
+                Some(format!("old={:?} new={:?}", before.on_ask, after.on_ask)),
+            )
+            .await;
         }
         if before.model != after.model {
             self.audit(
@@ -363,6 +532,8 @@ impl AgentService {
             decision: "done",
             user_id: Some(user),
             detail,
+            thread_id: None,
+            call_id: None,
         };
         if let Err(e) = self.store.audit(entry).await {
             tracing::error!(agent, action, error = %e, "cannot write audit entry");

@@ -45,8 +45,14 @@ pub fn actions_for(tool: &str, arguments: &str) -> Vec<String> {
     match tool {
         "bash" => bash_actions(text(&args, "command")),
         "self_edit_system_prompt" => vec![tool_action("self_edit", "system_prompt")],
-        "self_edit_docs" => vec![tool_action("self_edit", &format!("docs:{}", text(&args, "path")))],
-        "self_edit_model" => vec![tool_action("self_edit", &format!("model:{}", text(&args, "new_model")))],
+        "self_edit_docs" => vec![tool_action(
+            "self_edit",
+            &format!("docs:{}", text(&args, "path")),
+        )],
+        "self_edit_model" => vec![tool_action(
+            "self_edit",
+            &format!("model:{}", text(&args, "new_model")),
+        )],
         "self_edit_permissions" => {
             let target = match args.get("new_profile") {
                 Some(Value::String(preset)) => preset.clone(),
@@ -70,14 +76,42 @@ mod tests {
     #[test]
     fn calls_become_the_documented_action_strings() {
         let cases = [
-            ("create_file", r#"{"path":"src/a.rs","content":"x"}"#, vec!["tool:create_file:src/a.rs"]),
-            ("view", r#"{"path":"README.md"}"#, vec!["tool:view:README.md"]),
+            (
+                "create_file",
+                r#"{"path":"src/a.rs","content":"x"}"#,
+                vec!["tool:create_file:src/a.rs"],
+            ),
+            (
+                "view",
+                r#"{"path":"README.md"}"#,
+                vec!["tool:view:README.md"],
+            ),
             ("file.list", "{}", vec!["tool:file.list:."]),
-            ("self_edit_docs", r#"{"path":"notes.md","content":""}"#, vec!["tool:self_edit:docs:notes.md"]),
-            ("self_edit_permissions", r#"{"new_profile":"open"}"#, vec!["tool:self_edit:permissions:open"]),
-            ("self_edit_permissions", r#"{"new_profile":{"allow":[]}}"#, vec!["tool:self_edit:permissions:custom"]),
-            ("self_edit_model", r#"{"new_model":"gpt-4o"}"#, vec!["tool:self_edit:model:gpt-4o"]),
-            ("self_edit_system_prompt", r#"{"new_prompt":"x"}"#, vec!["tool:self_edit:system_prompt"]),
+            (
+                "self_edit_docs",
+                r#"{"path":"notes.md","content":""}"#,
+                vec!["tool:self_edit:docs:notes.md"],
+            ),
+            (
+                "self_edit_permissions",
+                r#"{"new_profile":"open"}"#,
+                vec!["tool:self_edit:permissions:open"],
+            ),
+            (
+                "self_edit_permissions",
+                r#"{"new_profile":{"allow":[]}}"#,
+                vec!["tool:self_edit:permissions:custom"],
+            ),
+            (
+                "self_edit_model",
+                r#"{"new_model":"gpt-4o"}"#,
+                vec!["tool:self_edit:model:gpt-4o"],
+            ),
+            (
+                "self_edit_system_prompt",
+                r#"{"new_prompt":"x"}"#,
+                vec!["tool:self_edit:system_prompt"],
+            ),
             ("view", "not json", vec!["tool:view:"]),
         ];
         for (tool, args, expected) in cases {

@@ -54,7 +54,10 @@ impl Approvals {
     }
 
     /// Records a request; the caller then awaits [`Approvals::wait`].
-    pub async fn open(&self, request: &NewApproval) -> Result<oneshot::Receiver<Answer>, StoreError> {
+    pub async fn open(
+        &self,
+        request: &NewApproval,
+    ) -> Result<oneshot::Receiver<Answer>, StoreError> {
         let (tx, rx) = oneshot::channel();
         self.waiting().insert(request.id.clone(), tx);
         if let Err(e) = self.store.insert_approval(request).await {
@@ -65,7 +68,12 @@ impl Approvals {
     }
 
     /// Waits for the answer to `id`, or for `timeout`, whichever is first.
-    pub async fn wait(&self, id: &str, answer: oneshot::Receiver<Answer>, timeout: Duration) -> Outcome {
+    pub async fn wait(
+        &self,
+        id: &str,
+        answer: oneshot::Receiver<Answer>,
+        timeout: Duration,
+    ) -> Outcome {
         let mut answer = answer;
         match tokio::time::timeout(timeout, &mut answer).await {
             Ok(Ok(answer)) => return Outcome::Answered(answer),
@@ -74,7 +82,11 @@ impl Approvals {
         }
         self.waiting().remove(id);
         // An answer may have been recorded just as time ran out; it wins if so.
-        match self.store.settle_approval(id, ApprovalStatus::Expired, None).await {
+        match self
+            .store
+            .settle_approval(id, ApprovalStatus::Expired, None)
+            .await
+        {
             Ok(true) | Err(_) => Outcome::Expired,
             Ok(false) => match answer.try_recv() {
                 Ok(answer) => Outcome::Answered(answer),
@@ -84,7 +96,12 @@ impl Approvals {
     }
 
     /// A person answers. Only a pending request can be answered, once.
-    pub async fn answer(&self, id: &str, approved: bool, by: &str) -> Result<ApprovalRecord, AnswerError> {
+    pub async fn answer(
+        &self,
+        id: &str,
+        approved: bool,
+        by: &str,
+    ) -> Result<ApprovalRecord, AnswerError> {
         let status = if approved {
             ApprovalStatus::Approved
         } else {
@@ -154,23 +171,38 @@ mod tests {
         assert_eq!(record.status, ApprovalStatus::Approved);
         assert_eq!(
             approvals.wait("x", rx, Duration::from_secs(1)).await,
-            Outcome::Answered(Answer { approved: true, by: "alice".into() })
+            Outcome::Answered(Answer {
+                approved: true,
+                by: "alice".into()
+            })
         );
         assert!(matches!(
             approvals.answer("x", false, "bob").await,
-            Err(AnswerError::Settled { status: "approved", .. })
+            Err(AnswerError::Settled {
+                status: "approved",
+                ..
+            })
         ));
-        assert!(matches!(approvals.answer("nope", true, "bob").await, Err(AnswerError::NotFound(_))));
+        assert!(matches!(
+            approvals.answer("nope", true, "bob").await,
+            Err(AnswerError::NotFound(_))
+        ));
     }
 
     #[tokio::test]
     async fn no_answer_in_time_is_an_expired_deny_that_cannot_be_answered_later() {
         let (approvals, _dir) = approvals().await;
         let rx = approvals.open(&request("y")).await.unwrap();
-        assert_eq!(approvals.wait("y", rx, Duration::from_millis(20)).await, Outcome::Expired);
+        assert_eq!(
+            approvals.wait("y", rx, Duration::from_millis(20)).await,
+            Outcome::Expired
+        );
         assert!(matches!(
             approvals.answer("y", true, "late").await,
-            Err(AnswerError::Settled { status: "expired", .. })
+            Err(AnswerError::Settled {
+                status: "expired",
+                ..
+            })
         ));
     }
 }

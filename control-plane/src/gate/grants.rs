@@ -29,12 +29,12 @@ impl Role {
 /// Whether `role` may give an agent the permissions named `target` (a preset name,
 /// or `None` for a custom profile).
 pub fn may_grant(role: Role, target: Option<&str>) -> bool {
-    match (role, target) {
-        (Role::Admin, _) => true,
-        (Role::Operator, Some("standard" | "locked")) => true,
-        (Role::Viewer, Some("locked")) => true,
-        _ => false,
-    }
+    matches!(
+        (role, target),
+        (Role::Admin, _)
+            | (Role::Operator, Some("standard" | "locked"))
+            | (Role::Viewer, Some("locked"))
+    )
 }
 
 #[cfg(test)]

@@ -94,6 +94,11 @@ impl ToolGate {
         &self.approvals
     }
 
+    /// The role of a user, for what they may grant.
+    pub fn role_of(&self, user: Option<&str>) -> Role {
+        self.settings.role_of(user)
+    }
+
     /// Decides one check and answers the worker. Returns at once: an ASK may wait
     /// for minutes, and other checks (other threads) must not wait behind it.
     pub fn handle(self: &Arc<Self>, check: Check, tasks: &tokio_util::task::TaskTracker) {
@@ -128,7 +133,10 @@ impl ToolGate {
             message,
             result: None,
         };
-        let Some(thread_id) = self.runs.thread_of(&check.agent, check.generation, &check.run_id) else {
+        let Some(thread_id) = self
+            .runs
+            .thread_of(&check.agent, check.generation, &check.run_id)
+        else {
             return deny("this run is not known to the control plane; the tool was not run".into());
         };
         let record = match self.store.active_agent(&check.agent).await {
@@ -196,7 +204,16 @@ impl ToolGate {
                     ));
                 }
                 _ => {
-                    let answer = self.ask(check, thread_id, user.clone(), &actions, &detail, &explanations).await;
+                    let answer = self
+                        .ask(
+                            check,
+                            thread_id,
+                            user.clone(),
+                            &actions,
+                            &detail,
+                            &explanations,
+                        )
+                        .await;
                     match answer {
                         Ok(Outcome::Answered(answer)) if answer.approved => {
                             audit("ask_approved", Some(&explanations)).await
@@ -246,7 +263,8 @@ impl ToolGate {
     ) -> Result<Outcome, String> {
         let id = uuid::Uuid::new_v4().to_string();
         let expires = chrono::Utc::now()
-            + chrono::Duration::from_std(self.settings.ask_timeout).unwrap_or(chrono::Duration::minutes(10));
+            + chrono::Duration::from_std(self.settings.ask_timeout)
+                .unwrap_or(chrono::Duration::minutes(10));
         let request = NewApproval {
             id: id.clone(),
             agent_name: check.agent.clone(),
@@ -276,8 +294,13 @@ impl ToolGate {
                 "approval_id": id, "tool": check.call.name, "actions": actions, "expires_at": request.expires_at,
             })))
             .await;
-        let outcome = self.approvals.wait(&id, answer, self.settings.ask_timeout).await;
-        self.runs.set_waiting(&check.agent, thread_id, false, None).await;
+        let outcome = self
+            .approvals
+            .wait(&id, answer, self.settings.ask_timeout)
+            .await;
+        self.runs
+            .set_waiting(&check.agent, thread_id, false, None)
+            .await;
         Ok(outcome)
     }
 

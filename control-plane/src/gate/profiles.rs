@@ -63,7 +63,12 @@ const MAX_CACHED: usize = 256;
 
 impl ProfileCache {
     pub fn get(&self, stored: &str) -> Result<Profile, SettingError> {
-        if let Some(profile) = self.compiled.lock().unwrap_or_else(|e| e.into_inner()).get(stored) {
+        if let Some(profile) = self
+            .compiled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(stored)
+        {
             return Ok(profile.clone());
         }
         let profile = Profile::from_setting(&from_stored(stored)?)?;

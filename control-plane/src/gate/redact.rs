@@ -7,9 +7,17 @@ const REDACTED: &str = "[redacted]";
 /// Argument keys whose values are secrets whatever they hold.
 fn secret_key(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
-    ["key", "token", "secret", "password", "passwd", "credential", "authorization"]
-        .iter()
-        .any(|word| key.contains(word))
+    [
+        "key",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "credential",
+        "authorization",
+    ]
+    .iter()
+    .any(|word| key.contains(word))
 }
 
 /// The call's arguments for the record: values under secret-looking keys, and any
@@ -56,8 +64,14 @@ mod tests {
             r#"{"command":"curl -H 'Authorization: Bearer sk-live-0123456789' x","env":{"API_KEY":"abc"},"path":"a"}"#,
             &known,
         );
-        assert!(!out.contains("sk-live-0123456789") && !out.contains("abc"), "{out}");
+        assert!(
+            !out.contains("sk-live-0123456789") && !out.contains("abc"),
+            "{out}"
+        );
         assert!(out.contains("\"path\":\"a\""), "{out}");
-        assert_eq!(redact_arguments("not json sk-live-0123456789", &known), "not json [redacted]");
+        assert_eq!(
+            redact_arguments("not json sk-live-0123456789", &known),
+            "not json [redacted]"
+        );
     }
 }

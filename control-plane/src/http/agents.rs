@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{API_USER, ApiError, ApiJson, AppState};
 use crate::agents::CreateAgent;
+use crate::permissions::PermissionsSetting;
 use crate::store::{AgentRecord, AgentUpdate};
 use crate::workers::WorkerStatus;
 use chorus_proto::domain::Usage;
@@ -26,7 +27,9 @@ pub struct AgentView {
     status: &'static str,
     model: Option<String>,
     system_prompt: String,
-    permissions: String,
+    /// A preset name, or the custom profile.
+    permissions: serde_json::Value,
+    on_ask: String,
     created_at: String,
     updated_at: String,
     workspace: String,
@@ -50,7 +53,11 @@ async fn view(state: &AppState, agent: AgentRecord) -> Result<AgentView, ApiErro
         name: agent.name,
         model: agent.model,
         system_prompt: agent.system_prompt,
-        permissions: agent.permissions,
+        permissions: match crate::gate::profiles::from_stored(&agent.permissions) {
+            Ok(setting) => serde_json::to_value(setting).unwrap_or_default(),
+            Err(_) => serde_json::Value::from(agent.permissions),
+        },
+        on_ask: agent.on_ask,
         created_at: agent.created_at,
         updated_at: agent.updated_at,
     })
@@ -62,6 +69,8 @@ struct CreateBody {
     name: String,
     system_prompt: Option<String>,
     model: Option<String>,
+    permissions: Option<PermissionsSetting>,
+    on_ask: Option<String>,
 }
 
 async fn create(
@@ -75,8 +84,11 @@ async fn create(
                 name: body.name,
                 system_prompt: body.system_prompt,
                 model: body.model,
+                permissions: body.permissions,
+                on_ask: body.on_ask,
             },
             API_USER,
+            state.gate.role_of(Some(API_USER)),
         )
         .await?;
     Ok((StatusCode::CREATED, Json(view(&state, record).await?)))
@@ -111,6 +123,8 @@ async fn show(
 struct ConfigureBody {
     system_prompt: Option<String>,
     model: Option<String>,
+    permissions: Option<PermissionsSetting>,
+    on_ask: Option<String>,
 }
 
 async fn configure(
@@ -118,6 +132,13 @@ async fn configure(
     Path(name): Path<String>,
     ApiJson(body): ApiJson<ConfigureBody>,
 ) -> Result<Json<AgentView>, ApiError> {
+    if let Some(setting) = body.permissions {
+        let role = state.gate.role_of(Some(API_USER));
+        state
+            .agents
+            .set_permissions(&name, setting, role, API_USER)
+            .await?;
+    }
     let record = state
         .agents
         .configure(
@@ -125,6 +146,8 @@ async fn configure(
             AgentUpdate {
                 model: body.model,
                 system_prompt: body.system_prompt,
+                permissions: None,
+                on_ask: body.on_ask,
             },
             API_USER,
         )

@@ -83,6 +83,7 @@ impl From<AgentError> for ApiError {
             AgentError::InvalidInput(m) => Self::bad_request(m),
             AgentError::Conflict(m) => Self::new(StatusCode::CONFLICT, "conflict", m),
             AgentError::NotFound(m) => Self::not_found(m),
+            AgentError::Forbidden(m) => Self::new(StatusCode::FORBIDDEN, "forbidden", m),
             AgentError::Files(e) => Self::internal(e.to_string()),
             AgentError::Store(e) => e.into(),
         }

@@ -5,6 +5,7 @@
 mod agents;
 mod error;
 mod models;
+mod permissions;
 mod threads;
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use axum::routing::get;
 
 use crate::agents::AgentService;
 use crate::config::Secret;
+use crate::gate::ToolGate;
 use crate::providers::catalog::Catalog;
 use crate::runs::Runs;
 use crate::secrets::{bearer_token, constant_time_eq};
@@ -35,6 +37,7 @@ pub struct AppState {
     pub runs: Arc<Runs>,
     pub workers: Arc<WorkerManager>,
     pub catalog: Arc<Catalog>,
+    pub gate: Arc<ToolGate>,
     pub api_token: Secret,
 }
 
@@ -42,6 +45,7 @@ pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .merge(agents::routes())
         .merge(models::routes())
+        .merge(permissions::routes())
         .merge(threads::routes())
         .fallback(|| async { ApiError::not_found("no such API endpoint") })
         .method_not_allowed_fallback(|| async {

@@ -18,7 +18,7 @@ use chorus_proto::domain::{ChatMessage, StepKind, Usage};
 use serde::{Deserialize, Serialize};
 
 use super::agents::active_agent;
-use super::{ApiError, ApiJson, AppState};
+use super::{API_USER, ApiError, ApiJson, AppState};
 use crate::store::{StepRecord, StoredMessage, ThreadRecord};
 
 /// Longest user message accepted, in bytes.
@@ -53,7 +53,10 @@ async fn send_message(
         )));
     }
     let agent = active_agent(&state, &name).await?;
-    let thread_id = state.runs.start_thread(&agent, &body.content).await?;
+    let thread_id = state
+        .runs
+        .start_thread(&agent, &body.content, API_USER)
+        .await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(serde_json::json!({

@@ -26,7 +26,10 @@ pub struct AgentRecord {
     pub status: AgentStatus,
     pub model: Option<String>,
     pub system_prompt: String,
+    /// A preset name, or a custom profile as JSON.
     pub permissions: String,
+    /// What an ASK does: `prompt` a person, or resolve to `allow` / `deny`.
+    pub on_ask: String,
     pub created_at: String,
     pub updated_at: String,
 }
@@ -37,6 +40,7 @@ pub struct NewAgent {
     pub model: Option<String>,
     pub system_prompt: String,
     pub permissions: String,
+    pub on_ask: String,
 }
 
 /// Fields a configure call may change; `None` leaves the field alone.
@@ -44,6 +48,8 @@ pub struct NewAgent {
 pub struct AgentUpdate {
     pub model: Option<String>,
     pub system_prompt: Option<String>,
+    pub permissions: Option<String>,
+    pub on_ask: Option<String>,
 }
 
 fn agent_from_row(row: &SqliteRow) -> Result<AgentRecord, StoreError> {
@@ -64,13 +70,13 @@ fn agent_from_row(row: &SqliteRow) -> Result<AgentRecord, StoreError> {
         model: row.try_get("model")?,
         system_prompt: row.try_get("system_prompt")?,
         permissions: row.try_get("permissions")?,
+        on_ask: row.try_get("on_ask")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
     })
 }
 
-const AGENT_COLUMNS: &str =
-    "SELECT name, status, model, system_prompt, permissions, created_at, updated_at FROM agents";
+const AGENT_COLUMNS: &str = "SELECT name, status, model, system_prompt, permissions, on_ask, created_at, updated_at FROM agents";
 
 impl Store {
     /// Registers an agent, or revives the row of a destroyed agent with that name.
@@ -93,7 +99,7 @@ impl Store {
             Some(_) => {
                 sqlx::query(
                     "UPDATE agents SET status = 'active', model = $2, system_prompt = $3, \
-                     permissions = $4, created_at = $5, updated_at = $5, destroyed_at = NULL \
+                     permissions = $4, created_at = $5, updated_at = $5, destroyed_at = NULL, on_ask = $6 \
                      WHERE name = $1",
                 )
                 .bind(&agent.name)
@@ -101,19 +107,21 @@ impl Store {
                 .bind(&agent.system_prompt)
                 .bind(&agent.permissions)
                 .bind(&at)
+                .bind(&agent.on_ask)
                 .execute(&mut *tx)
                 .await?;
             }
             None => {
                 sqlx::query(
-                    "INSERT INTO agents (name, status, model, system_prompt, permissions, created_at, updated_at) \
-                     VALUES ($1, 'active', $2, $3, $4, $5, $5)",
+                    "INSERT INTO agents (name, status, model, system_prompt, permissions, on_ask, created_at, updated_at) \
+                     VALUES ($1, 'active', $2, $3, $4, $6, $5, $5)",
                 )
                 .bind(&agent.name)
                 .bind(&agent.model)
                 .bind(&agent.system_prompt)
                 .bind(&agent.permissions)
                 .bind(&at)
+                .bind(&agent.on_ask)
                 .execute(&mut *tx)
                 .await?;
             }
@@ -157,13 +165,16 @@ impl Store {
     ) -> Result<AgentRecord, StoreError> {
         let done = sqlx::query(
             "UPDATE agents SET model = COALESCE($2, model), \
-             system_prompt = COALESCE($3, system_prompt), updated_at = $4 \
+             system_prompt = COALESCE($3, system_prompt), permissions = COALESCE($5, permissions), \
+             on_ask = COALESCE($6, on_ask), updated_at = $4 \
              WHERE name = $1 AND status = 'active'",
         )
         .bind(name)
         .bind(&update.model)
         .bind(&update.system_prompt)
         .bind(now())
+        .bind(&update.permissions)
+        .bind(&update.on_ask)
         .execute(&self.pool)
         .await?;
         if done.rows_affected() == 0 {
@@ -206,6 +217,7 @@ mod tests {
             model: Some("m".into()),
             system_prompt: "p".into(),
             permissions: "standard".into(),
+            on_ask: "prompt".into(),
         }
     }
 
@@ -248,7 +260,7 @@ mod tests {
                 "a",
                 &AgentUpdate {
                     model: Some("new".into()),
-                    system_prompt: None,
+                    ..AgentUpdate::default()
                 },
             )
             .await

@@ -128,10 +128,15 @@ impl Store {
     }
 
     /// Pending approvals, oldest first (all agents when `agent` is `None`).
-    pub async fn pending_approvals(&self, agent: Option<&str>) -> Result<Vec<ApprovalRecord>, StoreError> {
+    pub async fn pending_approvals(
+        &self,
+        agent: Option<&str>,
+    ) -> Result<Vec<ApprovalRecord>, StoreError> {
         let rows = match agent {
             Some(agent) => {
-                let sql = format!("{COLUMNS} WHERE status = 'pending' AND agent_name = $1 ORDER BY requested_at");
+                let sql = format!(
+                    "{COLUMNS} WHERE status = 'pending' AND agent_name = $1 ORDER BY requested_at"
+                );
                 sqlx::query(sqlx::AssertSqlSafe(sql))
                     .bind(agent)
                     .fetch_all(&self.pool)
@@ -139,7 +144,9 @@ impl Store {
             }
             None => {
                 let sql = format!("{COLUMNS} WHERE status = 'pending' ORDER BY requested_at");
-                sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(&self.pool).await?
+                sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .fetch_all(&self.pool)
+                    .await?
             }
         };
         rows.iter().map(approval_from_row).collect()

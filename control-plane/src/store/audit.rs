@@ -15,9 +15,12 @@ pub struct AuditEntry<'a> {
     pub user_id: Option<&'a str>,
     /// Parameters or old/new values (secrets already redacted by the caller).
     pub detail: Option<String>,
+    /// For tool calls: the thread and the model's call id (the result is added later).
+    pub thread_id: Option<u64>,
+    pub call_id: Option<&'a str>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct AuditRecord {
     pub id: i64,
     pub agent_name: String,
@@ -26,13 +29,17 @@ pub struct AuditRecord {
     pub decision: String,
     pub user_id: Option<String>,
     pub detail: Option<String>,
+    pub thread_id: Option<u64>,
+    pub call_id: Option<String>,
+    /// How the tool call went: `ok` or `error` (absent until it ran, or if it never did).
+    pub result: Option<String>,
 }
 
 impl Store {
     pub async fn audit(&self, entry: AuditEntry<'_>) -> Result<(), StoreError> {
         sqlx::query(
-            "INSERT INTO audit_log (agent_name, timestamp, action_string, decision, user_id, detail) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO audit_log (agent_name, timestamp, action_string, decision, user_id, detail, \
+             thread_id, call_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(entry.agent_name)
         .bind(now())
@@ -40,6 +47,29 @@ impl Store {
         .bind(entry.decision)
         .bind(entry.user_id)
         .bind(entry.detail)
+        .bind(entry.thread_id.map(|t| t as i64))
+        .bind(entry.call_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Records how an audited tool call went, once its result is in.
+    pub async fn audit_result(
+        &self,
+        agent: &str,
+        thread_id: u64,
+        call_id: &str,
+        result: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE audit_log SET result = $4 \
+             WHERE agent_name = $1 AND thread_id = $2 AND call_id = $3 AND result IS NULL",
+        )
+        .bind(agent)
+        .bind(thread_id as i64)
+        .bind(call_id)
+        .bind(result)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -53,8 +83,8 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<AuditRecord>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, agent_name, timestamp, action_string, decision, user_id, detail \
-             FROM audit_log WHERE agent_name = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
+            "SELECT id, agent_name, timestamp, action_string, decision, user_id, detail, thread_id, \
+             call_id, result FROM audit_log WHERE agent_name = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
         )
         .bind(agent)
         .bind(before_id.unwrap_or(i64::MAX))
@@ -71,6 +101,11 @@ impl Store {
                     decision: row.try_get("decision")?,
                     user_id: row.try_get("user_id")?,
                     detail: row.try_get("detail")?,
+                    thread_id: row
+                        .try_get::<Option<i64>, _>("thread_id")?
+                        .map(|t| t as u64),
+                    call_id: row.try_get("call_id")?,
+                    result: row.try_get("result")?,
                 })
             })
             .collect()

@@ -5,6 +5,7 @@
 //! backend is a second migration set, not a second store.
 
 mod agents;
+mod approvals;
 mod audit;
 mod threads;
 
@@ -19,6 +20,7 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
 pub use agents::{AgentRecord, AgentStatus, AgentUpdate, NewAgent};
+pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval};
 pub use audit::{AuditEntry, AuditRecord};
 pub use threads::{StepRecord, StoredMessage, ThreadRecord, ThreadStatus};
 
@@ -46,13 +48,22 @@ pub struct Store {
 }
 
 fn migrator() -> Migrator {
-    let migrations = vec![Migration::new(
-        1,
-        Cow::Borrowed("initial"),
-        MigrationType::Simple,
-        include_str!("../../migrations/sqlite/0001_initial.sql").into_sql_str(),
-        false,
-    )];
+    let migrations = vec![
+        Migration::new(
+            1,
+            Cow::Borrowed("initial"),
+            MigrationType::Simple,
+            include_str!("../../migrations/sqlite/0001_initial.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            2,
+            Cow::Borrowed("permissions"),
+            MigrationType::Simple,
+            include_str!("../../migrations/sqlite/0002_permissions.sql").into_sql_str(),
+            false,
+        ),
+    ];
     Migrator::with_migrations(migrations)
 }
 

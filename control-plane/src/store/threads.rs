@@ -51,6 +51,8 @@ pub struct ThreadRecord {
     pub updated_at: String,
     pub ended_at: Option<String>,
     pub error: Option<String>,
+    /// Who started the thread (`api`, a Discord user id …).
+    pub created_by: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +87,7 @@ fn thread_from_row(row: &SqliteRow) -> Result<ThreadRecord, StoreError> {
         updated_at: row.try_get("updated_at")?,
         ended_at: row.try_get("ended_at")?,
         error: row.try_get("error")?,
+        created_by: row.try_get("created_by")?,
     })
 }
 
@@ -136,8 +139,14 @@ fn step_from_row(row: &SqliteRow) -> Result<StepRecord, StoreError> {
 }
 
 impl Store {
-    /// Creates a running thread with its first user message; returns the thread id.
-    pub async fn start_thread(&self, agent: &str, first: &ChatMessage) -> Result<u64, StoreError> {
+    /// Creates a running thread with its first user message, started by `user`;
+    /// returns the thread id.
+    pub async fn start_thread(
+        &self,
+        agent: &str,
+        first: &ChatMessage,
+        user: &str,
+    ) -> Result<u64, StoreError> {
         let at = now();
         let mut tx = self.pool.begin().await?;
         // Allocating the id by bumping the agent's counter is atomic on both SQLite and
@@ -152,12 +161,13 @@ impl Store {
         let id =
             id.ok_or_else(|| StoreError::NotFound(format!("no active agent named '{agent}'")))?;
         sqlx::query(
-            "INSERT INTO threads (agent_name, id, status, created_at, updated_at) \
-             VALUES ($1, $2, 'running', $3, $3)",
+            "INSERT INTO threads (agent_name, id, status, created_at, updated_at, created_by) \
+             VALUES ($1, $2, 'running', $3, $3, $4)",
         )
         .bind(agent)
         .bind(id)
         .bind(&at)
+        .bind(user)
         .execute(&mut *tx)
         .await?;
         insert_message(&mut tx, agent, id as u64, first, &at).await?;
@@ -167,7 +177,7 @@ impl Store {
 
     pub async fn thread(&self, agent: &str, id: u64) -> Result<Option<ThreadRecord>, StoreError> {
         let row = sqlx::query(
-            "SELECT agent_name, id, status, created_at, updated_at, ended_at, error \
+            "SELECT agent_name, id, status, created_at, updated_at, ended_at, error, created_by \
              FROM threads WHERE agent_name = $1 AND id = $2",
         )
         .bind(agent)
@@ -179,7 +189,7 @@ impl Store {
 
     pub async fn threads(&self, agent: &str) -> Result<Vec<ThreadRecord>, StoreError> {
         let rows = sqlx::query(
-            "SELECT agent_name, id, status, created_at, updated_at, ended_at, error \
+            "SELECT agent_name, id, status, created_at, updated_at, ended_at, error, created_by \
              FROM threads WHERE agent_name = $1 ORDER BY id",
         )
         .bind(agent)
@@ -431,6 +441,7 @@ mod tests {
                 model: None,
                 system_prompt: "p".into(),
                 permissions: "standard".into(),
+                on_ask: "prompt".into(),
             })
             .await
             .unwrap();
@@ -441,16 +452,18 @@ mod tests {
     async fn thread_ids_count_up_per_agent() {
         let (store, _dir) = store_with_agent().await;
         let first = store
-            .start_thread("a", &ChatMessage::user("1"))
+            .start_thread("a", &ChatMessage::user("1"), "api")
             .await
             .unwrap();
         let second = store
-            .start_thread("a", &ChatMessage::user("2"))
+            .start_thread("a", &ChatMessage::user("2"), "api")
             .await
             .unwrap();
         assert_eq!((first, second), (1, 2));
         assert!(matches!(
-            store.start_thread("nobody", &ChatMessage::user("x")).await,
+            store
+                .start_thread("nobody", &ChatMessage::user("x"), "api")
+                .await,
             Err(StoreError::NotFound(_))
         ));
     }
@@ -459,7 +472,7 @@ mod tests {
     async fn messages_keep_their_order_and_tool_calls() {
         let (store, _dir) = store_with_agent().await;
         let t = store
-            .start_thread("a", &ChatMessage::user("make a file"))
+            .start_thread("a", &ChatMessage::user("make a file"), "api")
             .await
             .unwrap();
         let call = ToolCall {
@@ -491,7 +504,7 @@ mod tests {
     async fn a_finished_thread_stays_finished_and_closes_open_steps() {
         let (store, _dir) = store_with_agent().await;
         let t = store
-            .start_thread("a", &ChatMessage::user("x"))
+            .start_thread("a", &ChatMessage::user("x"), "api")
             .await
             .unwrap();
         store
@@ -533,7 +546,7 @@ mod tests {
         let (store, _dir) = store_with_agent().await;
         for (thread, tokens) in [(1u64, 10u64), (2, 5)] {
             let t = store
-                .start_thread("a", &ChatMessage::user("x"))
+                .start_thread("a", &ChatMessage::user("x"), "api")
                 .await
                 .unwrap();
             assert_eq!(t, thread);

@@ -186,7 +186,14 @@ async fn paths_that_leave_the_workspace_are_refused_and_the_model_is_told() -> a
     ]));
     model.push(text("Understood, I stay inside."));
     let chorus = chorus_with(&model).await?;
-    chorus.create_agent("jailed").await?;
+    // The `open` profile lets every call through, so what refuses them is the jail
+    // itself (under `standard`, the profile would refuse `..` and absolute paths first).
+    let created = chorus
+        .api(reqwest::Method::POST, "/api/agents")
+        .json(&json!({"name": "jailed", "permissions": "open"}))
+        .send()
+        .await?;
+    assert_eq!(created.status(), 201);
     let workspace = chorus.agent_dir("jailed").join("workspace");
     std::fs::write(outside.path().join("secret.txt"), "secret")?;
     std::os::unix::fs::symlink(outside.path(), workspace.join("link"))?;

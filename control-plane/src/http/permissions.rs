@@ -1,0 +1,173 @@
+//! `/api/approvals`, `/api/agents/{name}/audit` and `/api/permissions/explain`.
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::agents::active_agent;
+use super::{API_USER, ApiError, ApiJson, AppState};
+use crate::gate::AnswerError;
+use crate::gate::actions::actions_for;
+use crate::permissions::{PermissionsSetting, Profile, bash_actions};
+use crate::store::{ApprovalRecord, AuditRecord};
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/approvals", get(list_approvals))
+        .route("/approvals/{id}", get(show_approval).post(answer_approval))
+        .route("/agents/{name}/audit", get(audit))
+        .route("/permissions/explain", post(explain))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApprovalsQuery {
+    agent: Option<String>,
+}
+
+/// Pending approval requests, oldest first.
+async fn list_approvals(
+    State(state): State<AppState>,
+    query: Result<Query<ApprovalsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Vec<ApprovalRecord>>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    Ok(Json(
+        state
+            .store
+            .pending_approvals(query.agent.as_deref())
+            .await?,
+    ))
+}
+
+async fn show_approval(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<ApprovalRecord>, ApiError> {
+    state
+        .store
+        .approval(&id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("no approval request '{id}'")))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnswerBody {
+    /// `approve` or `deny`.
+    decision: String,
+}
+
+async fn answer_approval(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<AnswerBody>,
+) -> Result<Json<ApprovalRecord>, ApiError> {
+    let approved = match body.decision.as_str() {
+        "approve" => true,
+        "deny" => false,
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "decision must be \"approve\" or \"deny\", not \"{other}\""
+            )));
+        }
+    };
+    match state.gate.approvals().answer(&id, approved, API_USER).await {
+        Ok(record) => Ok(Json(record)),
+        Err(AnswerError::NotFound(_)) => {
+            Err(ApiError::not_found(format!("no approval request '{id}'")))
+        }
+        Err(e @ AnswerError::Settled { .. }) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            e.to_string(),
+        )),
+        Err(AnswerError::Store(e)) => Err(e.into()),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuditQuery {
+    /// Entries older than this id (for the next page).
+    before: Option<i64>,
+    limit: Option<u32>,
+}
+
+/// The agent's audit log, newest first, a page at a time.
+async fn audit(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let agent = active_agent(&state, &name).await?;
+    let limit = query.limit.unwrap_or(50).clamp(1, 500);
+    let entries: Vec<AuditRecord> = state
+        .store
+        .audit_page(&agent.name, query.before, limit)
+        .await?;
+    let next = (entries.len() as u32 == limit)
+        .then(|| {
+            entries.last().map(|e| {
+                format!(
+                    "/api/agents/{}/audit?before={}&limit={limit}",
+                    agent.name, e.id
+                )
+            })
+        })
+        .flatten();
+    Ok(Json(json!({ "entries": entries, "next": next })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExplainBody {
+    /// A preset name or a custom profile.
+    profile: PermissionsSetting,
+    /// An action string (`tool:bash:git status`), or give `tool` and `arguments` to
+    /// have it derived as the gate would.
+    action: Option<String>,
+    tool: Option<String>,
+    arguments: Option<Value>,
+}
+
+/// Which rule decides an action, and why.
+async fn explain(ApiJson(body): ApiJson<ExplainBody>) -> Result<Json<Value>, ApiError> {
+    let profile =
+        Profile::from_setting(&body.profile).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let actions = match (body.action, body.tool) {
+        // A bash line is checked part by part, as the gate does.
+        (Some(action), None) => match action.strip_prefix("tool:bash:") {
+            Some(command) => bash_actions(command),
+            None => vec![action],
+        },
+        (None, Some(tool)) => {
+            let arguments = body.arguments.unwrap_or(Value::Object(Default::default()));
+            actions_for(&tool, &arguments.to_string())
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "give either \"action\" or \"tool\" (with \"arguments\")",
+            ));
+        }
+    };
+    let (decision, explanations) = profile.decide_all(&actions);
+    let first = explanations
+        .iter()
+        .find(|e| e.decision == decision)
+        .cloned();
+    Ok(Json(json!({
+        "profile": profile.name(),
+        "decision": decision,
+        "rule": first.as_ref().and_then(|e| e.pattern.clone()),
+        "list": first.as_ref().and_then(|e| e.list),
+        "rule_index": first.as_ref().and_then(|e| e.rule_index),
+        "reason": first.map(|e| e.reason).unwrap_or_default(),
+        "actions": explanations,
+    })))
+}

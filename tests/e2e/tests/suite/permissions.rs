@@ -1,0 +1,419 @@
+//! Permissions through the real binaries: every tool call is decided by the control
+//! plane; ASK waits for a person (approve, deny, or no answer); everything is audited.
+
+use std::time::Duration;
+
+use chorus_test_support::fake_model::{text, tool_call, tool_calls};
+use chorus_test_support::{Chorus, FakeModel, FakeOpenAi};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+async fn chorus_with(model: &FakeModel, config: &str) -> anyhow::Result<Chorus> {
+    Chorus::builder()
+        .env("OPENAI_BASE_URL", &model.base_url())
+        .env("OPENAI_API_KEY", "sk-test-permissions")
+        .env("CHORUS_DEFAULT_MODEL", "fake-model")
+        .config(config)
+        .start()
+        .await
+}
+
+/// Views are allowed, writes need a person.
+fn careful_profile() -> Value {
+    json!({"allow": ["tool:view:.*"], "ask": ["tool:create_file:.*"]})
+}
+
+async fn create_agent(chorus: &Chorus, name: &str, permissions: Value) -> anyhow::Result<()> {
+    let response = chorus
+        .api(Method::POST, "/api/agents")
+        .json(&json!({"name": name, "permissions": permissions}))
+        .send()
+        .await?;
+    anyhow::ensure!(
+        response.status() == 201,
+        "create: {}",
+        response.text().await?
+    );
+    chorus
+        .wait_worker_running(name, Duration::from_secs(15))
+        .await?;
+    Ok(())
+}
+
+async fn pending(chorus: &Chorus) -> anyhow::Result<Vec<Value>> {
+    Ok(chorus
+        .api(Method::GET, "/api/approvals")
+        .send()
+        .await?
+        .json()
+        .await?)
+}
+
+async fn wait_for_approval(chorus: &Chorus) -> anyhow::Result<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(first) = pending(chorus).await?.into_iter().next() {
+            return Ok(first);
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no approval request appeared"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn audit(chorus: &Chorus, agent: &str) -> anyhow::Result<Vec<Value>> {
+    let page: Value = chorus
+        .api(Method::GET, &format!("/api/agents/{agent}/audit?limit=100"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    Ok(page["entries"].as_array().unwrap().clone())
+}
+
+fn tool_results(thread: &Value) -> Vec<(bool, String)> {
+    thread["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            (
+                m["is_error"] == true,
+                m["content"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_ask_is_approved_over_the_api_and_the_tool_runs() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.push(tool_call(
+        "c1",
+        "create_file",
+        json!({"path": "plan.md", "content": "step 1"}),
+    ));
+    model.push(text("written"));
+    let chorus = chorus_with(&model, "").await?;
+    create_agent(&chorus, "careful", careful_profile()).await?;
+    let id = chorus.send_message("careful", "write the plan").await?;
+
+    let approval = wait_for_approval(&chorus).await?;
+    assert_eq!(approval["agent"], "careful");
+    assert_eq!(approval["tool"], "create_file");
+    assert_eq!(approval["actions"], json!(["tool:create_file:plan.md"]));
+    assert_eq!(approval["requested_by"], "api");
+    let waiting = chorus.thread("careful", id).await?;
+    assert_eq!(waiting["status"], "waiting_for_permission", "{waiting:#}");
+    assert!(
+        !chorus
+            .agent_dir("careful")
+            .join("workspace/plan.md")
+            .exists(),
+        "nothing runs before the answer"
+    );
+
+    let approval_id = approval["id"].as_str().unwrap();
+    let answer = chorus
+        .api(Method::POST, &format!("/api/approvals/{approval_id}"))
+        .json(&json!({"decision": "approve"}))
+        .send()
+        .await?;
+    assert_eq!(answer.status(), 200);
+    let answered: Value = answer.json().await?;
+    assert_eq!(answered["status"], "approved");
+    assert_eq!(answered["decided_by"], "api");
+    let again = chorus
+        .api(Method::POST, &format!("/api/approvals/{approval_id}"))
+        .json(&json!({"decision": "deny"}))
+        .send()
+        .await?;
+    assert_eq!(again.status(), 409, "an answer is final");
+
+    let thread = chorus
+        .wait_thread_finished("careful", id, Duration::from_secs(20))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    assert_eq!(
+        std::fs::read_to_string(chorus.agent_dir("careful").join("workspace/plan.md"))?,
+        "step 1"
+    );
+    let kinds: Vec<&str> = thread["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, vec!["llm_call", "permission", "tool", "llm_call"]);
+    assert!(
+        thread["steps"][1]["description"]
+            .as_str()
+            .unwrap()
+            .contains("tool:create_file:plan.md")
+    );
+
+    let entries = audit(&chorus, "careful").await?;
+    let decision = entries
+        .iter()
+        .find(|e| e["call_id"] == "c1")
+        .expect("the call is audited");
+    assert_eq!(decision["decision"], "ask_approved");
+    assert_eq!(decision["action"], "tool:create_file:plan.md");
+    assert_eq!(decision["user_id"], "api");
+    assert_eq!(decision["result"], "ok");
+    assert_eq!(decision["thread_id"], id);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_denied_ask_and_an_unanswered_one_reach_the_model_as_denials() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.push(tool_call(
+        "c1",
+        "create_file",
+        json!({"path": "a.txt", "content": "a"}),
+    ));
+    model.push(text("ok, not writing"));
+    model.push(tool_call(
+        "c2",
+        "create_file",
+        json!({"path": "b.txt", "content": "b"}),
+    ));
+    model.push(text("nobody answered"));
+    let chorus = chorus_with(&model, "[permissions]\nask_timeout_secs = 1\n").await?;
+    create_agent(&chorus, "careful", careful_profile()).await?;
+
+    // Denied by a person.
+    let first = chorus.send_message("careful", "write a").await?;
+    let approval = wait_for_approval(&chorus).await?;
+    let denied = chorus
+        .api(
+            Method::POST,
+            &format!("/api/approvals/{}", approval["id"].as_str().unwrap()),
+        )
+        .json(&json!({"decision": "deny"}))
+        .send()
+        .await?;
+    assert_eq!(denied.status(), 200);
+    let thread = chorus
+        .wait_thread_finished("careful", first, Duration::from_secs(20))
+        .await?;
+    assert_eq!(thread["status"], "completed");
+    let results = tool_results(&thread);
+    assert!(
+        results[0].0 && results[0].1.contains("Permission denied by api"),
+        "{results:?}"
+    );
+    assert!(
+        model.requests()[1].body["messages"]
+            .to_string()
+            .contains("was not approved")
+    );
+
+    // Nobody answers within the timeout: a deny.
+    let second = chorus.send_message("careful", "write b").await?;
+    let thread = chorus
+        .wait_thread_finished("careful", second, Duration::from_secs(20))
+        .await?;
+    assert_eq!(thread["status"], "completed");
+    let results = tool_results(&thread);
+    assert!(
+        results[0].0 && results[0].1.contains("nobody approved"),
+        "{results:?}"
+    );
+    assert!(!chorus.agent_dir("careful").join("workspace/a.txt").exists());
+    assert!(!chorus.agent_dir("careful").join("workspace/b.txt").exists());
+    assert!(pending(&chorus).await?.is_empty());
+
+    let entries = audit(&chorus, "careful").await?;
+    let decision_of = |call: &str| {
+        entries
+            .iter()
+            .find(|e| e["call_id"] == call)
+            .map(|e| e["decision"].as_str().unwrap().to_string())
+    };
+    assert_eq!(decision_of("c1").as_deref(), Some("ask_denied"));
+    assert_eq!(decision_of("c2").as_deref(), Some("ask_expired"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_locked_agent_is_offered_only_what_it_may_use_and_denied_the_rest() -> anyhow::Result<()>
+{
+    let model = FakeOpenAi::start().await;
+    model.push(tool_calls(&[
+        (
+            "c1",
+            "create_file",
+            json!({"path": "x.txt", "content": "x"}),
+        ),
+        ("c2", "view", json!({"path": ".gitkeep"})),
+    ]));
+    model.push(text("read only, understood"));
+    let chorus = chorus_with(&model, "").await?;
+    create_agent(&chorus, "reader", json!("locked")).await?;
+    let id = chorus.send_message("reader", "try to write").await?;
+    let thread = chorus
+        .wait_thread_finished("reader", id, Duration::from_secs(20))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+
+    let offered: Vec<String> = model.requests()[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(offered.contains(&"view".to_string()), "{offered:?}");
+    assert!(
+        !offered.contains(&"create_file".to_string()),
+        "a tool that is always denied is not offered: {offered:?}"
+    );
+
+    let results = tool_results(&thread);
+    assert!(
+        results[0].0
+            && results[0]
+                .1
+                .starts_with("Permission denied by profile 'locked'"),
+        "{results:?}"
+    );
+    assert!(!results[1].0, "the view was allowed: {results:?}");
+    assert!(!chorus.agent_dir("reader").join("workspace/x.txt").exists());
+    let steps: Vec<&str> = thread["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["description"].as_str().unwrap())
+        .collect();
+    assert!(steps.contains(&"Refused create_file: x.txt"), "{steps:?}");
+
+    let entries = audit(&chorus, "reader").await?;
+    let decisions: Vec<(&str, &str)> = entries
+        .iter()
+        .filter(|e| e["call_id"].is_string())
+        .map(|e| {
+            (
+                e["decision"].as_str().unwrap(),
+                e["action"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        decisions.contains(&("deny", "tool:create_file:x.txt")),
+        "{decisions:?}"
+    );
+    assert!(
+        decisions.contains(&("allow", "tool:view:.gitkeep")),
+        "{decisions:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_agent_that_never_prompts_resolves_asks_by_its_setting() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.push(tool_call(
+        "c1",
+        "create_file",
+        json!({"path": "auto.txt", "content": "yes"}),
+    ));
+    model.push(text("done"));
+    let chorus = chorus_with(&model, "").await?;
+    let created = chorus
+        .api(Method::POST, "/api/agents")
+        .json(&json!({"name": "tasker", "permissions": careful_profile(), "on_ask": "allow"}))
+        .send()
+        .await?;
+    assert_eq!(created.status(), 201);
+    let id = chorus.send_message("tasker", "go").await?;
+    let thread = chorus
+        .wait_thread_finished("tasker", id, Duration::from_secs(20))
+        .await?;
+    assert_eq!(thread["status"], "completed");
+    assert_eq!(
+        std::fs::read_to_string(chorus.agent_dir("tasker").join("workspace/auto.txt"))?,
+        "yes"
+    );
+    assert!(pending(&chorus).await?.is_empty(), "nobody was asked");
+    let entries = audit(&chorus, "tasker").await?;
+    assert!(entries.iter().any(|e| e["decision"] == "ask_auto_allowed"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn permissions_are_validated_explained_and_never_granted_above_a_role() -> anyhow::Result<()>
+{
+    let model = FakeOpenAi::start().await;
+    let chorus = chorus_with(&model, "[roles]\napi = \"operator\"\n").await?;
+
+    // A bad regex is reported with the rule and the pattern.
+    let bad = chorus
+        .api(Method::POST, "/api/agents")
+        .json(&json!({"name": "bad", "permissions": {"allow": ["tool:view:(unclosed"]}}))
+        .send()
+        .await?;
+    assert_eq!(
+        bad.status(),
+        403,
+        "an operator may not set a custom profile at all"
+    );
+    let created = chorus
+        .api(Method::POST, "/api/agents")
+        .json(&json!({"name": "op", "permissions": "standard"}))
+        .send()
+        .await?;
+    assert_eq!(created.status(), 201);
+    let escalate = chorus
+        .api(Method::PATCH, "/api/agents/op")
+        .json(&json!({"permissions": "open"}))
+        .send()
+        .await?;
+    assert_eq!(escalate.status(), 403);
+    let body: Value = escalate.json().await?;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("may not grant the 'open' preset")
+    );
+    assert_eq!(chorus.agent("op").await?["permissions"], "standard");
+
+    let explain = |profile: Value, action: &str| {
+        chorus
+            .api(Method::POST, "/api/permissions/explain")
+            .json(&json!({"profile": profile, "action": action}))
+            .send()
+    };
+    let answer: Value = explain(json!("standard"), "tool:view:src/main.rs")
+        .await?
+        .json()
+        .await?;
+    assert_eq!(answer["decision"], "allow");
+    assert_eq!(answer["list"], "allow");
+    let answer: Value = explain(
+        json!({"allow": ["tool:bash:git status"]}),
+        "tool:bash:git status; rm -rf /",
+    )
+    .await?
+    .json()
+    .await?;
+    assert_eq!(
+        answer["decision"], "deny",
+        "a chained command cannot ride on an allowed prefix: {answer:#}"
+    );
+    let broken = explain(json!({"allow": ["tool:view:(unclosed"]}), "tool:view:x").await?;
+    assert_eq!(broken.status(), 400);
+    let message = broken.json::<Value>().await?["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains("allow[0]") && message.contains("(unclosed"),
+        "{message}"
+    );
+    Ok(())
+}
