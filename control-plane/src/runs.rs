@@ -20,6 +20,7 @@ use chorus_proto::domain::{
 
 use crate::config::Settings;
 use crate::feed::ThreadFeed;
+use crate::gate::approvals::Approvals;
 use crate::gate::profiles::{ProfileCache, offered_tools};
 use crate::providers::catalog::{Catalog, ResolveError};
 use crate::store::{AgentRecord, Store, StoreError, ThreadStatus, format_epoch_ms};
@@ -101,6 +102,7 @@ pub struct Runs {
     registry: Arc<Registry>,
     catalog: Arc<Catalog>,
     profiles: Arc<ProfileCache>,
+    approvals: Arc<Approvals>,
     settings: RunSettings,
     agents: Mutex<HashMap<String, AgentRuns>>,
     feed: ThreadFeed,
@@ -121,6 +123,7 @@ impl Runs {
         registry: Arc<Registry>,
         catalog: Arc<Catalog>,
         profiles: Arc<ProfileCache>,
+        approvals: Arc<Approvals>,
         settings: RunSettings,
     ) -> Self {
         Runs {
@@ -128,6 +131,7 @@ impl Runs {
             registry,
             catalog,
             profiles,
+            approvals,
             settings,
             agents: Mutex::new(HashMap::new()),
             feed: ThreadFeed::default(),
@@ -263,6 +267,8 @@ impl Runs {
         status: ThreadStatus,
         error: Option<&str>,
     ) -> Result<(), StoreError> {
+        // A question to a person the thread was waiting on is withdrawn.
+        self.approvals.cancel_thread(agent, thread_id).await;
         self.store
             .set_thread_status(agent, thread_id, status, error)
             .await?;

@@ -97,11 +97,13 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     };
     let registry = Arc::new(Registry::default());
     let profiles = Arc::new(ProfileCache::default());
+    let approvals = Arc::new(Approvals::new(store.clone()));
     let runs = Arc::new(Runs::new(
         store.clone(),
         registry.clone(),
         catalog.clone(),
         profiles.clone(),
+        approvals.clone(),
         RunSettings::from_settings(&settings, agents_root.clone()),
     ));
     let (lost_tx, mut lost_rx) = mpsc::unbounded_channel::<WorkerLost>();
@@ -151,7 +153,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         registry.clone(),
         runs.clone(),
         agents.clone(),
-        Arc::new(Approvals::new(store.clone())),
+        approvals,
         profiles,
         GateSettings {
             ask_timeout: settings.ask_timeout,

@@ -77,7 +77,8 @@ impl Approvals {
         let mut answer = answer;
         match tokio::time::timeout(timeout, &mut answer).await {
             Ok(Ok(answer)) => return Outcome::Answered(answer),
-            Ok(Err(_)) => {} // the waiter was dropped: treat as no answer
+            // Cancelled (the thread is over): no answer will come.
+            Ok(Err(_)) => return Outcome::Expired,
             Err(_) => {}
         }
         self.waiting().remove(id);
@@ -92,6 +93,28 @@ impl Approvals {
                 Ok(answer) => Outcome::Answered(answer),
                 Err(_) => Outcome::Expired,
             },
+        }
+    }
+
+    /// The thread a request belongs to is over (its worker died, the agent was
+    /// destroyed): its pending requests are cancelled, which is a deny.
+    pub async fn cancel_thread(&self, agent: &str, thread_id: u64) {
+        let pending = match self.store.pending_approvals(Some(agent)).await {
+            Ok(pending) => pending,
+            Err(e) => {
+                tracing::error!(agent, thread_id, error = %e, "cannot list approvals to cancel");
+                return;
+            }
+        };
+        for request in pending.into_iter().filter(|r| r.thread_id == thread_id) {
+            if let Ok(true) = self
+                .store
+                .settle_approval(&request.id, ApprovalStatus::Cancelled, None)
+                .await
+            {
+                // Dropping the waiter's sender ends its wait at once.
+                self.waiting().remove(&request.id);
+            }
         }
     }
 

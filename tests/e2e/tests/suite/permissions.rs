@@ -417,3 +417,55 @@ async fn permissions_are_validated_explained_and_never_granted_above_a_role() ->
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_question_is_withdrawn_when_its_thread_ends() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.push(tool_call(
+        "c1",
+        "create_file",
+        json!({"path": "never.txt", "content": "x"}),
+    ));
+    let chorus = chorus_with(&model, "").await?;
+    create_agent(&chorus, "careful", careful_profile()).await?;
+    let id = chorus.send_message("careful", "write").await?;
+    let approval = wait_for_approval(&chorus).await?;
+    let worker = chorus.agent("careful").await?["worker"]["pid"]
+        .as_u64()
+        .unwrap() as u32;
+    chorus_test_support::process::signal(worker, nix::sys::signal::Signal::SIGKILL);
+    let thread = chorus
+        .wait_thread_finished("careful", id, Duration::from_secs(10))
+        .await?;
+    assert_eq!(thread["status"], "failed");
+    assert!(
+        pending(&chorus).await?.is_empty(),
+        "the question is withdrawn"
+    );
+    let record: Value = chorus
+        .api(
+            Method::GET,
+            &format!("/api/approvals/{}", approval["id"].as_str().unwrap()),
+        )
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(record["status"], "cancelled");
+    let late = chorus
+        .api(
+            Method::POST,
+            &format!("/api/approvals/{}", approval["id"].as_str().unwrap()),
+        )
+        .json(&json!({"decision": "approve"}))
+        .send()
+        .await?;
+    assert_eq!(late.status(), 409);
+    assert!(
+        !chorus
+            .agent_dir("careful")
+            .join("workspace/never.txt")
+            .exists()
+    );
+    Ok(())
+}
