@@ -155,7 +155,7 @@ impl Approvals {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{NewAgent, test_store};
+    use crate::store::test_store_with_agent;
 
     fn request(id: &str) -> NewApproval {
         NewApproval {
@@ -172,17 +172,7 @@ mod tests {
     }
 
     async fn approvals() -> (Approvals, tempfile::TempDir) {
-        let (store, dir) = test_store().await;
-        store
-            .register_agent(&NewAgent {
-                name: "a".into(),
-                model: None,
-                system_prompt: "p".into(),
-                permissions: "standard".into(),
-                on_ask: "prompt".into(),
-            })
-            .await
-            .unwrap();
+        let (store, dir) = test_store_with_agent().await;
         (Approvals::new(store), dir)
     }
 

@@ -106,6 +106,23 @@ pub fn format_epoch_ms(ms: i64) -> String {
     }
 }
 
+/// A store in a temporary directory with one active agent, `a`.
+#[cfg(test)]
+pub(crate) async fn test_store_with_agent() -> (Store, tempfile::TempDir) {
+    let (store, dir) = test_store().await;
+    store
+        .register_agent(&NewAgent {
+            name: "a".into(),
+            model: None,
+            system_prompt: "p".into(),
+            permissions: "standard".into(),
+            on_ask: "prompt".into(),
+        })
+        .await
+        .expect("register agent a");
+    (store, dir)
+}
+
 #[cfg(test)]
 pub(crate) async fn test_store() -> (Store, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");

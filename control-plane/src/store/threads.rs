@@ -431,26 +431,11 @@ async fn insert_message(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{NewAgent, test_store};
-
-    async fn store_with_agent() -> (Store, tempfile::TempDir) {
-        let (store, dir) = test_store().await;
-        store
-            .register_agent(&NewAgent {
-                name: "a".into(),
-                model: None,
-                system_prompt: "p".into(),
-                permissions: "standard".into(),
-                on_ask: "prompt".into(),
-            })
-            .await
-            .unwrap();
-        (store, dir)
-    }
+    use crate::store::test_store_with_agent;
 
     #[tokio::test]
     async fn thread_ids_count_up_per_agent() {
-        let (store, _dir) = store_with_agent().await;
+        let (store, _dir) = test_store_with_agent().await;
         let first = store
             .start_thread("a", &ChatMessage::user("1"), "api")
             .await
@@ -470,7 +455,7 @@ mod tests {
 
     #[tokio::test]
     async fn messages_keep_their_order_and_tool_calls() {
-        let (store, _dir) = store_with_agent().await;
+        let (store, _dir) = test_store_with_agent().await;
         let t = store
             .start_thread("a", &ChatMessage::user("make a file"), "api")
             .await
@@ -502,7 +487,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_finished_thread_stays_finished_and_closes_open_steps() {
-        let (store, _dir) = store_with_agent().await;
+        let (store, _dir) = test_store_with_agent().await;
         let t = store
             .start_thread("a", &ChatMessage::user("x"), "api")
             .await
@@ -543,7 +528,7 @@ mod tests {
 
     #[tokio::test]
     async fn token_usage_adds_up_per_thread_and_per_agent() {
-        let (store, _dir) = store_with_agent().await;
+        let (store, _dir) = test_store_with_agent().await;
         for (thread, tokens) in [(1u64, 10u64), (2, 5)] {
             let t = store
                 .start_thread("a", &ChatMessage::user("x"), "api")

@@ -6,36 +6,14 @@ use std::collections::BTreeMap;
 use chorus_proto::domain::{ChatMessage, ModelRoute, Role, ToolCall, Usage};
 use serde_json::{Map, Value, json};
 
-use super::http::{post_json, read_sse};
+use super::http::{Endpoint, post_json, read_sse};
 use super::sse::SseEvent;
 use super::{ModelClient, ModelError, ModelReply, ModelRequest, StopReason};
 
 pub const API_VERSION: &str = "2023-06-01";
 
-pub struct AnthropicClient {
-    http: reqwest::Client,
-    /// e.g. `http://127.0.0.1:50051/llm/anthropic` (the control plane's relay).
-    base_url: String,
-    /// Sent as `x-api-key`: the worker credential when calling the relay.
-    api_key: String,
-    provider: String,
-}
-
-impl AnthropicClient {
-    pub fn new(
-        http: reqwest::Client,
-        base_url: impl Into<String>,
-        api_key: impl Into<String>,
-        provider: impl Into<String>,
-    ) -> Self {
-        AnthropicClient {
-            http,
-            base_url: base_url.into().trim_end_matches('/').to_string(),
-            api_key: api_key.into(),
-            provider: provider.into(),
-        }
-    }
-}
+/// A client for one provider speaking this format.
+pub struct AnthropicClient(pub Endpoint);
 
 /// The request body for `POST /v1/messages`, as JSON text. Each message's content
 /// blocks come from the request's cache, so only new messages are serialised.
@@ -385,26 +363,26 @@ impl ModelClient for AnthropicClient {
         request: &ModelRequest<'_>,
         on_text: &mut (dyn FnMut(&str) + Send),
     ) -> Result<ModelReply, ModelError> {
-        let url = format!("{}/v1/messages", self.base_url);
+        let url = format!("{}/v1/messages", self.0.base_url);
         let headers = [
-            ("x-api-key", self.api_key.as_str()),
+            ("x-api-key", self.0.api_key.as_str()),
             ("anthropic-version", API_VERSION),
             ("accept", "text/event-stream"),
         ];
         let response = post_json(
-            &self.http,
-            &self.provider,
+            &self.0.http,
+            &self.0.provider,
             &url,
             &headers,
             request_json(request, true),
         )
         .await?;
         let mut state = StreamState::default();
-        read_sse(&self.provider, response, |event| {
-            state.apply(&self.provider, &event, on_text)
+        read_sse(&self.0.provider, response, |event| {
+            state.apply(&self.0.provider, &event, on_text)
         })
         .await?;
-        state.finish(&self.provider)
+        state.finish(&self.0.provider)
     }
 }
 

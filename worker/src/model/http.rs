@@ -10,6 +10,36 @@ use serde_json::Value;
 use super::ModelError;
 use super::sse::{SseDecoder, SseEvent};
 
+/// Where a client sends its requests, and as whom.
+#[derive(Clone)]
+pub struct Endpoint {
+    /// Shared by every client of the worker (one connection pool).
+    pub http: reqwest::Client,
+    /// e.g. `http://127.0.0.1:50051/llm/openai` (the control plane's relay).
+    pub base_url: String,
+    /// The credential, sent the way the format expects (bearer or `x-api-key`):
+    /// the worker's own when calling the relay.
+    pub api_key: String,
+    /// Provider name, for messages.
+    pub provider: String,
+}
+
+impl Endpoint {
+    pub fn new(
+        http: reqwest::Client,
+        base_url: impl Into<String>,
+        api_key: impl Into<String>,
+        provider: impl Into<String>,
+    ) -> Self {
+        Endpoint {
+            http,
+            base_url: base_url.into().trim_end_matches('/').to_string(),
+            api_key: api_key.into(),
+            provider: provider.into(),
+        }
+    }
+}
+
 /// Header the control plane's model relay puts on errors it makes itself (as opposed
 /// to errors it passes through from the provider).
 pub const RELAY_ERROR_HEADER: &str = "x-chorus-relay-error";

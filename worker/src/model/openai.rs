@@ -7,36 +7,12 @@ use std::collections::BTreeMap;
 use chorus_proto::domain::{ChatMessage, ModelRoute, Role, ToolCall, Usage};
 use serde_json::{Value, json};
 
-use super::http::{post_json, read_sse};
+use super::http::{Endpoint, post_json, read_sse};
 use super::sse::SseEvent;
 use super::{ModelClient, ModelError, ModelReply, ModelRequest, StopReason};
 
-pub struct OpenAiClient {
-    http: reqwest::Client,
-    /// e.g. `http://127.0.0.1:50051/llm/openai` (the control plane's relay).
-    base_url: String,
-    /// Sent as the bearer token: the worker credential when calling the relay.
-    api_key: String,
-    /// Provider name for error messages.
-    provider: String,
-}
-
-impl OpenAiClient {
-    /// `http` is shared by every client of the worker (one connection pool).
-    pub fn new(
-        http: reqwest::Client,
-        base_url: impl Into<String>,
-        api_key: impl Into<String>,
-        provider: impl Into<String>,
-    ) -> Self {
-        OpenAiClient {
-            http,
-            base_url: base_url.into().trim_end_matches('/').to_string(),
-            api_key: api_key.into(),
-            provider: provider.into(),
-        }
-    }
-}
+/// A client for one provider speaking this format.
+pub struct OpenAiClient(pub Endpoint);
 
 /// The request body for `/chat/completions`, as JSON text. Messages come from the
 /// request's cache, so only new ones are serialised (see [`MessageCache`]).
@@ -311,26 +287,26 @@ impl ModelClient for OpenAiClient {
         request: &ModelRequest<'_>,
         on_text: &mut (dyn FnMut(&str) + Send),
     ) -> Result<ModelReply, ModelError> {
-        let url = format!("{}/chat/completions", self.base_url);
-        let auth = format!("Bearer {}", self.api_key);
+        let url = format!("{}/chat/completions", self.0.base_url);
+        let auth = format!("Bearer {}", self.0.api_key);
         let headers = [
             ("authorization", auth.as_str()),
             ("accept", "text/event-stream"),
         ];
         let response = post_json(
-            &self.http,
-            &self.provider,
+            &self.0.http,
+            &self.0.provider,
             &url,
             &headers,
             request_json(request, true),
         )
         .await?;
         let mut state = StreamState::default();
-        read_sse(&self.provider, response, |event| {
-            state.apply(&self.provider, &event, on_text)
+        read_sse(&self.0.provider, response, |event| {
+            state.apply(&self.0.provider, &event, on_text)
         })
         .await?;
-        state.finish(&self.provider)
+        state.finish(&self.0.provider)
     }
 }
 

@@ -3,6 +3,7 @@
 use chorus_proto::domain::ModelRoute;
 
 use super::anthropic::AnthropicClient;
+use super::http::Endpoint;
 use super::openai::OpenAiClient;
 use super::{ModelClient, ModelError, ModelReply, ModelRequest};
 use crate::tool_loop::ClientFactory;
@@ -51,17 +52,14 @@ impl ClientFactory for RelayClients {
         let base = format!("{}{}", self.control_plane, route.relay_path);
         let http = self.http.clone();
         match route.api.as_str() {
-            ModelRoute::OPENAI_CHAT => Ok(AnyClient::OpenAi(OpenAiClient::new(
+            ModelRoute::OPENAI_CHAT => Ok(AnyClient::OpenAi(OpenAiClient(Endpoint::new(
                 http,
                 base,
                 self.credential.clone(),
                 route.provider.clone(),
-            ))),
-            ModelRoute::ANTHROPIC_MESSAGES => Ok(AnyClient::Anthropic(AnthropicClient::new(
-                http,
-                base,
-                self.credential.clone(),
-                route.provider.clone(),
+            )))),
+            ModelRoute::ANTHROPIC_MESSAGES => Ok(AnyClient::Anthropic(AnthropicClient(
+                Endpoint::new(http, base, self.credential.clone(), route.provider.clone()),
             ))),
             other => Err(ModelError::Fatal(format!(
                 "this worker cannot speak the '{other}' model API; upgrade chorus-worker"
