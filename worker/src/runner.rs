@@ -15,6 +15,7 @@ use crate::model::relay::RelayClients;
 use crate::tool_loop::{self, EventSink, LoopInput, ModelSelection};
 use crate::tools::ToolBox;
 use crate::tools::jail::Workspace;
+use crate::tools::locks::FileLocks;
 
 /// Used when an assignment leaves the iteration cap to the worker.
 const DEFAULT_MAX_ITERATIONS: u32 = 50;
@@ -25,6 +26,9 @@ pub struct Runner {
     runs: Arc<Mutex<HashMap<String, CancellationToken>>>,
     /// The agent's model when it changes mid-run (SetModel); runs watch it.
     model_change: watch::Sender<Option<ModelSelection>>,
+    /// One set of file locks for all runs: two threads of the agent writing the
+    /// same file take turns.
+    locks: Arc<FileLocks>,
     tasks: TaskTracker,
 }
 
@@ -43,6 +47,7 @@ impl Runner {
             clients: RelayClients::new(http, control_plane, credential),
             runs: Arc::new(Mutex::new(HashMap::new())),
             model_change: watch::Sender::new(None),
+            locks: Arc::new(FileLocks::default()),
             tasks: TaskTracker::new(),
         }
     }
@@ -90,7 +95,7 @@ impl Runner {
         // Forward later model changes (not earlier ones: the assignment is newer).
         let mut changes = self.model_change.subscribe();
         changes.mark_unchanged();
-        let tools = ToolBox::new(Workspace::new(&run.agent.workspace));
+        let tools = ToolBox::new(Workspace::new(&run.agent.workspace), self.locks.clone());
         let sink = self.sink.clone();
         let clients = self.clients.clone();
         let runs = self.runs.clone();

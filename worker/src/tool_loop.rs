@@ -265,7 +265,15 @@ pub async fn run<F: ClientFactory>(
                 format!("Executing {}", ToolBox::describe(call)),
             );
             let span = tracing::info_span!("tool", tool = %call.name, step = step.number);
-            let outcome = tools.execute(call).instrument(span).await;
+            // Cancelling drops the tool's future: a running bash command's whole
+            // process group is killed, a waiting writer gives up its place.
+            let outcome = tokio::select! {
+                outcome = tools.execute(call).instrument(span) => outcome,
+                _ = cancel.cancelled() => {
+                    steps.end(step, true, None);
+                    return Err(LoopError::Cancelled("the run was cancelled".into()));
+                }
+            };
             steps.end(step, outcome.is_error, None);
             if outcome.malformed {
                 malformed += 1;
@@ -486,7 +494,7 @@ mod tests {
 
     async fn run_with(model: Scripted, retry: RetryPolicy, cancel: &CancellationToken) -> Outcome {
         let dir = tempfile::tempdir().unwrap();
-        let tools = ToolBox::new(Workspace::new(dir.path()));
+        let tools = ToolBox::new(Workspace::new(dir.path()), Default::default());
         let (tx, mut rx) = mpsc::unbounded_channel();
         let (_model_tx, model_rx) = watch::channel(ModelSelection {
             display: "m".into(),
@@ -669,6 +677,61 @@ mod tests {
                 .iter()
                 .any(|e| matches!(e, WorkerEvent::StepEnded(s) if s.failed))
         );
+    }
+
+    /// Live processes whose command line contains `marker`.
+    fn running(marker: &str) -> usize {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|p| {
+                std::fs::read(p.path().join("cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+            })
+            .count()
+    }
+
+    #[tokio::test]
+    async fn cancelling_ends_a_running_command_and_everything_it_started() {
+        let marker = format!("300.{}{}", std::process::id(), line!());
+        let command = format!("sleep {marker} & sleep {marker}");
+        let model = Scripted {
+            replies: Arc::new(Mutex::new(
+                vec![call_reply(
+                    "bash",
+                    &json!({ "command": command }).to_string(),
+                )]
+                .into(),
+            )),
+            ..Scripted::default()
+        };
+        let cancel = CancellationToken::new();
+        let canceller = {
+            let cancel = cancel.clone();
+            let marker = marker.clone();
+            tokio::spawn(async move {
+                // Cancel once the command is really running.
+                let deadline = std::time::Instant::now() + Duration::from_secs(5);
+                while running(&marker) < 2 && std::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                cancel.cancel();
+                running(&marker)
+            })
+        };
+        let out = tokio::time::timeout(Duration::from_secs(10), run_with(model, fast(), &cancel))
+            .await
+            .expect("cancellation is prompt");
+        assert!(canceller.await.unwrap() >= 2, "the command never ran");
+        assert!(matches!(out.result, Err(LoopError::Cancelled(_))));
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while running(&marker) > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the command survived cancellation"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     #[tokio::test]
