@@ -159,7 +159,7 @@ fn main() {
         .collect();
     std::fs::create_dir_all(dir.path().join("src")).unwrap();
     std::fs::write(dir.path().join("src/main.rs"), file).unwrap();
-    let tools = ToolBox::new(Workspace::new(dir.path()));
+    let tools = ToolBox::new(Workspace::new(dir.path()), Default::default());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

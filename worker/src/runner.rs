@@ -16,6 +16,7 @@ use crate::model::relay::RelayClients;
 use crate::tool_loop::{self, EventSink, LiveAgent, LoopInput, ModelSelection};
 use crate::tools::ToolBox;
 use crate::tools::jail::Workspace;
+use crate::tools::locks::FileLocks;
 
 /// Used when an assignment leaves the iteration cap to the worker.
 const DEFAULT_MAX_ITERATIONS: u32 = 50;
@@ -27,6 +28,9 @@ pub struct Runner {
     /// Changes to the agent (configure, self-edit); every run applies each one.
     changes: broadcast::Sender<AgentChange>,
     gate: Arc<RelayGate>,
+    /// One set of file locks for all runs: two threads of the agent writing the
+    /// same file take turns.
+    locks: Arc<FileLocks>,
     tasks: TaskTracker,
 }
 
@@ -46,6 +50,7 @@ impl Runner {
             clients: RelayClients::new(http, control_plane, credential),
             runs: Arc::new(Mutex::new(HashMap::new())),
             changes: broadcast::Sender::new(64),
+            locks: Arc::new(FileLocks::default()),
             tasks: TaskTracker::new(),
         }
     }
@@ -112,7 +117,10 @@ impl Runner {
         // Changes from now on (the assignment already has the earlier ones).
         let mut changes = self.changes.subscribe();
         let gate = self.gate.clone();
-        let tools = ToolBox::new(Workspace::new(&run.agent.workspace));
+        let mut tools = ToolBox::new(Workspace::new(&run.agent.workspace), self.locks.clone());
+        if !run.agent.docs_dir.is_empty() {
+            tools = tools.with_docs(Workspace::new(&run.agent.docs_dir));
+        }
         let sink = self.sink.clone();
         let clients = self.clients.clone();
         let runs = self.runs.clone();

@@ -287,7 +287,7 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
             }
             // A call that cannot run at all needs no permission: tell the model what
             // is wrong with it right away.
-            let unusable = unusable_call(call, &all_schemas);
+            let unusable = ToolBox::validate(call);
             let gated = match unusable {
                 Some(outcome) => Err(outcome),
                 None => Ok(ask_gate(gate, input.run_id, call, &mut steps, cancel).await?),
@@ -309,7 +309,15 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
                         );
                         let span =
                             tracing::info_span!("tool", tool = %call.name, step = step.number);
-                        let outcome = tools.execute(call).instrument(span).await;
+                        // Cancelling drops the tool's future: a running bash command's
+                        // whole process group is killed, a waiting writer gives up.
+                        let outcome = tokio::select! {
+                            outcome = tools.execute(call).instrument(span) => outcome,
+                            _ = cancel.cancelled() => {
+                                steps.end(step, true, None);
+                                return Err(LoopError::Cancelled("the run was cancelled".into()));
+                            }
+                        };
                         steps.end(step, outcome.is_error, None);
                         outcome
                     }
@@ -357,35 +365,6 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
         }
     }
     Err(LoopError::IterationCap(input.max_iterations))
-}
-
-/// Why a call cannot run at all, as the model should hear it: a tool that does not
-/// exist, or arguments that are not a JSON object.
-fn unusable_call(call: &ToolCall, tools: &[crate::model::ToolSchema]) -> Option<ToolOutcome> {
-    if !tools.iter().any(|t| t.name == call.name) {
-        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-        return Some(ToolOutcome::malformed(format!(
-            "there is no tool named '{}'; the tools are: {}",
-            call.name,
-            names.join(", ")
-        )));
-    }
-    let arguments = if call.arguments.trim().is_empty() {
-        "{}"
-    } else {
-        &call.arguments
-    };
-    match serde_json::from_str::<serde_json::Value>(arguments) {
-        Ok(serde_json::Value::Object(_)) => None,
-        Ok(_) => Some(ToolOutcome::malformed(format!(
-            "the arguments for {} are not valid: expected a JSON object; send a JSON object matching the tool's schema",
-            call.name
-        ))),
-        Err(e) => Some(ToolOutcome::malformed(format!(
-            "the arguments for {} are not valid: {e}; send a JSON object matching the tool's schema",
-            call.name
-        ))),
-    }
 }
 
 /// What the gate said about one tool call.
@@ -641,7 +620,7 @@ mod tests {
 
     async fn run_with(model: Scripted, retry: RetryPolicy, cancel: &CancellationToken) -> Outcome {
         let dir = tempfile::tempdir().unwrap();
-        let tools = ToolBox::new(Workspace::new(dir.path()));
+        let tools = ToolBox::new(Workspace::new(dir.path()), Default::default());
         let (tx, mut rx) = mpsc::unbounded_channel();
         let (_agent_tx, agent_rx) = watch::channel(LiveAgent {
             model: ModelSelection {
@@ -836,6 +815,61 @@ mod tests {
                 .iter()
                 .any(|e| matches!(e, WorkerEvent::StepEnded(s) if s.failed))
         );
+    }
+
+    /// Live processes whose command line contains `marker`.
+    fn running(marker: &str) -> usize {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|p| {
+                std::fs::read(p.path().join("cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+            })
+            .count()
+    }
+
+    #[tokio::test]
+    async fn cancelling_ends_a_running_command_and_everything_it_started() {
+        let marker = format!("300.{}{}", std::process::id(), line!());
+        let command = format!("sleep {marker} & sleep {marker}");
+        let model = Scripted {
+            replies: Arc::new(Mutex::new(
+                vec![call_reply(
+                    "bash",
+                    &json!({ "command": command }).to_string(),
+                )]
+                .into(),
+            )),
+            ..Scripted::default()
+        };
+        let cancel = CancellationToken::new();
+        let canceller = {
+            let cancel = cancel.clone();
+            let marker = marker.clone();
+            tokio::spawn(async move {
+                // Cancel once the command is really running.
+                let deadline = std::time::Instant::now() + Duration::from_secs(5);
+                while running(&marker) < 2 && std::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                cancel.cancel();
+                running(&marker)
+            })
+        };
+        let out = tokio::time::timeout(Duration::from_secs(10), run_with(model, fast(), &cancel))
+            .await
+            .expect("cancellation is prompt");
+        assert!(canceller.await.unwrap() >= 2, "the command never ran");
+        assert!(matches!(out.result, Err(LoopError::Cancelled(_))));
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while running(&marker) > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the command survived cancellation"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     #[tokio::test]

@@ -1,11 +1,14 @@
-//! `create_file` and `view`: the file tools, on top of the workspace jail.
+//! The whole-file tools, on top of the workspace jail: `create_file` and `view`, and
+//! the fine-grained `file.read`, `file.write` (existing files only), `file.create`
+//! (new files only) and `file.delete`, so a profile can grant read-only, read-write
+//! or read-write-create.
 
 use std::io::{BufRead, BufReader, Read};
 
 use serde::Deserialize;
 
 use super::ToolOutcome;
-use super::jail::Workspace;
+use super::jail::{Deleted, JailError, Workspace, WriteMode};
 
 /// Most lines `view` returns when no limit is given.
 pub const DEFAULT_VIEW_LINES: usize = 2000;
@@ -21,6 +24,13 @@ pub struct CreateFileArgs {
     pub content: String,
 }
 
+/// Arguments of `file.delete`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PathArgs {
+    pub path: String,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ViewArgs {
@@ -32,11 +42,8 @@ pub struct ViewArgs {
 }
 
 pub fn create_file(workspace: &Workspace, args: CreateFileArgs) -> ToolOutcome {
-    if args.content.len() > MAX_WRITE_BYTES {
-        return ToolOutcome::error(format!(
-            "content is {} bytes; create_file writes at most {MAX_WRITE_BYTES} bytes",
-            args.content.len()
-        ));
+    if let Some(refused) = too_large("create_file", &args.content) {
+        return refused;
     }
     match workspace.write(&args.path, args.content.as_bytes()) {
         Ok(existed) => ToolOutcome::ok(format!(
@@ -49,16 +56,93 @@ pub fn create_file(workspace: &Workspace, args: CreateFileArgs) -> ToolOutcome {
     }
 }
 
+/// `file.write`: replaces the content of a file that exists.
+pub fn write_existing(workspace: &Workspace, args: CreateFileArgs) -> ToolOutcome {
+    if let Some(refused) = too_large("file.write", &args.content) {
+        return refused;
+    }
+    match workspace.write_as(
+        &args.path,
+        args.content.as_bytes(),
+        WriteMode::ReplaceExisting,
+    ) {
+        Ok(_) => ToolOutcome::ok(format!(
+            "Wrote {} ({} bytes)",
+            args.path,
+            args.content.len()
+        )),
+        Err(JailError::NotFound(path)) => ToolOutcome::error(format!(
+            "'{path}' does not exist; file.write replaces existing files only (use file.create to make a new file)"
+        )),
+        Err(e) => ToolOutcome::error(e.to_string()),
+    }
+}
+
+/// `file.create`: makes a new file (and its parent directories); never replaces one.
+pub fn create_new(workspace: &Workspace, args: CreateFileArgs) -> ToolOutcome {
+    if let Some(refused) = too_large("file.create", &args.content) {
+        return refused;
+    }
+    match workspace.write_as(&args.path, args.content.as_bytes(), WriteMode::CreateNew) {
+        Ok(_) => ToolOutcome::ok(format!(
+            "Created {} ({} bytes)",
+            args.path,
+            args.content.len()
+        )),
+        Err(JailError::Exists(path)) => ToolOutcome::error(format!(
+            "'{path}' already exists; file.create makes new files only (use file.write to replace it or file.patch to edit it)"
+        )),
+        Err(e) => ToolOutcome::error(e.to_string()),
+    }
+}
+
+/// `file.delete`: removes a file; a symlink is removed itself, never its target.
+pub fn delete(workspace: &Workspace, args: PathArgs) -> ToolOutcome {
+    match workspace.delete(&args.path) {
+        Ok(Deleted::File) => ToolOutcome::ok(format!("Deleted {}", args.path)),
+        Ok(Deleted::Symlink) => ToolOutcome::ok(format!(
+            "Deleted the symlink {} (the link itself, not what it pointed to)",
+            args.path
+        )),
+        Ok(Deleted::Special) => {
+            ToolOutcome::ok(format!("Deleted {} (not a regular file)", args.path))
+        }
+        Err(JailError::IsDirectory(path)) => ToolOutcome::error(format!(
+            "'{path}' is a directory; file.delete removes files only"
+        )),
+        Err(e) => ToolOutcome::error(e.to_string()),
+    }
+}
+
+/// A file is treated as binary when its first 8 KiB hold a NUL byte (as git does).
+pub fn looks_binary(head: &[u8]) -> bool {
+    head.iter().take(8192).any(|b| *b == 0)
+}
+
+fn too_large(tool: &str, content: &str) -> Option<ToolOutcome> {
+    (content.len() > MAX_WRITE_BYTES).then(|| {
+        ToolOutcome::error(format!(
+            "content is {} bytes; {tool} writes at most {MAX_WRITE_BYTES} bytes",
+            content.len()
+        ))
+    })
+}
+
 pub fn view(workspace: &Workspace, args: ViewArgs) -> ToolOutcome {
+    read_text(workspace, args, "view")
+}
+
+/// `view` and `file.read`: numbered lines of a text file, paged by offset and limit.
+pub fn read_text(workspace: &Workspace, args: ViewArgs, tool: &str) -> ToolOutcome {
     let file = match workspace.open_read(&args.path) {
         Ok(file) => file,
         Err(e) => return ToolOutcome::error(e.to_string()),
     };
     let mut reader = BufReader::new(file);
     match reader.fill_buf() {
-        Ok(head) if head.iter().take(8192).any(|b| *b == 0) => {
+        Ok(head) if looks_binary(head) => {
             return ToolOutcome::error(format!(
-                "'{}' is a binary file; view shows text files only",
+                "'{}' is a binary file; {tool} shows text files only",
                 args.path
             ));
         }

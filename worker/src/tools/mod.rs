@@ -1,17 +1,36 @@
 //! The tools an agent's model can call, and how one call is executed.
 //!
-//! A tool call never fails the run: bad arguments, an unknown tool or a refused path
-//! all come back to the model as an error result it can act on.
+//! A tool call never fails the run: bad arguments, an unknown tool, a refused path,
+//! a held lock or even a panic all come back to the model as an error result it can
+//! act on. Writers take the agent's per-file lock first (`locks`); file tools run
+//! off the async threads; `bash` runs as its own process group (`bash`).
 
+pub mod bash;
+pub mod edit;
 pub mod files;
 pub mod jail;
+pub mod listing;
+pub mod locks;
+mod schemas;
+pub mod walk;
+
+#[cfg(test)]
+mod corpus_tests;
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
 use chorus_proto::domain::ToolCall;
+use futures::FutureExt;
 use serde::de::DeserializeOwned;
-use serde_json::json;
 
 use crate::model::ToolSchema;
+use bash::{BashArgs, BashConfig};
+use edit::ReplaceArgs;
+use files::{CreateFileArgs, PathArgs, ViewArgs};
 use jail::Workspace;
+use listing::{ListArgs, SearchArgs};
+use locks::FileLocks;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolOutcome {
@@ -47,90 +66,296 @@ impl ToolOutcome {
     }
 }
 
-/// The tools of one agent, bound to its workspace.
+/// Settings of the tools that are not per call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolConfig {
+    pub bash: BashConfig,
+}
+
+/// The tools of one agent, bound to its workspace and its worker's file locks.
 #[derive(Debug, Clone)]
 pub struct ToolBox {
     workspace: Workspace,
+    /// The agent's docs/ directory, for `self_edit_docs`.
+    docs: Option<Workspace>,
+    locks: Arc<FileLocks>,
+    config: ToolConfig,
 }
 
-const TOOL_NAMES: &[&str] = &["create_file", "view"];
+/// Every tool, in the order the schemas list them.
+pub const TOOL_NAMES: &[&str] = &[
+    "create_file",
+    "str_replace",
+    "view",
+    "file.read",
+    "file.write",
+    "file.create",
+    "file.delete",
+    "file.patch",
+    "file.list",
+    "file.search",
+    "bash",
+    "self_edit_system_prompt",
+    "self_edit_docs",
+    "self_edit_permissions",
+    "self_edit_model",
+];
+
+/// One call with its arguments parsed.
+enum Request {
+    CreateFile(CreateFileArgs),
+    StrReplace(ReplaceArgs),
+    View(ViewArgs),
+    Read(ViewArgs),
+    Write(CreateFileArgs),
+    Create(CreateFileArgs),
+    Delete(PathArgs),
+    Patch(ReplaceArgs),
+    List(ListArgs),
+    Search(SearchArgs),
+    Bash(BashArgs),
+    /// Writes a file in the agent's docs/ directory.
+    SelfEditDocs(CreateFileArgs),
+    /// Self-edits of what the control plane owns; the gate carries them out, so
+    /// one never reaches the worker to run.
+    ControlPlane,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewPrompt {
+    #[allow(dead_code)]
+    new_prompt: String,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewProfile {
+    #[allow(dead_code)]
+    new_profile: serde_json::Value,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewModel {
+    #[allow(dead_code)]
+    new_model: String,
+}
+
+impl Request {
+    fn parse(call: &ToolCall) -> Result<Request, ToolOutcome> {
+        Ok(match call.name.as_str() {
+            "create_file" => Request::CreateFile(parse_args(call)?),
+            "str_replace" => Request::StrReplace(parse_args(call)?),
+            "view" => Request::View(parse_args(call)?),
+            "file.read" => Request::Read(parse_args(call)?),
+            "file.write" => Request::Write(parse_args(call)?),
+            "file.create" => Request::Create(parse_args(call)?),
+            "file.delete" => Request::Delete(parse_args(call)?),
+            "file.patch" => Request::Patch(parse_args(call)?),
+            "file.list" => Request::List(parse_args(call)?),
+            "file.search" => Request::Search(parse_args(call)?),
+            "bash" => Request::Bash(parse_args(call)?),
+            "self_edit_docs" => Request::SelfEditDocs(parse_args(call)?),
+            "self_edit_system_prompt" => {
+                parse_args::<NewPrompt>(call)?;
+                Request::ControlPlane
+            }
+            "self_edit_permissions" => {
+                parse_args::<NewProfile>(call)?;
+                Request::ControlPlane
+            }
+            "self_edit_model" => {
+                parse_args::<NewModel>(call)?;
+                Request::ControlPlane
+            }
+            other => {
+                return Err(ToolOutcome::malformed(format!(
+                    "there is no tool named '{other}'; the tools are: {}",
+                    TOOL_NAMES.join(", ")
+                )));
+            }
+        })
+    }
+
+    /// The path a writer changes (and must lock); `None` for readers and bash.
+    fn written_path(&self) -> Option<&str> {
+        match self {
+            Request::CreateFile(a) | Request::Write(a) | Request::Create(a) => Some(&a.path),
+            Request::StrReplace(a) | Request::Patch(a) => Some(&a.path),
+            Request::Delete(a) => Some(&a.path),
+            // Docs are not in the workspace; their own lock key keeps them apart.
+            Request::SelfEditDocs(_) => None,
+            Request::View(_)
+            | Request::Read(_)
+            | Request::List(_)
+            | Request::Search(_)
+            | Request::Bash(_)
+            | Request::ControlPlane => None,
+        }
+    }
+
+    /// Runs a file tool (blocking system calls).
+    fn run_file_tool(self, workspace: &Workspace) -> ToolOutcome {
+        match self {
+            Request::CreateFile(a) => files::create_file(workspace, a),
+            Request::StrReplace(a) => edit::replace(workspace, a, "str_replace"),
+            Request::View(a) => files::read_text(workspace, a, "view"),
+            Request::Read(a) => files::read_text(workspace, a, "file.read"),
+            Request::Write(a) => files::write_existing(workspace, a),
+            Request::Create(a) => files::create_new(workspace, a),
+            Request::Delete(a) => files::delete(workspace, a),
+            Request::Patch(a) => edit::replace(workspace, a, "file.patch"),
+            Request::List(a) => listing::list(workspace, a),
+            Request::Search(a) => listing::search(workspace, a),
+            Request::Bash(_) | Request::SelfEditDocs(_) | Request::ControlPlane => {
+                ToolOutcome::error("not a workspace file tool")
+            }
+        }
+    }
+}
 
 impl ToolBox {
-    pub fn new(workspace: Workspace) -> Self {
-        ToolBox { workspace }
+    /// The tools of the workspace, sharing `locks` with every other run of this
+    /// worker (pass the same `Arc` to every run, or locks do not exclude anything).
+    pub fn new(workspace: Workspace, locks: Arc<FileLocks>) -> Self {
+        ToolBox {
+            workspace,
+            docs: None,
+            locks,
+            config: ToolConfig::default(),
+        }
+    }
+
+    /// Lets `self_edit_docs` write into `docs` (a jail of its own).
+    pub fn with_docs(mut self, docs: Workspace) -> Self {
+        self.docs = Some(docs);
+        self
+    }
+
+    /// Why a call cannot run at all (an unknown tool, arguments that do not fit
+    /// its schema), as the model should hear it; `None` when it can.
+    pub fn validate(call: &ToolCall) -> Option<ToolOutcome> {
+        Request::parse(call).err()
+    }
+
+    pub fn with_config(mut self, config: ToolConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    pub fn workspace(&self) -> &Workspace {
+        &self.workspace
     }
 
     pub fn schemas(&self) -> Vec<ToolSchema> {
-        vec![
-            ToolSchema {
-                name: "create_file".into(),
-                description: "Create a file in the workspace, or replace its whole content. \
-                    Parent directories are created. Paths are relative to the workspace root."
-                    .into(),
-                parameters: json!({
-                    "type": "object",
-                    "properties": {
-                        "path": {"type": "string", "description": "File path relative to the workspace root"},
-                        "content": {"type": "string", "description": "The complete new content of the file"}
-                    },
-                    "required": ["path", "content"],
-                    "additionalProperties": false
-                }),
-            },
-            ToolSchema {
-                name: "view".into(),
-                description: "Show a text file of the workspace with numbered lines. \
-                    Use offset and limit to page through long files."
-                    .into(),
-                parameters: json!({
-                    "type": "object",
-                    "properties": {
-                        "path": {"type": "string", "description": "File path relative to the workspace root"},
-                        "offset": {"type": "integer", "minimum": 1, "description": "First line to show (1 = first line)"},
-                        "limit": {"type": "integer", "minimum": 1, "description": "How many lines to show"}
-                    },
-                    "required": ["path"],
-                    "additionalProperties": false
-                }),
-            },
-        ]
+        schemas::all(&self.config.bash)
     }
 
-    /// A short human description of a call, for step history: "create_file: src/a.rs".
+    /// A short human description of a call, for step history: "create_file: src/a.rs",
+    /// "bash: cargo test".
     pub fn describe(call: &ToolCall) -> String {
-        let detail = serde_json::from_str::<serde_json::Value>(&call.arguments)
-            .ok()
-            .and_then(|v| v.get("path").and_then(|p| p.as_str()).map(str::to_string));
+        let args = serde_json::from_str::<serde_json::Value>(&call.arguments).ok();
+        let text = |key: &str| {
+            args.as_ref()
+                .and_then(|v| v.get(key))
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+        };
+        let detail = match call.name.as_str() {
+            "bash" => text("command").map(|c| one_line(&c, 80)),
+            "file.search" => text("pattern").map(|pattern| {
+                let place = text("path").unwrap_or_else(|| ".".into());
+                format!("{} in {}", truncate(&pattern, 60), truncate(&place, 60))
+            }),
+            // No path lists the root; unreadable arguments get no detail at all.
+            "file.list" => args
+                .as_ref()
+                .map(|_| truncate(&text("path").unwrap_or_else(|| ".".into()), 120)),
+            _ => text("path").map(|p| truncate(&p, 120)),
+        };
         match detail {
-            Some(path) => format!("{}: {}", call.name, truncate(&path, 120)),
+            Some(detail) => format!("{}: {detail}", call.name),
             None => call.name.clone(),
         }
     }
 
+    /// Executes one call. Total: every failure, a panic included, is an outcome.
     pub async fn execute(&self, call: &ToolCall) -> ToolOutcome {
-        let workspace = self.workspace.clone();
-        let call = call.clone();
-        // File tools do blocking system calls; keep them off the async threads.
-        tokio::task::spawn_blocking(move || execute_blocking(&workspace, &call))
+        AssertUnwindSafe(self.execute_inner(call))
+            .catch_unwind()
             .await
-            .unwrap_or_else(|e| ToolOutcome::error(format!("the tool crashed: {e}")))
+            .unwrap_or_else(|panic| {
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown cause".into());
+                ToolOutcome::error(format!("the tool {} crashed: {why}", call.name))
+            })
+    }
+
+    async fn execute_inner(&self, call: &ToolCall) -> ToolOutcome {
+        let request = match Request::parse(call) {
+            Ok(request) => request,
+            Err(outcome) => return outcome,
+        };
+        let request = match request {
+            Request::Bash(args) => {
+                return bash::run(self.workspace.root(), args, &self.config.bash).await;
+            }
+            Request::SelfEditDocs(args) => return self.write_doc(args).await,
+            Request::ControlPlane => {
+                return ToolOutcome::error(format!(
+                    "{} is carried out by the control plane, not here; the call was not run",
+                    call.name
+                ));
+            }
+            other => other,
+        };
+        // A path the jail refuses needs no lock: the tool reports the refusal.
+        let guard = match request.written_path().and_then(jail::normalise) {
+            Some(key) => match self.locks.lock(&key).await {
+                Ok(guard) => Some(guard),
+                Err(locked) => return ToolOutcome::error(locked.to_string()),
+            },
+            None => None,
+        };
+        let workspace = self.workspace.clone();
+        // File tools do blocking system calls; keep them off the async threads. The
+        // lock goes along, so it is held until the write has really ended, even when
+        // this future is dropped meanwhile.
+        tokio::task::spawn_blocking(move || {
+            let outcome = request.run_file_tool(&workspace);
+            drop(guard);
+            outcome
+        })
+        .await
+        .unwrap_or_else(|e| ToolOutcome::error(format!("the tool {} crashed: {e}", call.name)))
     }
 }
 
-fn execute_blocking(workspace: &Workspace, call: &ToolCall) -> ToolOutcome {
-    match call.name.as_str() {
-        "create_file" => match parse_args(call) {
-            Ok(args) => files::create_file(workspace, args),
-            Err(outcome) => outcome,
-        },
-        "view" => match parse_args(call) {
-            Ok(args) => files::view(workspace, args),
-            Err(outcome) => outcome,
-        },
-        other => ToolOutcome::malformed(format!(
-            "there is no tool named '{other}'; the tools are: {}",
-            TOOL_NAMES.join(", ")
-        )),
+impl ToolBox {
+    /// `self_edit_docs`: a file under docs/, through the docs jail, under the same
+    /// per-file locks as workspace writes (keyed apart by a `docs:` prefix).
+    async fn write_doc(&self, args: CreateFileArgs) -> ToolOutcome {
+        let Some(docs) = self.docs.clone() else {
+            return ToolOutcome::error("this agent has no docs directory");
+        };
+        let guard = match jail::normalise(&args.path) {
+            Some(key) => match self.locks.lock(&format!("docs:{key}")).await {
+                Ok(guard) => Some(guard),
+                Err(locked) => return ToolOutcome::error(locked.to_string()),
+            },
+            None => None,
+        };
+        tokio::task::spawn_blocking(move || {
+            let outcome = files::create_file(&docs, args);
+            drop(guard);
+            outcome
+        })
+        .await
+        .unwrap_or_else(|e| ToolOutcome::error(format!("the tool self_edit_docs crashed: {e}")))
     }
 }
 
@@ -156,41 +381,10 @@ fn truncate(s: &str, max: usize) -> String {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn call(name: &str, arguments: &str) -> ToolCall {
-        ToolCall {
-            id: "c".into(),
-            name: name.into(),
-            arguments: arguments.into(),
-        }
-    }
-
-    #[tokio::test]
-    async fn bad_calls_become_errors_the_model_can_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let tools = ToolBox::new(Workspace::new(dir.path()));
-        let unknown = tools.execute(&call("rm_rf", "{}")).await;
-        assert!(unknown.malformed && unknown.content.contains("create_file, view"));
-        let invalid = tools.execute(&call("create_file", "{\"path\": ")).await;
-        assert!(invalid.malformed && invalid.content.contains("not valid"));
-        let refused = tools.execute(&call("view", "{\"path\": \"../x\"}")).await;
-        assert!(
-            refused.is_error && !refused.malformed,
-            "a refused path is a tool error, not bad output"
-        );
-        let missing = tools.execute(&call("view", "{}")).await;
-        assert!(missing.is_error && missing.content.contains("path"));
-    }
-
-    #[test]
-    fn calls_are_described_by_their_path() {
-        assert_eq!(
-            ToolBox::describe(&call("create_file", r#"{"path":"src/a.rs","content":""}"#)),
-            "create_file: src/a.rs"
-        );
-        assert_eq!(ToolBox::describe(&call("view", "garbage")), "view");
-    }
+/// A command on one line (whitespace runs collapsed), shortened to `max` characters.
+fn one_line(s: &str, max: usize) -> String {
+    truncate(&s.split_whitespace().collect::<Vec<_>>().join(" "), max)
 }
+
+#[cfg(test)]
+mod tests;

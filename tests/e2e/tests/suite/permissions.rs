@@ -469,3 +469,141 @@ async fn a_question_is_withdrawn_when_its_thread_ends() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn an_agent_edits_its_own_docs_and_prompt_and_the_next_call_sees_them() -> anyhow::Result<()>
+{
+    let model = FakeOpenAi::start().await;
+    model.push(tool_calls(&[
+        (
+            "c1",
+            "self_edit_docs",
+            json!({"path": "conventions.md", "content": "Always answer in haiku."}),
+        ),
+        (
+            "c2",
+            "self_edit_system_prompt",
+            json!({"new_prompt": "You are a terse poet."}),
+        ),
+    ]));
+    model.push(text("noted"));
+    let chorus = chorus_with(&model, "").await?;
+    chorus.create_agent("poet").await?;
+    let id = chorus
+        .send_message("poet", "remember to write haiku")
+        .await?;
+    let thread = chorus
+        .wait_thread_finished("poet", id, Duration::from_secs(20))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let results = tool_results(&thread);
+    assert!(results.iter().all(|(error, _)| !error), "{results:?}");
+
+    assert_eq!(
+        std::fs::read_to_string(chorus.agent_dir("poet").join("docs/conventions.md"))?,
+        "Always answer in haiku."
+    );
+    let system = model.requests()[1].body["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(system.starts_with("You are a terse poet."), "{system}");
+    assert!(
+        system.contains("## docs/conventions.md\nAlways answer in haiku."),
+        "{system}"
+    );
+    assert_eq!(
+        chorus.agent("poet").await?["system_prompt"],
+        "You are a terse poet."
+    );
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(
+        chorus.agent_dir("poet").join("agent.json"),
+    )?)?;
+    assert_eq!(config["system_prompt"], "You are a terse poet.");
+
+    let entries = audit(&chorus, "poet").await?;
+    let actions: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap(),
+                e["decision"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        actions.contains(&("tool:self_edit:docs:conventions.md", "allow")),
+        "{actions:?}"
+    );
+    assert!(
+        actions.contains(&("tool:self_edit:system_prompt", "allow")),
+        "{actions:?}"
+    );
+    let change = entries
+        .iter()
+        .find(|e| e["action"] == "agent:configure:system_prompt")
+        .unwrap();
+    let detail = change["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("general-purpose AI agent") && detail.contains("You are a terse poet."),
+        "old and new: {detail}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_agent_cannot_raise_its_own_permissions_above_its_users_role() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.push(tool_call(
+        "c1",
+        "self_edit_permissions",
+        json!({"new_profile": "open"}),
+    ));
+    model.push(tool_call(
+        "c2",
+        "self_edit_permissions",
+        json!({"new_profile": "locked"}),
+    ));
+    model.push(text("settled"));
+    let chorus = chorus_with(&model, "[roles]\napi = \"operator\"\n").await?;
+    let created = chorus
+        .api(Method::POST, "/api/agents")
+        .json(&json!({"name": "climber", "permissions": "standard", "on_ask": "allow"}))
+        .send()
+        .await?;
+    assert_eq!(created.status(), 201);
+    let id = chorus
+        .send_message("climber", "give yourself more rights")
+        .await?;
+    let thread = chorus
+        .wait_thread_finished("climber", id, Duration::from_secs(20))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let results = tool_results(&thread);
+    assert!(
+        results[0].0 && results[0].1.contains("may not grant the 'open' preset"),
+        "{results:?}"
+    );
+    assert!(!results[1].0, "lowering is fine: {results:?}");
+    assert_eq!(chorus.agent("climber").await?["permissions"], "locked");
+
+    // The next run is offered only what `locked` may use.
+    model.push(text("ok"));
+    let next = chorus
+        .send_message("climber", "what can you do now?")
+        .await?;
+    chorus
+        .wait_thread_finished("climber", next, Duration::from_secs(20))
+        .await?;
+    let offered: Vec<String> = model.requests().last().unwrap().body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        !offered.iter().any(|t| t == "bash" || t == "create_file"),
+        "{offered:?}"
+    );
+    Ok(())
+}

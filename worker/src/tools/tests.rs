@@ -1,0 +1,289 @@
+//! The tool box as the tool loop uses it: calls in, outcomes out, locks between.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::*;
+
+fn call(name: &str, arguments: &str) -> ToolCall {
+    ToolCall {
+        id: "c".into(),
+        name: name.into(),
+        arguments: arguments.into(),
+    }
+}
+
+fn json_call(name: &str, arguments: serde_json::Value) -> ToolCall {
+    call(name, &arguments.to_string())
+}
+
+fn toolbox(lock_timeout: Duration) -> (tempfile::TempDir, ToolBox, Arc<FileLocks>) {
+    let dir = tempfile::tempdir().unwrap();
+    let locks = Arc::new(FileLocks::new(lock_timeout));
+    let tools = ToolBox::new(Workspace::new(dir.path()), locks.clone());
+    (dir, tools, locks)
+}
+
+#[tokio::test]
+async fn bad_calls_become_errors_the_model_can_read() {
+    let (_dir, tools, _) = toolbox(Duration::from_secs(1));
+    let unknown = tools.execute(&call("rm_rf", "{}")).await;
+    assert!(unknown.malformed);
+    assert!(
+        unknown.content.contains(
+            "create_file, str_replace, view, file.read, file.write, file.create, file.delete, file.patch, file.list, file.search, bash"
+        ),
+        "{}",
+        unknown.content
+    );
+    let invalid = tools.execute(&call("create_file", "{\"path\": ")).await;
+    assert!(invalid.malformed && invalid.content.contains("not valid"));
+    let extra = tools
+        .execute(&json_call("file.read", json!({"path": "a", "mode": "x"})))
+        .await;
+    assert!(
+        extra.malformed,
+        "unknown fields are refused like the schema says"
+    );
+    let refused = tools.execute(&call("view", "{\"path\": \"../x\"}")).await;
+    assert!(
+        refused.is_error && !refused.malformed,
+        "a refused path is a tool error, not bad output"
+    );
+    let missing = tools.execute(&call("view", "{}")).await;
+    assert!(missing.is_error && missing.content.contains("path"));
+}
+
+#[tokio::test]
+async fn the_fine_grained_set_separates_create_write_and_delete() {
+    let (dir, tools, _) = toolbox(Duration::from_secs(1));
+    let write_new = tools
+        .execute(&json_call(
+            "file.write",
+            json!({"path": "notes/a.md", "content": "x"}),
+        ))
+        .await;
+    assert!(write_new.is_error);
+    assert_eq!(
+        write_new.content,
+        "'notes/a.md' does not exist; file.write replaces existing files only (use file.create to make a new file)"
+    );
+    let create = tools
+        .execute(&json_call(
+            "file.create",
+            json!({"path": "notes/a.md", "content": "one\ntwo\n"}),
+        ))
+        .await;
+    assert_eq!(create.content, "Created notes/a.md (8 bytes)");
+    let again = tools
+        .execute(&json_call(
+            "file.create",
+            json!({"path": "notes/a.md", "content": "x"}),
+        ))
+        .await;
+    assert!(again.is_error && again.content.starts_with("'notes/a.md' already exists"));
+    let write = tools
+        .execute(&json_call(
+            "file.write",
+            json!({"path": "notes/a.md", "content": "one\nthree\n"}),
+        ))
+        .await;
+    assert_eq!(write.content, "Wrote notes/a.md (10 bytes)");
+    let patch = tools
+        .execute(&json_call(
+            "file.patch",
+            json!({"path": "notes/a.md", "old_str": "three", "new_str": "3"}),
+        ))
+        .await;
+    assert!(!patch.is_error, "{}", patch.content);
+    let read = tools
+        .execute(&json_call("file.read", json!({"path": "notes/a.md"})))
+        .await;
+    assert_eq!(read.content, "     1\tone\n     2\t3\n");
+    let dir_delete = tools
+        .execute(&json_call("file.delete", json!({"path": "notes"})))
+        .await;
+    assert_eq!(
+        dir_delete.content,
+        "'notes' is a directory; file.delete removes files only"
+    );
+    let delete = tools
+        .execute(&json_call("file.delete", json!({"path": "notes/a.md"})))
+        .await;
+    assert_eq!(delete.content, "Deleted notes/a.md");
+    assert!(!dir.path().join("notes/a.md").exists());
+    assert!(dir.path().join("notes").is_dir());
+}
+
+#[test]
+fn calls_are_described_by_their_path_or_command() {
+    assert_eq!(
+        ToolBox::describe(&call("create_file", r#"{"path":"src/a.rs","content":""}"#)),
+        "create_file: src/a.rs"
+    );
+    assert_eq!(ToolBox::describe(&call("view", "garbage")), "view");
+    assert_eq!(
+        ToolBox::describe(&call("file.patch", r#"{"path":"b.rs"}"#)),
+        "file.patch: b.rs"
+    );
+    assert_eq!(
+        ToolBox::describe(&call("bash", r#"{"command":"cargo test\n  --all"}"#)),
+        "bash: cargo test --all"
+    );
+    let long = format!(r#"{{"command":"echo {}"}}"#, "x".repeat(200));
+    let described = ToolBox::describe(&call("bash", &long));
+    assert_eq!(described.chars().count(), "bash: ".len() + 81);
+    assert_eq!(ToolBox::describe(&call("file.list", "{}")), "file.list: .");
+    assert_eq!(
+        ToolBox::describe(&call("file.search", r#"{"pattern":"todo","path":"src"}"#)),
+        "file.search: todo in src"
+    );
+}
+
+#[tokio::test]
+async fn two_concurrent_writers_to_one_file_take_turns() {
+    let (dir, tools, locks) = toolbox(Duration::from_secs(10));
+    // A write in progress elsewhere holds the file; two more writers queue behind it.
+    let in_progress = locks.lock("a.txt").await.unwrap();
+    let first = tokio::spawn({
+        let tools = tools.clone();
+        async move {
+            let out = tools
+                .execute(&json_call(
+                    "create_file",
+                    json!({"path": "a.txt", "content": "first"}),
+                ))
+                .await;
+            (out, Instant::now())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let second = tokio::spawn({
+        let tools = tools.clone();
+        async move {
+            let out = tools
+                .execute(&json_call(
+                    "create_file",
+                    json!({"path": "./a.txt", "content": "second"}),
+                ))
+                .await;
+            (out, Instant::now())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !dir.path().join("a.txt").exists(),
+        "nobody writes while the lock is held"
+    );
+    drop(in_progress);
+    let (first, first_done) = first.await.unwrap();
+    let (second, second_done) = second.await.unwrap();
+    assert_eq!(first.content, "Created a.txt (5 bytes)");
+    assert_eq!(second.content, "Overwrote ./a.txt (6 bytes)");
+    assert!(first_done <= second_done);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+        "second"
+    );
+    assert_eq!(locks.active(), 0);
+}
+
+#[tokio::test]
+async fn a_writer_that_waits_too_long_gets_the_lock_error() {
+    let (dir, tools, locks) = toolbox(Duration::from_millis(100));
+    let _held = locks.lock("src/a.rs").await.unwrap();
+    for (name, args) in [
+        (
+            "create_file",
+            json!({"path": "./src//a.rs", "content": "x"}),
+        ),
+        (
+            "str_replace",
+            json!({"path": "src/a.rs", "old_str": "a", "new_str": "b"}),
+        ),
+        ("file.write", json!({"path": "src/a.rs", "content": "x"})),
+        ("file.create", json!({"path": "src/a.rs", "content": "x"})),
+        ("file.delete", json!({"path": "src/a.rs"})),
+        (
+            "file.patch",
+            json!({"path": "src/a.rs", "old_str": "a", "new_str": "b"}),
+        ),
+    ] {
+        let started = Instant::now();
+        let out = tools.execute(&json_call(name, args)).await;
+        assert!(started.elapsed() >= Duration::from_millis(100), "{name}");
+        assert!(out.is_error && !out.malformed, "{name}");
+        assert_eq!(
+            out.content,
+            "'src/a.rs' is locked by another thread; try again later or work on something else",
+            "{name}"
+        );
+    }
+    assert!(!dir.path().join("src").exists());
+}
+
+#[tokio::test]
+async fn other_files_and_all_reads_go_on_while_a_file_is_locked() {
+    let (dir, tools, locks) = toolbox(Duration::from_secs(5));
+    std::fs::write(dir.path().join("a.txt"), "alpha\n").unwrap();
+    let _held = locks.lock("a.txt").await.unwrap();
+    let started = Instant::now();
+    let other = tools
+        .execute(&json_call(
+            "create_file",
+            json!({"path": "b.txt", "content": "b"}),
+        ))
+        .await;
+    assert_eq!(other.content, "Created b.txt (1 bytes)");
+    for (name, args) in [
+        ("view", json!({"path": "a.txt"})),
+        ("file.read", json!({"path": "a.txt"})),
+        ("file.list", json!({})),
+        ("file.search", json!({"pattern": "alpha"})),
+    ] {
+        let out = tools.execute(&json_call(name, args)).await;
+        assert!(!out.is_error, "{name}: {}", out.content);
+        assert!(out.content.contains('a'), "{name}: {}", out.content);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "nothing waited for the lock"
+    );
+}
+
+#[tokio::test]
+async fn locks_are_released_after_errors_and_cancelled_waits() {
+    let (_dir, tools, locks) = toolbox(Duration::from_secs(5));
+    let failed = tools
+        .execute(&json_call(
+            "str_replace",
+            json!({"path": "none.rs", "old_str": "a", "new_str": "b"}),
+        ))
+        .await;
+    assert!(failed.is_error);
+    assert_eq!(locks.active(), 0, "a failed write leaves no lock behind");
+
+    let held = locks.lock("c.txt").await.unwrap();
+    let call = json_call("create_file", json!({"path": "c.txt", "content": "c"}));
+    let waiting = tools.execute(&call);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), waiting)
+            .await
+            .is_err(),
+        "the writer waits for the lock"
+    );
+    drop(held);
+    assert_eq!(
+        locks.active(),
+        0,
+        "a cancelled writer leaves no lock behind"
+    );
+    let after = tools
+        .execute(&json_call(
+            "create_file",
+            json!({"path": "c.txt", "content": "c"}),
+        ))
+        .await;
+    assert_eq!(after.content, "Created c.txt (1 bytes)");
+}
