@@ -607,3 +607,77 @@ async fn an_agent_cannot_raise_its_own_permissions_above_its_users_role() -> any
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn bash_runs_read_only_commands_at_once_and_asks_for_the_rest() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.push(tool_calls(&[
+        ("c1", "bash", json!({"command": "ls -a"})),
+        (
+            "c2",
+            "bash",
+            json!({"command": "echo built > artifact.txt && git status --short"}),
+        ),
+    ]));
+    model.push(text("built"));
+    let chorus = chorus_with(&model, "").await?;
+    chorus.create_agent("builder").await?;
+    chorus
+        .wait_worker_running("builder", Duration::from_secs(15))
+        .await?;
+    let id = chorus.send_message("builder", "build it").await?;
+
+    let approval = wait_for_approval(&chorus).await?;
+    assert_eq!(
+        approval["actions"],
+        json!([
+            "tool:bash:echo built > artifact.txt",
+            "tool:bash:git status --short"
+        ]),
+        "the chained command is checked part by part"
+    );
+    chorus
+        .api(
+            Method::POST,
+            &format!("/api/approvals/{}", approval["id"].as_str().unwrap()),
+        )
+        .json(&json!({"decision": "approve"}))
+        .send()
+        .await?
+        .error_for_status()?;
+    let thread = chorus
+        .wait_thread_finished("builder", id, Duration::from_secs(30))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let results = tool_results(&thread);
+    assert!(
+        !results[0].0 && results[0].1.contains(".gitkeep"),
+        "ls ran without asking: {results:?}"
+    );
+    assert!(
+        !results[1].0 && results[1].1.contains("artifact.txt"),
+        "{results:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(chorus.agent_dir("builder").join("workspace/artifact.txt"))?,
+        "built\n"
+    );
+    let decisions: Vec<String> = audit(&chorus, "builder")
+        .await?
+        .iter()
+        .filter(|e| e["call_id"].is_string())
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["call_id"].as_str().unwrap(),
+                e["decision"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert!(
+        decisions.contains(&"c1 allow".to_string())
+            && decisions.contains(&"c2 ask_approved".to_string()),
+        "{decisions:?}"
+    );
+    Ok(())
+}
