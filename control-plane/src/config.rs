@@ -100,10 +100,21 @@ pub struct FileSettings {
     pub models: FileModels,
     #[serde(default)]
     pub permissions: FilePermissions,
+    #[serde(default)]
+    pub tools: FileTools,
     /// Roles by user id (`api` is whoever holds the API token; `default` is everyone
     /// not listed): admin | operator | viewer.
     #[serde(default)]
     pub roles: HashMap<String, Role>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileTools {
+    /// Timeout of a bash call that names none.
+    pub bash_timeout_secs: Option<u64>,
+    /// How long a write waits for a file another thread of the agent is writing.
+    pub file_lock_timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -187,6 +198,9 @@ pub struct Settings {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerSettings {
+    /// Passed to local workers: default bash timeout and file-lock wait.
+    pub bash_timeout: Duration,
+    pub file_lock_timeout: Duration,
     /// First delay before restarting a worker that died; doubles up to the max.
     pub restart_backoff: Duration,
     pub restart_backoff_max: Duration,
@@ -271,6 +285,8 @@ impl Settings {
             }
         }
         let workers = WorkerSettings {
+            bash_timeout: Duration::from_secs(file.tools.bash_timeout_secs.unwrap_or(120).max(1)),
+            file_lock_timeout: Duration::from_secs(file.tools.file_lock_timeout_secs.unwrap_or(30)),
             restart_backoff: Duration::from_millis(file.workers.restart_backoff_ms.unwrap_or(250)),
             restart_backoff_max: Duration::from_millis(
                 file.workers.restart_backoff_max_ms.unwrap_or(30_000),

@@ -118,6 +118,8 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     let launcher = LocalLauncher {
         worker_bin: worker_bin(&settings)?,
         control_plane_url: format!("http://{}", dialable(grpc_addr)),
+        bash_timeout: settings.workers.bash_timeout,
+        file_lock_timeout: settings.workers.file_lock_timeout,
     };
     let workers = Arc::new(WorkerManager::new(
         registry.clone(),

@@ -15,7 +15,7 @@ use tonic::Code;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::runner::Runner;
+use crate::runner::{Runner, WorkerToolSettings};
 use crate::tool_loop::EventSink;
 
 pub struct ConnectOptions {
@@ -25,6 +25,7 @@ pub struct ConnectOptions {
     pub credential: String,
     /// How long to keep trying to reach the control plane at start.
     pub dial_timeout: Duration,
+    pub tools: WorkerToolSettings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +147,7 @@ pub async fn serve(
         EventSink::new(events_tx.clone()),
         &options.control_plane,
         &options.credential,
+        &options.tools,
     );
     let mut heartbeat = tokio::time::interval(heartbeat_every);
     heartbeat.tick().await; // the first tick is immediate

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use chorus_worker::connection::{self, ConnectOptions, ConnectionError};
+use chorus_worker::runner::WorkerToolSettings;
 
 /// Runs one Chorus agent's tool loops. Normally started by `chorus serve`; the
 /// credential comes on stdin (--credential-stdin) or in CHORUS_WORKER_CREDENTIAL.
@@ -30,6 +31,14 @@ struct Args {
     /// How long to keep trying to reach the control plane at start, in seconds.
     #[arg(long, default_value_t = 30)]
     dial_timeout_secs: u64,
+
+    /// Timeout of a bash call that names none, in seconds.
+    #[arg(long, env = "CHORUS_BASH_TIMEOUT_SECS", default_value_t = 120)]
+    bash_timeout_secs: u64,
+
+    /// How long a write waits for a file another thread is writing, in seconds.
+    #[arg(long, env = "CHORUS_FILE_LOCK_TIMEOUT_SECS", default_value_t = 30)]
+    file_lock_timeout_secs: u64,
 }
 
 fn read_credential(from_stdin: bool) -> Result<String, String> {
@@ -96,6 +105,10 @@ async fn main() -> ExitCode {
         agent: args.agent,
         credential,
         dial_timeout: Duration::from_secs(args.dial_timeout_secs),
+        tools: WorkerToolSettings {
+            bash_timeout: Duration::from_secs(args.bash_timeout_secs.max(1)),
+            file_lock_timeout: Duration::from_secs(args.file_lock_timeout_secs),
+        },
     };
     match connection::serve(options, shutdown).instrument(span).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -15,6 +15,8 @@ use crate::gate::{GateMessage, RelayGate};
 use crate::model::relay::RelayClients;
 use crate::tool_loop::{self, EventSink, LiveAgent, LoopInput, ModelSelection};
 use crate::tools::ToolBox;
+use crate::tools::ToolConfig;
+use crate::tools::bash::BashConfig;
 use crate::tools::jail::Workspace;
 use crate::tools::locks::FileLocks;
 
@@ -31,13 +33,37 @@ pub struct Runner {
     /// One set of file locks for all runs: two threads of the agent writing the
     /// same file take turns.
     locks: Arc<FileLocks>,
+    tools: ToolConfig,
     tasks: TaskTracker,
+}
+
+/// Tool settings of this worker process (flags or environment of `chorus-worker`).
+#[derive(Debug, Clone)]
+pub struct WorkerToolSettings {
+    /// Default timeout of a bash call that names none.
+    pub bash_timeout: Duration,
+    /// How long a writer waits for a file another thread is writing.
+    pub file_lock_timeout: Duration,
+}
+
+impl Default for WorkerToolSettings {
+    fn default() -> Self {
+        WorkerToolSettings {
+            bash_timeout: BashConfig::default().default_timeout,
+            file_lock_timeout: Duration::from_secs(30),
+        }
+    }
 }
 
 impl Runner {
     /// `control_plane` is the base URL of the control plane (model requests go to its
     /// relay); `credential` is this worker's, which the relay accepts.
-    pub fn new(sink: EventSink, control_plane: &str, credential: &str) -> Self {
+    pub fn new(
+        sink: EventSink,
+        control_plane: &str,
+        credential: &str,
+        settings: &WorkerToolSettings,
+    ) -> Self {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             // A stream may run long, but a silent one is dead.
@@ -50,7 +76,13 @@ impl Runner {
             clients: RelayClients::new(http, control_plane, credential),
             runs: Arc::new(Mutex::new(HashMap::new())),
             changes: broadcast::Sender::new(64),
-            locks: Arc::new(FileLocks::default()),
+            locks: Arc::new(FileLocks::new(settings.file_lock_timeout)),
+            tools: ToolConfig {
+                bash: BashConfig {
+                    default_timeout: settings.bash_timeout,
+                    ..BashConfig::default()
+                },
+            },
             tasks: TaskTracker::new(),
         }
     }
@@ -117,7 +149,8 @@ impl Runner {
         // Changes from now on (the assignment already has the earlier ones).
         let mut changes = self.changes.subscribe();
         let gate = self.gate.clone();
-        let mut tools = ToolBox::new(Workspace::new(&run.agent.workspace), self.locks.clone());
+        let mut tools = ToolBox::new(Workspace::new(&run.agent.workspace), self.locks.clone())
+            .with_config(self.tools.clone());
         if !run.agent.docs_dir.is_empty() {
             tools = tools.with_docs(Workspace::new(&run.agent.docs_dir));
         }

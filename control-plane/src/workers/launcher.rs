@@ -48,6 +48,8 @@ pub struct LocalLauncher {
     pub worker_bin: PathBuf,
     /// URL the worker dials, e.g. `http://127.0.0.1:50051`.
     pub control_plane_url: String,
+    pub bash_timeout: Duration,
+    pub file_lock_timeout: Duration,
 }
 
 /// A running local worker process.
@@ -67,6 +69,10 @@ impl LocalLauncher {
             .arg("--agent")
             .arg(agent)
             .arg("--credential-stdin")
+            .arg("--bash-timeout-secs")
+            .arg(self.bash_timeout.as_secs().to_string())
+            .arg("--file-lock-timeout-secs")
+            .arg(self.file_lock_timeout.as_secs().to_string())
             .env_clear()
             .envs(
                 INHERITED_ENV

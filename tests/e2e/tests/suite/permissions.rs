@@ -681,3 +681,32 @@ async fn bash_runs_read_only_commands_at_once_and_asks_for_the_rest() -> anyhow:
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn the_bash_timeout_comes_from_the_settings_and_kills_the_command() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.push(tool_call(
+        "c1",
+        "bash",
+        json!({"command": "sleep 30; echo never"}),
+    ));
+    model.push(text("too slow"));
+    let chorus = chorus_with(&model, "[tools]\nbash_timeout_secs = 1\n").await?;
+    let created = chorus
+        .api(Method::POST, "/api/agents")
+        .json(&json!({"name": "sleepy", "permissions": "open"}))
+        .send()
+        .await?;
+    assert_eq!(created.status(), 201);
+    let id = chorus.send_message("sleepy", "sleep").await?;
+    let thread = chorus
+        .wait_thread_finished("sleepy", id, Duration::from_secs(20))
+        .await?;
+    let results = tool_results(&thread);
+    assert!(
+        results[0].0 && results[0].1.contains("timed out after 1 s"),
+        "{results:?}"
+    );
+    assert!(!results[0].1.contains("never"));
+    Ok(())
+}
