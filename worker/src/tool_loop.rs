@@ -186,6 +186,7 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
     cancel: &CancellationToken,
 ) -> Result<String, LoopError> {
     let all_schemas = tools.schemas();
+    let mut offered: Option<(Option<Vec<String>>, Vec<crate::model::ToolSchema>)> = None;
     let mut messages = std::mem::take(&mut input.messages);
     let mut steps = Steps {
         run_id: input.run_id,
@@ -210,20 +211,28 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
         let live = input.agent.borrow_and_update().clone();
         let selection = live.model.clone();
         let client = clients.client(&selection.route).map_err(LoopError::Model)?;
-        let schemas: Vec<_> = match &live.tools {
-            Some(offered) => all_schemas
-                .iter()
-                .filter(|s| offered.contains(&s.name))
-                .cloned()
-                .collect(),
-            None => all_schemas.clone(),
-        };
+        // The offered tools change rarely (a permissions change); filter only then.
+        if offered.as_ref().map(|(list, _)| list) != Some(&live.tools) {
+            let schemas: Vec<_> = match &live.tools {
+                Some(names) => all_schemas
+                    .iter()
+                    .filter(|s| names.contains(&s.name))
+                    .cloned()
+                    .collect(),
+                None => all_schemas.clone(),
+            };
+            offered = Some((live.tools.clone(), schemas));
+        }
+        let schemas = offered
+            .as_ref()
+            .map(|(_, s)| s.as_slice())
+            .unwrap_or_default();
         let system = crate::context::system_prompt(&live.system_prompt, live.docs_dir.as_deref());
         let request = ModelRequest {
             model: &selection.route.model,
             system: &system,
             messages: &messages,
-            tools: &schemas,
+            tools: schemas,
             max_tokens: DEFAULT_MAX_TOKENS,
             cache: &cache,
         };

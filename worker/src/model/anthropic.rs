@@ -26,14 +26,20 @@ pub fn request_json(request: &ModelRequest<'_>, stream: bool) -> String {
     if !request.system.is_empty() {
         head["system"] = Value::from(request.system);
     }
+    let mut head = head.to_string();
     if !request.tools.is_empty() {
-        head["tools"] = request
-            .tools
-            .iter()
-            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
-            .collect();
+        let tools = request.cache.tools_json(ModelRoute::ANTHROPIC_MESSAGES, request.tools, |tools| {
+            let list: Vec<Value> = tools
+                .iter()
+                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+                .collect();
+            Value::from(list).to_string()
+        });
+        head.pop(); // reopen the object for "tools"
+        head.push_str(",\"tools\":");
+        head.push_str(&tools);
+        head.push('}');
     }
-    let head = head.to_string();
     request.cache.with_fragments(
         ModelRoute::ANTHROPIC_MESSAGES,
         request.messages,

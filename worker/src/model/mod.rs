@@ -68,9 +68,32 @@ impl Fingerprint {
 #[derive(Default)]
 pub struct MessageCache {
     formats: std::sync::Mutex<std::collections::HashMap<&'static str, Vec<(Fingerprint, String)>>>,
+    /// The tool list as JSON, by format, with the names it was made for.
+    tools: std::sync::Mutex<std::collections::HashMap<&'static str, (Vec<String>, String)>>,
 }
 
 impl MessageCache {
+    /// The tools as JSON text, rendered again only when the offered tools change.
+    pub fn tools_json(
+        &self,
+        format: &'static str,
+        tools: &[ToolSchema],
+        render: impl Fn(&[ToolSchema]) -> String,
+    ) -> String {
+        let mut cached = self.tools.lock().unwrap_or_else(|e| e.into_inner());
+        let same = cached.get(format).is_some_and(|(names, _)| {
+            names.len() == tools.len() && names.iter().zip(tools).all(|(n, t)| *n == t.name)
+        });
+        if !same {
+            let names = tools.iter().map(|t| t.name.clone()).collect();
+            cached.insert(format, (names, render(tools)));
+        }
+        cached
+            .get(format)
+            .map(|(_, json)| json.clone())
+            .unwrap_or_default()
+    }
+
     /// Calls `assemble` with one rendered fragment per message, rendering only the
     /// messages not rendered (unchanged) before.
     pub fn with_fragments<R>(
@@ -203,24 +226,34 @@ mod tests {
         for (name, render) in formats {
             let cache = MessageCache::default();
             let mut messages = history(0);
-            let request = |messages: &[ChatMessage], cache: &MessageCache| -> String {
-                render(
-                    &ModelRequest {
-                        model: "m",
-                        system: "sys",
-                        messages,
-                        tools: &[],
-                        max_tokens: 10,
-                        cache,
-                    },
-                    true,
-                )
+            let tool = |name: &str| ToolSchema {
+                name: name.into(),
+                description: format!("the {name} tool"),
+                parameters: serde_json::json!({"type": "object"}),
+            };
+            let mut tools = vec![tool("view"), tool("bash")];
+            let request =
+                |messages: &[ChatMessage], tools: &[ToolSchema], cache: &MessageCache| -> String {
+                    render(
+                        &ModelRequest {
+                            model: "m",
+                            system: "sys",
+                            messages,
+                            tools,
+                            max_tokens: 10,
+                            cache,
+                        },
+                        true,
+                    )
+                };
+            let fresh = |messages: &[ChatMessage], tools: &[ToolSchema]| {
+                request(messages, tools, &MessageCache::default())
             };
             for turns in 1..6 {
                 messages = history(turns);
                 assert_eq!(
-                    request(&messages, &cache),
-                    request(&messages, &MessageCache::default()),
+                    request(&messages, &tools, &cache),
+                    fresh(&messages, &tools),
                     "{name}"
                 );
             }
@@ -228,14 +261,28 @@ mod tests {
             messages[3] = ChatMessage::user("rewritten, and longer than before");
             assert_eq!(messages[3].role, Role::User);
             assert_eq!(
-                request(&messages, &cache),
-                request(&messages, &MessageCache::default()),
+                request(&messages, &tools, &cache),
+                fresh(&messages, &tools),
                 "{name}"
             );
             messages.truncate(2);
             assert_eq!(
-                request(&messages, &cache),
-                request(&messages, &MessageCache::default()),
+                request(&messages, &tools, &cache),
+                fresh(&messages, &tools),
+                "{name}"
+            );
+            // So are changed tools, and no tools at all.
+            tools.pop();
+            assert_eq!(
+                request(&messages, &tools, &cache),
+                fresh(&messages, &tools),
+                "{name}"
+            );
+            assert!(request(&messages, &tools, &cache).contains("the view tool"));
+            assert!(!request(&messages, &tools, &cache).contains("the bash tool"));
+            assert_eq!(
+                request(&messages, &[], &cache),
+                fresh(&messages, &[]),
                 "{name}"
             );
         }

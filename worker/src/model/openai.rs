@@ -27,23 +27,31 @@ pub fn request_json(request: &ModelRequest<'_>, stream: bool) -> String {
     if stream {
         head["stream_options"] = json!({ "include_usage": true });
     }
+    let mut head = head.to_string();
     if !request.tools.is_empty() {
-        head["tools"] = request
-            .tools
-            .iter()
-            .map(|t| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": t.name,
-                        "description": t.description,
-                        "parameters": t.parameters,
-                    }
-                })
-            })
-            .collect();
+        let tools = request
+            .cache
+            .tools_json(ModelRoute::OPENAI_CHAT, request.tools, |tools| {
+                let list: Vec<Value> = tools
+                    .iter()
+                    .map(|t| {
+                        json!({
+                            "type": "function",
+                            "function": {
+                                "name": t.name,
+                                "description": t.description,
+                                "parameters": t.parameters,
+                            }
+                        })
+                    })
+                    .collect();
+                Value::from(list).to_string()
+            });
+        head.pop(); // reopen the object for "tools"
+        head.push_str(",\"tools\":");
+        head.push_str(&tools);
+        head.push('}');
     }
-    let head = head.to_string();
     let system = (!request.system.is_empty())
         .then(|| json!({ "role": "system", "content": request.system }).to_string());
     request.cache.with_fragments(
