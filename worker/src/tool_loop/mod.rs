@@ -1,0 +1,438 @@
+//! The tool loop (SPEC C1): call the model, run the tools it asks for in order, give
+//! it the results, and repeat until it ends its turn. Every model call, every wait
+//! before a retry and every tool execution is a step, reported as it starts and ends.
+//!
+//! This module knows nothing of gRPC: it reports through an [`EventSink`] and reaches
+//! models through a [`ClientFactory`].
+
+use std::time::{Duration, Instant};
+
+use chorus_proto::domain::{
+    ChatMessage, ModelRoute, RetryPolicy, StepEnded, StepKind, StepStarted, ToolCall, ToolResult,
+    Usage, WorkerEvent,
+};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::gate::{GateMessage, ToolGate};
+use crate::model::{
+    DEFAULT_MAX_TOKENS, MessageCache, ModelClient, ModelError, ModelRequest, StopReason,
+};
+use crate::tools::{ToolBox, ToolOutcome};
+
+/// Where a run's events go (the connection forwards them to the control plane).
+#[derive(Clone)]
+pub struct EventSink(mpsc::UnboundedSender<WorkerEvent>);
+
+impl EventSink {
+    pub fn new(sender: mpsc::UnboundedSender<WorkerEvent>) -> Self {
+        EventSink(sender)
+    }
+
+    pub fn send(&self, event: WorkerEvent) {
+        // If the connection is gone the worker is shutting down; nothing to do.
+        let _ = self.0.send(event);
+    }
+}
+
+/// The model a run talks to. It may change while the run goes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelSelection {
+    /// As the user named it, e.g. `ollama/llama3.2`.
+    pub display: String,
+    pub route: ModelRoute,
+}
+
+/// What a run knows about its agent; any of it may change while the run goes on
+/// (configure, self-edit), and the loop reads it again before every model call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveAgent {
+    pub model: ModelSelection,
+    pub system_prompt: String,
+    /// The tools offered to the model (the permission profile may allow or ask for
+    /// them); `None` offers every tool.
+    pub tools: Option<Vec<String>>,
+    /// The agent's docs directory, whose files follow the system prompt.
+    pub docs_dir: Option<std::path::PathBuf>,
+}
+
+/// Makes the client for a model route.
+pub trait ClientFactory: Send + Sync {
+    type Client: ModelClient;
+    fn client(&self, route: &ModelRoute) -> Result<Self::Client, ModelError>;
+}
+
+/// Numbers steps and reports their start and end.
+struct Steps<'a> {
+    run_id: &'a str,
+    next: u32,
+    sink: &'a EventSink,
+}
+
+struct OpenStep {
+    number: u32,
+    started: Instant,
+}
+
+impl Steps<'_> {
+    fn begin(&mut self, kind: StepKind, description: String) -> OpenStep {
+        let number = self.next;
+        self.next += 1;
+        self.sink.send(WorkerEvent::StepStarted(StepStarted {
+            run_id: self.run_id.to_string(),
+            number,
+            kind,
+            description,
+            started_at_ms: chrono::Utc::now().timestamp_millis(),
+        }));
+        OpenStep {
+            number,
+            started: Instant::now(),
+        }
+    }
+
+    fn end(&self, step: OpenStep, failed: bool, usage: Option<Usage>) {
+        self.sink.send(WorkerEvent::StepEnded(StepEnded {
+            run_id: self.run_id.to_string(),
+            number: step.number,
+            ended_at_ms: chrono::Utc::now().timestamp_millis(),
+            duration_ms: step.started.elapsed().as_millis() as u64,
+            failed,
+            usage,
+        }));
+    }
+}
+
+pub struct LoopInput<'a> {
+    pub run_id: &'a str,
+    pub messages: Vec<ChatMessage>,
+    pub first_step_number: u32,
+    pub max_iterations: u32,
+    pub retry: RetryPolicy,
+    /// The agent as it is now; read again before every model call.
+    pub agent: watch::Receiver<LiveAgent>,
+}
+
+/// Why a run ended without the model finishing its turn.
+#[derive(Debug, thiserror::Error)]
+pub enum LoopError {
+    #[error(transparent)]
+    Model(ModelError),
+    #[error("gave up on the model after {attempts} attempts in {elapsed:.0?}: {last}")]
+    GaveUp {
+        attempts: u32,
+        elapsed: Duration,
+        last: String,
+    },
+    #[error(
+        "the model gave {count} unusable replies in a row (the last was {last}); try another model or rephrase the request"
+    )]
+    BadOutput { count: u32, last: String },
+    #[error(
+        "stopped after {0} model calls without the model finishing; raise CHORUS_MAX_ITERATIONS or split the task"
+    )]
+    IterationCap(u32),
+    #[error("cancelled: {0}")]
+    Cancelled(String),
+}
+
+/// Consecutive unusable replies tolerated before the run fails.
+pub const MAX_BAD_REPLIES: u32 = 3;
+
+/// Times a run shortens its context after "too long" before giving up.
+pub const MAX_SHRINKS: u32 = 3;
+
+/// What replaces tool output dropped to fit the context window.
+pub const TRIMMED_OUTPUT: &str = "[older tool output removed to fit the model's context window; run the tool again if you need it]";
+
+/// Shortens the context after the model said it is too long: replaces the older
+/// half of the long tool results (never those of the latest turn) by a note.
+/// Returns how many were shortened. Only what the model sees changes; the thread's
+/// stored history keeps everything.
+pub fn shrink_context(messages: &mut [ChatMessage]) -> usize {
+    use chorus_proto::domain::Role;
+    let latest_turn = messages
+        .iter()
+        .rposition(|m| m.role == Role::Assistant)
+        .unwrap_or(messages.len());
+    let long: Vec<usize> = messages[..latest_turn]
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.role == Role::Tool && m.content.len() > TRIMMED_OUTPUT.len() * 2)
+        .map(|(i, _)| i)
+        .collect();
+    let count = long.len().div_ceil(2);
+    for &i in &long[..count] {
+        messages[i].content = TRIMMED_OUTPUT.to_string();
+    }
+    count
+}
+
+/// Said to the model when its answer was cut off by the output limit.
+const CONTINUE_PROMPT: &str =
+    "Your previous answer was cut off by the output limit. Continue exactly where it stopped.";
+/// Said to the model when it replied with nothing at all.
+const EMPTY_REPLY_PROMPT: &str =
+    "Your last reply was empty. Continue with the task, or give your final answer if you are done.";
+
+/// Runs the loop; returns the model's final text.
+pub async fn run<F: ClientFactory, G: ToolGate>(
+    clients: &F,
+    gate: &G,
+    tools: &ToolBox,
+    mut input: LoopInput<'_>,
+    sink: &EventSink,
+    cancel: &CancellationToken,
+) -> Result<String, LoopError> {
+    let all_schemas = tools.schemas();
+    let mut offered: Option<(Option<Vec<String>>, Vec<crate::model::ToolSchema>)> = None;
+    let mut messages = std::mem::take(&mut input.messages);
+    let mut steps = Steps {
+        run_id: input.run_id,
+        next: input.first_step_number.max(1),
+        sink,
+    };
+    let emit = |message: &ChatMessage| {
+        sink.send(WorkerEvent::MessageAppended {
+            run_id: input.run_id.to_string(),
+            message: message.clone(),
+        })
+    };
+    let mut bad_replies = 0u32;
+    let mut shrinks = 0u32;
+    // Messages are appended, and only old tool output is ever shortened in place;
+    // the cache notices the latter by the changed length.
+    let cache = MessageCache::default();
+
+    let mut calls = 0u32;
+    while calls < input.max_iterations {
+        calls += 1;
+        let live = input.agent.borrow_and_update().clone();
+        let selection = live.model.clone();
+        let client = clients.client(&selection.route).map_err(LoopError::Model)?;
+        // The offered tools change rarely (a permissions change); filter only then.
+        if offered.as_ref().map(|(list, _)| list) != Some(&live.tools) {
+            let schemas: Vec<_> = match &live.tools {
+                Some(names) => all_schemas
+                    .iter()
+                    .filter(|s| names.contains(&s.name))
+                    .cloned()
+                    .collect(),
+                None => all_schemas.clone(),
+            };
+            offered = Some((live.tools.clone(), schemas));
+        }
+        let schemas = offered
+            .as_ref()
+            .map(|(_, s)| s.as_slice())
+            .unwrap_or_default();
+        let system = crate::context::system_prompt(&live.system_prompt, live.docs_dir.as_deref());
+        let request = ModelRequest {
+            model: &selection.route.model,
+            system: &system,
+            messages: &messages,
+            tools: schemas,
+            max_tokens: DEFAULT_MAX_TOKENS,
+            cache: &cache,
+        };
+        let reply = match retry::call_with_retries(
+            &client,
+            &request,
+            &selection,
+            input.retry,
+            &mut steps,
+            cancel,
+        )
+        .await
+        {
+            Err(LoopError::Model(ModelError::ContextLength(message))) if shrinks < MAX_SHRINKS => {
+                let trimmed = shrink_context(&mut messages);
+                if trimmed == 0 {
+                    return Err(LoopError::Model(ModelError::ContextLength(message)));
+                }
+                shrinks += 1;
+                calls -= 1; // the refused call did no work
+                let step = steps.begin(
+                    StepKind::Wait,
+                    format!("The conversation is too long for the model; shortened {trimmed} old tool results and trying again"),
+                );
+                steps.end(step, false, None);
+                continue;
+            }
+            other => other?,
+        };
+
+        let assistant = ChatMessage::assistant(reply.content.clone(), reply.tool_calls.clone());
+        emit(&assistant);
+        messages.push(assistant);
+
+        if reply.tool_calls.is_empty() {
+            match reply.stop {
+                StopReason::MaxTokens => {
+                    // Keep the partial answer and let the model go on (seed 000).
+                    messages.push(ChatMessage::user(CONTINUE_PROMPT));
+                    continue;
+                }
+                _ if reply.content.trim().is_empty() => {
+                    bad_replies += 1;
+                    if bad_replies >= MAX_BAD_REPLIES {
+                        return Err(LoopError::BadOutput {
+                            count: bad_replies,
+                            last: "an empty reply".into(),
+                        });
+                    }
+                    messages.push(ChatMessage::user(EMPTY_REPLY_PROMPT));
+                    continue;
+                }
+                _ => return Ok(reply.content),
+            }
+        }
+
+        let mut malformed = 0;
+        for call in &reply.tool_calls {
+            if cancel.is_cancelled() {
+                return Err(LoopError::Cancelled("the run was cancelled".into()));
+            }
+            // A call that cannot run at all needs no permission: tell the model what
+            // is wrong with it right away.
+            let unusable = ToolBox::validate(call);
+            let gated = match unusable {
+                Some(outcome) => Err(outcome),
+                None => Ok(ask_gate(gate, input.run_id, call, &mut steps, cancel).await?),
+            };
+            let outcome = match gated {
+                Err(outcome) => {
+                    let step = steps.begin(
+                        StepKind::Tool,
+                        format!("Refused {}", ToolBox::describe(call)),
+                    );
+                    steps.end(step, true, None);
+                    outcome
+                }
+                Ok(gate_answer) => match gate_answer {
+                    Gate::Run => {
+                        let step = steps.begin(
+                            StepKind::Tool,
+                            format!("Executing {}", ToolBox::describe(call)),
+                        );
+                        let span =
+                            tracing::info_span!("tool", tool = %call.name, step = step.number);
+                        // Cancelling drops the tool's future: a running bash command's
+                        // whole process group is killed, a waiting writer gives up.
+                        let outcome = tokio::select! {
+                            outcome = tools.execute(call).instrument(span) => outcome,
+                            _ = cancel.cancelled() => {
+                                steps.end(step, true, None);
+                                return Err(LoopError::Cancelled("the run was cancelled".into()));
+                            }
+                        };
+                        steps.end(step, outcome.is_error, None);
+                        outcome
+                    }
+                    Gate::Refused(message) => {
+                        let step = steps.begin(
+                            StepKind::Tool,
+                            format!("Refused {}", ToolBox::describe(call)),
+                        );
+                        steps.end(step, true, None);
+                        ToolOutcome::error(message)
+                    }
+                    Gate::Done(result) => {
+                        // Executed by the control plane, which owns the resource.
+                        let step = steps.begin(
+                            StepKind::Tool,
+                            format!("Executing {}", ToolBox::describe(call)),
+                        );
+                        steps.end(step, result.is_error, None);
+                        ToolOutcome {
+                            content: result.content,
+                            is_error: result.is_error,
+                            malformed: false,
+                        }
+                    }
+                },
+            };
+            if outcome.malformed {
+                malformed += 1;
+            }
+            let result = ChatMessage::tool_result(call, outcome.content, outcome.is_error);
+            emit(&result);
+            messages.push(result);
+        }
+        if malformed == reply.tool_calls.len() {
+            bad_replies += 1;
+            if bad_replies >= MAX_BAD_REPLIES {
+                return Err(LoopError::BadOutput {
+                    count: bad_replies,
+                    last: "tool calls that could not be used (unknown tool or invalid arguments)"
+                        .into(),
+                });
+            }
+        } else {
+            bad_replies = 0;
+        }
+    }
+    Err(LoopError::IterationCap(input.max_iterations))
+}
+
+/// What the gate said about one tool call.
+enum Gate {
+    Run,
+    Refused(String),
+    Done(ToolResult),
+}
+
+/// Asks the gate; a wait for a person is a step of its own.
+async fn ask_gate<G: ToolGate>(
+    gate: &G,
+    run_id: &str,
+    call: &ToolCall,
+    steps: &mut Steps<'_>,
+    cancel: &CancellationToken,
+) -> Result<Gate, LoopError> {
+    let mut answers = gate.check(run_id, call);
+    let mut waiting: Option<OpenStep> = None;
+    loop {
+        let answer = tokio::select! {
+            answer = answers.recv() => answer,
+            _ = cancel.cancelled() => {
+                if let Some(step) = waiting {
+                    steps.end(step, true, None);
+                }
+                return Err(LoopError::Cancelled("the run was cancelled".into()));
+            }
+        };
+        match answer {
+            Some(GateMessage::Pending { description, .. }) => {
+                if waiting.is_none() {
+                    waiting = Some(steps.begin(StepKind::Permission, description));
+                }
+            }
+            Some(GateMessage::Decided(decision)) => {
+                if let Some(step) = waiting {
+                    steps.end(step, !decision.allowed, None);
+                }
+                return Ok(match (decision.allowed, decision.result) {
+                    (true, Some(result)) => Gate::Done(result),
+                    (true, None) => Gate::Run,
+                    (false, _) => Gate::Refused(decision.message),
+                });
+            }
+            None => {
+                if let Some(step) = waiting {
+                    steps.end(step, true, None);
+                }
+                return Ok(Gate::Refused(
+                    "the control plane did not answer the permission check; the tool was not run"
+                        .into(),
+                ));
+            }
+        }
+    }
+}
+
+mod retry;
+
+#[cfg(test)]
+mod tests;

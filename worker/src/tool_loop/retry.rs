@@ -1,0 +1,117 @@
+//! One model call, retried on passing failures: each failed attempt, each wait and
+//! each new attempt is a step of its own, so the user sees them.
+
+use std::time::{Duration, Instant};
+
+use chorus_proto::domain::{RetryPolicy, StepKind, WorkerEvent};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::{LoopError, ModelSelection, Steps};
+use crate::model::{ModelClient, ModelError, ModelReply, ModelRequest};
+
+/// One model call, retried on passing failures within the policy. The failed call,
+/// each wait, and each new attempt are steps of their own, so the user sees them.
+pub(super) async fn call_with_retries<C: ModelClient>(
+    client: &C,
+    request: &ModelRequest<'_>,
+    selection: &ModelSelection,
+    policy: RetryPolicy,
+    steps: &mut Steps<'_>,
+    cancel: &CancellationToken,
+) -> Result<ModelReply, LoopError> {
+    let first_attempt = Instant::now();
+    let max_total = Duration::from_millis(policy.max_total_ms);
+    let max_attempts = policy.max_attempts.max(1);
+    let mut attempt = 1u32;
+    loop {
+        let description = if attempt == 1 {
+            format!("Calling LLM ({})", selection.display)
+        } else {
+            format!(
+                "Calling LLM ({}), attempt {attempt} of {max_attempts}",
+                selection.display
+            )
+        };
+        let step = steps.begin(StepKind::LlmCall, description);
+        let step_number = step.number;
+        let sink = steps.sink.clone();
+        let run_id = steps.run_id.to_string();
+        let mut on_text = move |text: &str| {
+            sink.send(WorkerEvent::TextDelta {
+                run_id: run_id.clone(),
+                step: step_number,
+                text: text.to_string(),
+            })
+        };
+        let span = tracing::info_span!(
+            "llm_call",
+            provider = %selection.route.provider,
+            model = %selection.route.model,
+            step = step_number,
+            attempt
+        );
+        let result = tokio::select! {
+            result = client.stream(request, &mut on_text).instrument(span) => result,
+            _ = cancel.cancelled() => {
+                steps.end(step, true, None);
+                return Err(LoopError::Cancelled("the run was cancelled".into()));
+            }
+        };
+        let (message, retry_after) = match result {
+            Ok(reply) => {
+                steps.end(step, false, reply.usage);
+                return Ok(reply);
+            }
+            Err(ModelError::Retryable {
+                message,
+                retry_after,
+            }) => {
+                steps.end(step, true, None);
+                (message, retry_after)
+            }
+            Err(other) => {
+                steps.end(step, true, None);
+                return Err(LoopError::Model(other));
+            }
+        };
+        let delay = retry_after
+            .unwrap_or_else(|| backoff(attempt, Duration::from_millis(policy.base_delay_ms)));
+        if attempt >= max_attempts || first_attempt.elapsed() + delay > max_total {
+            return Err(LoopError::GaveUp {
+                attempts: attempt,
+                elapsed: first_attempt.elapsed(),
+                last: message,
+            });
+        }
+        tracing::warn!(attempt, ?delay, %message, "model call failed; retrying");
+        let wait = steps.begin(
+            StepKind::Wait,
+            format!(
+                "Waiting {:.1}s before retrying: {message}",
+                delay.as_secs_f64()
+            ),
+        );
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => steps.end(wait, false, None),
+            _ = cancel.cancelled() => {
+                steps.end(wait, true, None);
+                return Err(LoopError::Cancelled("the run was cancelled".into()));
+            }
+        }
+        attempt += 1;
+    }
+}
+
+/// Exponential backoff from `base`, capped at 30 s, with ±20 % jitter so many
+/// workers hitting one rate limit do not retry in lockstep.
+pub fn backoff(attempt: u32, base: Duration) -> Duration {
+    let base = base.saturating_mul(1u32 << attempt.saturating_sub(1).min(5));
+    let base = base.min(Duration::from_secs(30));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let jitter = (nanos % 401) as f64 / 1000.0 - 0.2; // -0.2 ..= +0.2
+    base.mul_f64(1.0 + jitter)
+}

@@ -1,0 +1,412 @@
+//! The tool loop against a scripted model (no network, no processes).
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use chorus_proto::domain::{Role, ToolCall};
+use serde_json::json;
+
+use super::retry::backoff;
+use super::*;
+use crate::gate::AllowAll;
+use crate::model::ModelReply;
+use crate::tools::jail::Workspace;
+
+/// A model that answers from a script and remembers what it was sent.
+#[derive(Clone, Default)]
+struct Scripted {
+    replies: Arc<Mutex<VecDeque<Result<ModelReply, ModelError>>>>,
+    seen: Arc<Mutex<Vec<Vec<ChatMessage>>>>,
+    hang: bool,
+}
+
+impl ModelClient for Scripted {
+    async fn stream(
+        &self,
+        request: &ModelRequest<'_>,
+        on_text: &mut (dyn FnMut(&str) + Send),
+    ) -> Result<ModelReply, ModelError> {
+        self.seen.lock().unwrap().push(request.messages.to_vec());
+        if self.hang {
+            std::future::pending::<()>().await;
+        }
+        let reply = self
+            .replies
+            .lock()
+            .unwrap()
+            .pop_front()
+            .expect("a scripted reply");
+        if let Ok(reply) = &reply {
+            on_text(&reply.content);
+        }
+        reply
+    }
+}
+
+impl ClientFactory for Scripted {
+    type Client = Scripted;
+    fn client(&self, _route: &ModelRoute) -> Result<Scripted, ModelError> {
+        Ok(self.clone())
+    }
+}
+
+fn reply(content: &str, stop: StopReason) -> Result<ModelReply, ModelError> {
+    Ok(ModelReply {
+        content: content.into(),
+        tool_calls: vec![],
+        stop,
+        usage: None,
+    })
+}
+
+fn call_reply(name: &str, arguments: &str) -> Result<ModelReply, ModelError> {
+    Ok(ModelReply {
+        content: String::new(),
+        tool_calls: vec![ToolCall {
+            id: "c".into(),
+            name: name.into(),
+            arguments: arguments.into(),
+        }],
+        stop: StopReason::ToolUse,
+        usage: None,
+    })
+}
+
+struct Outcome {
+    result: Result<String, LoopError>,
+    events: Vec<WorkerEvent>,
+    seen: Vec<Vec<ChatMessage>>,
+}
+
+async fn run_script(script: Vec<Result<ModelReply, ModelError>>, policy: RetryPolicy) -> Outcome {
+    let model = Scripted {
+        replies: Arc::new(Mutex::new(script.into())),
+        ..Scripted::default()
+    };
+    run_with(model, policy, &CancellationToken::new()).await
+}
+
+async fn run_with(model: Scripted, retry: RetryPolicy, cancel: &CancellationToken) -> Outcome {
+    let dir = tempfile::tempdir().unwrap();
+    let tools = ToolBox::new(Workspace::new(dir.path()), Default::default());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (_agent_tx, agent_rx) = watch::channel(LiveAgent {
+        model: ModelSelection {
+            display: "m".into(),
+            route: ModelRoute {
+                provider: "p".into(),
+                api: ModelRoute::OPENAI_CHAT.into(),
+                relay_path: "/llm/p".into(),
+                model: "m".into(),
+            },
+        },
+        system_prompt: "sys".into(),
+        tools: None,
+        docs_dir: None,
+    });
+    let input = LoopInput {
+        run_id: "r",
+        messages: vec![ChatMessage::user("go")],
+        first_step_number: 1,
+        max_iterations: 10,
+        retry,
+        agent: agent_rx,
+    };
+    let result = run(
+        &model,
+        &AllowAll,
+        &tools,
+        input,
+        &EventSink::new(tx),
+        cancel,
+    )
+    .await;
+    let mut events = Vec::new();
+    while let Ok(event) = rx.try_recv() {
+        events.push(event);
+    }
+    let seen = model.seen.lock().unwrap().clone();
+    Outcome {
+        result,
+        events,
+        seen,
+    }
+}
+
+fn fast() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 3,
+        max_total_ms: 10_000,
+        base_delay_ms: 1,
+    }
+}
+
+fn step_descriptions(events: &[WorkerEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            WorkerEvent::StepStarted(s) => Some(s.description.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_cut_off_answer_is_kept_and_continued() {
+    let out = run_script(
+        vec![
+            reply("part one", StopReason::MaxTokens),
+            reply("part two", StopReason::EndTurn),
+        ],
+        fast(),
+    )
+    .await;
+    assert_eq!(out.result.unwrap(), "part two");
+    let second = &out.seen[1];
+    assert_eq!(
+        second[1].content, "part one",
+        "the partial answer stays in the context"
+    );
+    assert_eq!(second[2].content, CONTINUE_PROMPT);
+}
+
+#[tokio::test]
+async fn empty_replies_are_nudged_then_fail_the_run() {
+    let out = run_script(
+        vec![
+            reply("", StopReason::EndTurn),
+            reply("done", StopReason::EndTurn),
+        ],
+        fast(),
+    )
+    .await;
+    assert_eq!(out.result.unwrap(), "done");
+    assert_eq!(out.seen[1].last().unwrap().content, EMPTY_REPLY_PROMPT);
+
+    let out = run_script(vec![reply(" ", StopReason::EndTurn); 3], fast()).await;
+    assert!(
+        matches!(out.result, Err(LoopError::BadOutput { count: 3, .. })),
+        "{:?}",
+        out.result
+    );
+}
+
+#[tokio::test]
+async fn a_good_turn_resets_the_count_of_bad_ones() {
+    let out = run_script(
+        vec![
+            call_reply("nope", "{}"),
+            call_reply("nope", "{}"),
+            call_reply("view", r#"{"path":"missing.txt"}"#), // runs, fails: not bad output
+            call_reply("nope", "{}"),
+            call_reply("nope", "{}"),
+            reply("done", StopReason::EndTurn),
+        ],
+        fast(),
+    )
+    .await;
+    assert_eq!(out.result.unwrap(), "done");
+    let tool_results: Vec<&ChatMessage> = out.seen[5]
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .collect();
+    assert_eq!(tool_results.len(), 5);
+    assert!(tool_results.iter().all(|m| m.is_error));
+}
+
+#[tokio::test]
+async fn passing_failures_are_retried_as_steps_and_then_given_up() {
+    let retryable = || Err(ModelError::retryable("busy"));
+    let out = run_script(
+        vec![retryable(), retryable(), reply("ok", StopReason::EndTurn)],
+        fast(),
+    )
+    .await;
+    assert_eq!(out.result.unwrap(), "ok");
+    let steps = step_descriptions(&out.events);
+    assert_eq!(steps.len(), 5, "{steps:?}");
+    assert!(
+        steps[1].starts_with("Waiting") && steps[1].ends_with("busy"),
+        "{steps:?}"
+    );
+    assert_eq!(steps[4], "Calling LLM (m), attempt 3 of 3");
+
+    let out = run_script(vec![retryable(), retryable(), retryable()], fast()).await;
+    assert!(
+        matches!(out.result, Err(LoopError::GaveUp { attempts: 3, .. })),
+        "{:?}",
+        out.result
+    );
+
+    let out = run_script(
+        vec![Err(ModelError::ContextLength("too long".into()))],
+        fast(),
+    )
+    .await;
+    assert!(matches!(
+        out.result,
+        Err(LoopError::Model(ModelError::ContextLength(_)))
+    ));
+    assert_eq!(out.seen.len(), 1, "not retried");
+}
+
+#[tokio::test]
+async fn streamed_text_is_reported_with_its_step() {
+    let out = run_script(vec![reply("hi there", StopReason::EndTurn)], fast()).await;
+    assert!(out.events.iter().any(|e| matches!(
+        e,
+        WorkerEvent::TextDelta { step: 1, text, .. } if text == "hi there"
+    )));
+}
+
+#[tokio::test]
+async fn cancelling_ends_a_hanging_model_call_and_closes_its_step() {
+    let model = Scripted {
+        hang: true,
+        ..Scripted::default()
+    };
+    let cancel = CancellationToken::new();
+    let canceller = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            cancel.cancel();
+        })
+    };
+    let out = tokio::time::timeout(Duration::from_secs(5), run_with(model, fast(), &cancel))
+        .await
+        .expect("cancellation is prompt");
+    canceller.await.unwrap();
+    assert!(matches!(out.result, Err(LoopError::Cancelled(_))));
+    assert!(
+        out.events
+            .iter()
+            .any(|e| matches!(e, WorkerEvent::StepEnded(s) if s.failed))
+    );
+}
+
+/// Live processes whose command line contains `marker`.
+fn running(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|p| {
+            std::fs::read(p.path().join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn cancelling_ends_a_running_command_and_everything_it_started() {
+    let marker = format!("300.{}{}", std::process::id(), line!());
+    let command = format!("sleep {marker} & sleep {marker}");
+    let model = Scripted {
+        replies: Arc::new(Mutex::new(
+            vec![call_reply(
+                "bash",
+                &json!({ "command": command }).to_string(),
+            )]
+            .into(),
+        )),
+        ..Scripted::default()
+    };
+    let cancel = CancellationToken::new();
+    let canceller = {
+        let cancel = cancel.clone();
+        let marker = marker.clone();
+        tokio::spawn(async move {
+            // Cancel once the command is really running.
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while running(&marker) < 2 && std::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            cancel.cancel();
+            running(&marker)
+        })
+    };
+    let out = tokio::time::timeout(Duration::from_secs(10), run_with(model, fast(), &cancel))
+        .await
+        .expect("cancellation is prompt");
+    assert!(canceller.await.unwrap() >= 2, "the command never ran");
+    assert!(matches!(out.result, Err(LoopError::Cancelled(_))));
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while running(&marker) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command survived cancellation"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_iteration_cap_ends_a_model_that_never_stops() {
+    let out = run_script(
+        (0..10)
+            .map(|_| call_reply("view", &json!({"path": "x"}).to_string()))
+            .collect(),
+        fast(),
+    )
+    .await;
+    assert!(matches!(out.result, Err(LoopError::IterationCap(10))));
+}
+
+#[tokio::test]
+async fn a_context_that_is_too_long_is_shortened_and_tried_again() {
+    let big = "x".repeat(5000);
+    let mut script = Vec::new();
+    for i in 0..4 {
+        script.push(call_reply(
+            "create_file",
+            &json!({"path": format!("f{i}"), "content": big}).to_string(),
+        ));
+        script.push(call_reply(
+            "view",
+            &json!({"path": format!("f{i}")}).to_string(),
+        ));
+    }
+    script.push(Err(ModelError::ContextLength("prompt is too long".into())));
+    script.push(reply("fits now", StopReason::EndTurn));
+    let out = run_script(script, fast()).await;
+    assert_eq!(out.result.unwrap(), "fits now");
+    let last = out.seen.last().unwrap();
+    let trimmed = last.iter().filter(|m| m.content == TRIMMED_OUTPUT).count();
+    assert_eq!(trimmed, 2, "the older half of the 4 long view results");
+    assert!(
+        last.iter()
+            .rev()
+            .find(|m| m.role == Role::Tool)
+            .unwrap()
+            .content
+            .len()
+            > 5000
+    );
+    assert!(
+        step_descriptions(&out.events)
+            .iter()
+            .any(|d| d.contains("too long for the model"))
+    );
+
+    // With nothing left to shorten, the error reaches the user.
+    let out = run_script(
+        vec![Err(ModelError::ContextLength("prompt is too long".into()))],
+        fast(),
+    )
+    .await;
+    assert!(matches!(
+        out.result,
+        Err(LoopError::Model(ModelError::ContextLength(_)))
+    ));
+}
+
+#[test]
+fn backoff_grows_and_stays_bounded() {
+    for attempt in 1..10 {
+        let d = backoff(attempt, Duration::from_secs(1)).as_secs_f64();
+        let base = (1u64 << (attempt - 1).min(5)).min(30) as f64;
+        assert!(
+            d >= base * 0.79 && d <= base * 1.21,
+            "attempt {attempt}: {d}"
+        );
+    }
+}
