@@ -208,6 +208,15 @@ pub async fn post_json(
     Err(classify(provider, status, &text, wait, from_relay))
 }
 
+/// Whether a response is a server-sent event stream (by its content type).
+pub fn is_event_stream(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("text/event-stream"))
+}
+
 /// Reads a response as server-sent events, handing each to `on_event` until it
 /// returns `Ok(true)` (done) or the stream ends.
 pub async fn read_sse(

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use chorus_proto::domain::{ChatMessage, ModelRoute, Role, ToolCall, Usage};
 use serde_json::{Value, json};
 
-use super::http::{Endpoint, post_json, read_sse};
+use super::http::{Endpoint, is_event_stream, post_json, read_json, read_sse};
 use super::sse::SseEvent;
 use super::{ModelClient, ModelError, ModelReply, ModelRequest, StopReason};
 
@@ -309,6 +309,15 @@ impl ModelClient for OpenAiClient {
             request_json(request, true),
         )
         .await?;
+        // A server that ignores `stream: true` answers with one JSON body.
+        if !is_event_stream(&response) {
+            let body = read_json(&self.0.provider, response).await?;
+            let reply = parse_reply(&body)?;
+            if !reply.content.is_empty() {
+                on_text(&reply.content);
+            }
+            return Ok(reply);
+        }
         let mut state = StreamState::default();
         read_sse(&self.0.provider, response, |event| {
             state.apply(&self.0.provider, &event, on_text)

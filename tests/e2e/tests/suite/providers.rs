@@ -622,3 +622,26 @@ async fn model_text_streams_live_to_the_thread_event_feed() -> anyhow::Result<()
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_server_that_ignores_streaming_still_works() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.push(Reply::Json(json!({
+        "id": "x", "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "plain JSON reply"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 4}
+    })));
+    let chorus = openai_chorus(&model, "").await?;
+    chorus.create_agent("old-server").await?;
+    let id = chorus.send_message("old-server", "hi").await?;
+    let thread = chorus
+        .wait_thread_finished("old-server", id, Duration::from_secs(20))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    assert_eq!(thread["messages"][1]["content"], "plain JSON reply");
+    assert_eq!(
+        thread["usage"],
+        json!({"input_tokens": 3, "output_tokens": 4})
+    );
+    Ok(())
+}
