@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use chorus_proto::domain::{ChatMessage, ModelRoute, RetryPolicy};
 use chorus_worker::gate::AllowAll;
+use chorus_worker::model::http::StreamFormat;
 use chorus_worker::model::openai::{StreamState, request_json};
 use chorus_worker::model::sse::SseDecoder;
 use chorus_worker::model::{ModelClient, ModelError, ModelReply, ModelRequest};

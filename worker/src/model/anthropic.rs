@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use chorus_proto::domain::{ChatMessage, ModelRoute, Role, ToolCall, Usage};
 use serde_json::{Map, Value, json};
 
-use super::http::{Endpoint, is_event_stream, post_json, read_json, read_sse};
+use super::http::{Endpoint, StreamFormat, exchange};
 use super::sse::SseEvent;
 use super::{ModelClient, ModelError, ModelReply, ModelRequest, StopReason};
 
@@ -211,8 +211,25 @@ pub struct StreamState {
 }
 
 impl StreamState {
+    fn add_usage(&mut self, usage: &Value) {
+        if let Some(n) = usage.get("input_tokens").and_then(Value::as_u64) {
+            self.input_tokens = n;
+            self.saw_usage = true;
+        }
+        if let Some(n) = usage.get("output_tokens").and_then(Value::as_u64) {
+            self.output_tokens = n;
+            self.saw_usage = true;
+        }
+    }
+}
+
+impl StreamFormat for StreamState {
+    fn parse_body(body: &Value) -> Result<ModelReply, ModelError> {
+        parse_reply(body)
+    }
+
     /// Applies one event; text deltas go to `on_text`. Returns whether the message ended.
-    pub fn apply(
+    fn apply(
         &mut self,
         provider: &str,
         event: &SseEvent,
@@ -318,18 +335,7 @@ impl StreamState {
         Ok(false)
     }
 
-    fn add_usage(&mut self, usage: &Value) {
-        if let Some(n) = usage.get("input_tokens").and_then(Value::as_u64) {
-            self.input_tokens = n;
-            self.saw_usage = true;
-        }
-        if let Some(n) = usage.get("output_tokens").and_then(Value::as_u64) {
-            self.output_tokens = n;
-            self.saw_usage = true;
-        }
-    }
-
-    pub fn finish(self, provider: &str) -> Result<ModelReply, ModelError> {
+    fn finish(self, provider: &str) -> Result<ModelReply, ModelError> {
         if !self.finished {
             return Err(ModelError::retryable(format!(
                 "the stream from '{provider}' ended before the message was complete"
@@ -375,29 +381,14 @@ impl ModelClient for AnthropicClient {
             ("anthropic-version", API_VERSION),
             ("accept", "text/event-stream"),
         ];
-        let response = post_json(
-            &self.0.http,
-            &self.0.provider,
+        exchange::<StreamState>(
+            &self.0,
             &url,
             &headers,
             request_json(request, true),
+            on_text,
         )
-        .await?;
-        // A server that ignores `stream: true` answers with one JSON body.
-        if !is_event_stream(&response) {
-            let body = read_json(&self.0.provider, response).await?;
-            let reply = parse_reply(&body)?;
-            if !reply.content.is_empty() {
-                on_text(&reply.content);
-            }
-            return Ok(reply);
-        }
-        let mut state = StreamState::default();
-        read_sse(&self.0.provider, response, |event| {
-            state.apply(&self.0.provider, &event, on_text)
-        })
-        .await?;
-        state.finish(&self.0.provider)
+        .await
     }
 }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::Value;
 
-use super::ModelError;
 use super::sse::{SseDecoder, SseEvent};
+use super::{ModelError, ModelReply};
 
 /// Where a client sends its requests, and as whom.
 #[derive(Clone)]
@@ -206,6 +206,47 @@ pub async fn post_json(
     let from_relay = response.headers().contains_key(RELAY_ERROR_HEADER);
     let text = response.text().await.unwrap_or_default();
     Err(classify(provider, status, &text, wait, from_relay))
+}
+
+/// A wire format's reading of a streamed reply.
+pub trait StreamFormat: Default {
+    /// Applies one event; text goes to `on_text`. Returns whether the reply ended.
+    fn apply(
+        &mut self,
+        provider: &str,
+        event: &SseEvent,
+        on_text: &mut (dyn FnMut(&str) + Send),
+    ) -> Result<bool, ModelError>;
+    /// The whole reply, once the stream is over.
+    fn finish(self, provider: &str) -> Result<ModelReply, ModelError>;
+    /// Reads a non-streaming body (servers that ignore `stream: true`).
+    fn parse_body(body: &Value) -> Result<ModelReply, ModelError>;
+}
+
+/// One streaming model call: POST `body`, then read the event stream (or the plain
+/// JSON body of a server that ignores streaming) with the format `F`.
+pub async fn exchange<F: StreamFormat>(
+    endpoint: &Endpoint,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: String,
+    on_text: &mut (dyn FnMut(&str) + Send),
+) -> Result<ModelReply, ModelError> {
+    let provider = endpoint.provider.as_str();
+    let response = post_json(&endpoint.http, provider, url, headers, body).await?;
+    if !is_event_stream(&response) {
+        let reply = F::parse_body(&read_json(provider, response).await?)?;
+        if !reply.content.is_empty() {
+            on_text(&reply.content);
+        }
+        return Ok(reply);
+    }
+    let mut state = F::default();
+    read_sse(provider, response, |event| {
+        state.apply(provider, &event, on_text)
+    })
+    .await?;
+    state.finish(provider)
 }
 
 /// Whether a response is a server-sent event stream (by its content type).

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use chorus_proto::domain::{ChatMessage, ModelRoute, Role, ToolCall, Usage};
 use serde_json::{Value, json};
 
-use super::http::{Endpoint, is_event_stream, post_json, read_json, read_sse};
+use super::http::{Endpoint, StreamFormat, exchange};
 use super::sse::SseEvent;
 use super::{ModelClient, ModelError, ModelReply, ModelRequest, StopReason};
 
@@ -214,9 +214,13 @@ pub struct StreamState {
     done: bool,
 }
 
-impl StreamState {
+impl StreamFormat for StreamState {
+    fn parse_body(body: &Value) -> Result<ModelReply, ModelError> {
+        parse_reply(body)
+    }
+
     /// Applies one event; text deltas go to `on_text`. Returns whether the stream ended.
-    pub fn apply(
+    fn apply(
         &mut self,
         provider: &str,
         event: &SseEvent,
@@ -273,7 +277,7 @@ impl StreamState {
         Ok(false)
     }
 
-    pub fn finish(self, provider: &str) -> Result<ModelReply, ModelError> {
+    fn finish(self, provider: &str) -> Result<ModelReply, ModelError> {
         // Servers differ on `[DONE]`; a finish reason is enough to know the reply is whole.
         if !self.done && self.finish.is_none() {
             return Err(ModelError::retryable(format!(
@@ -301,29 +305,14 @@ impl ModelClient for OpenAiClient {
             ("authorization", auth.as_str()),
             ("accept", "text/event-stream"),
         ];
-        let response = post_json(
-            &self.0.http,
-            &self.0.provider,
+        exchange::<StreamState>(
+            &self.0,
             &url,
             &headers,
             request_json(request, true),
+            on_text,
         )
-        .await?;
-        // A server that ignores `stream: true` answers with one JSON body.
-        if !is_event_stream(&response) {
-            let body = read_json(&self.0.provider, response).await?;
-            let reply = parse_reply(&body)?;
-            if !reply.content.is_empty() {
-                on_text(&reply.content);
-            }
-            return Ok(reply);
-        }
-        let mut state = StreamState::default();
-        read_sse(&self.0.provider, response, |event| {
-            state.apply(&self.0.provider, &event, on_text)
-        })
-        .await?;
-        state.finish(&self.0.provider)
+        .await
     }
 }
 
