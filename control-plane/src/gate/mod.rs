@@ -304,6 +304,22 @@ impl ToolGate {
         Ok(outcome)
     }
 
+    /// A self-edit through the same path as a person's configure (checked, stored,
+    /// audited with old and new value, sent to the running runs).
+    async fn configure(
+        &self,
+        agent: &str,
+        update: AgentUpdate,
+        user: &str,
+        done: String,
+    ) -> Result<String, String> {
+        self.agents
+            .configure(agent, update, user)
+            .await
+            .map(|_| done)
+            .map_err(|e| e.to_string())
+    }
+
     /// Executes the tools whose resource the control plane owns. `None`: the worker
     /// runs the tool itself.
     async fn execute_here(&self, check: &Check, user: Option<&str>) -> Option<ToolResult> {
@@ -312,35 +328,28 @@ impl ToolGate {
         let user = user.unwrap_or("agent");
         let result = match check.call.name.as_str() {
             "self_edit_system_prompt" => match text("new_prompt") {
-                Some(prompt) => self
-                    .agents
-                    .configure(
-                        &check.agent,
-                        AgentUpdate {
-                            system_prompt: Some(prompt.clone()),
-                            ..AgentUpdate::default()
-                        },
-                        user,
-                    )
-                    .await
-                    .map(|_| format!("System prompt updated ({} characters); it applies from your next step.", prompt.chars().count()))
-                    .map_err(|e| e.to_string()),
+                Some(prompt) => {
+                    let done = format!(
+                        "System prompt updated ({} characters); it applies from your next step.",
+                        prompt.chars().count()
+                    );
+                    let update = AgentUpdate {
+                        system_prompt: Some(prompt),
+                        ..AgentUpdate::default()
+                    };
+                    self.configure(&check.agent, update, user, done).await
+                }
                 None => Err("self_edit_system_prompt needs {\"new_prompt\": \"…\"}".to_string()),
             },
             "self_edit_model" => match text("new_model") {
-                Some(model) => self
-                    .agents
-                    .configure(
-                        &check.agent,
-                        AgentUpdate {
-                            model: Some(model.clone()),
-                            ..AgentUpdate::default()
-                        },
-                        user,
-                    )
-                    .await
-                    .map(|_| format!("Model switched to {model}; it answers from your next step."))
-                    .map_err(|e| e.to_string()),
+                Some(model) => {
+                    let done = format!("Model switched to {model}; it answers from your next step.");
+                    let update = AgentUpdate {
+                        model: Some(model),
+                        ..AgentUpdate::default()
+                    };
+                    self.configure(&check.agent, update, user, done).await
+                }
                 None => Err("self_edit_model needs {\"new_model\": \"…\"}".to_string()),
             },
             "self_edit_permissions" => match args.get("new_profile").cloned() {
