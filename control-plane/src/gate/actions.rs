@@ -6,32 +6,14 @@ use serde_json::Value;
 
 use crate::permissions::{bash_actions, tool_action};
 
-/// Every tool a worker offers, and the tool name its actions carry.
-pub const TOOLS: &[(&str, &str)] = &[
-    ("create_file", "create_file"),
-    ("view", "view"),
-    ("str_replace", "str_replace"),
-    ("bash", "bash"),
-    ("file.read", "file.read"),
-    ("file.write", "file.write"),
-    ("file.create", "file.create"),
-    ("file.delete", "file.delete"),
-    ("file.patch", "file.patch"),
-    ("file.list", "file.list"),
-    ("file.search", "file.search"),
-    ("self_edit_system_prompt", "self_edit"),
-    ("self_edit_docs", "self_edit"),
-    ("self_edit_permissions", "self_edit"),
-    ("self_edit_model", "self_edit"),
-];
-
-/// The tool name in action strings for a tool the model calls.
+/// The tool name in action strings for a tool the model calls: the self-edit tools
+/// share `self_edit`, whose detail says what is edited.
 pub fn action_tool_name(tool: &str) -> &str {
-    TOOLS
-        .iter()
-        .find(|(name, _)| *name == tool)
-        .map(|(_, action)| *action)
-        .unwrap_or(tool)
+    if tool.starts_with("self_edit_") {
+        "self_edit"
+    } else {
+        tool
+    }
 }
 
 fn text<'a>(args: &'a Value, key: &str) -> &'a str {

@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::actions::{TOOLS, action_tool_name};
+use chorus_proto::domain::TOOL_NAMES;
+
+use super::actions::action_tool_name;
 use crate::permissions::{PermissionsSetting, Profile, ProfileError};
 
 /// The stored form of a setting.
@@ -45,10 +47,10 @@ pub fn setting_name(setting: &PermissionsSetting) -> Option<&str> {
 
 /// The tools a profile may ever allow or ask for: only these are offered to the model.
 pub fn offered_tools(profile: &Profile) -> Vec<String> {
-    TOOLS
+    TOOL_NAMES
         .iter()
-        .filter(|(name, _)| profile.may_use_tool(action_tool_name(name)))
-        .map(|(name, _)| name.to_string())
+        .filter(|name| profile.may_use_tool(action_tool_name(name)))
+        .map(|name| name.to_string())
         .collect()
 }
 

@@ -58,14 +58,3 @@ pub fn environ(pid: u32) -> Vec<String> {
 pub fn cmdline(pid: u32) -> Vec<String> {
     proc_strings(pid, "cmdline")
 }
-
-/// Live processes whose command line contains `needle`.
-pub fn processes_matching(needle: &str) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| is_alive(*pid) && cmdline(*pid).iter().any(|arg| arg.contains(needle)))
-        .collect()
-}

@@ -83,23 +83,7 @@ pub struct ToolBox {
 }
 
 /// Every tool, in the order the schemas list them.
-pub const TOOL_NAMES: &[&str] = &[
-    "create_file",
-    "str_replace",
-    "view",
-    "file.read",
-    "file.write",
-    "file.create",
-    "file.delete",
-    "file.patch",
-    "file.list",
-    "file.search",
-    "bash",
-    "self_edit_system_prompt",
-    "self_edit_docs",
-    "self_edit_permissions",
-    "self_edit_model",
-];
+pub use chorus_proto::domain::TOOL_NAMES;
 
 /// One call with its arguments parsed.
 enum Request {
