@@ -317,34 +317,34 @@ impl Runs {
     }
 
     /// A thread starts or stops waiting for a person's answer.
-    pub async fn set_waiting(
-        &self,
-        agent: &str,
-        thread_id: u64,
-        waiting: bool,
-        approval: Option<serde_json::Value>,
-    ) {
+    pub async fn set_waiting(&self, agent: &str, thread_id: u64, waiting: bool) {
         let status = if waiting {
             ThreadStatus::WaitingForPermission
         } else {
             ThreadStatus::Running
         };
-        if let Err(e) = self
+        match self
             .store
             .set_thread_status(agent, thread_id, status, None)
             .await
         {
-            tracing::error!(agent, thread_id, error = %e, "cannot record thread status");
+            Ok(true) => self.feed.publish(
+                agent,
+                thread_id,
+                "status",
+                json!({ "status": status.as_str(), "error": null }),
+            ),
+            // The thread ended meanwhile; its final status stands.
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!(agent, thread_id, error = %e, "cannot record thread status")
+            }
         }
-        if let Some(approval) = approval {
-            self.feed.publish(agent, thread_id, "approval", approval);
-        }
-        self.feed.publish(
-            agent,
-            thread_id,
-            "status",
-            json!({ "status": status.as_str(), "error": null }),
-        );
+    }
+
+    /// Tells the thread's live feed which approval it waits for.
+    pub fn publish_approval(&self, agent: &str, thread_id: u64, approval: serde_json::Value) {
+        self.feed.publish(agent, thread_id, "approval", approval);
     }
 
     /// Hands queued runs to the agent's worker, if one is connected.

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use chorus_proto::domain::{AgentChange, ControlCommand, RunAssignment, WorkerEvent};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -26,15 +26,23 @@ const DEFAULT_MAX_ITERATIONS: u32 = 50;
 pub struct Runner {
     sink: EventSink,
     clients: RelayClients,
-    runs: Arc<Mutex<HashMap<String, CancellationToken>>>,
-    /// Changes to the agent (configure, self-edit); every run applies each one.
-    changes: broadcast::Sender<AgentChange>,
+    runs: Arc<Mutex<HashMap<String, ActiveRun>>>,
     gate: Arc<RelayGate>,
     /// One set of file locks for all runs: two threads of the agent writing the
     /// same file take turns.
     locks: Arc<FileLocks>,
     tools: ToolConfig,
     tasks: TaskTracker,
+}
+
+/// What the runner holds of a run in progress.
+struct ActiveRun {
+    cancel: CancellationToken,
+    /// What the run knows of its agent. A change (configure, self-edit) is applied
+    /// here as its command is handled, so it is in place before any later command
+    /// (such as the decision on the self-edit tool call that caused it) reaches the
+    /// run: the next model call after a self-edit always sees it.
+    agent: watch::Sender<LiveAgent>,
 }
 
 /// Tool settings of this worker process (flags or environment of `chorus-worker`).
@@ -75,7 +83,6 @@ impl Runner {
             sink,
             clients: RelayClients::new(http, control_plane, credential),
             runs: Arc::new(Mutex::new(HashMap::new())),
-            changes: broadcast::Sender::new(64),
             locks: Arc::new(FileLocks::new(settings.file_lock_timeout)),
             tools: ToolConfig {
                 bash: BashConfig {
@@ -87,7 +94,7 @@ impl Runner {
         }
     }
 
-    fn runs(&self) -> MutexGuard<'_, HashMap<String, CancellationToken>> {
+    fn runs(&self) -> MutexGuard<'_, HashMap<String, ActiveRun>> {
         self.runs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -101,14 +108,16 @@ impl Runner {
         match command {
             ControlCommand::AssignRun(run) => self.start(*run),
             ControlCommand::CancelRun { run_id, reason } => {
-                if let Some(token) = self.runs().get(&run_id) {
+                if let Some(run) = self.runs().get(&run_id) {
                     tracing::info!(%run_id, %reason, "cancelling run");
-                    token.cancel();
+                    run.cancel.cancel();
                 }
             }
             ControlCommand::UpdateAgent(change) => {
                 tracing::info!(?change.model, tools = ?change.tools, "agent changed");
-                let _ = self.changes.send(change);
+                for run in self.runs().values() {
+                    run.agent.send_modify(|agent| apply(agent, change.clone()));
+                }
             }
             ControlCommand::ToolDecision(decision) => {
                 self.gate
@@ -136,7 +145,6 @@ impl Runner {
 
     fn start(&self, run: RunAssignment) {
         let cancel = CancellationToken::new();
-        self.runs().insert(run.run_id.clone(), cancel.clone());
         let (agent_tx, agent_rx) = watch::channel(LiveAgent {
             model: ModelSelection {
                 display: run.agent.model.clone(),
@@ -147,7 +155,13 @@ impl Runner {
             docs_dir: (!run.agent.docs_dir.is_empty()).then(|| run.agent.docs_dir.clone().into()),
         });
         // Changes from now on (the assignment already has the earlier ones).
-        let mut changes = self.changes.subscribe();
+        self.runs().insert(
+            run.run_id.clone(),
+            ActiveRun {
+                cancel: cancel.clone(),
+                agent: agent_tx,
+            },
+        );
         let gate = self.gate.clone();
         let mut tools = ToolBox::new(Workspace::new(&run.agent.workspace), self.locks.clone())
             .with_config(self.tools.clone());
@@ -167,17 +181,6 @@ impl Runner {
         self.tasks.spawn(
             async move {
                 tracing::info!("run started");
-                let forward = async {
-                    loop {
-                        match changes.recv().await {
-                            Ok(change) => agent_tx.send_modify(|agent| apply(agent, change)),
-                            Err(broadcast::error::RecvError::Lagged(missed)) => {
-                                tracing::warn!(missed, "missed agent changes");
-                            }
-                            Err(broadcast::error::RecvError::Closed) => break,
-                        }
-                    }
-                };
                 let input = LoopInput {
                     run_id: &run.run_id,
                     messages: run.messages.clone(),
@@ -190,10 +193,8 @@ impl Runner {
                     retry: run.retry,
                     agent: agent_rx,
                 };
-                let outcome = tokio::select! {
-                    outcome = tool_loop::run(&clients, gate.as_ref(), &tools, input, &sink, &cancel) => outcome,
-                    _ = forward => unreachable_forward(),
-                };
+                let outcome =
+                    tool_loop::run(&clients, gate.as_ref(), &tools, input, &sink, &cancel).await;
                 runs.lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&run.run_id);
@@ -220,8 +221,8 @@ impl Runner {
 
     /// Cancels every run and waits up to `grace` for them to wind down.
     pub async fn cancel_all(&self, grace: Duration) {
-        for token in self.runs().values() {
-            token.cancel();
+        for run in self.runs().values() {
+            run.cancel.cancel();
         }
         self.tasks.close();
         if tokio::time::timeout(grace, self.tasks.wait())
@@ -244,12 +245,4 @@ fn apply(agent: &mut LiveAgent, change: AgentChange) {
     if let Some(tools) = change.tools {
         agent.tools = Some(tools);
     }
-}
-
-/// The change forwarder ends only when the runner is dropped, which cannot
-/// happen while a run holds it; if it does, the run simply ends cancelled.
-fn unreachable_forward() -> Result<String, tool_loop::LoopError> {
-    Err(tool_loop::LoopError::Cancelled(
-        "the worker is shutting down".into(),
-    ))
 }

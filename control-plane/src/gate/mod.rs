@@ -276,9 +276,18 @@ impl ToolGate {
             requested_by: user,
             expires_at: format_time(expires),
         };
-        let answer = self.approvals.open(&request).await.map_err(|e| {
-            format!("Permission denied: the approval request could not be recorded ({e})")
-        })?;
+        // The thread is marked waiting before the request becomes visible, so whoever
+        // sees an approval in the list also sees its thread waiting for it.
+        self.runs.set_waiting(&check.agent, thread_id, true).await;
+        let answer = match self.approvals.open(&request).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                self.runs.set_waiting(&check.agent, thread_id, false).await;
+                return Err(format!(
+                    "Permission denied: the approval request could not be recorded ({e})"
+                ));
+            }
+        };
         let description = format!("Waiting for permission: {}", asked(explanations));
         self.reply(
             &check.agent,
@@ -289,18 +298,18 @@ impl ToolGate {
                 approval_id: id.clone(),
             },
         );
-        self.runs
-            .set_waiting(&check.agent, thread_id, true, Some(json!({
+        self.runs.publish_approval(
+            &check.agent,
+            thread_id,
+            json!({
                 "approval_id": id, "tool": check.call.name, "actions": actions, "expires_at": request.expires_at,
-            })))
-            .await;
+            }),
+        );
         let outcome = self
             .approvals
             .wait(&id, answer, self.settings.ask_timeout)
             .await;
-        self.runs
-            .set_waiting(&check.agent, thread_id, false, None)
-            .await;
+        self.runs.set_waiting(&check.agent, thread_id, false).await;
         Ok(outcome)
     }
 

@@ -312,7 +312,15 @@ impl Chorus {
         id: u64,
         timeout: Duration,
     ) -> anyhow::Result<Vec<(String, Value)>> {
-        use futures::StreamExt;
+        let mut stream = self.open_thread_events(agent, id).await?;
+        tokio::time::timeout(timeout, stream.rest())
+            .await
+            .context("the event stream did not end")?
+    }
+
+    /// Opens a thread's live event stream. Once this returns, the server has
+    /// subscribed: nothing that happens to the thread afterwards is missed.
+    pub async fn open_thread_events(&self, agent: &str, id: u64) -> anyhow::Result<EventStream> {
         let response = self
             .api(
                 reqwest::Method::GET,
@@ -327,37 +335,10 @@ impl Chorus {
                 .starts_with("text/event-stream"),
             "not an event stream"
         );
-        let mut body = response.bytes_stream();
-        let mut buffer = String::new();
-        let mut events = Vec::new();
-        let read = async {
-            while let Some(chunk) = body.next().await {
-                buffer.push_str(&String::from_utf8_lossy(&chunk?));
-                while let Some(end) = buffer.find("\n\n") {
-                    let block: String = buffer.drain(..end + 2).collect();
-                    let mut name = String::from("message");
-                    let mut data = String::new();
-                    for line in block.lines() {
-                        if let Some(v) = line.strip_prefix("event:") {
-                            name = v.trim().to_string();
-                        } else if let Some(v) = line.strip_prefix("data:") {
-                            data.push_str(v.trim_start());
-                        }
-                    }
-                    if !data.is_empty() {
-                        events.push((
-                            name,
-                            serde_json::from_str(&data).unwrap_or(Value::String(data)),
-                        ));
-                    }
-                }
-            }
-            Ok::<_, anyhow::Error>(())
-        };
-        tokio::time::timeout(timeout, read)
-            .await
-            .context("the event stream did not end")??;
-        Ok(events)
+        Ok(EventStream {
+            body: Box::pin(response.bytes_stream()),
+            buffer: String::new(),
+        })
     }
 
     /// SIGTERM and wait for a clean exit.
@@ -374,5 +355,49 @@ impl Chorus {
         self.child.start_kill()?;
         self.child.wait().await?;
         Ok(())
+    }
+}
+
+/// A thread's server-sent events, read one at a time.
+pub struct EventStream {
+    body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<axum::body::Bytes>> + Send>>,
+    buffer: String,
+}
+
+impl EventStream {
+    /// The next (event, data) pair; `None` when the server ended the stream.
+    pub async fn next(&mut self) -> anyhow::Result<Option<(String, Value)>> {
+        use futures::StreamExt;
+        loop {
+            while let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let mut name = String::from("message");
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        name = v.trim().to_string();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if !data.is_empty() {
+                    let value = serde_json::from_str(&data).unwrap_or(Value::String(data));
+                    return Ok(Some((name, value)));
+                }
+            }
+            match self.body.next().await {
+                Some(chunk) => self.buffer.push_str(&String::from_utf8_lossy(&chunk?)),
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// Every event until the server ends the stream.
+    pub async fn rest(&mut self) -> anyhow::Result<Vec<(String, Value)>> {
+        let mut events = Vec::new();
+        while let Some(event) = self.next().await? {
+            events.push(event);
+        }
+        Ok(events)
     }
 }

@@ -44,8 +44,35 @@ pub enum Reply {
     Disconnect { after_text: String },
     /// Wait, then answer with the inner reply.
     Delayed(Duration, Box<Reply>),
+    /// Wait until the test calls [`Hold::release`], then answer with the inner
+    /// reply: for tests that must act while a model call is in flight.
+    Held(Hold, Box<Reply>),
     /// A raw JSON body, sent as is (non-streaming only).
     Json(Value),
+}
+
+/// A reply held back until the test lets it go.
+#[derive(Debug, Clone)]
+pub struct Hold(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Hold {
+    pub fn new() -> Self {
+        Self(Arc::new(tokio::sync::watch::channel(false).0))
+    }
+
+    pub fn release(&self) {
+        self.0.send_replace(true);
+    }
+
+    async fn released(&self) {
+        let _ = self.0.subscribe().wait_for(|released| *released).await;
+    }
+}
+
+impl Default for Hold {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// Which wire format a fake speaks.
@@ -202,11 +229,19 @@ async fn answer(
         message: "fake model: no scripted reply left for this request".into(),
         retry_after: None,
     });
-    while let Reply::Delayed(delay, inner) = reply {
-        tokio::time::sleep(delay).await;
-        reply = *inner;
+    loop {
+        reply = match reply {
+            Reply::Delayed(delay, inner) => {
+                tokio::time::sleep(delay).await;
+                *inner
+            }
+            Reply::Held(hold, inner) => {
+                hold.released().await;
+                *inner
+            }
+            other => break render(wire, other, streaming, usage),
+        };
     }
-    render(wire, reply, streaming, usage)
 }
 
 fn render(wire: Wire, reply: Reply, streaming: bool, usage: (u64, u64)) -> Response {
@@ -271,7 +306,9 @@ fn render(wire: Wire, reply: Reply, streaming: bool, usage: (u64, u64)) -> Respo
                 }
             }
         }
-        Reply::Delayed(..) => unreachable!("delays are unwrapped before rendering"),
+        Reply::Delayed(..) | Reply::Held(..) => {
+            unreachable!("waits are unwrapped before rendering")
+        }
     }
 }
 

@@ -6,5 +6,5 @@ pub mod chorus;
 pub mod fake_model;
 pub mod process;
 
-pub use chorus::{Chorus, TEST_TOKEN, bin_path};
-pub use fake_model::{FakeAnthropic, FakeModel, FakeOpenAi, Reply};
+pub use chorus::{Chorus, EventStream, TEST_TOKEN, bin_path};
+pub use fake_model::{FakeAnthropic, FakeModel, FakeOpenAi, Hold, Reply};

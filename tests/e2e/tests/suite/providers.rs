@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use chorus_test_support::fake_model::{error, text, tool_call, tool_calls};
-use chorus_test_support::{Chorus, FakeAnthropic, FakeModel, FakeOpenAi, Reply};
+use chorus_test_support::{Chorus, FakeAnthropic, FakeModel, FakeOpenAi, Hold, Reply};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -507,8 +507,9 @@ async fn bad_model_output_becomes_errors_the_model_can_fix_within_a_bound() -> a
 #[tokio::test]
 async fn a_model_switch_takes_effect_at_the_next_model_call() -> anyhow::Result<()> {
     let openai = FakeOpenAi::start().await;
-    openai.push(Reply::Delayed(
-        Duration::from_millis(1500),
+    let hold = Hold::new();
+    openai.push(Reply::Held(
+        hold.clone(),
         Box::new(tool_call(
             "c1",
             "create_file",
@@ -545,6 +546,9 @@ async fn a_model_switch_takes_effect_at_the_next_model_call() -> anyhow::Result<
         .send()
         .await?;
     assert_eq!(patched.status(), 200);
+    // The first call answers only now, so its tool call is certainly followed by a
+    // call made after the switch.
+    hold.release();
 
     let thread = chorus
         .wait_thread_finished("switcher", id, Duration::from_secs(30))
@@ -572,19 +576,27 @@ async fn a_model_switch_takes_effect_at_the_next_model_call() -> anyhow::Result<
 #[tokio::test]
 async fn model_text_streams_live_to_the_thread_event_feed() -> anyhow::Result<()> {
     let model = FakeOpenAi::start().await;
-    model.push(Reply::Delayed(
-        Duration::from_millis(500),
-        Box::new(text("Hello there, streaming world")),
+    let hold = Hold::new();
+    model.push(Reply::Held(
+        hold.clone(),
+        Box::new(tool_call(
+            "c1",
+            "create_file",
+            json!({"path": "hello.txt", "content": "hi"}),
+        )),
     ));
+    model.push(text("Hello there, streaming world"));
     let chorus = openai_chorus(&model, "").await?;
     chorus.create_agent("streamer").await?;
     chorus
         .wait_worker_running("streamer", Duration::from_secs(15))
         .await?;
     let id = chorus.send_message("streamer", "stream to me").await?;
-    let events = chorus
-        .thread_events("streamer", id, Duration::from_secs(20))
-        .await?;
+    let mut feed = chorus.open_thread_events("streamer", id).await?;
+    // The model answers only once the feed is open, so everything after its first
+    // call (a tool step, a second call with streamed text) is seen live.
+    hold.release();
+    let events = tokio::time::timeout(Duration::from_secs(20), feed.rest()).await??;
     let kinds: Vec<&str> = events.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(kinds.first(), Some(&"status"), "{events:#?}");
     assert_eq!(events[0].1["status"], "running");
