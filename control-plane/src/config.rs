@@ -173,6 +173,8 @@ pub struct FileWorkers {
     pub restart_backoff_ms: Option<u64>,
     pub restart_backoff_max_ms: Option<u64>,
     pub stop_grace_ms: Option<u64>,
+    /// How often workers send a heartbeat; three missed in a row mark a worker hung.
+    pub heartbeat_interval_ms: Option<u64>,
 }
 
 /// The resolved settings `chorus serve` runs with.
@@ -206,6 +208,15 @@ pub struct WorkerSettings {
     pub restart_backoff_max: Duration,
     /// Time between SIGTERM and SIGKILL when a worker is stopped.
     pub stop_grace: Duration,
+    /// How often workers send a heartbeat (at least 500 ms).
+    pub heartbeat_interval: Duration,
+}
+
+impl WorkerSettings {
+    /// A worker silent this long is hung: three heartbeats missed.
+    pub fn silence_limit(&self) -> Duration {
+        self.heartbeat_interval * 3
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -292,6 +303,9 @@ impl Settings {
                 file.workers.restart_backoff_max_ms.unwrap_or(30_000),
             ),
             stop_grace: Duration::from_millis(file.workers.stop_grace_ms.unwrap_or(5_000)),
+            heartbeat_interval: Duration::from_millis(
+                file.workers.heartbeat_interval_ms.unwrap_or(5_000).max(500),
+            ),
         };
         Ok(Settings {
             data_dir: args
@@ -380,6 +394,7 @@ mod tests {
             api_key = "file-key"
             [workers]
             stop_grace_ms = 100
+            heartbeat_interval_ms = 100
             "#,
         )
         .unwrap();
@@ -395,6 +410,12 @@ mod tests {
         assert_eq!(openai.base_url, "http://file/v1");
         assert_eq!(openai.api_key.unwrap().expose(), "env-key");
         assert_eq!(s.workers.stop_grace, Duration::from_millis(100));
+        assert_eq!(
+            s.workers.heartbeat_interval,
+            Duration::from_millis(500),
+            "at least 500 ms: the worker sends no faster"
+        );
+        assert_eq!(s.workers.silence_limit(), Duration::from_millis(1500));
     }
 
     fn provider(s: &Settings, kind: ProviderKind) -> Option<ProviderEndpoint> {

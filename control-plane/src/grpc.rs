@@ -1,9 +1,11 @@
 //! The gRPC service workers attach to. One of the two modules that see generated
 //! protocol types (the other is the worker's connection module): it authenticates the
-//! worker, converts wire messages to domain types and back, and does nothing else.
+//! worker, converts wire messages to domain types and back, and ends a connection that
+//! has gone silent (a hung worker). Everything else happens behind domain types.
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use chorus_proto::AGENT_METADATA_KEY;
 use chorus_proto::domain::{ControlCommand, WorkerEvent};
@@ -19,14 +21,16 @@ use crate::runs::Runs;
 use crate::secrets::bearer_token;
 use crate::workers::registry::{AttachError, Registry};
 
-/// How often workers should send a heartbeat.
-const HEARTBEAT_INTERVAL_MS: u32 = 5_000;
-
 pub struct WorkerLinkService {
     registry: Arc<Registry>,
     runs: Arc<Runs>,
     gate: Arc<ToolGate>,
     connections: TaskTracker,
+    /// How often workers send a heartbeat.
+    heartbeat_interval: Duration,
+    /// A worker silent this long is hung: its connection is ended, and its
+    /// supervisor then kills and restarts it.
+    silence_limit: Duration,
 }
 
 impl WorkerLinkService {
@@ -35,12 +39,16 @@ impl WorkerLinkService {
         runs: Arc<Runs>,
         gate: Arc<ToolGate>,
         connections: TaskTracker,
+        heartbeat_interval: Duration,
+        silence_limit: Duration,
     ) -> Self {
         WorkerLinkService {
             registry,
             runs,
             gate,
             connections,
+            heartbeat_interval,
+            silence_limit,
         }
     }
 
@@ -91,7 +99,8 @@ impl WorkerLink for WorkerLinkService {
         let welcome = ControlCommand::Welcome {
             agent: agent.clone(),
             connection_id: format!("{agent}#{generation}"),
-            heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
+            heartbeat_interval_ms: u32::try_from(self.heartbeat_interval.as_millis())
+                .unwrap_or(u32::MAX),
         };
         let outbound = futures::stream::once(async move { welcome })
             .chain(UnboundedReceiverStream::new(attachment.commands))
@@ -102,15 +111,23 @@ impl WorkerLink for WorkerLinkService {
         let runs = self.runs.clone();
         let gate = self.gate.clone();
         let checks = self.connections.clone();
+        let silence_limit = self.silence_limit;
         self.connections.spawn(async move {
             runs.deliver_pending(&agent);
-            loop {
-                let message = match inbound.message().await {
-                    Ok(Some(message)) => message,
-                    Ok(None) => break,
-                    Err(status) => {
+            let hung = loop {
+                let message = match tokio::time::timeout(silence_limit, inbound.message()).await {
+                    Ok(Ok(Some(message))) => message,
+                    Ok(Ok(None)) => break None,
+                    Ok(Err(status)) => {
                         tracing::info!(%agent, generation, %status, "worker stream ended");
-                        break;
+                        break None;
+                    }
+                    Err(_) => {
+                        tracing::warn!(%agent, generation, ?silence_limit, "worker sent nothing, not even a heartbeat; treating it as hung");
+                        break Some(format!(
+                            "stopped responding (no heartbeat for {:.1} s)",
+                            silence_limit.as_secs_f64()
+                        ));
                     }
                 };
                 let event = match WorkerEvent::try_from(message) {
@@ -137,8 +154,8 @@ impl WorkerLink for WorkerLinkService {
                 if let Err(e) = runs.apply(&agent, generation, event).await {
                     tracing::warn!(%agent, generation, error = %e, "worker event refused");
                 }
-            }
-            registry.detach(&agent, generation);
+            };
+            registry.detach(&agent, generation, hung);
             tracing::info!(%agent, generation, "worker detached");
         });
         Ok(Response::new(Box::pin(outbound)))

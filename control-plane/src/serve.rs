@@ -173,6 +173,8 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
             runs.clone(),
             gate.clone(),
             connections.clone(),
+            settings.workers.heartbeat_interval,
+            settings.workers.silence_limit(),
         )
         .into_server(),
     )

@@ -82,16 +82,26 @@ impl Approvals {
             Err(_) => {}
         }
         self.waiting().remove(id);
-        // An answer may have been recorded just as time ran out; it wins if so.
+        // An answer may have been recorded just as time ran out; it wins if so. The
+        // store is the judge (its answer may not have reached the waiter), so what
+        // the run is told always matches what the approval record says.
         match self
             .store
             .settle_approval(id, ApprovalStatus::Expired, None)
             .await
         {
             Ok(true) | Err(_) => Outcome::Expired,
-            Ok(false) => match answer.try_recv() {
-                Ok(answer) => Outcome::Answered(answer),
-                Err(_) => Outcome::Expired,
+            Ok(false) => match self.store.approval(id).await {
+                Ok(Some(record)) => match record.status {
+                    ApprovalStatus::Approved | ApprovalStatus::Denied => {
+                        Outcome::Answered(Answer {
+                            approved: record.status == ApprovalStatus::Approved,
+                            by: record.decided_by.unwrap_or_default(),
+                        })
+                    }
+                    _ => Outcome::Expired,
+                },
+                _ => Outcome::Expired,
             },
         }
     }
@@ -217,5 +227,27 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[tokio::test]
+    async fn an_answer_recorded_as_time_runs_out_wins_even_if_it_never_reached_the_waiter() {
+        let (approvals, _dir) = approvals().await;
+        let rx = approvals.open(&request("z")).await.unwrap();
+        // The answer is in the store, but (as when the waiter was removed a moment
+        // earlier by the timeout) it is never sent to the waiter.
+        assert!(
+            approvals
+                .store
+                .settle_approval("z", ApprovalStatus::Approved, Some("carol"))
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            approvals.wait("z", rx, Duration::from_millis(20)).await,
+            Outcome::Answered(Answer {
+                approved: true,
+                by: "carol".into()
+            })
+        );
     }
 }

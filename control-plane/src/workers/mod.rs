@@ -275,12 +275,15 @@ impl Supervisor {
             }
             _ = detached.notified() => {
                 // A worker without its connection is of no use: give it a moment to
-                // exit by itself, then make sure.
-                let report = match worker.wait_for(SETTLE).await {
+                // exit by itself, then make sure. A hung one is killed at once.
+                let why = self.registry.detach_reason(&self.agent, generation);
+                let settle = if why.is_some() { Duration::ZERO } else { SETTLE };
+                let report = match worker.wait_for(settle).await {
                     Some(report) => report,
                     None => { worker.kill(); worker.wait().await }
                 };
-                format!("the worker process (pid {}) lost its connection and {report}", worker.pid())
+                let why = why.unwrap_or_else(|| "lost its connection".into());
+                format!("the worker process (pid {}) {why} and {report}", worker.pid())
             }
             _ = self.stop.cancelled() => {
                 self.shut_down(&mut worker, generation).await;

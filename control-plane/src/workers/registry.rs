@@ -58,6 +58,8 @@ struct Slot {
     link: Link,
     /// Signalled when this generation's connection ends.
     detached: Arc<Notify>,
+    /// Why the control plane ended the connection, when it did (a hung worker).
+    detach_reason: Option<String>,
 }
 
 #[derive(Default)]
@@ -91,6 +93,7 @@ impl Registry {
                 credential,
                 link: Link::Waiting,
                 detached: detached.clone(),
+                detach_reason: None,
             },
         );
         (generation, detached)
@@ -125,13 +128,23 @@ impl Registry {
         }
     }
 
-    /// Ends `generation`'s connection and tells its supervisor.
-    pub fn detach(&self, agent: &str, generation: Generation) {
+    /// Ends `generation`'s connection and tells its supervisor; `reason` says why
+    /// when the control plane ended it (rather than the worker closing it).
+    pub fn detach(&self, agent: &str, generation: Generation, reason: Option<String>) {
         let mut slots = self.slots();
         if let Some(slot) = slots.get_mut(agent).filter(|s| s.generation == generation) {
             slot.link = Link::Spent;
+            slot.detach_reason = reason;
             slot.detached.notify_one();
         }
+    }
+
+    /// Why the control plane ended `generation`'s connection, if it did.
+    pub fn detach_reason(&self, agent: &str, generation: Generation) -> Option<String> {
+        self.slots()
+            .get(agent)
+            .filter(|s| s.generation == generation)
+            .and_then(|s| s.detach_reason.clone())
     }
 
     /// Where `agent`'s generation `generation` stands.
@@ -197,7 +210,7 @@ mod tests {
             Err(AttachError::AlreadyAttached(_))
         ));
         assert_eq!(registry.link_state("a", gen_a), LinkState::Attached);
-        registry.detach("a", gen_a);
+        registry.detach("a", gen_a, None);
         assert_eq!(registry.link_state("a", gen_a), LinkState::Spent);
         assert!(matches!(
             registry.attach("a", "token-a"),
@@ -225,7 +238,7 @@ mod tests {
         let registry = Registry::default();
         let (generation, detached) = registry.expect("a", "t".into());
         let _attached = registry.attach("a", "t").unwrap();
-        registry.detach("a", generation);
+        registry.detach("a", generation, None);
         tokio::time::timeout(std::time::Duration::from_secs(1), detached.notified())
             .await
             .expect("supervisor woken");

@@ -78,6 +78,14 @@ impl FileLocks {
     pub fn active(&self) -> usize {
         self.files().len()
     }
+
+    /// How many hold or wait for `key` right now.
+    pub fn claims(&self, key: &str) -> usize {
+        self.files()
+            .get(key)
+            // One reference is the map's; each holder or waiter has one more.
+            .map_or(0, |mutex| Arc::strong_count(mutex) - 1)
+    }
 }
 
 /// Holds one file's write lock until dropped.

@@ -144,44 +144,44 @@ fn calls_are_described_by_their_path_or_command() {
 #[tokio::test]
 async fn two_concurrent_writers_to_one_file_take_turns() {
     let (dir, tools, locks) = toolbox(Duration::from_secs(10));
-    // A write in progress elsewhere holds the file; two more writers queue behind it.
+    // A write in progress elsewhere holds the file; two more writers queue behind it,
+    // in a known order (the lock is first come, first served).
     let in_progress = locks.lock("a.txt").await.unwrap();
-    let first = tokio::spawn({
+    let writer = |path: &'static str, content: &'static str| {
         let tools = tools.clone();
-        async move {
-            let out = tools
+        tokio::spawn(async move {
+            tools
                 .execute(&json_call(
                     "create_file",
-                    json!({"path": "a.txt", "content": "first"}),
+                    json!({"path": path, "content": content}),
                 ))
-                .await;
-            (out, Instant::now())
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let second = tokio::spawn({
-        let tools = tools.clone();
+                .await
+        })
+    };
+    let queued = |n: usize| {
+        let locks = locks.clone();
         async move {
-            let out = tools
-                .execute(&json_call(
-                    "create_file",
-                    json!({"path": "./a.txt", "content": "second"}),
-                ))
-                .await;
-            (out, Instant::now())
+            while locks.claims("a.txt") < n {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
         }
-    });
+    };
+    let first = writer("a.txt", "first");
+    queued(2).await;
+    let second = writer("./a.txt", "second");
+    queued(3).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(
         !dir.path().join("a.txt").exists(),
         "nobody writes while the lock is held"
     );
     drop(in_progress);
-    let (first, first_done) = first.await.unwrap();
-    let (second, second_done) = second.await.unwrap();
+    let first = first.await.unwrap();
+    let second = second.await.unwrap();
+    // The second saw the first's file (it overwrote it) and its content stands:
+    // the writes ran one after the other, in the order they queued.
     assert_eq!(first.content, "Created a.txt (5 bytes)");
     assert_eq!(second.content, "Overwrote ./a.txt (6 bytes)");
-    assert!(first_done <= second_done);
     assert_eq!(
         std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
         "second"

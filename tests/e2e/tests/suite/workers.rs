@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use chorus_test_support::fake_model::{Reply, text, tool_call};
-use chorus_test_support::{Chorus, FakeModel, FakeOpenAi, bin_path, process};
+use chorus_test_support::{Chorus, FakeModel, FakeOpenAi, Hold, bin_path, process};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
@@ -94,6 +94,71 @@ async fn a_worker_killed_mid_run_fails_its_thread_and_is_replaced() -> anyhow::R
         std::fs::read_to_string(chorus.agent_dir("fragile").join("workspace/after.txt"))?,
         "ok"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_hung_worker_is_noticed_by_its_silence_killed_and_replaced() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let hold = Hold::new();
+    model.push(Reply::Held(hold.clone(), Box::new(text("too late"))));
+    let chorus = Chorus::builder()
+        .env("OPENAI_BASE_URL", &model.base_url())
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("CHORUS_DEFAULT_MODEL", "fake-model")
+        .config("[workers]\nheartbeat_interval_ms = 1000\n")
+        .start()
+        .await?;
+    chorus.create_agent("stuck").await?;
+    let hung_pid = chorus
+        .wait_worker_running("stuck", Duration::from_secs(15))
+        .await?;
+    let id = chorus.send_message("stuck", "think hard").await?;
+    model.wait_for_requests(1, Duration::from_secs(10)).await;
+
+    // A stopped process keeps its socket open but says nothing: hung, not dead.
+    process::signal(hung_pid, Signal::SIGSTOP);
+    let stopped_at = Instant::now();
+    let thread = chorus
+        .wait_thread("stuck", id, Duration::from_secs(10), |t| {
+            t["status"] == "failed"
+        })
+        .await?;
+    eprintln!("hung worker noticed after {:?}", stopped_at.elapsed());
+    let error = thread["error"].as_str().unwrap();
+    assert!(
+        error.contains(&format!("pid {hung_pid}")) && error.contains("stopped responding"),
+        "{error}"
+    );
+    assert!(error.contains("again"), "{error}");
+    assert!(
+        process::wait_gone(hung_pid, Duration::from_secs(5)).await,
+        "the hung worker is killed, not left behind"
+    );
+
+    let next_pid = chorus
+        .wait_worker_running("stuck", Duration::from_secs(10))
+        .await?;
+    assert_ne!(next_pid, hung_pid);
+    hold.release();
+    model.push(text("back to work"));
+    let next = chorus.send_message("stuck", "again").await?;
+    let thread = chorus
+        .wait_thread_finished("stuck", next, Duration::from_secs(20))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    // A busy but healthy worker is not mistaken for a hung one: its heartbeats go on
+    // while a model call takes longer than the silence limit (3 s here).
+    let slow = Hold::new();
+    model.push(Reply::Held(slow.clone(), Box::new(text("slow but fine"))));
+    let patient = chorus.send_message("stuck", "take your time").await?;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    slow.release();
+    let thread = chorus
+        .wait_thread_finished("stuck", patient, Duration::from_secs(20))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    assert_eq!(chorus.agent("stuck").await?["worker"]["pid"], next_pid);
     Ok(())
 }
 
