@@ -19,7 +19,7 @@ use crate::gate::{GateMessage, ToolGate};
 use crate::model::{
     DEFAULT_MAX_TOKENS, MessageCache, ModelClient, ModelError, ModelRequest, StopReason,
 };
-use crate::tools::{ToolBox, ToolOutcome};
+use crate::tools::{LockWait, ToolBox, ToolOutcome};
 
 /// Where a run's events go (the connection forwards them to the control plane).
 #[derive(Clone)]
@@ -318,13 +318,14 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
                         );
                         let span =
                             tracing::info_span!("tool", tool = %call.name, step = step.number);
-                        // Cancelling drops the tool's future: a running bash command's
-                        // whole process group is killed, a waiting writer gives up.
-                        let outcome = tokio::select! {
-                            outcome = tools.execute(call).instrument(span) => outcome,
-                            _ = cancel.cancelled() => {
+                        let outcome = execute_showing_lock_waits(tools, call, &mut steps, cancel)
+                            .instrument(span)
+                            .await;
+                        let outcome = match outcome {
+                            Ok(outcome) => outcome,
+                            Err(cancelled) => {
                                 steps.end(step, true, None);
-                                return Err(LoopError::Cancelled("the run was cancelled".into()));
+                                return Err(cancelled);
                             }
                         };
                         steps.end(step, outcome.is_error, None);
@@ -374,6 +375,48 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
         }
     }
     Err(LoopError::IterationCap(input.max_iterations))
+}
+
+/// Runs a tool; a wait for a file lock is a step of its own ("Awaiting file lock on
+/// a.txt"), so the thread shows what it is doing meanwhile. Cancelling drops the
+/// tool's future: a running bash command's whole process group is killed, a waiting
+/// writer gives up.
+async fn execute_showing_lock_waits(
+    tools: &ToolBox,
+    call: &ToolCall,
+    steps: &mut Steps<'_>,
+    cancel: &CancellationToken,
+) -> Result<ToolOutcome, LoopError> {
+    let (waits, mut notices) = mpsc::unbounded_channel();
+    let execution = tools.execute_noting_waits(call, Some(&waits));
+    tokio::pin!(execution);
+    let mut waiting: Option<OpenStep> = None;
+    let result = loop {
+        tokio::select! {
+            outcome = &mut execution => break Ok(outcome),
+            Some(notice) = notices.recv() => match notice {
+                LockWait::Waiting(path) => {
+                    waiting = Some(steps.begin(StepKind::Wait, format!("Awaiting file lock on {path}")));
+                }
+                LockWait::Over { acquired } => {
+                    if let Some(step) = waiting.take() {
+                        steps.end(step, !acquired, None);
+                    }
+                }
+            },
+            _ = cancel.cancelled() => break Err(LoopError::Cancelled("the run was cancelled".into())),
+        }
+    };
+    // The tool may finish before its last notice is read.
+    while let Ok(notice) = notices.try_recv() {
+        if let (LockWait::Over { acquired }, Some(step)) = (notice, waiting.take()) {
+            steps.end(step, !acquired, None);
+        }
+    }
+    if let Some(step) = waiting {
+        steps.end(step, true, None);
+    }
+    result
 }
 
 /// What the gate said about one tool call.

@@ -88,6 +88,15 @@ async fn run_script(script: Vec<Result<ModelReply, ModelError>>, policy: RetryPo
 async fn run_with(model: Scripted, retry: RetryPolicy, cancel: &CancellationToken) -> Outcome {
     let dir = tempfile::tempdir().unwrap();
     let tools = ToolBox::new(Workspace::new(dir.path()), Default::default());
+    run_with_tools(model, retry, cancel, &tools).await
+}
+
+async fn run_with_tools(
+    model: Scripted,
+    retry: RetryPolicy,
+    cancel: &CancellationToken,
+    tools: &ToolBox,
+) -> Outcome {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let (_agent_tx, agent_rx) = watch::channel(LiveAgent {
         model: ModelSelection {
@@ -111,15 +120,7 @@ async fn run_with(model: Scripted, retry: RetryPolicy, cancel: &CancellationToke
         retry,
         agent: agent_rx,
     };
-    let result = run(
-        &model,
-        &AllowAll,
-        &tools,
-        input,
-        &EventSink::new(tx),
-        cancel,
-    )
-    .await;
+    let result = run(&model, &AllowAll, tools, input, &EventSink::new(tx), cancel).await;
     let mut events = Vec::new();
     while let Ok(event) = rx.try_recv() {
         events.push(event);
@@ -397,6 +398,82 @@ async fn a_context_that_is_too_long_is_shortened_and_tried_again() {
         out.result,
         Err(LoopError::Model(ModelError::ContextLength(_)))
     ));
+}
+
+/// A write that must wait for a file another thread is writing shows the wait as a
+/// step of its own, ended when the lock is taken (or failed when the wait times out).
+#[tokio::test]
+async fn a_wait_for_a_file_lock_is_a_step_of_its_own() {
+    use crate::tools::locks::FileLocks;
+    for (timeout, released, lock_step_failed) in [
+        (Duration::from_secs(10), true, false),
+        (Duration::from_millis(100), false, true),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let locks = Arc::new(FileLocks::new(timeout));
+        let tools = ToolBox::new(Workspace::new(dir.path()), locks.clone());
+        let held = locks.lock("a.txt").await.unwrap();
+        // Another thread's write holds the file until this run's write queues behind it.
+        let other_write = tokio::spawn({
+            let locks = locks.clone();
+            async move {
+                while released && locks.claims("a.txt") < 2 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                if !released {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                drop(held);
+            }
+        });
+        let model = Scripted {
+            replies: Arc::new(Mutex::new(
+                vec![
+                    call_reply("create_file", r#"{"path":"a.txt","content":"mine"}"#),
+                    reply("done", StopReason::EndTurn),
+                ]
+                .into(),
+            )),
+            ..Scripted::default()
+        };
+        let out = run_with_tools(model, fast(), &CancellationToken::new(), &tools).await;
+        other_write.await.unwrap();
+        assert_eq!(out.result.unwrap(), "done");
+        assert_eq!(
+            step_descriptions(&out.events),
+            vec![
+                "Calling LLM (m)",
+                "Executing create_file: a.txt",
+                "Awaiting file lock on a.txt",
+                "Calling LLM (m)"
+            ]
+        );
+        let ended: Vec<(u32, bool)> = out
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                WorkerEvent::StepEnded(s) => Some((s.number, s.failed)),
+                _ => None,
+            })
+            .collect();
+        // The wait (step 3) ends before the write (step 2) it belongs to.
+        assert_eq!(
+            ended,
+            vec![
+                (1, false),
+                (3, lock_step_failed),
+                (2, lock_step_failed),
+                (4, false)
+            ],
+            "timeout {timeout:?}"
+        );
+        let result = &out.seen[1].last().unwrap().content;
+        if released {
+            assert_eq!(result, "Created a.txt (4 bytes)");
+        } else {
+            assert!(result.contains("locked by another thread"), "{result}");
+        }
+    }
 }
 
 #[test]

@@ -57,11 +57,28 @@ impl FileLocks {
 
     /// Waits up to the timeout for the write lock on `key` (a normalised path).
     pub async fn lock(self: &Arc<Self>, key: &str) -> Result<FileLockGuard, Locked> {
+        self.lock_noting_wait(key, || {}).await
+    }
+
+    /// [`FileLocks::lock`], calling `on_wait` first if the lock is not free at once
+    /// (so the wait can be shown).
+    pub async fn lock_noting_wait(
+        self: &Arc<Self>,
+        key: &str,
+        on_wait: impl FnOnce(),
+    ) -> Result<FileLockGuard, Locked> {
         let entry = Entry {
             locks: self.clone(),
             key: key.to_string(),
             mutex: self.files().entry(key.to_string()).or_default().clone(),
         };
+        if let Ok(held) = entry.mutex.clone().try_lock_owned() {
+            return Ok(FileLockGuard {
+                _held: held,
+                _entry: entry,
+            });
+        }
+        on_wait();
         let acquired = tokio::time::timeout(self.timeout, entry.mutex.clone().lock_owned()).await;
         match acquired {
             Ok(held) => Ok(FileLockGuard {

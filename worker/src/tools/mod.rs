@@ -30,6 +30,7 @@ use edit::ReplaceArgs;
 use files::{CreateFileArgs, PathArgs, ViewArgs};
 use jail::Workspace;
 use listing::{ListArgs, SearchArgs};
+use locks::FileLockGuard;
 use locks::FileLocks;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -266,7 +267,17 @@ impl ToolBox {
 
     /// Executes one call. Total: every failure, a panic included, is an outcome.
     pub async fn execute(&self, call: &ToolCall) -> ToolOutcome {
-        AssertUnwindSafe(self.execute_inner(call))
+        self.execute_noting_waits(call, None).await
+    }
+
+    /// [`ToolBox::execute`], telling `waits` when a write has to wait for a file
+    /// another thread is writing, and when that wait is over.
+    pub async fn execute_noting_waits(
+        &self,
+        call: &ToolCall,
+        waits: Option<&LockWaits>,
+    ) -> ToolOutcome {
+        AssertUnwindSafe(self.execute_inner(call, waits))
             .catch_unwind()
             .await
             .unwrap_or_else(|panic| {
@@ -279,7 +290,7 @@ impl ToolBox {
             })
     }
 
-    async fn execute_inner(&self, call: &ToolCall) -> ToolOutcome {
+    async fn execute_inner(&self, call: &ToolCall, waits: Option<&LockWaits>) -> ToolOutcome {
         let request = match Request::parse(call) {
             Ok(request) => request,
             Err(outcome) => return outcome,
@@ -288,7 +299,7 @@ impl ToolBox {
             Request::Bash(args) => {
                 return bash::run(self.workspace.root(), args, &self.config.bash).await;
             }
-            Request::SelfEditDocs(args) => return self.write_doc(args).await,
+            Request::SelfEditDocs(args) => return self.write_doc(args, waits).await,
             Request::ControlPlane => {
                 return ToolOutcome::error(format!(
                     "{} is carried out by the control plane, not here; the call was not run",
@@ -299,9 +310,9 @@ impl ToolBox {
         };
         // A path the jail refuses needs no lock: the tool reports the refusal.
         let guard = match request.written_path().and_then(jail::normalise) {
-            Some(key) => match self.locks.lock(&key).await {
+            Some(key) => match self.lock(&key, &key, waits).await {
                 Ok(guard) => Some(guard),
-                Err(locked) => return ToolOutcome::error(locked.to_string()),
+                Err(outcome) => return outcome,
             },
             None => None,
         };
@@ -322,14 +333,17 @@ impl ToolBox {
 impl ToolBox {
     /// `self_edit_docs`: a file under docs/, through the docs jail, under the same
     /// per-file locks as workspace writes (keyed apart by a `docs:` prefix).
-    async fn write_doc(&self, args: CreateFileArgs) -> ToolOutcome {
+    async fn write_doc(&self, args: CreateFileArgs, waits: Option<&LockWaits>) -> ToolOutcome {
         let Some(docs) = self.docs.clone() else {
             return ToolOutcome::error("this agent has no docs directory");
         };
         let guard = match jail::normalise(&args.path) {
-            Some(key) => match self.locks.lock(&format!("docs:{key}")).await {
+            Some(key) => match self
+                .lock(&format!("docs:{key}"), &format!("docs/{key}"), waits)
+                .await
+            {
                 Ok(guard) => Some(guard),
-                Err(locked) => return ToolOutcome::error(locked.to_string()),
+                Err(outcome) => return outcome,
             },
             None => None,
         };
@@ -342,6 +356,45 @@ impl ToolBox {
         .unwrap_or_else(|e| ToolOutcome::error(format!("the tool self_edit_docs crashed: {e}")))
     }
 }
+
+impl ToolBox {
+    /// Takes the write lock on `key`, telling `waits` about a wait (naming `shown`).
+    async fn lock(
+        &self,
+        key: &str,
+        shown: &str,
+        waits: Option<&LockWaits>,
+    ) -> Result<FileLockGuard, ToolOutcome> {
+        let mut waited = false;
+        let result = self
+            .locks
+            .lock_noting_wait(key, || {
+                waited = true;
+                if let Some(waits) = waits {
+                    let _ = waits.send(LockWait::Waiting(shown.to_string()));
+                }
+            })
+            .await;
+        if let (true, Some(waits)) = (waited, waits) {
+            let _ = waits.send(LockWait::Over {
+                acquired: result.is_ok(),
+            });
+        }
+        result.map_err(|locked| ToolOutcome::error(locked.to_string()))
+    }
+}
+
+/// A write waiting for a file another thread is writing (seed 001: "Awaiting file
+/// lock on main.py" is what the thread is doing meanwhile).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockWait {
+    /// Waiting for the file at this path.
+    Waiting(String),
+    /// The wait is over: the lock was taken, or the wait timed out.
+    Over { acquired: bool },
+}
+
+pub type LockWaits = tokio::sync::mpsc::UnboundedSender<LockWait>;
 
 fn parse_args<T: DeserializeOwned>(call: &ToolCall) -> Result<T, ToolOutcome> {
     let text = if call.arguments.trim().is_empty() {
