@@ -23,7 +23,7 @@ use crate::http::{self, AppState};
 use crate::llm_relay::{self, RelayState};
 use crate::providers::catalog::Catalog;
 use crate::runs::{RunSettings, Runs};
-use crate::secrets::random_token;
+use crate::secrets::{KnownSecrets, random_token};
 use crate::store::Store;
 use crate::workers::launcher::LocalLauncher;
 use crate::workers::registry::Registry;
@@ -98,13 +98,23 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     let registry = Arc::new(Registry::default());
     let profiles = Arc::new(ProfileCache::default());
     let approvals = Arc::new(Approvals::new(store.clone()));
+    let known_secrets = KnownSecrets::new(
+        settings
+            .providers
+            .iter()
+            .filter_map(|p| p.api_key.as_ref().map(|k| k.expose().to_string()))
+            .chain([api_token.expose().to_string()]),
+    );
     let runs = Arc::new(Runs::new(
         store.clone(),
         registry.clone(),
         catalog.clone(),
         profiles.clone(),
         approvals.clone(),
-        RunSettings::from_settings(&settings, agents_root.clone()),
+        RunSettings {
+            secrets: known_secrets.clone(),
+            ..RunSettings::from_settings(&settings, agents_root.clone())
+        },
     ));
     let (lost_tx, mut lost_rx) = mpsc::unbounded_channel::<WorkerLost>();
     let lost_forwarder = {
@@ -144,12 +154,6 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
             "cancelled approval requests left by the last run"
         );
     }
-    let mut known_secrets: Vec<String> = settings
-        .providers
-        .iter()
-        .filter_map(|p| p.api_key.as_ref().map(|k| k.expose().to_string()))
-        .collect();
-    known_secrets.push(api_token.expose().to_string());
     let gate = Arc::new(ToolGate::new(
         store.clone(),
         registry.clone(),

@@ -40,7 +40,7 @@ pub struct GateSettings {
     /// The role of users not listed.
     pub default_role: Role,
     /// Secrets to scrub from anything recorded (provider keys, the API token).
-    pub known_secrets: Vec<String>,
+    pub known_secrets: crate::secrets::KnownSecrets,
 }
 
 impl GateSettings {
@@ -149,13 +149,18 @@ impl ToolGate {
         };
         let call = &check.call;
         let actions = actions_for(&call.name, &call.arguments);
-        let detail = redact::redact_arguments(&call.arguments, &self.settings.known_secrets);
+        let secrets = &self.settings.known_secrets;
+        let detail = redact::redact_arguments(&call.arguments, secrets);
+        // What people see of the actions (audit, approvals): the decision uses the
+        // real ones, the record never holds a known secret.
+        let shown_actions: Vec<String> = actions.iter().map(|a| secrets.scrubbed(a)).collect();
         let audit = |decision: &'static str, explanations: Option<&[Explanation]>| {
-            let detail = match explanations {
+            let mut detail = match explanations {
                 Some(explanations) => json!({"arguments": detail, "why": explanations.iter().map(|e| &e.reason).collect::<Vec<_>>()}).to_string(),
                 None => json!({"arguments": detail}).to_string(),
             };
-            let action = actions.join("\n");
+            secrets.scrub(&mut detail);
+            let action = shown_actions.join("\n");
             let store = self.store.clone();
             let agent = check.agent.clone();
             let user = user.clone();
@@ -209,7 +214,7 @@ impl ToolGate {
                             check,
                             thread_id,
                             user.clone(),
-                            &actions,
+                            &shown_actions,
                             &detail,
                             &explanations,
                         )

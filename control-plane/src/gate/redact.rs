@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-const REDACTED: &str = "[redacted]";
+use crate::secrets::{KnownSecrets, REDACTED};
 
 /// Argument keys whose values are secrets whatever they hold.
 fn secret_key(key: &str) -> bool {
@@ -23,18 +23,16 @@ fn secret_key(key: &str) -> bool {
 /// The call's arguments for the record: values under secret-looking keys, and any
 /// occurrence of a known secret (e.g. a configured provider key) are replaced.
 /// Text that is not JSON is kept as text, with known secrets replaced.
-pub fn redact_arguments(arguments: &str, known_secrets: &[String]) -> String {
-    let text = match serde_json::from_str::<Value>(arguments) {
+pub fn redact_arguments(arguments: &str, known_secrets: &KnownSecrets) -> String {
+    let mut text = match serde_json::from_str::<Value>(arguments) {
         Ok(mut value) => {
             redact_value(&mut value);
             value.to_string()
         }
         Err(_) => arguments.to_string(),
     };
-    known_secrets
-        .iter()
-        .filter(|s| s.len() >= 8)
-        .fold(text, |text, secret| text.replace(secret.as_str(), REDACTED))
+    known_secrets.scrub(&mut text);
+    text
 }
 
 fn redact_value(value: &mut Value) {
@@ -59,7 +57,7 @@ mod tests {
 
     #[test]
     fn secrets_by_key_and_by_value_are_replaced() {
-        let known = vec!["sk-live-0123456789".to_string()];
+        let known = KnownSecrets::new(["sk-live-0123456789".to_string()]);
         let out = redact_arguments(
             r#"{"command":"curl -H 'Authorization: Bearer sk-live-0123456789' x","env":{"API_KEY":"abc"},"path":"a"}"#,
             &known,

@@ -45,6 +45,8 @@ pub struct Chorus {
     pub data_dir: PathBuf,
     client: reqwest::Client,
     token: Option<String>,
+    /// Everything chorus (and its workers, which share its stderr) printed so far.
+    output: std::sync::Arc<std::sync::Mutex<String>>,
     _temp: Option<tempfile::TempDir>,
 }
 
@@ -68,6 +70,12 @@ impl ChorusBuilder {
     }
 
     /// Leaves CHORUS_API_TOKEN unset so chorus generates one into the data dir.
+    /// The API token chorus is given (instead of the test default).
+    pub fn api_token(mut self, token: &str) -> Self {
+        self.api_token = Some(token.to_string());
+        self
+    }
+
     pub fn generated_token(mut self) -> Self {
         self.api_token = None;
         self
@@ -100,7 +108,7 @@ impl ChorusBuilder {
             .env("CHORUS_WORKER_BIN", bin_path("chorus-worker"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .kill_on_drop(true);
         if let Some(token) = &self.api_token {
             command.env("CHORUS_API_TOKEN", token);
@@ -116,10 +124,29 @@ impl ChorusBuilder {
             command.env(k, v);
         }
         let mut child = command.spawn().context("spawn chorus")?;
+        let output = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        // The log is kept for tests to search, and passed on so a failing test shows it.
+        let stderr = child.stderr.take().context("chorus stderr")?;
+        tokio::spawn({
+            let output = output.clone();
+            async move {
+                let mut lines = BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    eprintln!("{line}");
+                    let mut output = output.lock().unwrap_or_else(|e| e.into_inner());
+                    output.push_str(&line);
+                    output.push('\n');
+                }
+            }
+        });
         let stdout = child.stdout.take().context("chorus stdout")?;
         let mut lines = BufReader::new(stdout).lines();
         let ready = tokio::time::timeout(Duration::from_secs(30), async {
             while let Some(line) = lines.next_line().await? {
+                output
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push_str(&format!("{line}\n"));
                 if line.starts_with("chorus ready") {
                     return Ok::<_, std::io::Error>(Some(line));
                 }
@@ -133,7 +160,16 @@ impl ChorusBuilder {
             bail!("chorus exited before it was ready ({status})");
         };
         // Keep draining stdout so chorus never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        tokio::spawn({
+            let output = output.clone();
+            async move {
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let mut output = output.lock().unwrap_or_else(|e| e.into_inner());
+                    output.push_str(&line);
+                    output.push('\n');
+                }
+            }
+        });
         let field = |name: &str| -> anyhow::Result<String> {
             ready
                 .split_whitespace()
@@ -154,6 +190,7 @@ impl ChorusBuilder {
             child,
             client: reqwest::Client::new(),
             token,
+            output,
             _temp: temp,
         })
     }
@@ -171,6 +208,14 @@ impl Chorus {
 
     pub fn pid(&self) -> u32 {
         self.child.id().unwrap_or_default()
+    }
+
+    /// What chorus and its workers have printed so far (stdout and stderr).
+    pub fn output(&self) -> String {
+        self.output
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn token(&self) -> &str {
