@@ -19,12 +19,14 @@ use crate::agents::name;
 use crate::gate::{Check, ToolGate};
 use crate::runs::Runs;
 use crate::secrets::bearer_token;
+use crate::tasks::TaskLog;
 use crate::workers::registry::{AttachError, Registry};
 
 pub struct WorkerLinkService {
     registry: Arc<Registry>,
     runs: Arc<Runs>,
     gate: Arc<ToolGate>,
+    tasks: Arc<TaskLog>,
     connections: TaskTracker,
     /// How often workers send a heartbeat.
     heartbeat_interval: Duration,
@@ -38,6 +40,7 @@ impl WorkerLinkService {
         registry: Arc<Registry>,
         runs: Arc<Runs>,
         gate: Arc<ToolGate>,
+        tasks: Arc<TaskLog>,
         connections: TaskTracker,
         heartbeat_interval: Duration,
         silence_limit: Duration,
@@ -46,6 +49,7 @@ impl WorkerLinkService {
             registry,
             runs,
             gate,
+            tasks,
             connections,
             heartbeat_interval,
             silence_limit,
@@ -110,6 +114,7 @@ impl WorkerLink for WorkerLinkService {
         let registry = self.registry.clone();
         let runs = self.runs.clone();
         let gate = self.gate.clone();
+        let tasks = self.tasks.clone();
         let checks = self.connections.clone();
         let silence_limit = self.silence_limit;
         self.connections.spawn(async move {
@@ -151,11 +156,15 @@ impl WorkerLink for WorkerLinkService {
                     gate.handle(check, &checks);
                     continue;
                 }
+                if tasks.apply(&agent, generation, &event).await {
+                    continue;
+                }
                 if let Err(e) = runs.apply(&agent, generation, event).await {
                     tracing::warn!(%agent, generation, error = %e, "worker event refused");
                 }
             };
             registry.detach(&agent, generation, hung);
+            tasks.worker_gone(&agent, generation).await;
             tracing::info!(%agent, generation, "worker detached");
         });
         Ok(Response::new(Box::pin(outbound)))

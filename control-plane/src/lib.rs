@@ -14,5 +14,6 @@ pub mod runs;
 pub mod secrets;
 pub mod serve;
 pub mod store;
+pub mod tasks;
 pub mod telemetry;
 pub mod workers;

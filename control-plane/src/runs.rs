@@ -452,7 +452,11 @@ impl Runs {
             }
             // Tool checks go to the gate, not here.
             WorkerEvent::ToolCheck { .. } => Ok(()),
-            WorkerEvent::Hello { .. } | WorkerEvent::Heartbeat { .. } => Ok(()),
+            // Not events of a run (they return above); background tasks are `tasks`'s.
+            WorkerEvent::Hello { .. }
+            | WorkerEvent::Heartbeat { .. }
+            | WorkerEvent::TaskStarted(_)
+            | WorkerEvent::TaskEnded { .. } => Ok(()),
         };
         if let Err(e) = result {
             tracing::error!(agent, thread_id, %run_id, error = %e, "cannot record worker event");
@@ -554,7 +558,7 @@ impl Runs {
 }
 
 /// The event with every known secret scrubbed from the text it carries.
-fn scrub_event(secrets: &KnownSecrets, mut event: WorkerEvent) -> WorkerEvent {
+pub fn scrub_event(secrets: &KnownSecrets, mut event: WorkerEvent) -> WorkerEvent {
     match &mut event {
         WorkerEvent::StepStarted(step) => secrets.scrub(&mut step.description),
         WorkerEvent::MessageAppended { message, .. } => {
@@ -567,6 +571,8 @@ fn scrub_event(secrets: &KnownSecrets, mut event: WorkerEvent) -> WorkerEvent {
         WorkerEvent::RunFailed { error, .. } => secrets.scrub(error),
         // A secret split across two deltas is not caught here; the stored message is.
         WorkerEvent::TextDelta { text, .. } => secrets.scrub(text),
+        WorkerEvent::TaskStarted(task) => secrets.scrub(&mut task.command),
+        WorkerEvent::TaskEnded { end, .. } => secrets.scrub(&mut end.detail),
         // Tool checks go to the gate, which redacts what it records itself.
         WorkerEvent::ToolCheck { .. }
         | WorkerEvent::Hello { .. }

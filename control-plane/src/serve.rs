@@ -25,6 +25,7 @@ use crate::providers::catalog::Catalog;
 use crate::runs::{RunSettings, Runs};
 use crate::secrets::{KnownSecrets, random_token};
 use crate::store::Store;
+use crate::tasks::TaskLog;
 use crate::workers::launcher::LocalLauncher;
 use crate::workers::registry::Registry;
 use crate::workers::{WorkerLost, WorkerManager};
@@ -165,10 +166,18 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
             ask_timeout: settings.ask_timeout,
             roles: settings.roles.clone(),
             default_role: settings.default_role,
-            known_secrets,
+            known_secrets: known_secrets.clone(),
         },
     ));
 
+    let task_log = Arc::new(TaskLog::new(store.clone(), known_secrets.clone()));
+    let forgotten = task_log.forget_previous().await?;
+    if forgotten > 0 {
+        tracing::warn!(
+            tasks = forgotten,
+            "background tasks left running by the last run are marked lost"
+        );
+    }
     let shutdown = CancellationToken::new();
     let connections = TaskTracker::new();
     let worker_router = tonic::service::Routes::new(
@@ -176,6 +185,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
             registry.clone(),
             runs.clone(),
             gate.clone(),
+            task_log.clone(),
             connections.clone(),
             settings.workers.heartbeat_interval,
             settings.workers.silence_limit(),

@@ -5,8 +5,8 @@
 
 use crate::domain::{
     AgentChange, AgentSettings, ChatMessage, ControlCommand, ModelRoute, RetryPolicy, Role,
-    RunAssignment, StepEnded, StepKind, StepStarted, ToolCall, ToolDecision, ToolResult, Usage,
-    WorkerEvent,
+    RunAssignment, StepEnded, StepKind, StepStarted, TaskEnd, TaskReport, ToolCall, ToolDecision,
+    ToolResult, Usage, WorkerEvent,
 };
 use crate::generated as pb;
 use pb::control_message::Body as ControlBody;
@@ -409,6 +409,17 @@ impl From<WorkerEvent> for pb::WorkerMessage {
                 tool: call.name,
                 arguments: call.arguments,
             }),
+            WorkerEvent::TaskStarted(t) => WorkerBody::TaskStarted(pb::TaskStarted {
+                task_id: t.task_id,
+                command: t.command,
+                pid: t.pid,
+            }),
+            WorkerEvent::TaskEnded { task_id, end } => WorkerBody::TaskEnded(pb::TaskEnded {
+                task_id,
+                status: end.status,
+                exit_code: end.exit_code,
+                detail: end.detail,
+            }),
         };
         pb::WorkerMessage { body: Some(body) }
     }
@@ -468,6 +479,19 @@ impl TryFrom<pb::WorkerMessage> for WorkerEvent {
                     id: c.call_id,
                     name: c.tool,
                     arguments: c.arguments,
+                },
+            },
+            WorkerBody::TaskStarted(t) => WorkerEvent::TaskStarted(TaskReport {
+                task_id: t.task_id,
+                command: t.command,
+                pid: t.pid,
+            }),
+            WorkerBody::TaskEnded(t) => WorkerEvent::TaskEnded {
+                task_id: t.task_id,
+                end: TaskEnd {
+                    status: t.status,
+                    exit_code: t.exit_code,
+                    detail: t.detail,
                 },
             },
         })
@@ -538,6 +562,27 @@ mod tests {
                 request_id: 9,
                 run_id: "r".into(),
                 call: call(),
+            },
+            WorkerEvent::TaskStarted(TaskReport {
+                task_id: 2,
+                command: "npm run dev".into(),
+                pid: 4242,
+            }),
+            WorkerEvent::TaskEnded {
+                task_id: 2,
+                end: TaskEnd {
+                    status: "failed".into(),
+                    exit_code: Some(1),
+                    detail: "exit code 1".into(),
+                },
+            },
+            WorkerEvent::TaskEnded {
+                task_id: 3,
+                end: TaskEnd {
+                    status: "stopped".into(),
+                    exit_code: None,
+                    detail: "killed by signal SIGTERM".into(),
+                },
             },
         ];
         for event in events {

@@ -115,6 +115,8 @@ pub const TOOL_NAMES: &[&str] = &[
     "file.list",
     "file.search",
     "bash",
+    "task_output",
+    "task_stop",
     "self_edit_system_prompt",
     "self_edit_docs",
     "self_edit_permissions",
@@ -333,13 +335,41 @@ pub enum WorkerEvent {
         run_id: String,
         call: ToolCall,
     },
+    /// A background task started; it belongs to the worker, not to a run.
+    TaskStarted(TaskReport),
+    /// A background task ended.
+    TaskEnded {
+        task_id: u32,
+        end: TaskEnd,
+    },
+}
+
+/// A background task as it started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskReport {
+    pub task_id: u32,
+    pub command: String,
+    /// The task's shell, which leads its process group.
+    pub pid: u32,
+}
+
+/// How a background task ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskEnd {
+    /// "completed", "failed" or "stopped".
+    pub status: String,
+    pub exit_code: Option<i32>,
+    pub detail: String,
 }
 
 impl WorkerEvent {
     /// The run an event belongs to, for events that belong to one.
     pub fn run_id(&self) -> Option<&str> {
         match self {
-            WorkerEvent::Hello { .. } | WorkerEvent::Heartbeat { .. } => None,
+            WorkerEvent::Hello { .. }
+            | WorkerEvent::Heartbeat { .. }
+            | WorkerEvent::TaskStarted(_)
+            | WorkerEvent::TaskEnded { .. } => None,
             WorkerEvent::StepStarted(s) => Some(&s.run_id),
             WorkerEvent::StepEnded(s) => Some(&s.run_id),
             WorkerEvent::MessageAppended { run_id, .. }

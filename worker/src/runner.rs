@@ -19,6 +19,7 @@ use crate::tools::ToolConfig;
 use crate::tools::bash::BashConfig;
 use crate::tools::jail::Workspace;
 use crate::tools::locks::FileLocks;
+use crate::tools::tasks::BackgroundTasks;
 
 /// Used when an assignment leaves the iteration cap to the worker.
 const DEFAULT_MAX_ITERATIONS: u32 = 50;
@@ -31,6 +32,9 @@ pub struct Runner {
     /// One set of file locks for all runs: two threads of the agent writing the
     /// same file take turns.
     locks: Arc<FileLocks>,
+    /// Background tasks (bash with run_in_background), shared by all runs: they
+    /// outlive the call and the run that started them.
+    background: Arc<BackgroundTasks>,
     tools: ToolConfig,
     tasks: TaskTracker,
 }
@@ -80,6 +84,7 @@ impl Runner {
             .unwrap_or_default();
         Runner {
             gate: Arc::new(RelayGate::new(sink.clone())),
+            background: Arc::new(BackgroundTasks::new(Some(sink.clone()))),
             sink,
             clients: RelayClients::new(http, control_plane, credential),
             runs: Arc::new(Mutex::new(HashMap::new())),
@@ -164,6 +169,7 @@ impl Runner {
         );
         let gate = self.gate.clone();
         let mut tools = ToolBox::new(Workspace::new(&run.agent.workspace), self.locks.clone())
+            .with_tasks(self.background.clone())
             .with_config(self.tools.clone());
         if !run.agent.docs_dir.is_empty() {
             tools = tools.with_docs(Workspace::new(&run.agent.docs_dir));
@@ -219,11 +225,13 @@ impl Runner {
         );
     }
 
-    /// Cancels every run and waits up to `grace` for them to wind down.
+    /// Cancels every run and stops every background task, waiting up to `grace` for
+    /// the runs to wind down.
     pub async fn cancel_all(&self, grace: Duration) {
         for run in self.runs().values() {
             run.cancel.cancel();
         }
+        self.background.stop_all().await;
         self.tasks.close();
         if tokio::time::timeout(grace, self.tasks.wait())
             .await

@@ -43,6 +43,14 @@ pub fn actions_for(tool: &str, arguments: &str) -> Vec<String> {
             };
             vec![tool_action("self_edit", &format!("permissions:{target}"))]
         }
+        // A background task of the agent's own worker, by id.
+        "task_output" | "task_stop" => {
+            let id = args
+                .get("task_id")
+                .map(Value::to_string)
+                .unwrap_or_default();
+            vec![tool_action(tool, &id)]
+        }
         "file.search" | "file.list" => {
             let path = text(&args, "path");
             vec![tool_action(tool, if path.is_empty() { "." } else { path })]
@@ -69,6 +77,12 @@ mod tests {
                 vec!["tool:view:README.md"],
             ),
             ("file.list", "{}", vec!["tool:file.list:."]),
+            (
+                "task_output",
+                r#"{"task_id":3,"wait":5}"#,
+                vec!["tool:task_output:3"],
+            ),
+            ("task_stop", r#"{"task_id":1}"#, vec!["tool:task_stop:1"]),
             (
                 "self_edit_docs",
                 r#"{"path":"notes.md","content":""}"#,

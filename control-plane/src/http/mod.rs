@@ -6,6 +6,7 @@ mod agents;
 mod error;
 mod models;
 mod permissions;
+mod tasks;
 mod threads;
 
 use std::sync::Arc;
@@ -47,6 +48,7 @@ pub fn router(state: AppState) -> Router {
         .merge(models::routes())
         .merge(permissions::routes())
         .merge(threads::routes())
+        .merge(tasks::routes())
         .fallback(|| async { ApiError::not_found("no such API endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(

@@ -78,6 +78,17 @@ fn standard() -> ProfileSpec {
                 &["tool:bash:pwd", "tool:bash:pwd -P"],
                 &["tool:bash:pwd; rm x", "tool:bash:pwdx"],
             ),
+            // Reading and stopping the agent's own background tasks (starting one is
+            // a bash command, checked as such).
+            RuleSpec::with_examples(
+                r"tool:task_(?:output|stop):[0-9]+",
+                &["tool:task_output:1", "tool:task_stop:12"],
+                &[
+                    "tool:task_output:",
+                    "tool:task_stop:1; rm x",
+                    "tool:task_kill:1",
+                ],
+            ),
             ripgrep(),
             find(),
             git_read(),

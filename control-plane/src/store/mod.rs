@@ -7,6 +7,7 @@
 mod agents;
 mod approvals;
 mod audit;
+mod tasks;
 mod threads;
 
 use std::borrow::Cow;
@@ -22,6 +23,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 pub use agents::{AgentRecord, AgentStatus, AgentUpdate, NewAgent};
 pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval};
 pub use audit::{AuditEntry, AuditRecord};
+pub use tasks::{OrphanTask, TaskRecord};
 pub use threads::{StepRecord, StoredMessage, ThreadRecord, ThreadStatus};
 
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +63,13 @@ fn migrator() -> Migrator {
             Cow::Borrowed("permissions"),
             MigrationType::Simple,
             include_str!("../../migrations/sqlite/0002_permissions.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            3,
+            Cow::Borrowed("tasks"),
+            MigrationType::Simple,
+            include_str!("../../migrations/sqlite/0003_tasks.sql").into_sql_str(),
             false,
         ),
     ];

@@ -58,3 +58,16 @@ pub fn environ(pid: u32) -> Vec<String> {
 pub fn cmdline(pid: u32) -> Vec<String> {
     proc_strings(pid, "cmdline")
 }
+
+/// Live processes whose command line contains `marker`.
+pub fn with_marker(marker: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|pid| is_alive(*pid) && cmdline(*pid).join(" ").contains(marker))
+                .collect()
+        })
+        .unwrap_or_default()
+}

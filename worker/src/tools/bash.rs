@@ -82,6 +82,9 @@ pub struct BashArgs {
     pub command: String,
     /// Seconds.
     pub timeout: Option<f64>,
+    /// Start a background task instead (see `tasks`).
+    #[serde(default)]
+    pub run_in_background: bool,
 }
 
 /// The whole environment a command sees (see `PASSED_VARS` and `SET_VARS`).
@@ -129,11 +132,7 @@ pub async fn run(root: &Path, args: BashArgs, config: &BashConfig) -> ToolOutcom
         }
         Some(t) => (Duration::from_secs_f64(t.min(max)), t > max),
     };
-    let shell = if Path::new("/bin/bash").exists() {
-        "/bin/bash"
-    } else {
-        "/bin/sh"
-    };
+    let shell = shell();
     let mut command = Command::new(shell);
     command
         .arg("-c")
@@ -254,7 +253,16 @@ pub async fn run(root: &Path, args: BashArgs, config: &BashConfig) -> ToolOutcom
     }
 }
 
-fn describe_status(status: ExitStatus) -> String {
+/// The shell commands run in.
+pub fn shell() -> &'static str {
+    if Path::new("/bin/bash").exists() {
+        "/bin/bash"
+    } else {
+        "/bin/sh"
+    }
+}
+
+pub fn describe_status(status: ExitStatus) -> String {
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exit code {code}"),
         (None, Some(signal)) => match Signal::try_from(signal) {

@@ -12,6 +12,7 @@ pub mod jail;
 pub mod listing;
 pub mod locks;
 mod schemas;
+pub mod tasks;
 pub mod walk;
 
 #[cfg(test)]
@@ -32,6 +33,7 @@ use jail::Workspace;
 use listing::{ListArgs, SearchArgs};
 use locks::FileLockGuard;
 use locks::FileLocks;
+use tasks::BackgroundTasks;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolOutcome {
@@ -80,6 +82,8 @@ pub struct ToolBox {
     /// The agent's docs/ directory, for `self_edit_docs`.
     docs: Option<Workspace>,
     locks: Arc<FileLocks>,
+    /// The worker's background tasks, shared by all its runs.
+    tasks: Arc<BackgroundTasks>,
     config: ToolConfig,
 }
 
@@ -99,6 +103,8 @@ enum Request {
     List(ListArgs),
     Search(SearchArgs),
     Bash(BashArgs),
+    TaskOutput(tasks::OutputArgs),
+    TaskStop(tasks::TaskArgs),
     /// Writes a file in the agent's docs/ directory.
     SelfEditDocs(CreateFileArgs),
     /// Self-edits of what the control plane owns; the gate carries them out, so
@@ -141,6 +147,8 @@ impl Request {
             "file.list" => Request::List(parse_args(call)?),
             "file.search" => Request::Search(parse_args(call)?),
             "bash" => Request::Bash(parse_args(call)?),
+            "task_output" => Request::TaskOutput(parse_args(call)?),
+            "task_stop" => Request::TaskStop(parse_args(call)?),
             "self_edit_docs" => Request::SelfEditDocs(parse_args(call)?),
             "self_edit_system_prompt" => {
                 parse_args::<NewPrompt>(call)?;
@@ -176,6 +184,8 @@ impl Request {
             | Request::List(_)
             | Request::Search(_)
             | Request::Bash(_)
+            | Request::TaskOutput(_)
+            | Request::TaskStop(_)
             | Request::ControlPlane => None,
         }
     }
@@ -193,9 +203,11 @@ impl Request {
             Request::Patch(a) => edit::replace(workspace, a, "file.patch"),
             Request::List(a) => listing::list(workspace, a),
             Request::Search(a) => listing::search(workspace, a),
-            Request::Bash(_) | Request::SelfEditDocs(_) | Request::ControlPlane => {
-                ToolOutcome::error("not a workspace file tool")
-            }
+            Request::Bash(_)
+            | Request::TaskOutput(_)
+            | Request::TaskStop(_)
+            | Request::SelfEditDocs(_)
+            | Request::ControlPlane => ToolOutcome::error("not a workspace file tool"),
         }
     }
 }
@@ -208,8 +220,15 @@ impl ToolBox {
             workspace,
             docs: None,
             locks,
+            tasks: Arc::new(BackgroundTasks::default()),
             config: ToolConfig::default(),
         }
+    }
+
+    /// Uses the worker's shared background tasks (instead of a registry of its own).
+    pub fn with_tasks(mut self, tasks: Arc<BackgroundTasks>) -> Self {
+        self.tasks = tasks;
+        self
     }
 
     /// Lets `self_edit_docs` write into `docs` (a jail of its own).
@@ -248,7 +267,23 @@ impl ToolBox {
                 .map(str::to_string)
         };
         let detail = match call.name.as_str() {
-            "bash" => text("command").map(|c| one_line(&c, 80)),
+            "bash" => text("command").map(|c| {
+                let background = args
+                    .as_ref()
+                    .and_then(|v| v.get("run_in_background"))
+                    .and_then(|v| v.as_bool())
+                    .unwrap_or(false);
+                let line = one_line(&c, 80);
+                if background {
+                    format!("{line} (in the background)")
+                } else {
+                    line
+                }
+            }),
+            "task_output" | "task_stop" => args
+                .as_ref()
+                .and_then(|v| v.get("task_id"))
+                .map(|id| format!("task {id}")),
             "file.search" => text("pattern").map(|pattern| {
                 let place = text("path").unwrap_or_else(|| ".".into());
                 format!("{} in {}", truncate(&pattern, 60), truncate(&place, 60))
@@ -296,9 +331,14 @@ impl ToolBox {
             Err(outcome) => return outcome,
         };
         let request = match request {
+            Request::Bash(args) if args.run_in_background => {
+                return self.tasks.start(self.workspace.root(), &args.command);
+            }
             Request::Bash(args) => {
                 return bash::run(self.workspace.root(), args, &self.config.bash).await;
             }
+            Request::TaskOutput(args) => return self.tasks.output(args).await,
+            Request::TaskStop(args) => return self.tasks.stop(args).await,
             Request::SelfEditDocs(args) => return self.write_doc(args, waits).await,
             Request::ControlPlane => {
                 return ToolOutcome::error(format!(

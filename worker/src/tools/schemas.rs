@@ -55,7 +55,9 @@ pub fn all(bash: &BashConfig) -> Vec<ToolSchema> {
          the workspace). Returns the exit code, stdout and stderr; long output keeps its \
          start and end with a note of what was cut. The command and everything it started \
          are killed when it times out (default {default_timeout} s) or ends: background \
-         processes do not outlive the call."
+         processes do not outlive the call. For a long-running command (a dev server, a \
+         long build, a watcher) set run_in_background: it then runs on as a background task, \
+         and you read its output with task_output and stop it with task_stop."
     );
     vec![
         schema(
@@ -149,10 +151,31 @@ pub fn all(bash: &BashConfig) -> Vec<ToolSchema> {
                     "type": "number",
                     "exclusiveMinimum": 0,
                     "maximum": max_timeout,
-                    "description": format!("Seconds before the command is killed (default {default_timeout}, at most {max_timeout})")
+                    "description": format!("Seconds before the command is killed (default {default_timeout}, at most {max_timeout}); not for background tasks")
+                },
+                "run_in_background": {
+                    "type": "boolean",
+                    "description": "Start the command as a background task that outlives this call and answer at once with its task id (default false)"
                 }
             }),
             &["command"],
+        ),
+        schema(
+            "task_output",
+            "Show a background task's state (running, or how it ended) and the output it wrote \
+             since you last read it. With wait, first wait up to that many seconds for the task \
+             to end.",
+            json!({
+                "task_id": {"type": "integer", "minimum": 1, "description": "The id bash gave when it started the task"},
+                "wait": {"type": "number", "minimum": 0, "maximum": 60, "description": "Seconds to wait for the task to end first (default 0)"}
+            }),
+            &["task_id"],
+        ),
+        schema(
+            "task_stop",
+            "Stop a background task and everything it started (SIGTERM, then SIGKILL after 3 s).",
+            json!({"task_id": {"type": "integer", "minimum": 1, "description": "The id bash gave when it started the task"}}),
+            &["task_id"],
         ),
         schema(
             "self_edit_system_prompt",

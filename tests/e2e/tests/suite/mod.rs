@@ -4,5 +4,6 @@ mod lifecycle;
 mod permissions;
 mod providers;
 mod secrets;
+mod tasks;
 mod tool_loop;
 mod workers;

@@ -1,0 +1,488 @@
+//! Background tasks (SPEC D4): a bash command started with `run_in_background`
+//! outlives its tool call (a dev server, a long build), is tracked while it runs,
+//! and is read and stopped by id with `task_output` and `task_stop`.
+//!
+//! - One registry per worker, shared by all its runs: a task started in one thread
+//!   can be read from another. Ids are small numbers, unique within the worker.
+//! - A task runs like a bash call (same shell, workspace, cleared environment, own
+//!   process group) with stdout and stderr merged, as a terminal shows them. The last
+//!   `OUTPUT_KEPT` bytes are kept; reading returns what is new since the last read.
+//! - When the shell ends, what is left of its group is killed: a task ends everything
+//!   it started. A stopped task gets SIGTERM, then SIGKILL after a grace period. When
+//!   the worker shuts down, every task is stopped; if the worker is killed, the
+//!   control plane kills the groups it was told about.
+//! - Every start and end is reported to the control plane (`TaskStarted`,
+//!   `TaskEnded`), which keeps the record (`GET /api/agents/{name}/tasks`).
+
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use chorus_proto::domain::{TaskEnd, TaskReport, WorkerEvent};
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde::Deserialize;
+use tokio::io::AsyncReadExt;
+use tokio::process::Command;
+use tokio::sync::watch;
+
+use super::ToolOutcome;
+use super::bash::{describe_status, environment, shell};
+use crate::tool_loop::EventSink;
+
+/// Bytes of output kept per task (the newest).
+pub const OUTPUT_KEPT: usize = 64 * 1024;
+/// Most output one `task_output` call returns.
+const OUTPUT_SHOWN: usize = 30_000;
+/// Tasks running at once per worker.
+pub const MAX_RUNNING: usize = 8;
+/// Between SIGTERM and SIGKILL when a task is stopped.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+/// How long output is still read after a task's shell has ended.
+const READ_GRACE: Duration = Duration::from_secs(2);
+/// Longest wait a `task_output` call may ask for.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskArgs {
+    pub task_id: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputArgs {
+    pub task_id: u32,
+    /// Seconds to wait for the task to end (or for new output) before answering.
+    pub wait: Option<f64>,
+}
+
+/// Where a task stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskState {
+    Running,
+    Ended(TaskEnd),
+}
+
+struct Task {
+    command: String,
+    pid: i32,
+    started: Instant,
+    output: Output,
+    state: TaskState,
+    /// Whether a stop was asked for (so its end is "stopped", not "failed").
+    stopping: bool,
+}
+
+/// The newest output of a task, and how far the agent has read it.
+#[derive(Default)]
+struct Output {
+    kept: VecDeque<u8>,
+    /// Bytes ever written.
+    total: u64,
+    /// Bytes the agent has been shown (or skipped).
+    read: u64,
+}
+
+impl Output {
+    fn push(&mut self, bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        self.kept.extend(bytes);
+        if self.kept.len() > OUTPUT_KEPT {
+            let excess = self.kept.len() - OUTPUT_KEPT;
+            self.kept.drain(..excess);
+        }
+    }
+
+    /// What is new since the last read, with a note of what was lost or cut.
+    fn take_new(&mut self) -> String {
+        let first_kept = self.total - self.kept.len() as u64;
+        let mut text = String::new();
+        if self.read < first_kept {
+            text.push_str(&format!(
+                "[… {} bytes of older output were not kept …]\n",
+                first_kept - self.read
+            ));
+            self.read = first_kept;
+        }
+        let new = (self.total - self.read) as usize;
+        let start = self.kept.len() - new;
+        let shown: Vec<u8> = self.kept.iter().skip(start).copied().collect();
+        let (cut, shown) = if shown.len() > OUTPUT_SHOWN {
+            (
+                shown.len() - OUTPUT_SHOWN,
+                &shown[shown.len() - OUTPUT_SHOWN..],
+            )
+        } else {
+            (0, &shown[..])
+        };
+        if cut > 0 {
+            text.push_str(&format!("[… {cut} bytes cut; the newest follow …]\n"));
+        }
+        text.push_str(&String::from_utf8_lossy(shown));
+        self.read = self.total;
+        text
+    }
+}
+
+/// The background tasks of one worker.
+pub struct BackgroundTasks {
+    tasks: Mutex<HashMap<u32, Task>>,
+    next_id: Mutex<u32>,
+    /// Bumped whenever a task writes output or ends, so readers can wait for it.
+    changed: watch::Sender<u64>,
+    sink: Option<EventSink>,
+}
+
+impl std::fmt::Debug for BackgroundTasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackgroundTasks")
+            .field("running", &self.running())
+            .finish()
+    }
+}
+
+impl Default for BackgroundTasks {
+    fn default() -> Self {
+        BackgroundTasks::new(None)
+    }
+}
+
+impl BackgroundTasks {
+    /// `sink` receives a report of every start and end (none in unit tests).
+    pub fn new(sink: Option<EventSink>) -> Self {
+        BackgroundTasks {
+            tasks: Mutex::new(HashMap::new()),
+            next_id: Mutex::new(1),
+            changed: watch::Sender::new(0),
+            sink,
+        }
+    }
+
+    fn tasks(&self) -> MutexGuard<'_, HashMap<u32, Task>> {
+        self.tasks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn report(&self, event: WorkerEvent) {
+        if let Some(sink) = &self.sink {
+            sink.send(event);
+        }
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    pub fn running(&self) -> usize {
+        self.tasks()
+            .values()
+            .filter(|t| t.state == TaskState::Running)
+            .count()
+    }
+
+    /// Starts `command` in the workspace; returns what to tell the model.
+    pub fn start(self: &Arc<Self>, root: &Path, command: &str) -> ToolOutcome {
+        if command.trim().is_empty() {
+            return ToolOutcome::error("command is empty; give the shell command to run");
+        }
+        if self.running() >= MAX_RUNNING {
+            return ToolOutcome::error(format!(
+                "{MAX_RUNNING} background tasks are running already; stop one with task_stop first"
+            ));
+        }
+        let shell = shell();
+        let mut child = match Command::new(shell)
+            .arg("-c")
+            // Merged output, as a terminal shows it.
+            .arg(format!("exec 2>&1\n{command}"))
+            .current_dir(root)
+            .env_clear()
+            .envs(environment(root))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+        {
+            Ok(child) => child,
+            Err(e) => {
+                return ToolOutcome::error(format!(
+                    "could not start {shell} in the workspace {}: {e}",
+                    root.display()
+                ));
+            }
+        };
+        let (Some(pid), Some(mut stdout)) = (
+            child.id().and_then(|p| i32::try_from(p).ok()),
+            child.stdout.take(),
+        ) else {
+            let _ = child.start_kill();
+            return ToolOutcome::error("the shell started without its output pipe");
+        };
+        let id = {
+            let mut next = self.next_id.lock().unwrap_or_else(|e| e.into_inner());
+            let id = *next;
+            *next += 1;
+            id
+        };
+        self.tasks().insert(
+            id,
+            Task {
+                command: command.to_string(),
+                pid,
+                started: Instant::now(),
+                output: Output::default(),
+                state: TaskState::Running,
+                stopping: false,
+            },
+        );
+        self.report(WorkerEvent::TaskStarted(TaskReport {
+            task_id: id,
+            command: command.to_string(),
+            pid: pid as u32,
+        }));
+
+        let tasks = self.clone();
+        tokio::spawn(async move {
+            let mut read = tokio::spawn({
+                let tasks = tasks.clone();
+                async move {
+                    let mut buf = vec![0u8; 16 * 1024];
+                    loop {
+                        match stdout.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                if let Some(task) = tasks.tasks().get_mut(&id) {
+                                    task.output.push(&buf[..n]);
+                                }
+                                tasks.bump();
+                            }
+                        }
+                    }
+                }
+            });
+            let status = child.wait().await;
+            // A task ends everything it started; this also closes the pipe for a
+            // reader that a lingering grandchild kept open.
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+            // A process that left the group (setsid) may hold the pipe forever: the
+            // task has ended all the same.
+            if tokio::time::timeout(READ_GRACE, &mut read).await.is_err() {
+                read.abort();
+            }
+            tasks.finish(id, status);
+        });
+        ToolOutcome::ok(format!(
+            "Started background task {id} (pid {pid}): {command}\n\
+             It runs on after this call. Read its output with task_output(task_id={id}) \
+             and stop it with task_stop(task_id={id})."
+        ))
+    }
+
+    fn finish(&self, id: u32, status: std::io::Result<ExitStatus>) {
+        let end = {
+            let mut tasks = self.tasks();
+            let Some(task) = tasks.get_mut(&id) else {
+                return;
+            };
+            let end = match &status {
+                Ok(status) if task.stopping => TaskEnd {
+                    status: "stopped".into(),
+                    exit_code: status.code(),
+                    detail: describe_status(*status),
+                },
+                Ok(status) => TaskEnd {
+                    status: if status.success() {
+                        "completed"
+                    } else {
+                        "failed"
+                    }
+                    .into(),
+                    exit_code: status.code(),
+                    detail: describe_status(*status),
+                },
+                Err(e) => TaskEnd {
+                    status: "failed".into(),
+                    exit_code: None,
+                    detail: format!("could not wait for the task: {e}"),
+                },
+            };
+            task.state = TaskState::Ended(end.clone());
+            end
+        };
+        self.bump();
+        self.report(WorkerEvent::TaskEnded { task_id: id, end });
+    }
+
+    /// `task_output`: the task's state and its output since the last read. With
+    /// `wait`, waits up to that long for the task to end first.
+    pub async fn output(&self, args: OutputArgs) -> ToolOutcome {
+        let wait = match args.wait {
+            None => Duration::ZERO,
+            Some(w) if w.is_finite() && w >= 0.0 => Duration::from_secs_f64(w).min(MAX_WAIT),
+            Some(_) => {
+                return ToolOutcome::error(format!(
+                    "wait must be a number of seconds from 0 to {}",
+                    MAX_WAIT.as_secs()
+                ));
+            }
+        };
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut changes = self.changed.subscribe();
+        loop {
+            // (The map's lock is released before `unknown` takes it again.)
+            let running = self
+                .tasks()
+                .get(&args.task_id)
+                .map(|task| task.state == TaskState::Running);
+            match running {
+                None => return self.unknown(args.task_id),
+                Some(false) => break,
+                Some(true) => {}
+            }
+            if tokio::time::timeout_at(deadline, changes.changed())
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        let mut tasks = self.tasks();
+        let Some(task) = tasks.get_mut(&args.task_id) else {
+            drop(tasks);
+            return self.unknown(args.task_id);
+        };
+        let state = match &task.state {
+            TaskState::Running => format!(
+                "task {} is running (pid {}, for {} s): {}",
+                args.task_id,
+                task.pid,
+                task.started.elapsed().as_secs(),
+                task.command
+            ),
+            TaskState::Ended(end) => format!(
+                "task {} has ended ({}, {}): {}",
+                args.task_id, end.status, end.detail, task.command
+            ),
+        };
+        let new = task.output.take_new();
+        let body = if new.is_empty() {
+            "(no new output)".to_string()
+        } else {
+            new
+        };
+        ToolOutcome::ok(format!(
+            "{state}\n--- output since the last read ---\n{body}"
+        ))
+    }
+
+    /// `task_stop`: SIGTERM to the task's group, SIGKILL after a grace period.
+    pub async fn stop(&self, args: TaskArgs) -> ToolOutcome {
+        let pid = {
+            let mut tasks = self.tasks();
+            match tasks.get_mut(&args.task_id) {
+                None => None,
+                Some(task) if task.state != TaskState::Running => {
+                    return ToolOutcome::ok(format!("task {} had ended already", args.task_id));
+                }
+                Some(task) => {
+                    task.stopping = true;
+                    Some(task.pid)
+                }
+            }
+        };
+        let Some(pid) = pid else {
+            return self.unknown(args.task_id);
+        };
+        let ended = self.terminate(args.task_id, pid).await;
+        let end = match self.tasks().get(&args.task_id).map(|t| t.state.clone()) {
+            Some(TaskState::Ended(end)) => end.detail,
+            _ => "killed".into(),
+        };
+        if ended {
+            ToolOutcome::ok(format!("task {} stopped ({end})", args.task_id))
+        } else {
+            ToolOutcome::error(format!(
+                "task {} did not end after SIGKILL; its processes may have left its process group",
+                args.task_id
+            ))
+        }
+    }
+
+    /// SIGTERM, then SIGKILL after the grace period; whether the task has ended.
+    async fn terminate(&self, id: u32, pid: i32) -> bool {
+        let mut changes = self.changed.subscribe();
+        let ended = |tasks: &Self| {
+            tasks
+                .tasks()
+                .get(&id)
+                .is_none_or(|t| t.state != TaskState::Running)
+        };
+        let group = Pid::from_raw(pid);
+        if killpg(group, Signal::SIGTERM) == Err(Errno::ESRCH) {
+            // Already gone; its end is on the way.
+        }
+        let deadline = tokio::time::Instant::now() + STOP_GRACE;
+        while !ended(self) {
+            if tokio::time::timeout_at(deadline, changes.changed())
+                .await
+                .is_err()
+            {
+                let _ = killpg(group, Signal::SIGKILL);
+                let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                    while !ended(self) {
+                        if changes.changed().await.is_err() {
+                            break;
+                        }
+                    }
+                })
+                .await;
+                break;
+            }
+        }
+        ended(self)
+    }
+
+    /// Stops every running task (the worker is shutting down).
+    pub async fn stop_all(&self) {
+        let running: Vec<(u32, i32)> = {
+            let mut tasks = self.tasks();
+            tasks
+                .iter_mut()
+                .filter(|(_, t)| t.state == TaskState::Running)
+                .map(|(id, t)| {
+                    t.stopping = true;
+                    (*id, t.pid)
+                })
+                .collect()
+        };
+        futures::future::join_all(running.into_iter().map(|(id, pid)| self.terminate(id, pid)))
+            .await;
+    }
+
+    fn unknown(&self, id: u32) -> ToolOutcome {
+        let known: Vec<String> = {
+            let tasks = self.tasks();
+            let mut ids: Vec<u32> = tasks.keys().copied().collect();
+            ids.sort_unstable();
+            ids.iter().map(u32::to_string).collect()
+        };
+        if known.is_empty() {
+            ToolOutcome::error(format!(
+                "there is no task {id}: no background task was started (bash with run_in_background: true starts one)"
+            ))
+        } else {
+            ToolOutcome::error(format!(
+                "there is no task {id}; the tasks are {}",
+                known.join(", ")
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "tasks_tests.rs"]
+mod tests;
