@@ -133,18 +133,8 @@ pub async fn run(root: &Path, args: BashArgs, config: &BashConfig) -> ToolOutcom
         Some(t) => (Duration::from_secs_f64(t.min(max)), t > max),
     };
     let shell = shell();
-    let mut command = Command::new(shell);
-    command
-        .arg("-c")
-        .arg(&args.command)
-        .current_dir(root)
-        .env_clear()
-        .envs(environment(root))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+    let mut command = shell_command(root, &args.command);
+    command.stderr(Stdio::piped()).kill_on_drop(true);
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -251,6 +241,22 @@ pub async fn run(root: &Path, args: BashArgs, config: &BashConfig) -> ToolOutcom
         is_error,
         malformed: false,
     }
+}
+
+/// A shell running `script` in the workspace, in a process group of its own, with
+/// the allow-listed environment, no stdin and stdout piped.
+pub fn shell_command(root: &Path, script: &str) -> Command {
+    let mut command = Command::new(shell());
+    command
+        .arg("-c")
+        .arg(script)
+        .current_dir(root)
+        .env_clear()
+        .envs(environment(root))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .process_group(0);
+    command
 }
 
 /// The shell commands run in.

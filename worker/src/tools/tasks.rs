@@ -26,11 +26,10 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde::Deserialize;
 use tokio::io::AsyncReadExt;
-use tokio::process::Command;
 use tokio::sync::watch;
 
 use super::ToolOutcome;
-use super::bash::{describe_status, environment, shell};
+use super::bash::{describe_status, shell, shell_command};
 use crate::tool_loop::EventSink;
 
 /// Bytes of output kept per task (the newest).
@@ -194,17 +193,9 @@ impl BackgroundTasks {
             ));
         }
         let shell = shell();
-        let mut child = match Command::new(shell)
-            .arg("-c")
-            // Merged output, as a terminal shows it.
-            .arg(format!("exec 2>&1\n{command}"))
-            .current_dir(root)
-            .env_clear()
-            .envs(environment(root))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
+        // Merged output, as a terminal shows it.
+        let mut child = match shell_command(root, &format!("exec 2>&1\n{command}"))
             .stderr(Stdio::null())
-            .process_group(0)
             .spawn()
         {
             Ok(child) => child,
