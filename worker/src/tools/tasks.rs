@@ -55,7 +55,7 @@ pub struct TaskArgs {
 #[serde(deny_unknown_fields)]
 pub struct OutputArgs {
     pub task_id: u32,
-    /// Seconds to wait for the task to end (or for new output) before answering.
+    /// Seconds to wait for the task to end before answering.
     pub wait: Option<f64>,
 }
 
