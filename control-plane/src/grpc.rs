@@ -16,9 +16,10 @@ use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::agents::name;
+use crate::config::WorkerSettings;
 use crate::gate::{Check, ToolGate};
 use crate::runs::Runs;
-use crate::secrets::bearer_token;
+use crate::secrets::{KnownSecrets, bearer_token};
 use crate::tasks::TaskLog;
 use crate::workers::registry::{AttachError, Registry};
 
@@ -27,6 +28,8 @@ pub struct WorkerLinkService {
     runs: Arc<Runs>,
     gate: Arc<ToolGate>,
     tasks: Arc<TaskLog>,
+    /// Scrubbed from every event as it arrives.
+    secrets: KnownSecrets,
     connections: TaskTracker,
     /// How often workers send a heartbeat.
     heartbeat_interval: Duration,
@@ -41,18 +44,19 @@ impl WorkerLinkService {
         runs: Arc<Runs>,
         gate: Arc<ToolGate>,
         tasks: Arc<TaskLog>,
+        secrets: KnownSecrets,
         connections: TaskTracker,
-        heartbeat_interval: Duration,
-        silence_limit: Duration,
+        workers: &WorkerSettings,
     ) -> Self {
         WorkerLinkService {
             registry,
             runs,
             gate,
             tasks,
+            secrets,
             connections,
-            heartbeat_interval,
-            silence_limit,
+            heartbeat_interval: workers.heartbeat_interval,
+            silence_limit: workers.silence_limit(),
         }
     }
 
@@ -115,6 +119,7 @@ impl WorkerLink for WorkerLinkService {
         let runs = self.runs.clone();
         let gate = self.gate.clone();
         let tasks = self.tasks.clone();
+        let secrets = self.secrets.clone();
         let checks = self.connections.clone();
         let silence_limit = self.silence_limit;
         self.connections.spawn(async move {
@@ -156,11 +161,15 @@ impl WorkerLink for WorkerLinkService {
                     gate.handle(check, &checks);
                     continue;
                 }
-                if tasks.apply(&agent, generation, &event).await {
-                    continue;
-                }
-                if let Err(e) = runs.apply(&agent, generation, event).await {
-                    tracing::warn!(%agent, generation, error = %e, "worker event refused");
+                match secrets.scrub_event(event) {
+                    event @ (WorkerEvent::TaskStarted(_) | WorkerEvent::TaskEnded { .. }) => {
+                        tasks.apply(&agent, generation, event).await
+                    }
+                    event => {
+                        if let Err(e) = runs.apply(&agent, generation, event).await {
+                            tracing::warn!(%agent, generation, error = %e, "worker event refused");
+                        }
+                    }
                 }
             };
             registry.detach(&agent, generation, hung);

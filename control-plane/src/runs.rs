@@ -23,7 +23,6 @@ use crate::feed::ThreadFeed;
 use crate::gate::approvals::Approvals;
 use crate::gate::profiles::{ProfileCache, offered_tools};
 use crate::providers::catalog::{Catalog, ResolveError};
-use crate::secrets::KnownSecrets;
 use crate::store::{AgentRecord, Store, StoreError, ThreadStatus, format_epoch_ms};
 use crate::workers::WorkerLost;
 use crate::workers::registry::{Generation, Registry};
@@ -36,8 +35,6 @@ pub struct RunSettings {
     pub max_iterations: u32,
     pub retry: RetryPolicy,
     pub agents_root: std::path::PathBuf,
-    /// Scrubbed from everything a worker reports before it is stored, shown or logged.
-    pub secrets: KnownSecrets,
 }
 
 impl RunSettings {
@@ -47,7 +44,6 @@ impl RunSettings {
             max_iterations: settings.max_iterations,
             retry: settings.retry,
             agents_root,
-            secrets: KnownSecrets::default(),
         }
     }
 }
@@ -387,7 +383,6 @@ impl Runs {
         let Some(run_id) = event.run_id().map(str::to_string) else {
             return Ok(()); // hello / heartbeat: nothing to persist
         };
-        let event = scrub_event(&self.settings.secrets, event);
         let thread_id = {
             let mut agents = self.agents();
             let active = agents
@@ -555,29 +550,4 @@ impl Runs {
             self.fail_agent_runs(&agent, reason).await;
         }
     }
-}
-
-/// The event with every known secret scrubbed from the text it carries.
-pub fn scrub_event(secrets: &KnownSecrets, mut event: WorkerEvent) -> WorkerEvent {
-    match &mut event {
-        WorkerEvent::StepStarted(step) => secrets.scrub(&mut step.description),
-        WorkerEvent::MessageAppended { message, .. } => {
-            secrets.scrub(&mut message.content);
-            for call in &mut message.tool_calls {
-                secrets.scrub(&mut call.arguments);
-            }
-        }
-        WorkerEvent::RunCompleted { final_text, .. } => secrets.scrub(final_text),
-        WorkerEvent::RunFailed { error, .. } => secrets.scrub(error),
-        // A secret split across two deltas is not caught here; the stored message is.
-        WorkerEvent::TextDelta { text, .. } => secrets.scrub(text),
-        WorkerEvent::TaskStarted(task) => secrets.scrub(&mut task.command),
-        WorkerEvent::TaskEnded { end, .. } => secrets.scrub(&mut end.detail),
-        // Tool checks go to the gate, which redacts what it records itself.
-        WorkerEvent::ToolCheck { .. }
-        | WorkerEvent::Hello { .. }
-        | WorkerEvent::Heartbeat { .. }
-        | WorkerEvent::StepEnded(_) => {}
-    }
-    event
 }

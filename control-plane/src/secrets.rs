@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use chorus_proto::domain::WorkerEvent;
+
 /// What a secret is replaced with.
 pub const REDACTED: &str = "[redacted]";
 
@@ -9,15 +11,23 @@ pub const REDACTED: &str = "[redacted]";
 /// from a worker or a model (a step description, a tool result, an answer) can be
 /// scrubbed before it is stored, shown, sent to a frontend or logged. A model could
 /// meet one in the workspace (a `.env` file) and repeat it.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct KnownSecrets(Arc<Vec<String>>);
+
+/// Never the values: settings that hold these may be logged.
+impl std::fmt::Debug for KnownSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KnownSecrets({} values)", self.0.len())
+    }
+}
 
 impl KnownSecrets {
     /// Values shorter than 8 characters are ignored: they would redact ordinary words.
     pub fn new(secrets: impl IntoIterator<Item = String>) -> Self {
         let mut secrets: Vec<String> = secrets.into_iter().filter(|s| s.len() >= 8).collect();
-        // Longest first, so a secret that contains another is replaced whole.
-        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        // Longest first, so a secret that contains another is replaced whole (and
+        // equal values side by side, for dedup).
+        secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         secrets.dedup();
         KnownSecrets(Arc::new(secrets))
     }
@@ -35,6 +45,34 @@ impl KnownSecrets {
         let mut text = text.to_string();
         self.scrub(&mut text);
         text
+    }
+
+    /// A worker's event with every known secret scrubbed from the text it carries.
+    /// Done once, where events arrive, so nothing behind (threads, the live feed,
+    /// tasks, the log) ever sees one.
+    pub fn scrub_event(&self, mut event: WorkerEvent) -> WorkerEvent {
+        match &mut event {
+            WorkerEvent::StepStarted(step) => self.scrub(&mut step.description),
+            WorkerEvent::MessageAppended { message, .. } => {
+                self.scrub(&mut message.content);
+                for call in &mut message.tool_calls {
+                    self.scrub(&mut call.arguments);
+                }
+            }
+            WorkerEvent::RunCompleted { final_text, .. } => self.scrub(final_text),
+            WorkerEvent::RunFailed { error, .. } => self.scrub(error),
+            // A secret split across two deltas is not caught here; the stored message is.
+            WorkerEvent::TextDelta { text, .. } => self.scrub(text),
+            WorkerEvent::TaskStarted(task) => self.scrub(&mut task.command),
+            WorkerEvent::TaskEnded { end, .. } => self.scrub(&mut end.detail),
+            // A tool check is left as the model gave it: the gate decides on the real
+            // call and redacts what it records itself.
+            WorkerEvent::ToolCheck { .. }
+            | WorkerEvent::Hello { .. }
+            | WorkerEvent::Heartbeat { .. }
+            | WorkerEvent::StepEnded(_) => {}
+        }
+        event
     }
 }
 
@@ -92,6 +130,7 @@ mod tests {
         secrets.scrub(&mut text);
         assert_eq!(text, "a [redacted] b [redacted] c short");
         assert_eq!(secrets.scrubbed("nothing here"), "nothing here");
+        assert_eq!(format!("{secrets:?}"), "KnownSecrets(2 values)");
     }
 
     #[test]

@@ -112,10 +112,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         catalog.clone(),
         profiles.clone(),
         approvals.clone(),
-        RunSettings {
-            secrets: known_secrets.clone(),
-            ..RunSettings::from_settings(&settings, agents_root.clone())
-        },
+        RunSettings::from_settings(&settings, agents_root.clone()),
     ));
     let (lost_tx, mut lost_rx) = mpsc::unbounded_channel::<WorkerLost>();
     let lost_forwarder = {
@@ -170,7 +167,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         },
     ));
 
-    let task_log = Arc::new(TaskLog::new(store.clone(), known_secrets.clone()));
+    let task_log = Arc::new(TaskLog::new(store.clone()));
     let forgotten = task_log.forget_previous().await?;
     if forgotten > 0 {
         tracing::warn!(
@@ -186,9 +183,9 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
             runs.clone(),
             gate.clone(),
             task_log.clone(),
+            known_secrets.clone(),
             connections.clone(),
-            settings.workers.heartbeat_interval,
-            settings.workers.silence_limit(),
+            &settings.workers,
         )
         .into_server(),
     )

@@ -7,25 +7,22 @@ use chorus_proto::domain::WorkerEvent;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
-use crate::runs::scrub_event;
-use crate::secrets::KnownSecrets;
 use crate::store::{Store, StoreError};
 use crate::workers::registry::Generation;
 
 pub struct TaskLog {
     store: Store,
-    secrets: KnownSecrets,
 }
 
 impl TaskLog {
-    pub fn new(store: Store, secrets: KnownSecrets) -> Self {
-        TaskLog { store, secrets }
+    pub fn new(store: Store) -> Self {
+        TaskLog { store }
     }
 
-    /// Records a task event from `agent`'s worker `generation`; other events are
-    /// ignored. Returns whether it was a task event.
-    pub async fn apply(&self, agent: &str, generation: Generation, event: &WorkerEvent) -> bool {
-        let recorded = match scrub_event(&self.secrets, event.clone()) {
+    /// Records a task event (`TaskStarted`, `TaskEnded`) from `agent`'s worker
+    /// `generation`; other events are not this module's and are ignored.
+    pub async fn apply(&self, agent: &str, generation: Generation, event: WorkerEvent) {
+        let recorded = match event {
             WorkerEvent::TaskStarted(task) => {
                 tracing::info!(agent, task_id = task.task_id, pid = task.pid, command = %task.command, "background task started");
                 self.store.task_started(agent, generation, &task).await
@@ -36,12 +33,11 @@ impl TaskLog {
                     .task_ended(agent, generation, task_id, &end)
                     .await
             }
-            _ => return false,
+            _ => return,
         };
         if let Err(e) = recorded {
             tracing::error!(agent, error = %e, "cannot record a background task");
         }
-        true
     }
 
     /// `agent`'s worker `generation` is gone: its running tasks are lost, and their
