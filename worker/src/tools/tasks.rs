@@ -21,7 +21,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use chorus_proto::domain::{TaskEnd, TaskReport, WorkerEvent};
-use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde::Deserialize;
@@ -413,9 +412,8 @@ impl BackgroundTasks {
                 .is_none_or(|t| t.state != TaskState::Running)
         };
         let group = Pid::from_raw(pid);
-        if killpg(group, Signal::SIGTERM) == Err(Errno::ESRCH) {
-            // Already gone; its end is on the way.
-        }
+        // ESRCH: the group is gone already, and its end is on the way.
+        let _ = killpg(group, Signal::SIGTERM);
         let deadline = tokio::time::Instant::now() + STOP_GRACE;
         while !ended(self) {
             if tokio::time::timeout_at(deadline, changes.changed())
