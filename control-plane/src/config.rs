@@ -165,6 +165,10 @@ pub struct FileModels {
     pub retry_max_secs: Option<u64>,
     /// First backoff delay in milliseconds (it doubles per attempt).
     pub retry_base_ms: Option<u64>,
+    /// One attempt's deadline in seconds, from the request to the reply's end.
+    pub call_timeout_secs: Option<u64>,
+    /// One attempt ends when the provider sends nothing for this many seconds.
+    pub silence_timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -344,6 +348,18 @@ impl Settings {
                     .unwrap_or(120)
                     .saturating_mul(1000),
                 base_delay_ms: file.models.retry_base_ms.unwrap_or(1000),
+                call_timeout_ms: file
+                    .models
+                    .call_timeout_secs
+                    .unwrap_or(600)
+                    .max(1)
+                    .saturating_mul(1000),
+                silence_timeout_ms: file
+                    .models
+                    .silence_timeout_secs
+                    .unwrap_or(120)
+                    .max(1)
+                    .saturating_mul(1000),
             },
         })
     }
@@ -462,7 +478,7 @@ mod tests {
     #[test]
     fn local_servers_can_be_switched_off_or_moved() {
         let file: FileSettings = toml::from_str(
-            "[providers.ollama]\nenabled = false\n[models]\nretry_attempts = 2\nretry_max_secs = 9\n",
+            "[providers.ollama]\nenabled = false\n[models]\nretry_attempts = 2\nretry_max_secs = 9\nsilence_timeout_secs = 7\n",
         )
         .unwrap();
         let s = Settings::resolve(
@@ -481,7 +497,9 @@ mod tests {
             RetryPolicy {
                 max_attempts: 2,
                 max_total_ms: 9000,
-                base_delay_ms: 1000
+                base_delay_ms: 1000,
+                call_timeout_ms: 600_000,
+                silence_timeout_ms: 7000,
             }
         );
     }

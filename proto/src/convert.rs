@@ -93,6 +93,25 @@ fn non_empty(s: String) -> Option<String> {
     if s.is_empty() { None } else { Some(s) }
 }
 
+/// The retry policy of an `AssignRun`: required, and its time limits must be set (a
+/// zero would end every call at once).
+fn retry_policy(policy: Option<pb::RetryPolicy>) -> Result<RetryPolicy, ProtocolError> {
+    let r = policy.ok_or_else(|| missing("AssignRun", "retry"))?;
+    if r.call_timeout_ms == 0 {
+        return Err(missing("RetryPolicy", "call_timeout_ms"));
+    }
+    if r.silence_timeout_ms == 0 {
+        return Err(missing("RetryPolicy", "silence_timeout_ms"));
+    }
+    Ok(RetryPolicy {
+        max_attempts: r.max_attempts,
+        max_total_ms: r.max_total_ms,
+        base_delay_ms: r.base_delay_ms,
+        call_timeout_ms: r.call_timeout_ms,
+        silence_timeout_ms: r.silence_timeout_ms,
+    })
+}
+
 fn required_message(
     m: Option<pb::ChatMessage>,
     message: &'static str,
@@ -194,6 +213,8 @@ impl From<ControlCommand> for pb::ControlMessage {
                     max_attempts: run.retry.max_attempts,
                     max_total_ms: run.retry.max_total_ms,
                     base_delay_ms: run.retry.base_delay_ms,
+                    call_timeout_ms: run.retry.call_timeout_ms,
+                    silence_timeout_ms: run.retry.silence_timeout_ms,
                 }),
             }),
             ControlCommand::InjectMessage { run_id, message } => {
@@ -278,14 +299,7 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                     first_step_number: run.first_step_number,
                     max_iterations: run.max_iterations,
                     trace_context: run.trace_context,
-                    retry: run
-                        .retry
-                        .map(|r| RetryPolicy {
-                            max_attempts: r.max_attempts,
-                            max_total_ms: r.max_total_ms,
-                            base_delay_ms: r.base_delay_ms,
-                        })
-                        .unwrap_or_default(),
+                    retry: retry_policy(run.retry)?,
                 }))
             }
             ControlBody::InjectMessage(m) => ControlCommand::InjectMessage {
@@ -628,6 +642,8 @@ mod tests {
                     max_attempts: 3,
                     max_total_ms: 1000,
                     base_delay_ms: 10,
+                    call_timeout_ms: 5000,
+                    silence_timeout_ms: 2000,
                 },
             })),
             ControlCommand::UpdateAgent(AgentChange {

@@ -163,6 +163,11 @@ pub struct RetryPolicy {
     pub max_total_ms: u64,
     /// First backoff delay; doubles per attempt. A provider's Retry-After wins.
     pub base_delay_ms: u64,
+    /// One attempt's deadline, from sending the request to the reply's last byte.
+    pub call_timeout_ms: u64,
+    /// One attempt ends when the provider sends nothing for this long (a provider
+    /// that accepts the connection and never answers).
+    pub silence_timeout_ms: u64,
 }
 
 impl Default for RetryPolicy {
@@ -171,6 +176,8 @@ impl Default for RetryPolicy {
             max_attempts: 5,
             max_total_ms: 120_000,
             base_delay_ms: 1_000,
+            call_timeout_ms: 600_000,
+            silence_timeout_ms: 120_000,
         }
     }
 }

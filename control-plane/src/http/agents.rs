@@ -34,8 +34,8 @@ pub struct AgentView {
     updated_at: String,
     workspace: String,
     worker: WorkerStatus,
-    /// Tokens used by all of the agent's threads.
-    usage: Usage,
+    /// Tokens used by all of the agent's threads; null when no provider reported any.
+    usage: Option<Usage>,
 }
 
 async fn view(state: &AppState, agent: AgentRecord) -> Result<AgentView, ApiError> {

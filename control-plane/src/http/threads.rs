@@ -154,8 +154,9 @@ struct ThreadView {
     summary: ThreadSummary,
     messages: Vec<MessageView>,
     steps: Vec<StepView>,
-    /// Tokens used by all of the thread's model calls.
-    usage: Usage,
+    /// Tokens used by all of the thread's model calls; null when no provider
+    /// reported any (unknown is not zero).
+    usage: Option<Usage>,
 }
 
 async fn show_thread(

@@ -351,8 +351,13 @@ impl Store {
     }
 
     /// Tokens used by a thread's model calls (all of the agent's threads when `thread`
-    /// is `None`).
-    pub async fn token_usage(&self, agent: &str, thread: Option<u64>) -> Result<Usage, StoreError> {
+    /// is `None`): the sum of what providers reported; `None` when no call reported
+    /// any (a server that sends no usage has unknown usage, not zero).
+    pub async fn token_usage(
+        &self,
+        agent: &str,
+        thread: Option<u64>,
+    ) -> Result<Option<Usage>, StoreError> {
         // Two statements rather than `$2 IS NULL OR …`, which Postgres cannot type.
         let (input, output): (Option<i64>, Option<i64>) = match thread {
             Some(thread) => {
@@ -374,10 +379,13 @@ impl Store {
                 .await?
             }
         };
-        Ok(Usage {
-            input_tokens: input.unwrap_or(0) as u64,
-            output_tokens: output.unwrap_or(0) as u64,
-        })
+        if input.is_none() && output.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(Usage {
+            input_tokens: input.unwrap_or(0).max(0) as u64,
+            output_tokens: output.unwrap_or(0).max(0) as u64,
+        }))
     }
 
     /// The next step number of a thread (step numbers continue across runs).
@@ -562,8 +570,14 @@ mod tests {
             input_tokens,
             output_tokens,
         };
-        assert_eq!(store.token_usage("a", Some(1)).await.unwrap(), usage(20, 2));
-        assert_eq!(store.token_usage("a", None).await.unwrap(), usage(30, 4));
-        assert_eq!(store.token_usage("b", None).await.unwrap(), usage(0, 0));
+        assert_eq!(
+            store.token_usage("a", Some(1)).await.unwrap(),
+            Some(usage(20, 2))
+        );
+        assert_eq!(
+            store.token_usage("a", None).await.unwrap(),
+            Some(usage(30, 4))
+        );
+        assert_eq!(store.token_usage("b", None).await.unwrap(), None);
     }
 }

@@ -3,6 +3,15 @@
 //! Anthropic messages, streaming or not. Tests script what the model says in a
 //! format-neutral way ([`Reply`]); each fake renders it in its own format, and
 //! records every request (headers and JSON body) so tests can check what was sent.
+//!
+//! The fakes are as strict as the real APIs: every request is checked against the
+//! rules the real servers enforce ([`crate::wire_rules`]: tool-name pattern, tool
+//! call and result pairing, content forms per role, role order). A request that
+//! breaks one gets the 400 a real API would send, and the test fails with the
+//! reason when the fake is dropped. So does a request nothing was scripted for; it
+//! is answered with a 400 at once rather than a 500 the client would retry for
+//! seconds. [`Quirks`] and [`FakeModel::set_context_window`] make a fake behave like
+//! the less regular servers (llama.cpp, llama-cpp-python).
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
@@ -49,6 +58,19 @@ pub enum Reply {
     Held(Hold, Box<Reply>),
     /// A raw JSON body, sent as is (non-streaming only).
     Json(Value),
+    /// Text streamed without end, as fast as the client reads it.
+    Endless,
+    /// The connection is accepted and nothing is ever answered.
+    Silent,
+}
+
+/// Ways real servers differ from the reference APIs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Quirks {
+    /// Repeat the function name in every streamed tool-call fragment (llama.cpp).
+    pub repeat_tool_names: bool,
+    /// Send no usage at all (llama-cpp-python's streams).
+    pub no_usage: bool,
 }
 
 /// A reply held back until the test lets it go.
@@ -97,6 +119,12 @@ struct Script {
     requests: Vec<RecordedRequest>,
     models: Vec<String>,
     usage: (u64, u64),
+    quirks: Quirks,
+    /// Requests whose messages are longer than this (in bytes of JSON) overflow
+    /// the context as llama-cpp-python does.
+    context_window: Option<usize>,
+    /// Why requests were refused: each fails the test when the fake is dropped.
+    violations: Vec<String>,
 }
 
 type Shared = Arc<Mutex<Script>>;
@@ -130,6 +158,21 @@ impl FakeAnthropic {
 impl Drop for FakeModel {
     fn drop(&mut self) {
         self.task.abort();
+        if std::thread::panicking() {
+            return;
+        }
+        let violations = std::mem::take(
+            &mut self
+                .script
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .violations,
+        );
+        assert!(
+            violations.is_empty(),
+            "the fake model got requests a real API would refuse (or that nothing was scripted for):\n{}",
+            violations.join("\n")
+        );
     }
 }
 
@@ -145,6 +188,9 @@ impl FakeModel {
             requests: Vec::new(),
             models: models.iter().map(|m| m.to_string()).collect(),
             usage: (20, 10),
+            quirks: Quirks::default(),
+            context_window: None,
+            violations: Vec::new(),
         }));
         let app = Router::new()
             .route("/v1/chat/completions", post(answer))
@@ -172,6 +218,27 @@ impl FakeModel {
     pub fn set_models(&self, models: &[&str]) -> &Self {
         self.script.lock().unwrap().models = models.iter().map(|m| m.to_string()).collect();
         self
+    }
+
+    /// Behave like a less regular server.
+    pub fn set_quirks(&self, quirks: Quirks) -> &Self {
+        self.script.lock().unwrap().quirks = quirks;
+        self
+    }
+
+    /// Requests whose messages take more than `bytes` of JSON overflow the context
+    /// the way llama-cpp-python does: a streaming request gets `200` with an empty
+    /// event stream, a plain one `400 context_length_exceeded`. Such requests use
+    /// no scripted reply.
+    pub fn set_context_window(&self, bytes: usize) -> &Self {
+        self.script.lock().unwrap().context_window = Some(bytes);
+        self
+    }
+
+    /// Why requests were refused so far (each also fails the test at drop); taking
+    /// them clears them, for tests that provoke a refusal on purpose.
+    pub fn take_violations(&self) -> Vec<String> {
+        std::mem::take(&mut self.script.lock().unwrap().violations)
     }
 
     pub fn push(&self, reply: Reply) -> &Self {
@@ -205,7 +272,12 @@ async fn answer(
 ) -> Response {
     let body: Value = serde_json::from_str(&body).unwrap_or(Value::String(body));
     let streaming = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    let (wire, reply, usage) = {
+    let max_tokens = body
+        .get("max_tokens")
+        .and_then(Value::as_u64)
+        .unwrap_or(4096);
+    let messages_len = body.get("messages").map_or(0, |m| m.to_string().len());
+    let (wire, reply, usage, quirks) = {
         let mut script = script.lock().unwrap();
         script.requests.push(RecordedRequest {
             at: std::time::Instant::now(),
@@ -219,13 +291,49 @@ async fn answer(
                     )
                 })
                 .collect(),
-            body,
+            body: body.clone(),
         });
-        (script.wire, script.replies.pop_front(), script.usage)
+        let wire = script.wire;
+        let problems = match wire {
+            Wire::OpenAi => crate::wire_rules::openai_problems(&body),
+            Wire::Anthropic => crate::wire_rules::anthropic_problems(&body),
+        };
+        if !problems.is_empty() {
+            let message = problems.join("; ");
+            let n = script.requests.len();
+            script.violations.push(format!("request {n}: {message}"));
+            drop(script);
+            return render_error(wire, 400, "invalid_request_error", &message, None);
+        }
+        if script
+            .context_window
+            .is_some_and(|window| messages_len > window)
+        {
+            drop(script);
+            return if streaming {
+                sse_response(Vec::new())
+            } else {
+                render_error(
+                    wire,
+                    400,
+                    "context_length_exceeded",
+                    "Requested tokens exceed context window",
+                    None,
+                )
+            };
+        }
+        let reply = script.replies.pop_front();
+        if reply.is_none() {
+            let n = script.requests.len();
+            script
+                .violations
+                .push(format!("request {n}: no scripted reply left for it"));
+        }
+        (wire, reply, script.usage, script.quirks)
     };
     let mut reply = reply.unwrap_or(Reply::Error {
-        status: 500,
-        kind: "api_error".into(),
+        status: 400,
+        kind: "invalid_request_error".into(),
         message: "fake model: no scripted reply left for this request".into(),
         retry_after: None,
     });
@@ -239,34 +347,65 @@ async fn answer(
                 hold.released().await;
                 *inner
             }
-            other => break render(wire, other, streaming, usage),
+            Reply::Silent => std::future::pending().await,
+            other => {
+                break render(
+                    wire,
+                    other,
+                    streaming,
+                    Render {
+                        usage,
+                        quirks,
+                        max_tokens,
+                    },
+                );
+            }
         };
     }
 }
 
-fn render(wire: Wire, reply: Reply, streaming: bool, usage: (u64, u64)) -> Response {
+/// How a scripted turn is rendered.
+#[derive(Clone, Copy)]
+struct Render {
+    usage: (u64, u64),
+    quirks: Quirks,
+    /// The request's `max_tokens`: a truncated answer used all of them.
+    max_tokens: u64,
+}
+
+fn render_error(
+    wire: Wire,
+    status: u16,
+    kind: &str,
+    message: &str,
+    retry_after: Option<String>,
+) -> Response {
+    let body = match wire {
+        Wire::OpenAi => json!({"error": {"message": message, "type": kind, "code": kind}}),
+        Wire::Anthropic => {
+            json!({"type": "error", "error": {"type": kind, "message": message}})
+        }
+    };
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = (status, axum::Json(body)).into_response();
+    if let Some(wait) = retry_after {
+        response
+            .headers_mut()
+            .insert("retry-after", wait.parse().unwrap());
+    }
+    response
+}
+
+fn render(wire: Wire, reply: Reply, streaming: bool, how: Render) -> Response {
+    let usage = how.usage;
     match reply {
         Reply::Error {
             status,
             kind,
             message,
             retry_after,
-        } => {
-            let body = match wire {
-                Wire::OpenAi => json!({"error": {"message": message, "type": kind, "code": kind}}),
-                Wire::Anthropic => {
-                    json!({"type": "error", "error": {"type": kind, "message": message}})
-                }
-            };
-            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let mut response = (status, axum::Json(body)).into_response();
-            if let Some(wait) = retry_after {
-                response
-                    .headers_mut()
-                    .insert("retry-after", wait.parse().unwrap());
-            }
-            response
-        }
+        } => render_error(wire, status, &kind, &message, retry_after),
+        Reply::Endless => endless(wire),
         Reply::Malformed if streaming => {
             sse_response(vec![Ok(Bytes::from("data: {this is not json\n\n"))])
         }
@@ -276,8 +415,8 @@ fn render(wire: Wire, reply: Reply, streaming: bool, usage: (u64, u64)) -> Respo
         Reply::Json(value) => axum::Json(value).into_response(),
         Reply::Disconnect { after_text } => {
             let mut chunks: Vec<Result<Bytes, std::io::Error>> = match wire {
-                Wire::OpenAi => openai_events(&Turn::text(after_text), usage, false),
-                Wire::Anthropic => anthropic_events(&Turn::text(after_text), usage, false),
+                Wire::OpenAi => openai_events(&Turn::text(after_text), how, false),
+                Wire::Anthropic => anthropic_events(&Turn::text(after_text), how, false),
             }
             .into_iter()
             .map(Ok)
@@ -287,29 +426,65 @@ fn render(wire: Wire, reply: Reply, streaming: bool, usage: (u64, u64)) -> Respo
         }
         Reply::Text(_) | Reply::ToolCalls { .. } | Reply::Truncated(_) => {
             let turn = Turn::from(reply);
+            let how = Render {
+                // Cut off by the output limit: every token asked for was used.
+                usage: if turn.truncated {
+                    (usage.0, how.max_tokens)
+                } else {
+                    usage
+                },
+                ..how
+            };
             match (wire, streaming) {
                 (Wire::OpenAi, true) => sse_response(
-                    openai_events(&turn, usage, true)
+                    openai_events(&turn, how, true)
                         .into_iter()
                         .map(Ok)
                         .collect(),
                 ),
                 (Wire::Anthropic, true) => sse_response(
-                    anthropic_events(&turn, usage, true)
+                    anthropic_events(&turn, how, true)
                         .into_iter()
                         .map(Ok)
                         .collect(),
                 ),
-                (Wire::OpenAi, false) => axum::Json(openai_body(&turn, usage)).into_response(),
-                (Wire::Anthropic, false) => {
-                    axum::Json(anthropic_body(&turn, usage)).into_response()
-                }
+                (Wire::OpenAi, false) => axum::Json(openai_body(&turn, how)).into_response(),
+                (Wire::Anthropic, false) => axum::Json(anthropic_body(&turn, how)).into_response(),
             }
         }
-        Reply::Delayed(..) | Reply::Held(..) => {
+        Reply::Delayed(..) | Reply::Held(..) | Reply::Silent => {
             unreachable!("waits are unwrapped before rendering")
         }
     }
+}
+
+/// An answer that never ends: text deltas as fast as the client reads them.
+fn endless(wire: Wire) -> Response {
+    let piece = "all work and no play makes jack a dull boy ".repeat(20);
+    let event = match wire {
+        Wire::OpenAi => sse(
+            None,
+            &json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                    "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": null}]}),
+        ),
+        Wire::Anthropic => sse(
+            Some("content_block_delta"),
+            &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}),
+        ),
+    };
+    let head = match wire {
+        Wire::OpenAi => Bytes::new(),
+        Wire::Anthropic => Bytes::from(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-fake\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+        ),
+    };
+    use futures::StreamExt;
+    let stream = futures::stream::once(async move { Ok::<_, std::io::Error>(head) })
+        .chain(futures::stream::repeat_with(move || Ok(event.clone())));
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap()
 }
 
 fn sse_response(chunks: Vec<Result<Bytes, std::io::Error>>) -> Response {
@@ -372,11 +547,26 @@ impl From<Reply> for Turn {
     }
 }
 
-/// Splits text into a few pieces, as a model streams it.
+/// Splits text into a few pieces, as a model streams it (at least three, none over
+/// 16 Ki characters: real servers stream tokens, never one huge event).
 fn pieces(text: &str) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
-    let size = chars.len().div_ceil(3).max(1);
+    let size = chars.len().div_ceil(3).clamp(1, 16 * 1024);
     chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+/// A scripted tool name as a real model would send it: one of the names it was
+/// offered, which match `^[a-zA-Z0-9_-]{1,64}$` (`file.read` is offered as `file_read`).
+fn wire_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 fn sse(event: Option<&str>, data: &Value) -> Bytes {
@@ -396,7 +586,8 @@ fn openai_finish(turn: &Turn) -> &'static str {
     }
 }
 
-fn openai_events(turn: &Turn, usage: (u64, u64), complete: bool) -> Vec<Bytes> {
+fn openai_events(turn: &Turn, how: Render, complete: bool) -> Vec<Bytes> {
+    let usage = how.usage;
     let chunk = |delta: Value, finish: Value| {
         sse(
             None,
@@ -415,42 +606,55 @@ fn openai_events(turn: &Turn, usage: (u64, u64), complete: bool) -> Vec<Bytes> {
         return out;
     }
     for (index, (id, name, args)) in turn.calls.iter().enumerate() {
+        let name = wire_name(name);
         out.push(chunk(
             json!({"tool_calls": [{"index": index, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}),
             Value::Null,
         ));
         for piece in pieces(args) {
+            let function = if how.quirks.repeat_tool_names {
+                json!({"name": name, "arguments": piece})
+            } else {
+                json!({"arguments": piece})
+            };
             out.push(chunk(
-                json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}),
+                json!({"tool_calls": [{"index": index, "function": function}]}),
                 Value::Null,
             ));
         }
     }
     out.push(chunk(json!({}), Value::from(openai_finish(turn))));
-    out.push(sse(
-        None,
-        &json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "choices": [],
-                "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1, "total_tokens": usage.0 + usage.1}}),
-    ));
+    if !how.quirks.no_usage {
+        out.push(sse(
+            None,
+            &json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "choices": [],
+                    "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1, "total_tokens": usage.0 + usage.1}}),
+        ));
+    }
     out.push(Bytes::from("data: [DONE]\n\n"));
     out
 }
 
-fn openai_body(turn: &Turn, usage: (u64, u64)) -> Value {
+fn openai_body(turn: &Turn, how: Render) -> Value {
+    let usage = how.usage;
     let calls: Vec<Value> = turn
         .calls
         .iter()
-        .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
+        .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": wire_name(name), "arguments": args}}))
         .collect();
     let mut message = json!({"role": "assistant", "content": if turn.text.is_empty() { Value::Null } else { Value::from(turn.text.clone()) }});
     if !calls.is_empty() {
         message["tool_calls"] = Value::from(calls);
     }
-    json!({
+    let mut body = json!({
         "id": "chatcmpl-fake", "object": "chat.completion", "model": "fake-model",
         "choices": [{"index": 0, "message": message, "finish_reason": openai_finish(turn)}],
         "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1, "total_tokens": usage.0 + usage.1}
-    })
+    });
+    if how.quirks.no_usage {
+        body["usage"] = Value::Null;
+    }
+    body
 }
 
 fn anthropic_stop(turn: &Turn) -> &'static str {
@@ -463,7 +667,8 @@ fn anthropic_stop(turn: &Turn) -> &'static str {
     }
 }
 
-fn anthropic_events(turn: &Turn, usage: (u64, u64), complete: bool) -> Vec<Bytes> {
+fn anthropic_events(turn: &Turn, how: Render, complete: bool) -> Vec<Bytes> {
+    let usage = how.usage;
     let mut out = vec![sse(
         Some("message_start"),
         &json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant",
@@ -497,7 +702,7 @@ fn anthropic_events(turn: &Turn, usage: (u64, u64), complete: bool) -> Vec<Bytes
         out.push(sse(
             Some("content_block_start"),
             &json!({"type": "content_block_start", "index": index,
-                    "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+                    "content_block": {"type": "tool_use", "id": id, "name": wire_name(name), "input": {}}}),
         ));
         for piece in pieces(args) {
             out.push(sse(
@@ -519,14 +724,16 @@ fn anthropic_events(turn: &Turn, usage: (u64, u64), complete: bool) -> Vec<Bytes
     out
 }
 
-fn anthropic_body(turn: &Turn, usage: (u64, u64)) -> Value {
+fn anthropic_body(turn: &Turn, how: Render) -> Value {
+    let usage = how.usage;
     let mut content = Vec::new();
     if !turn.text.is_empty() {
         content.push(json!({"type": "text", "text": turn.text}));
     }
     for (id, name, args) in &turn.calls {
         let input: Value = serde_json::from_str(args).unwrap_or(json!({}));
-        content.push(json!({"type": "tool_use", "id": id, "name": name, "input": input}));
+        content
+            .push(json!({"type": "tool_use", "id": id, "name": wire_name(name), "input": input}));
     }
     json!({"id": "msg_fake", "type": "message", "role": "assistant", "model": "claude-fake",
            "content": content, "stop_reason": anthropic_stop(turn),

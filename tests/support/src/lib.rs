@@ -5,6 +5,7 @@
 pub mod chorus;
 pub mod fake_model;
 pub mod process;
+pub mod wire_rules;
 
 pub use chorus::{Chorus, EventStream, TEST_TOKEN, bin_path};
-pub use fake_model::{FakeAnthropic, FakeModel, FakeOpenAi, Hold, Reply};
+pub use fake_model::{FakeAnthropic, FakeModel, FakeOpenAi, Hold, Quirks, Reply};

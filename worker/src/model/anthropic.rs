@@ -8,6 +8,7 @@ use serde_json::{Map, Value, json};
 
 use super::http::{Endpoint, StreamFormat, exchange};
 use super::sse::SseEvent;
+use super::wire_names::{from_wire, to_wire};
 use super::{ModelClient, ModelError, ModelReply, ModelRequest, StopReason};
 
 pub const API_VERSION: &str = "2023-06-01";
@@ -31,7 +32,7 @@ pub fn request_json(request: &ModelRequest<'_>, stream: bool) -> String {
         let tools = request.cache.tools_json(ModelRoute::ANTHROPIC_MESSAGES, request.tools, |tools| {
             let list: Vec<Value> = tools
                 .iter()
-                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+                .map(|t| json!({"name": to_wire(&t.name), "description": t.description, "input_schema": t.parameters}))
                 .collect();
             Value::from(list).to_string()
         });
@@ -105,7 +106,7 @@ fn render_blocks(message: &ChatMessage) -> String {
         Role::Assistant => {
             let mut blocks: Vec<Value> = text_block(&message.content).into_iter().collect();
             blocks.extend(message.tool_calls.iter().map(|call| {
-                json!({"type": "tool_use", "id": call.id, "name": call.name, "input": tool_input(call)})
+                json!({"type": "tool_use", "id": call.id, "name": to_wire(&call.name), "input": tool_input(call)})
             }));
             ('a', blocks)
         }
@@ -161,7 +162,7 @@ pub fn parse_reply(body: &Value) -> Result<ModelReply, ModelError> {
             ),
             Some("tool_use") => tool_calls.push(ToolCall {
                 id: str_of(block, "id"),
-                name: str_of(block, "name"),
+                name: from_wire(&str_of(block, "name")).into_owned(),
                 arguments: block
                     .get("input")
                     .map(Value::to_string)
@@ -174,9 +175,14 @@ pub fn parse_reply(body: &Value) -> Result<ModelReply, ModelError> {
         content,
         tool_calls,
         stop: stop_reason(body.get("stop_reason").and_then(Value::as_str)),
-        usage: body.get("usage").map(|u| Usage {
-            input_tokens: u.get("input_tokens").and_then(Value::as_u64).unwrap_or(0),
-            output_tokens: u.get("output_tokens").and_then(Value::as_u64).unwrap_or(0),
+        usage: body.get("usage").and_then(|u| {
+            let input = u.get("input_tokens").and_then(Value::as_u64);
+            let output = u.get("output_tokens").and_then(Value::as_u64);
+            // Unknown is not zero.
+            (input.is_some() || output.is_some()).then(|| Usage {
+                input_tokens: input.unwrap_or(0),
+                output_tokens: output.unwrap_or(0),
+            })
         }),
     })
 }
@@ -208,6 +214,8 @@ pub struct StreamState {
     output_tokens: u64,
     saw_usage: bool,
     finished: bool,
+    /// Bytes of text, tool names and inputs so far.
+    bytes: usize,
 }
 
 impl StreamState {
@@ -240,6 +248,7 @@ impl StreamFormat for StreamState {
                 "'{provider}' streamed an event that is not JSON ({e})"
             ))
         })?;
+
         let kind = event
             .event
             .clone()
@@ -260,12 +269,13 @@ impl StreamFormat for StreamState {
                         if !text.is_empty() {
                             on_text(&text);
                             self.content.push_str(&text);
+                            self.bytes += text.len();
                         }
                         Block::Text
                     }
                     Some("tool_use") => Block::Tool {
                         id: str_of(&block, "id"),
-                        name: str_of(&block, "name"),
+                        name: from_wire(&str_of(&block, "name")).into_owned(),
                         // A non-empty start input (rare) is kept unless deltas follow.
                         input: match block.get("input") {
                             Some(Value::Object(map)) if !map.is_empty() => {
@@ -276,6 +286,9 @@ impl StreamFormat for StreamState {
                     },
                     _ => Block::Other,
                 };
+                if let Block::Tool { id, name, input } = &block {
+                    self.bytes += id.len() + name.len() + input.len();
+                }
                 self.blocks.insert(index, block);
             }
             "content_block_delta" => {
@@ -289,14 +302,15 @@ impl StreamFormat for StreamState {
                         let text = str_of(&delta, "text");
                         on_text(&text);
                         self.content.push_str(&text);
+                        self.bytes += text.len();
                     }
                     (Some("input_json_delta"), Some(Block::Tool { input, .. })) => {
-                        input.push_str(
-                            delta
-                                .get("partial_json")
-                                .and_then(Value::as_str)
-                                .unwrap_or_default(),
-                        );
+                        let part = delta
+                            .get("partial_json")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default();
+                        input.push_str(part);
+                        self.bytes += part.len();
                     }
                     _ => {} // thinking, signatures: not part of Chorus's message model
                 }
@@ -333,6 +347,10 @@ impl StreamFormat for StreamState {
             _ => {} // ping, content_block_stop
         }
         Ok(false)
+    }
+
+    fn size(&self) -> usize {
+        self.bytes
     }
 
     fn finish(self, provider: &str) -> Result<ModelReply, ModelError> {
@@ -385,7 +403,8 @@ impl ModelClient for AnthropicClient {
             &self.0,
             &url,
             &headers,
-            request_json(request, true),
+            |stream| request_json(request, stream),
+            &request.limits,
             on_text,
         )
         .await
@@ -430,6 +449,7 @@ mod tests {
                 tools: &tools,
                 max_tokens: 1024,
                 cache: &MessageCache::default(),
+                limits: Default::default(),
             },
             true,
         );

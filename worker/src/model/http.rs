@@ -178,13 +178,15 @@ pub fn classify(
 }
 
 /// Sends a JSON POST (`body` is JSON text). Success is the response to read;
-/// failure is already classified.
+/// failure is already classified. Waits at most `limits.silence` for the answer to
+/// start.
 pub async fn post_json(
     http: &reqwest::Client,
     provider: &str,
     url: &str,
     headers: &[(&str, &str)],
     body: String,
+    limits: &CallLimits,
 ) -> Result<reqwest::Response, ModelError> {
     let mut request = http
         .post(url)
@@ -193,19 +195,80 @@ pub async fn post_json(
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    let response = request.send().await.map_err(|e| {
-        ModelError::retryable(format!(
-            "cannot reach the model relay for '{provider}' at {url}: {e}"
-        ))
-    })?;
+    let response = match tokio::time::timeout(limits.silence, request.send()).await {
+        Err(_) => return Err(silent(provider, limits, "did not answer")),
+        Ok(Err(e)) if e.is_timeout() => return Err(silent(provider, limits, "did not answer")),
+        Ok(Err(e)) => {
+            return Err(ModelError::retryable(format!(
+                "cannot reach the model relay for '{provider}' at {url}: {e}"
+            )));
+        }
+        Ok(Ok(response)) => response,
+    };
     if response.status().is_success() {
         return Ok(response);
     }
     let status = response.status().as_u16();
     let wait = retry_after(response.headers());
     let from_relay = response.headers().contains_key(RELAY_ERROR_HEADER);
-    let text = response.text().await.unwrap_or_default();
+    // An error body is read only so far: it is a message, not a reply.
+    let text = read_bounded(provider, response, MAX_ERROR_BODY_BYTES, limits, true)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default();
     Err(classify(provider, status, &text, wait, from_relay))
+}
+
+/// How long one attempt of a model call may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallLimits {
+    /// The whole attempt, from sending the request to the reply's last byte.
+    pub deadline: Duration,
+    /// The longest the provider may send nothing: before its answer starts, or
+    /// between two pieces of it.
+    pub silence: Duration,
+}
+
+impl Default for CallLimits {
+    fn default() -> Self {
+        CallLimits::from(&chorus_proto::domain::RetryPolicy::default())
+    }
+}
+
+impl From<&chorus_proto::domain::RetryPolicy> for CallLimits {
+    fn from(policy: &chorus_proto::domain::RetryPolicy) -> Self {
+        CallLimits {
+            deadline: Duration::from_millis(policy.call_timeout_ms.max(1)),
+            silence: Duration::from_millis(policy.silence_timeout_ms.max(1)),
+        }
+    }
+}
+
+/// The bounds on what one reply may make the worker hold. Each ends the attempt with
+/// an error that names it, so a broken or hostile server cannot grow the worker
+/// without limit.
+pub const MAX_SSE_EVENT_BYTES: usize = 1 << 20;
+/// Text plus tool-call names and arguments of one reply.
+pub const MAX_REPLY_BYTES: usize = 16 << 20;
+/// A whole non-streamed reply body (JSON around at most `MAX_REPLY_BYTES`).
+pub const MAX_BODY_BYTES: usize = 2 * MAX_REPLY_BYTES;
+/// An error body: only its message is used.
+pub const MAX_ERROR_BODY_BYTES: usize = 64 << 10;
+
+fn silent(provider: &str, limits: &CallLimits, what: &str) -> ModelError {
+    ModelError::retryable(format!(
+        "the provider '{provider}' {what} within {} s ([models] silence_timeout_secs)",
+        limits.silence.as_secs_f64()
+    ))
+}
+
+fn too_big(provider: &str, what: &str, bound: usize) -> ModelError {
+    ModelError::Fatal(format!(
+        "the reply from '{provider}' was refused: {what} exceeded {} MiB (the bound on one {what}); \
+         the model may be stuck repeating itself, or the server is not a chat-completions server. \
+         Try again, or use another model",
+        bound >> 20
+    ))
 }
 
 /// A wire format's reading of a streamed reply.
@@ -221,32 +284,81 @@ pub trait StreamFormat: Default {
     fn finish(self, provider: &str) -> Result<ModelReply, ModelError>;
     /// Reads a non-streaming body (servers that ignore `stream: true`).
     fn parse_body(body: &Value) -> Result<ModelReply, ModelError>;
+    /// Bytes of text, tool names and arguments gathered so far.
+    fn size(&self) -> usize;
 }
 
-/// One streaming model call: POST `body`, then read the event stream (or the plain
-/// JSON body of a server that ignores streaming) with the format `F`.
+/// One model call: POST `body(true)` and read the event stream (or the plain JSON
+/// body of a server that ignores streaming) with the format `F`, within `limits`.
+///
+/// A server that answers 200 with an empty stream (llama-cpp-python does when the
+/// prompt overflows its context) is asked once more without streaming, which
+/// brings out its real error (e.g. `400 context_length_exceeded`).
 pub async fn exchange<F: StreamFormat>(
     endpoint: &Endpoint,
     url: &str,
     headers: &[(&str, &str)],
-    body: String,
+    body: impl Fn(bool) -> String,
+    limits: &CallLimits,
     on_text: &mut (dyn FnMut(&str) + Send),
 ) -> Result<ModelReply, ModelError> {
     let provider = endpoint.provider.as_str();
-    let response = post_json(&endpoint.http, provider, url, headers, body).await?;
-    if !is_event_stream(&response) {
-        let reply = F::parse_body(&read_json(provider, response).await?)?;
-        if !reply.content.is_empty() {
-            on_text(&reply.content);
+    let attempt = async {
+        let response =
+            post_json(&endpoint.http, provider, url, headers, body(true), limits).await?;
+        if !is_event_stream(&response) {
+            return read_reply::<F>(provider, response, limits, on_text).await;
         }
-        return Ok(reply);
+        let mut state = F::default();
+        let events = read_sse(provider, response, limits, |event| {
+            let done = state.apply(provider, &event, on_text)?;
+            if state.size() > MAX_REPLY_BYTES {
+                return Err(too_big(provider, "reply", MAX_REPLY_BYTES));
+            }
+            Ok(done)
+        })
+        .await?;
+        if events > 0 {
+            return state.finish(provider);
+        }
+        tracing::info!(%provider, "empty event stream; asking again without streaming");
+        let response = post_json(&endpoint.http, provider, url, headers, body(false), limits)
+            .await
+            .map_err(|e| match e {
+                ModelError::Retryable {
+                    message,
+                    retry_after,
+                } => ModelError::Retryable {
+                    message: format!(
+                        "'{provider}' answered with an empty stream, and then: {message}"
+                    ),
+                    retry_after,
+                },
+                other => other,
+            })?;
+        read_reply::<F>(provider, response, limits, on_text).await
+    };
+    match tokio::time::timeout(limits.deadline, attempt).await {
+        Ok(result) => result,
+        Err(_) => Err(ModelError::retryable(format!(
+            "the provider '{provider}' did not finish its reply within {} s ([models] call_timeout_secs)",
+            limits.deadline.as_secs_f64()
+        ))),
     }
-    let mut state = F::default();
-    read_sse(provider, response, |event| {
-        state.apply(provider, &event, on_text)
-    })
-    .await?;
-    state.finish(provider)
+}
+
+/// A whole, non-streamed reply.
+async fn read_reply<F: StreamFormat>(
+    provider: &str,
+    response: reqwest::Response,
+    limits: &CallLimits,
+    on_text: &mut (dyn FnMut(&str) + Send),
+) -> Result<ModelReply, ModelError> {
+    let reply = F::parse_body(&read_json(provider, response, limits).await?)?;
+    if !reply.content.is_empty() {
+        on_text(&reply.content);
+    }
+    Ok(reply)
 }
 
 /// Whether a response is a server-sent event stream (by its content type).
@@ -259,36 +371,90 @@ pub fn is_event_stream(response: &reqwest::Response) -> bool {
 }
 
 /// Reads a response as server-sent events, handing each to `on_event` until it
-/// returns `Ok(true)` (done) or the stream ends.
+/// returns `Ok(true)` (done) or the stream ends. Returns how many events there were.
+/// An event over [`MAX_SSE_EVENT_BYTES`] or a silence over `limits.silence` ends it
+/// with an error.
 pub async fn read_sse(
     provider: &str,
     response: reqwest::Response,
+    limits: &CallLimits,
     mut on_event: impl FnMut(SseEvent) -> Result<bool, ModelError>,
-) -> Result<(), ModelError> {
-    let mut decoder = SseDecoder::new();
+) -> Result<usize, ModelError> {
+    let mut decoder = SseDecoder::with_max_event(MAX_SSE_EVENT_BYTES);
     let mut bytes = response.bytes_stream();
-    while let Some(chunk) = bytes.next().await {
-        let chunk = chunk.map_err(|e| {
-            ModelError::retryable(format!("the stream from '{provider}' broke off: {e}"))
-        })?;
-        for event in decoder.push(&chunk) {
+    let mut events = 0;
+    while let Some(chunk) = next_chunk(provider, &mut bytes, limits).await? {
+        let decoded = decoder.push(&chunk);
+        for event in decoded {
+            events += 1;
             if on_event(event)? {
-                return Ok(());
+                return Ok(events);
             }
+        }
+        if decoder.overflowed() {
+            return Err(too_big(provider, "server-sent event", MAX_SSE_EVENT_BYTES));
         }
     }
     if let Some(event) = decoder.finish() {
+        events += 1;
         on_event(event)?;
     }
-    Ok(())
+    Ok(events)
 }
 
-/// Reads a whole JSON body (non-streaming answers, model lists).
-pub async fn read_json(provider: &str, response: reqwest::Response) -> Result<Value, ModelError> {
-    let text = response.text().await.map_err(|e| {
-        ModelError::retryable(format!("the answer from '{provider}' broke off: {e}"))
-    })?;
-    serde_json::from_str(&text).map_err(|e| {
+/// The next piece of a body, waiting at most `limits.silence` for it.
+async fn next_chunk<B>(
+    provider: &str,
+    bytes: &mut (impl futures::Stream<Item = reqwest::Result<B>> + Unpin),
+    limits: &CallLimits,
+) -> Result<Option<B>, ModelError> {
+    match tokio::time::timeout(limits.silence, bytes.next()).await {
+        Err(_) => Err(silent(
+            provider,
+            limits,
+            "stopped sending in the middle of its reply and sent nothing",
+        )),
+        Ok(None) => Ok(None),
+        Ok(Some(Ok(chunk))) => Ok(Some(chunk)),
+        Ok(Some(Err(e))) => Err(ModelError::retryable(format!(
+            "the stream from '{provider}' broke off: {e}"
+        ))),
+    }
+}
+
+/// Reads a body of at most `max` bytes. With `cut`, a longer body is cut at `max`;
+/// without, it is an error.
+async fn read_bounded(
+    provider: &str,
+    response: reqwest::Response,
+    max: usize,
+    limits: &CallLimits,
+    cut: bool,
+) -> Result<Vec<u8>, ModelError> {
+    let mut body = Vec::new();
+    let mut bytes = response.bytes_stream();
+    while let Some(chunk) = next_chunk(provider, &mut bytes, limits).await? {
+        if body.len() + chunk.len() > max {
+            if cut {
+                body.extend_from_slice(&chunk[..max - body.len()]);
+                return Ok(body);
+            }
+            return Err(too_big(provider, "reply body", max));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Reads a whole JSON body (non-streaming answers, model lists), at most
+/// [`MAX_BODY_BYTES`].
+pub async fn read_json(
+    provider: &str,
+    response: reqwest::Response,
+    limits: &CallLimits,
+) -> Result<Value, ModelError> {
+    let body = read_bounded(provider, response, MAX_BODY_BYTES, limits, false).await?;
+    serde_json::from_slice(&body).map_err(|e| {
         ModelError::retryable(format!(
             "'{provider}' answered with something that is not JSON ({e})"
         ))

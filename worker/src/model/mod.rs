@@ -8,6 +8,7 @@ pub mod http;
 pub mod openai;
 pub mod relay;
 pub mod sse;
+pub mod wire_names;
 
 use std::time::Duration;
 
@@ -36,6 +37,8 @@ pub struct ModelRequest<'a> {
     pub max_tokens: u32,
     /// Serialised messages from earlier calls of the same run.
     pub cache: &'a MessageCache,
+    /// How long one attempt may take.
+    pub limits: http::CallLimits,
 }
 
 /// What identifies a message cheaply: enough to notice a history that was not
@@ -242,6 +245,7 @@ mod tests {
                             tools,
                             max_tokens: 10,
                             cache,
+                            limits: Default::default(),
                         },
                         true,
                     )

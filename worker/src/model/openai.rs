@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::http::{Endpoint, StreamFormat, exchange};
 use super::sse::SseEvent;
+use super::wire_names::{from_wire, to_wire};
 use super::{ModelClient, ModelError, ModelReply, ModelRequest, StopReason};
 
 /// A client for one provider speaking this format.
@@ -38,7 +39,7 @@ pub fn request_json(request: &ModelRequest<'_>, stream: bool) -> String {
                         json!({
                             "type": "function",
                             "function": {
-                                "name": t.name,
+                                "name": to_wire(&t.name),
                                 "description": t.description,
                                 "parameters": t.parameters,
                             }
@@ -97,13 +98,15 @@ fn message_json(m: &ChatMessage) -> Value {
             "tool_call_id": m.tool_call_id.clone().unwrap_or_default(),
             "content": m.content,
         }),
+        // `content` is always a string, `""` when the turn is only tool calls: some
+        // servers (llama-cpp-python) answer `null` or a missing `content` with a 500.
         Role::Assistant if !m.tool_calls.is_empty() => json!({
             "role": "assistant",
-            "content": if m.content.is_empty() { Value::Null } else { Value::from(m.content.clone()) },
+            "content": m.content,
             "tool_calls": m.tool_calls.iter().map(|c| json!({
                 "id": c.id,
                 "type": "function",
-                "function": { "name": c.name, "arguments": c.arguments },
+                "function": { "name": to_wire(&c.name), "arguments": c.arguments },
             })).collect::<Vec<_>>(),
         }),
         role => json!({ "role": role.as_str(), "content": m.content }),
@@ -119,17 +122,18 @@ fn stop_reason(reason: Option<&str>) -> StopReason {
     }
 }
 
+/// The reply's token usage; `None` when the server sent none (`null`, absent, or no
+/// counts in it): unknown is not zero.
 fn usage_of(value: &Value) -> Option<Usage> {
-    let usage = value.get("usage").filter(|u| u.is_object())?;
+    let usage = value.get("usage")?;
+    let input = usage.get("prompt_tokens").and_then(Value::as_u64);
+    let output = usage.get("completion_tokens").and_then(Value::as_u64);
+    if input.is_none() && output.is_none() {
+        return None;
+    }
     Some(Usage {
-        input_tokens: usage
-            .get("prompt_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
-        output_tokens: usage
-            .get("completion_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
+        input_tokens: input.unwrap_or(0),
+        output_tokens: output.unwrap_or(0),
     })
 }
 
@@ -160,43 +164,81 @@ pub fn parse_reply(body: &Value) -> Result<ModelReply, ModelError> {
     })
 }
 
-/// Tool calls put together from fragments keyed by index.
+/// Tool calls put together from streamed fragments.
+///
+/// A fragment names its call by `index` (and, from some servers, `id`). The name is
+/// set once: servers such as llama.cpp repeat it in every fragment, and appending
+/// would make `viewviewview`. Arguments are appended. A fragment with a new `id` at an
+/// index already in use starts a new call (servers that send every call at index 0).
 #[derive(Default)]
-struct ToolCalls(BTreeMap<u64, ToolCall>);
+struct ToolCalls {
+    calls: Vec<ToolCall>,
+    /// The call each index currently refers to (a position in `calls`).
+    by_index: BTreeMap<u64, usize>,
+    /// Bytes of ids, names and arguments so far.
+    bytes: usize,
+}
 
 impl ToolCalls {
     fn apply(&mut self, index: u64, fragment: &Value) {
-        let call = self.0.entry(index).or_insert_with(|| ToolCall {
-            id: String::new(),
-            name: String::new(),
-            arguments: String::new(),
-        });
-        if let Some(id) = fragment
+        let id = fragment
             .get("id")
             .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-        {
+            .filter(|s| !s.is_empty());
+        let existing = self.by_index.get(&index).copied().filter(|&at| {
+            let known = &self.calls[at].id;
+            id.is_none_or(|id| known.is_empty() || known == id)
+        });
+        let at = match existing {
+            Some(at) => at,
+            None => {
+                self.calls.push(ToolCall {
+                    id: String::new(),
+                    name: String::new(),
+                    arguments: String::new(),
+                });
+                self.by_index.insert(index, self.calls.len() - 1);
+                self.calls.len() - 1
+            }
+        };
+        let call = &mut self.calls[at];
+        if let Some(id) = id {
+            self.bytes += id.len();
             call.id = id.to_string();
         }
         let function = fragment.get("function");
-        if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str) {
-            call.name.push_str(name);
+        if let Some(name) = function
+            .and_then(|f| f.get("name"))
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            && call.name.is_empty()
+        {
+            call.name = from_wire(name).into_owned();
         }
+        let before = call.arguments.len();
         match function.and_then(|f| f.get("arguments")) {
             Some(Value::String(s)) => call.arguments.push_str(s),
             Some(Value::Null) | None => {}
             // Some servers send the arguments as an object instead of a string.
             Some(other) => call.arguments.push_str(&other.to_string()),
         }
+        self.bytes += call.name.len() + call.arguments.len() - before;
+    }
+
+    /// Bytes of names and arguments received so far (the reply's size bound; a
+    /// repeated name counts each time, as it was sent).
+    fn size(&self) -> usize {
+        self.bytes
     }
 
     fn finish(self) -> Vec<ToolCall> {
-        self.0
+        self.calls
             .into_iter()
-            .map(|(index, mut call)| {
+            .enumerate()
+            .map(|(position, mut call)| {
                 if call.id.is_empty() {
                     // Without an id a result could not be paired with its call.
-                    call.id = format!("call_{index}");
+                    call.id = format!("call_{position}");
                 }
                 call
             })
@@ -277,6 +319,10 @@ impl StreamFormat for StreamState {
         Ok(false)
     }
 
+    fn size(&self) -> usize {
+        self.content.len() + self.calls.size()
+    }
+
     fn finish(self, provider: &str) -> Result<ModelReply, ModelError> {
         // Servers differ on `[DONE]`; a finish reason is enough to know the reply is whole.
         if !self.done && self.finish.is_none() {
@@ -309,7 +355,8 @@ impl ModelClient for OpenAiClient {
             &self.0,
             &url,
             &headers,
-            request_json(request, true),
+            |stream| request_json(request, stream),
+            &request.limits,
             on_text,
         )
         .await
@@ -346,6 +393,7 @@ mod tests {
                 tools: &tools,
                 max_tokens: 100,
                 cache: &MessageCache::default(),
+                limits: Default::default(),
             },
             true,
         );
@@ -353,7 +401,7 @@ mod tests {
             body["messages"][0],
             json!({"role": "system", "content": "be brief"})
         );
-        assert_eq!(body["messages"][2]["content"], Value::Null);
+        assert_eq!(body["messages"][2]["content"], "");
         assert_eq!(
             body["messages"][2]["tool_calls"][0]["function"]["arguments"],
             "{\"path\":\"a\"}"

@@ -7,8 +7,14 @@ pub struct SseEvent {
     pub data: String,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SseDecoder {
+    /// Longest line, and longest event's data, kept; past it the decoder stops
+    /// collecting and says so (`overflowed`), so a server cannot grow it without end.
+    max_event: usize,
+    overflow: bool,
+    /// Bytes of `data` in the current event.
+    data_len: usize,
     /// Bytes of the current, unfinished line.
     line: Vec<u8>,
     /// The last byte seen was a `\r` (a following `\n` belongs to it).
@@ -18,14 +24,42 @@ pub struct SseDecoder {
     has_data: bool,
 }
 
+impl Default for SseDecoder {
+    fn default() -> Self {
+        Self::with_max_event(usize::MAX)
+    }
+}
+
 impl SseDecoder {
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// A decoder that refuses lines or events longer than `max_event` bytes.
+    pub fn with_max_event(max_event: usize) -> Self {
+        SseDecoder {
+            max_event,
+            overflow: false,
+            data_len: 0,
+            line: Vec::new(),
+            after_cr: false,
+            event: None,
+            data: Vec::new(),
+            has_data: false,
+        }
+    }
+
+    /// Whether a line or an event went past the bound; nothing more is decoded then.
+    pub fn overflowed(&self) -> bool {
+        self.overflow
+    }
+
     /// Feeds a chunk; returns the events it completed.
     pub fn push(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
         let mut events = Vec::new();
+        if self.overflow {
+            return events;
+        }
         for &byte in chunk {
             match byte {
                 b'\n' if self.after_cr => self.after_cr = false,
@@ -38,6 +72,10 @@ impl SseDecoder {
                 }
                 _ => {
                     self.after_cr = false;
+                    if self.line.len() >= self.max_event {
+                        self.overflow = true;
+                        return events;
+                    }
                     self.line.push(byte);
                 }
             }
@@ -71,6 +109,11 @@ impl SseDecoder {
         match field {
             "event" => self.event = Some(value.to_string()),
             "data" => {
+                self.data_len += value.len() + 1;
+                if self.data_len > self.max_event {
+                    self.overflow = true;
+                    return None;
+                }
                 self.data.push(value.to_string());
                 self.has_data = true;
             }
@@ -85,6 +128,7 @@ impl SseDecoder {
             return None;
         }
         self.has_data = false;
+        self.data_len = 0;
         Some(SseEvent {
             event,
             data: std::mem::take(&mut self.data).join("\n"),
@@ -138,6 +182,22 @@ mod tests {
                 data: "[DONE]".into()
             }]
         );
+    }
+
+    #[test]
+    fn a_line_or_event_past_the_bound_stops_the_decoder() {
+        let mut decoder = SseDecoder::with_max_event(16);
+        assert_eq!(decoder.push(b"data: short\n\n").len(), 1);
+        assert!(!decoder.overflowed());
+        // One endless line, never ended.
+        assert!(decoder.push(&[b'x'; 64]).is_empty());
+        assert!(decoder.overflowed());
+        assert!(decoder.push(b"\n\ndata: more\n\n").is_empty());
+
+        // Many short data lines adding up past the bound.
+        let mut decoder = SseDecoder::with_max_event(16);
+        decoder.push(b"data: 0123456\ndata: 0123456\ndata: 0123456\n");
+        assert!(decoder.overflowed());
     }
 
     #[test]

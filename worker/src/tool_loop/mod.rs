@@ -16,8 +16,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::gate::{GateMessage, ToolGate};
+use crate::model::http::CallLimits;
 use crate::model::{
-    DEFAULT_MAX_TOKENS, MessageCache, ModelClient, ModelError, ModelRequest, StopReason,
+    DEFAULT_MAX_TOKENS, MessageCache, ModelClient, ModelError, ModelReply, ModelRequest, StopReason,
 };
 use crate::tools::{LockWait, ToolBox, ToolOutcome};
 
@@ -169,6 +170,33 @@ pub fn shrink_context(messages: &mut [ChatMessage]) -> usize {
     count
 }
 
+/// Tool calls run from one reply; the rest are answered as refused.
+pub const MAX_TOOL_CALLS_PER_REPLY: usize = 64;
+
+/// Bytes of text and tool calls in a reply.
+fn reply_bytes(reply: &ModelReply) -> usize {
+    reply.content.len()
+        + reply
+            .tool_calls
+            .iter()
+            .map(|c| c.name.len() + c.arguments.len())
+            .sum::<usize>()
+}
+
+/// Whether a reply that stopped at a length limit stopped at the context window's
+/// end rather than at the `max_tokens` asked for: it produced fewer tokens than
+/// asked (by its usage; without usage, fewer bytes than tokens asked, which no
+/// real output of that many tokens can be).
+pub fn filled_context_window(reply: &ModelReply, max_tokens: u32) -> bool {
+    if reply.stop != StopReason::MaxTokens {
+        return false;
+    }
+    match reply.usage {
+        Some(usage) if usage.output_tokens > 0 => usage.output_tokens < u64::from(max_tokens),
+        _ => reply_bytes(reply) < max_tokens as usize,
+    }
+}
+
 /// Said to the model when its answer was cut off by the output limit.
 const CONTINUE_PROMPT: &str =
     "Your previous answer was cut off by the output limit. Continue exactly where it stopped.";
@@ -235,8 +263,9 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
             tools: schemas,
             max_tokens: DEFAULT_MAX_TOKENS,
             cache: &cache,
+            limits: CallLimits::from(&input.retry),
         };
-        let reply = match retry::call_with_retries(
+        let result = retry::call_with_retries(
             &client,
             &request,
             &selection,
@@ -244,8 +273,25 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
             &mut steps,
             cancel,
         )
-        .await
-        {
+        .await;
+        // A reply stopped by the context window, not by the output limit, is not
+        // cut off: asking it to continue would only fill the window further.
+        let result = match result {
+            Ok(reply) if filled_context_window(&reply, DEFAULT_MAX_TOKENS) => {
+                Err(LoopError::Model(ModelError::ContextLength(format!(
+                    "the conversation fills the context window of {} (its reply stopped at the \
+                     window's end after {}); clear or summarise the context, or use a model with \
+                     a larger window",
+                    selection.display,
+                    match reply.usage {
+                        Some(usage) => format!("{} tokens", usage.output_tokens),
+                        None => format!("{} bytes", reply_bytes(&reply)),
+                    }
+                ))))
+            }
+            other => other,
+        };
+        let reply = match result {
             Err(LoopError::Model(ModelError::ContextLength(message))) if shrinks < MAX_SHRINKS => {
                 let trimmed = shrink_context(&mut messages);
                 if trimmed == 0 {
@@ -290,7 +336,10 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
         }
 
         let mut malformed = 0;
-        for call in &reply.tool_calls {
+        let (runnable, refused) = reply
+            .tool_calls
+            .split_at(reply.tool_calls.len().min(MAX_TOOL_CALLS_PER_REPLY));
+        for call in runnable {
             if cancel.is_cancelled() {
                 return Err(LoopError::Cancelled("the run was cancelled".into()));
             }
@@ -360,6 +409,29 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
             let result = ChatMessage::tool_result(call, outcome.content, outcome.is_error);
             emit(&result);
             messages.push(result);
+        }
+        if !refused.is_empty() {
+            // Every call needs its result, or the next request is refused by the API.
+            let step = steps.begin(
+                StepKind::Tool,
+                format!(
+                    "Refused {} tool calls past the first {MAX_TOOL_CALLS_PER_REPLY} of one reply",
+                    refused.len()
+                ),
+            );
+            steps.end(step, true, None);
+            for call in refused {
+                let result = ChatMessage::tool_result(
+                    call,
+                    format!(
+                        "not run: only the first {MAX_TOOL_CALLS_PER_REPLY} tool calls of a reply \
+                         are run; ask for this one again in your next reply"
+                    ),
+                    true,
+                );
+                emit(&result);
+                messages.push(result);
+            }
         }
         if malformed == reply.tool_calls.len() {
             bad_replies += 1;

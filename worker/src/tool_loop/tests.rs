@@ -138,6 +138,7 @@ fn fast() -> RetryPolicy {
         max_attempts: 3,
         max_total_ms: 10_000,
         base_delay_ms: 1,
+        ..RetryPolicy::default()
     }
 }
 
@@ -153,11 +154,14 @@ fn step_descriptions(events: &[WorkerEvent]) -> Vec<String> {
 
 #[tokio::test]
 async fn a_cut_off_answer_is_kept_and_continued() {
+    // Cut off at the output limit asked for: all of `max_tokens` was used.
+    let mut cut = reply("part one", StopReason::MaxTokens).unwrap();
+    cut.usage = Some(Usage {
+        input_tokens: 100,
+        output_tokens: u64::from(crate::model::DEFAULT_MAX_TOKENS),
+    });
     let out = run_script(
-        vec![
-            reply("part one", StopReason::MaxTokens),
-            reply("part two", StopReason::EndTurn),
-        ],
+        vec![Ok(cut), reply("part two", StopReason::EndTurn)],
         fast(),
     )
     .await;
@@ -486,4 +490,96 @@ fn backoff_grows_and_stays_bounded() {
             "attempt {attempt}: {d}"
         );
     }
+}
+
+/// A reply that stopped at a length limit after fewer tokens than asked for stopped
+/// at the end of the context window: it is not continued (that would only fill the
+/// window further) but handled as a context that is too long.
+#[tokio::test]
+async fn a_reply_stopped_by_the_context_window_is_not_continued() {
+    // With usage: 12 of 8192 tokens, finish "length".
+    let mut full = reply("The answer is", StopReason::MaxTokens).unwrap();
+    full.usage = Some(Usage {
+        input_tokens: 4000,
+        output_tokens: 12,
+    });
+    let out = run_script(vec![Ok(full)], fast()).await;
+    let error = out.result.unwrap_err().to_string();
+    assert!(error.contains("fills the context window of m"), "{error}");
+    assert!(error.contains("after 12 tokens"), "{error}");
+    assert_eq!(out.seen.len(), 1, "no 'continue' request was sent");
+
+    // Without usage (llama-cpp-python): a few bytes cannot be 8192 tokens.
+    let out = run_script(vec![reply("The", StopReason::MaxTokens)], fast()).await;
+    assert!(matches!(
+        out.result,
+        Err(LoopError::Model(ModelError::ContextLength(_)))
+    ));
+
+    // With old tool output to shorten, it is shortened and the call tried again.
+    let big = "x".repeat(5000);
+    let mut script = Vec::new();
+    for i in 0..2 {
+        script.push(call_reply(
+            "create_file",
+            &json!({"path": format!("f{i}"), "content": big}).to_string(),
+        ));
+        script.push(call_reply(
+            "view",
+            &json!({"path": format!("f{i}")}).to_string(),
+        ));
+    }
+    script.push(reply("The", StopReason::MaxTokens));
+    script.push(reply("fits now", StopReason::EndTurn));
+    let out = run_script(script, fast()).await;
+    assert_eq!(out.result.unwrap(), "fits now");
+    let last = out.seen.last().unwrap();
+    assert!(last.iter().any(|m| m.content == TRIMMED_OUTPUT));
+    assert!(!last.iter().any(|m| m.content == CONTINUE_PROMPT));
+}
+
+#[tokio::test]
+async fn tool_calls_past_the_bound_are_answered_as_refused() {
+    let calls: Vec<ToolCall> = (0..MAX_TOOL_CALLS_PER_REPLY + 3)
+        .map(|i| ToolCall {
+            id: format!("c{i}"),
+            name: "file.list".into(),
+            arguments: "{}".into(),
+        })
+        .collect();
+    let many = ModelReply {
+        content: String::new(),
+        tool_calls: calls,
+        stop: StopReason::ToolUse,
+        usage: None,
+    };
+    let out = run_script(vec![Ok(many), reply("done", StopReason::EndTurn)], fast()).await;
+    assert_eq!(out.result.unwrap(), "done");
+    let results: Vec<&ChatMessage> = out.seen[1]
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .collect();
+    assert_eq!(
+        results.len(),
+        MAX_TOOL_CALLS_PER_REPLY + 3,
+        "every call has its result"
+    );
+    assert!(
+        results[..MAX_TOOL_CALLS_PER_REPLY]
+            .iter()
+            .all(|m| !m.is_error)
+    );
+    for refused in &results[MAX_TOOL_CALLS_PER_REPLY..] {
+        assert!(refused.is_error);
+        assert!(
+            refused.content.contains("only the first 64 tool calls"),
+            "{}",
+            refused.content
+        );
+    }
+    assert!(
+        step_descriptions(&out.events)
+            .iter()
+            .any(|d| d == "Refused 3 tool calls past the first 64 of one reply")
+    );
 }

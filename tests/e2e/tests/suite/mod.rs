@@ -3,6 +3,7 @@ mod architecture;
 mod lifecycle;
 mod permissions;
 mod providers;
+mod real_servers;
 mod secrets;
 mod tasks;
 mod tool_loop;

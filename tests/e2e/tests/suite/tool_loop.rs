@@ -119,7 +119,8 @@ async fn a_message_runs_the_tool_loop_in_its_own_worker_process() -> anyhow::Res
         "view",
         "str_replace",
         "bash",
-        "file.search",
+        // Offered under names the APIs accept; the model calls `file_search`.
+        "file_search",
         "self_edit_docs",
     ] {
         assert!(

@@ -1,0 +1,172 @@
+//! What real third-party servers do that the reference APIs do not, and providers
+//! that misbehave, through the real binaries: llama.cpp-style streams, a context
+//! overflow answered with an empty stream, a server that never answers, one that
+//! never stops. (Every fake also checks each request as the real APIs do.)
+
+use std::time::{Duration, Instant};
+
+use chorus_test_support::fake_model::{text, tool_call};
+use chorus_test_support::{Chorus, FakeModel, FakeOpenAi, Quirks, Reply};
+use serde_json::{Value, json};
+
+async fn openai_chorus(model: &FakeModel, config: &str) -> anyhow::Result<Chorus> {
+    Chorus::builder()
+        .env("OPENAI_BASE_URL", &model.base_url())
+        .env("OPENAI_API_KEY", "sk-openai-test")
+        .env("CHORUS_DEFAULT_MODEL", "fake-model")
+        .config(config)
+        .start()
+        .await
+}
+
+async fn run_one(chorus: &Chorus, agent: &str, content: &str) -> anyhow::Result<Value> {
+    chorus.create_agent(agent).await?;
+    let id = chorus.send_message(agent, content).await?;
+    chorus
+        .wait_thread_finished(agent, id, Duration::from_secs(60))
+        .await
+}
+
+#[tokio::test]
+async fn a_llama_cpp_style_server_runs_tools_and_its_missing_usage_shows_as_unknown()
+-> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.set_quirks(Quirks {
+        repeat_tool_names: true,
+        no_usage: true,
+    });
+    model.push(tool_call(
+        "c1",
+        "file.create",
+        json!({"path": "notes.md", "content": "hi"}),
+    ));
+    model.push(text("Created."));
+    let chorus = openai_chorus(&model, "").await?;
+    let thread = run_one(&chorus, "llama", "make notes").await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    assert_eq!(
+        std::fs::read_to_string(chorus.agent_dir("llama").join("workspace/notes.md"))?,
+        "hi"
+    );
+    // The call is stored under Chorus's name, whatever the wire said.
+    assert_eq!(
+        thread["messages"][1]["tool_calls"][0]["name"],
+        "file.create"
+    );
+    assert_eq!(thread["usage"], Value::Null, "{thread:#}");
+    assert_eq!(thread["steps"][0]["usage"], Value::Null);
+    // The second request carried the first call back as the server named it.
+    let second = &model.requests()[1].body;
+    assert_eq!(
+        second["messages"][2]["tool_calls"][0]["function"]["name"],
+        "file_create"
+    );
+    assert_eq!(second["messages"][2]["content"], "");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_context_overflow_answered_with_an_empty_stream_fails_with_the_real_reason()
+-> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.set_context_window(10);
+    let chorus = openai_chorus(&model, "[models]\nretry_base_ms = 50\n").await?;
+    let started = Instant::now();
+    let thread = run_one(&chorus, "overflow", "hello").await?;
+    assert_eq!(thread["status"], "failed", "{thread:#}");
+    let error = thread["error"].as_str().unwrap_or_default();
+    assert!(error.contains("too long for the model"), "{error}");
+    assert!(error.contains("exceed context window"), "{error}");
+    // One streamed request, one plain repeat to learn why; no retries.
+    let streams: Vec<bool> = model
+        .requests()
+        .iter()
+        .map(|r| r.body["stream"].as_bool().unwrap_or(false))
+        .collect();
+    assert_eq!(streams, [true, false]);
+    eprintln!("context overflow reported after {:?}", started.elapsed());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_reply_stopped_by_a_full_context_is_not_continued() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    // No usage, finish_reason "length" after a few bytes: the window was full.
+    model.set_quirks(Quirks {
+        no_usage: true,
+        ..Quirks::default()
+    });
+    model.push(Reply::Truncated("The answer".into()));
+    let chorus = openai_chorus(&model, "").await?;
+    let thread = run_one(&chorus, "full", "go on").await?;
+    assert_eq!(thread["status"], "failed", "{thread:#}");
+    let error = thread["error"].as_str().unwrap_or_default();
+    assert!(error.contains("fills the context window"), "{error}");
+    assert_eq!(model.requests().len(), 1, "no 'continue' was asked for");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_provider_that_never_answers_fails_the_thread_naming_it() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.push(Reply::Silent);
+    let chorus = openai_chorus(
+        &model,
+        "[models]\nretry_attempts = 1\nsilence_timeout_secs = 2\n",
+    )
+    .await?;
+    let started = Instant::now();
+    let thread = run_one(&chorus, "waiting", "hello?").await?;
+    let took = started.elapsed();
+    assert_eq!(thread["status"], "failed", "{thread:#}");
+    let error = thread["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("the provider 'openai' did not answer within 2 s"),
+        "{error}"
+    );
+    assert!(!error.contains("cannot reach"), "{error}");
+    eprintln!("hung provider: thread failed {took:?} after the message (silence limit 2 s)");
+    Ok(())
+}
+
+/// Peak resident memory of a process, in KiB (`VmHWM`).
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn an_endless_reply_is_cut_off_and_the_worker_stays_small() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.push(Reply::Endless);
+    let chorus = openai_chorus(&model, "").await?;
+    chorus.create_agent("chatty").await?;
+    let pid = chorus
+        .wait_worker_running("chatty", Duration::from_secs(20))
+        .await?;
+    let started = Instant::now();
+    let id = chorus.send_message("chatty", "talk").await?;
+    let thread = chorus
+        .wait_thread_finished("chatty", id, Duration::from_secs(110))
+        .await?;
+    let took = started.elapsed();
+    assert_eq!(thread["status"], "failed", "{thread:#}");
+    let error = thread["error"].as_str().unwrap_or_default();
+    assert!(error.contains("exceeded 16 MiB"), "{error}");
+    let peak = peak_rss_kib(pid);
+    eprintln!(
+        "endless stream: cut off after {took:?}; worker peak RSS {} MiB",
+        peak / 1024
+    );
+    assert!(peak > 0 && peak < 200 * 1024, "worker peak RSS {peak} KiB");
+    assert_eq!(
+        chorus.agent("chatty").await?["worker"]["pid"],
+        json!(pid),
+        "the worker was not restarted"
+    );
+    Ok(())
+}
