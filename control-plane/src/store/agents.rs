@@ -83,7 +83,7 @@ impl Store {
     /// Fails with [`StoreError::Conflict`] while an active agent holds the name.
     pub async fn register_agent(&self, agent: &NewAgent) -> Result<AgentRecord, StoreError> {
         let at = now();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         let existing: Option<String> =
             sqlx::query_scalar("SELECT status FROM agents WHERE name = $1")
                 .bind(&agent.name)

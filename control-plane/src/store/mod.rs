@@ -2,7 +2,10 @@
 //! migrations embedded in the binary.
 //!
 //! Invariant: every query uses `$N` placeholders and portable SQL, so the Postgres
-//! backend is a second migration set, not a second store.
+//! backend is a second migration set, not a second store. Every transaction that
+//! writes begins with [`Store::begin_write`], the one place that knows how SQLite
+//! takes its write lock; a busy database makes a writer wait (up to
+//! [`BUSY_TIMEOUT`]), never fail.
 
 mod agents;
 mod approvals;
@@ -16,9 +19,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
-use sqlx::SqlSafeStr;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::{SqlSafeStr, Sqlite, Transaction};
 
 pub use agents::{AgentRecord, AgentStatus, AgentUpdate, NewAgent};
 pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval};
@@ -43,6 +46,10 @@ pub enum StoreError {
     #[error("corrupt value in {column}: {value}")]
     Corrupt { column: &'static str, value: String },
 }
+
+/// How long a writer waits for another writer before giving up. Generous: a write
+/// transaction here lasts milliseconds, so reaching it means something is wrong.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Clone)]
 pub struct Store {
@@ -84,13 +91,24 @@ impl Store {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(10));
+            .busy_timeout(BUSY_TIMEOUT);
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
             .connect_with(options)
             .await?;
         migrator().run(&pool).await?;
         Ok(Store { pool })
+    }
+
+    /// Begins a transaction that will write. On SQLite it is `BEGIN IMMEDIATE`: the
+    /// write lock is taken up front, waiting for the busy timeout if another writer
+    /// holds it. A plain (deferred) `BEGIN` would take it only at the first write,
+    /// and SQLite cannot wait there once the transaction has read: a writer that
+    /// committed in between makes the upgrade fail at once with "database is
+    /// locked" (SQLITE_BUSY_SNAPSHOT), whatever the busy timeout. Postgres needs no
+    /// such statement; this is the one SQLite-specific line of the store.
+    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
     }
 
     pub async fn close(&self) {

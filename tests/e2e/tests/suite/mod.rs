@@ -4,6 +4,7 @@ mod lifecycle;
 mod permissions;
 mod providers;
 mod secrets;
+mod storage;
 mod tasks;
 mod tool_loop;
 mod workers;
