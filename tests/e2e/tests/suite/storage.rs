@@ -343,7 +343,9 @@ async fn a_create_that_fails_at_any_step_leaves_no_agent_and_no_directory() -> a
 
     let link = template.join("workspace/zz-link");
     let sessions = template.join("sessions");
-    let steps: [(&str, Box<dyn Fn(bool)>); 4] = [
+    // Each step's cause, switched on (true) and off (false).
+    type Cause<'a> = Box<dyn Fn(bool) + 'a>;
+    let steps: [(&str, Cause); 4] = [
         (
             "copy",
             Box::new(|fail| {
