@@ -9,6 +9,7 @@ pub mod grpc;
 pub mod http;
 pub mod llm_relay;
 pub mod permissions;
+pub mod private;
 pub mod providers;
 pub mod runs;
 pub mod secrets;

@@ -48,7 +48,7 @@ pub struct Running {
 pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     let data_dir = prepare_data_dir(&settings.data_dir)?;
     let agents_root = data_dir.join("agents");
-    std::fs::create_dir_all(&agents_root)
+    crate::private::create_dir(&agents_root)
         .with_context(|| format!("cannot create {}", agents_root.display()))?;
     let store = Store::open(&data_dir.join("chorus.db"))
         .await
@@ -208,6 +208,8 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         spawn_server(http_listener, api_router, shutdown.clone()),
     ];
 
+    // Finish what a failed or interrupted destroy left, before any worker starts.
+    agents.repair().await?;
     let started = agents.start_all_workers().await?;
     tracing::info!(%http_addr, %grpc_addr, data_dir = %data_dir.display(), agents = started, "chorus is up");
     Ok(Running {

@@ -29,6 +29,21 @@ pub enum FilesError {
     },
 }
 
+impl FilesError {
+    /// Whether this failed because the disk (or the quota) is full.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            FilesError::Io { source, .. } => crate::store::is_no_space(source),
+            // git reports it only in its message (strerror of ENOSPC / EDQUOT).
+            FilesError::Git { message, .. } => {
+                message.contains("No space left on device")
+                    || message.contains("Disk quota exceeded")
+            }
+            FilesError::BadConfig { .. } => false,
+        }
+    }
+}
+
 fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> FilesError {
     let path = path.to_path_buf();
     move |source| FilesError::Io {
@@ -69,6 +84,7 @@ impl AgentDir {
         &self,
         template_dir: Option<&Path>,
     ) -> Result<(), FilesError> {
+        self.make_root()?;
         match template_dir {
             Some(dir) => copy_dir(dir, &self.root).await?,
             None => {
@@ -80,8 +96,15 @@ impl AgentDir {
         Ok(())
     }
 
+    /// The agent's directory, private to its owner (0700) like the rest of the data
+    /// directory; everything inside is out of others' reach through it.
+    fn make_root(&self) -> Result<(), FilesError> {
+        crate::private::create_dir(&self.root).map_err(io("cannot create", &self.root))
+    }
+
     /// Makes sure the parts every agent needs exist; safe to run over kept files.
     pub async fn ensure_layout(&self) -> Result<(), FilesError> {
+        self.make_root()?;
         for dir in [
             self.root.join("docs"),
             self.root.join("sessions"),

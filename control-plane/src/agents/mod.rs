@@ -1,8 +1,11 @@
 //! Agent lifecycle: create from the template, configure, destroy (SPEC B1, B2).
 //!
 //! Invariant: an agent is active exactly when it has a directory, an active row and a
-//! supervised worker. Create builds them in that order and undoes the directory if
-//! registration fails; destroy stops the worker before it touches any file.
+//! supervised worker. Create builds them in that order (the row is the commit point)
+//! and removes a directory it made if anything before the row fails; destroy stops
+//! the worker, marks the row destroyed, and only then deletes files, marking the row
+//! until they are gone. Any failure in between leaves a state [`AgentService::repair`]
+//! (run at every start) or the next create of the name completes.
 
 pub mod files;
 pub mod name;
@@ -43,6 +46,10 @@ pub enum AgentError {
     Files(#[from] FilesError),
     #[error(transparent)]
     Store(StoreError),
+    /// The change happened, but a later part of it failed; the message says what
+    /// is left and who finishes it.
+    #[error("{0}")]
+    Incomplete(String),
 }
 
 impl From<StoreError> for AgentError {
@@ -195,13 +202,18 @@ impl AgentService {
         }
 
         let dir = self.dir(&request.name);
+        self.finish_purge(&request.name).await?;
         let reused = dir.exists();
-        if !reused {
-            dir.create_from_template(self.template_dir.as_deref())
-                .await?;
-        }
-        let created = self
-            .register(
+        // Files first, the row last: the row is the commit point. Whatever fails
+        // before it leaves no row, and a directory this create made is removed; a
+        // crash before it leaves at most a directory, which a later create reuses
+        // like kept files. So there is never an active row without its directory.
+        let created = async {
+            if !reused {
+                dir.create_from_template(self.template_dir.as_deref())
+                    .await?;
+            }
+            self.register(
                 &dir,
                 &request.name,
                 Given {
@@ -212,12 +224,14 @@ impl AgentService {
                 },
                 reused,
             )
-            .await;
+            .await
+        }
+        .await;
         let record = match created {
             Ok(record) => record,
             Err(e) => {
-                if !reused {
-                    let _ = dir.remove().await;
+                if !reused && let Err(cleanup) = dir.remove().await {
+                    tracing::error!(agent = %request.name, error = %cleanup, "cannot remove the directory of a failed create");
                 }
                 return Err(e);
             }
@@ -377,32 +391,35 @@ impl AgentService {
             .or_else(|| text(&config, "on_ask"))
             .unwrap_or_else(|| "prompt".into());
 
-        let record = self
-            .store
-            .register_agent(&NewAgent {
-                name: name.to_string(),
-                model: model.clone(),
-                system_prompt: system_prompt.clone(),
-                permissions: to_stored(&permissions),
-                on_ask: on_ask.clone(),
-            })
-            .await?;
+        let at = crate::store::now();
         config.insert("name".into(), Value::from(name));
-        config.insert("system_prompt".into(), Value::from(system_prompt));
+        config.insert("system_prompt".into(), Value::from(system_prompt.clone()));
         config.insert(
             "model".into(),
-            model.map(Value::from).unwrap_or(Value::Null),
+            model.clone().map(Value::from).unwrap_or(Value::Null),
         );
         config.insert(
             "permissions".into(),
             serde_json::to_value(&permissions).unwrap_or(Value::Null),
         );
-        config.insert("on_ask".into(), Value::from(on_ask));
+        config.insert("on_ask".into(), Value::from(on_ask.clone()));
         if !reused || !config.get("created_at").is_some_and(Value::is_string) {
-            config.insert("created_at".into(), Value::from(record.created_at.clone()));
+            config.insert("created_at".into(), Value::from(at.clone()));
         }
         dir.write_config(&config).await?;
-        Ok(record)
+        Ok(self
+            .store
+            .register_agent_at(
+                &NewAgent {
+                    name: name.to_string(),
+                    model,
+                    system_prompt,
+                    permissions: to_stored(&permissions),
+                    on_ask,
+                },
+                &at,
+            )
+            .await?)
     }
 
     pub async fn configure(
@@ -494,6 +511,13 @@ impl AgentService {
 
     /// Stops the agent's worker, fails its runs, marks it destroyed and deletes its
     /// files unless `keep_files`.
+    ///
+    /// The row is marked first, in one statement: that is the moment the agent is
+    /// gone. If marking fails, the worker is started again and nothing else changed.
+    /// Files are deleted only after it, with `purge_files` set on the row until they
+    /// are gone, so a failure or a crash in between leaves a destroyed agent whose
+    /// deletion the next start (or a re-create of the name) finishes; never files
+    /// deleted under an active row.
     pub async fn destroy(
         &self,
         name: &str,
@@ -510,9 +534,10 @@ impl AgentService {
                 "the agent was destroyed while this thread was running",
             )
             .await;
-        self.store.mark_agent_destroyed(name).await?;
-        if !keep_files {
-            self.dir(name).remove().await?;
+        if let Err(e) = self.store.mark_agent_destroyed(name, !keep_files).await {
+            // Still active: give it its worker back.
+            self.workers.start(name);
+            return Err(e.into());
         }
         self.audit(
             name,
@@ -522,7 +547,67 @@ impl AgentService {
         )
         .await;
         tracing::info!(agent = name, keep_files, "agent destroyed");
+        if !keep_files {
+            self.purge(name).await.map_err(|e| {
+                AgentError::Incomplete(format!(
+                    "agent '{name}' is destroyed, but deleting its files failed ({e}); \
+                     chorus finishes deleting them at its next start"
+                ))
+            })?;
+        }
         Ok(())
+    }
+
+    /// Deletes a destroyed agent's files and clears its `purge_files` mark.
+    async fn purge(&self, name: &str) -> Result<(), AgentError> {
+        self.dir(name).remove().await?;
+        self.store.files_purged(name).await?;
+        Ok(())
+    }
+
+    /// Finishes deleting the files of a destroyed agent whose deletion did not finish,
+    /// before its name is used again.
+    async fn finish_purge(&self, name: &str) -> Result<(), AgentError> {
+        match self.store.agent(name).await? {
+            Some(agent) if agent.purge_files => self.purge(name).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Start-up repair, before any worker starts: finishes the deletions of destroyed
+    /// agents that did not finish, and marks destroyed each active agent whose
+    /// directory is gone (its worker would run with no workspace), saying why in the
+    /// log and the audit log. Returns what it did, one line per agent.
+    pub async fn repair(&self) -> Result<Vec<String>, StoreError> {
+        let mut done = Vec::new();
+        for name in self.store.agents_to_purge().await? {
+            match self.purge(&name).await {
+                Ok(()) => done.push(format!(
+                    "{name}: finished deleting the files of the destroyed agent"
+                )),
+                Err(e) => {
+                    tracing::error!(agent = %name, error = %e, "cannot delete the files of a destroyed agent; trying again at the next start")
+                }
+            }
+        }
+        for agent in self.store.active_agents().await? {
+            let dir = self.dir(&agent.name);
+            if dir.exists() {
+                continue;
+            }
+            let reason = format!(
+                "its directory {} was missing at start-up; create the agent again to get a new one",
+                dir.root.display()
+            );
+            self.store.mark_agent_destroyed(&agent.name, false).await?;
+            self.audit(&agent.name, "agent:destroy", "chorus", Some(reason.clone()))
+                .await;
+            done.push(format!("{}: marked destroyed: {reason}", agent.name));
+        }
+        for line in &done {
+            tracing::warn!("start-up repair: {line}");
+        }
+        Ok(done)
     }
 
     async fn audit(&self, agent: &str, action: &str, user: &str, detail: Option<String>) {

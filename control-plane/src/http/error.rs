@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use crate::agents::AgentError;
-use crate::store::StoreError;
+use crate::store::{DISK_FULL, StoreError};
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -42,6 +42,16 @@ impl ApiError {
         )
     }
 
+    /// 507: nothing was written because the disk is full; the same request works
+    /// once space is freed.
+    fn disk_full(detail: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "disk_full",
+            format!("{DISK_FULL} ({detail})"),
+        )
+    }
+
     fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
     }
@@ -69,6 +79,7 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::Conflict(m) => Self::new(StatusCode::CONFLICT, "conflict", m),
             StoreError::NotFound(m) => Self::not_found(m),
+            StoreError::DiskFull(detail) => Self::disk_full(detail),
             other => Self::internal(other.to_string()),
         }
     }
@@ -84,8 +95,10 @@ impl From<AgentError> for ApiError {
             AgentError::Conflict(m) => Self::new(StatusCode::CONFLICT, "conflict", m),
             AgentError::NotFound(m) => Self::not_found(m),
             AgentError::Forbidden(m) => Self::new(StatusCode::FORBIDDEN, "forbidden", m),
+            AgentError::Files(e) if e.is_disk_full() => Self::disk_full(e),
             AgentError::Files(e) => Self::internal(e.to_string()),
             AgentError::Store(e) => e.into(),
+            AgentError::Incomplete(m) => Self::internal(m),
         }
     }
 }

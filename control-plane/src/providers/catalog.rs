@@ -265,7 +265,8 @@ impl Catalog {
 fn write_cache(path: &std::path::Path, snapshot: &CatalogSnapshot) -> std::io::Result<()> {
     let tmp = path.with_extension("json.tmp");
     let text = serde_json::to_string_pretty(snapshot).map_err(std::io::Error::other)?;
-    std::fs::write(&tmp, text + "\n")?;
+    // Private like everything in the data directory (see `private`).
+    crate::private::write_file(&tmp, (text + "\n").as_bytes())?;
     std::fs::rename(&tmp, path)
 }
 

@@ -32,6 +32,9 @@ pub struct AgentRecord {
     pub on_ask: String,
     pub created_at: String,
     pub updated_at: String,
+    /// Destroyed, and its files are still to be deleted (the deletion failed or was
+    /// interrupted); whoever sees this finishes the deletion first.
+    pub purge_files: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -73,17 +76,27 @@ fn agent_from_row(row: &SqliteRow) -> Result<AgentRecord, StoreError> {
         on_ask: row.try_get("on_ask")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
+        purge_files: row.try_get::<i64, _>("purge_files")? != 0,
     })
 }
 
-const AGENT_COLUMNS: &str = "SELECT name, status, model, system_prompt, permissions, on_ask, created_at, updated_at FROM agents";
+const AGENT_COLUMNS: &str = "SELECT name, status, model, system_prompt, permissions, on_ask, created_at, updated_at, purge_files FROM agents";
 
 impl Store {
     /// Registers an agent, or revives the row of a destroyed agent with that name.
     /// Fails with [`StoreError::Conflict`] while an active agent holds the name.
     pub async fn register_agent(&self, agent: &NewAgent) -> Result<AgentRecord, StoreError> {
-        let at = now();
-        let mut tx = self.pool.begin().await?;
+        self.register_agent_at(agent, &now()).await
+    }
+
+    /// [`Store::register_agent`] with the creation time the caller already wrote
+    /// into the agent's files.
+    pub async fn register_agent_at(
+        &self,
+        agent: &NewAgent,
+        at: &str,
+    ) -> Result<AgentRecord, StoreError> {
+        let mut tx = self.begin_write().await?;
         let existing: Option<String> =
             sqlx::query_scalar("SELECT status FROM agents WHERE name = $1")
                 .bind(&agent.name)
@@ -99,14 +112,15 @@ impl Store {
             Some(_) => {
                 sqlx::query(
                     "UPDATE agents SET status = 'active', model = $2, system_prompt = $3, \
-                     permissions = $4, created_at = $5, updated_at = $5, destroyed_at = NULL, on_ask = $6 \
+                     permissions = $4, created_at = $5, updated_at = $5, destroyed_at = NULL, on_ask = $6, \
+                     purge_files = 0 \
                      WHERE name = $1",
                 )
                 .bind(&agent.name)
                 .bind(&agent.model)
                 .bind(&agent.system_prompt)
                 .bind(&agent.permissions)
-                .bind(&at)
+                .bind(at)
                 .bind(&agent.on_ask)
                 .execute(&mut *tx)
                 .await?;
@@ -120,7 +134,7 @@ impl Store {
                 .bind(&agent.model)
                 .bind(&agent.system_prompt)
                 .bind(&agent.permissions)
-                .bind(&at)
+                .bind(at)
                 .bind(&agent.on_ask)
                 .execute(&mut *tx)
                 .await?;
@@ -187,14 +201,22 @@ impl Store {
             .ok_or_else(|| StoreError::NotFound(format!("no agent named '{name}'")))
     }
 
-    pub async fn mark_agent_destroyed(&self, name: &str) -> Result<(), StoreError> {
+    /// Marks an active agent destroyed, in one statement: the point after which it
+    /// is gone whatever fails next. `purge_files` says its files are to be deleted;
+    /// [`Store::files_purged`] clears it once they are.
+    pub async fn mark_agent_destroyed(
+        &self,
+        name: &str,
+        purge_files: bool,
+    ) -> Result<(), StoreError> {
         let at = now();
         let done = sqlx::query(
-            "UPDATE agents SET status = 'destroyed', destroyed_at = $2, updated_at = $2 \
-             WHERE name = $1 AND status = 'active'",
+            "UPDATE agents SET status = 'destroyed', destroyed_at = $2, updated_at = $2, \
+             purge_files = $3 WHERE name = $1 AND status = 'active'",
         )
         .bind(name)
         .bind(&at)
+        .bind(i64::from(purge_files))
         .execute(&self.pool)
         .await?;
         if done.rows_affected() == 0 {
@@ -203,6 +225,24 @@ impl Store {
             )));
         }
         Ok(())
+    }
+
+    /// The destroyed agent's files are gone.
+    pub async fn files_purged(&self, name: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE agents SET purge_files = 0 WHERE name = $1 AND status = 'destroyed'")
+            .bind(name)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Destroyed agents whose files are still to be deleted.
+    pub async fn agents_to_purge(&self) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT name FROM agents WHERE status = 'destroyed' AND purge_files = 1 ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await?)
     }
 }
 
@@ -233,7 +273,10 @@ mod tests {
     async fn a_destroyed_name_is_revived_in_place() {
         let (store, _dir) = test_store().await;
         store.register_agent(&new_agent("a")).await.unwrap();
-        store.mark_agent_destroyed("a").await.unwrap();
+        store.mark_agent_destroyed("a", true).await.unwrap();
+        assert_eq!(store.agents_to_purge().await.unwrap(), ["a"]);
+        store.files_purged("a").await.unwrap();
+        assert!(store.agents_to_purge().await.unwrap().is_empty());
         assert!(store.active_agent("a").await.unwrap().is_none());
         assert_eq!(
             store.agent("a").await.unwrap().unwrap().status,

@@ -2,11 +2,15 @@
 //! migrations embedded in the binary.
 //!
 //! Invariant: every query uses `$N` placeholders and portable SQL, so the Postgres
-//! backend is a second migration set, not a second store.
+//! backend is a second migration set, not a second store. Every transaction that
+//! writes begins with [`Store::begin_write`], the one place that knows how SQLite
+//! takes its write lock; a busy database makes a writer wait (up to
+//! [`BUSY_TIMEOUT`]), never fail.
 
 mod agents;
 mod approvals;
 mod audit;
+mod error;
 mod tasks;
 mod threads;
 
@@ -16,33 +20,20 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
-use sqlx::SqlSafeStr;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::{SqlSafeStr, Sqlite, Transaction};
 
 pub use agents::{AgentRecord, AgentStatus, AgentUpdate, NewAgent};
 pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval};
 pub use audit::{AuditEntry, AuditRecord};
+pub use error::{DISK_FULL, StoreError, is_no_space};
 pub use tasks::{OrphanTask, TaskRecord};
 pub use threads::{StepRecord, StoredMessage, ThreadRecord, ThreadStatus};
 
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The row the caller wants to create exists already.
-    #[error("{0}")]
-    Conflict(String),
-    /// The row the caller names does not exist.
-    #[error("{0}")]
-    NotFound(String),
-    /// The database itself failed (disk full, corruption, locked too long).
-    #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
-    #[error("database migration failed: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-    /// A stored value cannot be read back (a bug or a hand-edited database).
-    #[error("corrupt value in {column}: {value}")]
-    Corrupt { column: &'static str, value: String },
-}
+/// How long a writer waits for another writer before giving up. Generous: a write
+/// transaction here lasts milliseconds, so reaching it means something is wrong.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Clone)]
 pub struct Store {
@@ -72,6 +63,13 @@ fn migrator() -> Migrator {
             include_str!("../../migrations/sqlite/0003_tasks.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            4,
+            Cow::Borrowed("destroy"),
+            MigrationType::Simple,
+            include_str!("../../migrations/sqlite/0004_destroy.sql").into_sql_str(),
+            false,
+        ),
     ];
     Migrator::with_migrations(migrations)
 }
@@ -79,18 +77,54 @@ fn migrator() -> Migrator {
 impl Store {
     /// Opens (creating if needed) the database file and brings its schema up to date.
     pub async fn open(path: &Path) -> Result<Store, StoreError> {
+        // The database is created 0600 before SQLite opens it; SQLite gives the
+        // -wal and -shm files the database file's mode. Existing ones are narrowed.
+        crate::private::file(path, true).map_err(|e| StoreError::open_file(path, e))?;
+        for suffix in ["-wal", "-shm"] {
+            let mut side = path.as_os_str().to_owned();
+            side.push(suffix);
+            crate::private::file(Path::new(&side), false)
+                .map_err(|e| StoreError::open_file(Path::new(&side), e))?;
+        }
         let options = SqliteConnectOptions::from_str("sqlite://")?
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(10));
+            .busy_timeout(BUSY_TIMEOUT);
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
+            // sqlx counts transactions itself. When SQLite ends a transaction on its
+            // own (it rolls back on SQLITE_FULL, e.g. a commit on a full disk), the
+            // ROLLBACK sqlx sends fails and its count stays at 1: the connection would
+            // go back to the pool believing it is in a transaction, turn the next
+            // BEGIN into a SAVEPOINT that is never committed, hold the write lock and
+            // make every other writer "database is locked" until a restart. Such a
+            // connection is closed instead of reused; a fresh one takes its place.
+            .before_acquire(|conn, _meta| {
+                Box::pin(async move {
+                    let clean = !sqlx::Connection::is_in_transaction(conn);
+                    if !clean {
+                        tracing::warn!("closing a database connection left inside a transaction");
+                    }
+                    Ok(clean)
+                })
+            })
             .connect_with(options)
             .await?;
         migrator().run(&pool).await?;
         Ok(Store { pool })
+    }
+
+    /// Begins a transaction that will write. On SQLite it is `BEGIN IMMEDIATE`: the
+    /// write lock is taken up front, waiting for the busy timeout if another writer
+    /// holds it. A plain (deferred) `BEGIN` would take it only at the first write,
+    /// and SQLite cannot wait there once the transaction has read: a writer that
+    /// committed in between makes the upgrade fail at once with "database is
+    /// locked" (SQLITE_BUSY_SNAPSHOT), whatever the busy timeout. Postgres needs no
+    /// such statement; this is the one SQLite-specific line of the store.
+    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
     }
 
     pub async fn close(&self) {

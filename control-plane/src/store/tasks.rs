@@ -82,7 +82,7 @@ impl Store {
         worker: Option<(&str, u64)>,
         reason: &str,
     ) -> Result<Vec<OrphanTask>, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         let agent = worker.map(|(agent, _)| agent);
         let generation = worker.map(|(_, generation)| generation as i64);
         let rows = sqlx::query(

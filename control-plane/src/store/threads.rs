@@ -148,7 +148,7 @@ impl Store {
         user: &str,
     ) -> Result<u64, StoreError> {
         let at = now();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         // Allocating the id by bumping the agent's counter is atomic on both SQLite and
         // Postgres, so concurrent creates never collide.
         let id: Option<i64> = sqlx::query_scalar(
@@ -209,7 +209,7 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let at = now();
         let ended_at = status.is_finished().then(|| at.clone());
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE threads SET status = $3, error = COALESCE($4, error), updated_at = $5, ended_at = $6 \
              WHERE agent_name = $1 AND id = $2 AND status NOT IN ('completed', 'failed')",
@@ -241,7 +241,7 @@ impl Store {
     /// control plane died under them. Returns how many were failed.
     pub async fn fail_unfinished_threads(&self, reason: &str) -> Result<u64, StoreError> {
         let at = now();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE threads SET status = 'failed', error = $1, updated_at = $2, ended_at = $2 \
              WHERE status NOT IN ('completed', 'failed')",
@@ -264,7 +264,7 @@ impl Store {
         thread: u64,
         message: &ChatMessage,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         insert_message(&mut tx, agent, thread, message, &now()).await?;
         tx.commit().await?;
         Ok(())

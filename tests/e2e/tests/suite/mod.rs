@@ -5,6 +5,7 @@ mod permissions;
 mod providers;
 mod real_servers;
 mod secrets;
+mod storage;
 mod tasks;
 mod tool_loop;
 mod workers;
