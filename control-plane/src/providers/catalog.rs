@@ -28,7 +28,15 @@ pub struct ProviderModels {
     pub models: Vec<String>,
     /// Why the last check failed, and what to do.
     pub error: Option<String>,
+    /// The server answered the last check (false: down or unreachable). A server
+    /// that answered but listed nothing is the wrong server or refused us.
+    #[serde(default = "reachable_by_default")]
+    pub reachable: bool,
     pub checked_at: String,
+}
+
+fn reachable_by_default() -> bool {
+    true
 }
 
 /// The contents of `available_models.json` and of `GET /api/models`.
@@ -52,6 +60,16 @@ pub enum ResolveError {
          name a local model as ollama/<name> or lmstudio/<name>"
     )]
     Unknown { model: String, known: String },
+    #[error(
+        "cannot use '{model}': the {provider} server was reached but cannot list its models \
+         ({reason}). Check {setting}, then POST /api/models/refresh"
+    )]
+    Unlisted {
+        model: String,
+        provider: &'static str,
+        reason: String,
+        setting: &'static str,
+    },
 }
 
 /// Resolves `model` against a snapshot (pure; see the module docs for the rules):
@@ -76,8 +94,20 @@ pub fn resolve_in(snapshot: &CatalogSnapshot, model: &str) -> Result<ModelRoute,
             return Ok(route(kind, name));
         }
         if entry.models.is_empty() {
-            // Could not be listed (down, or no list endpoint): trust the user.
-            return Ok(route(kind, rest));
+            match &entry.error {
+                // Reached, but it could not list models (not that kind of server,
+                // or it refused us): a call would fail the same way, so say so now.
+                Some(reason) if entry.reachable => {
+                    return Err(ResolveError::Unlisted {
+                        model: model.to_string(),
+                        provider: kind.name(),
+                        reason: reason.clone(),
+                        setting: kind.base_env(),
+                    });
+                }
+                // Down for now, or listing nothing: trust the user.
+                _ => return Ok(route(kind, rest)),
+            }
         }
     }
     for kind in ALL_PROVIDERS {
@@ -221,11 +251,13 @@ impl Catalog {
                     base_url: endpoint.base_url.clone(),
                     models,
                     error: None,
+                    reachable: true,
                     checked_at: now(),
                 },
                 Err(Failure {
                     message,
                     keep_models,
+                    reachable,
                 }) => {
                     tracing::warn!(provider = %name, %message, "model discovery failed");
                     ProviderModels {
@@ -241,6 +273,7 @@ impl Catalog {
                             Vec::new()
                         },
                         error: Some(message),
+                        reachable,
                         checked_at: now(),
                     }
                 }
@@ -274,6 +307,8 @@ struct Failure {
     message: String,
     /// The provider may be fine (unreachable, not refused): keep what it listed before.
     keep_models: bool,
+    /// The server answered (with an error, or something that is not a model list).
+    reachable: bool,
 }
 
 async fn list_models(
@@ -307,6 +342,7 @@ async fn list_models(
         .ok_or_else(|| Failure {
             message: format!("{url} answered without a model list"),
             keep_models: true,
+            reachable: true,
         })?;
     models.sort();
     models.dedup();
@@ -330,28 +366,70 @@ async fn get_json(
             root_cause(&e)
         ),
         keep_models: true,
+        reachable: false,
     })?;
     let status = response.status();
-    if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
-        return Err(Failure {
-            message: format!(
-                "the key was refused ({}); check {}",
-                status.as_u16(),
-                endpoint.kind.setting_hint()
-            ),
-            keep_models: false,
-        });
-    }
+    let code = status.as_u16();
     if !status.is_success() {
+        // The server's own words say what is wrong; keep them (shortened).
+        let body = response.text().await.unwrap_or_default();
+        let reason = server_reason(&body);
+        let said = if reason.is_empty() {
+            String::new()
+        } else {
+            format!(": {reason}")
+        };
+        if code == 401 || code == 403 {
+            return Err(Failure {
+                message: format!(
+                    "the key was refused ({code}{said}); check {}",
+                    endpoint.kind.setting_hint()
+                ),
+                keep_models: false,
+                reachable: true,
+            });
+        }
+        let message = if endpoint.kind == ProviderKind::Ollama && code == 404 {
+            format!(
+                "not an Ollama server: {url} answered 404{said} (no /api/tags); check {}",
+                endpoint.kind.base_env()
+            )
+        } else {
+            format!("{url} answered {code}{said}")
+        };
         return Err(Failure {
-            message: format!("{url} answered {}", status.as_u16()),
+            message,
             keep_models: true,
+            reachable: true,
         });
     }
     response.json().await.map_err(|e| Failure {
         message: format!("{url} did not answer with JSON: {e}"),
         keep_models: true,
+        reachable: true,
     })
+}
+
+/// The reason in an error body: `error.message`, `error` as text, `message`, or the
+/// text itself; at most 300 characters.
+fn server_reason(body: &str) -> String {
+    let json: Option<Value> = serde_json::from_str(body).ok();
+    let from_json = json.as_ref().and_then(|v| {
+        let error = v.get("error");
+        error
+            .and_then(|e| e.get("message"))
+            .or(error)
+            .or_else(|| v.get("message"))
+            .or_else(|| v.get("detail"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    });
+    let text = from_json.unwrap_or_else(|| body.trim().to_string());
+    let mut short: String = text.chars().take(300).collect();
+    if text.chars().count() > 300 {
+        short.push('…');
+    }
+    short
 }
 
 fn root_cause(e: &dyn std::error::Error) -> String {
@@ -379,6 +457,7 @@ mod tests {
                             base_url: String::new(),
                             models: models.iter().map(|m| m.to_string()).collect(),
                             error: models.is_empty().then(|| "cannot reach it".to_string()),
+                            reachable: !models.is_empty(),
                             checked_at: String::new(),
                         },
                     )
@@ -450,6 +529,35 @@ mod tests {
             resolve_in(&s, "nosuch/gpt-4o"),
             Err(ResolveError::Unknown { .. })
         ));
+    }
+
+    #[test]
+    fn a_server_that_answered_but_cannot_list_models_is_named() {
+        let mut s = snapshot(&[("openai", &["gpt-4o"]), ("ollama", &[])]);
+        let ollama = s.providers.get_mut("ollama").unwrap();
+        ollama.reachable = true;
+        ollama.error = Some(
+            "not an Ollama server: http://x/api/tags answered 404: page not found (no /api/tags)"
+                .into(),
+        );
+        let text = resolve_in(&s, "ollama/llama3.2").unwrap_err().to_string();
+        assert!(
+            text.starts_with("cannot use 'ollama/llama3.2': the ollama server was reached"),
+            "{text}"
+        );
+        assert!(text.contains("not an Ollama server"), "{text}");
+        assert!(text.contains("OLLAMA_BASE_URL"), "{text}");
+    }
+
+    #[test]
+    fn server_reasons_are_kept_and_shortened() {
+        assert_eq!(
+            server_reason(r#"{"error": {"message": "model list disabled"}}"#),
+            "model list disabled"
+        );
+        assert_eq!(server_reason(r#"{"error": "nope"}"#), "nope");
+        assert_eq!(server_reason("404 page not found\n"), "404 page not found");
+        assert_eq!(server_reason(&"x".repeat(1000)).chars().count(), 301);
     }
 
     #[test]

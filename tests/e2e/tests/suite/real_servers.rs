@@ -170,3 +170,76 @@ async fn an_endless_reply_is_cut_off_and_the_worker_stays_small() -> anyhow::Res
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn discovery_keeps_the_servers_reason_and_a_server_that_cannot_list_models_is_named()
+-> anyhow::Result<()> {
+    // An OpenAI-compatible server that refuses the key, and an "Ollama" address
+    // where some other server answers (it has no /api/tags).
+    let openai = FakeOpenAi::start().await;
+    let not_ollama = not_found_server().await?;
+    let chorus = Chorus::builder()
+        .env("OPENAI_BASE_URL", &openai.base_url())
+        .env("OPENAI_API_KEY", "bad-key")
+        .env("OLLAMA_BASE_URL", &not_ollama)
+        .start()
+        .await?;
+    let models: Value = chorus
+        .api(reqwest::Method::GET, "/api/models")
+        .send()
+        .await?
+        .json()
+        .await?;
+    let openai_error = models["providers"]["openai"]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        openai_error.contains("the key was refused (401: invalid key)"),
+        "{models:#}"
+    );
+    let ollama_error = models["providers"]["ollama"]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        ollama_error.starts_with("not an Ollama server:") && ollama_error.contains("404"),
+        "{models:#}"
+    );
+
+    let response = chorus
+        .api(reqwest::Method::POST, "/api/agents")
+        .json(&json!({"name": "local", "model": "ollama/llama3.2"}))
+        .send()
+        .await?;
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await?;
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(
+            "cannot use 'ollama/llama3.2': the ollama server was reached but cannot list its models"
+        ) && message.contains("not an Ollama server"),
+        "{message}"
+    );
+    Ok(())
+}
+
+/// An HTTP server on loopback that answers every request with 404 (another
+/// program on Ollama's port). Returns its base URL.
+async fn not_found_server() -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = socket.read(&mut buf).await;
+                let _ = socket
+                    .write_all(
+                        b"HTTP/1.1 404 Not Found\r\ncontent-type: text/plain\r\ncontent-length: 18\r\nconnection: close\r\n\r\n404 page not found",
+                    )
+                    .await;
+            });
+        }
+    });
+    Ok(url)
+}
