@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use chorus_proto::AGENT_METADATA_KEY;
 use chorus_proto::domain::{ControlCommand, WorkerEvent};
+use chorus_proto::limits::MAX_LINK_MESSAGE_BYTES;
 use chorus_proto::wire::{ControlMessage, WorkerLink, WorkerLinkServer, WorkerMessage};
 use futures::{Stream, StreamExt};
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -60,8 +61,12 @@ impl WorkerLinkService {
         }
     }
 
+    /// The server, with the link's message limits (`chorus_proto::limits`) in
+    /// both directions.
     pub fn into_server(self) -> WorkerLinkServer<Self> {
         WorkerLinkServer::new(self)
+            .max_decoding_message_size(MAX_LINK_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_LINK_MESSAGE_BYTES)
     }
 }
 
@@ -112,7 +117,22 @@ impl WorkerLink for WorkerLinkService {
         };
         let outbound = futures::stream::once(async move { welcome })
             .chain(UnboundedReceiverStream::new(attachment.commands))
-            .map(|command| Ok(ControlMessage::from(command)));
+            .filter_map(move |command| {
+                let message = ControlMessage::from(command);
+                // Commands are bounded where they are made (a run's assignment is
+                // checked when it is built); one over the limit would end the
+                // stream of every run of this agent, so it is never sent.
+                let len = chorus_proto::limits::encoded_len(&message);
+                if len > MAX_LINK_MESSAGE_BYTES {
+                    tracing::error!(
+                        len,
+                        limit = MAX_LINK_MESSAGE_BYTES,
+                        "command too large for the worker link; not sent"
+                    );
+                    return std::future::ready(None);
+                }
+                std::future::ready(Some(Ok(message)))
+            });
 
         let mut inbound = request.into_inner();
         let registry = self.registry.clone();

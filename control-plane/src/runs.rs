@@ -18,6 +18,8 @@ use chorus_proto::domain::{
     WorkerEvent,
 };
 
+use chorus_proto::limits;
+
 use crate::config::Settings;
 use crate::feed::ThreadFeed;
 use crate::gate::approvals::Approvals;
@@ -27,6 +29,27 @@ use crate::store::{AgentRecord, Store, StoreError, ThreadStatus, format_epoch_ms
 use crate::workers::WorkerLost;
 use crate::workers::registry::{Generation, Registry};
 use serde_json::json;
+
+/// The run, if its assignment fits the worker link; otherwise why it cannot run. A
+/// command over the link's limit is never sent (it would end the stream that carries
+/// the agent's other runs), so the run fails here, with the bound named.
+fn assignment_fits(run: RunAssignment) -> Result<RunAssignment, String> {
+    let command = ControlCommand::AssignRun(Box::new(run));
+    let len = limits::command_len(&command);
+    let ControlCommand::AssignRun(run) = command else {
+        unreachable!("built above")
+    };
+    if len <= limits::MAX_LINK_MESSAGE_BYTES {
+        return Ok(*run);
+    }
+    Err(format!(
+        "the run's assignment (system prompt, tools and the thread's {} messages) is {}, more \
+         than the {} one message to a worker may carry; shorten the system prompt or start a new thread",
+        run.messages.len(),
+        limits::human_bytes(len),
+        limits::human_bytes(limits::MAX_LINK_MESSAGE_BYTES)
+    ))
+}
 
 /// What the run dispatcher needs from the settings.
 #[derive(Debug, Clone)]
@@ -234,7 +257,7 @@ impl Runs {
         let agent_dir = self.settings.agents_root.join(&agent.name);
         let workspace = agent_dir.join("workspace");
         let docs_dir = agent_dir.join("docs");
-        Ok(Ok(RunAssignment {
+        let run = RunAssignment {
             run_id: uuid::Uuid::new_v4().to_string(),
             thread_id,
             agent: AgentSettings {
@@ -251,7 +274,8 @@ impl Runs {
             max_iterations: self.settings.max_iterations,
             trace_context: HashMap::new(),
             retry: self.settings.retry,
-        }))
+        };
+        Ok(assignment_fits(run))
     }
 
     /// The live feed of every thread's events.
@@ -549,5 +573,51 @@ impl Runs {
         for agent in agents {
             self.fail_agent_runs(&agent, reason).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chorus_proto::domain::ModelRoute;
+
+    fn assignment(messages: Vec<ChatMessage>) -> RunAssignment {
+        RunAssignment {
+            run_id: "r".into(),
+            thread_id: 1,
+            agent: AgentSettings {
+                name: "a".into(),
+                system_prompt: "be brief".into(),
+                model: "m".into(),
+                workspace: "/w".into(),
+                docs_dir: "/d".into(),
+                tools: vec!["view".into()],
+            },
+            model: ModelRoute {
+                provider: "openai".into(),
+                api: ModelRoute::OPENAI_CHAT.into(),
+                relay_path: "/llm/openai".into(),
+                model: "m".into(),
+            },
+            messages,
+            first_step_number: 1,
+            max_iterations: 0,
+            trace_context: HashMap::new(),
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    #[test]
+    fn an_assignment_over_the_link_limit_fails_its_run_with_the_bound_named() {
+        let small = assignment(vec![ChatMessage::user("hi")]);
+        assert_eq!(assignment_fits(small.clone()), Ok(small));
+        let big = ChatMessage::user("x".repeat(limits::MAX_LINK_MESSAGE_BYTES / 2));
+        let reason = assignment_fits(assignment(vec![big.clone(), big])).unwrap_err();
+        assert!(
+            reason.contains("is 32.0 MiB, more than the 32.0 MiB")
+                && reason.contains("2 messages")
+                && reason.contains("start a new thread"),
+            "{reason}"
+        );
     }
 }
