@@ -5,7 +5,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chorus_proto::AGENT_METADATA_KEY;
 use chorus_proto::domain::{ControlCommand, WorkerEvent};
@@ -19,6 +19,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::agents::name;
 use crate::config::WorkerSettings;
 use crate::gate::{Check, ToolGate};
+use crate::reports::{RateLimits, WorkerRate};
 use crate::runs::Runs;
 use crate::secrets::{KnownSecrets, bearer_token};
 use crate::tasks::TaskLog;
@@ -144,6 +145,8 @@ impl WorkerLink for WorkerLinkService {
         let silence_limit = self.silence_limit;
         self.connections.spawn(async move {
             runs.deliver_pending(&agent);
+            let mut rate = WorkerRate::new(RateLimits::default(), Instant::now());
+            let mut throttled = false;
             let hung = loop {
                 let message = match tokio::time::timeout(silence_limit, inbound.message()).await {
                     Ok(Ok(Some(message))) => message,
@@ -160,6 +163,19 @@ impl WorkerLink for WorkerLinkService {
                         ));
                     }
                 };
+                // A flood is read no faster than the rate: the worker's sends wait
+                // (flow control), nothing piles up here.
+                let len = chorus_proto::limits::encoded_len(&message);
+                match rate.admit(Instant::now(), len) {
+                    Some(wait) => {
+                        if !throttled {
+                            tracing::warn!(%agent, generation, ?wait, "worker reports faster than the allowed rate; slowing it down");
+                        }
+                        throttled = true;
+                        tokio::time::sleep(wait).await;
+                    }
+                    None => throttled = false,
+                }
                 let event = match WorkerEvent::try_from(message) {
                     Ok(event) => event,
                     Err(e) => {

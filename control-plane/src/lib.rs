@@ -10,6 +10,7 @@ pub mod http;
 pub mod llm_relay;
 pub mod permissions;
 pub mod providers;
+pub mod reports;
 pub mod runs;
 pub mod secrets;
 pub mod serve;

@@ -25,6 +25,7 @@ use crate::feed::ThreadFeed;
 use crate::gate::approvals::Approvals;
 use crate::gate::profiles::{ProfileCache, offered_tools};
 use crate::providers::catalog::{Catalog, ResolveError};
+use crate::reports::{self, RunBudget, RunLimits};
 use crate::store::{AgentRecord, Store, StoreError, ThreadStatus, format_epoch_ms};
 use crate::workers::WorkerLost;
 use crate::workers::registry::{Generation, Registry};
@@ -83,6 +84,8 @@ struct ActiveRun {
     /// plane's view of the run mirrors the worker's in traces.
     span: tracing::Span,
     open_steps: HashMap<u32, tracing::Span>,
+    /// What the run has stored so far, against `reports::RunLimits`.
+    budget: RunBudget,
 }
 
 impl ActiveRun {
@@ -129,6 +132,8 @@ pub struct Runs {
     settings: RunSettings,
     agents: Mutex<HashMap<String, AgentRuns>>,
     feed: ThreadFeed,
+    /// What one run may store.
+    run_limits: RunLimits,
 }
 
 /// An event a worker is not entitled to send.
@@ -158,6 +163,7 @@ impl Runs {
             settings,
             agents: Mutex::new(HashMap::new()),
             feed: ThreadFeed::default(),
+            run_limits: RunLimits::default(),
         }
     }
 
@@ -205,6 +211,7 @@ impl Runs {
                     delivered_to: None,
                     started: false,
                     open_steps: HashMap::new(),
+                    budget: RunBudget::default(),
                 },
             );
         }
@@ -402,12 +409,12 @@ impl Runs {
         &self,
         agent: &str,
         generation: Generation,
-        event: WorkerEvent,
+        mut event: WorkerEvent,
     ) -> Result<(), EventRejected> {
         let Some(run_id) = event.run_id().map(str::to_string) else {
             return Ok(()); // hello / heartbeat: nothing to persist
         };
-        let thread_id = {
+        let (thread_id, over_budget) = {
             let mut agents = self.agents();
             let active = agents
                 .get_mut(agent)
@@ -416,8 +423,22 @@ impl Runs {
                 .ok_or_else(|| EventRejected::UnknownRun(run_id.clone()))?;
             active.started = true;
             active.trace(&event);
-            active.thread_id
+            let over_budget = active.budget.charge(&event, self.run_limits).err();
+            (active.thread_id, over_budget)
         };
+        if let Some(reason) = over_budget {
+            self.stop_run(agent, &run_id, thread_id, &reason).await;
+            return Ok(());
+        }
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let notes = match &mut event {
+            WorkerEvent::StepStarted(step) => reports::check_step_started(step, now_ms),
+            WorkerEvent::StepEnded(step) => reports::check_step_ended(step, now_ms),
+            _ => Vec::new(),
+        };
+        for note in notes {
+            tracing::warn!(agent, thread_id, %run_id, %note, "worker report corrected");
+        }
         let publish = |kind, data| self.feed.publish(agent, thread_id, kind, data);
         let result = match &event {
             WorkerEvent::StepStarted(step) => {
@@ -481,6 +502,31 @@ impl Runs {
             tracing::error!(agent, thread_id, %run_id, error = %e, "cannot record worker event");
         }
         Ok(())
+    }
+
+    /// Ends a run whose worker reported more than a run may store: the thread fails
+    /// with `reason`, the worker is told to cancel it, and what it still sends about
+    /// it is refused as the report of an unknown run.
+    async fn stop_run(&self, agent: &str, run_id: &str, thread_id: u64, reason: &str) {
+        tracing::warn!(
+            agent,
+            thread_id,
+            run_id,
+            reason,
+            "run over its budget; failing and cancelling it"
+        );
+        if let Some((_, sender)) = self.registry.sender(agent) {
+            let _ = sender.send(ControlCommand::CancelRun {
+                run_id: run_id.to_string(),
+                reason: reason.to_string(),
+            });
+        }
+        if let Err(e) = self
+            .finish(agent, run_id, thread_id, ThreadStatus::Failed, Some(reason))
+            .await
+        {
+            tracing::error!(agent, thread_id, run_id, error = %e, "cannot fail thread");
+        }
     }
 
     async fn finish(
