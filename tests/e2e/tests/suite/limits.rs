@@ -129,3 +129,117 @@ async fn a_reply_over_the_link_limit_fails_only_its_own_run() -> anyhow::Result<
     assert_eq!(agent["worker"]["restarts"], 0, "{agent:#}");
     Ok(())
 }
+
+/// Reads a thread page by page from `first`, following `next`; returns the pages.
+async fn read_pages(chorus: &Chorus, first: &str) -> anyhow::Result<Vec<Value>> {
+    let mut pages = Vec::new();
+    let mut url = Some(first.to_string());
+    while let Some(path) = url {
+        let page: Value = chorus
+            .api(reqwest::Method::GET, &path)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        url = page["next"].as_str().map(str::to_string);
+        pages.push(page);
+        anyhow::ensure!(pages.len() < 100, "paging does not end");
+    }
+    Ok(pages)
+}
+
+fn joined(pages: &[Value], list: &str) -> Vec<Value> {
+    pages
+        .iter()
+        .flat_map(|p| p[list].as_array().cloned().unwrap_or_default())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_long_thread_is_read_in_pages_that_join_up_without_gaps_or_repeats() -> anyhow::Result<()>
+{
+    let model = FakeOpenAi::start().await;
+    // Three turns of 60 tool calls each, then an answer: 185 messages, 184 steps.
+    for turn in 0..3 {
+        let calls: Vec<(String, Value)> = (0..60)
+            .map(|i| {
+                (
+                    format!("c{turn}_{i}"),
+                    json!({"path": format!("missing-{turn}-{i}.txt")}),
+                )
+            })
+            .collect();
+        let calls: Vec<(&str, &str, Value)> = calls
+            .iter()
+            .map(|(id, args)| (id.as_str(), "view", args.clone()))
+            .collect();
+        model.push(chorus_test_support::fake_model::tool_calls(&calls));
+    }
+    model.push(text("looked everywhere"));
+    let chorus = chorus_with(&model).await?;
+    chorus.create_agent("pager").await?;
+    let id = chorus.send_message("pager", "look for the files").await?;
+    let thread = chorus
+        .wait_thread_finished("pager", id, Duration::from_secs(120))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{}", thread["error"]);
+
+    // The default page: 100 of each, and where to go on.
+    assert_eq!(thread["messages"].as_array().map(Vec::len), Some(100));
+    assert_eq!(thread["steps"].as_array().map(Vec::len), Some(100));
+    assert!(
+        thread["next"]
+            .as_str()
+            .is_some_and(|n| n.contains("limit=100")),
+        "{}",
+        thread["next"]
+    );
+
+    // Everything at once (the largest page) is the reference.
+    let base = format!("/api/agents/pager/threads/{id}");
+    let all = read_pages(&chorus, &format!("{base}?limit=1000")).await?;
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0]["next"], Value::Null);
+    let messages = joined(&all, "messages");
+    let steps = joined(&all, "steps");
+    assert_eq!((messages.len(), steps.len()), (185, 184));
+
+    // Pages of 50 join up to the same lists: nothing missing, nothing twice.
+    let pages = read_pages(&chorus, &format!("{base}?limit=50")).await?;
+    let sizes: Vec<(usize, usize)> = pages
+        .iter()
+        .map(|p| {
+            (
+                p["messages"].as_array().map_or(0, Vec::len),
+                p["steps"].as_array().map_or(0, Vec::len),
+            )
+        })
+        .collect();
+    eprintln!("pages of 50 (messages, steps): {sizes:?}");
+    assert_eq!(sizes, vec![(50, 50), (50, 50), (50, 50), (35, 34)]);
+    assert_eq!(joined(&pages, "messages"), messages);
+    assert_eq!(joined(&pages, "steps"), steps);
+    let numbers: Vec<u64> = steps.iter().filter_map(|s| s["number"].as_u64()).collect();
+    assert_eq!(numbers, (1..=184).collect::<Vec<_>>());
+
+    // A bad limit or cursor is a 400 that says what is allowed.
+    for bad in ["limit=0", "limit=5000", "limit=many", "after=banana"] {
+        let response = chorus
+            .api(reqwest::Method::GET, &format!("{base}?{bad}"))
+            .send()
+            .await?;
+        assert_eq!(response.status(), 400, "{bad}");
+        let body: Value = response.json().await?;
+        let message = body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        eprintln!("{bad}: {message}");
+        assert!(
+            message.contains("from 1 to 1000") || message.contains("cursor from a page's `next`"),
+            "{bad}: {body}"
+        );
+    }
+    Ok(())
+}
