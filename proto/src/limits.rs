@@ -6,10 +6,10 @@
 //! one that would not fit into an error for its own run (or trims it), and the
 //! receiver's decode limit is the same number, as a backstop.
 //!
-//! The numbers fit together: a model reply is capped by the worker's model client
-//! (16 MiB of text plus tool arguments), a tool result is cut to
-//! [`MAX_TOOL_RESULT_BYTES`] before it is reported, so any event a run produces in the
-//! normal course fits the link with room to spare.
+//! The numbers fit together: the link carries a model reply of 16 MiB (text plus tool
+//! arguments, the size the model client is meant to cap replies at) with room to
+//! spare, and a tool result is cut to [`MAX_TOOL_RESULT_BYTES`] before it is
+//! reported. Anything bigger fails only the run that produced it.
 
 use std::borrow::Cow;
 
@@ -19,7 +19,7 @@ use crate::domain::{ChatMessage, ControlCommand, WorkerEvent};
 use crate::generated as pb;
 
 /// Largest encoded message either end sends or accepts on the `Attach` stream (both
-/// directions), 32 MiB: above a bounded model reply (16 MiB) plus framing.
+/// directions), 32 MiB: room for a 16 MiB model reply plus framing.
 pub const MAX_LINK_MESSAGE_BYTES: usize = 32 * 1024 * 1024;
 
 /// A tool result is cut to this many bytes (its head and tail, with a note) before
