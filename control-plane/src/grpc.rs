@@ -5,10 +5,11 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chorus_proto::AGENT_METADATA_KEY;
 use chorus_proto::domain::{ControlCommand, WorkerEvent};
+use chorus_proto::limits::MAX_LINK_MESSAGE_BYTES;
 use chorus_proto::wire::{ControlMessage, WorkerLink, WorkerLinkServer, WorkerMessage};
 use futures::{Stream, StreamExt};
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -18,6 +19,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::agents::name;
 use crate::config::WorkerSettings;
 use crate::gate::{Check, ToolGate};
+use crate::reports::{RateLimits, WorkerRate};
 use crate::runs::Runs;
 use crate::secrets::{KnownSecrets, bearer_token};
 use crate::tasks::TaskLog;
@@ -60,8 +62,12 @@ impl WorkerLinkService {
         }
     }
 
+    /// The server, with the link's message limits (`chorus_proto::limits`) in
+    /// both directions.
     pub fn into_server(self) -> WorkerLinkServer<Self> {
         WorkerLinkServer::new(self)
+            .max_decoding_message_size(MAX_LINK_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_LINK_MESSAGE_BYTES)
     }
 }
 
@@ -112,7 +118,22 @@ impl WorkerLink for WorkerLinkService {
         };
         let outbound = futures::stream::once(async move { welcome })
             .chain(UnboundedReceiverStream::new(attachment.commands))
-            .map(|command| Ok(ControlMessage::from(command)));
+            .filter_map(move |command| {
+                let message = ControlMessage::from(command);
+                // Commands are bounded where they are made (a run's assignment is
+                // checked when it is built); one over the limit would end the
+                // stream of every run of this agent, so it is never sent.
+                let len = chorus_proto::limits::encoded_len(&message);
+                if len > MAX_LINK_MESSAGE_BYTES {
+                    tracing::error!(
+                        len,
+                        limit = MAX_LINK_MESSAGE_BYTES,
+                        "command too large for the worker link; not sent"
+                    );
+                    return std::future::ready(None);
+                }
+                std::future::ready(Some(Ok(message)))
+            });
 
         let mut inbound = request.into_inner();
         let registry = self.registry.clone();
@@ -124,6 +145,8 @@ impl WorkerLink for WorkerLinkService {
         let silence_limit = self.silence_limit;
         self.connections.spawn(async move {
             runs.deliver_pending(&agent);
+            let mut rate = WorkerRate::new(RateLimits::default(), Instant::now());
+            let mut throttled = false;
             let hung = loop {
                 let message = match tokio::time::timeout(silence_limit, inbound.message()).await {
                     Ok(Ok(Some(message))) => message,
@@ -140,6 +163,19 @@ impl WorkerLink for WorkerLinkService {
                         ));
                     }
                 };
+                // A flood is read no faster than the rate: the worker's sends wait
+                // (flow control), nothing piles up here.
+                let len = chorus_proto::limits::encoded_len(&message);
+                match rate.admit(Instant::now(), len) {
+                    Some(wait) => {
+                        if !throttled {
+                            tracing::warn!(%agent, generation, ?wait, "worker reports faster than the allowed rate; slowing it down");
+                        }
+                        throttled = true;
+                        tokio::time::sleep(wait).await;
+                    }
+                    None => throttled = false,
+                }
                 let event = match WorkerEvent::try_from(message) {
                     Ok(event) => event,
                     Err(e) => {

@@ -11,6 +11,7 @@ pub mod llm_relay;
 pub mod permissions;
 pub mod private;
 pub mod providers;
+pub mod reports;
 pub mod runs;
 pub mod secrets;
 pub mod serve;

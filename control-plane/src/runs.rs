@@ -18,15 +18,39 @@ use chorus_proto::domain::{
     WorkerEvent,
 };
 
+use chorus_proto::limits;
+
 use crate::config::Settings;
 use crate::feed::ThreadFeed;
 use crate::gate::approvals::Approvals;
 use crate::gate::profiles::{ProfileCache, offered_tools};
 use crate::providers::catalog::{Catalog, ResolveError};
+use crate::reports::{self, RunBudget, RunLimits};
 use crate::store::{AgentRecord, Store, StoreError, ThreadStatus, format_epoch_ms};
 use crate::workers::WorkerLost;
 use crate::workers::registry::{Generation, Registry};
 use serde_json::json;
+
+/// The run, if its assignment fits the worker link; otherwise why it cannot run. A
+/// command over the link's limit is never sent (it would end the stream that carries
+/// the agent's other runs), so the run fails here, with the bound named.
+fn assignment_fits(run: RunAssignment) -> Result<RunAssignment, String> {
+    let command = ControlCommand::AssignRun(Box::new(run));
+    let len = limits::command_len(&command);
+    let ControlCommand::AssignRun(run) = command else {
+        unreachable!("built above")
+    };
+    if len <= limits::MAX_LINK_MESSAGE_BYTES {
+        return Ok(*run);
+    }
+    Err(format!(
+        "the run's assignment (system prompt, tools and the thread's {} messages) is {}, more \
+         than the {} one message to a worker may carry; shorten the system prompt or start a new thread",
+        run.messages.len(),
+        limits::human_bytes(len),
+        limits::human_bytes(limits::MAX_LINK_MESSAGE_BYTES)
+    ))
+}
 
 /// What the run dispatcher needs from the settings.
 #[derive(Debug, Clone)]
@@ -60,6 +84,8 @@ struct ActiveRun {
     /// plane's view of the run mirrors the worker's in traces.
     span: tracing::Span,
     open_steps: HashMap<u32, tracing::Span>,
+    /// What the run has stored so far, against `reports::RunLimits`.
+    budget: RunBudget,
 }
 
 impl ActiveRun {
@@ -106,6 +132,8 @@ pub struct Runs {
     settings: RunSettings,
     agents: Mutex<HashMap<String, AgentRuns>>,
     feed: ThreadFeed,
+    /// What one run may store.
+    run_limits: RunLimits,
 }
 
 /// An event a worker is not entitled to send.
@@ -135,6 +163,7 @@ impl Runs {
             settings,
             agents: Mutex::new(HashMap::new()),
             feed: ThreadFeed::default(),
+            run_limits: RunLimits::default(),
         }
     }
 
@@ -182,6 +211,7 @@ impl Runs {
                     delivered_to: None,
                     started: false,
                     open_steps: HashMap::new(),
+                    budget: RunBudget::default(),
                 },
             );
         }
@@ -234,7 +264,7 @@ impl Runs {
         let agent_dir = self.settings.agents_root.join(&agent.name);
         let workspace = agent_dir.join("workspace");
         let docs_dir = agent_dir.join("docs");
-        Ok(Ok(RunAssignment {
+        let run = RunAssignment {
             run_id: uuid::Uuid::new_v4().to_string(),
             thread_id,
             agent: AgentSettings {
@@ -251,7 +281,8 @@ impl Runs {
             max_iterations: self.settings.max_iterations,
             trace_context: HashMap::new(),
             retry: self.settings.retry,
-        }))
+        };
+        Ok(assignment_fits(run))
     }
 
     /// The live feed of every thread's events.
@@ -378,12 +409,12 @@ impl Runs {
         &self,
         agent: &str,
         generation: Generation,
-        event: WorkerEvent,
+        mut event: WorkerEvent,
     ) -> Result<(), EventRejected> {
         let Some(run_id) = event.run_id().map(str::to_string) else {
             return Ok(()); // hello / heartbeat: nothing to persist
         };
-        let thread_id = {
+        let (thread_id, over_budget) = {
             let mut agents = self.agents();
             let active = agents
                 .get_mut(agent)
@@ -392,8 +423,22 @@ impl Runs {
                 .ok_or_else(|| EventRejected::UnknownRun(run_id.clone()))?;
             active.started = true;
             active.trace(&event);
-            active.thread_id
+            let over_budget = active.budget.charge(&event, self.run_limits).err();
+            (active.thread_id, over_budget)
         };
+        if let Some(reason) = over_budget {
+            self.stop_run(agent, &run_id, thread_id, &reason).await;
+            return Ok(());
+        }
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let notes = match &mut event {
+            WorkerEvent::StepStarted(step) => reports::check_step_started(step, now_ms),
+            WorkerEvent::StepEnded(step) => reports::check_step_ended(step, now_ms),
+            _ => Vec::new(),
+        };
+        for note in notes {
+            tracing::warn!(agent, thread_id, %run_id, %note, "worker report corrected");
+        }
         let publish = |kind, data| self.feed.publish(agent, thread_id, kind, data);
         let result = match &event {
             WorkerEvent::StepStarted(step) => {
@@ -457,6 +502,31 @@ impl Runs {
             tracing::error!(agent, thread_id, %run_id, error = %e, "cannot record worker event");
         }
         Ok(())
+    }
+
+    /// Ends a run whose worker reported more than a run may store: the thread fails
+    /// with `reason`, the worker is told to cancel it, and what it still sends about
+    /// it is refused as the report of an unknown run.
+    async fn stop_run(&self, agent: &str, run_id: &str, thread_id: u64, reason: &str) {
+        tracing::warn!(
+            agent,
+            thread_id,
+            run_id,
+            reason,
+            "run over its budget; failing and cancelling it"
+        );
+        if let Some((_, sender)) = self.registry.sender(agent) {
+            let _ = sender.send(ControlCommand::CancelRun {
+                run_id: run_id.to_string(),
+                reason: reason.to_string(),
+            });
+        }
+        if let Err(e) = self
+            .finish(agent, run_id, thread_id, ThreadStatus::Failed, Some(reason))
+            .await
+        {
+            tracing::error!(agent, thread_id, run_id, error = %e, "cannot fail thread");
+        }
     }
 
     async fn finish(
@@ -549,5 +619,51 @@ impl Runs {
         for agent in agents {
             self.fail_agent_runs(&agent, reason).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chorus_proto::domain::ModelRoute;
+
+    fn assignment(messages: Vec<ChatMessage>) -> RunAssignment {
+        RunAssignment {
+            run_id: "r".into(),
+            thread_id: 1,
+            agent: AgentSettings {
+                name: "a".into(),
+                system_prompt: "be brief".into(),
+                model: "m".into(),
+                workspace: "/w".into(),
+                docs_dir: "/d".into(),
+                tools: vec!["view".into()],
+            },
+            model: ModelRoute {
+                provider: "openai".into(),
+                api: ModelRoute::OPENAI_CHAT.into(),
+                relay_path: "/llm/openai".into(),
+                model: "m".into(),
+            },
+            messages,
+            first_step_number: 1,
+            max_iterations: 0,
+            trace_context: HashMap::new(),
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    #[test]
+    fn an_assignment_over_the_link_limit_fails_its_run_with_the_bound_named() {
+        let small = assignment(vec![ChatMessage::user("hi")]);
+        assert_eq!(assignment_fits(small.clone()), Ok(small));
+        let big = ChatMessage::user("x".repeat(limits::MAX_LINK_MESSAGE_BYTES / 2));
+        let reason = assignment_fits(assignment(vec![big.clone(), big])).unwrap_err();
+        assert!(
+            reason.contains("is 32.0 MiB, more than the 32.0 MiB")
+                && reason.contains("2 messages")
+                && reason.contains("start a new thread"),
+            "{reason}"
+        );
     }
 }

@@ -1,16 +1,18 @@
 //! The chorus.v1 protocol between the control plane and its workers.
 //!
-//! This crate holds two things and nothing else:
+//! This crate holds these things and nothing else:
 //! - [`wire`]: the code generated from `proto/chorus/v1/worker.proto`. Only the two
 //!   connection modules may use it (the control plane's gRPC service and the worker's
 //!   connection module); a test in `tests/e2e` enforces that.
 //! - [`domain`]: the plain Rust types both sides work with, and the conversions to and
 //!   from the wire. Everything else in Chorus speaks these types.
+//! - [`limits`]: the link's size limits, and how a message is measured against them.
 //!
 //! No business logic lives here, and no I/O.
 
 mod convert;
 pub mod domain;
+pub mod limits;
 
 #[allow(clippy::all, clippy::unwrap_used, missing_docs, unreachable_pub)]
 mod generated {

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use chorus_proto::AGENT_METADATA_KEY;
 use chorus_proto::domain::{ControlCommand, WorkerEvent};
+use chorus_proto::limits::MAX_LINK_MESSAGE_BYTES;
 use chorus_proto::wire::{WorkerLinkClient, WorkerMessage};
 use futures::StreamExt;
 use tokio::sync::mpsc;
@@ -79,7 +80,11 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> Result<(), ConnectionError> {
     let channel = dial(&options).await?;
-    let mut client = WorkerLinkClient::new(channel);
+    // The same limits as the control plane's end; events are measured before they
+    // are queued (`outbound`), so the encoding limit is only a backstop.
+    let mut client = WorkerLinkClient::new(channel)
+        .max_decoding_message_size(MAX_LINK_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_LINK_MESSAGE_BYTES);
 
     let (events_tx, events_rx) = mpsc::unbounded_channel::<WorkerEvent>();
     let _ = events_tx.send(WorkerEvent::Hello {

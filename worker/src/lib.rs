@@ -6,6 +6,7 @@ pub mod connection;
 pub mod context;
 pub mod gate;
 pub mod model;
+pub mod outbound;
 pub mod runner;
 pub mod tool_loop;
 pub mod tools;

@@ -2,7 +2,8 @@
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -157,12 +158,77 @@ struct ThreadView {
     /// Tokens used by all of the thread's model calls; null when no provider
     /// reported any (unknown is not zero).
     usage: Option<Usage>,
+    /// The next page of messages and steps, when there is more.
+    next: Option<String>,
 }
 
+/// Messages and steps a page holds unless `limit` says otherwise.
+const DEFAULT_PAGE_LIMIT: u32 = 100;
+/// The most a page may hold.
+const MAX_PAGE_LIMIT: u32 = 1000;
+/// About how many bytes of messages (and, separately, of step descriptions) one
+/// page carries at most; a page always holds at least one of each that remains.
+const MAX_PAGE_BYTES: usize = 8 * 1024 * 1024;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ThreadQuery {
+    /// The cursor from a page's `next`: `<message id>.<step number>`.
+    after: Option<String>,
+    limit: Option<String>,
+}
+
+/// Where a page starts: after this message id and this step number.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Cursor {
+    message: i64,
+    step: u32,
+}
+
+impl ThreadQuery {
+    fn parse(&self) -> Result<(Cursor, u32), ApiError> {
+        let limit = match &self.limit {
+            None => DEFAULT_PAGE_LIMIT,
+            Some(text) => text
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=MAX_PAGE_LIMIT).contains(n))
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "limit must be a whole number from 1 to {MAX_PAGE_LIMIT}, not '{text}'"
+                    ))
+                })?,
+        };
+        let cursor = match &self.after {
+            None => Cursor::default(),
+            Some(text) => text
+                .split_once('.')
+                .and_then(|(m, s)| {
+                    Some(Cursor {
+                        message: m.parse::<i64>().ok().filter(|m| *m >= 0)?,
+                        step: s.parse().ok()?,
+                    })
+                })
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "after must be the cursor from a page's `next` (like '120.45'), not '{text}'"
+                    ))
+                })?,
+        };
+        Ok((cursor, limit))
+    }
+}
+
+/// `GET …/threads/{id}`: the thread with a page of its messages and steps, oldest
+/// first. `next` (a URL) is set while either list has more; following it until it
+/// is null reads both lists whole, each item once.
 async fn show_thread(
     State(state): State<AppState>,
     Path((name, id)): Path<(String, String)>,
+    query: Result<Query<ThreadQuery>, QueryRejection>,
 ) -> Result<Json<ThreadView>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let (after, limit) = query.parse()?;
     let agent = active_agent(&state, &name).await?;
     let not_found = || ApiError::not_found(format!("agent '{name}' has no thread {id}"));
     let id: u64 = id.parse().map_err(|_| not_found())?;
@@ -171,19 +237,38 @@ async fn show_thread(
         .thread(&agent.name, id)
         .await?
         .ok_or_else(not_found)?;
-    let messages = state.store.thread_messages(&agent.name, id).await?;
-    let steps = state.store.thread_steps(&agent.name, id).await?;
+    let (messages, more_messages) = state
+        .store
+        .thread_messages_page(&agent.name, id, after.message, limit, MAX_PAGE_BYTES)
+        .await?;
+    let (steps, more_steps) = state
+        .store
+        .thread_steps_page(&agent.name, id, after.step, limit, MAX_PAGE_BYTES)
+        .await?;
     let usage = state.store.token_usage(&agent.name, Some(id)).await?;
+    let next = (more_messages || more_steps).then(|| {
+        let cursor = Cursor {
+            message: messages.last().map_or(after.message, |(id, _)| *id),
+            step: steps.last().map_or(after.step, |s| s.number),
+        };
+        format!(
+            "/api/agents/{}/threads/{id}?after={}.{}&limit={limit}",
+            agent.name, cursor.message, cursor.step
+        )
+    });
     Ok(Json(ThreadView {
         agent: agent.name,
         summary: thread.into(),
         messages: messages
             .into_iter()
             .map(
-                |StoredMessage {
-                     message,
-                     created_at,
-                 }| MessageView {
+                |(
+                    _,
+                    StoredMessage {
+                        message,
+                        created_at,
+                    },
+                )| MessageView {
                     message,
                     created_at,
                 },
@@ -191,6 +276,7 @@ async fn show_thread(
             .collect(),
         steps: steps.into_iter().map(Into::into).collect(),
         usage,
+        next,
     }))
 }
 
@@ -248,4 +334,58 @@ async fn thread_events(
     });
     let stream = futures::stream::once(std::future::ready(Ok(first))).chain(live);
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(after: Option<&str>, limit: Option<&str>) -> ThreadQuery {
+        ThreadQuery {
+            after: after.map(str::to_string),
+            limit: limit.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_defaults_read_the_first_page() {
+        let (cursor, limit) = query(None, None).parse().unwrap();
+        assert_eq!((cursor, limit), (Cursor::default(), DEFAULT_PAGE_LIMIT));
+        let (cursor, limit) = query(Some("120.45"), Some("1000")).parse().unwrap();
+        assert_eq!(
+            (cursor, limit),
+            (
+                Cursor {
+                    message: 120,
+                    step: 45
+                },
+                1000
+            )
+        );
+    }
+
+    #[test]
+    fn bad_limits_and_cursors_are_refused_with_what_is_allowed() {
+        for bad in ["0", "1001", "-1", "ten", ""] {
+            let Err(e) = query(None, Some(bad)).parse() else {
+                panic!("limit {bad:?} was accepted");
+            };
+            assert!(
+                e.message
+                    .contains("limit must be a whole number from 1 to 1000"),
+                "{}",
+                e.message
+            );
+        }
+        for bad in ["12", "a.b", "-1.2", "1.-2", "1.2.3"] {
+            let Err(e) = query(Some(bad), None).parse() else {
+                panic!("cursor {bad:?} was accepted");
+            };
+            assert!(
+                e.message.contains("after must be the cursor"),
+                "{}",
+                e.message
+            );
+        }
+    }
 }

@@ -286,6 +286,85 @@ impl Store {
         rows.iter().map(message_from_row).collect()
     }
 
+    /// A page of a thread's messages: those after message id `after` (0 for the
+    /// first page), oldest first, at most `limit` and, past the first, no more than
+    /// about `max_bytes` of content and tool arguments. Each comes with its id (the
+    /// cursor for the next page); the flag says whether more follow.
+    pub async fn thread_messages_page(
+        &self,
+        agent: &str,
+        thread: u64,
+        after: i64,
+        limit: u32,
+        max_bytes: usize,
+    ) -> Result<(Vec<(i64, StoredMessage)>, bool), StoreError> {
+        use futures::TryStreamExt;
+        // Rows are read one at a time, so a page of huge messages stops at the
+        // budget instead of loading them all.
+        let mut rows = sqlx::query(
+            "SELECT id, role, content, tool_calls, tool_call_id, tool_name, is_error, created_at \
+             FROM messages WHERE agent_name = $1 AND thread_id = $2 AND id > $3 ORDER BY id LIMIT $4",
+        )
+        .bind(agent)
+        .bind(thread as i64)
+        .bind(after)
+        .bind(i64::from(limit) + 1)
+        .fetch(&self.pool);
+        let mut page = Vec::new();
+        let mut bytes = 0usize;
+        while let Some(row) = rows.try_next().await? {
+            if page.len() == limit as usize || (!page.is_empty() && bytes >= max_bytes) {
+                return Ok((page, true));
+            }
+            let message = message_from_row(&row)?;
+            bytes += message.message.content.len()
+                + message
+                    .message
+                    .tool_calls
+                    .iter()
+                    .map(|c| c.arguments.len())
+                    .sum::<usize>();
+            page.push((row.try_get::<i64, _>("id")?, message));
+        }
+        Ok((page, false))
+    }
+
+    /// A page of a thread's steps: those numbered after `after`, in order, at most
+    /// `limit` and, past the first, about `max_bytes` of descriptions; the flag says
+    /// whether more follow.
+    pub async fn thread_steps_page(
+        &self,
+        agent: &str,
+        thread: u64,
+        after: u32,
+        limit: u32,
+        max_bytes: usize,
+    ) -> Result<(Vec<StepRecord>, bool), StoreError> {
+        use futures::TryStreamExt;
+        let mut rows = sqlx::query(
+            "SELECT step_number, kind, description, started_at, ended_at, duration_ms, failed, \
+             input_tokens, output_tokens \
+             FROM thread_steps WHERE agent_name = $1 AND thread_id = $2 AND step_number > $3 \
+             ORDER BY step_number LIMIT $4",
+        )
+        .bind(agent)
+        .bind(thread as i64)
+        .bind(i64::from(after))
+        .bind(i64::from(limit) + 1)
+        .fetch(&self.pool);
+        let mut page = Vec::new();
+        let mut bytes = 0usize;
+        while let Some(row) = rows.try_next().await? {
+            if page.len() == limit as usize || (!page.is_empty() && bytes >= max_bytes) {
+                return Ok((page, true));
+            }
+            let step = step_from_row(&row)?;
+            bytes += step.description.len();
+            page.push(step);
+        }
+        Ok((page, false))
+    }
+
     pub async fn record_step_started(
         &self,
         agent: &str,
@@ -532,6 +611,54 @@ mod tests {
         let steps = store.thread_steps("a", t).await.unwrap();
         assert!(steps[0].ended_at.is_some() && steps[0].failed);
         assert_eq!(store.next_step_number("a", t).await.unwrap(), 2);
+    }
+
+    #[tokio::test]
+    async fn pages_of_messages_join_up_and_stop_at_their_byte_budget() {
+        let (store, _dir) = test_store_with_agent().await;
+        let t = store
+            .start_thread("a", &ChatMessage::user("0"), "api")
+            .await
+            .unwrap();
+        for i in 1..10 {
+            let content = if i == 1 || i == 3 {
+                "x".repeat(1000)
+            } else {
+                i.to_string()
+            };
+            store
+                .append_message("a", t, &ChatMessage::assistant(content, vec![]))
+                .await
+                .unwrap();
+        }
+        let mut seen = Vec::new();
+        let mut after = 0;
+        let mut pages = 0;
+        loop {
+            let (page, more) = store
+                .thread_messages_page("a", t, after, 5, 500)
+                .await
+                .unwrap();
+            pages += 1;
+            seen.extend(page.iter().map(|(_, m)| m.message.content.clone()));
+            after = page.last().map_or(after, |(id, _)| *id);
+            if !more {
+                break;
+            }
+        }
+        // All ten in order, none twice; 5 a page would be 2 pages, but each
+        // 1000-byte message ends its page at the 500-byte budget: [0,1] [2,3] [4..8] [9].
+        let expected: Vec<String> = (0..10)
+            .map(|i| {
+                if i == 1 || i == 3 {
+                    "x".repeat(1000)
+                } else {
+                    i.to_string()
+                }
+            })
+            .collect();
+        assert_eq!(seen, expected);
+        assert_eq!(pages, 4);
     }
 
     #[tokio::test]

@@ -198,6 +198,9 @@ impl FakeModel {
             .route("/v1/models", get(list_models))
             .route("/api/tags", get(ollama_tags))
             .route("/v1/key", get(openrouter_key))
+            // Real servers take requests far over axum's default of 2 MB (a history
+            // with a big file in it); they refuse by context length, not body size.
+            .layer(axum::extract::DefaultBodyLimit::max(64 * 1024 * 1024))
             .with_state(script.clone());
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;

@@ -32,8 +32,17 @@ impl EventSink {
     }
 
     pub fn send(&self, event: WorkerEvent) {
+        let _ = self.try_send(event);
+    }
+
+    /// Queues the event if it fits the link (see [`crate::outbound`]); one that
+    /// cannot fit is not sent, and the caller decides what becomes of its run.
+    pub fn try_send(&self, event: WorkerEvent) -> Result<(), crate::outbound::TooLarge> {
+        let event = crate::outbound::fit(event)
+            .inspect_err(|e| tracing::warn!(error = %e, "event not sent"))?;
         // If the connection is gone the worker is shutting down; nothing to do.
         let _ = self.0.send(event);
+        Ok(())
     }
 }
 
@@ -136,6 +145,10 @@ pub enum LoopError {
     IterationCap(u32),
     #[error("cancelled: {0}")]
     Cancelled(String),
+    #[error(
+        "{0}; the run stopped here. Ask for the work in smaller parts (a big file in several pieces)"
+    )]
+    TooLarge(crate::outbound::TooLarge),
 }
 
 /// Consecutive unusable replies tolerated before the run fails.
@@ -222,10 +235,11 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
         sink,
     };
     let emit = |message: &ChatMessage| {
-        sink.send(WorkerEvent::MessageAppended {
+        sink.try_send(WorkerEvent::MessageAppended {
             run_id: input.run_id.to_string(),
             message: message.clone(),
         })
+        .map_err(LoopError::TooLarge)
     };
     let mut bad_replies = 0u32;
     let mut shrinks = 0u32;
@@ -310,7 +324,7 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
         };
 
         let assistant = ChatMessage::assistant(reply.content.clone(), reply.tool_calls.clone());
-        emit(&assistant);
+        emit(&assistant)?;
         messages.push(assistant);
 
         if reply.tool_calls.is_empty() {
@@ -406,8 +420,9 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
             if outcome.malformed {
                 malformed += 1;
             }
-            let result = ChatMessage::tool_result(call, outcome.content, outcome.is_error);
-            emit(&result);
+            let content = crate::outbound::cap_tool_result(outcome.content);
+            let result = ChatMessage::tool_result(call, content, outcome.is_error);
+            emit(&result)?;
             messages.push(result);
         }
         if !refused.is_empty() {
@@ -429,7 +444,7 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
                     ),
                     true,
                 );
-                emit(&result);
+                emit(&result)?;
                 messages.push(result);
             }
         }

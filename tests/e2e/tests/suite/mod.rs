@@ -1,6 +1,7 @@
 mod api;
 mod architecture;
 mod lifecycle;
+mod limits;
 mod permissions;
 mod providers;
 mod real_servers;
