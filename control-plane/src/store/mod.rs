@@ -72,6 +72,13 @@ fn migrator() -> Migrator {
             include_str!("../../migrations/sqlite/0003_tasks.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            4,
+            Cow::Borrowed("task verified"),
+            MigrationType::Simple,
+            include_str!("../../migrations/sqlite/0004_task_verified.sql").into_sql_str(),
+            false,
+        ),
     ];
     Migrator::with_migrations(migrations)
 }

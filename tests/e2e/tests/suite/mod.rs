@@ -2,6 +2,7 @@ mod api;
 mod architecture;
 mod lifecycle;
 mod permissions;
+mod procs;
 mod providers;
 mod secrets;
 mod tasks;
