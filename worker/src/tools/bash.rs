@@ -11,7 +11,9 @@
 //! - When the shell ends, times out, or the tool's future is dropped (the run was
 //!   cancelled), the whole process group gets SIGKILL, so no background process or
 //!   grandchild survives the call. A process that leaves the group on purpose
-//!   (`setsid`) is beyond a process-group kill; the jail for that is the container.
+//!   (`setsid`) is beyond a process-group kill; the worker, a subreaper, adopts and
+//!   ends it when its parent is gone (`procs`). The shell dies with the worker
+//!   (`PR_SET_PDEATHSIG`), and carries the worker's mark (`procs::MARK_VAR`).
 
 use std::collections::VecDeque;
 use std::ffi::OsString;

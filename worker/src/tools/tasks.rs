@@ -10,7 +10,8 @@
 //! - When the shell ends, what is left of its group is killed: a task ends everything
 //!   it started. A stopped task gets SIGTERM, then SIGKILL after a grace period. When
 //!   the worker shuts down, every task is stopped; if the worker is killed, the
-//!   control plane kills the groups it was told about.
+//!   shell dies with it (`PR_SET_PDEATHSIG`) and the control plane ends what is left
+//!   by its mark (`procs`).
 //! - Every start and end is reported to the control plane (`TaskStarted`,
 //!   `TaskEnded`), which keeps the record (`GET /api/agents/{name}/tasks`).
 
