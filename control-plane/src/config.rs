@@ -179,6 +179,8 @@ pub struct FileWorkers {
     pub stop_grace_ms: Option<u64>,
     /// How often workers send a heartbeat; three missed in a row mark a worker hung.
     pub heartbeat_interval_ms: Option<u64>,
+    /// How long a launched worker has to attach before it is killed and restarted.
+    pub attach_timeout_ms: Option<u64>,
 }
 
 /// The resolved settings `chorus serve` runs with.
@@ -214,6 +216,9 @@ pub struct WorkerSettings {
     pub stop_grace: Duration,
     /// How often workers send a heartbeat (at least 500 ms).
     pub heartbeat_interval: Duration,
+    /// How long a launched worker has to attach (at least 100 ms); one that does not
+    /// is killed and restarted.
+    pub attach_timeout: Duration,
 }
 
 impl WorkerSettings {
@@ -310,6 +315,9 @@ impl Settings {
             heartbeat_interval: Duration::from_millis(
                 file.workers.heartbeat_interval_ms.unwrap_or(5_000).max(500),
             ),
+            attach_timeout: Duration::from_millis(
+                file.workers.attach_timeout_ms.unwrap_or(30_000).max(100),
+            ),
         };
         Ok(Settings {
             data_dir: args
@@ -392,6 +400,7 @@ mod tests {
             "local servers are probed"
         );
         assert_eq!(s.max_iterations, 50);
+        assert_eq!(s.workers.attach_timeout, Duration::from_secs(30));
         assert_eq!(s.retry, RetryPolicy::default());
         assert_eq!(s.ask_timeout, Duration::from_secs(600));
         assert_eq!(s.roles.get("api"), Some(&Role::Admin));
@@ -411,6 +420,7 @@ mod tests {
             [workers]
             stop_grace_ms = 100
             heartbeat_interval_ms = 100
+            attach_timeout_ms = 1500
             "#,
         )
         .unwrap();
@@ -426,6 +436,7 @@ mod tests {
         assert_eq!(openai.base_url, "http://file/v1");
         assert_eq!(openai.api_key.unwrap().expose(), "env-key");
         assert_eq!(s.workers.stop_grace, Duration::from_millis(100));
+        assert_eq!(s.workers.attach_timeout, Duration::from_millis(1500));
         assert_eq!(
             s.workers.heartbeat_interval,
             Duration::from_millis(500),

@@ -27,6 +27,7 @@ use crate::secrets::{KnownSecrets, random_token};
 use crate::store::Store;
 use crate::tasks::TaskLog;
 use crate::workers::launcher::LocalLauncher;
+use crate::workers::procs::{ToolMarks, end_marked};
 use crate::workers::registry::Registry;
 use crate::workers::{WorkerLost, WorkerManager};
 
@@ -123,11 +124,30 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
             }
         })
     };
+    let tool_marks = ToolMarks::load(&data_dir).with_context(|| {
+        format!(
+            "cannot read or create the tool mark in {}",
+            data_dir.display()
+        )
+    })?;
+    // Before any worker starts: what the tool processes of a previous control plane
+    // (killed, so its workers' tools could not be ended) left is ended now.
+    let leftovers = {
+        let prefix = tool_marks.any_start();
+        tokio::task::spawn_blocking(move || end_marked(&|mark| mark.starts_with(&prefix))).await?
+    };
+    if leftovers > 0 {
+        tracing::warn!(
+            processes = leftovers,
+            "ended tool processes a previous control plane left running"
+        );
+    }
     let launcher = LocalLauncher {
         worker_bin: worker_bin(&settings)?,
         control_plane_url: format!("http://{}", dialable(grpc_addr)),
         bash_timeout: settings.workers.bash_timeout,
         file_lock_timeout: settings.workers.file_lock_timeout,
+        tool_marks,
     };
     let workers = Arc::new(WorkerManager::new(
         registry.clone(),
@@ -167,7 +187,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         },
     ));
 
-    let task_log = Arc::new(TaskLog::new(store.clone()));
+    let task_log = Arc::new(TaskLog::new(store.clone(), registry.clone()));
     let forgotten = task_log.forget_previous().await?;
     if forgotten > 0 {
         tracing::warn!(

@@ -1,22 +1,29 @@
 //! The record of background tasks (SPEC D4). Workers run them and report each start
-//! and end; this module stores the reports and makes sure no task outlives its
-//! worker: when a worker's connection ends (it stopped, died or hung), its tasks that
-//! are still running are marked lost and their process groups killed.
+//! and end; this module stores the reports. When a worker's connection ends (it
+//! stopped, died or hung), its tasks still running are marked lost; their processes
+//! are ended by the worker supervisor, which finds them by their mark
+//! (`workers::procs`), never by a pid a worker reported.
+//!
+//! A reported pid is checked when it arrives: it must be in the reporting worker's
+//! process tree (its parents, walked in /proc, lead to the worker the launcher
+//! started). Otherwise the task is recorded as unverified, and the warning names it.
+
+use std::sync::Arc;
 
 use chorus_proto::domain::WorkerEvent;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 
 use crate::store::{Store, StoreError};
-use crate::workers::registry::Generation;
+use crate::workers::procs::in_tree;
+use crate::workers::registry::{Generation, Registry};
 
 pub struct TaskLog {
     store: Store,
+    registry: Arc<Registry>,
 }
 
 impl TaskLog {
-    pub fn new(store: Store) -> Self {
-        TaskLog { store }
+    pub fn new(store: Store, registry: Arc<Registry>) -> Self {
+        TaskLog { store, registry }
     }
 
     /// Records a task event (`TaskStarted`, `TaskEnded`) from `agent`'s worker
@@ -24,8 +31,17 @@ impl TaskLog {
     pub async fn apply(&self, agent: &str, generation: Generation, event: WorkerEvent) {
         let recorded = match event {
             WorkerEvent::TaskStarted(task) => {
-                tracing::info!(agent, task_id = task.task_id, pid = task.pid, command = %task.command, "background task started");
-                self.store.task_started(agent, generation, &task).await
+                let worker = self.registry.worker_pid(agent, generation);
+                let verified = worker.is_some_and(|worker| in_tree(task.pid, worker));
+                if verified {
+                    tracing::info!(agent, task_id = task.task_id, pid = task.pid, command = %task.command, "background task started");
+                } else {
+                    tracing::warn!(agent, task_id = task.task_id, pid = task.pid, worker_pid = ?worker, command = %task.command,
+                        "background task started with a pid outside its worker's process tree; recorded as unverified");
+                }
+                self.store
+                    .task_started(agent, generation, &task, verified)
+                    .await
             }
             WorkerEvent::TaskEnded { task_id, end } => {
                 tracing::info!(agent, task_id, status = %end.status, detail = %end.detail, "background task ended");
@@ -40,11 +56,11 @@ impl TaskLog {
         }
     }
 
-    /// `agent`'s worker `generation` is gone: its running tasks are lost, and their
-    /// process groups are killed (they are the worker's children's groups, and the
-    /// worker can no longer stop them).
+    /// `agent`'s worker `generation` is gone: its running tasks are lost. Their
+    /// processes are not signalled here: the supervisor ends what the worker left by
+    /// its mark, which it can verify, unlike a pid the worker reported.
     pub async fn worker_gone(&self, agent: &str, generation: Generation) {
-        let lost = match self
+        match self
             .store
             .lose_tasks(
                 Some((agent, generation)),
@@ -52,35 +68,87 @@ impl TaskLog {
             )
             .await
         {
-            Ok(lost) => lost,
-            Err(e) => {
-                tracing::error!(agent, error = %e, "cannot record lost background tasks");
-                return;
+            Ok(lost) => {
+                for task in lost {
+                    tracing::warn!(
+                        agent,
+                        task_id = task.task_id,
+                        pid = task.pid,
+                        "background task lost with its worker"
+                    );
+                }
             }
-        };
-        for task in lost {
-            if let Ok(pid) = i32::try_from(task.pid)
-                && pid > 1
-            {
-                // ESRCH (nothing left of the group) is the usual, fine answer.
-                let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-            }
-            tracing::warn!(
-                agent,
-                task_id = task.task_id,
-                pid = task.pid,
-                "background task lost with its worker; its process group was killed"
-            );
+            Err(e) => tracing::error!(agent, error = %e, "cannot record lost background tasks"),
         }
     }
 
     /// At start-up: tasks a previous control plane saw running are lost. Their
-    /// processes are not signalled: after a restart their ids may belong to others.
+    /// processes are not signalled by pid (after a restart their ids may belong to
+    /// others); start-up ends them by their mark instead.
     pub async fn forget_previous(&self) -> Result<usize, StoreError> {
         Ok(self
             .store
             .lose_tasks(None, "the control plane restarted while it ran")
             .await?
             .len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chorus_proto::domain::TaskReport;
+    use std::os::unix::process::CommandExt;
+
+    /// A worker that reports a pid outside its tree (here: a process the test
+    /// started, which is no child of the "worker") gets an unverified record, and
+    /// losing the worker does not signal that process.
+    #[tokio::test]
+    async fn a_pid_outside_the_workers_tree_is_unverified_and_never_signalled() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("chorus.db")).await.unwrap();
+        let registry = Arc::new(Registry::default());
+        let log = TaskLog::new(store.clone(), registry.clone());
+        // The "worker": a real process with no children.
+        let mut worker = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        // A process of someone else's, in a process group of its own.
+        let mut stranger = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let (generation, _) = registry.expect("a", "t".into());
+        registry.set_pid("a", generation, worker.id());
+        let report = |task_id, pid| {
+            WorkerEvent::TaskStarted(TaskReport {
+                task_id,
+                command: "sleep 30".into(),
+                pid,
+            })
+        };
+        log.apply("a", generation, report(1, stranger.id())).await;
+        log.apply("a", generation, report(2, worker.id())).await;
+
+        let tasks = store.tasks("a", 10).await.unwrap();
+        let verified = |id: u32| tasks.iter().find(|t| t.id == id).unwrap().verified;
+        assert!(!verified(1), "{tasks:?}");
+        assert!(verified(2), "{tasks:?}");
+
+        log.worker_gone("a", generation).await;
+        let tasks = store.tasks("a", 10).await.unwrap();
+        assert!(tasks.iter().all(|t| t.status == "lost"), "{tasks:?}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(
+            stranger.try_wait().unwrap(),
+            None,
+            "the stranger was signalled"
+        );
+        for child in [&mut worker, &mut stranger] {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
     }
 }

@@ -32,6 +32,11 @@ struct Args {
     #[arg(long, default_value_t = 30)]
     dial_timeout_secs: u64,
 
+    /// The mark every tool process carries in its environment (`CHORUS_TOOL_MARK`),
+    /// by which the control plane finds what is left of them if this worker dies.
+    #[arg(long)]
+    tool_mark: Option<String>,
+
     /// Timeout of a bash call that names none, in seconds.
     #[arg(long, env = "CHORUS_BASH_TIMEOUT_SECS", default_value_t = 120)]
     bash_timeout_secs: u64,
@@ -81,6 +86,10 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Before any tool runs: orphans of tool processes come to us, not to pid 1.
+    if let Err(e) = chorus_worker::tools::procs::init(args.tool_mark.clone()) {
+        tracing::warn!("cannot become a subreaper; orphans of tool processes go to pid 1: {e}");
+    }
     let shutdown = CancellationToken::new();
     {
         let shutdown = shutdown.clone();

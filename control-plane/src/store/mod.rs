@@ -70,6 +70,13 @@ fn migrator() -> Migrator {
             include_str!("../../migrations/sqlite/0004_destroy.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            5,
+            Cow::Borrowed("task verified"),
+            MigrationType::Simple,
+            include_str!("../../migrations/sqlite/0005_task_verified.sql").into_sql_str(),
+            false,
+        ),
     ];
     Migrator::with_migrations(migrations)
 }

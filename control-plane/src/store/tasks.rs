@@ -13,6 +13,10 @@ pub struct TaskRecord {
     pub worker_generation: u64,
     pub command: String,
     pub pid: u32,
+    /// Whether `pid` was in the worker's process tree when the task was reported.
+    /// The control plane never signals a task's pid either way; an unverified one is
+    /// a worker report it could not confirm.
+    pub verified: bool,
     /// running | completed | failed | stopped | lost
     pub status: String,
     pub exit_code: Option<i32>,
@@ -35,10 +39,11 @@ impl Store {
         agent: &str,
         generation: u64,
         task: &TaskReport,
+        verified: bool,
     ) -> Result<(), StoreError> {
         sqlx::query(
-            "INSERT INTO tasks (agent_name, generation, task_id, command, pid, status, started_at) \
-             VALUES ($1, $2, $3, $4, $5, 'running', $6)",
+            "INSERT INTO tasks (agent_name, generation, task_id, command, pid, verified, status, started_at) \
+             VALUES ($1, $2, $3, $4, $5, $7, 'running', $6)",
         )
         .bind(agent)
         .bind(generation as i64)
@@ -46,6 +51,7 @@ impl Store {
         .bind(&task.command)
         .bind(i64::from(task.pid))
         .bind(now())
+        .bind(verified)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -118,7 +124,7 @@ impl Store {
     /// An agent's tasks: the running ones first, then the newest ended, at most `limit`.
     pub async fn tasks(&self, agent: &str, limit: u32) -> Result<Vec<TaskRecord>, StoreError> {
         let rows = sqlx::query(
-            "SELECT task_id, generation, command, pid, status, exit_code, detail, started_at, ended_at \
+            "SELECT task_id, generation, command, pid, verified, status, exit_code, detail, started_at, ended_at \
              FROM tasks WHERE agent_name = $1 \
              ORDER BY CASE status WHEN 'running' THEN 0 ELSE 1 END, started_at DESC, task_id DESC \
              LIMIT $2",
@@ -134,6 +140,7 @@ impl Store {
                     worker_generation: row.try_get::<i64, _>("generation")? as u64,
                     command: row.try_get("command")?,
                     pid: row.try_get::<i64, _>("pid")? as u32,
+                    verified: row.try_get("verified")?,
                     status: row.try_get("status")?,
                     exit_code: row
                         .try_get::<Option<i64>, _>("exit_code")?

@@ -2,7 +2,9 @@
 //!
 //! No orphans, by three means: the child runs in its own process group and is stopped
 //! as a group; it gets `PR_SET_PDEATHSIG = SIGKILL`, so it dies with the control plane
-//! even on SIGKILL; and it is told to exit when its connection to us closes.
+//! even on SIGKILL; and it is told to exit when its connection to us closes. It is
+//! given the mark its tool processes carry (`--tool-mark`), by which the supervisor
+//! ends whatever of them is left when the worker is gone.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -13,6 +15,9 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, Command};
+
+use super::procs::ToolMarks;
+use super::registry::Generation;
 
 /// Environment variables a worker inherits; everything else (API keys, tokens) is
 /// withheld. Provider keys stay in the control plane, behind the model relay.
@@ -50,6 +55,8 @@ pub struct LocalLauncher {
     pub control_plane_url: String,
     pub bash_timeout: Duration,
     pub file_lock_timeout: Duration,
+    /// The marks its tool processes carry (see `procs`).
+    pub tool_marks: ToolMarks,
 }
 
 /// A running local worker process.
@@ -61,7 +68,12 @@ pub struct LocalWorker {
 impl LocalLauncher {
     /// Starts a worker for `agent` and hands it `credential` over its stdin (never in
     /// argv or the environment, where other processes of this user could read it).
-    pub async fn launch(&self, agent: &str, credential: &str) -> Result<LocalWorker, LaunchError> {
+    pub async fn launch(
+        &self,
+        agent: &str,
+        generation: Generation,
+        credential: &str,
+    ) -> Result<LocalWorker, LaunchError> {
         let mut command = Command::new(&self.worker_bin);
         command
             .arg("--control-plane")
@@ -73,6 +85,8 @@ impl LocalLauncher {
             .arg(self.bash_timeout.as_secs().to_string())
             .arg("--file-lock-timeout-secs")
             .arg(self.file_lock_timeout.as_secs().to_string())
+            .arg("--tool-mark")
+            .arg(self.tool_marks.for_generation(generation))
             .env_clear()
             .envs(
                 INHERITED_ENV

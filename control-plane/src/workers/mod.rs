@@ -2,6 +2,7 @@
 //! here. Only this module starts or signals worker processes.
 
 pub mod launcher;
+pub mod procs;
 pub mod registry;
 
 use std::collections::HashMap;
@@ -80,6 +81,10 @@ pub struct WorkerManager {
 pub fn restart_delay(attempt: u32, initial: Duration, max: Duration) -> Duration {
     initial.saturating_mul(1u32 << attempt.min(16)).min(max)
 }
+
+/// Launches in a row that may miss the attach deadline before the runs waiting for
+/// the agent's worker fail (the worker is restarted all the same, with backoff).
+pub const ATTACH_ATTEMPTS: u32 = 3;
 
 /// A worker that stayed up this long is healthy: its next crash restarts quickly again.
 const HEALTHY_UPTIME: Duration = Duration::from_secs(30);
@@ -190,14 +195,26 @@ enum Ended {
     Exited(String),
 }
 
+/// The fate of one generation's attach.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Attach {
+    /// It attached (or never got as far as trying: it could not start or exited).
+    NotMissed,
+    /// It was still not attached at the deadline and was killed.
+    Missed,
+}
+
 impl Supervisor {
     async fn run(self) {
         let mut attempt = 0u32;
         let mut restarts = 0u32;
+        let mut missed_attaches = 0u32;
         let mut last_exit = None;
         while !self.stop.is_cancelled() {
             let launched_at = Instant::now();
-            let outcome = self.one_generation(restarts, last_exit.take()).await;
+            let outcome = self
+                .one_generation(restarts, last_exit.take(), &mut missed_attaches)
+                .await;
             let reason = match outcome {
                 Ended::Stopped => break,
                 Ended::Exited(reason) => reason,
@@ -232,13 +249,23 @@ impl Supervisor {
     }
 
     /// Launches one worker and watches it until it ends or we are told to stop.
-    async fn one_generation(&self, restarts: u32, last_exit: Option<String>) -> Ended {
+    /// `missed_attaches` counts the launches in a row that missed the attach deadline.
+    async fn one_generation(
+        &self,
+        restarts: u32,
+        last_exit: Option<String>,
+        missed_attaches: &mut u32,
+    ) -> Ended {
         let credential = match random_token() {
             Ok(token) => token,
             Err(e) => return Ended::Exited(format!("could not create a credential: {e}")),
         };
         let (generation, detached) = self.registry.expect(&self.agent, credential.clone());
-        let mut worker = match self.launcher.launch(&self.agent, &credential).await {
+        let mut worker = match self
+            .launcher
+            .launch(&self.agent, generation, &credential)
+            .await
+        {
             Ok(worker) => worker,
             Err(e) => {
                 self.registry.revoke(&self.agent, generation);
@@ -254,6 +281,7 @@ impl Supervisor {
             }
         };
         drop(credential);
+        self.registry.set_pid(&self.agent, generation, worker.pid());
         tracing::info!(agent = %self.agent, pid = worker.pid(), generation, "worker launched");
         self.status.send_replace(WorkerStatus {
             state: WorkerState::Starting,
@@ -262,32 +290,56 @@ impl Supervisor {
             last_exit,
         });
 
-        let reason = tokio::select! {
-            report = worker.wait() => {
-                // Its socket closed with it; let the connection drain its last events.
-                let deadline = Instant::now() + SETTLE;
-                while self.registry.link_state(&self.agent, generation) == LinkState::Attached
-                    && Instant::now() < deadline
-                {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+        let attach_by = tokio::time::Instant::now() + self.settings.attach_timeout;
+        let mut awaiting_attach = true;
+        let mut attach = Attach::NotMissed;
+        let reason = loop {
+            tokio::select! {
+                report = worker.wait() => {
+                    // Its socket closed with it; let the connection drain its last events.
+                    let deadline = Instant::now() + SETTLE;
+                    while self.registry.link_state(&self.agent, generation) == LinkState::Attached
+                        && Instant::now() < deadline
+                    {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    break format!("the worker process (pid {}) {report}", worker.pid());
                 }
-                format!("the worker process (pid {}) {report}", worker.pid())
-            }
-            _ = detached.notified() => {
-                // A worker without its connection is of no use: give it a moment to
-                // exit by itself, then make sure. A hung one is killed at once.
-                let why = self.registry.detach_reason(&self.agent, generation);
-                let settle = if why.is_some() { Duration::ZERO } else { SETTLE };
-                let report = match worker.wait_for(settle).await {
-                    Some(report) => report,
-                    None => { worker.kill(); worker.wait().await }
-                };
-                let why = why.unwrap_or_else(|| "lost its connection".into());
-                format!("the worker process (pid {}) {why} and {report}", worker.pid())
-            }
-            _ = self.stop.cancelled() => {
-                self.shut_down(&mut worker, generation).await;
-                return Ended::Stopped;
+                () = tokio::time::sleep_until(attach_by), if awaiting_attach => {
+                    awaiting_attach = false;
+                    if self.registry.link_state(&self.agent, generation) != LinkState::Waiting {
+                        continue;
+                    }
+                    // Launched but silent: waiting longer could be forever.
+                    worker.kill();
+                    let report = worker.wait().await;
+                    attach = Attach::Missed;
+                    *missed_attaches += 1;
+                    break format!(
+                        "the agent's worker did not attach within the attach deadline of {} ([workers] attach_timeout_ms); \
+                         {} launch(es) in a row missed it, the last (pid {}) was killed and {report}",
+                        seconds(self.settings.attach_timeout),
+                        missed_attaches,
+                        worker.pid(),
+                    );
+                }
+                _ = detached.notified() => {
+                    // A worker without its connection is of no use: give it a moment to
+                    // exit by itself, then make sure. A hung one is killed at once.
+                    let why = self.registry.detach_reason(&self.agent, generation);
+                    let settle = if why.is_some() { Duration::ZERO } else { SETTLE };
+                    let report = match worker.wait_for(settle).await {
+                        Some(report) => report,
+                        None => { worker.kill(); worker.wait().await }
+                    };
+                    let why = why.unwrap_or_else(|| "lost its connection".into());
+                    break format!("the worker process (pid {}) {why} and {report}", worker.pid());
+                }
+                _ = self.stop.cancelled() => {
+                    self.shut_down(&mut worker, generation).await;
+                    self.end_tool_processes(generation).await;
+                    return Ended::Stopped;
+                }
             }
         };
         let attached = matches!(
@@ -295,19 +347,48 @@ impl Supervisor {
             LinkState::Attached | LinkState::Spent
         );
         self.registry.revoke(&self.agent, generation);
-        let _ = self.lost.send(WorkerLost {
-            agent: self.agent.clone(),
-            generation,
-            reason: reason.clone(),
-            attached,
-        });
+        if attached {
+            *missed_attaches = 0;
+        }
+        // Nothing was delivered to a generation that never attached; the runs waiting
+        // for the agent's worker wait for the next launch until too many missed.
+        if attach == Attach::NotMissed || *missed_attaches >= ATTACH_ATTEMPTS {
+            let _ = self.lost.send(WorkerLost {
+                agent: self.agent.clone(),
+                generation,
+                reason: reason.clone(),
+                attached,
+            });
+        }
+        self.end_tool_processes(generation).await;
         Ended::Exited(reason)
+    }
+
+    /// The worker `generation` is gone (its tool shells died with it): ends whatever
+    /// its tool processes left, found by their mark.
+    async fn end_tool_processes(&self, generation: Generation) {
+        let mark = self.launcher.tool_marks.for_generation(generation);
+        let ended = tokio::task::spawn_blocking(move || procs::end_marked(&|m| m == mark))
+            .await
+            .unwrap_or(0);
+        if ended > 0 {
+            tracing::warn!(agent = %self.agent, generation, processes = ended, "ended tool processes the worker left behind");
+        }
     }
 
     async fn shut_down(&self, worker: &mut LocalWorker, generation: Generation) {
         let report = worker.stop(self.settings.stop_grace).await;
         self.registry.revoke(&self.agent, generation);
         tracing::info!(agent = %self.agent, pid = worker.pid(), %report, "worker stopped");
+    }
+}
+
+/// "30 s", or "1.5 s" for fractions.
+fn seconds(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
     }
 }
 

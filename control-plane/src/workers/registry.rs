@@ -60,6 +60,8 @@ struct Slot {
     detached: Arc<Notify>,
     /// Why the control plane ended the connection, when it did (a hung worker).
     detach_reason: Option<String>,
+    /// The worker process, as the launcher started it (never as the worker says).
+    pid: Option<u32>,
 }
 
 #[derive(Default)]
@@ -94,6 +96,7 @@ impl Registry {
                 link: Link::Waiting,
                 detached: detached.clone(),
                 detach_reason: None,
+                pid: None,
             },
         );
         (generation, detached)
@@ -137,6 +140,25 @@ impl Registry {
             slot.detach_reason = reason;
             slot.detached.notify_one();
         }
+    }
+
+    /// Records the pid the launcher started `generation` as.
+    pub fn set_pid(&self, agent: &str, generation: Generation, pid: u32) {
+        if let Some(slot) = self
+            .slots()
+            .get_mut(agent)
+            .filter(|s| s.generation == generation)
+        {
+            slot.pid = Some(pid);
+        }
+    }
+
+    /// The pid of `agent`'s worker `generation`, while it is current.
+    pub fn worker_pid(&self, agent: &str, generation: Generation) -> Option<u32> {
+        self.slots()
+            .get(agent)
+            .filter(|s| s.generation == generation)
+            .and_then(|s| s.pid)
     }
 
     /// Why the control plane ended `generation`'s connection, if it did.

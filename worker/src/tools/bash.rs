@@ -11,7 +11,9 @@
 //! - When the shell ends, times out, or the tool's future is dropped (the run was
 //!   cancelled), the whole process group gets SIGKILL, so no background process or
 //!   grandchild survives the call. A process that leaves the group on purpose
-//!   (`setsid`) is beyond a process-group kill; the jail for that is the container.
+//!   (`setsid`) is beyond a process-group kill; the worker, a subreaper, adopts and
+//!   ends it when its parent is gone (`procs`). The shell dies with the worker
+//!   (`PR_SET_PDEATHSIG`), and carries the worker's mark (`procs::MARK_VAR`).
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -135,7 +137,7 @@ pub async fn run(root: &Path, args: BashArgs, config: &BashConfig) -> ToolOutcom
     let shell = shell();
     let mut command = shell_command(root, &args.command);
     command.stderr(Stdio::piped()).kill_on_drop(true);
-    let mut child = match command.spawn() {
+    let mut child = match super::procs::spawn(command).await {
         Ok(child) => child,
         Err(e) => {
             return ToolOutcome::error(format!(
@@ -256,7 +258,31 @@ pub fn shell_command(root: &Path, script: &str) -> Command {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .process_group(0);
+    if let Some(mark) = super::procs::mark() {
+        command.env(super::procs::MARK_VAR, mark);
+    }
+    die_with_the_worker(&mut command);
     command
+}
+
+/// `PR_SET_PDEATHSIG = SIGKILL`: the shell dies with the thread that forks it, which
+/// `procs::spawn` makes a thread that lives as long as the worker.
+#[allow(unsafe_code)]
+fn die_with_the_worker(command: &mut Command) {
+    let worker = std::process::id();
+    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe
+    // system calls (prctl, getppid); it allocates nothing and takes no locks.
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+            // The worker may have died before prctl took effect; then nobody would
+            // deliver the signal, so give up now.
+            if nix::unistd::getppid().as_raw() as u32 != worker {
+                return Err(std::io::Error::other("the worker exited during the spawn"));
+            }
+            Ok(())
+        });
+    }
 }
 
 /// The shell commands run in.
@@ -315,6 +341,7 @@ impl Drop for ProcessGroup {
         if self.armed {
             self.kill();
         }
+        super::procs::ended(self.id.as_raw() as u32);
     }
 }
 

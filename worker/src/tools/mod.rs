@@ -11,6 +11,7 @@ pub mod files;
 pub mod jail;
 pub mod listing;
 pub mod locks;
+pub mod procs;
 mod schemas;
 pub mod tasks;
 pub mod walk;
@@ -332,7 +333,7 @@ impl ToolBox {
         };
         let request = match request {
             Request::Bash(args) if args.run_in_background => {
-                return self.tasks.start(self.workspace.root(), &args.command);
+                return self.tasks.start(self.workspace.root(), &args.command).await;
             }
             Request::Bash(args) => {
                 return bash::run(self.workspace.root(), args, &self.config.bash).await;

@@ -10,7 +10,8 @@
 //! - When the shell ends, what is left of its group is killed: a task ends everything
 //!   it started. A stopped task gets SIGTERM, then SIGKILL after a grace period. When
 //!   the worker shuts down, every task is stopped; if the worker is killed, the
-//!   control plane kills the groups it was told about.
+//!   shell dies with it (`PR_SET_PDEATHSIG`) and the control plane ends what is left
+//!   by its mark (`procs`).
 //! - Every start and end is reported to the control plane (`TaskStarted`,
 //!   `TaskEnded`), which keeps the record (`GET /api/agents/{name}/tasks`).
 
@@ -29,6 +30,7 @@ use tokio::sync::watch;
 
 use super::ToolOutcome;
 use super::bash::{describe_status, shell, shell_command};
+use super::procs;
 use crate::tool_loop::EventSink;
 
 /// Bytes of output kept per task (the newest).
@@ -182,7 +184,7 @@ impl BackgroundTasks {
     }
 
     /// Starts `command` in the workspace; returns what to tell the model.
-    pub fn start(self: &Arc<Self>, root: &Path, command: &str) -> ToolOutcome {
+    pub async fn start(self: &Arc<Self>, root: &Path, command: &str) -> ToolOutcome {
         if command.trim().is_empty() {
             return ToolOutcome::error("command is empty; give the shell command to run");
         }
@@ -193,10 +195,9 @@ impl BackgroundTasks {
         }
         let shell = shell();
         // Merged output, as a terminal shows it.
-        let mut child = match shell_command(root, &format!("exec 2>&1\n{command}"))
-            .stderr(Stdio::null())
-            .spawn()
-        {
+        let mut shell_cmd = shell_command(root, &format!("exec 2>&1\n{command}"));
+        shell_cmd.stderr(Stdio::null());
+        let mut child = match procs::spawn(shell_cmd).await {
             Ok(child) => child,
             Err(e) => {
                 return ToolOutcome::error(format!(
@@ -210,6 +211,9 @@ impl BackgroundTasks {
             child.stdout.take(),
         ) else {
             let _ = child.start_kill();
+            if let Some(pid) = child.id() {
+                procs::ended(pid);
+            }
             return ToolOutcome::error("the shell started without its output pipe");
         };
         let id = {
@@ -258,6 +262,7 @@ impl BackgroundTasks {
             // A task ends everything it started; this also closes the pipe for a
             // reader that a lingering grandchild kept open.
             let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+            procs::ended(pid as u32);
             // A process that left the group (setsid) may hold the pipe forever: the
             // task has ended all the same.
             if tokio::time::timeout(READ_GRACE, &mut read).await.is_err() {

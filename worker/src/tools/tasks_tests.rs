@@ -53,7 +53,7 @@ async fn a_task_runs_on_after_its_call_and_its_output_is_read_piece_by_piece() {
     let started = tasks.start(
         dir.path(),
         "echo first; echo oops >&2; touch go-flag; while [ ! -e release ]; do sleep 0.05; done; echo second; exit 3",
-    );
+    ).await;
     let id = id_of(&started);
     assert!(
         started.content.contains("task_output(task_id=1)"),
@@ -108,10 +108,14 @@ async fn a_task_runs_on_after_its_call_and_its_output_is_read_piece_by_piece() {
 async fn stopping_a_task_ends_it_and_everything_it_started() {
     let (dir, tasks) = registry();
     let marker = format!("77.{}{}", std::process::id(), line!());
-    let id = id_of(&tasks.start(
-        dir.path(),
-        &format!("(sleep {marker} & sleep {marker}) & sleep {marker}"),
-    ));
+    let id = id_of(
+        &tasks
+            .start(
+                dir.path(),
+                &format!("(sleep {marker} & sleep {marker}) & sleep {marker}"),
+            )
+            .await,
+    );
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while running(&marker) < 3 {
         assert!(
@@ -150,7 +154,11 @@ async fn a_finished_task_leaves_no_process_behind_and_stop_all_ends_the_rest() {
     let (dir, tasks) = registry();
     let marker = format!("78.{}{}", std::process::id(), line!());
     // The shell exits at once, leaving a grandchild: the task ends it.
-    let quick = id_of(&tasks.start(dir.path(), &format!("sleep {marker} & echo left")));
+    let quick = id_of(
+        &tasks
+            .start(dir.path(), &format!("sleep {marker} & echo left"))
+            .await,
+    );
     let ended = tasks.output(output(quick, 10.0)).await;
     assert!(
         ended.content.contains("has ended (completed, exit code 0)"),
@@ -158,8 +166,8 @@ async fn a_finished_task_leaves_no_process_behind_and_stop_all_ends_the_rest() {
         ended.content
     );
     let other = format!("79.{}{}", std::process::id(), line!());
-    id_of(&tasks.start(dir.path(), &format!("sleep {other}")));
-    id_of(&tasks.start(dir.path(), &format!("sleep {other}")));
+    id_of(&tasks.start(dir.path(), &format!("sleep {other}")).await);
+    id_of(&tasks.start(dir.path(), &format!("sleep {other}")).await);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while running(&other) < 2 {
         assert!(
@@ -190,13 +198,13 @@ async fn bad_requests_get_clear_errors() {
         "{}",
         none.content
     );
-    let id = id_of(&tasks.start(dir.path(), "true"));
+    let id = id_of(&tasks.start(dir.path(), "true").await);
     let unknown = tasks.stop(TaskArgs { task_id: 9 }).await;
     assert_eq!(
         unknown.content,
         format!("there is no task 9; the tasks are {id}")
     );
-    assert!(tasks.start(dir.path(), "  ").is_error);
+    assert!(tasks.start(dir.path(), "  ").await.is_error);
     let bad_wait = tasks
         .output(OutputArgs {
             task_id: id,
@@ -210,9 +218,9 @@ async fn bad_requests_get_clear_errors() {
 async fn only_so_many_tasks_run_at_once() {
     let (dir, tasks) = registry();
     for _ in 0..MAX_RUNNING {
-        id_of(&tasks.start(dir.path(), "sleep 30"));
+        id_of(&tasks.start(dir.path(), "sleep 30").await);
     }
-    let refused = tasks.start(dir.path(), "sleep 30");
+    let refused = tasks.start(dir.path(), "sleep 30").await;
     assert!(refused.is_error);
     assert!(
         refused.content.contains("stop one with task_stop"),
@@ -236,4 +244,39 @@ fn output_keeps_the_newest_bytes_and_says_what_was_lost() {
     assert!(text.contains("[… "), "the shown part is capped too");
     assert!(text.ends_with("tail"));
     assert_eq!(output.take_new(), "");
+}
+
+/// A task's shell dies with the *thread* that forked it (`PR_SET_PDEATHSIG`), so it
+/// must not be forked by a tokio thread that can exit: here the call runs on a
+/// blocking-pool thread that exits 100 ms after it goes idle, and the task must run
+/// on long after that.
+#[test]
+fn a_task_outlives_the_thread_that_started_it() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_keep_alive(Duration::from_millis(100))
+        .enable_all()
+        .build()
+        .unwrap();
+    let marker = format!("30.{}{}", std::process::id(), line!());
+    let (dir, tasks) = registry();
+    let root = dir.path().to_path_buf();
+    runtime.block_on(async {
+        let started = {
+            let tasks = tasks.clone();
+            let command = format!("sleep {marker}");
+            tokio::task::spawn_blocking(move || {
+                tokio::runtime::Handle::current().block_on(tasks.start(&root, &command))
+            })
+            .await
+            .unwrap()
+        };
+        let id = id_of(&started);
+        // Well past the idle thread's exit.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let out = tasks.output(output(id, 0.0)).await;
+        assert!(out.content.contains("is running"), "{}", out.content);
+        assert_eq!(running(&marker), 1, "the task died with its thread");
+        tasks.stop_all().await;
+    });
 }

@@ -3,6 +3,7 @@ mod architecture;
 mod lifecycle;
 mod limits;
 mod permissions;
+mod procs;
 mod providers;
 mod real_servers;
 mod secrets;

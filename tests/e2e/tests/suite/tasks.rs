@@ -174,7 +174,9 @@ async fn background_tasks_die_with_their_worker() -> anyhow::Result<()> {
     chorus
         .wait_thread_finished("builder", id, Duration::from_secs(20))
         .await?;
-    wait_for_task(&chorus, "builder", "running").await?;
+    let running = wait_for_task(&chorus, "builder", "running").await?;
+    // Its shell is the worker's child: the control plane verified the reported pid.
+    assert_eq!(running[0]["verified"], true, "{running:?}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while process::with_marker(&marker).len() < 2 {
         anyhow::ensure!(tokio::time::Instant::now() < deadline, "the task never ran");
