@@ -97,7 +97,10 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
             catalog.refresh().await;
         })
     };
-    let registry = Arc::new(Registry::default());
+    // Generations continue from the last one recorded: tasks are keyed by them.
+    let registry = Arc::new(Registry::after_generation(
+        store.last_task_generation().await?,
+    ));
     let profiles = Arc::new(ProfileCache::default());
     let approvals = Arc::new(Approvals::new(store.clone()));
     let known_secrets = KnownSecrets::new(

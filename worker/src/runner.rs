@@ -76,10 +76,10 @@ impl Runner {
         credential: &str,
         settings: &WorkerToolSettings,
     ) -> Self {
+        // No read timeout here: each model call carries its own silence limit and
+        // deadline (`AssignRun.retry`), so the error names the provider and the setting.
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
-            // A stream may run long, but a silent one is dead.
-            .read_timeout(Duration::from_secs(300))
             .build()
             .unwrap_or_default();
         Runner {

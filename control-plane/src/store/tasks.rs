@@ -122,6 +122,14 @@ impl Store {
     }
 
     /// An agent's tasks: the running ones first, then the newest ended, at most `limit`.
+    /// The highest worker generation any task was recorded under (0 when none).
+    pub async fn last_task_generation(&self) -> Result<u64, StoreError> {
+        let last: Option<i64> = sqlx::query_scalar("SELECT MAX(generation) FROM tasks")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(last.unwrap_or(0).max(0) as u64)
+    }
+
     pub async fn tasks(&self, agent: &str, limit: u32) -> Result<Vec<TaskRecord>, StoreError> {
         let rows = sqlx::query(
             "SELECT task_id, generation, command, pid, verified, status, exit_code, detail, started_at, ended_at \

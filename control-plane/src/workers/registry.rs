@@ -71,6 +71,16 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// A registry whose generations follow `last` (the highest one a previous
+    /// control plane recorded), so records keyed by generation, such as background
+    /// tasks, never collide across restarts.
+    pub fn after_generation(last: Generation) -> Self {
+        Registry {
+            slots: Mutex::default(),
+            next_generation: Mutex::new(last),
+        }
+    }
+
     fn slots(&self) -> MutexGuard<'_, HashMap<String, Slot>> {
         // A panic while holding this lock leaves plain data behind; keep serving.
         self.slots.lock().unwrap_or_else(|e| e.into_inner())

@@ -203,3 +203,63 @@ async fn background_tasks_die_with_their_worker() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Tasks are keyed by worker generation; generations continue across restarts of the
+/// control plane, so a task started after a restart is recorded beside the old one.
+#[tokio::test]
+async fn tasks_started_before_and_after_a_restart_are_both_recorded() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let start_task = |model: &FakeModel, marker: &str| {
+        model.push(tool_call(
+            "c1",
+            "bash",
+            json!({"command": format!("sleep {marker}"), "run_in_background": true}),
+        ));
+        model.push(text("started"));
+    };
+    let data = tempfile::tempdir()?;
+    let builder = || {
+        Chorus::builder()
+            .data_dir(data.path())
+            .env("OPENAI_BASE_URL", &model.base_url())
+            .env("OPENAI_API_KEY", "sk-test")
+            .env("CHORUS_DEFAULT_MODEL", "fake-model")
+    };
+    let chorus = builder().start().await?;
+    let created = chorus
+        .api(Method::POST, "/api/agents")
+        .json(&json!({"name": "ops", "permissions": "open"}))
+        .send()
+        .await?;
+    anyhow::ensure!(created.status() == 201, "create: {}", created.status());
+    start_task(&model, &format!("301.{}{}", std::process::id(), line!()));
+    let id = chorus.send_message("ops", "start one").await?;
+    chorus
+        .wait_thread_finished("ops", id, Duration::from_secs(20))
+        .await?;
+    wait_for_task(&chorus, "ops", "running").await?;
+    chorus.stop().await?;
+
+    let chorus = builder().start().await?;
+    start_task(&model, &format!("302.{}{}", std::process::id(), line!()));
+    let id = chorus.send_message("ops", "start another").await?;
+    let thread = chorus
+        .wait_thread_finished("ops", id, Duration::from_secs(20))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let listed = wait_for_task(&chorus, "ops", "running").await?;
+    let statuses: Vec<&str> = listed.iter().filter_map(|t| t["status"].as_str()).collect();
+    // The old one was stopped with its worker (or lost, if the worker went first).
+    assert!(
+        statuses.len() == 2
+            && statuses[0] == "running"
+            && (statuses[1] == "stopped" || statuses[1] == "lost"),
+        "{listed:#?}"
+    );
+    assert!(
+        !chorus.output().contains("cannot record a background task"),
+        "{}",
+        chorus.output()
+    );
+    Ok(())
+}
