@@ -129,7 +129,10 @@ pub struct LoopInput<'a> {
 pub enum LoopError {
     #[error(transparent)]
     Model(ModelError),
-    #[error("gave up on the model after {attempts} attempts in {elapsed:.0?}: {last}")]
+    #[error(
+        "gave up on the model after {attempts} {} in {elapsed:.0?}: {last}",
+        if *.attempts == 1 { "attempt" } else { "attempts" }
+    )]
     GaveUp {
         attempts: u32,
         elapsed: Duration,

@@ -125,6 +125,7 @@ async fn a_provider_that_never_answers_fails_the_thread_naming_it() -> anyhow::R
         "{error}"
     );
     assert!(!error.contains("cannot reach"), "{error}");
+    assert!(error.contains("after 1 attempt in"), "{error}");
     eprintln!("hung provider: thread failed {took:?} after the message (silence limit 2 s)");
     Ok(())
 }
