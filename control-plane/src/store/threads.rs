@@ -298,10 +298,7 @@ impl Store {
         limit: u32,
         max_bytes: usize,
     ) -> Result<(Vec<(i64, StoredMessage)>, bool), StoreError> {
-        use futures::TryStreamExt;
-        // Rows are read one at a time, so a page of huge messages stops at the
-        // budget instead of loading them all.
-        let mut rows = sqlx::query(
+        let rows = sqlx::query(
             "SELECT id, role, content, tool_calls, tool_call_id, tool_name, is_error, created_at \
              FROM messages WHERE agent_name = $1 AND thread_id = $2 AND id > $3 ORDER BY id LIMIT $4",
         )
@@ -310,23 +307,18 @@ impl Store {
         .bind(after)
         .bind(i64::from(limit) + 1)
         .fetch(&self.pool);
-        let mut page = Vec::new();
-        let mut bytes = 0usize;
-        while let Some(row) = rows.try_next().await? {
-            if page.len() == limit as usize || (!page.is_empty() && bytes >= max_bytes) {
-                return Ok((page, true));
-            }
-            let message = message_from_row(&row)?;
-            bytes += message.message.content.len()
+        read_page(rows, limit, max_bytes, |row| {
+            let message = message_from_row(row)?;
+            let size = message.message.content.len()
                 + message
                     .message
                     .tool_calls
                     .iter()
                     .map(|c| c.arguments.len())
                     .sum::<usize>();
-            page.push((row.try_get::<i64, _>("id")?, message));
-        }
-        Ok((page, false))
+            Ok(((row.try_get::<i64, _>("id")?, message), size))
+        })
+        .await
     }
 
     /// A page of a thread's steps: those numbered after `after`, in order, at most
@@ -340,8 +332,7 @@ impl Store {
         limit: u32,
         max_bytes: usize,
     ) -> Result<(Vec<StepRecord>, bool), StoreError> {
-        use futures::TryStreamExt;
-        let mut rows = sqlx::query(
+        let rows = sqlx::query(
             "SELECT step_number, kind, description, started_at, ended_at, duration_ms, failed, \
              input_tokens, output_tokens \
              FROM thread_steps WHERE agent_name = $1 AND thread_id = $2 AND step_number > $3 \
@@ -352,17 +343,12 @@ impl Store {
         .bind(i64::from(after))
         .bind(i64::from(limit) + 1)
         .fetch(&self.pool);
-        let mut page = Vec::new();
-        let mut bytes = 0usize;
-        while let Some(row) = rows.try_next().await? {
-            if page.len() == limit as usize || (!page.is_empty() && bytes >= max_bytes) {
-                return Ok((page, true));
-            }
-            let step = step_from_row(&row)?;
-            bytes += step.description.len();
-            page.push(step);
-        }
-        Ok((page, false))
+        read_page(rows, limit, max_bytes, |row| {
+            let step = step_from_row(row)?;
+            let size = step.description.len();
+            Ok((step, size))
+        })
+        .await
     }
 
     pub async fn record_step_started(
@@ -513,6 +499,30 @@ async fn insert_message(
     .execute(&mut **tx)
     .await?;
     Ok(())
+}
+
+/// Reads rows into a page: at most `limit` items and, past the first, about
+/// `max_bytes` (as `convert` measures each); says whether more follow. Rows are read
+/// one at a time (the query asks for `limit + 1`), so a page of huge rows stops at
+/// the budget instead of loading them all.
+async fn read_page<T>(
+    mut rows: impl futures::Stream<Item = Result<sqlx::sqlite::SqliteRow, sqlx::Error>> + Unpin,
+    limit: u32,
+    max_bytes: usize,
+    convert: impl Fn(&sqlx::sqlite::SqliteRow) -> Result<(T, usize), StoreError>,
+) -> Result<(Vec<T>, bool), StoreError> {
+    use futures::TryStreamExt;
+    let mut page = Vec::new();
+    let mut bytes = 0usize;
+    while let Some(row) = rows.try_next().await? {
+        if page.len() == limit as usize || (!page.is_empty() && bytes >= max_bytes) {
+            return Ok((page, true));
+        }
+        let (item, size) = convert(&row)?;
+        bytes += size;
+        page.push(item);
+    }
+    Ok((page, false))
 }
 
 #[cfg(test)]

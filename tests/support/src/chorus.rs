@@ -58,6 +58,14 @@ impl ChorusBuilder {
 
     /// Reuses a data directory (to test restarts); by default each instance gets a
     /// fresh temporary one.
+    /// Points the OpenAI provider at a fake (key `sk-openai-test`) and makes its
+    /// `fake-model` the default model.
+    pub fn openai_fake(self, model: &crate::FakeModel) -> Self {
+        self.env("OPENAI_BASE_URL", &model.base_url())
+            .env("OPENAI_API_KEY", "sk-openai-test")
+            .env("CHORUS_DEFAULT_MODEL", "fake-model")
+    }
+
     pub fn data_dir(mut self, dir: &Path) -> Self {
         self.data_dir = Some(dir.to_path_buf());
         self

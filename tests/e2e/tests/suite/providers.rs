@@ -13,9 +13,7 @@ const FAST_RETRIES: &str = "[models]\nretry_base_ms = 50\n";
 
 async fn openai_chorus(model: &FakeModel, config: &str) -> anyhow::Result<Chorus> {
     Chorus::builder()
-        .env("OPENAI_BASE_URL", &model.base_url())
-        .env("OPENAI_API_KEY", "sk-openai-test")
-        .env("CHORUS_DEFAULT_MODEL", "fake-model")
+        .openai_fake(model)
         .config(config)
         .start()
         .await

@@ -11,9 +11,7 @@ use serde_json::{Value, json};
 
 async fn openai_chorus(model: &FakeModel, config: &str) -> anyhow::Result<Chorus> {
     Chorus::builder()
-        .env("OPENAI_BASE_URL", &model.base_url())
-        .env("OPENAI_API_KEY", "sk-openai-test")
-        .env("CHORUS_DEFAULT_MODEL", "fake-model")
+        .openai_fake(model)
         .config(config)
         .start()
         .await
