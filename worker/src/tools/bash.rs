@@ -110,6 +110,7 @@ pub fn environment(root: &Path) -> Vec<(&'static str, OsString)> {
         ("PAGER", "cat".into()),
         ("GIT_TERMINAL_PROMPT", "0".into()),
     ]);
+    env.extend(super::safe_env::git_safety_env(root));
     env
 }
 

@@ -12,6 +12,7 @@ pub mod jail;
 pub mod listing;
 pub mod locks;
 pub mod procs;
+pub mod safe_env;
 mod schemas;
 pub mod tasks;
 pub mod walk;
