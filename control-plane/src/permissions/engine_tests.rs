@@ -89,6 +89,101 @@ fn bash_chains_cannot_ride_on_an_allowed_prefix() {
     }
 }
 
+/// What `standard` runs without asking must only read: every way found for an allowed
+/// command to run a program or write a file asks instead (see ARCHITECTURE.md,
+/// *Permissions*, "Read-only means read-only").
+#[test]
+fn read_only_commands_cannot_run_programs_or_write() {
+    let standard = preset("standard");
+    let cases: &[(&str, Decision)] = &[
+        // ripgrep runs a preprocessor per file, or a program to name the host.
+        ("rg --pre ./script pattern", Ask),
+        ("rg --pre=./script pattern", Ask),
+        ("rg --pre-glob '*.gz' --pre sh x", Ask),
+        ("rg --hostname-bin=./x --hyperlink-format=default x", Ask),
+        ("rg -z pattern", Allow),
+        // git writes with --output, reads outside with --no-index, and takes
+        // configuration, an exec path or another repository before the subcommand.
+        ("git diff --output=x", Ask),
+        ("git diff --output x", Ask),
+        ("git log -p --output=x", Ask),
+        ("git show --out=x HEAD", Ask),
+        ("git diff --no-index a b", Ask),
+        ("git -c core.fsmonitor=./x status", Ask),
+        ("git -c core.pager=sh log", Ask),
+        ("git --exec-path=. status", Ask),
+        ("git --git-dir=x status", Ask),
+        ("git -C sub status", Ask),
+        ("git --config-env=core.pager=X log", Ask),
+        ("git branch evil", Ask),
+        // External diff and textconv programs come only from `.git/config`, which asks
+        // to be written; the options that use them are then harmless.
+        ("git log -p --ext-diff --textconv", Allow),
+        ("git show --ext-diff HEAD", Allow),
+        // Environment set on the command line (`GREP_OPTIONS`, git's own variables).
+        ("GREP_OPTIONS=--pre=x grep a b", Ask),
+        ("GIT_CONFIG_PARAMETERS=x git status", Ask),
+        ("env GIT_DIR=x git status", Ask),
+        // find writes files (-fprint…) or runs programs (-exec, -ok…).
+        ("find . -fprint out", Ask),
+        ("find . -fprintf out %p", Ask),
+        ("find . -fprint0 out", Ask),
+        ("find . -fls out", Ask),
+        ("find . -ok rm {} ;", Ask),
+        ("find . -okdir rm {} +", Ask),
+        ("find . -execdir sh", Ask),
+        ("find . -exec sh {} +", Ask),
+        ("find . -delete", Ask),
+        ("find -files0-from names", Ask),
+        ("find . -name '*.rs' -printf '%p'", Allow),
+        // wc reads file names (absolute ones too) from a file.
+        ("wc --files0-from=names", Ask),
+        ("wc --files0 names", Ask),
+        ("wc -l --total=only src/a.rs", Allow),
+        // Reading never runs what it reads; `tail -f` ends at the call's timeout.
+        ("cat .envrc", Allow),
+        ("tail -f log.txt", Allow),
+        ("grep -r --include '*.rs' x .", Allow),
+    ];
+    for (command, expected) in cases {
+        let (got, why) = standard.decide_all(&bash_actions(command));
+        assert_eq!(got, *expected, "{command:?}: {why:#?}");
+    }
+    // Files that make a tool run a program ask before they are written, by every
+    // writing tool, at any depth and in any case.
+    for tool in [
+        "create_file",
+        "str_replace",
+        "file.write",
+        "file.create",
+        "file.patch",
+    ] {
+        for path in [
+            ".git/config",
+            ".git/hooks/post-index-change",
+            ".gitattributes",
+            "sub/.gitattributes",
+            ".GitAttributes",
+            ".gitmodules",
+            ".envrc",
+            "sub/.envrc",
+        ] {
+            let action = format!("tool:{tool}:{path}");
+            assert_eq!(standard.decide(&action), Ask, "{action}");
+        }
+        for path in [
+            ".gitconfig",
+            ".env",
+            ".gitignore",
+            "gitattributes",
+            ".envrc.d/x.sh.txt",
+        ] {
+            let action = format!("tool:{tool}:{path}");
+            assert_eq!(standard.decide(&action), Allow, "{action}");
+        }
+    }
+}
+
 #[test]
 fn files_tools_and_self_edit_by_preset() {
     let standard = preset("standard");

@@ -61,6 +61,9 @@ fn standard() -> ProfileSpec {
                     "tool:file.create:.gitignore",
                     "tool:file.patch:.github/workflows/ci.yml",
                     "tool:create_file:a..b/x",
+                    "tool:create_file:.gitconfig",
+                    "tool:create_file:.gitattributes.bak",
+                    "tool:create_file:.env",
                 ],
                 &[
                     "tool:create_file:../x",
@@ -68,6 +71,10 @@ fn standard() -> ProfileSpec {
                     "tool:create_file:/etc/passwd",
                     "tool:create_file:.git/config",
                     "tool:file.write:sub/.GIT/hooks/pre-commit",
+                    "tool:create_file:.gitattributes",
+                    "tool:str_replace:sub/.gitattributes",
+                    "tool:file.create:.gitmodules",
+                    "tool:file.patch:.envrc",
                     "tool:create_file:",
                     "tool:file.delete:src/a.rs",
                 ],
@@ -131,6 +138,8 @@ fn standard() -> ProfileSpec {
                 &[
                     "tool:create_file:.git/config",
                     "tool:file.write:sub/.git/hooks/pre-commit",
+                    "tool:create_file:.gitattributes",
+                    "tool:str_replace:.envrc",
                 ],
                 &["tool:create_file:.git/../../x", "tool:create_file:/tmp/x"],
             ),
@@ -184,11 +193,19 @@ fn read_files() -> RuleSpec {
     )
 }
 
-/// `ls`, `cat`, `head`, `tail`, `wc`, `grep` on workspace-relative paths.
+/// `ls`, `cat`, `head`, `tail`, `wc`, `grep` on workspace-relative paths. `wc` takes no
+/// long option starting `--f` (`--files0-from=list`, or any abbreviation of it, reads
+/// file names from a file, where they may be absolute).
 fn read_only_commands() -> RuleSpec {
     let (opt, arg) = (option(), argument(&word()));
+    let wc_opt = format!(
+        r"-(?:[A-Za-z0-9_][A-Za-z0-9_-]*|-(?:[a-eg-zA-Z0-9_][A-Za-z0-9_-]*)?)?(?:={})?",
+        value()
+    );
     RuleSpec::with_examples(
-        format!(r"tool:bash:(?:ls|cat|head|tail|wc|grep)(?:{SEP}(?:{opt}|{arg}))*"),
+        format!(
+            r"tool:bash:(?:(?:ls|cat|head|tail|grep)(?:{SEP}(?:{opt}|{arg}))*|wc(?:{SEP}(?:{wc_opt}|{arg}))*)"
+        ),
         &[
             "tool:bash:ls",
             "tool:bash:ls -la src",
@@ -196,6 +213,8 @@ fn read_only_commands() -> RuleSpec {
             "tool:bash:head -n 20 README.md",
             "tool:bash:tail -n +5 Cargo.toml",
             "tool:bash:wc -l src/lib.rs",
+            "tool:bash:wc --lines --total=never -",
+            "tool:bash:grep --fixed-strings x src",
             "tool:bash:grep -rn 'fn main' src",
             "tool:bash:grep -rn \"TODO\" .",
             "tool:bash:grep -c 'a|b;c' ./src",
@@ -216,6 +235,10 @@ fn read_only_commands() -> RuleSpec {
             "tool:bash:cat $(rm -rf ~)",
             "tool:bash:cat \"$HOME/x\"",
             "tool:bash:cat `id`",
+            "tool:bash:wc --files0-from=names",
+            "tool:bash:wc --files0-from names",
+            "tool:bash:wc --f=names",
+            "tool:bash:wc '--files0-from=names'",
             "tool:bash:grep -f /etc/shadow x",
             "tool:bash:grep --file=/etc/shadow x",
             "tool:bash:grep '--file=/x' y",
@@ -398,11 +421,14 @@ fn rel_path() -> String {
     format!("{c}(?:/+{c})*/*")
 }
 
-/// A path that may be written without asking: relative, no `..` and no `.git` component
-/// (in any case), because git runs programs named in `.git/config` (`core.fsmonitor`)
-/// even for `git status`.
+/// A path that may be written without asking: relative, no `..`, and no component (in
+/// any case) naming a file that tells a tool to run a program: `.git` (its `config`
+/// names hooks, fsmonitor, diff and filter drivers; git runs some even for `git
+/// status`), `.gitattributes` (which files those drivers apply to), `.gitmodules`
+/// (submodule URLs and paths) and `.envrc` (direnv runs it in a shell that enters the
+/// directory). `.gitconfig` is free: tool processes ignore global git configuration.
 fn writable_path() -> String {
-    let c = component_except(&["..", ".git"]);
+    let c = component_except(&["..", ".git", ".gitattributes", ".gitmodules", ".envrc"]);
     format!("{c}(?:/+{c})*")
 }
 

@@ -40,6 +40,22 @@ impl Reach {
     }
 }
 
+/// `have` plus `more`, without the prefixes another one already covers (an equal one,
+/// or one that starts with an open prefix): the set matches the same, and a rule spelt
+/// as many alternatives that all start alike (`(?:\.[^.]…|\.g[^i]…|…)`) stays small.
+fn simplify(mut have: Vec<Prefix>, more: Vec<Prefix>) -> Vec<Prefix> {
+    for p in more {
+        let covered =
+            |q: &Prefix, p: &Prefix| q == p || (q.open && p.text.starts_with(q.text.as_str()));
+        if have.iter().any(|q| covered(q, &p)) {
+            continue;
+        }
+        have.retain(|q| !covered(&p, q));
+        have.push(p);
+    }
+    have
+}
+
 /// Reads what `pattern` (a regex that compiles) can match.
 pub(super) fn reach(pattern: &str) -> Reach {
     let mut reader = Reader {
@@ -88,7 +104,7 @@ impl Reader {
     fn alternation(&mut self, start: Vec<Prefix>) -> Option<Vec<Prefix>> {
         let mut all = Vec::new();
         loop {
-            all.extend(self.sequence(start.clone())?);
+            all = simplify(all, self.sequence(start.clone())?);
             if all.len() > MAX_PREFIXES {
                 return None;
             }
@@ -127,15 +143,14 @@ impl Reader {
                     let mut next = Vec::new();
                     for p in cur {
                         if p.open {
-                            next.push(p);
+                            next = simplify(next, vec![p]);
                             continue;
                         }
-                        for a in &alts {
-                            next.push(Prefix {
-                                text: format!("{}{}", p.text, a.text),
-                                open: a.open,
-                            });
-                        }
+                        let joined = alts.iter().map(|a| Prefix {
+                            text: format!("{}{}", p.text, a.text),
+                            open: a.open,
+                        });
+                        next = simplify(next, joined.collect());
                     }
                     if next.len() > MAX_PREFIXES {
                         return None;
@@ -297,6 +312,17 @@ mod tests {
             ),
             ("tool:file.read:.*", vec!["file.read", "file.delete"]),
             ("tool:[a-z]+:.*", all.clone()),
+            // Many alternatives opening alike count once each, not once per tool.
+            (
+                &format!(
+                    "tool:(?:view|create_file):(?:{})",
+                    (0..100)
+                        .map(|i| format!(r"\.[^a]{i}"))
+                        .collect::<Vec<_>>()
+                        .join("|")
+                ),
+                vec!["view", "create_file"],
+            ),
             ("tool:bash?:x", vec!["bash"]),
             ("(?i)tool:bash:.*", all.clone()),
             ("tool:(?:bash|view)?:x", all.clone()),
