@@ -5,6 +5,7 @@ mod limits;
 mod permissions;
 mod procs;
 mod providers;
+mod read_only;
 mod real_servers;
 mod secrets;
 mod storage;
