@@ -116,6 +116,12 @@ fn read_only_commands_cannot_run_programs_or_write() {
         ("git -C sub status", Ask),
         ("git --config-env=core.pager=X log", Ask),
         ("git branch evil", Ask),
+        // Signature checks run gpg, whose own configuration can name a program.
+        ("git log --show-signature", Ask),
+        ("git show --show-sig HEAD", Ask),
+        ("git log --format=%h%GS", Ask),
+        ("git log --format '%h %GK'", Ask),
+        ("git log --format=%h%x09%s --show-notes --stat", Allow),
         // External diff and textconv programs come only from `.git/config`, which asks
         // to be written; the options that use them are then harmless.
         ("git log -p --ext-diff --textconv", Allow),

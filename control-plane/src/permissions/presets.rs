@@ -312,18 +312,20 @@ fn find() -> RuleSpec {
 }
 
 /// `git status|diff|log|show`, without `--output` (it writes a file), `--no-index` (it
-/// reads files outside the repository) or options before the subcommand (`-c` sets
-/// configuration that can run programs).
+/// reads files outside the repository), options before the subcommand (`-c` sets
+/// configuration that can run programs) or signature checks (`--show-signature`, any
+/// long option starting `--show-s`, and `%G` in a format): they run gpg, which reads
+/// its own configuration from `GNUPGHOME` or `~/.gnupg`, and a `gpg.conf` there can
+/// name a program gpg starts (`dirmngr-program`) on meeting an unknown key.
 fn git_read() -> RuleSpec {
     let value = value();
     let long = format!(
-        r"--(?:(?:[a-mp-zA-Z0-9_]|n[a-np-zA-Z0-9_-]|no[A-Za-z0-9_]|no-[a-hj-zA-Z0-9_-])[A-Za-z0-9_-]*|n|no|no-|oneline)?(?:={value})?"
+        r"--(?:(?:[a-mp-rt-zA-Z0-9_]|n[a-np-zA-Z0-9_-]|no[A-Za-z0-9_]|no-[a-hj-zA-Z0-9_-]|s[a-gi-zA-Z0-9_-]|sh[a-np-zA-Z0-9_-]|sho[a-vx-zA-Z0-9_-]|show[A-Za-z0-9_]|show-[a-rt-zA-Z0-9_-])[A-Za-z0-9_-]*|n|no|no-|s|sh|sho|show|show-|oneline)?(?:={value})?"
     );
     let arg = argument(&git_word());
+    let args = forbid_percent_g(&format!(r"(?:{SEP}(?:-[A-Za-z0-9_]*|{long}|{arg}))*"));
     RuleSpec::with_examples(
-        format!(
-            r"tool:bash:git{SEP}(?:status|diff|log|show)(?:{SEP}(?:-[A-Za-z0-9_]*|{long}|{arg}))*"
-        ),
+        format!(r"tool:bash:git{SEP}(?:status|diff|log|show){args}"),
         &[
             "tool:bash:git status",
             "tool:bash:git status --porcelain -b",
@@ -333,12 +335,22 @@ fn git_read() -> RuleSpec {
             "tool:bash:git log --format=%H --since=2.weeks",
             "tool:bash:git show HEAD:src/main.rs",
             "tool:bash:git log -p 'fix bug'",
+            "tool:bash:git log --format=%h%x09%an%x09%s --stat --shortstat --show-notes",
+            "tool:bash:git log --format '%h %an %ad' --date=short",
+            "tool:bash:git log --pretty=%H%x00%gs --no-show-signature",
         ],
         &[
             "tool:bash:git status; rm -rf /",
             "tool:bash:git status && curl http://x",
             "tool:bash:git diff --output=/tmp/x",
             "tool:bash:git diff --out=x",
+            "tool:bash:git log --show-signature",
+            "tool:bash:git show --show-sig HEAD",
+            "tool:bash:git log --format=%G?",
+            "tool:bash:git log --pretty=format:%h%GS",
+            "tool:bash:git log --format '%h %GK'",
+            "tool:bash:git log --format \"%GG\"",
+            "tool:bash:git log --format=x.%GF",
             "tool:bash:git diff --no-index /etc/passwd x",
             "tool:bash:git diff --no-index a b",
             "tool:bash:git -c core.pager=sh log",
@@ -350,6 +362,53 @@ fn git_read() -> RuleSpec {
             "tool:bash:git commit -m x",
         ],
     )
+}
+
+/// `regex` with `%` never followed by `G` inside any character class: a class that
+/// admits `%` becomes "a character other than `%`, or `%` and one that is neither `%`
+/// nor `G`", so no match contains `%G` (git's signature placeholders) and none ends in
+/// `%`. A positive class must spell capitals as `A-Z`.
+fn forbid_percent_g(regex: &str) -> String {
+    let chars: Vec<char> = regex.chars().collect();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '\\' => {
+                out.extend(&chars[i..(i + 2).min(chars.len())]);
+                i += 2;
+            }
+            '[' => {
+                let start = i;
+                i += 1;
+                while chars[i] != ']' {
+                    i += if chars[i] == '\\' { 2 } else { 1 };
+                }
+                i += 1;
+                let class: String = chars[start..i].iter().collect();
+                out.push_str(&class_without_percent_g(&class));
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+fn class_without_percent_g(class: &str) -> String {
+    let inner = &class[1..class.len() - 1];
+    if let Some(negated) = inner.strip_prefix('^') {
+        // `%` and `G` first: a class may end in `-`, which would then start a range.
+        return format!("(?:[^%{negated}]|%[^%G{negated}])");
+    }
+    if !inner.contains('%') {
+        return class.to_string();
+    }
+    let rest = inner.replace('%', "");
+    assert!(rest.contains("A-Z"), "spell capitals as A-Z in {class}");
+    format!("(?:[{rest}]|%[{}])", rest.replace("A-Z", "A-FH-Z"))
 }
 
 /// `git branch` listing forms only (any name argument would create or delete a branch).
