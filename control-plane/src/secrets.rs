@@ -23,8 +23,18 @@ impl std::fmt::Debug for KnownSecrets {
 
 impl KnownSecrets {
     /// Values shorter than 8 characters are ignored: they would redact ordinary words.
+    /// Each is also known as it reads inside a JSON string (a `"` or a backslash escaped),
+    /// since tool arguments and model requests are JSON text.
     pub fn new(secrets: impl IntoIterator<Item = String>) -> Self {
-        let mut secrets: Vec<String> = secrets.into_iter().filter(|s| s.len() >= 8).collect();
+        let mut secrets: Vec<String> = secrets
+            .into_iter()
+            .filter(|s| s.len() >= 8)
+            .flat_map(|s| {
+                let quoted = serde_json::to_string(&s).unwrap_or_default();
+                let in_json = quoted[1..quoted.len() - 1].to_string();
+                [s, in_json]
+            })
+            .collect();
         // Longest first, so a secret that contains another is replaced whole (and
         // equal values side by side, for dedup).
         secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
@@ -34,11 +44,19 @@ impl KnownSecrets {
 
     /// Replaces every known secret in `text`; allocates only when there is one.
     pub fn scrub(&self, text: &mut String) {
+        self.scrub_found(text);
+    }
+
+    /// `scrub`, saying whether it replaced anything.
+    pub fn scrub_found(&self, text: &mut String) -> bool {
+        let mut found = false;
         for secret in self.0.iter() {
             if text.contains(secret.as_str()) {
                 *text = text.replace(secret.as_str(), REDACTED);
+                found = true;
             }
         }
+        found
     }
 
     pub fn scrubbed(&self, text: &str) -> String {
@@ -131,6 +149,16 @@ mod tests {
         assert_eq!(text, "a [redacted] b [redacted] c short");
         assert_eq!(secrets.scrubbed("nothing here"), "nothing here");
         assert_eq!(format!("{secrets:?}"), "KnownSecrets(2 values)");
+    }
+
+    #[test]
+    fn a_secret_is_found_as_json_writes_it_too() {
+        let secret = r#"key"with\quote"#.to_string();
+        let secrets = KnownSecrets::new([secret.clone()]);
+        let body = serde_json::json!({"content": format!("found {secret} here")}).to_string();
+        let scrubbed = secrets.scrubbed(&body);
+        assert_eq!(scrubbed, r#"{"content":"found [redacted] here"}"#);
+        assert_eq!(secrets.scrubbed(&secret), REDACTED);
     }
 
     #[test]

@@ -216,6 +216,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     .merge(llm_relay::routes(RelayState::new(
         registry.clone(),
         settings.providers.clone(),
+        known_secrets.clone(),
     )?));
     let api_router = http::router(AppState {
         store: store.clone(),

@@ -44,9 +44,13 @@ pub struct GateSettings {
 }
 
 impl GateSettings {
+    /// The role of `user`; with no known user (a thread whose creator cannot be
+    /// read), the lowest: an agent never acts with an authority nobody gave it.
     pub fn role_of(&self, user: Option<&str>) -> Role {
-        user.and_then(|u| self.roles.get(u).copied())
-            .unwrap_or(self.default_role)
+        match user {
+            Some(user) => self.roles.get(user).copied().unwrap_or(self.default_role),
+            None => Role::Viewer,
+        }
     }
 }
 
@@ -339,6 +343,9 @@ impl ToolGate {
     async fn execute_here(&self, check: &Check, user: Option<&str>) -> Option<ToolResult> {
         let args: Value = serde_json::from_str(&check.call.arguments).unwrap_or(Value::Null);
         let text = |key: &str| args.get(key).and_then(Value::as_str).map(str::to_string);
+        // What may be granted follows the real user (none: the lowest role); the
+        // name below only attributes the change in the audit log.
+        let role = self.settings.role_of(user);
         let user = user.unwrap_or("agent");
         let result = match check.call.name.as_str() {
             "self_edit_system_prompt" => match text("new_prompt") {
@@ -369,7 +376,6 @@ impl ToolGate {
             "self_edit_permissions" => match args.get("new_profile").cloned() {
                 Some(profile) => match serde_json::from_value::<PermissionsSetting>(profile) {
                     Ok(setting) => {
-                        let role = self.settings.role_of(Some(user));
                         self.agents
                             .set_permissions(&check.agent, setting, role, user)
                             .await
@@ -431,5 +437,24 @@ pub use approvals::AnswerError;
 impl std::fmt::Debug for ToolGate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ToolGate")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_known_user_the_role_is_the_lowest_whatever_the_settings_say() {
+        let settings = GateSettings {
+            ask_timeout: Duration::from_secs(1),
+            // Even a user id that happens to be the audit log's placeholder.
+            roles: HashMap::from([("agent".to_string(), Role::Admin)]),
+            default_role: Role::Operator,
+            known_secrets: Default::default(),
+        };
+        assert_eq!(settings.role_of(None), Role::Viewer);
+        assert_eq!(settings.role_of(Some("someone")), Role::Operator);
+        assert_eq!(settings.role_of(Some("agent")), Role::Admin);
     }
 }

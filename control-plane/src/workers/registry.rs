@@ -208,11 +208,15 @@ impl Registry {
         }
     }
 
-    /// The agent whose current worker holds `presented`, for the model relay.
+    /// The agent whose current worker holds `presented` and is connected now, for the
+    /// model relay. A credential is good only while its connection lives: before the
+    /// worker attaches and from the moment its connection ends (even while the
+    /// process still runs) it opens nothing.
     pub fn agent_for_credential(&self, presented: &str) -> Option<String> {
         self.slots()
             .iter()
             .find(|(_, s)| constant_time_eq(s.credential.as_bytes(), presented.as_bytes()))
+            .filter(|(_, s)| matches!(s.link, Link::Attached(_)))
             .map(|(agent, _)| agent.clone())
     }
 }
@@ -277,12 +281,19 @@ mod tests {
     }
 
     #[test]
-    fn the_relay_finds_the_agent_by_credential() {
+    fn the_relay_finds_the_agent_by_credential_only_while_it_is_connected() {
         let registry = Registry::default();
         let (generation, _) = registry.expect("a", "t".into());
         assert_eq!(registry.link_state("a", generation), LinkState::Waiting);
+        assert_eq!(registry.agent_for_credential("t"), None, "not attached yet");
+        let _attached = registry.attach("a", "t").unwrap();
         assert_eq!(registry.agent_for_credential("t").as_deref(), Some("a"));
         assert_eq!(registry.agent_for_credential("x"), None);
+        // The connection ends; the process may still run for a moment, but its
+        // credential dies with the connection, not with the process.
+        registry.detach("a", generation, None);
+        assert_eq!(registry.link_state("a", generation), LinkState::Spent);
+        assert_eq!(registry.agent_for_credential("t"), None);
         registry.revoke("a", generation);
         assert_eq!(registry.link_state("a", generation), LinkState::Gone);
         assert_eq!(registry.agent_for_credential("t"), None);

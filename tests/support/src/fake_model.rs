@@ -125,6 +125,8 @@ struct Script {
     context_window: Option<usize>,
     /// Why requests were refused: each fails the test when the fake is dropped.
     violations: Vec<String>,
+    /// Requests to paths the fake does not serve, as `METHOD /path?query`.
+    strays: Vec<String>,
 }
 
 type Shared = Arc<Mutex<Script>>;
@@ -191,6 +193,7 @@ impl FakeModel {
             quirks: Quirks::default(),
             context_window: None,
             violations: Vec::new(),
+            strays: Vec::new(),
         }));
         let app = Router::new()
             .route("/v1/chat/completions", post(answer))
@@ -200,6 +203,7 @@ impl FakeModel {
             .route("/v1/key", get(openrouter_key))
             // Real servers take requests far over axum's default of 2 MB (a history
             // with a big file in it); they refuse by context length, not body size.
+            .fallback(stray)
             .layer(axum::extract::DefaultBodyLimit::max(64 * 1024 * 1024))
             .with_state(script.clone());
         let task = tokio::spawn(async move {
@@ -254,6 +258,12 @@ impl FakeModel {
         self.script.lock().unwrap().requests.clone()
     }
 
+    /// Requests to anything the fake does not serve (`DELETE /v1/keys/x`), as
+    /// `METHOD /path?query`: they got a 404 and are recorded nowhere else.
+    pub fn stray_requests(&self) -> Vec<String> {
+        self.script.lock().unwrap().strays.clone()
+    }
+
     /// Waits until at least `n` requests arrived.
     pub async fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<RecordedRequest> {
         let deadline = tokio::time::Instant::now() + timeout;
@@ -265,6 +275,20 @@ impl FakeModel {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+async fn stray(
+    State(script): State<Shared>,
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+) -> StatusCode {
+    let target = uri.path_and_query().map_or("/", |p| p.as_str());
+    script
+        .lock()
+        .unwrap()
+        .strays
+        .push(format!("{method} {target}"));
+    StatusCode::NOT_FOUND
 }
 
 async fn answer(

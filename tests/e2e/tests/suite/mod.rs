@@ -7,6 +7,7 @@ mod procs;
 mod providers;
 mod read_only;
 mod real_servers;
+mod relay;
 mod secrets;
 mod storage;
 mod tasks;

@@ -96,14 +96,15 @@ async fn secrets_stay_out_of_logs_tools_threads_and_the_audit_log() -> anyhow::R
         .filter(|m| m["role"] == "tool")
         .map(|m| m["content"].to_string())
         .collect();
-    // The first request only: later ones carry the model's own echo of the key back.
-    let first_body = requests[0].body.to_string();
+    // Every request, including those that carry the model's own echo of the key
+    // back: the relay scrubs what it forwards.
+    let bodies: Vec<String> = requests.iter().map(|r| r.body.to_string()).collect();
     for (place, haystack) in [
         ("the logs of chorus and its worker", logs.clone()),
         ("the tool results", tool_results.join("\n")),
         // Steps and messages, including the model's own echo of the key.
         ("the thread", thread.to_string()),
-        ("what the model was first sent", first_body),
+        ("what the model was sent", bodies.join("\n")),
         ("the audit log", audit.to_string()),
     ] {
         for secret in [PROVIDER_KEY, API_TOKEN] {

@@ -2,24 +2,30 @@
 //! credential; the relay forwards them to the provider with the provider's key and
 //! streams the answer back unchanged.
 //!
-//! Invariant: provider keys never leave the control plane. A worker (and anything an
+//! Invariants: provider keys never leave the control plane. A worker (and anything an
 //! agent runs inside it) holds only its own short-lived credential, valid for its own
-//! agent, revoked when the worker ends.
+//! agent while its connection lives. With it, only model endpoints can be reached
+//! (`allowed`: chat completions, messages, models, embeddings); anything else is a
+//! 403 before the provider is contacted. Every known secret (provider keys, the API
+//! token) is replaced in a request body before it leaves, so a key a tool printed
+//! does not reach the provider in the conversation.
+
+pub mod allowed;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 
 use tracing::Instrument;
 
 use crate::providers::ProviderEndpoint;
-use crate::secrets::bearer_token;
+use crate::secrets::{KnownSecrets, bearer_token};
 use crate::workers::registry::Registry;
 
 /// Marks errors the relay makes itself, so a worker can tell them from the provider's.
@@ -36,11 +42,16 @@ const MAX_REQUEST_BYTES: usize = 32 * 1024 * 1024;
 pub struct RelayState {
     registry: Arc<Registry>,
     providers: Arc<Vec<ProviderEndpoint>>,
+    secrets: KnownSecrets,
     client: reqwest::Client,
 }
 
 impl RelayState {
-    pub fn new(registry: Arc<Registry>, providers: Vec<ProviderEndpoint>) -> reqwest::Result<Self> {
+    pub fn new(
+        registry: Arc<Registry>,
+        providers: Vec<ProviderEndpoint>,
+        secrets: KnownSecrets,
+    ) -> reqwest::Result<Self> {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             // A redirect could carry the key somewhere else; providers do not redirect.
@@ -49,6 +60,7 @@ impl RelayState {
         Ok(RelayState {
             registry,
             providers: Arc::new(providers),
+            secrets,
             client,
         })
     }
@@ -56,7 +68,9 @@ impl RelayState {
 
 pub fn routes(state: RelayState) -> Router {
     Router::new()
-        .route("/llm/{provider}/{*path}", any(relay))
+        // Everything under /llm/ comes here, so whatever is refused is refused the
+        // same way (403 with the reason), not by a router's bare 404.
+        .route("/llm/{*rest}", any(relay))
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
         .with_state(state)
 }
@@ -73,9 +87,8 @@ fn relay_error(status: StatusCode, code: &str, message: String) -> Response {
 
 async fn relay(
     State(state): State<RelayState>,
-    Path((provider, path)): Path<(String, String)>,
-    RawQuery(query): RawQuery,
     method: Method,
+    uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -90,22 +103,36 @@ async fn relay(
         return relay_error(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
-            "the model relay needs a current worker credential".into(),
+            "the model relay needs the credential of a connected worker".into(),
         );
     };
-    let Some(endpoint) = state.providers.iter().find(|p| p.kind.name() == provider) else {
+    // The raw target, neither decoded nor normalised: see `allowed`.
+    let allowed = match allowed::check(method.as_str(), uri.path(), uri.query()) {
+        Ok(allowed) => allowed,
+        Err(refusal) => {
+            let reason = state.secrets.scrubbed(&refusal.to_string());
+            tracing::warn!(%agent, %method, %reason, "model relay refused a request");
+            return relay_error(StatusCode::FORBIDDEN, "not_a_model_endpoint", reason);
+        }
+    };
+    let provider = allowed.provider.name();
+    let path = allowed.endpoint.path;
+    let Some(endpoint) = state.providers.iter().find(|p| p.kind == allowed.provider) else {
         return relay_error(
             StatusCode::SERVICE_UNAVAILABLE,
             "provider_not_configured",
             format!("the provider '{provider}' is not configured in this control plane"),
         );
     };
-    let base = endpoint.relay_base();
-    let mut url = format!("{base}/{path}");
-    if let Some(query) = query {
-        url.push('?');
-        url.push_str(&query);
-    }
+    let body = match scrubbed_body(&state.secrets, body) {
+        Ok((body, false)) => body,
+        Ok((body, true)) => {
+            tracing::warn!(%agent, %provider, "replaced a known secret in a request to the model");
+            body
+        }
+        Err(message) => return relay_error(StatusCode::BAD_REQUEST, "bad_request", message),
+    };
+    let url = format!("{}/{path}", endpoint.relay_base());
 
     let mut upstream = state.client.request(method, &url).body(body);
     for name in FORWARDED_HEADERS {
@@ -150,6 +177,25 @@ async fn relay(
                 e.to_string(),
             )
         })
+}
+
+/// The request body with every known secret replaced (a tool result can hold a key
+/// the agent found, and the whole conversation goes to the provider on every call).
+/// Model requests are JSON, so UTF-8; anything else is refused rather than sent
+/// unchecked.
+/// Also says whether anything was replaced.
+fn scrubbed_body(secrets: &KnownSecrets, body: Bytes) -> Result<(Bytes, bool), String> {
+    if body.is_empty() {
+        return Ok((body, false));
+    }
+    let mut text = String::from_utf8(body.into()).map_err(|e| {
+        format!(
+            "the model relay forwards JSON (UTF-8) bodies only; byte {} is not UTF-8",
+            e.utf8_error().valid_up_to()
+        )
+    })?;
+    let found = secrets.scrub_found(&mut text);
+    Ok((Bytes::from(text), found))
 }
 
 /// The error with its causes, e.g. "error sending request: connection refused".
