@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod config;
+pub mod environ;
 pub mod feed;
 pub mod gate;
 pub mod grpc;

@@ -167,6 +167,7 @@ pub(crate) async fn test_store_with_agent() -> (Store, tempfile::TempDir) {
             system_prompt: "p".into(),
             permissions: "standard".into(),
             on_ask: "prompt".into(),
+            network: "on".into(),
         })
         .await
         .expect("register agent a");

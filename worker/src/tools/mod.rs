@@ -12,6 +12,7 @@ pub mod jail;
 pub mod listing;
 pub mod locks;
 pub mod procs;
+pub mod sandbox;
 mod schemas;
 pub mod tasks;
 pub mod walk;
@@ -333,7 +334,14 @@ impl ToolBox {
         };
         let request = match request {
             Request::Bash(args) if args.run_in_background => {
-                return self.tasks.start(self.workspace.root(), &args.command).await;
+                return self
+                    .tasks
+                    .start_in(
+                        self.workspace.root(),
+                        &args.command,
+                        self.config.bash.sandbox.as_ref(),
+                    )
+                    .await;
             }
             Request::Bash(args) => {
                 return bash::run(self.workspace.root(), args, &self.config.bash).await;
