@@ -276,7 +276,7 @@ impl Runs {
                 workspace: workspace.to_string_lossy().into_owned(),
                 docs_dir: docs_dir.to_string_lossy().into_owned(),
                 tools,
-                sandbox: self.sandbox_policy(&agent, &agent_dir),
+                sandbox: self.sandbox_policy(agent, &agent_dir),
             },
             model: route,
             messages,

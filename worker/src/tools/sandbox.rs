@@ -70,7 +70,14 @@ pub const DEVICES: &[&str] = &[
 ];
 
 /// Toolchain directories in the worker's own `$HOME`, readable when they exist.
-pub const HOME_TOOLCHAINS: &[&str] = &[".cargo", ".rustup", ".local/bin", ".local/lib"];
+pub const HOME_TOOLCHAINS: &[&str] = &[
+    ".cargo",
+    ".rustup",
+    ".pyenv",
+    ".nvm",
+    ".local/bin",
+    ".local/lib",
+];
 
 /// What the running kernel offers, probed once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,6 +150,8 @@ pub struct Prepared {
     limits: ResourceLimits,
     pub home: PathBuf,
     pub tmp: PathBuf,
+    /// Toolchain variables (see `toolchain_env`).
+    env: Vec<(&'static str, std::ffi::OsString)>,
     /// Said at the top of the result when the command runs unconfined.
     pub warning: Option<String>,
 }
@@ -196,9 +205,14 @@ impl Sandbox {
                     "refused: {why}, and this agent's tool processes may not run unconfined; an operator can allow it with [sandbox] when_unavailable = \"warn\" in chorus.toml"
                 ));
             }
+            let env = toolchain_env(
+                std::env::var_os("HOME").map(PathBuf::from).as_deref(),
+                &home,
+            );
             return Ok(Prepared {
                 ruleset: None,
                 limits: policy.limits,
+                env,
                 home,
                 tmp,
                 warning: Some(format!(
@@ -210,9 +224,11 @@ impl Sandbox {
         let (read_only, read_write) = paths(self, worker_home.as_deref());
         let ruleset = build(&read_only, &read_write, policy.network)
             .map_err(|e| format!("refused: the sandbox could not be built: {e}"))?;
+        let env = toolchain_env(worker_home.as_deref(), &home);
         Ok(Prepared {
             ruleset: Some(ruleset),
             limits: policy.limits,
+            env,
             home,
             tmp,
             warning: None,
@@ -242,6 +258,25 @@ impl Sandbox {
         }
         Ok(dir)
     }
+}
+
+/// With `HOME` moved to the agent's own directory, toolchains installed in the
+/// worker's home are found through their variables (read-only there), and cargo's
+/// own home (registry cache, installed tools) is the agent's. Variables the worker
+/// already has are passed on by `bash::environment` as they are, not here.
+pub fn toolchain_env(
+    worker_home: Option<&Path>,
+    agent_home: &Path,
+) -> Vec<(&'static str, std::ffi::OsString)> {
+    let mut env = vec![("CARGO_HOME", agent_home.join(".cargo").into_os_string())];
+    if let Some(home) = worker_home {
+        for (name, dir) in [("RUSTUP_HOME", ".rustup"), ("PYENV_ROOT", ".pyenv")] {
+            if home.join(dir).is_dir() {
+                env.push((name, home.join(dir).into_os_string()));
+            }
+        }
+    }
+    env
 }
 
 fn build(
@@ -274,7 +309,8 @@ fn build(
 pub fn apply(command: &mut Command, prepared: Prepared) {
     command
         .env("HOME", &prepared.home)
-        .env("TMPDIR", &prepared.tmp);
+        .env("TMPDIR", &prepared.tmp)
+        .envs(prepared.env.iter().map(|(k, v)| (k, v)));
     let limits = prepared.limits;
     let mut ruleset = prepared.ruleset;
     // SAFETY: the closure runs between fork and exec and makes only async-signal-safe

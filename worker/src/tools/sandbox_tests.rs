@@ -196,3 +196,42 @@ async fn too_many_processes_end_the_command_with_the_reason() {
         out.content
     );
 }
+
+/// `cargo nextest run -p chorus-worker sandbox_cost --run-ignored only --no-capture`:
+/// what the sandbox adds to one bash call (`true`), sandboxed against unconfined.
+#[tokio::test]
+#[ignore]
+async fn sandbox_cost() {
+    let (_data, confined) = sandboxed(ResourceLimits::default(), false);
+    let dir = tempfile::tempdir().unwrap();
+    let open = crate::tools::ToolBox::new(
+        crate::tools::jail::Workspace::new(dir.path()),
+        std::sync::Arc::default(),
+    );
+    for (name, tools) in [
+        ("unconfined", &open),
+        ("landlock", &confined),
+        ("unconfined", &open),
+        ("landlock", &confined),
+    ] {
+        let n = 200;
+        let started = std::time::Instant::now();
+        for _ in 0..n {
+            assert!(!run(tools, "true").await.is_error);
+        }
+        println!("{name}: {:?} per call", started.elapsed() / n);
+    }
+    let sandbox = Sandbox {
+        policy: SandboxPolicy {
+            home_dir: dir.path().join("home").to_string_lossy().into_owned(),
+            tmp_dir: dir.path().join("tmp").to_string_lossy().into_owned(),
+            ..policy()
+        },
+        workspace: dir.path().to_path_buf(),
+    };
+    let started = std::time::Instant::now();
+    for _ in 0..1000 {
+        assert!(sandbox.prepare().is_ok());
+    }
+    println!("prepare (ruleset build): {:?}", started.elapsed() / 1000);
+}

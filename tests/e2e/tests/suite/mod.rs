@@ -6,6 +6,7 @@ mod permissions;
 mod procs;
 mod providers;
 mod real_servers;
+mod sandbox;
 mod secrets;
 mod storage;
 mod tasks;
