@@ -146,7 +146,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         );
     }
     let worker_bin = worker_bin(&settings)?;
-    let sandbox = sandbox_status(&worker_bin).await;
+    let sandbox = tokio::task::spawn_blocking(crate::sandbox_probe::describe).await?;
     if sandbox.starts_with("landlock") {
         tracing::info!(%sandbox, "agents' tool processes are sandboxed");
     } else {
@@ -368,28 +368,6 @@ fn api_token(settings: &Settings, data_dir: &Path) -> anyhow::Result<Secret> {
     }
     tracing::info!(path = %path.display(), "generated an API token; send it as 'Authorization: Bearer <token>'");
     Ok(Secret::new(token))
-}
-
-/// What the worker binary says of the sandbox on this host (`--sandbox-status`): the
-/// workers run here, so their probe is the truth.
-async fn sandbox_status(worker_bin: &std::path::Path) -> String {
-    let probe = tokio::process::Command::new(worker_bin)
-        .arg("--sandbox-status")
-        .env_clear()
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    match tokio::time::timeout(std::time::Duration::from_secs(10), probe).await {
-        Ok(Ok(out)) if out.status.success() => {
-            String::from_utf8_lossy(&out.stdout).trim().to_string()
-        }
-        Ok(Ok(out)) => format!(
-            "unavailable: the worker binary's sandbox probe failed ({})",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ),
-        Ok(Err(e)) => format!("unavailable: cannot run the worker binary's sandbox probe: {e}"),
-        Err(_) => "unavailable: the worker binary's sandbox probe did not answer".into(),
-    }
 }
 
 fn worker_bin(settings: &Settings) -> anyhow::Result<PathBuf> {

@@ -77,11 +77,6 @@ fn init_logging() {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    // The control plane asks at start how tool processes can be confined here.
-    if std::env::args().nth(1).as_deref() == Some("--sandbox-status") {
-        println!("{}", chorus_worker::tools::sandbox::support().describe());
-        return ExitCode::SUCCESS;
-    }
     let args = Args::parse();
     init_logging();
     let credential = match read_credential(args.credential_stdin) {

@@ -40,7 +40,7 @@ pub struct AppState {
     pub catalog: Arc<Catalog>,
     pub gate: Arc<ToolGate>,
     pub api_token: Secret,
-    /// How tool processes are confined on this host, as the worker binary probed it.
+    /// How tool processes are confined on this host (`sandbox_probe`).
     pub sandbox: String,
 }
 

@@ -156,7 +156,10 @@ async fn an_open_agent_cannot_reach_secrets_other_agents_or_anything_outside_its
     );
     // The chain found no token to use: no PATCH was even authorised.
     let chain = &results[attacks.len() - 1].1;
-    assert!(!chain.contains("200"), "{chain}");
+    assert!(
+        chain.lines().all(|line| !line.trim().starts_with('2')),
+        "a PATCH was authorised: {chain}"
+    );
 
     assert!(!outside.exists(), "wrote outside the workspace");
     assert!(!data.join("planted").exists());
