@@ -50,9 +50,11 @@ const EXIT_GRACE: Duration = Duration::from_secs(1);
 pub const PASSED_VARS: &[&str] = &[
     "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME",
 ];
-/// Variables the command always gets: HOME is the workspace (tools that write
-/// dotfiles keep them there), TMPDIR the worker's or /tmp, a dumb terminal, no
-/// colour codes, no pager, and git never waits for a password prompt.
+/// Variables the command always gets: HOME is the workspace and TMPDIR the worker's or
+/// /tmp, except in a worker, where the sandbox replaces both with the agent's private
+/// directories (`sandbox::apply`: dotfiles never land where the file tools write);
+/// a dumb terminal, no colour codes, no pager, and git never waits for a password
+/// prompt.
 pub const SET_VARS: &[&str] = &[
     "HOME",
     "TMPDIR",
