@@ -102,6 +102,8 @@ pub struct FileSettings {
     pub permissions: FilePermissions,
     #[serde(default)]
     pub tools: FileTools,
+    #[serde(default)]
+    pub sandbox: FileSandbox,
     /// Roles by user id (`api` is whoever holds the API token; `default` is everyone
     /// not listed): admin | operator | viewer.
     #[serde(default)]
@@ -115,6 +117,77 @@ pub struct FileTools {
     pub bash_timeout_secs: Option<u64>,
     /// How long a write waits for a file another thread of the agent is writing.
     pub file_lock_timeout_secs: Option<u64>,
+}
+
+/// `[sandbox]`: how agents' tool processes are confined (see `SandboxSettings`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSandbox {
+    /// Extra paths tool processes may read.
+    #[serde(default)]
+    pub read_only: Vec<PathBuf>,
+    /// Extra paths tool processes may read and write.
+    #[serde(default)]
+    pub read_write: Vec<PathBuf>,
+    /// Where Landlock cannot be enforced: `refuse` bash, or `warn` and run it
+    /// unconfined. Unset: refuse, except for agents under the `open` preset.
+    pub when_unavailable: Option<WhenUnavailable>,
+    /// CPU seconds per tool process (0: no limit).
+    pub cpu_secs: Option<u64>,
+    /// Largest file a tool process may write, in bytes (0: no limit).
+    pub file_size_bytes: Option<u64>,
+    /// Open files per tool process (0: no limit).
+    pub open_files: Option<u64>,
+    /// Processes one bash call or background task may have at once (0: no limit).
+    pub max_processes: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WhenUnavailable {
+    Refuse,
+    Warn,
+}
+
+/// The resolved `[sandbox]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxSettings {
+    pub read_only: Vec<PathBuf>,
+    pub read_write: Vec<PathBuf>,
+    pub when_unavailable: Option<WhenUnavailable>,
+    pub limits: chorus_proto::domain::ResourceLimits,
+}
+
+impl Default for SandboxSettings {
+    fn default() -> Self {
+        SandboxSettings::from_file(FileSandbox::default())
+    }
+}
+
+impl SandboxSettings {
+    fn from_file(file: FileSandbox) -> Self {
+        SandboxSettings {
+            read_only: file.read_only,
+            read_write: file.read_write,
+            when_unavailable: file.when_unavailable,
+            limits: chorus_proto::domain::ResourceLimits {
+                cpu_secs: file.cpu_secs.unwrap_or(3600),
+                file_size_bytes: file.file_size_bytes.unwrap_or(4 << 30),
+                open_files: file.open_files.unwrap_or(4096),
+                max_processes: file.max_processes.unwrap_or(512),
+            },
+        }
+    }
+
+    /// Whether an agent with `permissions` (a preset name or a custom profile) runs
+    /// bash unconfined where Landlock is unavailable.
+    pub fn run_unsandboxed(&self, permissions: &str) -> bool {
+        match self.when_unavailable {
+            Some(WhenUnavailable::Warn) => true,
+            Some(WhenUnavailable::Refuse) => false,
+            None => permissions == "open",
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -202,6 +275,7 @@ pub struct Settings {
     /// Roles by user id; see [`FileSettings::roles`].
     pub roles: HashMap<String, Role>,
     pub default_role: Role,
+    pub sandbox: SandboxSettings,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -340,6 +414,7 @@ impl Settings {
             providers,
             workers,
             ask_timeout: Duration::from_secs(file.permissions.ask_timeout_secs.unwrap_or(600)),
+            sandbox: SandboxSettings::from_file(file.sandbox),
             default_role: file.roles.get("default").copied().unwrap_or(Role::Operator),
             roles: {
                 let mut roles = file.roles.clone();

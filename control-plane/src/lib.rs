@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod config;
+pub mod environ;
 pub mod feed;
 pub mod gate;
 pub mod grpc;
@@ -13,6 +14,7 @@ pub mod private;
 pub mod providers;
 pub mod reports;
 pub mod runs;
+pub mod sandbox_probe;
 pub mod secrets;
 pub mod serve;
 pub mod store;

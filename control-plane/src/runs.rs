@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use chorus_proto::domain::{
     AgentChange, AgentSettings, ChatMessage, ControlCommand, RetryPolicy, Role, RunAssignment,
-    WorkerEvent,
+    SandboxPolicy, WorkerEvent,
 };
 
 use chorus_proto::limits;
@@ -59,6 +59,7 @@ pub struct RunSettings {
     pub max_iterations: u32,
     pub retry: RetryPolicy,
     pub agents_root: std::path::PathBuf,
+    pub sandbox: crate::config::SandboxSettings,
 }
 
 impl RunSettings {
@@ -68,6 +69,7 @@ impl RunSettings {
             max_iterations: settings.max_iterations,
             retry: settings.retry,
             agents_root,
+            sandbox: settings.sandbox.clone(),
         }
     }
 }
@@ -274,6 +276,7 @@ impl Runs {
                 workspace: workspace.to_string_lossy().into_owned(),
                 docs_dir: docs_dir.to_string_lossy().into_owned(),
                 tools,
+                sandbox: self.sandbox_policy(agent, &agent_dir),
             },
             model: route,
             messages,
@@ -283,6 +286,26 @@ impl Runs {
             retry: self.settings.retry,
         };
         Ok(assignment_fits(run))
+    }
+
+    /// How the agent's tool processes are confined: `[sandbox]` and its network switch.
+    fn sandbox_policy(&self, agent: &AgentRecord, agent_dir: &std::path::Path) -> SandboxPolicy {
+        let sandbox = &self.settings.sandbox;
+        let text = |paths: &[std::path::PathBuf]| {
+            paths
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect()
+        };
+        SandboxPolicy {
+            network: agent.network == "on",
+            read_only: text(&sandbox.read_only),
+            read_write: text(&sandbox.read_write),
+            run_unsandboxed: sandbox.run_unsandboxed(&agent.permissions),
+            home_dir: agent_dir.join("home").to_string_lossy().into_owned(),
+            tmp_dir: agent_dir.join("tmp").to_string_lossy().into_owned(),
+            limits: sandbox.limits,
+        }
     }
 
     /// The live feed of every thread's events.
@@ -638,6 +661,7 @@ mod tests {
                 workspace: "/w".into(),
                 docs_dir: "/d".into(),
                 tools: vec!["view".into()],
+                sandbox: SandboxPolicy::default(),
             },
             model: ModelRoute {
                 provider: "openai".into(),

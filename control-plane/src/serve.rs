@@ -145,8 +145,15 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
             "ended tool processes a previous control plane left running"
         );
     }
+    let worker_bin = worker_bin(&settings)?;
+    let sandbox = tokio::task::spawn_blocking(crate::sandbox_probe::describe).await?;
+    if sandbox.starts_with("landlock") {
+        tracing::info!(%sandbox, "agents' tool processes are sandboxed");
+    } else {
+        tracing::warn!(%sandbox, "agents' tool processes cannot be sandboxed: bash is refused unless [sandbox] when_unavailable = \"warn\" (default: only under the open preset)");
+    }
     let launcher = LocalLauncher {
-        worker_bin: worker_bin(&settings)?,
+        worker_bin,
         control_plane_url: format!("http://{}", dialable(grpc_addr)),
         bash_timeout: settings.workers.bash_timeout,
         file_lock_timeout: settings.workers.file_lock_timeout,
@@ -226,6 +233,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         catalog: catalog.clone(),
         gate,
         api_token,
+        sandbox,
     });
     let servers = vec![
         spawn_server(grpc_listener, worker_router, shutdown.clone()),

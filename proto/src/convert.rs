@@ -4,9 +4,9 @@
 //! required part is a [`ProtocolError`], never a silently defaulted value.
 
 use crate::domain::{
-    AgentChange, AgentSettings, ChatMessage, ControlCommand, ModelRoute, RetryPolicy, Role,
-    RunAssignment, StepEnded, StepKind, StepStarted, TaskEnd, TaskReport, ToolCall, ToolDecision,
-    ToolResult, Usage, WorkerEvent,
+    AgentChange, AgentSettings, ChatMessage, ControlCommand, ModelRoute, ResourceLimits,
+    RetryPolicy, Role, RunAssignment, SandboxPolicy, StepEnded, StepKind, StepStarted, TaskEnd,
+    TaskReport, ToolCall, ToolDecision, ToolResult, Usage, WorkerEvent,
 };
 use crate::generated as pb;
 use pb::control_message::Body as ControlBody;
@@ -28,6 +28,42 @@ pub enum ProtocolError {
         field: &'static str,
         value: i32,
     },
+}
+
+impl From<SandboxPolicy> for pb::Sandbox {
+    fn from(s: SandboxPolicy) -> Self {
+        pb::Sandbox {
+            network: s.network,
+            read_only: s.read_only,
+            read_write: s.read_write,
+            run_unsandboxed: s.run_unsandboxed,
+            home_dir: s.home_dir,
+            tmp_dir: s.tmp_dir,
+            cpu_secs: s.limits.cpu_secs,
+            file_size_bytes: s.limits.file_size_bytes,
+            open_files: s.limits.open_files,
+            max_processes: s.limits.max_processes,
+        }
+    }
+}
+
+impl From<pb::Sandbox> for SandboxPolicy {
+    fn from(s: pb::Sandbox) -> Self {
+        SandboxPolicy {
+            network: s.network,
+            read_only: s.read_only,
+            read_write: s.read_write,
+            run_unsandboxed: s.run_unsandboxed,
+            home_dir: s.home_dir,
+            tmp_dir: s.tmp_dir,
+            limits: ResourceLimits {
+                cpu_secs: s.cpu_secs,
+                file_size_bytes: s.file_size_bytes,
+                open_files: s.open_files,
+                max_processes: s.max_processes,
+            },
+        }
+    }
 }
 
 fn missing(message: &'static str, field: &'static str) -> ProtocolError {
@@ -203,6 +239,7 @@ impl From<ControlCommand> for pb::ControlMessage {
                     workspace: run.agent.workspace,
                     docs_dir: run.agent.docs_dir,
                     tools: run.agent.tools,
+                    sandbox: Some(run.agent.sandbox.into()),
                 }),
                 model: Some(run.model.into()),
                 messages: run.messages.into_iter().map(Into::into).collect(),
@@ -293,6 +330,10 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                         workspace: agent.workspace,
                         docs_dir: agent.docs_dir,
                         tools: agent.tools,
+                        sandbox: agent
+                            .sandbox
+                            .ok_or_else(|| missing("AgentSettings", "sandbox"))?
+                            .into(),
                     },
                     model: model.into(),
                     messages,
@@ -632,6 +673,20 @@ mod tests {
                     workspace: "/data/agents/a/workspace".into(),
                     docs_dir: "/data/agents/a/docs".into(),
                     tools: vec!["view".into(), "bash".into()],
+                    sandbox: SandboxPolicy {
+                        network: false,
+                        read_only: vec!["/srv/ro".into()],
+                        read_write: vec!["/srv/rw".into()],
+                        run_unsandboxed: true,
+                        home_dir: "/data/agents/a/home".into(),
+                        tmp_dir: "/data/agents/a/tmp".into(),
+                        limits: ResourceLimits {
+                            cpu_secs: 60,
+                            file_size_bytes: 1 << 30,
+                            open_files: 1024,
+                            max_processes: 256,
+                        },
+                    },
                 },
                 model: route(),
                 messages: vec![ChatMessage::user("hi")],

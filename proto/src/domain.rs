@@ -135,6 +135,40 @@ pub struct AgentSettings {
     pub docs_dir: String,
     /// The tools the model may be offered (the profile may allow or ask for them).
     pub tools: Vec<String>,
+    /// How the agent's tool processes are confined.
+    pub sandbox: SandboxPolicy,
+}
+
+/// How an agent's tool processes are confined (Landlock and resource limits; the
+/// worker applies it to every process it starts for a tool). See `worker::tools::sandbox`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SandboxPolicy {
+    /// Tool processes may connect and bind TCP.
+    pub network: bool,
+    /// Extra paths readable by tool processes (the system's always are).
+    pub read_only: Vec<String>,
+    /// Extra paths readable and writable (besides workspace, home and temp dir).
+    pub read_write: Vec<String>,
+    /// Where Landlock cannot be enforced: run unconfined with a warning instead of refusing.
+    pub run_unsandboxed: bool,
+    /// HOME of tool processes (outside the workspace).
+    pub home_dir: String,
+    /// TMPDIR of tool processes.
+    pub tmp_dir: String,
+    pub limits: ResourceLimits,
+}
+
+/// Limits on tool processes; 0 means none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ResourceLimits {
+    /// CPU seconds per process (RLIMIT_CPU).
+    pub cpu_secs: u64,
+    /// Largest file a process may write (RLIMIT_FSIZE).
+    pub file_size_bytes: u64,
+    /// Open file descriptors per process (RLIMIT_NOFILE).
+    pub open_files: u64,
+    /// Processes one bash call or task may have alive at once.
+    pub max_processes: u32,
 }
 
 /// Where a worker sends model requests: a path on the control plane's model relay.

@@ -86,6 +86,15 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Processes of the same user (tools included) may not read our memory or
+    // /proc/<pid>/environ.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        tracing::warn!("cannot mark the worker non-dumpable: {e}");
+    }
+    tracing::info!(
+        sandbox = %chorus_worker::tools::sandbox::support().describe(),
+        "tool processes' sandbox"
+    );
     // Before any tool runs: orphans of tool processes come to us, not to pid 1.
     if let Err(e) = chorus_worker::tools::procs::init(args.tool_mark.clone()) {
         tracing::warn!("cannot become a subreaper; orphans of tool processes go to pid 1: {e}");

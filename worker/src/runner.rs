@@ -19,6 +19,7 @@ use crate::tools::ToolConfig;
 use crate::tools::bash::BashConfig;
 use crate::tools::jail::Workspace;
 use crate::tools::locks::FileLocks;
+use crate::tools::sandbox::Sandbox;
 use crate::tools::tasks::BackgroundTasks;
 
 /// Used when an assignment leaves the iteration cap to the worker.
@@ -168,9 +169,15 @@ impl Runner {
             },
         );
         let gate = self.gate.clone();
+        // Every tool process of this run is confined as the control plane says.
+        let mut config = self.tools.clone();
+        config.bash.sandbox = Some(Sandbox {
+            policy: run.agent.sandbox.clone(),
+            workspace: run.agent.workspace.clone().into(),
+        });
         let mut tools = ToolBox::new(Workspace::new(&run.agent.workspace), self.locks.clone())
             .with_tasks(self.background.clone())
-            .with_config(self.tools.clone());
+            .with_config(config);
         if !run.agent.docs_dir.is_empty() {
             tools = tools.with_docs(Workspace::new(&run.agent.docs_dir));
         }

@@ -72,6 +72,8 @@ pub struct CreateAgent {
     pub permissions: Option<PermissionsSetting>,
     /// `prompt`, `allow` or `deny`; `prompt` when absent.
     pub on_ask: Option<String>,
+    /// `on` or `off`: may its tool processes use TCP; `on` when absent.
+    pub network: Option<String>,
 }
 
 /// What a create request gives; the rest comes from agent.json or the defaults.
@@ -80,6 +82,7 @@ struct Given {
     model: Option<String>,
     permissions: Option<PermissionsSetting>,
     on_ask: Option<String>,
+    network: Option<String>,
 }
 
 /// What an ASK may resolve to without a person.
@@ -90,6 +93,18 @@ fn check_on_ask(value: Option<String>) -> Result<Option<String>, AgentError> {
         Some(v) if !ON_ASK_VALUES.contains(&v.as_str()) => Err(AgentError::InvalidInput(format!(
             "on_ask must be one of {}, not '{v}'",
             ON_ASK_VALUES.join(", ")
+        ))),
+        other => Ok(other),
+    }
+}
+
+/// The values of an agent's network switch.
+pub const NETWORK_VALUES: &[&str] = &["on", "off"];
+
+fn check_network(value: Option<String>) -> Result<Option<String>, AgentError> {
+    match value {
+        Some(v) if !NETWORK_VALUES.contains(&v.as_str()) => Err(AgentError::InvalidInput(format!(
+            "network must be \"on\" or \"off\", not '{v}'"
         ))),
         other => Ok(other),
     }
@@ -180,6 +195,7 @@ impl AgentService {
         let system_prompt = non_blank("system_prompt", request.system_prompt)?;
         let model = non_blank("model", request.model)?;
         let on_ask = check_on_ask(request.on_ask)?;
+        let network = check_network(request.network)?;
         if let Some(setting) = &request.permissions {
             self.check_grant(setting, role, user)?;
         }
@@ -221,6 +237,7 @@ impl AgentService {
                     model,
                     permissions,
                     on_ask,
+                    network,
                 },
                 reused,
             )
@@ -361,6 +378,7 @@ impl AgentService {
             model,
             permissions,
             on_ask,
+            network,
         } = given;
         dir.ensure_layout().await?;
         let mut config = dir.read_config().await?;
@@ -390,6 +408,10 @@ impl AgentService {
         let on_ask = on_ask
             .or_else(|| text(&config, "on_ask"))
             .unwrap_or_else(|| "prompt".into());
+        let network = network
+            .or_else(|| text(&config, "network"))
+            .unwrap_or_else(|| "on".into());
+        check_network(Some(network.clone()))?;
 
         let at = crate::store::now();
         config.insert("name".into(), Value::from(name));
@@ -403,6 +425,7 @@ impl AgentService {
             serde_json::to_value(&permissions).unwrap_or(Value::Null),
         );
         config.insert("on_ask".into(), Value::from(on_ask.clone()));
+        config.insert("network".into(), Value::from(network.clone()));
         if !reused || !config.get("created_at").is_some_and(Value::is_string) {
             config.insert("created_at".into(), Value::from(at.clone()));
         }
@@ -416,6 +439,7 @@ impl AgentService {
                     system_prompt,
                     permissions: to_stored(&permissions),
                     on_ask,
+                    network,
                 },
                 &at,
             )
@@ -433,6 +457,7 @@ impl AgentService {
             system_prompt: non_blank("system_prompt", update.system_prompt)?,
             permissions: None, // set_permissions, which checks the user's role
             on_ask: check_on_ask(update.on_ask)?,
+            network: check_network(update.network)?,
         };
         let new_route = match &update.model {
             Some(model) => Some(
@@ -460,6 +485,7 @@ impl AgentService {
             after.model.clone().map(Value::from).unwrap_or(Value::Null),
         );
         config.insert("on_ask".into(), Value::from(after.on_ask.clone()));
+        config.insert("network".into(), Value::from(after.network.clone()));
         dir.write_config(&config).await?;
         // Runs in progress use the changes from their next model call.
         let change = AgentChange {
@@ -475,6 +501,16 @@ impl AgentService {
         };
         if change != AgentChange::default() {
             self.runs.agent_changed(name, change);
+        }
+        if before.network != after.network {
+            // Tool processes started from the next run on are confined accordingly.
+            self.audit(
+                name,
+                "agent:configure:network",
+                user,
+                Some(format!("old={:?} new={:?}", before.network, after.network)),
+            )
+            .await;
         }
         if before.on_ask != after.on_ask {
             self.audit(

@@ -30,6 +30,10 @@ pub struct AgentView {
     /// A preset name, or the custom profile.
     permissions: serde_json::Value,
     on_ask: String,
+    /// `on` or `off`: may the agent's tool processes use TCP.
+    network: String,
+    /// How tool processes are confined here: "landlock (abi N)" or "unavailable: …".
+    sandbox: String,
     created_at: String,
     updated_at: String,
     workspace: String,
@@ -58,6 +62,8 @@ async fn view(state: &AppState, agent: AgentRecord) -> Result<AgentView, ApiErro
             Err(_) => serde_json::Value::from(agent.permissions),
         },
         on_ask: agent.on_ask,
+        network: agent.network,
+        sandbox: state.sandbox.clone(),
         created_at: agent.created_at,
         updated_at: agent.updated_at,
     })
@@ -71,6 +77,7 @@ struct CreateBody {
     model: Option<String>,
     permissions: Option<PermissionsSetting>,
     on_ask: Option<String>,
+    network: Option<String>,
 }
 
 async fn create(
@@ -86,6 +93,7 @@ async fn create(
                 model: body.model,
                 permissions: body.permissions,
                 on_ask: body.on_ask,
+                network: body.network,
             },
             API_USER,
             state.gate.role_of(Some(API_USER)),
@@ -125,6 +133,7 @@ struct ConfigureBody {
     model: Option<String>,
     permissions: Option<PermissionsSetting>,
     on_ask: Option<String>,
+    network: Option<String>,
 }
 
 async fn configure(
@@ -148,6 +157,7 @@ async fn configure(
                 system_prompt: body.system_prompt,
                 permissions: None,
                 on_ask: body.on_ask,
+                network: body.network,
             },
             API_USER,
         )

@@ -40,6 +40,8 @@ pub struct AppState {
     pub catalog: Arc<Catalog>,
     pub gate: Arc<ToolGate>,
     pub api_token: Secret,
+    /// How tool processes are confined on this host (`sandbox_probe`).
+    pub sandbox: String,
 }
 
 pub fn router(state: AppState) -> Router {

@@ -30,6 +30,8 @@ pub struct AgentRecord {
     pub permissions: String,
     /// What an ASK does: `prompt` a person, or resolve to `allow` / `deny`.
     pub on_ask: String,
+    /// Whether its tool processes may use TCP: `on` or `off`.
+    pub network: String,
     pub created_at: String,
     pub updated_at: String,
     /// Destroyed, and its files are still to be deleted (the deletion failed or was
@@ -44,6 +46,7 @@ pub struct NewAgent {
     pub system_prompt: String,
     pub permissions: String,
     pub on_ask: String,
+    pub network: String,
 }
 
 /// Fields a configure call may change; `None` leaves the field alone.
@@ -53,6 +56,7 @@ pub struct AgentUpdate {
     pub system_prompt: Option<String>,
     pub permissions: Option<String>,
     pub on_ask: Option<String>,
+    pub network: Option<String>,
 }
 
 fn agent_from_row(row: &SqliteRow) -> Result<AgentRecord, StoreError> {
@@ -74,13 +78,14 @@ fn agent_from_row(row: &SqliteRow) -> Result<AgentRecord, StoreError> {
         system_prompt: row.try_get("system_prompt")?,
         permissions: row.try_get("permissions")?,
         on_ask: row.try_get("on_ask")?,
+        network: row.try_get("network")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
         purge_files: row.try_get::<i64, _>("purge_files")? != 0,
     })
 }
 
-const AGENT_COLUMNS: &str = "SELECT name, status, model, system_prompt, permissions, on_ask, created_at, updated_at, purge_files FROM agents";
+const AGENT_COLUMNS: &str = "SELECT name, status, model, system_prompt, permissions, on_ask, network, created_at, updated_at, purge_files FROM agents";
 
 impl Store {
     /// Registers an agent, or revives the row of a destroyed agent with that name.
@@ -113,7 +118,7 @@ impl Store {
                 sqlx::query(
                     "UPDATE agents SET status = 'active', model = $2, system_prompt = $3, \
                      permissions = $4, created_at = $5, updated_at = $5, destroyed_at = NULL, on_ask = $6, \
-                     purge_files = 0 \
+                     network = $7, purge_files = 0 \
                      WHERE name = $1",
                 )
                 .bind(&agent.name)
@@ -122,13 +127,14 @@ impl Store {
                 .bind(&agent.permissions)
                 .bind(at)
                 .bind(&agent.on_ask)
+                .bind(&agent.network)
                 .execute(&mut *tx)
                 .await?;
             }
             None => {
                 sqlx::query(
-                    "INSERT INTO agents (name, status, model, system_prompt, permissions, on_ask, created_at, updated_at) \
-                     VALUES ($1, 'active', $2, $3, $4, $6, $5, $5)",
+                    "INSERT INTO agents (name, status, model, system_prompt, permissions, on_ask, network, created_at, updated_at) \
+                     VALUES ($1, 'active', $2, $3, $4, $6, $7, $5, $5)",
                 )
                 .bind(&agent.name)
                 .bind(&agent.model)
@@ -136,6 +142,7 @@ impl Store {
                 .bind(&agent.permissions)
                 .bind(at)
                 .bind(&agent.on_ask)
+                .bind(&agent.network)
                 .execute(&mut *tx)
                 .await?;
             }
@@ -180,7 +187,7 @@ impl Store {
         let done = sqlx::query(
             "UPDATE agents SET model = COALESCE($2, model), \
              system_prompt = COALESCE($3, system_prompt), permissions = COALESCE($5, permissions), \
-             on_ask = COALESCE($6, on_ask), updated_at = $4 \
+             on_ask = COALESCE($6, on_ask), network = COALESCE($7, network), updated_at = $4 \
              WHERE name = $1 AND status = 'active'",
         )
         .bind(name)
@@ -189,6 +196,7 @@ impl Store {
         .bind(now())
         .bind(&update.permissions)
         .bind(&update.on_ask)
+        .bind(&update.network)
         .execute(&self.pool)
         .await?;
         if done.rows_affected() == 0 {
@@ -258,6 +266,7 @@ mod tests {
             system_prompt: "p".into(),
             permissions: "standard".into(),
             on_ask: "prompt".into(),
+            network: "on".into(),
         }
     }
 

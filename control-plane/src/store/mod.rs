@@ -77,6 +77,13 @@ fn migrator() -> Migrator {
             include_str!("../../migrations/sqlite/0005_task_verified.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            6,
+            Cow::Borrowed("agent network"),
+            MigrationType::Simple,
+            include_str!("../../migrations/sqlite/0006_agent_network.sql").into_sql_str(),
+            false,
+        ),
     ];
     Migrator::with_migrations(migrations)
 }
@@ -167,6 +174,7 @@ pub(crate) async fn test_store_with_agent() -> (Store, tempfile::TempDir) {
             system_prompt: "p".into(),
             permissions: "standard".into(),
             on_ask: "prompt".into(),
+            network: "on".into(),
         })
         .await
         .expect("register agent a");

@@ -14,6 +14,8 @@
 //!   (`setsid`) is beyond a process-group kill; the worker, a subreaper, adopts and
 //!   ends it when its parent is gone (`procs`). The shell dies with the worker
 //!   (`PR_SET_PDEATHSIG`), and carries the worker's mark (`procs::MARK_VAR`).
+//! - In a worker, the command runs in the agent's sandbox (`sandbox`: Landlock and
+//!   resource limits), with `HOME` and `TMPDIR` the agent's private directories.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -22,6 +24,7 @@ use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use chorus_proto::domain::ResourceLimits;
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -47,9 +50,11 @@ const EXIT_GRACE: Duration = Duration::from_secs(1);
 pub const PASSED_VARS: &[&str] = &[
     "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME",
 ];
-/// Variables the command always gets: HOME is the workspace (tools that write
-/// dotfiles keep them there), TMPDIR the worker's or /tmp, a dumb terminal, no
-/// colour codes, no pager, and git never waits for a password prompt.
+/// Variables the command always gets: HOME is the workspace and TMPDIR the worker's or
+/// /tmp, except in a worker, where the sandbox replaces both with the agent's private
+/// directories (`sandbox::apply`: dotfiles never land where the file tools write);
+/// a dumb terminal, no colour codes, no pager, and git never waits for a password
+/// prompt.
 pub const SET_VARS: &[&str] = &[
     "HOME",
     "TMPDIR",
@@ -66,6 +71,8 @@ pub struct BashConfig {
     pub max_timeout: Duration,
     /// Bytes kept of each output stream.
     pub output_cap: usize,
+    /// The agent's sandbox; `None` runs unconfined (unit tests of the tools).
+    pub sandbox: Option<super::sandbox::Sandbox>,
 }
 
 impl Default for BashConfig {
@@ -74,6 +81,7 @@ impl Default for BashConfig {
             default_timeout: DEFAULT_TIMEOUT,
             max_timeout: MAX_TIMEOUT,
             output_cap: DEFAULT_OUTPUT_CAP,
+            sandbox: None,
         }
     }
 }
@@ -138,7 +146,11 @@ pub async fn run(root: &Path, args: BashArgs, config: &BashConfig) -> ToolOutcom
     let shell = shell();
     let mut command = shell_command(root, &args.command);
     command.stderr(Stdio::piped()).kill_on_drop(true);
-    let mut child = match super::procs::spawn(command).await {
+    let (warning, limits) = match confine(&mut command, config.sandbox.as_ref()) {
+        Ok(confined) => confined,
+        Err(refusal) => return ToolOutcome::error(refusal),
+    };
+    let mut child = match super::procs::spawn_limited(command, limits.max_processes).await {
         Ok(child) => child,
         Err(e) => {
             return ToolOutcome::error(format!(
@@ -201,7 +213,12 @@ pub async fn run(root: &Path, args: BashArgs, config: &BashConfig) -> ToolOutcom
     }
     // The leader is reaped; its id may be reused, so never signal it again.
     group.armed = false;
+    let too_many = super::procs::hit_process_limit(pid as u32);
 
+    let ended_as = match &end {
+        End::Exited(Ok(status)) => Some((status.signal(), status.code())),
+        _ => None,
+    };
     let (headline, is_error) = match end {
         End::Exited(Ok(status)) => (describe_status(status), !status.success()),
         End::Exited(Err(e)) => (format!("could not wait for the command: {e}"), true),
@@ -213,7 +230,12 @@ pub async fn run(root: &Path, args: BashArgs, config: &BashConfig) -> ToolOutcom
             true,
         ),
     };
-    let mut text = headline;
+    let mut text = String::new();
+    if let Some(warning) = warning {
+        text.push_str(&warning);
+        text.push('\n');
+    }
+    text.push_str(&headline);
     if capped {
         text.push_str(&format!(
             " (the timeout was capped at {} s)",
@@ -221,6 +243,17 @@ pub async fn run(root: &Path, args: BashArgs, config: &BashConfig) -> ToolOutcom
         ));
     }
     text.push('\n');
+    if too_many {
+        text.push_str(&format!(
+            "killed: process limit ({} processes per command, [sandbox] max_processes) reached; the command and everything it started were killed\n",
+            limits.max_processes
+        ));
+    } else if let Some((signal, code)) = ended_as
+        && let Some(note) = super::sandbox::limit_note(signal, code, &limits)
+    {
+        text.push_str(&note);
+        text.push('\n');
+    }
     for (name, capture) in [("stdout", &out), ("stderr", &err)] {
         if capture.total > 0 {
             text.push_str(&format!("--- {name} ---\n"));
@@ -264,6 +297,21 @@ pub fn shell_command(root: &Path, script: &str) -> Command {
     }
     die_with_the_worker(&mut command);
     command
+}
+
+/// Puts `command` in `sandbox` (when there is one): the warning to show when it runs
+/// unconfined, and its limits; `Err` is the refusal the model reads.
+pub fn confine(
+    command: &mut Command,
+    sandbox: Option<&super::sandbox::Sandbox>,
+) -> Result<(Option<String>, ResourceLimits), String> {
+    let Some(sandbox) = sandbox else {
+        return Ok((None, ResourceLimits::default()));
+    };
+    let prepared = sandbox.prepare()?;
+    let warning = prepared.warning.clone();
+    super::sandbox::apply(command, prepared);
+    Ok((warning, sandbox.policy.limits))
 }
 
 /// `PR_SET_PDEATHSIG = SIGKILL`: the shell dies with the thread that forks it, which

@@ -13,6 +13,7 @@ pub mod listing;
 pub mod locks;
 pub mod procs;
 pub mod safe_env;
+pub mod sandbox;
 mod schemas;
 pub mod tasks;
 pub mod walk;
@@ -334,7 +335,14 @@ impl ToolBox {
         };
         let request = match request {
             Request::Bash(args) if args.run_in_background => {
-                return self.tasks.start(self.workspace.root(), &args.command).await;
+                return self
+                    .tasks
+                    .start_in(
+                        self.workspace.root(),
+                        &args.command,
+                        self.config.bash.sandbox.as_ref(),
+                    )
+                    .await;
             }
             Request::Bash(args) => {
                 return bash::run(self.workspace.root(), args, &self.config.bash).await;

@@ -183,8 +183,19 @@ impl BackgroundTasks {
             .count()
     }
 
-    /// Starts `command` in the workspace; returns what to tell the model.
+    /// Starts `command` in the workspace, unconfined (unit tests); returns what to
+    /// tell the model.
     pub async fn start(self: &Arc<Self>, root: &Path, command: &str) -> ToolOutcome {
+        self.start_in(root, command, None).await
+    }
+
+    /// Starts `command` in the workspace inside `sandbox`; returns what to tell the model.
+    pub async fn start_in(
+        self: &Arc<Self>,
+        root: &Path,
+        command: &str,
+        sandbox: Option<&super::sandbox::Sandbox>,
+    ) -> ToolOutcome {
         if command.trim().is_empty() {
             return ToolOutcome::error("command is empty; give the shell command to run");
         }
@@ -197,7 +208,11 @@ impl BackgroundTasks {
         // Merged output, as a terminal shows it.
         let mut shell_cmd = shell_command(root, &format!("exec 2>&1\n{command}"));
         shell_cmd.stderr(Stdio::null());
-        let mut child = match procs::spawn(shell_cmd).await {
+        let (warning, limits) = match super::bash::confine(&mut shell_cmd, sandbox) {
+            Ok(confined) => confined,
+            Err(refusal) => return ToolOutcome::error(refusal),
+        };
+        let mut child = match procs::spawn_limited(shell_cmd, limits.max_processes).await {
             Ok(child) => child,
             Err(e) => {
                 return ToolOutcome::error(format!(
@@ -270,8 +285,10 @@ impl BackgroundTasks {
             }
             tasks.finish(id, status);
         });
+        let warning = warning.map(|w| format!("{w}\n")).unwrap_or_default();
+        let _ = limits;
         ToolOutcome::ok(format!(
-            "Started background task {id} (pid {pid}): {command}\n\
+            "{warning}Started background task {id} (pid {pid}): {command}\n\
              It runs on after this call. Read its output with task_output(task_id={id}) \
              and stop it with task_stop(task_id={id})."
         ))

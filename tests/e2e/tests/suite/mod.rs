@@ -8,6 +8,7 @@ mod providers;
 mod read_only;
 mod real_servers;
 mod relay;
+mod sandbox;
 mod secrets;
 mod storage;
 mod tasks;

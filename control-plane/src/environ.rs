@@ -1,0 +1,110 @@
+//! Blanks the secrets in this process's own environment block.
+//!
+//! `/proc/<pid>/environ` shows the block the process was started with, whatever it
+//! did to its variables since (`remove_var` only drops pointers). Being non-dumpable
+//! closes that file to other users and to unprivileged processes of ours, but not to
+//! root: a tool process of a control plane run as root could still read it (Landlock
+//! does not refuse it). So once the settings have been read, the values of secret
+//! variables are overwritten in place, through `/proc/self/mem` (no unsafe code).
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+
+/// Whether a variable holds a secret by its name.
+pub fn is_secret_name(name: &[u8]) -> bool {
+    const ENDINGS: &[&[u8]] = &[b"_API_KEY", b"_TOKEN", b"_SECRET", b"_PASSWORD", b"_KEY"];
+    ENDINGS.iter().any(|end| name.ends_with(end))
+}
+
+/// The byte ranges (within `block`) of the values of secret variables. Pure.
+pub fn secret_values(block: &[u8]) -> Vec<std::ops::Range<usize>> {
+    let mut ranges = Vec::new();
+    let mut start = 0;
+    for entry in block.split(|b| *b == 0) {
+        if let Some(eq) = entry.iter().position(|b| *b == b'=')
+            && is_secret_name(&entry[..eq])
+            && eq + 1 < entry.len()
+        {
+            ranges.push(start + eq + 1..start + entry.len());
+        }
+        start += entry.len() + 1;
+    }
+    ranges
+}
+
+/// Overwrites the values of secret variables in our environment block with `*`;
+/// returns how many were blanked.
+pub fn blank_own_secrets() -> std::io::Result<usize> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    // Fields after the command name: state is field 3; env_start and env_end are 50, 51.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let field = |n: usize| -> std::io::Result<u64> {
+        fields
+            .get(n - 3)
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| std::io::Error::other("/proc/self/stat has no environment range"))
+    };
+    let (start, end) = (field(50)?, field(51)?);
+    if end <= start || end - start > 16 << 20 {
+        return Ok(0);
+    }
+    let mem = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/proc/self/mem")?;
+    let mut block = vec![0u8; (end - start) as usize];
+    mem.read_exact_at(&mut block, start)?;
+    let ranges = secret_values(&block);
+    for range in &ranges {
+        let stars = vec![b'*'; range.len()];
+        mem.write_all_at(&stars, start + range.start as u64)?;
+    }
+    Ok(ranges.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_secret_values_are_found() {
+        let block =
+            b"PATH=/bin\0CHORUS_API_TOKEN=abc\0OPENAI_API_KEY=sk-1\0EMPTY_TOKEN=\0HOME=/h\0";
+        let ranges = secret_values(block);
+        let values: Vec<&[u8]> = ranges.iter().map(|r| &block[r.clone()]).collect();
+        assert_eq!(values, [&b"abc"[..], &b"sk-1"[..]]);
+    }
+
+    #[test]
+    fn our_own_environ_loses_its_secrets() {
+        // A child of ours, so its block is its own: check through /proc what it shows.
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "environ::tests::child_blanks_itself",
+                "--nocapture",
+            ])
+            .env("CHORUS_TEST_CHILD", "1")
+            .env("SOME_API_KEY", "sk-very-secret")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("blanked="), "{text}");
+        assert!(!text.contains("sk-very-secret"), "{text}");
+        assert!(text.contains("SOME_API_KEY=**************"), "{text}");
+    }
+
+    #[test]
+    fn child_blanks_itself() {
+        if std::env::var_os("CHORUS_TEST_CHILD").is_none() {
+            return;
+        }
+        let blanked = blank_own_secrets().unwrap();
+        let environ = std::fs::read("/proc/self/environ").unwrap();
+        let environ = String::from_utf8_lossy(&environ).replace('\0', "\n");
+        println!("blanked={blanked}\n{environ}");
+    }
+}

@@ -1,0 +1,237 @@
+use super::*;
+
+fn policy() -> SandboxPolicy {
+    SandboxPolicy {
+        network: true,
+        read_only: vec!["/srv/data".into()],
+        read_write: vec!["/srv/scratch".into()],
+        run_unsandboxed: false,
+        home_dir: "/d/agents/a/home".into(),
+        tmp_dir: "/d/agents/a/tmp".into(),
+        limits: ResourceLimits::default(),
+    }
+}
+
+#[test]
+fn the_data_dir_is_reachable_only_through_the_agents_own_directories() {
+    let sandbox = Sandbox {
+        policy: policy(),
+        workspace: "/d/agents/a/workspace".into(),
+    };
+    let (ro, rw) = paths(&sandbox, Some(Path::new("/home/u")));
+    let under_data: Vec<_> = ro
+        .iter()
+        .chain(&rw)
+        .filter(|p| p.starts_with("/d"))
+        .collect();
+    assert_eq!(
+        under_data,
+        [
+            Path::new("/d/agents/a/workspace"),
+            Path::new("/d/agents/a/home"),
+            Path::new("/d/agents/a/tmp")
+        ]
+    );
+    assert!(
+        rw.iter()
+            .all(|p| !p.starts_with("/d") || p.starts_with("/d/agents/a"))
+    );
+    assert!(ro.contains(&PathBuf::from("/home/u/.cargo")));
+    assert!(ro.contains(&PathBuf::from("/srv/data")));
+    assert!(rw.contains(&PathBuf::from("/srv/scratch")));
+    assert!(!ro.contains(&PathBuf::from("/home/u")));
+    assert!(!ro.iter().chain(&rw).any(|p| p == Path::new("/tmp")));
+}
+
+#[test]
+fn limit_notes_name_the_limit_and_the_setting() {
+    let limits = ResourceLimits {
+        cpu_secs: 3,
+        file_size_bytes: 1024,
+        open_files: 0,
+        max_processes: 0,
+    };
+    let cpu = limit_note(Some(nix::libc::SIGXCPU), None, &limits).unwrap_or_default();
+    assert!(cpu.contains("CPU time limit (3 s"), "{cpu}");
+    // bash reports a child killed by SIGXFSZ as exit code 128 + 25.
+    let fsize = limit_note(None, Some(128 + nix::libc::SIGXFSZ), &limits).unwrap_or_default();
+    assert!(fsize.contains("file size limit (1024 bytes"), "{fsize}");
+    assert_eq!(limit_note(None, Some(1), &limits), None);
+    assert_eq!(
+        limit_note(Some(nix::libc::SIGXCPU), None, &ResourceLimits::default()),
+        None
+    );
+}
+
+/// A toolbox whose bash runs in a sandbox rooted in a fresh "data dir".
+fn sandboxed(limits: ResourceLimits, network: bool) -> (tempfile::TempDir, crate::tools::ToolBox) {
+    let data = tempfile::tempdir().unwrap();
+    let agent = data.path().join("agents/a");
+    let workspace = agent.join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::write(data.path().join("api-token"), "secret-token").unwrap();
+    let sandbox = Sandbox {
+        policy: SandboxPolicy {
+            network,
+            read_only: vec![],
+            read_write: vec![],
+            run_unsandboxed: false,
+            home_dir: agent.join("home").to_string_lossy().into_owned(),
+            tmp_dir: agent.join("tmp").to_string_lossy().into_owned(),
+            limits,
+        },
+        workspace: workspace.clone(),
+    };
+    let config = crate::tools::ToolConfig {
+        bash: crate::tools::bash::BashConfig {
+            sandbox: Some(sandbox),
+            ..Default::default()
+        },
+    };
+    let tools = crate::tools::ToolBox::new(
+        crate::tools::jail::Workspace::new(&workspace),
+        std::sync::Arc::default(),
+    )
+    .with_config(config);
+    (data, tools)
+}
+
+async fn run(tools: &crate::tools::ToolBox, command: &str) -> crate::tools::ToolOutcome {
+    let call = chorus_proto::domain::ToolCall {
+        id: "b".into(),
+        name: "bash".into(),
+        arguments: serde_json::json!({ "command": command, "timeout": 30 }).to_string(),
+    };
+    tools.execute(&call).await
+}
+
+#[tokio::test]
+async fn a_sandboxed_command_works_in_its_workspace_and_nowhere_else() {
+    assert!(
+        matches!(support(), Support::Landlock { .. }),
+        "these tests need Landlock: {}",
+        support().describe()
+    );
+    let (data, tools) = sandboxed(ResourceLimits::default(), true);
+    let token = data.path().join("api-token");
+    let inside = run(
+        &tools,
+        "echo hi > a.txt && cat a.txt && ls /usr/bin | head -1 && echo $HOME && touch $TMPDIR/t",
+    )
+    .await;
+    assert!(!inside.is_error, "{}", inside.content);
+    assert!(
+        inside.content.contains("agents/a/home"),
+        "{}",
+        inside.content
+    );
+    let read = run(&tools, &format!("cat {}", token.display())).await;
+    assert!(
+        read.is_error && read.content.contains("Permission denied"),
+        "{}",
+        read.content
+    );
+    let outside = data.path().join("written");
+    let write = run(&tools, &format!("echo x > {}", outside.display())).await;
+    assert!(
+        write.is_error && write.content.contains("Permission denied"),
+        "{}",
+        write.content
+    );
+    assert!(!outside.exists());
+    // The parent (this test) is not sandboxed: its mem and cwd are closed.
+    let mem = run(&tools, "head -c 1 /proc/$PPID/mem").await;
+    assert!(
+        mem.is_error && mem.content.contains("Permission denied"),
+        "{}",
+        mem.content
+    );
+}
+
+#[tokio::test]
+async fn a_cpu_limit_ends_the_command_with_the_reason() {
+    let limits = ResourceLimits {
+        cpu_secs: 1,
+        ..ResourceLimits::default()
+    };
+    let (_data, tools) = sandboxed(limits, true);
+    let out = run(&tools, "while :; do :; done").await;
+    assert!(out.is_error, "{}", out.content);
+    assert!(
+        out.content.contains("killed: CPU time limit (1 s"),
+        "{}",
+        out.content
+    );
+}
+
+#[tokio::test]
+async fn a_file_size_limit_ends_the_write_with_the_reason() {
+    let limits = ResourceLimits {
+        file_size_bytes: 4096,
+        ..ResourceLimits::default()
+    };
+    let (_data, tools) = sandboxed(limits, true);
+    let out = run(&tools, "head -c 100000 /dev/zero > big").await;
+    assert!(out.is_error, "{}", out.content);
+    assert!(
+        out.content.contains("killed: file size limit (4096 bytes"),
+        "{}",
+        out.content
+    );
+}
+
+#[tokio::test]
+async fn too_many_processes_end_the_command_with_the_reason() {
+    let limits = ResourceLimits {
+        max_processes: 20,
+        ..ResourceLimits::default()
+    };
+    let (_data, tools) = sandboxed(limits, true);
+    // Bounded (at most 200 processes), so a failing limit cannot hurt the machine.
+    let out = run(&tools, "for i in $(seq 200); do sleep 30 & done; wait").await;
+    assert!(out.is_error, "{}", out.content);
+    assert!(
+        out.content.contains("killed: process limit (20 processes"),
+        "{}",
+        out.content
+    );
+}
+
+/// `cargo nextest run -p chorus-worker sandbox_cost --run-ignored only --no-capture`:
+/// what the sandbox adds to one bash call (`true`), sandboxed against unconfined.
+#[tokio::test]
+#[ignore]
+async fn sandbox_cost() {
+    let (_data, confined) = sandboxed(ResourceLimits::default(), false);
+    let dir = tempfile::tempdir().unwrap();
+    let open = crate::tools::ToolBox::new(
+        crate::tools::jail::Workspace::new(dir.path()),
+        std::sync::Arc::default(),
+    );
+    for (name, tools) in [
+        ("unconfined", &open),
+        ("landlock", &confined),
+        ("unconfined", &open),
+        ("landlock", &confined),
+    ] {
+        let n = 200;
+        let started = std::time::Instant::now();
+        for _ in 0..n {
+            assert!(!run(tools, "true").await.is_error);
+        }
+        println!("{name}: {:?} per call", started.elapsed() / n);
+    }
+    let sandbox = Sandbox {
+        policy: SandboxPolicy {
+            home_dir: dir.path().join("home").to_string_lossy().into_owned(),
+            tmp_dir: dir.path().join("tmp").to_string_lossy().into_owned(),
+            ..policy()
+        },
+        workspace: dir.path().to_path_buf(),
+    };
+    let started = std::time::Instant::now();
+    for _ in 0..1000 {
+        assert!(sandbox.prepare().is_ok());
+    }
+    println!("prepare (ruleset build): {:?}", started.elapsed() / 1000);
+}
