@@ -149,6 +149,11 @@ pub enum LoopError {
     #[error("cancelled: {0}")]
     Cancelled(String),
     #[error(
+        "the model's answer was still cut off by its output limit after {continuations} \
+         continuations; ask for less at once, or split the task"
+    )]
+    CutOff { continuations: u32 },
+    #[error(
         "{0}; the run stopped here. Ask for the work in smaller parts (a big file in several pieces)"
     )]
     TooLarge(crate::outbound::TooLarge),
@@ -185,6 +190,15 @@ pub fn shrink_context(messages: &mut [ChatMessage]) -> usize {
     }
     count
 }
+
+/// Cut-off answers continued in a row before the run fails.
+pub const MAX_CONTINUATIONS: u32 = 3;
+
+/// The result of a tool call whose arguments the output limit cut off.
+pub const CUT_OFF_CALL: &str = "this tool call was cut off by the output limit before its \
+     arguments were complete, so it was not run. Send it again, shorter (for a big file, \
+     write it in parts: create_file with the first part, then append with str_replace or \
+     bash).";
 
 /// Tool calls run from one reply; the rest are answered as refused.
 pub const MAX_TOOL_CALLS_PER_REPLY: usize = 64;
@@ -232,6 +246,17 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
     let all_schemas = tools.schemas();
     let mut offered: Option<(Option<Vec<String>>, Vec<crate::model::ToolSchema>)> = None;
     let mut messages = std::mem::take(&mut input.messages);
+    // A history cut by a crash or a kill is made acceptable to the APIs first; the
+    // stored thread is not changed (the repair is repeated if it is sent again).
+    let (added, dropped) = transcript::repair(&mut messages);
+    if added + dropped > 0 {
+        tracing::info!(
+            run_id = input.run_id,
+            added,
+            dropped,
+            "repaired the transcript: tool calls without results answered as interrupted"
+        );
+    }
     let mut steps = Steps {
         run_id: input.run_id,
         next: input.first_step_number.max(1),
@@ -245,6 +270,8 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
         .map_err(LoopError::TooLarge)
     };
     let mut bad_replies = 0u32;
+    // Replies in a row cut off by the output limit (each one continued).
+    let mut continuations = 0u32;
     let mut shrinks = 0u32;
     // Messages are appended, and only old tool output is ever shortened in place;
     // the cache notices the latter by the changed length.
@@ -329,11 +356,21 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
         let assistant = ChatMessage::assistant(reply.content.clone(), reply.tool_calls.clone());
         emit(&assistant)?;
         messages.push(assistant);
+        if reply.stop != StopReason::MaxTokens {
+            continuations = 0;
+        }
 
         if reply.tool_calls.is_empty() {
             match reply.stop {
                 StopReason::MaxTokens => {
-                    // Keep the partial answer and let the model go on (seed 000).
+                    // Keep the partial answer and let the model go on (seed 000),
+                    // a bounded number of times in a row.
+                    if continuations >= MAX_CONTINUATIONS {
+                        return Err(LoopError::CutOff {
+                            continuations: MAX_CONTINUATIONS,
+                        });
+                    }
+                    continuations += 1;
                     messages.push(ChatMessage::user(CONTINUE_PROMPT));
                     continue;
                 }
@@ -362,7 +399,15 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
             }
             // A call that cannot run at all needs no permission: tell the model what
             // is wrong with it right away.
-            let unusable = ToolBox::validate(call);
+            // A call cut off by the output limit has unfinished arguments: say so,
+            // rather than "invalid JSON", so the model sends it again, shorter.
+            let cut_off = reply.stop == StopReason::MaxTokens
+                && serde_json::from_str::<serde_json::Value>(&call.arguments).is_err();
+            let unusable = if cut_off {
+                Some(ToolOutcome::malformed(CUT_OFF_CALL))
+            } else {
+                ToolBox::validate(call)
+            };
             let gated = match unusable {
                 Some(outcome) => Err(outcome),
                 None => Ok(ask_gate(gate, input.run_id, call, &mut steps, cancel).await?),
@@ -566,6 +611,7 @@ async fn ask_gate<G: ToolGate>(
 }
 
 mod retry;
+pub mod transcript;
 
 #[cfg(test)]
 mod tests;

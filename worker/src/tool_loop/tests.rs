@@ -583,3 +583,132 @@ async fn tool_calls_past_the_bound_are_answered_as_refused() {
             .any(|d| d == "Refused 3 tool calls past the first 64 of one reply")
     );
 }
+
+fn cut_off(text: &str) -> Result<ModelReply, ModelError> {
+    let mut reply = reply(text, StopReason::MaxTokens).unwrap();
+    reply.usage = Some(Usage {
+        input_tokens: 10,
+        output_tokens: u64::from(crate::model::DEFAULT_MAX_TOKENS),
+    });
+    Ok(reply)
+}
+
+#[tokio::test]
+async fn continuing_a_cut_off_answer_is_bounded() {
+    // Three continuations are asked for; a fourth cut-off ends the run with the reason,
+    // every partial answer kept in the history.
+    let script = vec![
+        cut_off("one"),
+        cut_off("two"),
+        cut_off("three"),
+        cut_off("four"),
+    ];
+    let out = run_script(script, fast()).await;
+    let error = out.result.unwrap_err();
+    assert!(
+        matches!(error, LoopError::CutOff { continuations: 3 }),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("after 3 continuations"),
+        "{error}"
+    );
+    assert_eq!(out.seen.len(), 4);
+    let continues = out.seen[3]
+        .iter()
+        .filter(|m| m.content == CONTINUE_PROMPT)
+        .count();
+    assert_eq!(continues, 3);
+
+    // A finished reply in between starts the count again.
+    let script = vec![
+        cut_off("a"),
+        call_reply("file.list", "{}"),
+        cut_off("b"),
+        cut_off("c"),
+        cut_off("d"),
+        reply("end", StopReason::EndTurn),
+    ];
+    let out = run_script(script, fast()).await;
+    assert_eq!(out.result.unwrap(), "end");
+}
+
+#[tokio::test]
+async fn a_tool_call_cut_off_by_the_output_limit_is_answered_so_the_model_can_fix_it() {
+    let mut cut = call_reply("create_file", r#"{"path": "big.txt", "content": "aaaa"#).unwrap();
+    cut.stop = StopReason::MaxTokens;
+    cut.usage = Some(Usage {
+        input_tokens: 10,
+        output_tokens: u64::from(crate::model::DEFAULT_MAX_TOKENS),
+    });
+    let out = run_script(
+        vec![Ok(cut), reply("retrying", StopReason::EndTurn)],
+        fast(),
+    )
+    .await;
+    assert_eq!(out.result.unwrap(), "retrying");
+    let result = out.seen[1].last().unwrap();
+    assert_eq!(result.role, Role::Tool);
+    assert!(result.is_error);
+    assert_eq!(result.content, CUT_OFF_CALL);
+}
+
+#[tokio::test]
+async fn a_history_with_an_unanswered_call_is_repaired_before_it_is_sent() {
+    let model = Scripted::default();
+    model
+        .replies
+        .lock()
+        .unwrap()
+        .push_back(reply("checked", StopReason::EndTurn));
+    let dir = tempfile::tempdir().unwrap();
+    let tools = ToolBox::new(Workspace::new(dir.path()), Default::default());
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let (_agent_tx, agent_rx) = watch::channel(LiveAgent {
+        model: ModelSelection {
+            display: "m".into(),
+            route: ModelRoute {
+                provider: "p".into(),
+                api: ModelRoute::OPENAI_CHAT.into(),
+                relay_path: "/llm/p".into(),
+                model: "m".into(),
+            },
+        },
+        system_prompt: "sys".into(),
+        tools: None,
+        docs_dir: None,
+    });
+    let interrupted = ToolCall {
+        id: "c1".into(),
+        name: "bash".into(),
+        arguments: r#"{"command": "make"}"#.into(),
+    };
+    let input = LoopInput {
+        run_id: "r",
+        messages: vec![
+            ChatMessage::user("build it"),
+            ChatMessage::assistant("", vec![interrupted]),
+            ChatMessage::user("did it work?"),
+        ],
+        first_step_number: 1,
+        max_iterations: 3,
+        retry: fast(),
+        agent: agent_rx,
+    };
+    let cancel = CancellationToken::new();
+    let result = run(
+        &model,
+        &AllowAll,
+        &tools,
+        input,
+        &EventSink::new(tx),
+        &cancel,
+    )
+    .await;
+    assert_eq!(result.unwrap(), "checked");
+    let sent = model.seen.lock().unwrap()[0].clone();
+    assert_eq!(sent.len(), 4);
+    assert_eq!(sent[2].role, Role::Tool);
+    assert_eq!(sent[2].tool_call_id.as_deref(), Some("c1"));
+    assert_eq!(sent[2].content, transcript::INTERRUPTED_RESULT);
+}

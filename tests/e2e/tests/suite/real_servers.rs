@@ -242,3 +242,26 @@ async fn not_found_server() -> anyhow::Result<String> {
     });
     Ok(url)
 }
+
+#[tokio::test]
+async fn an_answer_cut_off_by_the_output_limit_is_continued() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    // The fake reports every asked-for token used: a real cut-off.
+    model.push(Reply::Truncated("The first half".into()));
+    model.push(text(" and the second half."));
+    let chorus = openai_chorus(&model, "").await?;
+    let thread = run_one(&chorus, "long", "write a lot").await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    let second = requests[1].body["messages"].as_array().unwrap();
+    assert_eq!(second[second.len() - 2]["content"], "The first half");
+    assert!(
+        second[second.len() - 1]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Continue exactly where it stopped"),
+        "{second:#?}"
+    );
+    Ok(())
+}
