@@ -1,6 +1,19 @@
-//! The live feed of thread events: steps as they start and end, streamed model text,
-//! messages, and the final status. Frontends subscribe; nothing here is stored (the
-//! store has the durable record).
+//! The live feed of thread events: threads created, steps as they start and end,
+//! streamed model text, messages, approvals, and each status. Frontends subscribe to
+//! one thread (`…/threads/{id}/events`) or to everything (`GET /api/events`).
+//!
+//! Every event has an id, `<boot>.<seq>`: `boot` names this start of the control
+//! plane, `seq` counts up from 1 without gaps. The most recent events are kept in a
+//! ring bounded by count and bytes, so a client that reconnects with `Last-Event-ID`
+//! gets exactly what it missed, once; when the gap is older than the ring (or from
+//! an earlier start), it is told to re-read instead (`Replay::Reset`).
+//!
+//! Invariant: an event is in the ring and sent to subscribers under one lock, so a
+//! subscriber that takes the ring's tail and subscribes under that lock sees every
+//! later event exactly once. Nothing here is stored: the store is the durable record.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -9,9 +22,12 @@ use tokio::sync::broadcast;
 /// One event of one thread.
 #[derive(Debug, Clone, Serialize)]
 pub struct ThreadEvent {
+    /// `<boot>.<seq>`, unique and increasing within one start of the control plane.
+    pub id: String,
     pub agent: String,
     pub thread_id: u64,
-    /// `step_started`, `step_ended`, `text`, `message` or `status`.
+    /// `thread_created`, `status`, `step_started`, `step_ended`, `text`, `message` or
+    /// `approval`.
     pub kind: &'static str,
     pub data: Value,
 }
@@ -27,34 +43,222 @@ impl ThreadEvent {
     }
 }
 
-#[derive(Clone)]
-pub struct ThreadFeed {
-    sender: broadcast::Sender<ThreadEvent>,
+/// What a subscriber that names the last event it saw gets first.
+#[derive(Debug)]
+pub enum Replay {
+    /// Every event after the one named, in order (none when it was the newest).
+    Missed(Vec<Arc<ThreadEvent>>),
+    /// The events after the one named are no longer kept (or it is from an earlier
+    /// start, or unknown): the subscriber must re-read what it shows.
+    Reset(String),
 }
 
-/// Events a slow subscriber may fall behind by before it is told it lagged.
-const CAPACITY: usize = 4096;
+/// How much of the recent past the feed keeps for reconnecting subscribers.
+#[derive(Debug, Clone, Copy)]
+pub struct RingLimits {
+    pub events: usize,
+    pub bytes: usize,
+}
 
-impl Default for ThreadFeed {
+impl Default for RingLimits {
     fn default() -> Self {
-        ThreadFeed {
-            sender: broadcast::Sender::new(CAPACITY),
+        RingLimits {
+            events: 10_000,
+            bytes: 16 << 20,
         }
     }
 }
 
+struct Ring {
+    next_seq: u64,
+    events: VecDeque<(u64, usize, Arc<ThreadEvent>)>,
+    bytes: usize,
+}
+
+#[derive(Clone)]
+pub struct ThreadFeed {
+    boot: Arc<str>,
+    limits: RingLimits,
+    ring: Arc<Mutex<Ring>>,
+    sender: broadcast::Sender<Arc<ThreadEvent>>,
+}
+
+/// Events a slow live subscriber may fall behind by before it is told it lagged.
+const CAPACITY: usize = 4096;
+
+impl Default for ThreadFeed {
+    fn default() -> Self {
+        ThreadFeed::new(RingLimits::default())
+    }
+}
+
 impl ThreadFeed {
+    pub fn new(limits: RingLimits) -> Self {
+        // Distinct for each start, so an id from an earlier one is never mistaken.
+        let boot = format!("{:x}", chrono::Utc::now().timestamp_millis());
+        ThreadFeed {
+            boot: boot.into(),
+            limits,
+            ring: Arc::new(Mutex::new(Ring {
+                next_seq: 1,
+                events: VecDeque::new(),
+                bytes: 0,
+            })),
+            sender: broadcast::Sender::new(CAPACITY),
+        }
+    }
+
+    fn ring(&self) -> MutexGuard<'_, Ring> {
+        self.ring.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn publish(&self, agent: &str, thread_id: u64, kind: &'static str, data: Value) {
-        // No subscribers is the common case and not an error.
-        let _ = self.sender.send(ThreadEvent {
+        let size = agent.len() + kind.len() + data.to_string().len() + 64;
+        let mut ring = self.ring();
+        let seq = ring.next_seq;
+        ring.next_seq += 1;
+        let event = Arc::new(ThreadEvent {
+            id: format!("{}.{seq}", self.boot),
             agent: agent.to_string(),
             thread_id,
             kind,
             data,
         });
+        ring.events.push_back((seq, size, event.clone()));
+        ring.bytes += size;
+        while ring.events.len() > self.limits.events
+            || (ring.bytes > self.limits.bytes && ring.events.len() > 1)
+        {
+            if let Some((_, size, _)) = ring.events.pop_front() {
+                ring.bytes -= size;
+            }
+        }
+        // No subscribers is the common case and not an error.
+        let _ = self.sender.send(event);
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<ThreadEvent> {
+    /// Live events from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<ThreadEvent>> {
         self.sender.subscribe()
+    }
+
+    /// Live events after the one with id `last` (what was missed first, from the
+    /// ring, then live, with nothing lost or repeated in between).
+    pub fn subscribe_after(&self, last: &str) -> (Replay, broadcast::Receiver<Arc<ThreadEvent>>) {
+        let ring = self.ring();
+        let receiver = self.sender.subscribe();
+        (self.replay(&ring, last), receiver)
+    }
+
+    fn replay(&self, ring: &Ring, last: &str) -> Replay {
+        let Some((boot, seq)) = last.split_once('.') else {
+            return Replay::Reset(format!("'{last}' is not an event id of this feed"));
+        };
+        let Ok(seq) = seq.parse::<u64>() else {
+            return Replay::Reset(format!("'{last}' is not an event id of this feed"));
+        };
+        if boot != &*self.boot {
+            return Replay::Reset(
+                "the control plane restarted since that event; re-read what you show".into(),
+            );
+        }
+        if seq >= ring.next_seq {
+            return Replay::Reset(format!("no event '{last}' was sent yet"));
+        }
+        let oldest = ring.events.front().map_or(ring.next_seq, |(s, _, _)| *s);
+        if seq + 1 < oldest {
+            return Replay::Reset(format!(
+                "{} events after '{last}' are no longer kept; re-read what you show",
+                oldest - seq - 1
+            ));
+        }
+        Replay::Missed(
+            ring.events
+                .iter()
+                .filter(|(s, _, _)| *s > seq)
+                .map(|(_, _, e)| e.clone())
+                .collect(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ids(events: &[Arc<ThreadEvent>]) -> Vec<String> {
+        events.iter().map(|e| e.id.clone()).collect()
+    }
+
+    #[test]
+    fn a_reconnect_gets_what_it_missed_once_then_live_events() {
+        let feed = ThreadFeed::default();
+        for i in 0..5 {
+            feed.publish("a", 1, "text", json!({"text": i}));
+        }
+        let boot = feed.boot.to_string();
+        let (replay, mut live) = feed.subscribe_after(&format!("{boot}.2"));
+        let Replay::Missed(missed) = replay else {
+            panic!("{replay:?}")
+        };
+        assert_eq!(
+            ids(&missed),
+            [3, 4, 5].map(|n| format!("{boot}.{n}")).to_vec()
+        );
+        feed.publish("a", 1, "text", json!({"text": 5}));
+        assert_eq!(live.try_recv().unwrap().id, format!("{boot}.6"));
+        assert!(live.try_recv().is_err(), "nothing twice");
+
+        // The newest id: nothing missed.
+        let (replay, _) = feed.subscribe_after(&format!("{boot}.6"));
+        assert!(matches!(replay, Replay::Missed(m) if m.is_empty()));
+    }
+
+    #[test]
+    fn a_gap_older_than_the_ring_or_another_start_is_a_reset() {
+        let feed = ThreadFeed::new(RingLimits {
+            events: 3,
+            bytes: 1 << 20,
+        });
+        for i in 0..10 {
+            feed.publish("a", 1, "text", json!({"text": i}));
+        }
+        let boot = feed.boot.to_string();
+        // 8, 9, 10 are kept: after 7 is whole, after 6 is not.
+        assert!(
+            matches!(feed.subscribe_after(&format!("{boot}.7")).0, Replay::Missed(m) if m.len() == 3)
+        );
+        let (replay, _) = feed.subscribe_after(&format!("{boot}.6"));
+        assert!(
+            matches!(&replay, Replay::Reset(why) if why.contains("1 events after")),
+            "{replay:?}"
+        );
+        for bad in [
+            "0.1",
+            "nonsense",
+            &format!("{boot}.x"),
+            &format!("{boot}.99"),
+        ] {
+            assert!(
+                matches!(feed.subscribe_after(bad).0, Replay::Reset(_)),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_ring_is_bounded_by_bytes_too() {
+        let feed = ThreadFeed::new(RingLimits {
+            events: 1000,
+            bytes: 10_000,
+        });
+        for _ in 0..100 {
+            feed.publish("a", 1, "message", json!({"content": "x".repeat(1000)}));
+        }
+        let ring = feed.ring();
+        assert!(ring.bytes <= 10_000, "{}", ring.bytes);
+        assert!(ring.events.len() < 10);
+        assert_eq!(ring.next_seq, 101);
     }
 }

@@ -185,6 +185,12 @@ impl Runs {
             .store
             .start_thread(&agent.name, &ChatMessage::user(content), user)
             .await?;
+        self.feed.publish(
+            &agent.name,
+            thread_id,
+            "thread_created",
+            json!({"status": "running", "user": user}),
+        );
         let run = match self.build_run(agent, thread_id).await? {
             Ok(run) => run,
             Err(reason) => {

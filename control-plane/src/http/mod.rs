@@ -4,6 +4,7 @@
 
 mod agents;
 mod error;
+mod events;
 mod models;
 mod permissions;
 mod tasks;
@@ -47,6 +48,7 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .merge(agents::routes())
+        .merge(events::routes())
         .merge(models::routes())
         .merge(permissions::routes())
         .merge(threads::routes())

@@ -10,6 +10,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::{Stream, StreamExt};
 use serde_json::json;
 use std::convert::Infallible;
+use std::sync::Arc;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
@@ -307,12 +308,13 @@ async fn thread_events(
             let event = match item {
                 Ok(event) if event.agent == agent_name && event.thread_id == id => Some(event),
                 Ok(_) => None,
-                Err(BroadcastStreamRecvError::Lagged(missed)) => Some(ThreadEvent {
+                Err(BroadcastStreamRecvError::Lagged(missed)) => Some(Arc::new(ThreadEvent {
+                    id: String::new(),
                     agent: agent_name.clone(),
                     thread_id: id,
                     kind: "lagged",
                     data: json!({"missed": missed, "hint": "re-read the thread for what was missed"}),
-                }),
+                })),
             };
             std::future::ready(event)
         })
@@ -328,9 +330,14 @@ async fn thread_events(
         Some((event, (events, done)))
     })
     .map(|event| {
-        Ok(Event::default()
+        let sse = Event::default()
             .event(event.kind)
-            .data(event.data.to_string()))
+            .data(event.data.to_string());
+        Ok(if event.id.is_empty() {
+            sse
+        } else {
+            sse.id(event.id.clone())
+        })
     });
     let stream = futures::stream::once(std::future::ready(Ok(first))).chain(live);
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))

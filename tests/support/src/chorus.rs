@@ -391,6 +391,26 @@ impl Chorus {
         Ok(EventStream {
             body: Box::pin(response.bytes_stream()),
             buffer: String::new(),
+            last_id: None,
+        })
+    }
+
+    /// Opens `GET /api/events` (`query` like `?agent=a`, or empty), resuming after
+    /// `last_event_id` when given. Once this returns, the server has subscribed.
+    pub async fn open_events(
+        &self,
+        query: &str,
+        last_event_id: Option<&str>,
+    ) -> anyhow::Result<EventStream> {
+        let mut request = self.api(reqwest::Method::GET, &format!("/api/events{query}"));
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        let response = request.send().await?.error_for_status()?;
+        Ok(EventStream {
+            body: Box::pin(response.bytes_stream()),
+            buffer: String::new(),
+            last_id: None,
         })
     }
 
@@ -415,6 +435,8 @@ impl Chorus {
 pub struct EventStream {
     body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<axum::body::Bytes>> + Send>>,
     buffer: String,
+    /// The `id:` of the last event read that had one.
+    last_id: Option<String>,
 }
 
 impl EventStream {
@@ -427,7 +449,9 @@ impl EventStream {
                 let mut name = String::from("message");
                 let mut data = String::new();
                 for line in block.lines() {
-                    if let Some(v) = line.strip_prefix("event:") {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        self.last_id = Some(v.trim().to_string());
+                    } else if let Some(v) = line.strip_prefix("event:") {
                         name = v.trim().to_string();
                     } else if let Some(v) = line.strip_prefix("data:") {
                         data.push_str(v.trim_start());
@@ -443,6 +467,11 @@ impl EventStream {
                 None => return Ok(None),
             }
         }
+    }
+
+    /// The id of the last event read that carried one.
+    pub fn last_id(&self) -> Option<&str> {
+        self.last_id.as_deref()
     }
 
     /// Every event until the server ends the stream.
