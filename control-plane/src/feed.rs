@@ -26,8 +26,8 @@ pub struct ThreadEvent {
     pub id: String,
     pub agent: String,
     pub thread_id: u64,
-    /// `thread_created`, `status`, `step_started`, `step_ended`, `text`, `message` or
-    /// `approval`.
+    /// `thread_created`, `status`, `step_started`, `step_ended`, `text`, `message`,
+    /// `approval` or `approval_answered`.
     pub kind: &'static str,
     pub data: Value,
 }

@@ -407,6 +407,17 @@ impl Runs {
         self.feed.publish(agent, thread_id, "approval", approval);
     }
 
+    /// Puts an event of a thread on the live feed (e.g. an approval answered).
+    pub fn publish(
+        &self,
+        agent: &str,
+        thread_id: u64,
+        kind: &'static str,
+        data: serde_json::Value,
+    ) {
+        self.feed.publish(agent, thread_id, kind, data);
+    }
+
     /// Hands queued runs to the agent's worker, if one is connected.
     pub fn deliver_pending(&self, agent: &str) {
         let Some((generation, sender)) = self.registry.sender(agent) else {

@@ -318,6 +318,16 @@ impl ToolGate {
             .approvals
             .wait(&id, answer, self.settings.ask_timeout)
             .await;
+        let answered = match &outcome {
+            Outcome::Answered(answer) => json!({
+                "approval_id": id,
+                "outcome": if answer.approved { "approved" } else { "denied" },
+                "by": answer.by,
+            }),
+            Outcome::Expired => json!({"approval_id": id, "outcome": "expired"}),
+        };
+        self.runs
+            .publish(&check.agent, thread_id, "approval_answered", answered);
         self.runs.set_waiting(&check.agent, thread_id, false).await;
         Ok(outcome)
     }

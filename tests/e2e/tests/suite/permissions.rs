@@ -99,6 +99,7 @@ async fn an_ask_is_approved_over_the_api_and_the_tool_runs() -> anyhow::Result<(
     model.push(text("written"));
     let chorus = chorus_with(&model, "").await?;
     create_agent(&chorus, "careful", careful_profile()).await?;
+    let mut feed = chorus.open_events("?agent=careful", None).await?;
     let id = chorus.send_message("careful", "write the plan").await?;
 
     let approval = wait_for_approval(&chorus).await?;
@@ -148,6 +149,26 @@ async fn an_ask_is_approved_over_the_api_and_the_tool_runs() -> anyhow::Result<(
         .map(|s| s["kind"].as_str().unwrap())
         .collect();
     assert_eq!(kinds, vec!["llm_call", "permission", "tool", "llm_call"]);
+    // The live feed told of the question and of its answer.
+    let mut asked_and_answered = Vec::new();
+    let read = async {
+        while let Some((kind, data)) = feed.next().await? {
+            if kind.starts_with("approval") {
+                asked_and_answered.push((kind.clone(), data.clone()));
+            }
+            if kind == "status" && data["status"] == "completed" {
+                break;
+            }
+        }
+        anyhow::Ok(())
+    };
+    tokio::time::timeout(Duration::from_secs(20), read).await??;
+    assert_eq!(asked_and_answered.len(), 2, "{asked_and_answered:#?}");
+    assert_eq!(asked_and_answered[0].0, "approval");
+    assert_eq!(asked_and_answered[0].1["approval_id"], approval_id);
+    assert_eq!(asked_and_answered[1].0, "approval_answered");
+    assert_eq!(asked_and_answered[1].1["outcome"], "approved");
+    assert_eq!(asked_and_answered[1].1["by"], "api");
     assert!(
         thread["steps"][1]["description"]
             .as_str()
