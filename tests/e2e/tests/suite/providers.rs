@@ -617,7 +617,7 @@ async fn model_text_streams_live_to_the_thread_event_feed() -> anyhow::Result<()
         events.last().unwrap(),
         &(
             "status".to_string(),
-            json!({"status": "completed", "error": null})
+            json!({"status": "completed", "error": null, "failure_kind": null})
         )
     );
 
@@ -629,7 +629,7 @@ async fn model_text_streams_live_to_the_thread_event_feed() -> anyhow::Result<()
         again,
         vec![(
             "status".to_string(),
-            json!({"status": "completed", "error": null})
+            json!({"status": "completed", "error": null, "failure_kind": null})
         )]
     );
     Ok(())
