@@ -14,8 +14,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use chorus_proto::domain::{
-    AgentChange, AgentSettings, ChatMessage, ControlCommand, RetryPolicy, Role, RunAssignment,
-    SandboxPolicy, WorkerEvent,
+    AgentChange, AgentSettings, ChatMessage, ControlCommand, Failure, FailureKind, RetryPolicy,
+    Role, RunAssignment, SandboxPolicy, WorkerEvent,
 };
 
 use chorus_proto::limits;
@@ -34,7 +34,7 @@ use serde_json::json;
 /// The run, if its assignment fits the worker link; otherwise why it cannot run. A
 /// command over the link's limit is never sent (it would end the stream that carries
 /// the agent's other runs), so the run fails here, with the bound named.
-fn assignment_fits(run: RunAssignment) -> Result<RunAssignment, String> {
+fn assignment_fits(run: RunAssignment) -> Result<RunAssignment, Failure> {
     let command = ControlCommand::AssignRun(Box::new(run));
     let len = limits::command_len(&command);
     let ControlCommand::AssignRun(run) = command else {
@@ -43,13 +43,27 @@ fn assignment_fits(run: RunAssignment) -> Result<RunAssignment, String> {
     if len <= limits::MAX_LINK_MESSAGE_BYTES {
         return Ok(*run);
     }
-    Err(format!(
-        "the run's assignment (system prompt, tools and the thread's {} messages) is {}, more \
-         than the {} one message to a worker may carry; shorten the system prompt or start a new thread",
-        run.messages.len(),
-        limits::human_bytes(len),
-        limits::human_bytes(limits::MAX_LINK_MESSAGE_BYTES)
+    Err(Failure::new(
+        FailureKind::Limit,
+        format!(
+            "the run's assignment (system prompt, tools and the thread's {} messages) is {}, more \
+             than the {} one message to a worker may carry; shorten the system prompt or start a new thread",
+            run.messages.len(),
+            limits::human_bytes(len),
+            limits::human_bytes(limits::MAX_LINK_MESSAGE_BYTES)
+        ),
     ))
+}
+
+/// A `status` event of the live feed: the status and, when the thread failed, how
+/// (`failure_kind`, for programs) and why (`error`, for people), as the thread view
+/// shows them.
+fn status_event(status: ThreadStatus, failure: Option<(FailureKind, &str)>) -> serde_json::Value {
+    json!({
+        "status": status.as_str(),
+        "error": failure.map(|(_, message)| message),
+        "failure_kind": failure.map(|(kind, _)| kind),
+    })
 }
 
 /// What the run dispatcher needs from the settings.
@@ -193,8 +207,8 @@ impl Runs {
         );
         let run = match self.build_run(agent, thread_id).await? {
             Ok(run) => run,
-            Err(reason) => {
-                self.end_thread(&agent.name, thread_id, ThreadStatus::Failed, Some(&reason))
+            Err(failure) => {
+                self.end_thread(&agent.name, thread_id, ThreadStatus::Failed, Some(&failure))
                     .await?;
                 return Ok(thread_id);
             }
@@ -227,12 +241,14 @@ impl Runs {
         Ok(thread_id)
     }
 
-    /// The run for a thread, or the reason it cannot run, for the user.
+    /// The run for a thread, or why it cannot run: the agent's configuration
+    /// (`Config`) or the assignment's size (`Limit`).
     async fn build_run(
         &self,
         agent: &AgentRecord,
         thread_id: u64,
-    ) -> Result<Result<RunAssignment, String>, StoreError> {
+    ) -> Result<Result<RunAssignment, Failure>, StoreError> {
+        let config = |message: String| Ok(Err(Failure::new(FailureKind::Config, message)));
         let Some(model) = agent
             .model
             .clone()
@@ -240,25 +256,25 @@ impl Runs {
         else {
             // Name the more basic problem first.
             if let Err(e @ ResolveError::NoProviders { .. }) = self.catalog.resolve("").await {
-                return Ok(Err(e.to_string()));
+                return config(e.to_string());
             }
-            return Ok(Err(format!(
+            return config(format!(
                 "agent '{}' has no model: set one with PATCH /api/agents/{} {{\"model\": \"…\"}}, \
                  or start chorus with CHORUS_DEFAULT_MODEL",
                 agent.name, agent.name
-            )));
+            ));
         };
         let route = match self.catalog.resolve(&model).await {
             Ok(route) => route,
-            Err(e) => return Ok(Err(e.to_string())),
+            Err(e) => return config(e.to_string()),
         };
         let tools = match self.profiles.get(&agent.permissions) {
             Ok(profile) => offered_tools(&profile),
             Err(e) => {
-                return Ok(Err(format!(
+                return config(format!(
                     "the agent's permission profile cannot be used: {e}; fix it with PATCH /api/agents/{}",
                     agent.name
-                )));
+                ));
             }
         };
         let messages = self
@@ -325,18 +341,18 @@ impl Runs {
         agent: &str,
         thread_id: u64,
         status: ThreadStatus,
-        error: Option<&str>,
+        failure: Option<&Failure>,
     ) -> Result<(), StoreError> {
         // A question to a person the thread was waiting on is withdrawn.
         self.approvals.cancel_thread(agent, thread_id).await;
         self.store
-            .set_thread_status(agent, thread_id, status, error)
+            .set_thread_status(agent, thread_id, status, failure)
             .await?;
         self.feed.publish(
             agent,
             thread_id,
             "status",
-            serde_json::json!({ "status": status.as_str(), "error": error }),
+            status_event(status, failure.map(|f| (f.kind, f.message.as_str()))),
         );
         Ok(())
     }
@@ -388,12 +404,9 @@ impl Runs {
             .set_thread_status(agent, thread_id, status, None)
             .await
         {
-            Ok(true) => self.feed.publish(
-                agent,
-                thread_id,
-                "status",
-                json!({ "status": status.as_str(), "error": null }),
-            ),
+            Ok(true) => self
+                .feed
+                .publish(agent, thread_id, "status", status_event(status, None)),
             // The thread ended meanwhile; its final status stands.
             Ok(false) => {}
             Err(e) => {
@@ -467,7 +480,7 @@ impl Runs {
             (active.thread_id, over_budget)
         };
         if let Some(reason) = over_budget {
-            self.stop_run(agent, &run_id, thread_id, &reason).await;
+            self.stop_run(agent, &run_id, thread_id, reason).await;
             return Ok(());
         }
         let now_ms = chrono::Utc::now().timestamp_millis();
@@ -521,9 +534,19 @@ impl Runs {
                 self.finish(agent, &run_id, thread_id, ThreadStatus::Completed, None)
                     .await
             }
-            WorkerEvent::RunFailed { error, .. } => {
-                self.finish(agent, &run_id, thread_id, ThreadStatus::Failed, Some(error))
-                    .await
+            WorkerEvent::RunFailed { kind, error, .. } => {
+                if *kind == FailureKind::Internal {
+                    tracing::warn!(agent, thread_id, %run_id, %error, "the worker reported an internal failure");
+                }
+                let failure = Failure::new(*kind, error.as_str());
+                self.finish(
+                    agent,
+                    &run_id,
+                    thread_id,
+                    ThreadStatus::Failed,
+                    Some(&failure),
+                )
+                .await
             }
             // Live text is only for live views; the whole message follows.
             WorkerEvent::TextDelta { step, text, .. } => {
@@ -547,7 +570,7 @@ impl Runs {
     /// Ends a run whose worker reported more than a run may store: the thread fails
     /// with `reason`, the worker is told to cancel it, and what it still sends about
     /// it is refused as the report of an unknown run.
-    async fn stop_run(&self, agent: &str, run_id: &str, thread_id: u64, reason: &str) {
+    async fn stop_run(&self, agent: &str, run_id: &str, thread_id: u64, reason: String) {
         tracing::warn!(
             agent,
             thread_id,
@@ -558,11 +581,18 @@ impl Runs {
         if let Some((_, sender)) = self.registry.sender(agent) {
             let _ = sender.send(ControlCommand::CancelRun {
                 run_id: run_id.to_string(),
-                reason: reason.to_string(),
+                reason: reason.clone(),
             });
         }
+        let failure = Failure::new(FailureKind::Limit, reason);
         if let Err(e) = self
-            .finish(agent, run_id, thread_id, ThreadStatus::Failed, Some(reason))
+            .finish(
+                agent,
+                run_id,
+                thread_id,
+                ThreadStatus::Failed,
+                Some(&failure),
+            )
             .await
         {
             tracing::error!(agent, thread_id, run_id, error = %e, "cannot fail thread");
@@ -575,7 +605,7 @@ impl Runs {
         run_id: &str,
         thread_id: u64,
         status: ThreadStatus,
-        error: Option<&str>,
+        failure: Option<&Failure>,
     ) -> Result<(), StoreError> {
         let span = self
             .agents()
@@ -583,22 +613,36 @@ impl Runs {
             .and_then(|runs| runs.active.remove(run_id))
             .map(|run| run.span)
             .unwrap_or_else(tracing::Span::none);
-        span.in_scope(|| tracing::info!(status = status.as_str(), error, "run finished"));
-        self.end_thread(agent, thread_id, status, error).await
+        span.in_scope(|| {
+            tracing::info!(
+                status = status.as_str(),
+                failure_kind = failure.map(|f| f.kind.as_str()),
+                error = failure.map(|f| f.message.as_str()),
+                "run finished"
+            )
+        });
+        self.end_thread(agent, thread_id, status, failure).await
     }
 
     /// A worker ended: its started runs fail with `reason`, its unstarted runs wait
     /// for the next worker.
     pub async fn worker_lost(&self, lost: WorkerLost) {
-        let interrupted = format!(
-            "{}; this thread was interrupted. Send the message again to retry.",
-            lost.reason
+        // Either way the worker is at fault, not the run: both are `Interrupted`.
+        let interrupted = Failure::new(
+            FailureKind::Interrupted,
+            format!(
+                "{}; this thread was interrupted. Send the message again to retry.",
+                lost.reason
+            ),
         );
-        let never_ran = format!(
-            "{}; this thread could not start. Send the message again once the worker runs.",
-            lost.reason
+        let never_ran = Failure::new(
+            FailureKind::Interrupted,
+            format!(
+                "{}; this thread could not start. Send the message again once the worker runs.",
+                lost.reason
+            ),
         );
-        let failed: Vec<(String, u64, &str)> = {
+        let failed: Vec<(String, u64, &Failure)> = {
             let mut agents = self.agents();
             let Some(runs) = agents.get_mut(&lost.agent) else {
                 return;
@@ -607,14 +651,14 @@ impl Runs {
             for (run_id, run) in runs.active.iter_mut() {
                 if !lost.attached && run.delivered_to.is_none() {
                     // The worker never came up: waiting for it could be forever.
-                    failed.push((run_id.clone(), run.thread_id, never_ran.as_str()));
+                    failed.push((run_id.clone(), run.thread_id, &never_ran));
                     continue;
                 }
                 if run.delivered_to != Some(lost.generation) {
                     continue;
                 }
                 if run.started {
-                    failed.push((run_id.clone(), run.thread_id, interrupted.as_str()));
+                    failed.push((run_id.clone(), run.thread_id, &interrupted));
                 } else {
                     run.delivered_to = None;
                     runs.pending.push_front(run_id.clone());
@@ -626,9 +670,9 @@ impl Runs {
             runs.pending.retain(|id| runs.active.contains_key(id));
             failed
         };
-        for (run_id, thread_id, reason) in failed {
+        for (run_id, thread_id, failure) in failed {
             if let Err(e) = self
-                .end_thread(&lost.agent, thread_id, ThreadStatus::Failed, Some(reason))
+                .end_thread(&lost.agent, thread_id, ThreadStatus::Failed, Some(failure))
                 .await
             {
                 tracing::error!(agent = %lost.agent, thread_id, %run_id, error = %e, "cannot fail thread");
@@ -636,8 +680,8 @@ impl Runs {
         }
     }
 
-    /// The agent is going away: every run of it fails with `reason`.
-    pub async fn fail_agent_runs(&self, agent: &str, reason: &str) {
+    /// The agent is going away: every run of it fails with `failure`.
+    pub async fn fail_agent_runs(&self, agent: &str, failure: &Failure) {
         let threads: Vec<u64> = self
             .agents()
             .remove(agent)
@@ -645,7 +689,7 @@ impl Runs {
             .unwrap_or_default();
         for thread_id in threads {
             if let Err(e) = self
-                .end_thread(agent, thread_id, ThreadStatus::Failed, Some(reason))
+                .end_thread(agent, thread_id, ThreadStatus::Failed, Some(failure))
                 .await
             {
                 tracing::error!(agent, thread_id, error = %e, "cannot fail thread");
@@ -653,11 +697,11 @@ impl Runs {
         }
     }
 
-    /// Every run of every agent fails with `reason` (shutdown).
-    pub async fn fail_all(&self, reason: &str) {
+    /// Every run of every agent fails with `failure` (shutdown).
+    pub async fn fail_all(&self, failure: &Failure) {
         let agents: Vec<String> = self.agents().keys().cloned().collect();
         for agent in agents {
-            self.fail_agent_runs(&agent, reason).await;
+            self.fail_agent_runs(&agent, failure).await;
         }
     }
 }
@@ -699,7 +743,9 @@ mod tests {
         let small = assignment(vec![ChatMessage::user("hi")]);
         assert_eq!(assignment_fits(small.clone()), Ok(small));
         let big = ChatMessage::user("x".repeat(limits::MAX_LINK_MESSAGE_BYTES / 2));
-        let reason = assignment_fits(assignment(vec![big.clone(), big])).unwrap_err();
+        let failure = assignment_fits(assignment(vec![big.clone(), big])).unwrap_err();
+        assert_eq!(failure.kind, FailureKind::Limit);
+        let reason = failure.message;
         assert!(
             reason.contains("is 32.0 MiB, more than the 32.0 MiB")
                 && reason.contains("2 messages")

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use chorus_proto::domain::{Failure, FailureKind};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -55,9 +56,10 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         .await
         .with_context(|| format!("cannot open the database in {}", data_dir.display()))?;
     let interrupted = store
-        .fail_unfinished_threads(
+        .fail_unfinished_threads(&Failure::new(
+            FailureKind::Interrupted,
             "chorus stopped while this thread was running; send the message again to retry",
-        )
+        ))
         .await?;
     if interrupted > 0 {
         tracing::warn!(
@@ -288,9 +290,10 @@ impl Running {
     pub async fn shut_down(self) -> anyhow::Result<()> {
         self.workers.stop_all().await;
         self.runs
-            .fail_all(
+            .fail_all(&Failure::new(
+                FailureKind::Interrupted,
                 "chorus shut down while this thread was running; send the message again to retry",
-            )
+            ))
             .await;
         self.shutdown.cancel();
         self.connections.close();

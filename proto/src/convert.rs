@@ -4,9 +4,9 @@
 //! required part is a [`ProtocolError`], never a silently defaulted value.
 
 use crate::domain::{
-    AgentChange, AgentSettings, ChatMessage, ControlCommand, ModelRoute, ResourceLimits,
-    RetryPolicy, Role, RunAssignment, SandboxPolicy, StepEnded, StepKind, StepStarted, TaskEnd,
-    TaskReport, ToolCall, ToolDecision, ToolResult, Usage, WorkerEvent,
+    AgentChange, AgentSettings, ChatMessage, ControlCommand, FailureKind, ModelRoute,
+    ResourceLimits, RetryPolicy, Role, RunAssignment, SandboxPolicy, StepEnded, StepKind,
+    StepStarted, TaskEnd, TaskReport, ToolCall, ToolDecision, ToolResult, Usage, WorkerEvent,
 };
 use crate::generated as pb;
 use pb::control_message::Body as ControlBody;
@@ -410,6 +410,53 @@ fn step_kind_from_wire(value: i32) -> Result<StepKind, ProtocolError> {
     }
 }
 
+impl From<FailureKind> for pb::FailureKind {
+    fn from(kind: FailureKind) -> Self {
+        match kind {
+            FailureKind::Cancelled => pb::FailureKind::Cancelled,
+            FailureKind::Killed => pb::FailureKind::Killed,
+            FailureKind::Interrupted => pb::FailureKind::Interrupted,
+            FailureKind::ModelError => pb::FailureKind::ModelError,
+            FailureKind::BadOutput => pb::FailureKind::BadOutput,
+            FailureKind::ToolCrash => pb::FailureKind::ToolCrash,
+            FailureKind::Limit => pb::FailureKind::Limit,
+            FailureKind::Config => pb::FailureKind::Config,
+            FailureKind::Internal => pb::FailureKind::Internal,
+        }
+    }
+}
+
+/// The one exception to "missing is an error": a `RunFailed` whose kind is unset or
+/// unknown still ends its run, as `Internal` with the value named in its text.
+/// Refusing it would drop the only message that ends the run (a malformed message is
+/// skipped), leaving its thread `running` with the reason lost.
+fn run_failed_from_wire(r: pb::RunFailed) -> WorkerEvent {
+    let (kind, error) = match pb::FailureKind::try_from(r.kind) {
+        Ok(pb::FailureKind::Cancelled) => (FailureKind::Cancelled, r.error),
+        Ok(pb::FailureKind::Killed) => (FailureKind::Killed, r.error),
+        Ok(pb::FailureKind::Interrupted) => (FailureKind::Interrupted, r.error),
+        Ok(pb::FailureKind::ModelError) => (FailureKind::ModelError, r.error),
+        Ok(pb::FailureKind::BadOutput) => (FailureKind::BadOutput, r.error),
+        Ok(pb::FailureKind::ToolCrash) => (FailureKind::ToolCrash, r.error),
+        Ok(pb::FailureKind::Limit) => (FailureKind::Limit, r.error),
+        Ok(pb::FailureKind::Config) => (FailureKind::Config, r.error),
+        Ok(pb::FailureKind::Internal) => (FailureKind::Internal, r.error),
+        Ok(pb::FailureKind::Unspecified) | Err(_) => (
+            FailureKind::Internal,
+            format!(
+                "{} (the worker sent failure kind {}, which this control plane does not know; \
+                 is the worker from another version of chorus?)",
+                r.error, r.kind
+            ),
+        ),
+    };
+    WorkerEvent::RunFailed {
+        run_id: r.run_id,
+        kind,
+        error,
+    }
+}
+
 impl From<WorkerEvent> for pb::WorkerMessage {
     fn from(event: WorkerEvent) -> Self {
         let body = match event {
@@ -447,9 +494,15 @@ impl From<WorkerEvent> for pb::WorkerMessage {
             WorkerEvent::RunCompleted { run_id, final_text } => {
                 WorkerBody::RunCompleted(pb::RunCompleted { run_id, final_text })
             }
-            WorkerEvent::RunFailed { run_id, error } => {
-                WorkerBody::RunFailed(pb::RunFailed { run_id, error })
-            }
+            WorkerEvent::RunFailed {
+                run_id,
+                kind,
+                error,
+            } => WorkerBody::RunFailed(pb::RunFailed {
+                run_id,
+                error,
+                kind: pb::FailureKind::from(kind) as i32,
+            }),
             WorkerEvent::TextDelta { run_id, step, text } => {
                 WorkerBody::TextDelta(pb::TextDelta { run_id, step, text })
             }
@@ -518,10 +571,7 @@ impl TryFrom<pb::WorkerMessage> for WorkerEvent {
                 run_id: r.run_id,
                 final_text: r.final_text,
             },
-            WorkerBody::RunFailed(r) => WorkerEvent::RunFailed {
-                run_id: r.run_id,
-                error: r.error,
-            },
+            WorkerBody::RunFailed(r) => run_failed_from_wire(r),
             WorkerBody::TextDelta(t) => WorkerEvent::TextDelta {
                 run_id: t.run_id,
                 step: t.step,
@@ -606,6 +656,7 @@ mod tests {
             },
             WorkerEvent::RunFailed {
                 run_id: "r".into(),
+                kind: FailureKind::ModelError,
                 error: "boom".into(),
             },
             WorkerEvent::TextDelta {
@@ -775,5 +826,51 @@ mod tests {
             ControlCommand::try_from(no_agent),
             Err(ProtocolError::MissingField { .. })
         ));
+    }
+
+    #[test]
+    fn every_failure_kind_survives_the_wire_and_its_name() {
+        for kind in FailureKind::ALL {
+            let event = WorkerEvent::RunFailed {
+                run_id: "r".into(),
+                kind,
+                error: "why".into(),
+            };
+            let wire = pb::WorkerMessage::from(event.clone());
+            assert_eq!(WorkerEvent::try_from(wire).unwrap(), event);
+            assert_eq!(FailureKind::parse(kind.as_str()), Some(kind));
+            assert_eq!(
+                serde_json::to_value(kind).unwrap(),
+                serde_json::json!(kind.as_str())
+            );
+        }
+        assert_eq!(FailureKind::parse("oops"), None);
+    }
+
+    #[test]
+    fn a_run_failure_of_unknown_kind_still_ends_the_run_as_internal_naming_the_value() {
+        for value in [pb::FailureKind::Unspecified as i32, 99] {
+            let wire = pb::WorkerMessage {
+                body: Some(WorkerBody::RunFailed(pb::RunFailed {
+                    run_id: "r".into(),
+                    error: "boom".into(),
+                    kind: value,
+                })),
+            };
+            let Ok(WorkerEvent::RunFailed {
+                run_id,
+                kind,
+                error,
+            }) = WorkerEvent::try_from(wire)
+            else {
+                panic!("a run failure must not be refused");
+            };
+            assert_eq!((run_id.as_str(), kind), ("r", FailureKind::Internal));
+            assert!(
+                error.starts_with("boom (the worker sent failure kind ")
+                    && error.contains(&value.to_string()),
+                "{error}"
+            );
+        }
     }
 }

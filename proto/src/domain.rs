@@ -321,6 +321,84 @@ impl StepKind {
     }
 }
 
+/// How a run ended without the model finishing its turn: what a program (a frontend,
+/// a retry policy) chooses on. The text beside it is for people.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// Cancelled by Chorus (a `CancelRun`, the worker shutting down).
+    Cancelled,
+    /// Ended by a person (e.g. its agent was destroyed).
+    Killed,
+    /// Its worker died, hung or lost its link, or chorus stopped under it: not the
+    /// run's fault; sending the message again may well succeed.
+    Interrupted,
+    /// The provider refused the call, kept failing until the retries ran out, or the
+    /// conversation no longer fits the model's context window.
+    ModelError,
+    /// The model kept giving replies that cannot be used.
+    BadOutput,
+    /// A tool failed in a way the model could not be told about. Nothing produces it
+    /// yet: a tool's error (even a panic) is a result the model reads.
+    ToolCrash,
+    /// A bound was reached: model calls per run, the size of a reply or of one
+    /// message on the link, what a run may store.
+    Limit,
+    /// The agent cannot run as configured (no model or provider, an unusable
+    /// permission profile).
+    Config,
+    /// Anything else: a bug, or a worker that sent a kind this build does not know.
+    Internal,
+}
+
+impl FailureKind {
+    pub const ALL: [FailureKind; 9] = [
+        FailureKind::Cancelled,
+        FailureKind::Killed,
+        FailureKind::Interrupted,
+        FailureKind::ModelError,
+        FailureKind::BadOutput,
+        FailureKind::ToolCrash,
+        FailureKind::Limit,
+        FailureKind::Config,
+        FailureKind::Internal,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Cancelled => "cancelled",
+            FailureKind::Killed => "killed",
+            FailureKind::Interrupted => "interrupted",
+            FailureKind::ModelError => "model_error",
+            FailureKind::BadOutput => "bad_output",
+            FailureKind::ToolCrash => "tool_crash",
+            FailureKind::Limit => "limit",
+            FailureKind::Config => "config",
+            FailureKind::Internal => "internal",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<FailureKind> {
+        FailureKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// Why a thread failed: its kind, for programs, and what to do, for people.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub kind: FailureKind,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Failure {
+        Failure {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepStarted {
     pub run_id: String,
@@ -362,6 +440,7 @@ pub enum WorkerEvent {
     },
     RunFailed {
         run_id: String,
+        kind: FailureKind,
         error: String,
     },
     /// Streamed text of an LLM-call step, for live views; not stored.

@@ -79,7 +79,9 @@ fn upper_bound(event: &WorkerEvent) -> usize {
             run_id,
             final_text: t,
         }
-        | WorkerEvent::RunFailed { run_id, error: t }
+        | WorkerEvent::RunFailed {
+            run_id, error: t, ..
+        }
         | WorkerEvent::TextDelta {
             run_id, text: t, ..
         } => run_id.len() + t.len(),

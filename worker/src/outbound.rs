@@ -34,8 +34,13 @@ pub fn fit(event: WorkerEvent) -> Result<WorkerEvent, TooLarge> {
             s.description = cut(s.description);
             Ok(WorkerEvent::StepStarted(s))
         }
-        WorkerEvent::RunFailed { run_id, error } => Ok(WorkerEvent::RunFailed {
+        WorkerEvent::RunFailed {
             run_id,
+            kind,
+            error,
+        } => Ok(WorkerEvent::RunFailed {
+            run_id,
+            kind,
             error: cut(error),
         }),
         WorkerEvent::RunCompleted { run_id, final_text } => Ok(WorkerEvent::RunCompleted {
@@ -87,7 +92,7 @@ pub fn cap_tool_result(content: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chorus_proto::domain::{ChatMessage, StepKind, StepStarted, ToolCall};
+    use chorus_proto::domain::{ChatMessage, FailureKind, StepKind, StepStarted, ToolCall};
 
     fn huge() -> String {
         "x".repeat(MAX_LINK_MESSAGE_BYTES + 1)
@@ -97,6 +102,7 @@ mod tests {
     fn small_events_pass_unchanged() {
         let event = WorkerEvent::RunFailed {
             run_id: "r".into(),
+            kind: FailureKind::Internal,
             error: "boom".into(),
         };
         assert_eq!(fit(event.clone()), Ok(event));
@@ -150,12 +156,14 @@ mod tests {
         };
         assert!(step.description.len() <= MAX_TOOL_RESULT_BYTES);
         assert!(step.description.contains("to fit the link"));
-        let Ok(WorkerEvent::RunFailed { error, .. }) = fit(WorkerEvent::RunFailed {
+        let Ok(WorkerEvent::RunFailed { error, kind, .. }) = fit(WorkerEvent::RunFailed {
             run_id: "r".into(),
+            kind: FailureKind::Limit,
             error: huge(),
         }) else {
             panic!("an error is shortened, not refused");
         };
+        assert_eq!(kind, FailureKind::Limit, "the kind survives the cut");
         assert!(error.len() <= MAX_TOOL_RESULT_BYTES);
     }
 

@@ -223,6 +223,7 @@ impl Runner {
                         tracing::warn!(error = %e, "run failed");
                         sink.send(WorkerEvent::RunFailed {
                             run_id: run.run_id.clone(),
+                            kind: e.kind(),
                             error: e.to_string(),
                         });
                     }
@@ -259,5 +260,67 @@ fn apply(agent: &mut LiveAgent, change: AgentChange) {
     }
     if let Some(tools) = change.tools {
         agent.tools = Some(tools);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chorus_proto::domain::FailureKind;
+
+    use crate::model::ModelError;
+    use crate::outbound::TooLarge;
+    use crate::tool_loop::LoopError;
+
+    #[test]
+    fn every_way_a_run_fails_is_sent_with_its_kind() {
+        let cases = [
+            (
+                LoopError::Model(ModelError::Fatal("401 bad key".into())),
+                FailureKind::ModelError,
+            ),
+            (
+                LoopError::Model(ModelError::ContextLength("too long".into())),
+                FailureKind::ModelError,
+            ),
+            (
+                LoopError::Model(ModelError::retryable("503")),
+                FailureKind::ModelError,
+            ),
+            (
+                LoopError::GaveUp {
+                    attempts: 3,
+                    elapsed: std::time::Duration::from_secs(1),
+                    last: "503".into(),
+                },
+                FailureKind::ModelError,
+            ),
+            (
+                LoopError::Model(ModelError::TooLarge("reply exceeded 16 MiB".into())),
+                FailureKind::Limit,
+            ),
+            (LoopError::CutOff { continuations: 3 }, FailureKind::Limit),
+            (
+                LoopError::BadOutput {
+                    count: 3,
+                    last: "a call to no tool".into(),
+                },
+                FailureKind::BadOutput,
+            ),
+            (LoopError::IterationCap(50), FailureKind::Limit),
+            (
+                LoopError::TooLarge(TooLarge {
+                    what: "the model's reply",
+                    len: 40 << 20,
+                }),
+                FailureKind::Limit,
+            ),
+            (
+                LoopError::Cancelled("the run was cancelled".into()),
+                FailureKind::Cancelled,
+            ),
+        ];
+        for (error, kind) in cases {
+            assert_eq!(error.kind(), kind, "{error}");
+        }
     }
 }

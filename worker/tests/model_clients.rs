@@ -135,7 +135,7 @@ async fn an_endless_reply_is_cut_off_at_the_bound_naming_it() {
             .await
             .unwrap_err();
         assert!(
-            matches!(&error, ModelError::Fatal(m) if m.contains(&format!("exceeded {} MiB", MAX_REPLY_BYTES >> 20))),
+            matches!(&error, ModelError::TooLarge(m) if m.contains(&format!("exceeded {} MiB", MAX_REPLY_BYTES >> 20))),
             "{wire:?}: {error:?}"
         );
         eprintln!("{wire:?}: cut off after {:?}", started.elapsed());

@@ -23,7 +23,7 @@ use crate::providers::catalog::Catalog;
 use crate::runs::Runs;
 use crate::store::{AgentRecord, AgentUpdate, AuditEntry, NewAgent, Store, StoreError};
 use crate::workers::WorkerManager;
-use chorus_proto::domain::AgentChange;
+use chorus_proto::domain::{AgentChange, Failure, FailureKind};
 use files::{AgentDir, FilesError};
 use name::NameError;
 
@@ -567,7 +567,10 @@ impl AgentService {
         self.runs
             .fail_agent_runs(
                 name,
-                "the agent was destroyed while this thread was running",
+                &Failure::new(
+                    FailureKind::Killed,
+                    "the agent was destroyed while this thread was running",
+                ),
             )
             .await;
         if let Err(e) = self.store.mark_agent_destroyed(name, !keep_files).await {

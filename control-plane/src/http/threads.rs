@@ -16,7 +16,7 @@ use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
 use crate::feed::ThreadEvent;
 use axum::routing::{get, post};
-use chorus_proto::domain::{ChatMessage, StepKind, Usage};
+use chorus_proto::domain::{ChatMessage, FailureKind, StepKind, Usage};
 use serde::{Deserialize, Serialize};
 
 use super::agents::active_agent;
@@ -76,7 +76,11 @@ struct ThreadSummary {
     created_at: String,
     updated_at: String,
     ended_at: Option<String>,
+    /// Why the thread failed, for people; null unless it failed.
     error: Option<String>,
+    /// How it failed, for programs (`interrupted`, `model_error`, `limit` …); null
+    /// unless it failed (and for threads that failed before kinds were recorded).
+    failure_kind: Option<FailureKind>,
 }
 
 impl From<ThreadRecord> for ThreadSummary {
@@ -88,6 +92,7 @@ impl From<ThreadRecord> for ThreadSummary {
             updated_at: t.updated_at,
             ended_at: t.ended_at,
             error: t.error,
+            failure_kind: t.failure_kind,
         }
     }
 }
@@ -299,9 +304,11 @@ async fn thread_events(
         .await?
         .ok_or_else(not_found)?;
     let finished = thread.status.is_finished();
-    let first = Event::default()
-        .event("status")
-        .data(json!({"status": thread.status.as_str(), "error": thread.error}).to_string());
+    let first = Event::default().event("status").data(
+        json!({"status": thread.status.as_str(), "error": thread.error,
+                   "failure_kind": thread.failure_kind})
+        .to_string(),
+    );
     let agent_name = agent.name;
     let live = BroadcastStream::new(receiver)
         .filter_map(move |item| {

@@ -84,6 +84,13 @@ fn migrator() -> Migrator {
             include_str!("../../migrations/sqlite/0006_agent_network.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            7,
+            Cow::Borrowed("failure kind"),
+            MigrationType::Simple,
+            include_str!("../../migrations/sqlite/0007_failure_kind.sql").into_sql_str(),
+            false,
+        ),
     ];
     Migrator::with_migrations(migrations)
 }

@@ -1,6 +1,8 @@
 //! Threads, their messages and their step history.
 
-use chorus_proto::domain::{ChatMessage, Role, StepEnded, StepKind, StepStarted, ToolCall, Usage};
+use chorus_proto::domain::{
+    ChatMessage, Failure, FailureKind, Role, StepEnded, StepKind, StepStarted, ToolCall, Usage,
+};
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
@@ -50,7 +52,11 @@ pub struct ThreadRecord {
     pub created_at: String,
     pub updated_at: String,
     pub ended_at: Option<String>,
+    /// Why it failed, for people.
     pub error: Option<String>,
+    /// How it failed, for programs; `None` unless it failed (and for threads that
+    /// failed before kinds were recorded).
+    pub failure_kind: Option<FailureKind>,
     /// Who started the thread (`api`, a Discord user id …).
     pub created_by: Option<String>,
 }
@@ -76,6 +82,13 @@ pub struct StepRecord {
 
 fn thread_from_row(row: &SqliteRow) -> Result<ThreadRecord, StoreError> {
     let status: String = row.try_get("status")?;
+    let failure_kind = match row.try_get::<Option<String>, _>("failure_kind")? {
+        Some(kind) => Some(FailureKind::parse(&kind).ok_or(StoreError::Corrupt {
+            column: "threads.failure_kind",
+            value: kind,
+        })?),
+        None => None,
+    };
     Ok(ThreadRecord {
         agent_name: row.try_get("agent_name")?,
         id: row.try_get::<i64, _>("id")? as u64,
@@ -87,6 +100,7 @@ fn thread_from_row(row: &SqliteRow) -> Result<ThreadRecord, StoreError> {
         updated_at: row.try_get("updated_at")?,
         ended_at: row.try_get("ended_at")?,
         error: row.try_get("error")?,
+        failure_kind,
         created_by: row.try_get("created_by")?,
     })
 }
@@ -177,8 +191,8 @@ impl Store {
 
     pub async fn thread(&self, agent: &str, id: u64) -> Result<Option<ThreadRecord>, StoreError> {
         let row = sqlx::query(
-            "SELECT agent_name, id, status, created_at, updated_at, ended_at, error, created_by \
-             FROM threads WHERE agent_name = $1 AND id = $2",
+            "SELECT agent_name, id, status, created_at, updated_at, ended_at, error, failure_kind, \
+             created_by FROM threads WHERE agent_name = $1 AND id = $2",
         )
         .bind(agent)
         .bind(id as i64)
@@ -189,8 +203,8 @@ impl Store {
 
     pub async fn threads(&self, agent: &str) -> Result<Vec<ThreadRecord>, StoreError> {
         let rows = sqlx::query(
-            "SELECT agent_name, id, status, created_at, updated_at, ended_at, error, created_by \
-             FROM threads WHERE agent_name = $1 ORDER BY id",
+            "SELECT agent_name, id, status, created_at, updated_at, ended_at, error, failure_kind, \
+             created_by FROM threads WHERE agent_name = $1 ORDER BY id",
         )
         .bind(agent)
         .fetch_all(&self.pool)
@@ -198,28 +212,31 @@ impl Store {
         rows.iter().map(thread_from_row).collect()
     }
 
-    /// Moves a thread to `status`. Finishing a thread also closes any step left open.
-    /// A finished thread is never moved again, so a late event cannot resurrect it.
+    /// Moves a thread to `status`, with the failure when it failed. Finishing a
+    /// thread also closes any step left open. A finished thread is never moved again,
+    /// so a late event cannot resurrect it.
     pub async fn set_thread_status(
         &self,
         agent: &str,
         id: u64,
         status: ThreadStatus,
-        error: Option<&str>,
+        failure: Option<&Failure>,
     ) -> Result<bool, StoreError> {
         let at = now();
         let ended_at = status.is_finished().then(|| at.clone());
         let mut tx = self.begin_write().await?;
         let done = sqlx::query(
-            "UPDATE threads SET status = $3, error = COALESCE($4, error), updated_at = $5, ended_at = $6 \
+            "UPDATE threads SET status = $3, error = COALESCE($4, error), \
+             failure_kind = COALESCE($7, failure_kind), updated_at = $5, ended_at = $6 \
              WHERE agent_name = $1 AND id = $2 AND status NOT IN ('completed', 'failed')",
         )
         .bind(agent)
         .bind(id as i64)
         .bind(status.as_str())
-        .bind(error)
+        .bind(failure.map(|f| f.message.as_str()))
         .bind(&at)
         .bind(&ended_at)
+        .bind(failure.map(|f| f.kind.as_str()))
         .execute(&mut *tx)
         .await?;
         if status.is_finished() {
@@ -237,17 +254,18 @@ impl Store {
         Ok(done.rows_affected() > 0)
     }
 
-    /// Marks every unfinished thread failed; used at start-up for threads whose
-    /// control plane died under them. Returns how many were failed.
-    pub async fn fail_unfinished_threads(&self, reason: &str) -> Result<u64, StoreError> {
+    /// Marks every unfinished thread failed with `failure`; used at start-up for
+    /// threads whose control plane died under them. Returns how many were failed.
+    pub async fn fail_unfinished_threads(&self, failure: &Failure) -> Result<u64, StoreError> {
         let at = now();
         let mut tx = self.begin_write().await?;
         let done = sqlx::query(
-            "UPDATE threads SET status = 'failed', error = $1, updated_at = $2, ended_at = $2 \
-             WHERE status NOT IN ('completed', 'failed')",
+            "UPDATE threads SET status = 'failed', error = $1, failure_kind = $3, updated_at = $2, \
+             ended_at = $2 WHERE status NOT IN ('completed', 'failed')",
         )
-        .bind(reason)
+        .bind(&failure.message)
         .bind(&at)
+        .bind(failure.kind.as_str())
         .execute(&mut *tx)
         .await?;
         sqlx::query("UPDATE thread_steps SET ended_at = $1, failed = 1 WHERE ended_at IS NULL")
@@ -603,9 +621,10 @@ mod tests {
             )
             .await
             .unwrap();
+        let died = Failure::new(FailureKind::Interrupted, "worker died");
         assert!(
             store
-                .set_thread_status("a", t, ThreadStatus::Failed, Some("worker died"))
+                .set_thread_status("a", t, ThreadStatus::Failed, Some(&died))
                 .await
                 .unwrap()
         );
@@ -618,9 +637,82 @@ mod tests {
         let thread = store.thread("a", t).await.unwrap().unwrap();
         assert_eq!(thread.status, ThreadStatus::Failed);
         assert_eq!(thread.error.as_deref(), Some("worker died"));
+        assert_eq!(thread.failure_kind, Some(FailureKind::Interrupted));
         let steps = store.thread_steps("a", t).await.unwrap();
         assert!(steps[0].ended_at.is_some() && steps[0].failed);
         assert_eq!(store.next_step_number("a", t).await.unwrap(), 2);
+    }
+
+    #[tokio::test]
+    async fn the_failure_kind_is_kept_with_the_thread_and_only_for_failures() {
+        let (store, _dir) = test_store_with_agent().await;
+        let mut ids = Vec::new();
+        for _ in 0..4 {
+            ids.push(
+                store
+                    .start_thread("a", &ChatMessage::user("x"), "api")
+                    .await
+                    .unwrap(),
+            );
+        }
+        let over = Failure::new(FailureKind::Limit, "stopped after 50 model calls");
+        store
+            .set_thread_status("a", ids[0], ThreadStatus::Failed, Some(&over))
+            .await
+            .unwrap();
+        store
+            .set_thread_status("a", ids[1], ThreadStatus::Completed, None)
+            .await
+            .unwrap();
+        // Waiting and back does not invent a failure.
+        store
+            .set_thread_status("a", ids[2], ThreadStatus::WaitingForPermission, None)
+            .await
+            .unwrap();
+        // Start-up repair: what is left unfinished was interrupted.
+        let stopped = Failure::new(FailureKind::Interrupted, "chorus stopped");
+        assert_eq!(store.fail_unfinished_threads(&stopped).await.unwrap(), 2);
+        let seen: Vec<_> = store
+            .threads("a")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| (t.status, t.failure_kind, t.error))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (
+                    ThreadStatus::Failed,
+                    Some(FailureKind::Limit),
+                    Some("stopped after 50 model calls".into())
+                ),
+                (ThreadStatus::Completed, None, None),
+                (
+                    ThreadStatus::Failed,
+                    Some(FailureKind::Interrupted),
+                    Some("chorus stopped".into())
+                ),
+                (
+                    ThreadStatus::Failed,
+                    Some(FailureKind::Interrupted),
+                    Some("chorus stopped".into())
+                ),
+            ]
+        );
+        // A kind this build does not know is a corrupt row, never a guess.
+        sqlx::query("UPDATE threads SET failure_kind = 'mystery' WHERE id = $1")
+            .bind(ids[0] as i64)
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        assert!(matches!(
+            store.thread("a", ids[0]).await,
+            Err(StoreError::Corrupt {
+                column: "threads.failure_kind",
+                ..
+            })
+        ));
     }
 
     #[tokio::test]

@@ -263,7 +263,7 @@ fn silent(provider: &str, limits: &CallLimits, what: &str) -> ModelError {
 }
 
 fn too_big(provider: &str, what: &str, bound: usize) -> ModelError {
-    ModelError::Fatal(format!(
+    ModelError::TooLarge(format!(
         "the reply from '{provider}' was refused: {what} exceeded {} MiB (the bound on one {what}); \
          the model may be stuck repeating itself, or the server is not a chat-completions server. \
          Try again, or use another model",

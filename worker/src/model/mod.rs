@@ -161,6 +161,11 @@ pub enum ModelError {
     /// run fails with this message, which names the provider and what to check.
     #[error("{0}")]
     Fatal(String),
+    /// The reply went over a bound on its size (a model stuck repeating itself, a
+    /// server that is not a model server). Retrying would most likely repeat it: the
+    /// run fails with this message, which names the bound.
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 impl ModelError {

@@ -159,6 +159,26 @@ pub enum LoopError {
     TooLarge(crate::outbound::TooLarge),
 }
 
+impl LoopError {
+    /// The kind of ending the control plane records and frontends choose on. One
+    /// exhaustive `match`, so a new way to fail must be classified to build.
+    pub fn kind(&self) -> chorus_proto::domain::FailureKind {
+        use chorus_proto::domain::FailureKind;
+        match self {
+            LoopError::Model(ModelError::TooLarge(_)) => FailureKind::Limit,
+            LoopError::Model(
+                ModelError::Retryable { .. } | ModelError::ContextLength(_) | ModelError::Fatal(_),
+            )
+            | LoopError::GaveUp { .. } => FailureKind::ModelError,
+            LoopError::BadOutput { .. } => FailureKind::BadOutput,
+            LoopError::IterationCap(_) | LoopError::TooLarge(_) | LoopError::CutOff { .. } => {
+                FailureKind::Limit
+            }
+            LoopError::Cancelled(_) => FailureKind::Cancelled,
+        }
+    }
+}
+
 /// Consecutive unusable replies tolerated before the run fails.
 pub const MAX_BAD_REPLIES: u32 = 3;
 

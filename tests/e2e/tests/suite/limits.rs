@@ -109,6 +109,7 @@ async fn a_reply_over_the_link_limit_fails_only_its_own_run() -> anyhow::Result<
         .wait_thread_finished("wordy", big, Duration::from_secs(90))
         .await?;
     assert_eq!(thread["status"], "failed", "{thread:#}");
+    assert_eq!(thread["failure_kind"], "limit", "{thread:#}");
     let error = thread["error"].as_str().unwrap_or_default();
     eprintln!("the user reads: {error}");
     assert!(

@@ -140,10 +140,17 @@ async fn a_restarted_control_plane_ends_what_a_killed_one_left() -> anyhow::Resu
 
     let killed = Instant::now();
     chorus.kill().await?;
-    let _next = builder(&model).data_dir(data).start().await?;
+    let next = builder(&model).data_dir(data).start().await?;
     let took = wait_all_gone(&marker, killed).await?;
     eprintln!(
         "last tool process gone {took:?} after the control plane's SIGKILL (restart included)"
+    );
+    // The thread the killed control plane left running was failed at start-up.
+    let thread = next.thread("digger", 1).await?;
+    assert_eq!(
+        (&thread["status"], &thread["failure_kind"]),
+        (&json!("failed"), &json!("interrupted")),
+        "{thread:#}"
     );
     Ok(())
 }

@@ -284,6 +284,7 @@ async fn retries_stop_at_the_attempt_limit_with_the_last_error() -> anyhow::Resu
         .wait_thread_finished("limited", id, Duration::from_secs(30))
         .await?;
     assert_eq!(thread["status"], "failed");
+    assert_eq!(thread["failure_kind"], "model_error", "{thread:#}");
     let error = thread["error"].as_str().unwrap();
     assert!(
         error.contains("gave up on the model after 2 attempts"),
@@ -492,6 +493,7 @@ async fn bad_model_output_becomes_errors_the_model_can_fix_within_a_bound() -> a
         .wait_thread_finished("sloppy", id, Duration::from_secs(30))
         .await?;
     assert_eq!(thread["status"], "failed");
+    assert_eq!(thread["failure_kind"], "bad_output", "{thread:#}");
     let error = thread["error"].as_str().unwrap();
     assert!(error.contains("3 unusable replies in a row"), "{error}");
     let told = model.requests()[4].body["messages"].to_string();
@@ -615,7 +617,7 @@ async fn model_text_streams_live_to_the_thread_event_feed() -> anyhow::Result<()
         events.last().unwrap(),
         &(
             "status".to_string(),
-            json!({"status": "completed", "error": null})
+            json!({"status": "completed", "error": null, "failure_kind": null})
         )
     );
 
@@ -627,7 +629,7 @@ async fn model_text_streams_live_to_the_thread_event_feed() -> anyhow::Result<()
         again,
         vec![(
             "status".to_string(),
-            json!({"status": "completed", "error": null})
+            json!({"status": "completed", "error": null, "failure_kind": null})
         )]
     );
     Ok(())

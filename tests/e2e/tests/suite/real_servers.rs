@@ -72,6 +72,7 @@ async fn a_context_overflow_answered_with_an_empty_stream_fails_with_the_real_re
     let started = Instant::now();
     let thread = run_one(&chorus, "overflow", "hello").await?;
     assert_eq!(thread["status"], "failed", "{thread:#}");
+    assert_eq!(thread["failure_kind"], "model_error", "{thread:#}");
     let error = thread["error"].as_str().unwrap_or_default();
     assert!(error.contains("too long for the model"), "{error}");
     assert!(error.contains("exceed context window"), "{error}");
@@ -154,6 +155,7 @@ async fn an_endless_reply_is_cut_off_and_the_worker_stays_small() -> anyhow::Res
         .await?;
     let took = started.elapsed();
     assert_eq!(thread["status"], "failed", "{thread:#}");
+    assert_eq!(thread["failure_kind"], "limit", "{thread:#}");
     let error = thread["error"].as_str().unwrap_or_default();
     assert!(error.contains("exceeded 16 MiB"), "{error}");
     let peak = peak_rss_kib(pid);

@@ -161,6 +161,7 @@ async fn without_a_provider_a_message_fails_its_thread_with_a_clear_reason() -> 
         .wait_thread_finished("lonely", id, Duration::from_secs(10))
         .await?;
     assert_eq!(thread["status"], "failed");
+    assert_eq!(thread["failure_kind"], "config", "{thread:#}");
     let error = thread["error"].as_str().unwrap();
     assert!(error.contains("no model provider configured"), "{error}");
     assert!(error.contains("OPENAI_API_KEY"), "{error}");

@@ -46,6 +46,7 @@ async fn a_worker_killed_mid_run_fails_its_thread_and_is_replaced() -> anyhow::R
         1
     );
 
+    let mut feed = chorus.open_thread_events("fragile", id).await?;
     process::signal(first_pid, Signal::SIGKILL);
     let killed_at = Instant::now();
     let thread = chorus
@@ -54,6 +55,16 @@ async fn a_worker_killed_mid_run_fails_its_thread_and_is_replaced() -> anyhow::R
         })
         .await?;
     eprintln!("worker death noticed after {:?}", killed_at.elapsed());
+    // Programs read the kind, not the text; the live feed's final status says the same.
+    assert_eq!(thread["failure_kind"], "interrupted", "{thread:#}");
+    let events = tokio::time::timeout(Duration::from_secs(5), feed.rest()).await??;
+    let (kind, last) = events.last().unwrap();
+    assert_eq!(kind, "status", "{events:#?}");
+    assert_eq!(
+        (&last["status"], &last["failure_kind"], &last["error"]),
+        (&json!("failed"), &json!("interrupted"), &thread["error"]),
+        "{events:#?}"
+    );
     let error = thread["error"].as_str().unwrap();
     assert!(error.contains(&format!("pid {first_pid}")), "{error}");
     assert!(error.contains("SIGKILL"), "{error}");
@@ -125,6 +136,7 @@ async fn a_hung_worker_is_noticed_by_its_silence_killed_and_replaced() -> anyhow
         })
         .await?;
     eprintln!("hung worker noticed after {:?}", stopped_at.elapsed());
+    assert_eq!(thread["failure_kind"], "interrupted", "{thread:#}");
     let error = thread["error"].as_str().unwrap();
     assert!(
         error.contains(&format!("pid {hung_pid}")) && error.contains("stopped responding"),
