@@ -38,7 +38,7 @@ impl ThreadEvent {
         self.kind == "status"
             && matches!(
                 self.data.get("status").and_then(Value::as_str),
-                Some("completed" | "failed")
+                Some("completed" | "failed" | "killed")
             )
     }
 }

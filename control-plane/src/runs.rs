@@ -697,6 +697,63 @@ impl Runs {
         }
     }
 
+    /// Kills a thread (E4): its run is taken off the queue or cancelled in its worker
+    /// (which ends the model call, kills the running tool's process group and frees
+    /// its file locks), a question it waits on is withdrawn (a deny), and the thread
+    /// ends `killed` with its history so far. Returns whether it was still going;
+    /// a thread with no run here (ended, or never started) is left as it is.
+    pub async fn kill_thread(
+        &self,
+        agent: &str,
+        thread_id: u64,
+        user: &str,
+    ) -> Result<bool, StoreError> {
+        let run = {
+            let mut agents = self.agents();
+            let Some(runs) = agents.get_mut(agent) else {
+                return Ok(false);
+            };
+            let Some(run_id) = runs
+                .active
+                .iter()
+                .find(|(_, run)| run.thread_id == thread_id)
+                .map(|(id, _)| id.clone())
+            else {
+                return Ok(false);
+            };
+            runs.pending.retain(|id| *id != run_id);
+            runs.active.remove(&run_id).map(|run| (run_id, run))
+        };
+        let Some((run_id, run)) = run else {
+            return Ok(false);
+        };
+        let reason = format!("killed by {user}");
+        if run.delivered_to.is_some()
+            && let Some((_, sender)) = self.registry.sender(agent)
+        {
+            let _ = sender.send(ControlCommand::CancelRun {
+                run_id: run_id.clone(),
+                reason: reason.clone(),
+            });
+        }
+        run.span.in_scope(|| tracing::info!(%reason, "run killed"));
+        let failure = Failure::new(FailureKind::Killed, reason);
+        self.end_thread(agent, thread_id, ThreadStatus::Killed, Some(&failure))
+            .await?;
+        Ok(true)
+    }
+
+    /// The threads of `agent` that have a run here (queued or going).
+    pub fn active_threads(&self, agent: &str) -> Vec<u64> {
+        let mut threads: Vec<u64> = self
+            .agents()
+            .get(agent)
+            .map(|runs| runs.active.values().map(|r| r.thread_id).collect())
+            .unwrap_or_default();
+        threads.sort_unstable();
+        threads
+    }
+
     /// Every run of every agent fails with `failure` (shutdown).
     pub async fn fail_all(&self, failure: &Failure) {
         let agents: Vec<String> = self.agents().keys().cloned().collect();

@@ -29,8 +29,11 @@ const MAX_MESSAGE_BYTES: usize = 256 * 1024;
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/agents/{name}/messages", post(send_message))
-        .route("/agents/{name}/threads", get(list_threads))
-        .route("/agents/{name}/threads/{id}", get(show_thread))
+        .route("/agents/{name}/threads", get(list_threads).delete(kill_all))
+        .route(
+            "/agents/{name}/threads/{id}",
+            get(show_thread).delete(kill_thread),
+        )
         .route("/agents/{name}/threads/{id}/events", get(thread_events))
 }
 
@@ -284,6 +287,69 @@ async fn show_thread(
         usage,
         next,
     }))
+}
+
+/// Killing a thread is for those who may run agents: a `viewer` may only look.
+fn may_kill(state: &AppState) -> Result<(), ApiError> {
+    if state.gate.role_of(Some(API_USER)) == crate::gate::grants::Role::Viewer {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "a viewer may not kill threads; ask an operator or an admin",
+        ));
+    }
+    Ok(())
+}
+
+/// `DELETE …/threads/{id}`: kills a thread that is still going (E4). 200 with its
+/// new status; 409 when it had ended already (nothing changes); 404 when unknown.
+async fn kill_thread(
+    State(state): State<AppState>,
+    Path((name, id)): Path<(String, String)>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let agent = active_agent(&state, &name).await?;
+    may_kill(&state)?;
+    let not_found = || ApiError::not_found(format!("agent '{name}' has no thread {id}"));
+    let id: u64 = id.parse().map_err(|_| not_found())?;
+    let thread = state
+        .store
+        .thread(&agent.name, id)
+        .await?
+        .ok_or_else(not_found)?;
+    if !state.runs.kill_thread(&agent.name, id, API_USER).await? {
+        let status = state
+            .store
+            .thread(&agent.name, id)
+            .await?
+            .map_or(thread.status, |t| t.status);
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!(
+                "thread {id} of '{name}' is {} already; nothing to kill",
+                status.as_str()
+            ),
+        ));
+    }
+    Ok(Json(
+        json!({"agent": agent.name, "thread_id": id, "status": "killed"}),
+    ))
+}
+
+/// `DELETE …/threads`: kills every thread of the agent that is still going.
+async fn kill_all(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let agent = active_agent(&state, &name).await?;
+    may_kill(&state)?;
+    let mut killed = Vec::new();
+    for id in state.runs.active_threads(&agent.name) {
+        if state.runs.kill_thread(&agent.name, id, API_USER).await? {
+            killed.push(id);
+        }
+    }
+    Ok(Json(json!({"agent": agent.name, "killed": killed})))
 }
 
 /// `GET …/threads/{id}/events`: the thread live, as server-sent events. First its

@@ -15,6 +15,8 @@ pub enum ThreadStatus {
     Idle,
     Completed,
     Failed,
+    /// Ended by a person (`DELETE …/threads/{id}`); its history so far is kept.
+    Killed,
 }
 
 impl ThreadStatus {
@@ -25,6 +27,7 @@ impl ThreadStatus {
             ThreadStatus::Idle => "idle",
             ThreadStatus::Completed => "completed",
             ThreadStatus::Failed => "failed",
+            ThreadStatus::Killed => "killed",
         }
     }
 
@@ -35,12 +38,16 @@ impl ThreadStatus {
             "idle" => ThreadStatus::Idle,
             "completed" => ThreadStatus::Completed,
             "failed" => ThreadStatus::Failed,
+            "killed" => ThreadStatus::Killed,
             _ => return None,
         })
     }
 
     pub fn is_finished(self) -> bool {
-        matches!(self, ThreadStatus::Completed | ThreadStatus::Failed)
+        matches!(
+            self,
+            ThreadStatus::Completed | ThreadStatus::Failed | ThreadStatus::Killed
+        )
     }
 }
 
@@ -228,7 +235,7 @@ impl Store {
         let done = sqlx::query(
             "UPDATE threads SET status = $3, error = COALESCE($4, error), \
              failure_kind = COALESCE($7, failure_kind), updated_at = $5, ended_at = $6 \
-             WHERE agent_name = $1 AND id = $2 AND status NOT IN ('completed', 'failed')",
+             WHERE agent_name = $1 AND id = $2 AND status NOT IN ('completed', 'failed', 'killed')",
         )
         .bind(agent)
         .bind(id as i64)
@@ -261,7 +268,7 @@ impl Store {
         let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE threads SET status = 'failed', error = $1, failure_kind = $3, updated_at = $2, \
-             ended_at = $2 WHERE status NOT IN ('completed', 'failed')",
+             ended_at = $2 WHERE status NOT IN ('completed', 'failed', 'killed')",
         )
         .bind(&failure.message)
         .bind(&at)

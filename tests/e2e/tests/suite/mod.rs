@@ -13,5 +13,6 @@ mod sandbox;
 mod secrets;
 mod storage;
 mod tasks;
+mod threads;
 mod tool_loop;
 mod workers;

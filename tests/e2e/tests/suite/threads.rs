@@ -1,0 +1,159 @@
+//! Killing threads (E4) through the real binaries: a running command ends with its
+//! whole process group, a question waiting for a person is withdrawn, the history so
+//! far is kept, and the thread says `killed`.
+
+use std::time::{Duration, Instant};
+
+use chorus_test_support::fake_model::tool_call;
+use chorus_test_support::{Chorus, FakeOpenAi, process};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+async fn create(chorus: &Chorus, name: &str, permissions: Value) -> anyhow::Result<()> {
+    let response = chorus
+        .api(Method::POST, "/api/agents")
+        .json(&json!({"name": name, "permissions": permissions}))
+        .send()
+        .await?;
+    anyhow::ensure!(response.status() == 201, "create: {}", response.status());
+    Ok(())
+}
+
+async fn wait_until<F: Fn() -> bool>(
+    what: &str,
+    timeout: Duration,
+    ready: F,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !ready() {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn killing_a_thread_ends_its_command_and_keeps_its_history() -> anyhow::Result<()> {
+    let marker = format!("600.{}{}", std::process::id(), line!());
+    let model = FakeOpenAi::start().await;
+    model.push(tool_call(
+        "c1",
+        "bash",
+        json!({"command": format!("sh -c 'sleep {marker} & sleep {marker}'")}),
+    ));
+    let chorus = Chorus::builder().openai_fake(&model).start().await?;
+    create(&chorus, "busy", json!("open")).await?;
+    let id = chorus.send_message("busy", "wait a long time").await?;
+    wait_until("the command never started", Duration::from_secs(20), || {
+        !process::with_marker(&marker).is_empty()
+    })
+    .await?;
+
+    let started = Instant::now();
+    let response = chorus
+        .api(Method::DELETE, &format!("/api/agents/busy/threads/{id}"))
+        .send()
+        .await?;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await?;
+    assert_eq!(body["status"], "killed");
+    wait_until(
+        "the command outlived its thread",
+        Duration::from_secs(10),
+        || process::with_marker(&marker).is_empty(),
+    )
+    .await?;
+    let gone = started.elapsed();
+    let thread = chorus.thread("busy", id).await?;
+    eprintln!(
+        "killed: thread {}, processes gone after {gone:?}",
+        thread["status"]
+    );
+    assert_eq!(thread["status"], "killed", "{thread:#}");
+    assert_eq!(thread["failure_kind"], "killed");
+    assert_eq!(thread["error"], "killed by api");
+    // The history so far is kept: the request and the call that was running.
+    let messages = thread["messages"].as_array().unwrap();
+    assert_eq!(
+        messages[1]["tool_calls"][0]["name"], "bash",
+        "{messages:#?}"
+    );
+
+    // Killing it again changes nothing.
+    let again = chorus
+        .api(Method::DELETE, &format!("/api/agents/busy/threads/{id}"))
+        .send()
+        .await?;
+    assert_eq!(again.status(), 409);
+    let missing = chorus
+        .api(Method::DELETE, "/api/agents/busy/threads/99")
+        .send()
+        .await?;
+    assert_eq!(missing.status(), 404);
+    // The worker goes on: it was not restarted, and the model was asked nothing more
+    // (the strict fake fails this test at drop otherwise).
+    assert_eq!(chorus.agent("busy").await?["worker"]["restarts"], 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn killing_all_withdraws_a_question_waiting_for_a_person() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.push(tool_call(
+        "c1",
+        "create_file",
+        json!({"path": "plan.md", "content": "x"}),
+    ));
+    let chorus = Chorus::builder().openai_fake(&model).start().await?;
+    create(
+        &chorus,
+        "asker",
+        json!({"allow": [], "ask": ["tool:create_file:.*"]}),
+    )
+    .await?;
+    let id = chorus.send_message("asker", "write the plan").await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let pending: Value = chorus
+            .api(Method::GET, "/api/approvals")
+            .send()
+            .await?
+            .json()
+            .await?;
+        if pending.as_array().is_some_and(|a| !a.is_empty()) {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no question asked: {pending:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+
+    let response = chorus
+        .api(Method::DELETE, "/api/agents/asker/threads")
+        .send()
+        .await?;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await?;
+    assert_eq!(body["killed"], json!([id]));
+    let thread = chorus.thread("asker", id).await?;
+    assert_eq!(thread["status"], "killed", "{thread:#}");
+    let pending: Value = chorus
+        .api(Method::GET, "/api/approvals")
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(pending, json!([]), "the question is withdrawn");
+    assert!(!chorus.agent_dir("asker").join("workspace/plan.md").exists());
+    // Nothing left to kill.
+    let body: Value = chorus
+        .api(Method::DELETE, "/api/agents/asker/threads")
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(body["killed"], json!([]));
+    Ok(())
+}
