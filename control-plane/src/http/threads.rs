@@ -239,13 +239,8 @@ async fn show_thread(
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let (after, limit) = query.parse()?;
     let agent = active_agent(&state, &name).await?;
-    let not_found = || ApiError::not_found(format!("agent '{name}' has no thread {id}"));
-    let id: u64 = id.parse().map_err(|_| not_found())?;
-    let thread = state
-        .store
-        .thread(&agent.name, id)
-        .await?
-        .ok_or_else(not_found)?;
+    let thread = find_thread(&state, &agent.name, &id).await?;
+    let id = thread.id;
     let (messages, more_messages) = state
         .store
         .thread_messages_page(&agent.name, id, after.message, limit, MAX_PAGE_BYTES)
@@ -289,6 +284,13 @@ async fn show_thread(
     }))
 }
 
+/// The thread `id` (as the path gave it) of `agent`, or a 404 that names both.
+async fn find_thread(state: &AppState, agent: &str, id: &str) -> Result<ThreadRecord, ApiError> {
+    let not_found = || ApiError::not_found(format!("agent '{agent}' has no thread {id}"));
+    let id: u64 = id.parse().map_err(|_| not_found())?;
+    state.store.thread(agent, id).await?.ok_or_else(not_found)
+}
+
 /// Killing a thread is for those who may run agents: a `viewer` may only look.
 fn may_kill(state: &AppState) -> Result<(), ApiError> {
     if state.gate.role_of(Some(API_USER)) == crate::gate::grants::Role::Viewer {
@@ -309,13 +311,8 @@ async fn kill_thread(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let agent = active_agent(&state, &name).await?;
     may_kill(&state)?;
-    let not_found = || ApiError::not_found(format!("agent '{name}' has no thread {id}"));
-    let id: u64 = id.parse().map_err(|_| not_found())?;
-    let thread = state
-        .store
-        .thread(&agent.name, id)
-        .await?
-        .ok_or_else(not_found)?;
+    let thread = find_thread(&state, &agent.name, &id).await?;
+    let id = thread.id;
     if !state.runs.kill_thread(&agent.name, id, API_USER).await? {
         let status = state
             .store

@@ -98,20 +98,7 @@ async fn run_with_tools(
     tools: &ToolBox,
 ) -> Outcome {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let (_agent_tx, agent_rx) = watch::channel(LiveAgent {
-        model: ModelSelection {
-            display: "m".into(),
-            route: ModelRoute {
-                provider: "p".into(),
-                api: ModelRoute::OPENAI_CHAT.into(),
-                relay_path: "/llm/p".into(),
-                model: "m".into(),
-            },
-        },
-        system_prompt: "sys".into(),
-        tools: None,
-        docs_dir: None,
-    });
+    let (_agent_tx, agent_rx) = watch::channel(live_agent());
     let input = LoopInput {
         run_id: "r",
         messages: vec![ChatMessage::user("go")],
@@ -130,6 +117,24 @@ async fn run_with_tools(
         result,
         events,
         seen,
+    }
+}
+
+/// The agent every scripted run talks for.
+fn live_agent() -> LiveAgent {
+    LiveAgent {
+        model: ModelSelection {
+            display: "m".into(),
+            route: ModelRoute {
+                provider: "p".into(),
+                api: ModelRoute::OPENAI_CHAT.into(),
+                relay_path: "/llm/p".into(),
+                model: "m".into(),
+            },
+        },
+        system_prompt: "sys".into(),
+        tools: None,
+        docs_dir: None,
     }
 }
 
@@ -664,20 +669,7 @@ async fn a_history_with_an_unanswered_call_is_repaired_before_it_is_sent() {
     let dir = tempfile::tempdir().unwrap();
     let tools = ToolBox::new(Workspace::new(dir.path()), Default::default());
     let (tx, _rx) = mpsc::unbounded_channel();
-    let (_agent_tx, agent_rx) = watch::channel(LiveAgent {
-        model: ModelSelection {
-            display: "m".into(),
-            route: ModelRoute {
-                provider: "p".into(),
-                api: ModelRoute::OPENAI_CHAT.into(),
-                relay_path: "/llm/p".into(),
-                model: "m".into(),
-            },
-        },
-        system_prompt: "sys".into(),
-        tools: None,
-        docs_dir: None,
-    });
+    let (_agent_tx, agent_rx) = watch::channel(live_agent());
     let interrupted = ToolCall {
         id: "c1".into(),
         name: "bash".into(),

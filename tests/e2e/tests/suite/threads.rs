@@ -19,6 +19,15 @@ async fn create(chorus: &Chorus, name: &str, permissions: Value) -> anyhow::Resu
     Ok(())
 }
 
+async fn pending(chorus: &Chorus) -> anyhow::Result<Value> {
+    Ok(chorus
+        .api(Method::GET, "/api/approvals")
+        .send()
+        .await?
+        .json()
+        .await?)
+}
+
 async fn wait_until<F: Fn() -> bool>(
     what: &str,
     timeout: Duration,
@@ -114,12 +123,7 @@ async fn killing_all_withdraws_a_question_waiting_for_a_person() -> anyhow::Resu
     let id = chorus.send_message("asker", "write the plan").await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let pending: Value = chorus
-            .api(Method::GET, "/api/approvals")
-            .send()
-            .await?
-            .json()
-            .await?;
+        let pending = pending(&chorus).await?;
         if pending.as_array().is_some_and(|a| !a.is_empty()) {
             break;
         }
@@ -139,13 +143,11 @@ async fn killing_all_withdraws_a_question_waiting_for_a_person() -> anyhow::Resu
     assert_eq!(body["killed"], json!([id]));
     let thread = chorus.thread("asker", id).await?;
     assert_eq!(thread["status"], "killed", "{thread:#}");
-    let pending: Value = chorus
-        .api(Method::GET, "/api/approvals")
-        .send()
-        .await?
-        .json()
-        .await?;
-    assert_eq!(pending, json!([]), "the question is withdrawn");
+    assert_eq!(
+        pending(&chorus).await?,
+        json!([]),
+        "the question is withdrawn"
+    );
     assert!(!chorus.agent_dir("asker").join("workspace/plan.md").exists());
     // Nothing left to kill.
     let body: Value = chorus
