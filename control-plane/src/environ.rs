@@ -12,7 +12,7 @@ use std::os::unix::fs::FileExt;
 
 /// Whether a variable holds a secret by its name.
 pub fn is_secret_name(name: &[u8]) -> bool {
-    const ENDINGS: &[&[u8]] = &[b"_API_KEY", b"_TOKEN", b"_SECRET", b"_PASSWORD", b"_KEY"];
+    const ENDINGS: &[&[u8]] = &[b"_KEY", b"_TOKEN", b"_SECRET", b"_PASSWORD"];
     ENDINGS.iter().any(|end| name.ends_with(end))
 }
 

@@ -248,17 +248,23 @@ impl Chorus {
     }
 
     pub async fn create_agent(&self, name: &str) -> anyhow::Result<Value> {
+        self.create_agent_with(json!({ "name": name })).await
+    }
+
+    /// `POST /api/agents` with `body` (name, permissions, on_ask, …); an error unless
+    /// it answered 201.
+    pub async fn create_agent_with(&self, body: Value) -> anyhow::Result<Value> {
         let response = self
             .api(reqwest::Method::POST, "/api/agents")
-            .json(&json!({ "name": name }))
+            .json(&body)
             .send()
             .await?;
         let status = response.status();
-        let body: Value = response.json().await?;
+        let answer: Value = response.json().await?;
         if status != reqwest::StatusCode::CREATED {
-            bail!("create agent {name}: {status} {body}");
+            bail!("create agent {body}: {status} {answer}");
         }
-        Ok(body)
+        Ok(answer)
     }
 
     pub async fn agent(&self, name: &str) -> anyhow::Result<Value> {
@@ -482,4 +488,24 @@ impl EventStream {
         }
         Ok(events)
     }
+}
+
+/// `(is_error, content)` of each tool result of a thread as `GET …/threads/{id}`
+/// shows it, in order.
+pub fn tool_results(thread: &Value) -> Vec<(bool, String)> {
+    thread["messages"]
+        .as_array()
+        .map(|messages| {
+            messages
+                .iter()
+                .filter(|m| m["role"] == "tool")
+                .map(|m| {
+                    (
+                        m["is_error"].as_bool().unwrap_or(false),
+                        m["content"].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }

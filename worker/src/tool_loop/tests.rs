@@ -138,6 +138,24 @@ fn live_agent() -> LiveAgent {
     }
 }
 
+/// `files` turns that each write a 5,000-byte file and view it: long tool results
+/// the context can be shortened by.
+fn long_tool_results(files: usize) -> Vec<Result<ModelReply, ModelError>> {
+    let big = "x".repeat(5000);
+    let mut script = Vec::new();
+    for i in 0..files {
+        script.push(call_reply(
+            "create_file",
+            &json!({"path": format!("f{i}"), "content": big}).to_string(),
+        ));
+        script.push(call_reply(
+            "view",
+            &json!({"path": format!("f{i}")}).to_string(),
+        ));
+    }
+    script
+}
+
 fn fast() -> RetryPolicy {
     RetryPolicy {
         max_attempts: 3,
@@ -363,18 +381,7 @@ async fn the_iteration_cap_ends_a_model_that_never_stops() {
 
 #[tokio::test]
 async fn a_context_that_is_too_long_is_shortened_and_tried_again() {
-    let big = "x".repeat(5000);
-    let mut script = Vec::new();
-    for i in 0..4 {
-        script.push(call_reply(
-            "create_file",
-            &json!({"path": format!("f{i}"), "content": big}).to_string(),
-        ));
-        script.push(call_reply(
-            "view",
-            &json!({"path": format!("f{i}")}).to_string(),
-        ));
-    }
+    let mut script = long_tool_results(4);
     script.push(Err(ModelError::ContextLength("prompt is too long".into())));
     script.push(reply("fits now", StopReason::EndTurn));
     let out = run_script(script, fast()).await;
@@ -522,18 +529,7 @@ async fn a_reply_stopped_by_the_context_window_is_not_continued() {
     ));
 
     // With old tool output to shorten, it is shortened and the call tried again.
-    let big = "x".repeat(5000);
-    let mut script = Vec::new();
-    for i in 0..2 {
-        script.push(call_reply(
-            "create_file",
-            &json!({"path": format!("f{i}"), "content": big}).to_string(),
-        ));
-        script.push(call_reply(
-            "view",
-            &json!({"path": format!("f{i}")}).to_string(),
-        ));
-    }
+    let mut script = long_tool_results(2);
     script.push(reply("The", StopReason::MaxTokens));
     script.push(reply("fits now", StopReason::EndTurn));
     let out = run_script(script, fast()).await;

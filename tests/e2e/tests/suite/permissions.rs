@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use chorus_test_support::chorus::tool_results;
 use chorus_test_support::fake_model::{text, tool_call, tool_calls};
 use chorus_test_support::{Chorus, FakeModel, FakeOpenAi};
 use reqwest::Method;
@@ -24,18 +25,8 @@ fn careful_profile() -> Value {
 }
 
 async fn create_agent(chorus: &Chorus, name: &str, permissions: Value) -> anyhow::Result<()> {
-    let response = chorus
-        .api(Method::POST, "/api/agents")
-        .json(&json!({"name": name, "permissions": permissions}))
-        .send()
-        .await?;
-    anyhow::ensure!(
-        response.status() == 201,
-        "create: {}",
-        response.text().await?
-    );
     chorus
-        .wait_worker_running(name, Duration::from_secs(15))
+        .create_agent_with(json!({"name": name, "permissions": permissions}))
         .await?;
     Ok(())
 }
@@ -71,21 +62,6 @@ async fn audit(chorus: &Chorus, agent: &str) -> anyhow::Result<Vec<Value>> {
         .json()
         .await?;
     Ok(page["entries"].as_array().unwrap().clone())
-}
-
-fn tool_results(thread: &Value) -> Vec<(bool, String)> {
-    thread["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| {
-            (
-                m["is_error"] == true,
-                m["content"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
 }
 
 #[tokio::test]

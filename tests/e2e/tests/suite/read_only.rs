@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use chorus_test_support::chorus::tool_results;
 use chorus_test_support::fake_model::{text, tool_calls};
 use chorus_test_support::{Chorus, FakeModel, FakeOpenAi};
 use reqwest::Method;
@@ -20,36 +21,13 @@ async fn chorus_with(model: &FakeModel) -> anyhow::Result<Chorus> {
 }
 
 async fn standard_agent(chorus: &Chorus, name: &str, on_ask: &str) -> anyhow::Result<()> {
-    let response = chorus
-        .api(Method::POST, "/api/agents")
-        .json(&json!({"name": name, "permissions": "standard", "on_ask": on_ask}))
-        .send()
+    chorus
+        .create_agent_with(json!({"name": name, "permissions": "standard", "on_ask": on_ask}))
         .await?;
-    anyhow::ensure!(
-        response.status() == 201,
-        "create: {}",
-        response.text().await?
-    );
     chorus
         .wait_worker_running(name, Duration::from_secs(15))
         .await?;
     Ok(())
-}
-
-/// `(is_error, content)` of each tool result, in call order.
-fn tool_results(thread: &Value) -> Vec<(bool, String)> {
-    thread["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| {
-            (
-                m["is_error"] == true,
-                m["content"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
 }
 
 /// The decision audited for each call id.

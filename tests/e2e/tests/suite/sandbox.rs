@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use chorus_test_support::chorus::tool_results;
 use chorus_test_support::fake_model::{text, tool_call};
 use chorus_test_support::{Chorus, FakeModel, FakeOpenAi};
 use reqwest::Method;
@@ -18,21 +19,6 @@ fn bash(id: &str, command: &str) -> chorus_test_support::fake_model::Reply {
     tool_call(id, "bash", json!({"command": command, "timeout": 60}))
 }
 
-fn tool_results(thread: &Value) -> Vec<(bool, String)> {
-    thread["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| {
-            (
-                m["is_error"].as_bool().unwrap_or(false),
-                m["content"].as_str().unwrap_or_default().to_string(),
-            )
-        })
-        .collect()
-}
-
 async fn start(model: &FakeModel) -> anyhow::Result<Chorus> {
     Chorus::builder()
         .openai_fake(model)
@@ -43,12 +29,7 @@ async fn start(model: &FakeModel) -> anyhow::Result<Chorus> {
 }
 
 async fn create(chorus: &Chorus, body: Value) -> anyhow::Result<()> {
-    let created = chorus
-        .api(Method::POST, "/api/agents")
-        .json(&body)
-        .send()
-        .await?;
-    anyhow::ensure!(created.status() == 201, "create: {}", created.text().await?);
+    chorus.create_agent_with(body).await?;
     Ok(())
 }
 

@@ -10,12 +10,9 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 async fn create(chorus: &Chorus, name: &str, permissions: Value) -> anyhow::Result<()> {
-    let response = chorus
-        .api(Method::POST, "/api/agents")
-        .json(&json!({"name": name, "permissions": permissions}))
-        .send()
+    chorus
+        .create_agent_with(json!({"name": name, "permissions": permissions}))
         .await?;
-    anyhow::ensure!(response.status() == 201, "create: {}", response.status());
     Ok(())
 }
 
