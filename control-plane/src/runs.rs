@@ -306,6 +306,10 @@ impl Runs {
             max_iterations: self.settings.max_iterations,
             trace_context: HashMap::new(),
             retry: self.settings.retry,
+            attempt: 1,
+            inputs: Vec::new(),
+            thread_summary: String::new(),
+            thread_started_at_ms: 0,
         };
         Ok(assignment_fits(run))
     }
@@ -559,7 +563,9 @@ impl Runs {
             WorkerEvent::Hello { .. }
             | WorkerEvent::Heartbeat { .. }
             | WorkerEvent::TaskStarted(_)
-            | WorkerEvent::TaskEnded { .. } => Ok(()),
+            | WorkerEvent::TaskEnded { .. }
+            | WorkerEvent::InputTaken { .. }
+            | WorkerEvent::Summary { .. } => Ok(()),
         };
         if let Err(e) = result {
             tracing::error!(agent, thread_id, %run_id, error = %e, "cannot record worker event");
@@ -792,6 +798,10 @@ mod tests {
             max_iterations: 0,
             trace_context: HashMap::new(),
             retry: RetryPolicy::default(),
+            attempt: 1,
+            inputs: Vec::new(),
+            thread_summary: String::new(),
+            thread_started_at_ms: 0,
         }
     }
 

@@ -83,11 +83,16 @@ impl KnownSecrets {
             WorkerEvent::TextDelta { text, .. } => self.scrub(text),
             WorkerEvent::TaskStarted(task) => self.scrub(&mut task.command),
             WorkerEvent::TaskEnded { end, .. } => self.scrub(&mut end.detail),
+            WorkerEvent::Summary {
+                result: Ok(text) | Err(text),
+                ..
+            } => self.scrub(text),
             // A tool check is left as the model gave it: the gate decides on the real
             // call and redacts what it records itself.
             WorkerEvent::ToolCheck { .. }
             | WorkerEvent::Hello { .. }
             | WorkerEvent::Heartbeat { .. }
+            | WorkerEvent::InputTaken { .. }
             | WorkerEvent::StepEnded(_) => {}
         }
         event

@@ -4,9 +4,10 @@
 //! required part is a [`ProtocolError`], never a silently defaulted value.
 
 use crate::domain::{
-    AgentChange, AgentSettings, ChatMessage, ControlCommand, FailureKind, ModelRoute,
-    ResourceLimits, RetryPolicy, Role, RunAssignment, SandboxPolicy, StepEnded, StepKind,
-    StepStarted, TaskEnd, TaskReport, ToolCall, ToolDecision, ToolResult, Usage, WorkerEvent,
+    AgentChange, AgentSettings, ChatMessage, ControlCommand, FailureKind, Input, ModelRoute,
+    ResourceLimits, RetryPolicy, Role, RunAssignment, SandboxPolicy, Sequenced, StepEnded,
+    StepKind, StepStarted, SummaryRequest, TaskEnd, TaskReport, ToolCall, ToolDecision, ToolResult,
+    Usage, WorkerEvent,
 };
 use crate::generated as pb;
 use pb::control_message::Body as ControlBody;
@@ -246,20 +247,25 @@ impl From<ControlCommand> for pb::ControlMessage {
                 first_step_number: run.first_step_number,
                 max_iterations: run.max_iterations,
                 trace_context: run.trace_context,
-                retry: Some(pb::RetryPolicy {
-                    max_attempts: run.retry.max_attempts,
-                    max_total_ms: run.retry.max_total_ms,
-                    base_delay_ms: run.retry.base_delay_ms,
-                    call_timeout_ms: run.retry.call_timeout_ms,
-                    silence_timeout_ms: run.retry.silence_timeout_ms,
-                }),
+                retry: Some(run.retry.into()),
+                attempt: run.attempt,
+                inputs: run.inputs.into_iter().map(Into::into).collect(),
+                thread_summary: run.thread_summary,
+                thread_started_at_ms: run.thread_started_at_ms,
             }),
-            ControlCommand::InjectMessage { run_id, message } => {
+            ControlCommand::InjectMessage { run_id, input } => {
                 ControlBody::InjectMessage(pb::InjectMessage {
                     run_id,
-                    message: Some(message.into()),
+                    input: Some(input.into()),
                 })
             }
+            ControlCommand::Summarize(request) => ControlBody::Summarize(pb::Summarize {
+                request_id: request.request_id,
+                model: Some(request.model.into()),
+                instruction: request.instruction,
+                messages: request.messages.into_iter().map(Into::into).collect(),
+                retry: Some(request.retry.into()),
+            }),
             ControlCommand::CancelRun { run_id, reason } => {
                 ControlBody::CancelRun(pb::CancelRun { run_id, reason })
             }
@@ -341,12 +347,35 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                     max_iterations: run.max_iterations,
                     trace_context: run.trace_context,
                     retry: retry_policy(run.retry)?,
+                    attempt: run.attempt,
+                    inputs: run.inputs.into_iter().map(Into::into).collect(),
+                    thread_summary: run.thread_summary,
+                    thread_started_at_ms: run.thread_started_at_ms,
                 }))
             }
             ControlBody::InjectMessage(m) => ControlCommand::InjectMessage {
                 run_id: m.run_id,
-                message: required_message(m.message, "InjectMessage")?,
+                input: m
+                    .input
+                    .ok_or_else(|| missing("InjectMessage", "input"))?
+                    .into(),
             },
+            ControlBody::Summarize(request) => {
+                ControlCommand::Summarize(Box::new(SummaryRequest {
+                    request_id: request.request_id,
+                    model: request
+                        .model
+                        .ok_or_else(|| missing("Summarize", "model"))?
+                        .into(),
+                    instruction: request.instruction,
+                    messages: request
+                        .messages
+                        .into_iter()
+                        .map(ChatMessage::try_from)
+                        .collect::<Result<_, _>>()?,
+                    retry: retry_policy(request.retry)?,
+                }))
+            }
             ControlBody::CancelRun(c) => ControlCommand::CancelRun {
                 run_id: c.run_id,
                 reason: c.reason,
@@ -457,8 +486,57 @@ fn run_failed_from_wire(r: pb::RunFailed) -> WorkerEvent {
     }
 }
 
+impl From<Input> for pb::Input {
+    fn from(i: Input) -> Self {
+        pb::Input {
+            message_id: i.message_id,
+            content: i.content,
+        }
+    }
+}
+
+impl From<pb::Input> for Input {
+    fn from(i: pb::Input) -> Self {
+        Input {
+            message_id: i.message_id,
+            content: i.content,
+        }
+    }
+}
+
+impl From<RetryPolicy> for pb::RetryPolicy {
+    fn from(r: RetryPolicy) -> Self {
+        pb::RetryPolicy {
+            max_attempts: r.max_attempts,
+            max_total_ms: r.max_total_ms,
+            base_delay_ms: r.base_delay_ms,
+            call_timeout_ms: r.call_timeout_ms,
+            silence_timeout_ms: r.silence_timeout_ms,
+        }
+    }
+}
+
+/// An event without a place in a run (`seq` 0).
 impl From<WorkerEvent> for pb::WorkerMessage {
     fn from(event: WorkerEvent) -> Self {
+        pb::WorkerMessage::from(Sequenced { seq: 0, event })
+    }
+}
+
+impl TryFrom<pb::WorkerMessage> for Sequenced {
+    type Error = ProtocolError;
+
+    fn try_from(message: pb::WorkerMessage) -> Result<Self, Self::Error> {
+        let seq = message.seq;
+        Ok(Sequenced {
+            seq,
+            event: WorkerEvent::try_from(message)?,
+        })
+    }
+}
+
+impl From<Sequenced> for pb::WorkerMessage {
+    fn from(Sequenced { seq, event }: Sequenced) -> Self {
         let body = match event {
             WorkerEvent::Hello {
                 worker_version,
@@ -528,8 +606,25 @@ impl From<WorkerEvent> for pb::WorkerMessage {
                 exit_code: end.exit_code,
                 detail: end.detail,
             }),
+            WorkerEvent::InputTaken { run_id, message_id } => {
+                WorkerBody::InputTaken(pb::InputTaken { run_id, message_id })
+            }
+            WorkerEvent::Summary { request_id, result } => {
+                let (text, error) = match result {
+                    Ok(text) => (text, String::new()),
+                    Err(error) => (String::new(), error),
+                };
+                WorkerBody::Summary(pb::Summary {
+                    request_id,
+                    text,
+                    error,
+                })
+            }
         };
-        pb::WorkerMessage { body: Some(body) }
+        pb::WorkerMessage {
+            body: Some(body),
+            seq,
+        }
     }
 }
 
@@ -597,6 +692,18 @@ impl TryFrom<pb::WorkerMessage> for WorkerEvent {
                     status: t.status,
                     exit_code: t.exit_code,
                     detail: t.detail,
+                },
+            },
+            WorkerBody::InputTaken(t) => WorkerEvent::InputTaken {
+                run_id: t.run_id,
+                message_id: t.message_id,
+            },
+            WorkerBody::Summary(s) => WorkerEvent::Summary {
+                request_id: s.request_id,
+                result: if s.error.is_empty() {
+                    Ok(s.text)
+                } else {
+                    Err(s.error)
                 },
             },
         })
@@ -691,9 +798,28 @@ mod tests {
                 },
             },
         ];
-        for event in events {
-            let wire = pb::WorkerMessage::from(event.clone());
-            assert_eq!(WorkerEvent::try_from(wire).unwrap(), event);
+        let mut events = events;
+        events.extend([
+            WorkerEvent::InputTaken {
+                run_id: "r".into(),
+                message_id: 9,
+            },
+            WorkerEvent::Summary {
+                request_id: 4,
+                result: Ok("did things".into()),
+            },
+            WorkerEvent::Summary {
+                request_id: 5,
+                result: Err("no provider".into()),
+            },
+        ]);
+        for (seq, event) in events.into_iter().enumerate() {
+            let sequenced = Sequenced {
+                seq: seq as u64,
+                event,
+            };
+            let wire = pb::WorkerMessage::from(sequenced.clone());
+            assert_eq!(Sequenced::try_from(wire).unwrap(), sequenced);
         }
     }
 
@@ -751,6 +877,26 @@ mod tests {
                     call_timeout_ms: 5000,
                     silence_timeout_ms: 2000,
                 },
+                attempt: 2,
+                inputs: vec![Input {
+                    message_id: 12,
+                    content: "and this".into(),
+                }],
+                thread_summary: "Fix the build".into(),
+                thread_started_at_ms: 1_700_000_000_000,
+            })),
+            ControlCommand::Summarize(Box::new(SummaryRequest {
+                request_id: 3,
+                model: route(),
+                instruction: "Summarise".into(),
+                messages: vec![ChatMessage::user("hi")],
+                retry: RetryPolicy {
+                    max_attempts: 1,
+                    max_total_ms: 10,
+                    base_delay_ms: 1,
+                    call_timeout_ms: 5,
+                    silence_timeout_ms: 5,
+                },
             })),
             ControlCommand::UpdateAgent(AgentChange {
                 model: Some(("ollama/llama3.2".into(), route())),
@@ -774,7 +920,10 @@ mod tests {
             },
             ControlCommand::InjectMessage {
                 run_id: "r".into(),
-                message: ChatMessage::user("also this"),
+                input: Input {
+                    message_id: 5,
+                    content: "also this".into(),
+                },
             },
             ControlCommand::CancelRun {
                 run_id: "r".into(),
@@ -793,7 +942,7 @@ mod tests {
     #[test]
     fn malformed_wire_messages_are_rejected_not_defaulted() {
         assert_eq!(
-            WorkerEvent::try_from(pb::WorkerMessage { body: None }),
+            WorkerEvent::try_from(pb::WorkerMessage { body: None, seq: 0 }),
             Err(ProtocolError::EmptyMessage("WorkerMessage"))
         );
         let no_message = pb::WorkerMessage {
@@ -801,6 +950,7 @@ mod tests {
                 run_id: "r".into(),
                 message: None,
             })),
+            seq: 0,
         };
         assert!(matches!(
             WorkerEvent::try_from(no_message),
@@ -814,6 +964,7 @@ mod tests {
                     ..Default::default()
                 }),
             })),
+            seq: 0,
         };
         assert!(matches!(
             WorkerEvent::try_from(bad_role),
@@ -856,6 +1007,7 @@ mod tests {
                     error: "boom".into(),
                     kind: value,
                 })),
+                seq: 1,
             };
             let Ok(WorkerEvent::RunFailed {
                 run_id,

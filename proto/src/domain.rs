@@ -230,6 +230,32 @@ pub struct RunAssignment {
     pub max_iterations: u32,
     pub trace_context: HashMap<String, String>,
     pub retry: RetryPolicy,
+    /// 1 for a request's first run; each resumption after a crash is the next.
+    pub attempt: u32,
+    /// User messages of the thread no model has seen yet; taken before the first
+    /// model call, as injected ones are.
+    pub inputs: Vec<Input>,
+    /// What the thread is about (its summary line) and when it started, so the run
+    /// can describe it beside the agent's other threads.
+    pub thread_summary: String,
+    pub thread_started_at_ms: i64,
+}
+
+/// A user message the model has not seen yet, with its id in the thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Input {
+    pub message_id: u64,
+    pub content: String,
+}
+
+/// Write a summary of `messages` with `model` (not a run: no tools, no steps).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SummaryRequest {
+    pub request_id: u64,
+    pub model: ModelRoute,
+    pub instruction: String,
+    pub messages: Vec<ChatMessage>,
+    pub retry: RetryPolicy,
 }
 
 /// Control plane to worker.
@@ -241,10 +267,13 @@ pub enum ControlCommand {
         heartbeat_interval_ms: u32,
     },
     AssignRun(Box<RunAssignment>),
+    /// A user message for a run in progress: taken before its next model call.
     InjectMessage {
         run_id: String,
-        message: ChatMessage,
+        input: Input,
     },
+    /// Answered by exactly one [`WorkerEvent::Summary`].
+    Summarize(Box<SummaryRequest>),
     CancelRun {
         run_id: String,
         reason: String,
@@ -462,6 +491,26 @@ pub enum WorkerEvent {
         task_id: u32,
         end: TaskEnd,
     },
+    /// The run put a user message (injected, or an input of its assignment) into
+    /// its history; the model sees it at the next call.
+    InputTaken {
+        run_id: String,
+        message_id: u64,
+    },
+    /// The answer to [`ControlCommand::Summarize`].
+    Summary {
+        request_id: u64,
+        result: Result<String, String>,
+    },
+}
+
+/// A worker event with its place in its run: `seq` counts a run's events from 1 in
+/// the order the worker sent them; 0 for events of no run. The control plane stores
+/// a run's event only when its `seq` is past the last one stored for that run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sequenced {
+    pub seq: u64,
+    pub event: WorkerEvent,
 }
 
 /// A background task as it started.
@@ -489,13 +538,15 @@ impl WorkerEvent {
             WorkerEvent::Hello { .. }
             | WorkerEvent::Heartbeat { .. }
             | WorkerEvent::TaskStarted(_)
-            | WorkerEvent::TaskEnded { .. } => None,
+            | WorkerEvent::TaskEnded { .. }
+            | WorkerEvent::Summary { .. } => None,
             WorkerEvent::StepStarted(s) => Some(&s.run_id),
             WorkerEvent::StepEnded(s) => Some(&s.run_id),
             WorkerEvent::MessageAppended { run_id, .. }
             | WorkerEvent::RunCompleted { run_id, .. }
             | WorkerEvent::RunFailed { run_id, .. }
             | WorkerEvent::TextDelta { run_id, .. }
+            | WorkerEvent::InputTaken { run_id, .. }
             | WorkerEvent::ToolCheck { run_id, .. } => Some(run_id),
         }
     }

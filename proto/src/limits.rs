@@ -89,6 +89,10 @@ fn upper_bound(event: &WorkerEvent) -> usize {
             run_id.len() + call.id.len() + call.name.len() + call.arguments.len()
         }
         WorkerEvent::TaskStarted(t) => t.command.len(),
+        WorkerEvent::InputTaken { run_id, .. } => run_id.len(),
+        WorkerEvent::Summary { result, .. } => match result {
+            Ok(t) | Err(t) => t.len(),
+        },
     };
     let detail = match event {
         WorkerEvent::TaskEnded { end, .. } => end.status.len() + end.detail.len(),

@@ -145,6 +145,16 @@ impl Runner {
             ControlCommand::InjectMessage { run_id, .. } => {
                 tracing::warn!(%run_id, "message injection into a running run is not supported by this worker yet");
             }
+            ControlCommand::Summarize(request) => {
+                tracing::warn!(
+                    request_id = request.request_id,
+                    "summaries are not supported by this worker yet"
+                );
+                self.sink.send(WorkerEvent::Summary {
+                    request_id: request.request_id,
+                    result: Err("this worker cannot write summaries yet".into()),
+                });
+            }
             ControlCommand::Welcome { .. } | ControlCommand::Shutdown { .. } => {}
         }
     }
