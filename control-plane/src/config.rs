@@ -104,6 +104,8 @@ pub struct FileSettings {
     pub tools: FileTools,
     #[serde(default)]
     pub sandbox: FileSandbox,
+    #[serde(default)]
+    pub threads: FileThreads,
     /// Roles by user id (`api` is whoever holds the API token; `default` is everyone
     /// not listed): admin | operator | viewer.
     #[serde(default)]
@@ -256,6 +258,41 @@ pub struct FileWorkers {
     pub attach_timeout_ms: Option<u64>,
 }
 
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileThreads {
+    /// How long an ended thread stays in the thread list (its history stays).
+    pub retention_secs: Option<u64>,
+    /// A run with no step open and none begun or ended for this long is stuck.
+    pub stuck_after_secs: Option<u64>,
+    /// Resumptions in a row without progress before a thread fails.
+    pub max_resumes: Option<u32>,
+}
+
+/// Thread lifecycle settings (`[threads]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadSettings {
+    pub retention: Duration,
+    pub stuck_after: Duration,
+    pub max_resumes: u32,
+}
+
+impl ThreadSettings {
+    fn from_file(file: &FileThreads) -> Self {
+        ThreadSettings {
+            retention: Duration::from_secs(file.retention_secs.unwrap_or(600)),
+            stuck_after: Duration::from_secs(file.stuck_after_secs.unwrap_or(900).max(1)),
+            max_resumes: file.max_resumes.unwrap_or(3),
+        }
+    }
+}
+
+impl Default for ThreadSettings {
+    fn default() -> Self {
+        ThreadSettings::from_file(&FileThreads::default())
+    }
+}
+
 /// The resolved settings `chorus serve` runs with.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -276,6 +313,7 @@ pub struct Settings {
     pub roles: HashMap<String, Role>,
     pub default_role: Role,
     pub sandbox: SandboxSettings,
+    pub threads: ThreadSettings,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -414,6 +452,7 @@ impl Settings {
             providers,
             workers,
             ask_timeout: Duration::from_secs(file.permissions.ask_timeout_secs.unwrap_or(600)),
+            threads: ThreadSettings::from_file(&file.threads),
             sandbox: SandboxSettings::from_file(file.sandbox),
             default_role: file.roles.get("default").copied().unwrap_or(Role::Operator),
             roles: {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chorus_proto::AGENT_METADATA_KEY;
-use chorus_proto::domain::{ControlCommand, WorkerEvent};
+use chorus_proto::domain::{ControlCommand, Sequenced, WorkerEvent};
 use chorus_proto::limits::MAX_LINK_MESSAGE_BYTES;
 use chorus_proto::wire::{ControlMessage, WorkerLink, WorkerLinkServer, WorkerMessage};
 use futures::{Stream, StreamExt};
@@ -144,7 +144,7 @@ impl WorkerLink for WorkerLinkService {
         let checks = self.connections.clone();
         let silence_limit = self.silence_limit;
         self.connections.spawn(async move {
-            runs.deliver_pending(&agent);
+            runs.deliver_pending(&agent).await;
             let mut rate = WorkerRate::new(RateLimits::default(), Instant::now());
             let mut throttled = false;
             let hung = loop {
@@ -176,8 +176,8 @@ impl WorkerLink for WorkerLinkService {
                     }
                     None => throttled = false,
                 }
-                let event = match WorkerEvent::try_from(message) {
-                    Ok(event) => event,
+                let Sequenced { seq, event } = match Sequenced::try_from(message) {
+                    Ok(sequenced) => sequenced,
                     Err(e) => {
                         tracing::warn!(%agent, generation, error = %e, "malformed message from worker");
                         continue;
@@ -202,7 +202,7 @@ impl WorkerLink for WorkerLinkService {
                         tasks.apply(&agent, generation, event).await
                     }
                     event => {
-                        if let Err(e) = runs.apply(&agent, generation, event).await {
+                        if let Err(e) = runs.apply(&agent, generation, seq, event).await {
                             tracing::warn!(%agent, generation, error = %e, "worker event refused");
                         }
                     }

@@ -55,18 +55,6 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     let store = Store::open(&data_dir.join("chorus.db"))
         .await
         .with_context(|| format!("cannot open the database in {}", data_dir.display()))?;
-    let interrupted = store
-        .fail_unfinished_threads(&Failure::new(
-            FailureKind::Interrupted,
-            "chorus stopped while this thread was running; send the message again to retry",
-        ))
-        .await?;
-    if interrupted > 0 {
-        tracing::warn!(
-            threads = interrupted,
-            "marked threads interrupted by the last shutdown as failed"
-        );
-    }
     let api_token = api_token(&settings, &data_dir)?;
 
     let grpc_listener = TcpListener::bind(settings.grpc_addr)
@@ -236,6 +224,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         gate,
         api_token,
         sandbox,
+        thread_retention: settings.threads.retention,
     });
     let servers = vec![
         spawn_server(grpc_listener, worker_router, shutdown.clone()),
@@ -244,6 +233,27 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
 
     // Finish what a failed or interrupted destroy left, before any worker starts.
     agents.repair().await?;
+    // Threads the last control plane left going go on (durable runs); those it left
+    // going without a run (from before runs were recorded) cannot, and fail.
+    let resumed = runs.resume_all().await?;
+    if resumed > 0 {
+        tracing::warn!(
+            threads = resumed,
+            "resuming threads the last control plane left running"
+        );
+    }
+    let interrupted = store
+        .fail_threads_without_run(&Failure::new(
+            FailureKind::Interrupted,
+            "chorus stopped while this thread was running; send the message again to retry",
+        ))
+        .await?;
+    if interrupted > 0 {
+        tracing::warn!(
+            threads = interrupted,
+            "marked threads interrupted by the last shutdown as failed"
+        );
+    }
     let started = agents.start_all_workers().await?;
     tracing::info!(%http_addr, %grpc_addr, data_dir = %data_dir.display(), agents = started, "chorus is up");
     Ok(Running {
@@ -286,15 +296,11 @@ impl Running {
         self.shut_down().await
     }
 
-    /// Stops workers, fails what was running, closes listeners and the database.
+    /// Stops workers, closes listeners and the database. Runs still going stay open
+    /// in the store: the next start resumes them.
     pub async fn shut_down(self) -> anyhow::Result<()> {
+        self.runs.stop_accepting();
         self.workers.stop_all().await;
-        self.runs
-            .fail_all(&Failure::new(
-                FailureKind::Interrupted,
-                "chorus shut down while this thread was running; send the message again to retry",
-            ))
-            .await;
         self.shutdown.cancel();
         self.connections.close();
         let _ = tokio::time::timeout(Duration::from_secs(5), self.connections.wait()).await;

@@ -331,13 +331,15 @@ impl AgentService {
             Some(format!("old={} new={}", before.permissions, stored)),
         )
         .await;
-        self.runs.agent_changed(
-            name,
-            AgentChange {
-                tools: Some(offered_tools(&profile)),
-                ..AgentChange::default()
-            },
-        );
+        self.runs
+            .agent_changed(
+                name,
+                AgentChange {
+                    tools: Some(offered_tools(&profile)),
+                    ..AgentChange::default()
+                },
+            )
+            .await;
         Ok(setting_name(&setting)
             .unwrap_or("a custom profile")
             .to_string())
@@ -500,7 +502,7 @@ impl AgentService {
             tools: None,
         };
         if change != AgentChange::default() {
-            self.runs.agent_changed(name, change);
+            self.runs.agent_changed(name, change).await;
         }
         if before.network != after.network {
             // Tool processes started from the next run on are confined accordingly.

@@ -140,6 +140,7 @@ impl ToolGate {
         let Some(thread_id) = self
             .runs
             .thread_of(&check.agent, check.generation, &check.run_id)
+            .await
         else {
             return deny("this run is not known to the control plane; the tool was not run".into());
         };

@@ -43,6 +43,8 @@ pub struct AppState {
     pub api_token: Secret,
     /// How tool processes are confined on this host (`sandbox_probe`).
     pub sandbox: String,
+    /// How long ended threads stay in the thread list.
+    pub thread_retention: std::time::Duration,
 }
 
 pub fn router(state: AppState) -> Router {

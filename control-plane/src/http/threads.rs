@@ -41,6 +41,9 @@ pub fn routes() -> Router<AppState> {
 #[serde(deny_unknown_fields)]
 struct MessageBody {
     content: String,
+    /// The id of a message this one answers: routes it into that message's thread.
+    #[serde(default)]
+    reply_to: Option<u64>,
 }
 
 async fn send_message(
@@ -58,15 +61,18 @@ async fn send_message(
         )));
     }
     let agent = active_agent(&state, &name).await?;
-    let thread_id = state
+    let received = state
         .runs
-        .start_thread(&agent, &body.content, API_USER)
+        .receive(&agent, &body.content, body.reply_to, API_USER)
         .await?;
+    let thread_id = received.thread_id;
     Ok((
         StatusCode::ACCEPTED,
         Json(serde_json::json!({
             "agent": agent.name,
             "thread_id": thread_id,
+            "message_id": received.message_id,
+            "routed": received.routed.as_string(),
             "url": format!("/api/agents/{}/threads/{thread_id}", agent.name),
         })),
     ))
@@ -84,10 +90,33 @@ struct ThreadSummary {
     /// How it failed, for programs (`interrupted`, `model_error`, `limit` …); null
     /// unless it failed (and for threads that failed before kinds were recorded).
     failure_kind: Option<FailureKind>,
+    /// What the thread is about, in one line.
+    summary: Option<String>,
+    /// The ended thread this one continues.
+    continued_from: Option<u64>,
+    /// From its creation to its end (or to now while it goes).
+    elapsed_ms: u64,
+    /// Steps so far, and what it is doing now (its open step), if anything.
+    step_number: u32,
+    current_step: Option<String>,
 }
 
-impl From<ThreadRecord> for ThreadSummary {
-    fn from(t: ThreadRecord) -> Self {
+impl ThreadSummary {
+    fn new(t: ThreadRecord, progress: Option<&(u32, Option<String>)>) -> Self {
+        let parse = |s: &str| chrono::DateTime::parse_from_rfc3339(s).ok();
+        let end = t
+            .ended_at
+            .as_deref()
+            .and_then(parse)
+            .map(|t| t.with_timezone(&chrono::Utc))
+            .unwrap_or_else(chrono::Utc::now);
+        let elapsed_ms = parse(&t.created_at)
+            .map(|start| {
+                (end - start.with_timezone(&chrono::Utc))
+                    .num_milliseconds()
+                    .max(0) as u64
+            })
+            .unwrap_or(0);
         ThreadSummary {
             id: t.id,
             status: t.status.as_str(),
@@ -96,24 +125,85 @@ impl From<ThreadRecord> for ThreadSummary {
             ended_at: t.ended_at,
             error: t.error,
             failure_kind: t.failure_kind,
+            summary: t.summary,
+            continued_from: t.continued_from,
+            elapsed_ms,
+            step_number: progress.map_or(0, |(n, _)| *n),
+            current_step: if t.status.is_finished() {
+                None
+            } else {
+                progress.and_then(|(_, current)| current.clone())
+            },
         }
     }
 }
 
+impl From<ThreadRecord> for ThreadSummary {
+    fn from(t: ThreadRecord) -> Self {
+        ThreadSummary::new(t, None)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    /// `true`: every thread the agent ever had, not only the active and recently ended.
+    #[serde(default)]
+    all: bool,
+}
+
+/// `GET …/threads`: the active threads and those ended within `[threads]
+/// retention_secs` (all of them with `?all=true`), with their metrics.
 async fn list_threads(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<Vec<ThreadSummary>>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let agent = active_agent(&state, &name).await?;
     let threads = state.store.threads(&agent.name).await?;
-    Ok(Json(threads.into_iter().map(Into::into).collect()))
+    let progress = state.store.threads_progress(&agent.name).await?;
+    let retention = chrono::Duration::from_std(state.thread_retention).unwrap_or_default();
+    let shown_since = chrono::Utc::now() - retention;
+    Ok(Json(
+        threads
+            .into_iter()
+            .filter(|t| {
+                query.all
+                    || t.ended_at
+                        .as_deref()
+                        .and_then(|e| chrono::DateTime::parse_from_rfc3339(e).ok())
+                        .is_none_or(|ended| ended >= shown_since)
+            })
+            .map(|t| {
+                let progress = progress.get(&t.id);
+                ThreadSummary::new(t, progress)
+            })
+            .collect(),
+    ))
 }
 
 #[derive(Serialize)]
 struct MessageView {
+    /// Stable; a reply names it (`reply_to`).
+    id: u64,
     #[serde(flatten)]
     message: ChatMessage,
     created_at: String,
+    /// Sent while a run was going; no model has seen it yet.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pending: bool,
+}
+
+impl From<StoredMessage> for MessageView {
+    fn from(m: StoredMessage) -> Self {
+        MessageView {
+            id: m.id,
+            message: m.message,
+            created_at: m.created_at,
+            pending: m.pending,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -250,6 +340,12 @@ async fn show_thread(
         .thread_steps_page(&agent.name, id, after.step, limit, MAX_PAGE_BYTES)
         .await?;
     let usage = state.store.token_usage(&agent.name, Some(id)).await?;
+    // Messages no model has seen yet have no place; they follow the last page.
+    let pending = if more_messages {
+        Vec::new()
+    } else {
+        state.store.pending_messages(&agent.name, id).await?
+    };
     let next = (more_messages || more_steps).then(|| {
         let cursor = Cursor {
             message: messages.last().map_or(after.message, |(id, _)| *id),
@@ -265,18 +361,8 @@ async fn show_thread(
         summary: thread.into(),
         messages: messages
             .into_iter()
-            .map(
-                |(
-                    _,
-                    StoredMessage {
-                        message,
-                        created_at,
-                    },
-                )| MessageView {
-                    message,
-                    created_at,
-                },
-            )
+            .map(|(_, m)| MessageView::from(m))
+            .chain(pending.into_iter().map(MessageView::from))
             .collect(),
         steps: steps.into_iter().map(Into::into).collect(),
         usage,
@@ -341,7 +427,7 @@ async fn kill_all(
     let agent = active_agent(&state, &name).await?;
     may_kill(&state)?;
     let mut killed = Vec::new();
-    for id in state.runs.active_threads(&agent.name) {
+    for id in state.runs.active_threads(&agent.name).await {
         if state.runs.kill_thread(&agent.name, id, API_USER).await? {
             killed.push(id);
         }

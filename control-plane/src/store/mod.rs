@@ -11,6 +11,7 @@ mod agents;
 mod approvals;
 mod audit;
 mod error;
+mod runs;
 mod tasks;
 mod threads;
 
@@ -28,8 +29,9 @@ pub use agents::{AgentRecord, AgentStatus, AgentUpdate, NewAgent};
 pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval};
 pub use audit::{AuditEntry, AuditRecord};
 pub use error::{DISK_FULL, StoreError, is_no_space};
+pub use runs::{RunMark, RunRecord, RunStatus};
 pub use tasks::{OrphanTask, TaskRecord};
-pub use threads::{StepRecord, StoredMessage, ThreadRecord, ThreadStatus};
+pub use threads::{StepRecord, StoredMessage, ThreadRecord, ThreadStatus, summary_of};
 
 /// How long a writer waits for another writer before giving up. Generous: a write
 /// transaction here lasts milliseconds, so reaching it means something is wrong.
@@ -89,6 +91,13 @@ fn migrator() -> Migrator {
             Cow::Borrowed("failure kind"),
             MigrationType::Simple,
             include_str!("../../migrations/sqlite/0007_failure_kind.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            8,
+            Cow::Borrowed("runs"),
+            MigrationType::Simple,
+            include_str!("../../migrations/sqlite/0008_runs.sql").into_sql_str(),
             false,
         ),
     ];

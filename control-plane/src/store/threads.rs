@@ -6,7 +6,26 @@ use chorus_proto::domain::{
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
+use super::runs::{RunMark, advance};
 use super::{Store, StoreError, format_epoch_ms, now};
+
+/// Longest thread summary, in characters.
+const SUMMARY_CHARS: usize = 80;
+
+/// One line saying what a thread is about: the first non-empty line of its first
+/// message, cut to [`SUMMARY_CHARS`].
+pub fn summary_of(content: &str) -> String {
+    let line = content
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    if line.chars().count() <= SUMMARY_CHARS {
+        return line.to_string();
+    }
+    let cut: String = line.chars().take(SUMMARY_CHARS - 1).collect();
+    format!("{}…", cut.trim_end())
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ThreadStatus {
@@ -66,12 +85,20 @@ pub struct ThreadRecord {
     pub failure_kind: Option<FailureKind>,
     /// Who started the thread (`api`, a Discord user id …).
     pub created_by: Option<String>,
+    /// What the thread is about, in one line.
+    pub summary: Option<String>,
+    /// The ended thread this one continues.
+    pub continued_from: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredMessage {
+    /// Stable for the message's life; a reply names it (`reply_to`).
+    pub id: u64,
     pub message: ChatMessage,
     pub created_at: String,
+    /// A user message sent while a run was going that no model has seen yet.
+    pub pending: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,6 +136,10 @@ fn thread_from_row(row: &SqliteRow) -> Result<ThreadRecord, StoreError> {
         error: row.try_get("error")?,
         failure_kind,
         created_by: row.try_get("created_by")?,
+        summary: row.try_get("summary")?,
+        continued_from: row
+            .try_get::<Option<i64>, _>("continued_from")?
+            .map(|id| id as u64),
     })
 }
 
@@ -123,6 +154,8 @@ fn message_from_row(row: &SqliteRow) -> Result<StoredMessage, StoreError> {
         None => Vec::new(),
     };
     Ok(StoredMessage {
+        id: row.try_get::<i64, _>("id")? as u64,
+        pending: row.try_get::<Option<i64>, _>("position")?.is_none(),
         message: ChatMessage {
             role: Role::parse(&role).ok_or(StoreError::Corrupt {
                 column: "messages.role",
@@ -160,14 +193,38 @@ fn step_from_row(row: &SqliteRow) -> Result<StepRecord, StoreError> {
 }
 
 impl Store {
-    /// Creates a running thread with its first user message, started by `user`;
-    /// returns the thread id.
+    /// Creates a running thread with its first user message, started by `user`
+    /// (continuing the ended thread `continued_from`, if set); returns the thread's
+    /// id and the message's.
     pub async fn start_thread(
         &self,
         agent: &str,
         first: &ChatMessage,
         user: &str,
-    ) -> Result<u64, StoreError> {
+        continued_from: Option<u64>,
+    ) -> Result<(u64, u64), StoreError> {
+        self.create_thread(
+            agent,
+            std::slice::from_ref(first),
+            user,
+            ThreadStatus::Running,
+            &summary_of(&first.content),
+            continued_from,
+        )
+        .await
+    }
+
+    /// Creates a thread in `status` holding `messages` (a continuation's seed, a
+    /// restored session); returns its id and its last message's.
+    pub async fn create_thread(
+        &self,
+        agent: &str,
+        messages: &[ChatMessage],
+        user: &str,
+        status: ThreadStatus,
+        summary: &str,
+        continued_from: Option<u64>,
+    ) -> Result<(u64, u64), StoreError> {
         let at = now();
         let mut tx = self.begin_write().await?;
         // Allocating the id by bumping the agent's counter is atomic on both SQLite and
@@ -182,24 +239,30 @@ impl Store {
         let id =
             id.ok_or_else(|| StoreError::NotFound(format!("no active agent named '{agent}'")))?;
         sqlx::query(
-            "INSERT INTO threads (agent_name, id, status, created_at, updated_at, created_by) \
-             VALUES ($1, $2, 'running', $3, $3, $4)",
+            "INSERT INTO threads (agent_name, id, status, created_at, updated_at, created_by, \
+             summary, continued_from) VALUES ($1, $2, $3, $4, $4, $5, $6, $7)",
         )
         .bind(agent)
         .bind(id)
+        .bind(status.as_str())
         .bind(&at)
         .bind(user)
+        .bind(summary)
+        .bind(continued_from.map(|t| t as i64))
         .execute(&mut *tx)
         .await?;
-        insert_message(&mut tx, agent, id as u64, first, &at).await?;
+        let mut last = 0;
+        for message in messages {
+            last = insert_message(&mut tx, agent, id as u64, message, &at, true).await?;
+        }
         tx.commit().await?;
-        Ok(id as u64)
+        Ok((id as u64, last))
     }
 
     pub async fn thread(&self, agent: &str, id: u64) -> Result<Option<ThreadRecord>, StoreError> {
         let row = sqlx::query(
             "SELECT agent_name, id, status, created_at, updated_at, ended_at, error, failure_kind, \
-             created_by FROM threads WHERE agent_name = $1 AND id = $2",
+             created_by, summary, continued_from FROM threads WHERE agent_name = $1 AND id = $2",
         )
         .bind(agent)
         .bind(id as i64)
@@ -211,7 +274,7 @@ impl Store {
     pub async fn threads(&self, agent: &str) -> Result<Vec<ThreadRecord>, StoreError> {
         let rows = sqlx::query(
             "SELECT agent_name, id, status, created_at, updated_at, ended_at, error, failure_kind, \
-             created_by FROM threads WHERE agent_name = $1 ORDER BY id",
+             created_by, summary, continued_from FROM threads WHERE agent_name = $1 ORDER BY id",
         )
         .bind(agent)
         .fetch_all(&self.pool)
@@ -261,6 +324,44 @@ impl Store {
         Ok(done.rows_affected() > 0)
     }
 
+    /// Marks every unfinished thread that has no open run failed with `failure`:
+    /// at start-up, after the open runs were resumed. Returns how many were failed.
+    pub async fn fail_threads_without_run(&self, failure: &Failure) -> Result<u64, StoreError> {
+        let at = now();
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE threads SET status = 'failed', error = $1, failure_kind = $3, updated_at = $2, \
+             ended_at = $2 WHERE status IN ('running', 'waiting_for_permission') AND NOT EXISTS \
+             (SELECT 1 FROM runs r WHERE r.agent_name = threads.agent_name \
+              AND r.thread_id = threads.id AND r.status IN ('queued', 'running'))",
+        )
+        .bind(&failure.message)
+        .bind(&at)
+        .bind(failure.kind.as_str())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
+    }
+
+    /// The user messages of a thread no model has seen yet, as messages.
+    pub async fn pending_messages(
+        &self,
+        agent: &str,
+        thread: u64,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, position, role, content, tool_calls, tool_call_id, tool_name, is_error, \
+             created_at FROM messages WHERE agent_name = $1 AND thread_id = $2 \
+             AND position IS NULL ORDER BY id",
+        )
+        .bind(agent)
+        .bind(thread as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(message_from_row).collect()
+    }
+
     /// Marks every unfinished thread failed with `failure`; used at start-up for
     /// threads whose control plane died under them. Returns how many were failed.
     pub async fn fail_unfinished_threads(&self, failure: &Failure) -> Result<u64, StoreError> {
@@ -283,26 +384,124 @@ impl Store {
         Ok(done.rows_affected())
     }
 
+    /// Appends a message a run produced; false (and nothing stored) when `mark`
+    /// says the run's event was stored already.
     pub async fn append_message(
         &self,
         agent: &str,
         thread: u64,
         message: &ChatMessage,
-    ) -> Result<(), StoreError> {
+        mark: Option<RunMark<'_>>,
+    ) -> Result<bool, StoreError> {
         let mut tx = self.begin_write().await?;
-        insert_message(&mut tx, agent, thread, message, &now()).await?;
+        if !advance(&mut tx, mark, true).await? {
+            return Ok(false);
+        }
+        insert_message(&mut tx, agent, thread, message, &now(), true).await?;
         tx.commit().await?;
-        Ok(())
+        Ok(true)
     }
 
+    /// Adds a user message to a thread; `pending` when a run is going that has not
+    /// seen it yet (it gets its place when the run takes it). Returns its id.
+    pub async fn add_user_message(
+        &self,
+        agent: &str,
+        thread: u64,
+        content: &str,
+        pending: bool,
+    ) -> Result<u64, StoreError> {
+        let at = now();
+        let mut tx = self.begin_write().await?;
+        let id = insert_message(
+            &mut tx,
+            agent,
+            thread,
+            &ChatMessage::user(content),
+            &at,
+            !pending,
+        )
+        .await?;
+        sqlx::query("UPDATE threads SET updated_at = $3 WHERE agent_name = $1 AND id = $2")
+            .bind(agent)
+            .bind(thread as i64)
+            .bind(&at)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// A run took a pending user message into its history: it gets the next place
+    /// in the thread. False when it was not pending (or the event was a replay).
+    pub async fn take_input(
+        &self,
+        agent: &str,
+        thread: u64,
+        message_id: u64,
+        mark: Option<RunMark<'_>>,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin_write().await?;
+        if !advance(&mut tx, mark, false).await? {
+            return Ok(false);
+        }
+        let done = sqlx::query(
+            "UPDATE messages SET position = (SELECT COALESCE(MAX(position), 0) + 1 FROM messages \
+             WHERE agent_name = $1 AND thread_id = $2) \
+             WHERE agent_name = $1 AND thread_id = $2 AND id = $3 AND position IS NULL",
+        )
+        .bind(agent)
+        .bind(thread as i64)
+        .bind(message_id as i64)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// The user messages of a thread no model has seen yet, oldest first.
+    pub async fn pending_inputs(
+        &self,
+        agent: &str,
+        thread: u64,
+    ) -> Result<Vec<(u64, String)>, StoreError> {
+        let rows: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT id, content FROM messages WHERE agent_name = $1 AND thread_id = $2 \
+             AND position IS NULL ORDER BY id",
+        )
+        .bind(agent)
+        .bind(thread as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|(id, c)| (id as u64, c)).collect())
+    }
+
+    /// The thread a message of `agent` belongs to.
+    pub async fn message_thread(
+        &self,
+        agent: &str,
+        message_id: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let thread: Option<i64> =
+            sqlx::query_scalar("SELECT thread_id FROM messages WHERE agent_name = $1 AND id = $2")
+                .bind(agent)
+                .bind(message_id as i64)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(thread.map(|t| t as u64))
+    }
+
+    /// A thread's conversation as the model saw it: every message with a place, in
+    /// order (pending user messages are not in it).
     pub async fn thread_messages(
         &self,
         agent: &str,
         thread: u64,
     ) -> Result<Vec<StoredMessage>, StoreError> {
         let rows = sqlx::query(
-            "SELECT role, content, tool_calls, tool_call_id, tool_name, is_error, created_at \
-             FROM messages WHERE agent_name = $1 AND thread_id = $2 ORDER BY id",
+            "SELECT id, position, role, content, tool_calls, tool_call_id, tool_name, is_error, \
+             created_at FROM messages WHERE agent_name = $1 AND thread_id = $2 \
+             AND position IS NOT NULL ORDER BY position",
         )
         .bind(agent)
         .bind(thread as i64)
@@ -311,10 +510,12 @@ impl Store {
         rows.iter().map(message_from_row).collect()
     }
 
-    /// A page of a thread's messages: those after message id `after` (0 for the
-    /// first page), oldest first, at most `limit` and, past the first, no more than
-    /// about `max_bytes` of content and tool arguments. Each comes with its id (the
-    /// cursor for the next page); the flag says whether more follow.
+    /// A page of a thread's messages: those after place `after` (0 for the first
+    /// page), in the order the model saw them, at most `limit` and, past the first,
+    /// no more than about `max_bytes` of content and tool arguments. Each comes with
+    /// its place (the cursor for the next page); the flag says whether more follow.
+    /// Pending user messages have no place and are not paged
+    /// ([`Store::pending_inputs`]).
     pub async fn thread_messages_page(
         &self,
         agent: &str,
@@ -324,8 +525,9 @@ impl Store {
         max_bytes: usize,
     ) -> Result<(Vec<(i64, StoredMessage)>, bool), StoreError> {
         let rows = sqlx::query(
-            "SELECT id, role, content, tool_calls, tool_call_id, tool_name, is_error, created_at \
-             FROM messages WHERE agent_name = $1 AND thread_id = $2 AND id > $3 ORDER BY id LIMIT $4",
+            "SELECT id, position, role, content, tool_calls, tool_call_id, tool_name, is_error, \
+             created_at FROM messages WHERE agent_name = $1 AND thread_id = $2 \
+             AND position > $3 ORDER BY position LIMIT $4",
         )
         .bind(agent)
         .bind(thread as i64)
@@ -341,7 +543,7 @@ impl Store {
                     .iter()
                     .map(|c| c.arguments.len())
                     .sum::<usize>();
-            Ok(((row.try_get::<i64, _>("id")?, message), size))
+            Ok(((row.try_get::<i64, _>("position")?, message), size))
         })
         .await
     }
@@ -381,7 +583,12 @@ impl Store {
         agent: &str,
         thread: u64,
         step: &StepStarted,
-    ) -> Result<(), StoreError> {
+        mark: Option<RunMark<'_>>,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin_write().await?;
+        if !advance(&mut tx, mark, false).await? {
+            return Ok(false);
+        }
         sqlx::query(
             "INSERT INTO thread_steps (agent_name, thread_id, step_number, kind, description, started_at) \
              VALUES ($1, $2, $3, $4, $5, $6)",
@@ -392,9 +599,10 @@ impl Store {
         .bind(step.kind.as_str())
         .bind(&step.description)
         .bind(format_epoch_ms(step.started_at_ms))
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
-        Ok(())
+        tx.commit().await?;
+        Ok(true)
     }
 
     pub async fn record_step_ended(
@@ -402,9 +610,14 @@ impl Store {
         agent: &str,
         thread: u64,
         step: &StepEnded,
-    ) -> Result<(), StoreError> {
+        mark: Option<RunMark<'_>>,
+    ) -> Result<bool, StoreError> {
         let usage = step.usage.unwrap_or_default();
         let has_usage = step.usage.is_some();
+        let mut tx = self.begin_write().await?;
+        if !advance(&mut tx, mark, false).await? {
+            return Ok(false);
+        }
         sqlx::query(
             "UPDATE thread_steps SET ended_at = $4, duration_ms = $5, failed = $6, \
              input_tokens = $7, output_tokens = $8 \
@@ -418,9 +631,49 @@ impl Store {
         .bind(step.failed as i64)
         .bind(has_usage.then_some(usage.input_tokens as i64))
         .bind(has_usage.then_some(usage.output_tokens as i64))
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Closes a thread's open steps as failed: their run is gone (a resumption
+    /// follows), so they will never end.
+    pub async fn close_open_steps(&self, agent: &str, thread: u64) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "UPDATE thread_steps SET ended_at = $3, failed = 1 \
+             WHERE agent_name = $1 AND thread_id = $2 AND ended_at IS NULL",
+        )
+        .bind(agent)
+        .bind(thread as i64)
+        .bind(now())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
         Ok(())
+    }
+
+    /// Each thread's last step number and the description of its open step (what it
+    /// is doing now), for the thread list.
+    pub async fn threads_progress(
+        &self,
+        agent: &str,
+    ) -> Result<std::collections::HashMap<u64, (u32, Option<String>)>, StoreError> {
+        let rows: Vec<(i64, i64, Option<String>)> = sqlx::query_as(
+            "SELECT s.thread_id, MAX(s.step_number), \
+             (SELECT o.description FROM thread_steps o WHERE o.agent_name = s.agent_name \
+              AND o.thread_id = s.thread_id AND o.ended_at IS NULL \
+              ORDER BY o.step_number DESC LIMIT 1) \
+             FROM thread_steps s WHERE s.agent_name = $1 GROUP BY s.agent_name, s.thread_id",
+        )
+        .bind(agent)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(thread, step, current)| (thread as u64, (step as u32, current)))
+            .collect())
     }
 
     pub async fn thread_steps(
@@ -497,7 +750,8 @@ async fn insert_message(
     thread: u64,
     message: &ChatMessage,
     at: &str,
-) -> Result<(), StoreError> {
+    placed: bool,
+) -> Result<u64, StoreError> {
     let tool_calls = if message.tool_calls.is_empty() {
         None
     } else {
@@ -508,9 +762,12 @@ async fn insert_message(
             })?,
         )
     };
-    sqlx::query(
+    // A placed message goes after every other of its thread; a pending one waits.
+    let id: i64 = sqlx::query_scalar(
         "INSERT INTO messages (agent_name, thread_id, role, content, tool_calls, tool_call_id, \
-         tool_name, is_error, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+         tool_name, is_error, created_at, position) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
+         CASE WHEN $10 = 1 THEN (SELECT COALESCE(MAX(position), 0) + 1 FROM messages \
+         WHERE agent_name = $1 AND thread_id = $2) END) RETURNING id",
     )
     .bind(agent)
     .bind(thread as i64)
@@ -521,9 +778,10 @@ async fn insert_message(
     .bind(&message.tool_name)
     .bind(message.is_error as i64)
     .bind(at)
-    .execute(&mut **tx)
+    .bind(placed as i64)
+    .fetch_one(&mut **tx)
     .await?;
-    Ok(())
+    Ok(id as u64)
 }
 
 /// Reads rows into a page: at most `limit` items and, past the first, about
@@ -559,17 +817,19 @@ mod tests {
     async fn thread_ids_count_up_per_agent() {
         let (store, _dir) = test_store_with_agent().await;
         let first = store
-            .start_thread("a", &ChatMessage::user("1"), "api")
+            .start_thread("a", &ChatMessage::user("1"), "api", None)
             .await
-            .unwrap();
+            .unwrap()
+            .0;
         let second = store
-            .start_thread("a", &ChatMessage::user("2"), "api")
+            .start_thread("a", &ChatMessage::user("2"), "api", None)
             .await
-            .unwrap();
+            .unwrap()
+            .0;
         assert_eq!((first, second), (1, 2));
         assert!(matches!(
             store
-                .start_thread("nobody", &ChatMessage::user("x"), "api")
+                .start_thread("nobody", &ChatMessage::user("x"), "api", None)
                 .await,
             Err(StoreError::NotFound(_))
         ));
@@ -579,20 +839,26 @@ mod tests {
     async fn messages_keep_their_order_and_tool_calls() {
         let (store, _dir) = test_store_with_agent().await;
         let t = store
-            .start_thread("a", &ChatMessage::user("make a file"), "api")
+            .start_thread("a", &ChatMessage::user("make a file"), "api", None)
             .await
-            .unwrap();
+            .unwrap()
+            .0;
         let call = ToolCall {
             id: "c1".into(),
             name: "create_file".into(),
             arguments: "{\"path\":\"a\"}".into(),
         };
         store
-            .append_message("a", t, &ChatMessage::assistant("", vec![call.clone()]))
+            .append_message(
+                "a",
+                t,
+                &ChatMessage::assistant("", vec![call.clone()]),
+                None,
+            )
             .await
             .unwrap();
         store
-            .append_message("a", t, &ChatMessage::tool_result(&call, "ok", false))
+            .append_message("a", t, &ChatMessage::tool_result(&call, "ok", false), None)
             .await
             .unwrap();
         let messages: Vec<ChatMessage> = store
@@ -611,9 +877,10 @@ mod tests {
     async fn a_finished_thread_stays_finished_and_closes_open_steps() {
         let (store, _dir) = test_store_with_agent().await;
         let t = store
-            .start_thread("a", &ChatMessage::user("x"), "api")
+            .start_thread("a", &ChatMessage::user("x"), "api", None)
             .await
-            .unwrap();
+            .unwrap()
+            .0;
         store
             .record_step_started(
                 "a",
@@ -625,6 +892,7 @@ mod tests {
                     description: "Calling LLM".into(),
                     started_at_ms: 1_700_000_000_000,
                 },
+                None,
             )
             .await
             .unwrap();
@@ -657,9 +925,10 @@ mod tests {
         for _ in 0..4 {
             ids.push(
                 store
-                    .start_thread("a", &ChatMessage::user("x"), "api")
+                    .start_thread("a", &ChatMessage::user("x"), "api", None)
                     .await
-                    .unwrap(),
+                    .unwrap()
+                    .0,
             );
         }
         let over = Failure::new(FailureKind::Limit, "stopped after 50 model calls");
@@ -726,9 +995,10 @@ mod tests {
     async fn pages_of_messages_join_up_and_stop_at_their_byte_budget() {
         let (store, _dir) = test_store_with_agent().await;
         let t = store
-            .start_thread("a", &ChatMessage::user("0"), "api")
+            .start_thread("a", &ChatMessage::user("0"), "api", None)
             .await
-            .unwrap();
+            .unwrap()
+            .0;
         for i in 1..10 {
             let content = if i == 1 || i == 3 {
                 "x".repeat(1000)
@@ -736,7 +1006,7 @@ mod tests {
                 i.to_string()
             };
             store
-                .append_message("a", t, &ChatMessage::assistant(content, vec![]))
+                .append_message("a", t, &ChatMessage::assistant(content, vec![]), None)
                 .await
                 .unwrap();
         }
@@ -775,9 +1045,10 @@ mod tests {
         let (store, _dir) = test_store_with_agent().await;
         for (thread, tokens) in [(1u64, 10u64), (2, 5)] {
             let t = store
-                .start_thread("a", &ChatMessage::user("x"), "api")
+                .start_thread("a", &ChatMessage::user("x"), "api", None)
                 .await
-                .unwrap();
+                .unwrap()
+                .0;
             assert_eq!(t, thread);
             for number in 1..=2 {
                 let started = StepStarted {
@@ -787,7 +1058,10 @@ mod tests {
                     description: "Calling LLM".into(),
                     started_at_ms: 0,
                 };
-                store.record_step_started("a", t, &started).await.unwrap();
+                store
+                    .record_step_started("a", t, &started, None)
+                    .await
+                    .unwrap();
                 let ended = StepEnded {
                     run_id: "r".into(),
                     number,
@@ -799,7 +1073,7 @@ mod tests {
                         output_tokens: 1,
                     }),
                 };
-                store.record_step_ended("a", t, &ended).await.unwrap();
+                store.record_step_ended("a", t, &ended, None).await.unwrap();
             }
         }
         let usage = |input_tokens, output_tokens| Usage {

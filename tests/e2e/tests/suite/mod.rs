@@ -9,6 +9,7 @@ mod providers;
 mod read_only;
 mod real_servers;
 mod relay;
+mod routing;
 mod sandbox;
 mod secrets;
 mod storage;

@@ -416,13 +416,16 @@ async fn permissions_are_validated_explained_and_never_granted_above_a_role() ->
 }
 
 #[tokio::test]
-async fn a_question_is_withdrawn_when_its_thread_ends() -> anyhow::Result<()> {
+async fn a_question_is_withdrawn_when_its_worker_dies_and_the_thread_resumes() -> anyhow::Result<()>
+{
     let model = FakeOpenAi::start().await;
     model.push(tool_call(
         "c1",
         "create_file",
         json!({"path": "never.txt", "content": "x"}),
     ));
+    // The resumed run tells the model the call was interrupted; it gives up.
+    model.push(text("I will not write it after all"));
     let chorus = chorus_with(&model, "").await?;
     create_agent(&chorus, "careful", careful_profile()).await?;
     let id = chorus.send_message("careful", "write").await?;
@@ -432,9 +435,20 @@ async fn a_question_is_withdrawn_when_its_thread_ends() -> anyhow::Result<()> {
         .unwrap() as u32;
     chorus_test_support::process::signal(worker, nix::sys::signal::Signal::SIGKILL);
     let thread = chorus
-        .wait_thread_finished("careful", id, Duration::from_secs(10))
+        .wait_thread_finished("careful", id, Duration::from_secs(20))
         .await?;
-    assert_eq!(thread["status"], "failed");
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let resumed = model.requests();
+    let last = resumed[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap();
+    assert_eq!(last["role"], "tool", "{last:#}");
+    assert!(
+        last["content"].as_str().unwrap().contains("interrupted"),
+        "{last:#}"
+    );
     assert!(
         pending(&chorus).await?.is_empty(),
         "the question is withdrawn"

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use chorus_test_support::chorus::ChorusBuilder;
-use chorus_test_support::fake_model::tool_call;
+use chorus_test_support::fake_model::{text, tool_call};
 use chorus_test_support::{Chorus, FakeModel, FakeOpenAi, process};
 use nix::sys::signal::Signal;
 use reqwest::Method;
@@ -137,6 +137,8 @@ async fn a_restarted_control_plane_ends_what_a_killed_one_left() -> anyhow::Resu
     let data: &Path = &temp.path().join("data");
     let chorus = builder(&model).data_dir(data).start().await?;
     start_tool_processes(&chorus, &model, &marker).await?;
+    // The resumed run: the model learns its command was interrupted, and stops.
+    model.push(text("the command was interrupted; stopping here"));
 
     let killed = Instant::now();
     chorus.kill().await?;
@@ -145,11 +147,39 @@ async fn a_restarted_control_plane_ends_what_a_killed_one_left() -> anyhow::Resu
     eprintln!(
         "last tool process gone {took:?} after the control plane's SIGKILL (restart included)"
     );
-    // The thread the killed control plane left running was failed at start-up.
-    let thread = next.thread("digger", 1).await?;
+    // The thread the killed control plane left running goes on (durable runs): the
+    // command that was running is not run again; the model hears it was interrupted.
+    let thread = next
+        .wait_thread_finished("digger", 1, Duration::from_secs(30))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let requests = model.requests();
     assert_eq!(
-        (&thread["status"], &thread["failure_kind"]),
-        (&json!("failed"), &json!("interrupted")),
+        requests.len(),
+        3,
+        "one more model call, no command run again"
+    );
+    let last = requests[2].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["role"], "tool", "{last:#}");
+    assert!(
+        last["content"].as_str().unwrap().contains("interrupted"),
+        "{last:#}"
+    );
+    // Step numbers go on without a gap or a repeat.
+    let numbers: Vec<u64> = thread["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        numbers,
+        (1..=numbers.len() as u64).collect::<Vec<_>>(),
         "{thread:#}"
     );
     Ok(())

@@ -19,13 +19,21 @@ async fn chorus_with(model: &FakeModel) -> anyhow::Result<Chorus> {
 }
 
 #[tokio::test]
-async fn a_worker_killed_mid_run_fails_its_thread_and_is_replaced() -> anyhow::Result<()> {
+async fn a_worker_killed_mid_run_is_replaced_and_the_thread_resumes_on_the_new_one()
+-> anyhow::Result<()> {
     let model = FakeOpenAi::start().await;
-    // The first model call hangs, so the run is in flight when the worker dies.
+    // Turn 1 writes a file; turn 2 hangs, so the run is in flight when the worker dies.
+    model.push(tool_call(
+        "c1",
+        "create_file",
+        json!({"path": "before.txt", "content": "1"}),
+    ));
     model.push(Reply::Delayed(
         Duration::from_secs(60),
         Box::new(text("too late")),
     ));
+    // The resumed run makes the hung call again.
+    model.push(text("finished after the crash"));
     let chorus = chorus_with(&model).await?;
     chorus.create_agent("fragile").await?;
     let first_pid = chorus
@@ -33,48 +41,61 @@ async fn a_worker_killed_mid_run_fails_its_thread_and_is_replaced() -> anyhow::R
         .await?;
 
     let id = chorus.send_message("fragile", "take your time").await?;
-    chorus
-        .wait_thread("fragile", id, Duration::from_secs(15), |t| {
-            t["steps"].as_array().is_some_and(|s| !s.is_empty())
-        })
-        .await?;
     assert_eq!(
         model
-            .wait_for_requests(1, Duration::from_secs(5))
+            .wait_for_requests(2, Duration::from_secs(15))
             .await
             .len(),
-        1
+        2
     );
-
     let mut feed = chorus.open_thread_events("fragile", id).await?;
     process::signal(first_pid, Signal::SIGKILL);
     let killed_at = Instant::now();
     let thread = chorus
-        .wait_thread("fragile", id, Duration::from_secs(2), |t| {
-            t["status"] == "failed"
-        })
+        .wait_thread_finished("fragile", id, Duration::from_secs(30))
         .await?;
-    eprintln!("worker death noticed after {:?}", killed_at.elapsed());
-    // Programs read the kind, not the text; the live feed's final status says the same.
-    assert_eq!(thread["failure_kind"], "interrupted", "{thread:#}");
+    eprintln!(
+        "thread resumed and finished {:?} after the worker's SIGKILL",
+        killed_at.elapsed()
+    );
+    assert_eq!(thread["status"], "completed", "{thread:#}");
     let events = tokio::time::timeout(Duration::from_secs(5), feed.rest()).await??;
-    let (kind, last) = events.last().unwrap();
-    assert_eq!(kind, "status", "{events:#?}");
+    let resumed = events
+        .iter()
+        .find(|(kind, data)| kind == "status" && data["resumed"] == 2)
+        .unwrap_or_else(|| panic!("no resumption on the feed: {events:#?}"));
+    let reason = resumed.1["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&format!("pid {first_pid}")) && reason.contains("SIGKILL"),
+        "{reason}"
+    );
+    // The resumed call carried everything stored: the first turn and its result.
+    let requests = model.requests();
+    assert_eq!(requests.len(), 3);
     assert_eq!(
-        (&last["status"], &last["failure_kind"], &last["error"]),
-        (&json!("failed"), &json!("interrupted"), &thread["error"]),
-        "{events:#?}"
+        requests[2].body["messages"], requests[1].body["messages"],
+        "the new worker sent the same conversation again"
     );
-    let error = thread["error"].as_str().unwrap();
-    assert!(error.contains(&format!("pid {first_pid}")), "{error}");
-    assert!(error.contains("SIGKILL"), "{error}");
-    assert!(
-        error.contains("again"),
-        "the user should learn what to do: {error}"
+    // Steps: the interrupted call was closed as failed; numbers go on without a
+    // gap or a repeat, and one thread holds the whole history.
+    let steps = thread["steps"].as_array().unwrap();
+    let numbers: Vec<u64> = steps
+        .iter()
+        .map(|s| s["number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        numbers,
+        (1..=numbers.len() as u64).collect::<Vec<_>>(),
+        "{thread:#}"
     );
     assert!(
-        thread["steps"][0]["ended_at"].is_string(),
-        "the open step was closed"
+        steps.iter().all(|s| s["ended_at"].is_string()),
+        "{thread:#}"
+    );
+    assert_eq!(steps[2]["failed"], true, "the interrupted call: {thread:#}");
+    assert_eq!(
+        std::fs::read_to_string(chorus.agent_dir("fragile").join("workspace/before.txt"))?,
+        "1"
     );
 
     // A new worker takes over and the next message works.
@@ -126,23 +147,31 @@ async fn a_hung_worker_is_noticed_by_its_silence_killed_and_replaced() -> anyhow
         .await?;
     let id = chorus.send_message("stuck", "think hard").await?;
     model.wait_for_requests(1, Duration::from_secs(10)).await;
+    // The resumed run asks again and gets this.
+    model.push(text("thought it over"));
 
     // A stopped process keeps its socket open but says nothing: hung, not dead.
+    let mut feed = chorus.open_thread_events("stuck", id).await?;
     process::signal(hung_pid, Signal::SIGSTOP);
     let stopped_at = Instant::now();
     let thread = chorus
-        .wait_thread("stuck", id, Duration::from_secs(10), |t| {
-            t["status"] == "failed"
-        })
+        .wait_thread_finished("stuck", id, Duration::from_secs(30))
         .await?;
-    eprintln!("hung worker noticed after {:?}", stopped_at.elapsed());
-    assert_eq!(thread["failure_kind"], "interrupted", "{thread:#}");
-    let error = thread["error"].as_str().unwrap();
-    assert!(
-        error.contains(&format!("pid {hung_pid}")) && error.contains("stopped responding"),
-        "{error}"
+    eprintln!(
+        "hung worker noticed and the thread resumed after {:?}",
+        stopped_at.elapsed()
     );
-    assert!(error.contains("again"), "{error}");
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let events = tokio::time::timeout(Duration::from_secs(5), feed.rest()).await??;
+    let (_, resumed) = events
+        .iter()
+        .find(|(kind, data)| kind == "status" && data["resumed"] == 2)
+        .unwrap_or_else(|| panic!("no resumption on the feed: {events:#?}"));
+    let reason = resumed["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&format!("pid {hung_pid}")) && reason.contains("stopped responding"),
+        "{reason}"
+    );
     assert!(
         process::wait_gone(hung_pid, Duration::from_secs(5)).await,
         "the hung worker is killed, not left behind"

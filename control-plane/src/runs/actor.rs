@@ -1,0 +1,1004 @@
+//! The actor of one agent's runs: one task owns the agent's queued and going runs,
+//! and each transition is one arm of [`AgentActor::handle`].
+//!
+//! Invariants:
+//! - A run belongs to one agent, and only that agent's worker connection can report
+//!   on it: events are looked up in this actor's own table, by the generation the
+//!   run was handed to.
+//! - A run's event is stored only if its `seq` is past the run's last stored one, in
+//!   the same transaction (`store::runs::advance`): a replay changes nothing.
+//! - Every event is stored before the connection reads the next (the connection
+//!   awaits the answer).
+//! - A run waits in the queue until a worker is connected. A run whose worker died
+//!   before reporting anything goes back to the queue; one that had started is
+//!   resumed as a new attempt from the stored history (`decide::after_loss`).
+//! - The actor never waits for the gate or a worker: it only sends them commands.
+//!   It may not touch another agent's runs.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use chorus_proto::domain::{
+    AgentChange, ChatMessage, ControlCommand, Failure, FailureKind, Input, Role, RunAssignment,
+    WorkerEvent,
+};
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot};
+
+use super::assignment::{Attempt, Builder};
+use super::decide::{self, AfterLoss, Route};
+use super::{EventRejected, Received, Routed, Shared, status_event};
+use crate::reports::{self, RunBudget};
+use crate::store::{
+    AgentRecord, RunMark, RunRecord, RunStatus, StoreError, ThreadRecord, ThreadStatus,
+    format_epoch_ms,
+};
+use crate::workers::WorkerLost;
+use crate::workers::registry::Generation;
+
+/// Most bytes of an ended thread's messages a continuation starts from.
+const SEED_BYTES: usize = 256 * 1024;
+
+pub(super) enum Command {
+    Receive {
+        agent: Box<AgentRecord>,
+        content: String,
+        reply_to: Option<u64>,
+        user: String,
+        reply: oneshot::Sender<Result<Received, StoreError>>,
+    },
+    Event {
+        generation: Generation,
+        seq: u64,
+        event: Box<WorkerEvent>,
+        reply: oneshot::Sender<Result<(), EventRejected>>,
+    },
+    Deliver,
+    WorkerLost {
+        lost: WorkerLost,
+        reply: oneshot::Sender<()>,
+    },
+    Resume {
+        agent: Box<AgentRecord>,
+        previous: Box<RunRecord>,
+        reason: String,
+        reply: oneshot::Sender<()>,
+    },
+    Kill {
+        thread_id: u64,
+        user: String,
+        reply: oneshot::Sender<Result<bool, StoreError>>,
+    },
+    FailAll {
+        failure: Failure,
+        reply: oneshot::Sender<()>,
+    },
+    ThreadOf {
+        generation: Generation,
+        run_id: String,
+        reply: oneshot::Sender<Option<u64>>,
+    },
+    SetWaiting {
+        thread_id: u64,
+        waiting: bool,
+    },
+    ActiveThreads {
+        reply: oneshot::Sender<Vec<u64>>,
+    },
+    AgentChanged(AgentChange),
+}
+
+struct ActiveRun {
+    thread_id: u64,
+    /// Kept so the run can be handed to another worker if its first one dies early.
+    assignment: Box<RunAssignment>,
+    /// The worker generation the run was handed to, if any.
+    delivered_to: Option<Generation>,
+    /// Whether the worker reported any of it yet.
+    started: bool,
+    /// The run's span on this side, and the spans of its open steps: the control
+    /// plane's view of the run mirrors the worker's in traces.
+    span: tracing::Span,
+    open_steps: HashMap<u32, tracing::Span>,
+    /// What the run has stored so far, against `reports::RunLimits`.
+    budget: RunBudget,
+    /// When the worker last reported anything of it (for the watchdog).
+    last_event: Instant,
+}
+
+impl ActiveRun {
+    /// Opens or closes the span of the step an event is about.
+    fn trace(&mut self, event: &WorkerEvent) {
+        match event {
+            WorkerEvent::StepStarted(step) => {
+                let span = tracing::info_span!(
+                    parent: &self.span,
+                    "step",
+                    number = step.number,
+                    kind = step.kind.as_str(),
+                    description = %step.description,
+                    duration_ms = tracing::field::Empty,
+                    failed = tracing::field::Empty,
+                );
+                self.open_steps.insert(step.number, span);
+            }
+            WorkerEvent::StepEnded(step) => {
+                if let Some(span) = self.open_steps.remove(&step.number) {
+                    span.record("duration_ms", step.duration_ms);
+                    span.record("failed", step.failed);
+                    span.in_scope(|| tracing::debug!("step ended"));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+pub(super) struct AgentActor {
+    agent: String,
+    shared: Arc<Shared>,
+    /// Run ids waiting for a connected worker, oldest first.
+    queue: VecDeque<String>,
+    runs: HashMap<String, ActiveRun>,
+    /// `runs.len()`, for readers outside the actor.
+    active: Arc<AtomicUsize>,
+}
+
+impl AgentActor {
+    pub(super) fn new(agent: String, shared: Arc<Shared>, active: Arc<AtomicUsize>) -> Self {
+        AgentActor {
+            agent,
+            shared,
+            queue: VecDeque::new(),
+            runs: HashMap::new(),
+            active,
+        }
+    }
+
+    pub(super) async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+        let stuck_after = self.shared.settings.threads.stuck_after;
+        let mut watchdog = tokio::time::interval(decide::watchdog_period(stuck_after));
+        watchdog.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                command = commands.recv() => match command {
+                    Some(command) => self.handle(command).await,
+                    None => break,
+                },
+                _ = watchdog.tick() => self.watchdog().await,
+            }
+            self.active.store(self.runs.len(), Ordering::Relaxed);
+        }
+    }
+
+    async fn handle(&mut self, command: Command) {
+        match command {
+            Command::Receive {
+                agent,
+                content,
+                reply_to,
+                user,
+                reply,
+            } => {
+                let _ = reply.send(self.receive(&agent, &content, reply_to, &user).await);
+            }
+            Command::Event {
+                generation,
+                seq,
+                event,
+                reply,
+            } => {
+                let _ = reply.send(self.apply(generation, seq, *event).await);
+            }
+            Command::Deliver => self.deliver(),
+            Command::WorkerLost { lost, reply } => {
+                self.worker_lost(lost).await;
+                let _ = reply.send(());
+            }
+            Command::Resume {
+                agent,
+                previous,
+                reason,
+                reply,
+            } => {
+                self.resume(&agent, &previous, &reason).await;
+                let _ = reply.send(());
+            }
+            Command::Kill {
+                thread_id,
+                user,
+                reply,
+            } => {
+                let _ = reply.send(self.kill(thread_id, &user).await);
+            }
+            Command::FailAll { failure, reply } => {
+                self.fail_all(&failure).await;
+                let _ = reply.send(());
+            }
+            Command::ThreadOf {
+                generation,
+                run_id,
+                reply,
+            } => {
+                let thread = self
+                    .runs
+                    .get_mut(&run_id)
+                    .filter(|run| run.delivered_to == Some(generation))
+                    .map(|run| {
+                        run.started = true;
+                        run.thread_id
+                    });
+                let _ = reply.send(thread);
+            }
+            Command::SetWaiting { thread_id, waiting } => {
+                self.set_waiting(thread_id, waiting).await
+            }
+            Command::ActiveThreads { reply } => {
+                let mut threads: Vec<u64> = self.runs.values().map(|r| r.thread_id).collect();
+                threads.sort_unstable();
+                threads.dedup();
+                let _ = reply.send(threads);
+            }
+            Command::AgentChanged(change) => self.agent_changed(change),
+        }
+    }
+
+    fn run_of_thread(&self, thread_id: u64) -> Option<&str> {
+        self.runs
+            .iter()
+            .find(|(_, run)| run.thread_id == thread_id)
+            .map(|(id, _)| id.as_str())
+    }
+
+    // ---------------------------------------------------------------- routing
+
+    async fn receive(
+        &mut self,
+        agent: &AgentRecord,
+        content: &str,
+        reply_to: Option<u64>,
+        user: &str,
+    ) -> Result<Received, StoreError> {
+        let store = &self.shared.store;
+        let target = match reply_to {
+            Some(message) => match store.message_thread(&agent.name, message).await? {
+                Some(thread) => store
+                    .thread(&agent.name, thread)
+                    .await?
+                    .map(|t| (t.id, t.status, self.run_of_thread(t.id).is_some())),
+                None => None,
+            },
+            None => None,
+        };
+        match decide::route(target) {
+            Route::New => {
+                let (thread_id, message_id) = store
+                    .start_thread(&agent.name, &ChatMessage::user(content), user, None)
+                    .await?;
+                self.thread_created(agent, thread_id, user, None).await?;
+                Ok(Received {
+                    thread_id,
+                    message_id,
+                    routed: Routed::New,
+                })
+            }
+            Route::Inject { thread } => {
+                let message_id = store
+                    .add_user_message(&agent.name, thread, content, true)
+                    .await?;
+                self.inject(thread, message_id, content);
+                tracing::info!(agent = %agent.name, thread_id = thread, message_id, "message injected into a going thread");
+                Ok(Received {
+                    thread_id: thread,
+                    message_id,
+                    routed: Routed::Injected,
+                })
+            }
+            Route::Wake { thread } => {
+                let message_id = store
+                    .add_user_message(&agent.name, thread, content, true)
+                    .await?;
+                self.set_status(thread, ThreadStatus::Running).await;
+                if let Some(record) = store.thread(&agent.name, thread).await? {
+                    self.queue_run(agent, &record, Attempt::FIRST).await?;
+                }
+                Ok(Received {
+                    thread_id: thread,
+                    message_id,
+                    routed: Routed::Injected,
+                })
+            }
+            Route::Continue { from } => {
+                let earlier = store
+                    .thread_messages(&agent.name, from)
+                    .await?
+                    .into_iter()
+                    .map(|m| m.message)
+                    .collect();
+                let mut messages = decide::seed_messages(earlier, SEED_BYTES);
+                messages.push(ChatMessage::user(content));
+                let summary = store
+                    .thread(&agent.name, from)
+                    .await?
+                    .and_then(|t| t.summary)
+                    .unwrap_or_else(|| crate::store::summary_of(content));
+                let (thread_id, message_id) = store
+                    .create_thread(
+                        &agent.name,
+                        &messages,
+                        user,
+                        ThreadStatus::Running,
+                        &summary,
+                        Some(from),
+                    )
+                    .await?;
+                self.thread_created(agent, thread_id, user, Some(from))
+                    .await?;
+                Ok(Received {
+                    thread_id,
+                    message_id,
+                    routed: Routed::ContinuedFrom(from),
+                })
+            }
+        }
+    }
+
+    /// A thread was created running: announce it and queue its first run.
+    async fn thread_created(
+        &mut self,
+        agent: &AgentRecord,
+        thread_id: u64,
+        user: &str,
+        continued_from: Option<u64>,
+    ) -> Result<(), StoreError> {
+        self.shared.feed.publish(
+            &agent.name,
+            thread_id,
+            "thread_created",
+            json!({"status": "running", "user": user, "continued_from": continued_from}),
+        );
+        let Some(record) = self.shared.store.thread(&agent.name, thread_id).await? else {
+            return Ok(());
+        };
+        self.queue_run(agent, &record, Attempt::FIRST).await
+    }
+
+    /// Hands a user message to the thread's run: to its worker when it has one,
+    /// into its assignment while it waits for one.
+    fn inject(&mut self, thread_id: u64, message_id: u64, content: &str) {
+        let Some(run_id) = self.run_of_thread(thread_id).map(str::to_string) else {
+            return; // resumed later from the store, with the message as an input
+        };
+        let input = Input {
+            message_id,
+            content: content.to_string(),
+        };
+        let Some(run) = self.runs.get_mut(&run_id) else {
+            return;
+        };
+        match run.delivered_to {
+            Some(_) => {
+                if let Some((_, sender)) = self.shared.registry.sender(&self.agent) {
+                    let _ = sender.send(ControlCommand::InjectMessage { run_id, input });
+                }
+                // Without a worker, the resumption takes it from the store.
+            }
+            None => run.assignment.inputs.push(input),
+        }
+    }
+
+    // ---------------------------------------------------------------- runs
+
+    /// Builds the thread's next run and queues it; a run that cannot be built (no
+    /// provider, no model, too large) fails the thread with the reason.
+    async fn queue_run(
+        &mut self,
+        agent: &AgentRecord,
+        thread: &ThreadRecord,
+        attempt: Attempt,
+    ) -> Result<(), StoreError> {
+        let builder = Builder {
+            store: &self.shared.store,
+            catalog: &self.shared.catalog,
+            profiles: &self.shared.profiles,
+            settings: &self.shared.settings,
+        };
+        let run = match builder.build(agent, thread, attempt).await? {
+            Ok(run) => run,
+            Err(failure) => {
+                self.end_thread(thread.id, ThreadStatus::Failed, Some(&failure))
+                    .await?;
+                return Ok(());
+            }
+        };
+        self.shared
+            .store
+            .insert_run(
+                &agent.name,
+                thread.id,
+                &run.run_id,
+                attempt.number,
+                run.first_step_number,
+                attempt.stalled,
+            )
+            .await?;
+        tracing::info!(agent = %agent.name, thread_id = thread.id, run_id = %run.run_id, attempt = attempt.number, "run queued");
+        let span = tracing::info_span!(
+            "run",
+            agent = %agent.name,
+            thread_id = thread.id,
+            run_id = %run.run_id,
+            attempt = attempt.number,
+            model = %run.agent.model,
+        );
+        self.queue.push_back(run.run_id.clone());
+        self.runs.insert(
+            run.run_id.clone(),
+            ActiveRun {
+                thread_id: thread.id,
+                span,
+                assignment: Box::new(run),
+                delivered_to: None,
+                started: false,
+                open_steps: HashMap::new(),
+                budget: RunBudget::default(),
+                last_event: Instant::now(),
+            },
+        );
+        self.deliver();
+        Ok(())
+    }
+
+    /// Hands queued runs to the agent's worker, if one is connected.
+    fn deliver(&mut self) {
+        let Some((generation, sender)) = self.shared.registry.sender(&self.agent) else {
+            return;
+        };
+        while let Some(run_id) = self.queue.pop_front() {
+            let Some(run) = self.runs.get_mut(&run_id) else {
+                continue; // finished or killed while waiting
+            };
+            if sender
+                .send(ControlCommand::AssignRun(run.assignment.clone()))
+                .is_err()
+            {
+                // The connection closed under us; keep the run for the next worker.
+                self.queue.push_front(run_id);
+                break;
+            }
+            run.delivered_to = Some(generation);
+            run.last_event = Instant::now();
+            let store = self.shared.store.clone();
+            tokio::spawn(async move {
+                if let Err(e) = store
+                    .set_run_status(&run_id, RunStatus::Running, None)
+                    .await
+                {
+                    tracing::error!(%run_id, error = %e, "cannot record that a run started");
+                }
+            });
+            tracing::debug!(agent = %self.agent, generation, "run delivered");
+        }
+    }
+
+    /// Applies one event of a run.
+    async fn apply(
+        &mut self,
+        generation: Generation,
+        seq: u64,
+        mut event: WorkerEvent,
+    ) -> Result<(), EventRejected> {
+        let Some(run_id) = event.run_id().map(str::to_string) else {
+            return Ok(());
+        };
+        let agent = self.agent.clone();
+        let agent = agent.as_str();
+        let (thread_id, over_budget) = {
+            let run = self
+                .runs
+                .get_mut(&run_id)
+                .filter(|run| run.delivered_to == Some(generation))
+                .ok_or_else(|| EventRejected::UnknownRun(run_id.clone()))?;
+            run.started = true;
+            run.last_event = Instant::now();
+            run.trace(&event);
+            let over_budget = run.budget.charge(&event, self.shared.run_limits).err();
+            (run.thread_id, over_budget)
+        };
+        if let Some(reason) = over_budget {
+            self.stop_run(&run_id, thread_id, reason).await;
+            return Ok(());
+        }
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let notes = match &mut event {
+            WorkerEvent::StepStarted(step) => reports::check_step_started(step, now_ms),
+            WorkerEvent::StepEnded(step) => reports::check_step_ended(step, now_ms),
+            _ => Vec::new(),
+        };
+        for note in notes {
+            tracing::warn!(agent, thread_id, %run_id, %note, "worker report corrected");
+        }
+        let mark = Some(RunMark {
+            run_id: &run_id,
+            seq,
+        });
+        let store = &self.shared.store;
+        let feed = &self.shared.feed;
+        let publish = |stored: &Result<bool, StoreError>, kind, data| {
+            // A replay was stored (and published) the first time.
+            if !matches!(stored, Ok(false)) {
+                feed.publish(agent, thread_id, kind, data);
+            }
+        };
+        let result = match &event {
+            WorkerEvent::StepStarted(step) => {
+                let stored = store
+                    .record_step_started(agent, thread_id, step, mark)
+                    .await;
+                publish(
+                    &stored,
+                    "step_started",
+                    json!({"number": step.number, "kind": step.kind, "description": step.description,
+                           "started_at": format_epoch_ms(step.started_at_ms)}),
+                );
+                stored.map(drop)
+            }
+            WorkerEvent::StepEnded(step) => {
+                let stored = store.record_step_ended(agent, thread_id, step, mark).await;
+                publish(
+                    &stored,
+                    "step_ended",
+                    json!({"number": step.number, "duration_ms": step.duration_ms,
+                           "failed": step.failed, "usage": step.usage}),
+                );
+                stored.map(drop)
+            }
+            WorkerEvent::MessageAppended { message, .. } => {
+                if !matches!(message.role, Role::Assistant | Role::Tool) {
+                    return Err(EventRejected::ForbiddenRole(message.role.as_str()));
+                }
+                let stored = store.append_message(agent, thread_id, message, mark).await;
+                if matches!(stored, Ok(true))
+                    && let (Role::Tool, Some(call_id)) = (message.role, &message.tool_call_id)
+                {
+                    let result = if message.is_error { "error" } else { "ok" };
+                    if let Err(e) = store.audit_result(agent, thread_id, call_id, result).await {
+                        tracing::error!(agent, thread_id, error = %e, "cannot record a tool result in the audit log");
+                    }
+                }
+                publish(&stored, "message", json!(message));
+                stored.map(drop)
+            }
+            WorkerEvent::InputTaken { message_id, .. } => {
+                let stored = store.take_input(agent, thread_id, *message_id, mark).await;
+                publish(&stored, "input_taken", json!({"message_id": message_id}));
+                stored.map(drop)
+            }
+            WorkerEvent::RunCompleted { .. } => self.run_completed(&run_id, thread_id).await,
+            WorkerEvent::RunFailed { kind, error, .. } => {
+                if *kind == FailureKind::Internal {
+                    tracing::warn!(agent, thread_id, %run_id, %error, "the worker reported an internal failure");
+                }
+                let failure = Failure::new(*kind, error.as_str());
+                self.finish(&run_id, ThreadStatus::Failed, Some(&failure))
+                    .await
+            }
+            // Live text is only for live views; the whole message follows.
+            WorkerEvent::TextDelta { step, text, .. } => {
+                feed.publish(
+                    agent,
+                    thread_id,
+                    "text",
+                    json!({"step": step, "text": text}),
+                );
+                Ok(())
+            }
+            // Tool checks go to the gate; background tasks and summaries elsewhere.
+            WorkerEvent::ToolCheck { .. }
+            | WorkerEvent::Hello { .. }
+            | WorkerEvent::Heartbeat { .. }
+            | WorkerEvent::TaskStarted(_)
+            | WorkerEvent::TaskEnded { .. }
+            | WorkerEvent::Summary { .. } => Ok(()),
+        };
+        if let Err(e) = result {
+            tracing::error!(agent, thread_id, %run_id, error = %e, "cannot record worker event");
+        }
+        Ok(())
+    }
+
+    /// The model ended its turn. A user message that reached the thread too late
+    /// for this run starts the next one; otherwise the thread is completed.
+    async fn run_completed(&mut self, run_id: &str, thread_id: u64) -> Result<(), StoreError> {
+        let store = self.shared.store.clone();
+        if store
+            .pending_inputs(&self.agent, thread_id)
+            .await?
+            .is_empty()
+        {
+            return self.finish(run_id, ThreadStatus::Completed, None).await;
+        }
+        let Some(run) = self.runs.remove(run_id) else {
+            return Ok(());
+        };
+        store
+            .set_run_status(run_id, RunStatus::Completed, None)
+            .await?;
+        run.span
+            .in_scope(|| tracing::info!("run finished; a message it did not see starts the next"));
+        let agent = store.active_agent(&self.agent).await?;
+        let thread = store.thread(&self.agent, thread_id).await?;
+        if let (Some(agent), Some(thread)) = (agent, thread) {
+            self.queue_run(&agent, &thread, Attempt::FIRST).await?;
+        }
+        Ok(())
+    }
+
+    /// Ends a run whose worker reported more than a run may store: the thread fails
+    /// with `reason`, the worker is told to cancel it, and what it still sends about
+    /// it is refused as the report of an unknown run.
+    async fn stop_run(&mut self, run_id: &str, thread_id: u64, reason: String) {
+        tracing::warn!(agent = %self.agent, thread_id, run_id, reason, "run over its budget; failing and cancelling it");
+        self.cancel_in_worker(run_id, &reason);
+        let failure = Failure::new(FailureKind::Limit, reason);
+        if let Err(e) = self
+            .finish(run_id, ThreadStatus::Failed, Some(&failure))
+            .await
+        {
+            tracing::error!(agent = %self.agent, thread_id, run_id, error = %e, "cannot fail thread");
+        }
+    }
+
+    fn cancel_in_worker(&self, run_id: &str, reason: &str) {
+        if let Some((_, sender)) = self.shared.registry.sender(&self.agent) {
+            let _ = sender.send(ControlCommand::CancelRun {
+                run_id: run_id.to_string(),
+                reason: reason.to_string(),
+            });
+        }
+    }
+
+    /// Ends a run and its thread.
+    async fn finish(
+        &mut self,
+        run_id: &str,
+        status: ThreadStatus,
+        failure: Option<&Failure>,
+    ) -> Result<(), StoreError> {
+        let Some(run) = self.runs.remove(run_id) else {
+            return Ok(());
+        };
+        self.queue.retain(|id| id != run_id);
+        run.span.in_scope(|| {
+            tracing::info!(
+                status = status.as_str(),
+                failure_kind = failure.map(|f| f.kind.as_str()),
+                error = failure.map(|f| f.message.as_str()),
+                "run finished"
+            )
+        });
+        let run_status = match status {
+            ThreadStatus::Completed => RunStatus::Completed,
+            ThreadStatus::Killed => RunStatus::Killed,
+            _ => RunStatus::Failed,
+        };
+        self.shared
+            .store
+            .set_run_status(run_id, run_status, failure.map(|f| f.message.as_str()))
+            .await?;
+        self.end_thread(run.thread_id, status, failure).await
+    }
+
+    /// Finishes a thread in the store and tells live subscribers.
+    async fn end_thread(
+        &self,
+        thread_id: u64,
+        status: ThreadStatus,
+        failure: Option<&Failure>,
+    ) -> Result<(), StoreError> {
+        // A question to a person the thread was waiting on is withdrawn.
+        self.shared
+            .approvals
+            .cancel_thread(&self.agent, thread_id)
+            .await;
+        self.shared
+            .store
+            .set_thread_status(&self.agent, thread_id, status, failure)
+            .await?;
+        self.shared.feed.publish(
+            &self.agent,
+            thread_id,
+            "status",
+            status_event(status, failure.map(|f| (f.kind, f.message.as_str()))),
+        );
+        Ok(())
+    }
+
+    /// Moves a going thread to `status` and tells live subscribers.
+    async fn set_status(&self, thread_id: u64, status: ThreadStatus) {
+        match self
+            .shared
+            .store
+            .set_thread_status(&self.agent, thread_id, status, None)
+            .await
+        {
+            Ok(true) => self.shared.feed.publish(
+                &self.agent,
+                thread_id,
+                "status",
+                status_event(status, None),
+            ),
+            // The thread ended meanwhile; its final status stands.
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!(agent = %self.agent, thread_id, error = %e, "cannot record thread status")
+            }
+        }
+    }
+
+    async fn set_waiting(&mut self, thread_id: u64, waiting: bool) {
+        if let Some(run_id) = self.run_of_thread(thread_id).map(str::to_string)
+            && let Some(run) = self.runs.get_mut(&run_id)
+        {
+            run.last_event = Instant::now();
+        }
+        let status = if waiting {
+            ThreadStatus::WaitingForPermission
+        } else {
+            ThreadStatus::Running
+        };
+        self.set_status(thread_id, status).await;
+    }
+
+    fn agent_changed(&mut self, change: AgentChange) {
+        for run in self.runs.values_mut() {
+            let assignment = &mut run.assignment;
+            if let Some((model, route)) = &change.model {
+                assignment.agent.model = model.clone();
+                assignment.model = route.clone();
+            }
+            if let Some(prompt) = &change.system_prompt {
+                assignment.agent.system_prompt = prompt.clone();
+            }
+            if let Some(tools) = &change.tools {
+                assignment.agent.tools = tools.clone();
+            }
+        }
+        if let Some((_, sender)) = self.shared.registry.sender(&self.agent) {
+            let _ = sender.send(ControlCommand::UpdateAgent(change));
+        }
+    }
+
+    // ---------------------------------------------------------------- durability
+
+    /// A worker ended. Its runs that had not started wait for the next worker; the
+    /// started ones are resumed as new attempts from the stored history. If the
+    /// worker never attached, waiting could be forever: its queued runs fail.
+    async fn worker_lost(&mut self, lost: WorkerLost) {
+        let never_ran = Failure::new(
+            FailureKind::Interrupted,
+            format!(
+                "{}; this thread could not start. Send the message again once the worker runs.",
+                lost.reason
+            ),
+        );
+        let mut never_started = Vec::new();
+        let mut interrupted = Vec::new();
+        for (run_id, run) in self.runs.iter_mut() {
+            if !lost.attached && run.delivered_to.is_none() {
+                never_started.push(run_id.clone());
+                continue;
+            }
+            if run.delivered_to != Some(lost.generation) {
+                continue;
+            }
+            if run.started {
+                interrupted.push(run_id.clone());
+            } else {
+                run.delivered_to = None;
+                self.queue.push_front(run_id.clone());
+            }
+        }
+        // A re-queued run takes every message injected into it meanwhile.
+        let requeued: Vec<(String, u64)> = self
+            .queue
+            .iter()
+            .filter_map(|id| self.runs.get(id).map(|r| (id.clone(), r.thread_id)))
+            .collect();
+        for (run_id, thread_id) in requeued {
+            match self
+                .shared
+                .store
+                .pending_inputs(&self.agent, thread_id)
+                .await
+            {
+                Ok(pending) => {
+                    if let Some(run) = self.runs.get_mut(&run_id) {
+                        run.assignment.inputs = pending
+                            .into_iter()
+                            .map(|(message_id, content)| Input {
+                                message_id,
+                                content,
+                            })
+                            .collect();
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(agent = %self.agent, %run_id, error = %e, "cannot read a thread's pending messages")
+                }
+            }
+        }
+        for run_id in never_started {
+            if let Err(e) = self
+                .finish(&run_id, ThreadStatus::Failed, Some(&never_ran))
+                .await
+            {
+                tracing::error!(agent = %self.agent, %run_id, error = %e, "cannot fail thread");
+            }
+        }
+        for run_id in interrupted {
+            let Some(run) = self.runs.remove(&run_id) else {
+                continue;
+            };
+            self.queue.retain(|id| *id != run_id);
+            let result = async {
+                self.shared
+                    .store
+                    .set_run_status(&run_id, RunStatus::Interrupted, Some(&lost.reason))
+                    .await?;
+                let previous = self.shared.store.run(&run_id).await?;
+                let agent = self.shared.store.active_agent(&self.agent).await?;
+                Ok::<_, StoreError>((previous, agent))
+            }
+            .await;
+            match result {
+                Ok((Some(previous), Some(agent))) => {
+                    run.span.in_scope(|| tracing::warn!(reason = %lost.reason, "run interrupted by its worker's end; resuming"));
+                    self.resume(&agent, &previous, &lost.reason).await;
+                }
+                Ok(_) => {
+                    let failure = Failure::new(
+                        FailureKind::Interrupted,
+                        format!("{}; its agent is gone, so it cannot go on", lost.reason),
+                    );
+                    let _ = self
+                        .end_thread(run.thread_id, ThreadStatus::Failed, Some(&failure))
+                        .await;
+                }
+                Err(e) => {
+                    tracing::error!(agent = %self.agent, %run_id, error = %e, "cannot resume a run");
+                }
+            }
+        }
+    }
+
+    /// Resumes a thread whose run `previous` was interrupted: a new attempt from the
+    /// stored history (a tool call without a result is answered as interrupted by the
+    /// worker's transcript repair; a model call is made again), unless it has been
+    /// resumed too often without progress.
+    async fn resume(&mut self, agent: &AgentRecord, previous: &RunRecord, reason: &str) {
+        let thread_id = previous.thread_id;
+        let result = async {
+            let store = &self.shared.store;
+            let Some(thread) = store.thread(&agent.name, thread_id).await? else {
+                return Ok(());
+            };
+            if thread.status.is_finished() {
+                return Ok(());
+            }
+            let max = self.shared.settings.threads.max_resumes;
+            match decide::after_loss(true, previous.stored, previous.stalled, max) {
+                AfterLoss::Fail(why) => {
+                    let failure = Failure::new(
+                        FailureKind::Interrupted,
+                        format!("{reason}; this thread was {why}. Send the message again to retry."),
+                    );
+                    self.end_thread(thread_id, ThreadStatus::Failed, Some(&failure))
+                        .await
+                }
+                AfterLoss::Resume { stalled } => {
+                    // The interrupted run's question is withdrawn: its call is
+                    // answered as interrupted, and the model may ask again.
+                    self.shared
+                        .approvals
+                        .cancel_thread(&agent.name, thread_id)
+                        .await;
+                    store.close_open_steps(&agent.name, thread_id).await?;
+                    if thread.status == ThreadStatus::WaitingForPermission {
+                        self.set_status(thread_id, ThreadStatus::Running).await;
+                    }
+                    let attempt = Attempt {
+                        number: previous.attempt + 1,
+                        stalled,
+                    };
+                    self.shared.feed.publish(
+                        &agent.name,
+                        thread_id,
+                        "status",
+                        json!({"status": "running", "resumed": attempt.number, "reason": reason}),
+                    );
+                    tracing::info!(agent = %agent.name, thread_id, attempt = attempt.number, %reason, "resuming thread");
+                    self.queue_run(agent, &thread, attempt).await
+                }
+                AfterLoss::Requeue => unreachable!("a resumed run had started"),
+            }
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::error!(agent = %agent.name, thread_id, error = %e, "cannot resume thread");
+        }
+    }
+
+    // ---------------------------------------------------------------- kill, watchdog
+
+    /// Kills a thread (E4): its run is taken off the queue or cancelled in its worker
+    /// (which ends the model call, kills the running tool's process group and frees
+    /// its file locks), a question it waits on is withdrawn (a deny), and the thread
+    /// ends `killed` with its history so far. Returns whether it was still going; a
+    /// thread with no run here (ended, or never started) is left as it is.
+    async fn kill(&mut self, thread_id: u64, user: &str) -> Result<bool, StoreError> {
+        let Some(run_id) = self.run_of_thread(thread_id).map(str::to_string) else {
+            return Ok(false);
+        };
+        let reason = format!("killed by {user}");
+        if self
+            .runs
+            .get(&run_id)
+            .is_some_and(|run| run.delivered_to.is_some())
+        {
+            self.cancel_in_worker(&run_id, &reason);
+        }
+        if let Some(run) = self.runs.get(&run_id) {
+            run.span.in_scope(|| tracing::info!(%reason, "run killed"));
+        }
+        let failure = Failure::new(FailureKind::Killed, reason);
+        self.finish(&run_id, ThreadStatus::Killed, Some(&failure))
+            .await?;
+        Ok(true)
+    }
+
+    async fn fail_all(&mut self, failure: &Failure) {
+        let runs: Vec<String> = self.runs.keys().cloned().collect();
+        for run_id in runs {
+            if let Err(e) = self
+                .finish(&run_id, ThreadStatus::Failed, Some(failure))
+                .await
+            {
+                tracing::error!(agent = %self.agent, %run_id, error = %e, "cannot fail thread");
+            }
+        }
+    }
+
+    /// Ends runs that are stuck: started, no step open, nothing reported for
+    /// `[threads] stuck_after_secs`.
+    async fn watchdog(&mut self) {
+        let stuck_after = self.shared.settings.threads.stuck_after;
+        let stuck: Vec<(String, u64)> = self
+            .runs
+            .iter()
+            .filter(|(_, run)| {
+                run.delivered_to.is_some()
+                    && decide::is_stuck(run.open_steps.len(), run.last_event.elapsed(), stuck_after)
+            })
+            .map(|(id, run)| (id.clone(), run.thread_id))
+            .collect();
+        for (run_id, thread_id) in stuck {
+            let reason = format!(
+                "stuck: no step in progress and nothing reported for {} s ([threads] stuck_after_secs); \
+                 its partial output is kept. Send the message again to retry",
+                stuck_after.as_secs()
+            );
+            tracing::warn!(agent = %self.agent, thread_id, %run_id, "run stuck; ending it");
+            self.cancel_in_worker(&run_id, &reason);
+            let failure = Failure::new(FailureKind::Limit, reason);
+            if let Err(e) = self
+                .finish(&run_id, ThreadStatus::Failed, Some(&failure))
+                .await
+            {
+                tracing::error!(agent = %self.agent, thread_id, error = %e, "cannot fail a stuck thread");
+            }
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! Building a run's assignment: the agent's settings, model route, tools, sandbox and
+//! the thread's stored conversation, checked against the link limit.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use chorus_proto::domain::{
+    AgentSettings, ControlCommand, Failure, FailureKind, Input, RetryPolicy, RunAssignment,
+    SandboxPolicy,
+};
+use chorus_proto::limits;
+
+use crate::config::{SandboxSettings, Settings, ThreadSettings};
+use crate::gate::profiles::{ProfileCache, offered_tools};
+use crate::providers::catalog::{Catalog, ResolveError};
+use crate::store::{AgentRecord, Store, StoreError, ThreadRecord};
+
+/// What the run dispatcher needs from the settings.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    pub default_model: Option<String>,
+    pub max_iterations: u32,
+    pub retry: RetryPolicy,
+    pub agents_root: PathBuf,
+    pub sandbox: SandboxSettings,
+    pub threads: ThreadSettings,
+}
+
+impl RunSettings {
+    pub fn from_settings(settings: &Settings, agents_root: PathBuf) -> Self {
+        RunSettings {
+            default_model: settings.default_model.clone(),
+            max_iterations: settings.max_iterations,
+            retry: settings.retry,
+            agents_root,
+            sandbox: settings.sandbox.clone(),
+            threads: settings.threads,
+        }
+    }
+}
+
+/// The run, if its assignment fits the worker link; otherwise why it cannot run. A
+/// command over the link's limit is never sent (it would end the stream that carries
+/// the agent's other runs), so the run fails here, with the bound named.
+pub fn assignment_fits(run: RunAssignment) -> Result<RunAssignment, Failure> {
+    let command = ControlCommand::AssignRun(Box::new(run));
+    let len = limits::command_len(&command);
+    let ControlCommand::AssignRun(run) = command else {
+        unreachable!("built above")
+    };
+    if len <= limits::MAX_LINK_MESSAGE_BYTES {
+        return Ok(*run);
+    }
+    Err(Failure::new(
+        FailureKind::Limit,
+        format!(
+            "the run's assignment (system prompt, tools and the thread's {} messages) is {}, more \
+             than the {} one message to a worker may carry; shorten the system prompt or start a new thread",
+            run.messages.len(),
+            limits::human_bytes(len),
+            limits::human_bytes(limits::MAX_LINK_MESSAGE_BYTES)
+        ),
+    ))
+}
+
+/// Which attempt of the thread's request a run is.
+#[derive(Debug, Clone, Copy)]
+pub struct Attempt {
+    pub number: u32,
+    /// Resumptions in a row before it that stored nothing.
+    pub stalled: u32,
+}
+
+impl Attempt {
+    pub const FIRST: Attempt = Attempt {
+        number: 1,
+        stalled: 0,
+    };
+}
+
+pub struct Builder<'a> {
+    pub store: &'a Store,
+    pub catalog: &'a Catalog,
+    pub profiles: &'a ProfileCache,
+    pub settings: &'a RunSettings,
+}
+
+impl Builder<'_> {
+    /// The next run of `thread` from what the store holds, or why it cannot run:
+    /// the agent's configuration (`Config`) or the assignment's size (`Limit`).
+    pub async fn build(
+        &self,
+        agent: &AgentRecord,
+        thread: &ThreadRecord,
+        attempt: Attempt,
+    ) -> Result<Result<RunAssignment, Failure>, StoreError> {
+        let config = |message: String| Ok(Err(Failure::new(FailureKind::Config, message)));
+        let Some(model) = agent
+            .model
+            .clone()
+            .or_else(|| self.settings.default_model.clone())
+        else {
+            // Name the more basic problem first.
+            if let Err(e @ ResolveError::NoProviders { .. }) = self.catalog.resolve("").await {
+                return config(e.to_string());
+            }
+            return config(format!(
+                "agent '{}' has no model: set one with PATCH /api/agents/{} {{\"model\": \"…\"}}, \
+                 or start chorus with CHORUS_DEFAULT_MODEL",
+                agent.name, agent.name
+            ));
+        };
+        let route = match self.catalog.resolve(&model).await {
+            Ok(route) => route,
+            Err(e) => return config(e.to_string()),
+        };
+        let tools = match self.profiles.get(&agent.permissions) {
+            Ok(profile) => offered_tools(&profile),
+            Err(e) => {
+                return config(format!(
+                    "the agent's permission profile cannot be used: {e}; fix it with PATCH /api/agents/{}",
+                    agent.name
+                ));
+            }
+        };
+        let messages = self
+            .store
+            .thread_messages(&agent.name, thread.id)
+            .await?
+            .into_iter()
+            .map(|m| m.message)
+            .collect();
+        let inputs = self
+            .store
+            .pending_inputs(&agent.name, thread.id)
+            .await?
+            .into_iter()
+            .map(|(message_id, content)| Input {
+                message_id,
+                content,
+            })
+            .collect();
+        let first_step_number = self.store.next_step_number(&agent.name, thread.id).await?;
+        let agent_dir = self.settings.agents_root.join(&agent.name);
+        let workspace = agent_dir.join("workspace");
+        let docs_dir = agent_dir.join("docs");
+        let run = RunAssignment {
+            run_id: uuid::Uuid::new_v4().to_string(),
+            thread_id: thread.id,
+            agent: AgentSettings {
+                name: agent.name.clone(),
+                system_prompt: agent.system_prompt.clone(),
+                model,
+                workspace: workspace.to_string_lossy().into_owned(),
+                docs_dir: docs_dir.to_string_lossy().into_owned(),
+                tools,
+                sandbox: sandbox_policy(&self.settings.sandbox, agent, &agent_dir),
+            },
+            model: route,
+            messages,
+            first_step_number,
+            max_iterations: self.settings.max_iterations,
+            trace_context: HashMap::new(),
+            retry: self.settings.retry,
+            attempt: attempt.number,
+            inputs,
+            thread_summary: thread.summary.clone().unwrap_or_default(),
+            thread_started_at_ms: chrono::DateTime::parse_from_rfc3339(&thread.created_at)
+                .map(|t| t.timestamp_millis())
+                .unwrap_or(0),
+        };
+        Ok(assignment_fits(run))
+    }
+}
+
+/// How the agent's tool processes are confined: `[sandbox]` and its network switch.
+fn sandbox_policy(
+    sandbox: &SandboxSettings,
+    agent: &AgentRecord,
+    agent_dir: &Path,
+) -> SandboxPolicy {
+    let text = |paths: &[PathBuf]| {
+        paths
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect()
+    };
+    SandboxPolicy {
+        network: agent.network == "on",
+        read_only: text(&sandbox.read_only),
+        read_write: text(&sandbox.read_write),
+        run_unsandboxed: sandbox.run_unsandboxed(&agent.permissions),
+        home_dir: agent_dir.join("home").to_string_lossy().into_owned(),
+        tmp_dir: agent_dir.join("tmp").to_string_lossy().into_owned(),
+        limits: sandbox.limits,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chorus_proto::domain::{ChatMessage, ModelRoute};
+
+    fn assignment(messages: Vec<ChatMessage>) -> RunAssignment {
+        RunAssignment {
+            run_id: "r".into(),
+            thread_id: 1,
+            agent: AgentSettings {
+                name: "a".into(),
+                system_prompt: "be brief".into(),
+                model: "m".into(),
+                workspace: "/w".into(),
+                docs_dir: "/d".into(),
+                tools: vec!["view".into()],
+                sandbox: SandboxPolicy::default(),
+            },
+            model: ModelRoute {
+                provider: "openai".into(),
+                api: ModelRoute::OPENAI_CHAT.into(),
+                relay_path: "/llm/openai".into(),
+                model: "m".into(),
+            },
+            messages,
+            first_step_number: 1,
+            max_iterations: 0,
+            trace_context: HashMap::new(),
+            retry: RetryPolicy::default(),
+            attempt: 1,
+            inputs: Vec::new(),
+            thread_summary: String::new(),
+            thread_started_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn an_assignment_over_the_link_limit_fails_its_run_with_the_bound_named() {
+        let small = assignment(vec![ChatMessage::user("hi")]);
+        assert_eq!(assignment_fits(small.clone()), Ok(small));
+        let big = ChatMessage::user("x".repeat(limits::MAX_LINK_MESSAGE_BYTES / 2));
+        let failure = assignment_fits(assignment(vec![big.clone(), big])).unwrap_err();
+        assert_eq!(failure.kind, FailureKind::Limit);
+        let reason = failure.message;
+        assert!(
+            reason.contains("is 32.0 MiB, more than the 32.0 MiB")
+                && reason.contains("2 messages")
+                && reason.contains("start a new thread"),
+            "{reason}"
+        );
+    }
+}

@@ -1,0 +1,391 @@
+//! Runs: turning user messages into work for the agent's worker, and the worker's
+//! events back into thread state.
+//!
+//! One owner per agent's live state: each agent has an actor ([`actor`]), one task
+//! that owns that agent's queued and running runs and does every transition of
+//! them (routing a message, delivering to a worker, storing an event, a worker's
+//! death and the resumption after it, kill, the watchdog) as one `match` arm over
+//! a bounded command channel. Everything else reaches an agent's runs only through
+//! [`Runs`], which sends commands and awaits the answers. The database is the truth
+//! a restarted control plane starts from: runs are rows (`store::runs`), and every
+//! worker event is stored idempotently by its `(run_id, seq)`.
+
+mod actor;
+mod assignment;
+pub mod decide;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use chorus_proto::domain::{AgentChange, Failure, FailureKind, WorkerEvent};
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::feed::ThreadFeed;
+use crate::gate::approvals::Approvals;
+use crate::gate::profiles::ProfileCache;
+use crate::providers::catalog::Catalog;
+use crate::reports::RunLimits;
+use crate::store::{AgentRecord, Store, StoreError, ThreadStatus};
+use crate::workers::WorkerLost;
+use crate::workers::registry::{Generation, Registry};
+
+pub use assignment::RunSettings;
+
+/// Commands an agent's actor takes at once before senders wait.
+const COMMAND_QUEUE: usize = 256;
+
+/// An event a worker is not entitled to send.
+#[derive(Debug, thiserror::Error)]
+pub enum EventRejected {
+    #[error("run '{0}' is not a run of this worker's agent")]
+    UnknownRun(String),
+    #[error("workers may add only assistant and tool messages, not {0}")]
+    ForbiddenRole(&'static str),
+}
+
+/// Where a user message went (`routed` in the API).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Routed {
+    New,
+    Injected,
+    ContinuedFrom(u64),
+}
+
+impl Routed {
+    pub fn as_string(&self) -> String {
+        match self {
+            Routed::New => "new".into(),
+            Routed::Injected => "injected".into(),
+            Routed::ContinuedFrom(thread) => format!("continued_from:{thread}"),
+        }
+    }
+}
+
+/// A user message, received: its thread, its id, and how it was routed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    pub thread_id: u64,
+    pub message_id: u64,
+    pub routed: Routed,
+}
+
+/// A `status` event of the live feed: the status and, when the thread failed, how
+/// (`failure_kind`, for programs) and why (`error`, for people), as the thread view
+/// shows them.
+fn status_event(status: ThreadStatus, failure: Option<(FailureKind, &str)>) -> serde_json::Value {
+    json!({
+        "status": status.as_str(),
+        "error": failure.map(|(_, message)| message),
+        "failure_kind": failure.map(|(kind, _)| kind),
+    })
+}
+
+/// What the actors share: the store and the services they call. Read-only.
+pub(crate) struct Shared {
+    store: Store,
+    registry: Arc<Registry>,
+    catalog: Arc<Catalog>,
+    profiles: Arc<ProfileCache>,
+    approvals: Arc<Approvals>,
+    settings: RunSettings,
+    feed: ThreadFeed,
+    run_limits: RunLimits,
+    /// Set at shutdown: what workers still report is not applied (their runs stay
+    /// open in the store and are resumed by the next start).
+    stopping: AtomicBool,
+}
+
+struct Handle {
+    commands: mpsc::Sender<actor::Command>,
+    /// Runs queued or going, kept by the actor for cheap reads.
+    active: Arc<AtomicUsize>,
+}
+
+pub struct Runs {
+    shared: Arc<Shared>,
+    agents: Mutex<HashMap<String, Handle>>,
+}
+
+impl Runs {
+    pub fn new(
+        store: Store,
+        registry: Arc<Registry>,
+        catalog: Arc<Catalog>,
+        profiles: Arc<ProfileCache>,
+        approvals: Arc<Approvals>,
+        settings: RunSettings,
+    ) -> Self {
+        Runs {
+            shared: Arc::new(Shared {
+                store,
+                registry,
+                catalog,
+                profiles,
+                approvals,
+                settings,
+                feed: ThreadFeed::default(),
+                run_limits: RunLimits::default(),
+                stopping: AtomicBool::new(false),
+            }),
+            agents: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The actor of `agent`, started on first use.
+    fn actor(&self, agent: &str) -> (mpsc::Sender<actor::Command>, Arc<AtomicUsize>) {
+        let mut agents = self.agents.lock().unwrap_or_else(|e| e.into_inner());
+        let handle = agents.entry(agent.to_string()).or_insert_with(|| {
+            let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
+            let active = Arc::new(AtomicUsize::new(0));
+            tokio::spawn(
+                actor::AgentActor::new(agent.to_string(), self.shared.clone(), active.clone())
+                    .run(receiver),
+            );
+            Handle { commands, active }
+        });
+        (handle.commands.clone(), handle.active.clone())
+    }
+
+    /// Sends `command` to the agent's actor and waits for its answer.
+    async fn ask<T>(
+        &self,
+        agent: &str,
+        command: impl FnOnce(oneshot::Sender<T>) -> actor::Command,
+    ) -> Option<T> {
+        let (reply, answer) = oneshot::channel();
+        let (commands, _) = self.actor(agent);
+        commands.send(command(reply)).await.ok()?;
+        answer.await.ok()
+    }
+
+    async fn tell(&self, agent: &str, command: actor::Command) {
+        let (commands, _) = self.actor(agent);
+        let _ = commands.send(command).await;
+    }
+
+    /// Routes a user message (E1): a new thread, into a going or idle thread, or a
+    /// new thread continuing an ended one.
+    pub async fn receive(
+        &self,
+        agent: &AgentRecord,
+        content: &str,
+        reply_to: Option<u64>,
+        user: &str,
+    ) -> Result<Received, StoreError> {
+        self.ask(&agent.name, |reply| actor::Command::Receive {
+            agent: Box::new(agent.clone()),
+            content: content.to_string(),
+            reply_to,
+            user: user.to_string(),
+            reply,
+        })
+        .await
+        .unwrap_or_else(|| {
+            Err(StoreError::Conflict(
+                "the agent's run queue has stopped; restart chorus".into(),
+            ))
+        })
+    }
+
+    /// Starts a new thread for `content`; returns its id.
+    pub async fn start_thread(
+        &self,
+        agent: &AgentRecord,
+        content: &str,
+        user: &str,
+    ) -> Result<u64, StoreError> {
+        Ok(self.receive(agent, content, None, user).await?.thread_id)
+    }
+
+    /// The live feed of every thread's events.
+    pub fn feed(&self) -> &ThreadFeed {
+        &self.shared.feed
+    }
+
+    /// The agent changed (configure, self-edit): runs in progress use the new values
+    /// from their next model call, runs still waiting get them in their assignment.
+    pub async fn agent_changed(&self, agent: &str, change: AgentChange) {
+        self.tell(agent, actor::Command::AgentChanged(change)).await;
+    }
+
+    /// The thread of `run_id`, if it is a run of `agent` handed to `generation`.
+    pub async fn thread_of(
+        &self,
+        agent: &str,
+        generation: Generation,
+        run_id: &str,
+    ) -> Option<u64> {
+        self.ask(agent, |reply| actor::Command::ThreadOf {
+            generation,
+            run_id: run_id.to_string(),
+            reply,
+        })
+        .await
+        .flatten()
+    }
+
+    /// A thread starts or stops waiting for a person's answer.
+    pub async fn set_waiting(&self, agent: &str, thread_id: u64, waiting: bool) {
+        self.tell(agent, actor::Command::SetWaiting { thread_id, waiting })
+            .await;
+    }
+
+    /// Tells the thread's live feed which approval it waits for.
+    pub fn publish_approval(&self, agent: &str, thread_id: u64, approval: serde_json::Value) {
+        self.shared
+            .feed
+            .publish(agent, thread_id, "approval", approval);
+    }
+
+    /// Puts an event of a thread on the live feed (e.g. an approval answered).
+    pub fn publish(
+        &self,
+        agent: &str,
+        thread_id: u64,
+        kind: &'static str,
+        data: serde_json::Value,
+    ) {
+        self.shared.feed.publish(agent, thread_id, kind, data);
+    }
+
+    /// A worker of `agent` attached: its queued runs are handed to it.
+    pub async fn deliver_pending(&self, agent: &str) {
+        self.tell(agent, actor::Command::Deliver).await;
+    }
+
+    /// Applies one event of a run from `agent`'s worker (generation `generation`),
+    /// stored before this returns.
+    pub async fn apply(
+        &self,
+        agent: &str,
+        generation: Generation,
+        seq: u64,
+        event: WorkerEvent,
+    ) -> Result<(), EventRejected> {
+        if event.run_id().is_none() || self.shared.stopping.load(Ordering::Relaxed) {
+            return Ok(()); // hello / heartbeat; or shutting down
+        }
+        self.ask(agent, |reply| actor::Command::Event {
+            generation,
+            seq,
+            event: Box::new(event),
+            reply,
+        })
+        .await
+        .unwrap_or(Ok(()))
+    }
+
+    /// A worker ended: its runs are resumed on the next worker (or wait for it).
+    pub async fn worker_lost(&self, lost: WorkerLost) {
+        if self.shared.stopping.load(Ordering::Relaxed) {
+            return;
+        }
+        let agent = lost.agent.clone();
+        let _ = self
+            .ask(&agent, |reply| actor::Command::WorkerLost { lost, reply })
+            .await;
+    }
+
+    /// The agent is going away: every run of it fails with `failure`.
+    pub async fn fail_agent_runs(&self, agent: &str, failure: &Failure) {
+        let _ = self
+            .ask(agent, |reply| actor::Command::FailAll {
+                failure: failure.clone(),
+                reply,
+            })
+            .await;
+    }
+
+    /// Kills a thread (E4); see [`actor::AgentActor::kill`]. Returns whether it was
+    /// still going.
+    pub async fn kill_thread(
+        &self,
+        agent: &str,
+        thread_id: u64,
+        user: &str,
+    ) -> Result<bool, StoreError> {
+        self.ask(agent, |reply| actor::Command::Kill {
+            thread_id,
+            user: user.to_string(),
+            reply,
+        })
+        .await
+        .unwrap_or(Ok(false))
+    }
+
+    /// The threads of `agent` that have a run here (queued or going).
+    pub async fn active_threads(&self, agent: &str) -> Vec<u64> {
+        self.ask(agent, |reply| actor::Command::ActiveThreads { reply })
+            .await
+            .unwrap_or_default()
+    }
+
+    /// Whether `agent` has a run queued or going (cheap; for the idle timer).
+    pub fn is_busy(&self, agent: &str) -> bool {
+        self.agents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(agent)
+            .is_some_and(|h| h.active.load(Ordering::Relaxed) > 0)
+    }
+
+    /// At start: every run the store holds as open (its control plane died or
+    /// stopped under it) is resumed as a new attempt; a thread whose agent is gone,
+    /// or that was going without a run, fails with the reason. Returns how many
+    /// threads were resumed.
+    pub async fn resume_all(&self) -> Result<usize, StoreError> {
+        let store = &self.shared.store;
+        let mut resumed = 0;
+        let mut last: HashMap<(String, u64), crate::store::RunRecord> = HashMap::new();
+        for run in store.open_runs().await? {
+            store
+                .set_run_status(
+                    &run.id,
+                    crate::store::RunStatus::Interrupted,
+                    Some("chorus stopped while it ran"),
+                )
+                .await?;
+            last.insert((run.agent_name.clone(), run.thread_id), run);
+        }
+        for ((agent, _), run) in last {
+            match store.active_agent(&agent).await? {
+                Some(record) => {
+                    // Awaited: the new run's row exists before threads without
+                    // one are failed.
+                    let _ = self
+                        .ask(&agent, |reply| actor::Command::Resume {
+                            agent: Box::new(record),
+                            previous: Box::new(run),
+                            reason: "chorus stopped while this thread ran".into(),
+                            reply,
+                        })
+                        .await;
+                    resumed += 1;
+                }
+                None => {
+                    let failure = Failure::new(
+                        FailureKind::Config,
+                        format!("its agent '{agent}' no longer exists, so it cannot go on"),
+                    );
+                    store
+                        .set_thread_status(
+                            &agent,
+                            run.thread_id,
+                            ThreadStatus::Failed,
+                            Some(&failure),
+                        )
+                        .await?;
+                }
+            }
+        }
+        Ok(resumed)
+    }
+
+    /// At shutdown: stop applying what workers report, so the runs they are made to
+    /// abandon stay open in the store and the next start resumes them.
+    pub fn stop_accepting(&self) {
+        self.shared.stopping.store(true, Ordering::Relaxed);
+    }
+}

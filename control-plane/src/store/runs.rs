@@ -1,0 +1,319 @@
+//! Runs: each attempt of a thread's tool loop, and the idempotent ingest of their
+//! events. A worker event of a run is stored only in the transaction that moves the
+//! run's `last_seq` past the event's `seq`; a replay (a reconnect, a duplicate) finds
+//! it already there and changes nothing.
+
+use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
+
+use super::{Store, StoreError, now};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunStatus {
+    /// Waiting for a worker.
+    Queued,
+    /// Handed to a worker.
+    Running,
+    Completed,
+    Failed,
+    Killed,
+    /// Its worker or the control plane died under it; another attempt follows (or
+    /// the thread failed, when resuming was not possible).
+    Interrupted,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Killed => "killed",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+
+    fn parse(s: &str) -> Option<RunStatus> {
+        Some(match s {
+            "queued" => RunStatus::Queued,
+            "running" => RunStatus::Running,
+            "completed" => RunStatus::Completed,
+            "failed" => RunStatus::Failed,
+            "killed" => RunStatus::Killed,
+            "interrupted" => RunStatus::Interrupted,
+            _ => return None,
+        })
+    }
+
+    pub fn is_ended(self) -> bool {
+        !matches!(self, RunStatus::Queued | RunStatus::Running)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRecord {
+    pub id: String,
+    pub agent_name: String,
+    pub thread_id: u64,
+    pub attempt: u32,
+    pub status: RunStatus,
+    pub last_seq: u64,
+    pub first_step: u32,
+    /// Resumptions in a row, before this run, whose run stored nothing.
+    pub stalled: u32,
+    /// Messages this run stored (its progress).
+    pub stored: u64,
+}
+
+/// Which run an event belongs to and its place in it (`seq` from 1; 0 = not
+/// sequenced, stored without the duplicate check).
+#[derive(Debug, Clone, Copy)]
+pub struct RunMark<'a> {
+    pub run_id: &'a str,
+    pub seq: u64,
+}
+
+fn run_from_row(row: &SqliteRow) -> Result<RunRecord, StoreError> {
+    let status: String = row.try_get("status")?;
+    Ok(RunRecord {
+        id: row.try_get("id")?,
+        agent_name: row.try_get("agent_name")?,
+        thread_id: row.try_get::<i64, _>("thread_id")? as u64,
+        attempt: row.try_get::<i64, _>("attempt")? as u32,
+        status: RunStatus::parse(&status).ok_or(StoreError::Corrupt {
+            column: "runs.status",
+            value: status,
+        })?,
+        last_seq: row.try_get::<i64, _>("last_seq")? as u64,
+        first_step: row.try_get::<i64, _>("first_step")? as u32,
+        stalled: row.try_get::<i64, _>("stalled")? as u32,
+        stored: row.try_get::<i64, _>("stored")? as u64,
+    })
+}
+
+/// The columns `run_from_row` reads (a macro, so queries stay literal strings).
+macro_rules! run_columns {
+    () => {
+        "id, agent_name, thread_id, attempt, status, last_seq, first_step, stalled, stored"
+    };
+}
+
+/// Moves the run's `last_seq` to the event's `seq` inside `tx`, counting a stored
+/// message when `message` is set. False when the event is no later than the last
+/// one stored: it was stored already and the caller stores nothing.
+pub(super) async fn advance(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    mark: Option<RunMark<'_>>,
+    message: bool,
+) -> Result<bool, StoreError> {
+    let Some(mark) = mark else {
+        return Ok(true);
+    };
+    let done = sqlx::query(
+        "UPDATE runs SET last_seq = CASE WHEN $2 > last_seq THEN $2 ELSE last_seq END, \
+         stored = stored + $3, updated_at = $4 \
+         WHERE id = $1 AND ($2 = 0 OR last_seq < $2)",
+    )
+    .bind(mark.run_id)
+    .bind(mark.seq as i64)
+    .bind(message as i64)
+    .bind(now())
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+impl Store {
+    /// Records a new run of a thread (queued).
+    pub async fn insert_run(
+        &self,
+        agent: &str,
+        thread: u64,
+        run_id: &str,
+        attempt: u32,
+        first_step: u32,
+        stalled: u32,
+    ) -> Result<(), StoreError> {
+        let at = now();
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO runs (id, agent_name, thread_id, attempt, status, first_step, stalled, \
+             created_at, updated_at) VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $7)",
+        )
+        .bind(run_id)
+        .bind(agent)
+        .bind(thread as i64)
+        .bind(i64::from(attempt))
+        .bind(i64::from(first_step))
+        .bind(i64::from(stalled))
+        .bind(&at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Moves a run to `status` (with why, when it ended otherwise than completed).
+    /// An ended run is never moved again.
+    pub async fn set_run_status(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        reason: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let at = now();
+        let ended_at = status.is_ended().then(|| at.clone());
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE runs SET status = $2, reason = COALESCE($3, reason), updated_at = $4, \
+             ended_at = $5 WHERE id = $1 AND status IN ('queued', 'running')",
+        )
+        .bind(run_id)
+        .bind(status.as_str())
+        .bind(reason)
+        .bind(&at)
+        .bind(&ended_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Runs not ended (queued or running), oldest first: what a starting control
+    /// plane resumes.
+    pub async fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE status IN ('queued', 'running') ORDER BY created_at, attempt"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    pub async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE id = $1"
+        ))
+        .bind(run_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(run_from_row).transpose()
+    }
+
+    /// The runs of a thread, in order of attempt.
+    pub async fn thread_runs(
+        &self,
+        agent: &str,
+        thread: u64,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE agent_name = $1 AND thread_id = $2 ORDER BY created_at, attempt"
+        ))
+        .bind(agent)
+        .bind(thread as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(run_from_row).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chorus_proto::domain::{ChatMessage, Role};
+
+    use super::*;
+    use crate::store::test_store_with_agent;
+
+    #[tokio::test]
+    async fn an_event_is_stored_once_however_often_it_arrives() {
+        let (store, _dir) = test_store_with_agent().await;
+        let (thread, _) = store
+            .start_thread("a", &ChatMessage::user("hi"), "api", None)
+            .await
+            .unwrap();
+        store.insert_run("a", thread, "r1", 1, 1, 0).await.unwrap();
+        let reply = ChatMessage::assistant("hello", vec![]);
+        let mark = |seq| Some(RunMark { run_id: "r1", seq });
+        assert!(
+            store
+                .append_message("a", thread, &reply, mark(1))
+                .await
+                .unwrap()
+        );
+        // The same event again (a replay), and an older one: nothing changes.
+        assert!(
+            !store
+                .append_message("a", thread, &reply, mark(1))
+                .await
+                .unwrap()
+        );
+        let later = ChatMessage::assistant("more", vec![]);
+        assert!(
+            store
+                .append_message("a", thread, &later, mark(3))
+                .await
+                .unwrap()
+        );
+        let roles: Vec<_> = store
+            .thread_messages("a", thread)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| (m.message.role, m.message.content))
+            .collect();
+        assert_eq!(
+            roles,
+            [
+                (Role::User, "hi".to_string()),
+                (Role::Assistant, "hello".into()),
+                (Role::Assistant, "more".into())
+            ]
+        );
+        let run = store.run("r1").await.unwrap().unwrap();
+        assert_eq!((run.last_seq, run.stored), (3, 2));
+    }
+
+    #[tokio::test]
+    async fn an_ended_run_is_never_moved_again_and_open_runs_are_listed() {
+        let (store, _dir) = test_store_with_agent().await;
+        let (thread, _) = store
+            .start_thread("a", &ChatMessage::user("hi"), "api", None)
+            .await
+            .unwrap();
+        store.insert_run("a", thread, "r1", 1, 1, 0).await.unwrap();
+        store.insert_run("a", thread, "r2", 2, 3, 1).await.unwrap();
+        assert!(
+            store
+                .set_run_status("r1", RunStatus::Running, None)
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .set_run_status("r1", RunStatus::Interrupted, Some("worker died"))
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .set_run_status("r1", RunStatus::Running, None)
+                .await
+                .unwrap()
+        );
+        let open: Vec<_> = store
+            .open_runs()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.id, r.attempt, r.first_step, r.stalled))
+            .collect();
+        assert_eq!(open, [("r2".to_string(), 2, 3, 1)]);
+    }
+}

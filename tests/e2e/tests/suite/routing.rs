@@ -1,0 +1,130 @@
+//! Routing (E1) through the real binaries: every message has an id, a reply names
+//! one, and the reply goes to that message's thread — into it while it runs, or into
+//! a new thread carrying its context once it has ended.
+
+use std::time::Duration;
+
+use chorus_test_support::fake_model::text;
+use chorus_test_support::{Chorus, FakeOpenAi};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+async fn send(chorus: &Chorus, agent: &str, body: Value) -> anyhow::Result<Value> {
+    let response = chorus
+        .api(Method::POST, &format!("/api/agents/{agent}/messages"))
+        .json(&body)
+        .send()
+        .await?;
+    anyhow::ensure!(
+        response.status() == StatusCode::ACCEPTED,
+        "{}",
+        response.text().await?
+    );
+    Ok(response.json().await?)
+}
+
+/// The contents of the messages a model request carried, in order.
+fn contents(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] != "system")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_reply_to_an_ended_thread_starts_a_linked_thread_carrying_its_context()
+-> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.push(text("the capital is Paris"));
+    model.push(text("about 2.1 million"));
+    let chorus = Chorus::builder().openai_fake(&model).start().await?;
+    chorus.create_agent("geo").await?;
+
+    let first = send(&chorus, "geo", json!({"content": "capital of France?"})).await?;
+    assert_eq!(first["routed"], "new", "{first:#}");
+    let thread = chorus
+        .wait_thread_finished(
+            "geo",
+            first["thread_id"].as_u64().unwrap(),
+            Duration::from_secs(20),
+        )
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let messages = thread["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["id"], first["message_id"], "{thread:#}");
+    let answer = &messages[1];
+    assert_eq!(answer["content"], "the capital is Paris");
+
+    let reply = send(
+        &chorus,
+        "geo",
+        json!({"content": "and its population?", "reply_to": answer["id"]}),
+    )
+    .await?;
+    let from = first["thread_id"].as_u64().unwrap();
+    assert_eq!(
+        reply["routed"],
+        format!("continued_from:{from}"),
+        "{reply:#}"
+    );
+    let next = reply["thread_id"].as_u64().unwrap();
+    assert_ne!(next, from);
+    let thread = chorus
+        .wait_thread_finished("geo", next, Duration::from_secs(20))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    assert_eq!(thread["continued_from"], from, "{thread:#}");
+    // The model saw the earlier exchange, then the reply.
+    let requests = model.requests();
+    assert_eq!(
+        contents(&requests[1].body),
+        [
+            "capital of France?",
+            "the capital is Paris",
+            "and its population?"
+        ]
+    );
+
+    // The list shows both with their summary, steps and elapsed time.
+    let list: Value = chorus
+        .api(Method::GET, "/api/agents/geo/threads")
+        .send()
+        .await?
+        .json()
+        .await?;
+    let listed = list.as_array().unwrap();
+    assert_eq!(listed.len(), 2, "{list:#}");
+    assert_eq!(listed[0]["summary"], "capital of France?", "{list:#}");
+    assert_eq!(listed[0]["step_number"], 1, "{list:#}");
+    assert!(listed[0]["elapsed_ms"].is_u64(), "{list:#}");
+    assert!(listed[0]["current_step"].is_null(), "{list:#}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_reply_to_an_unknown_message_starts_a_new_thread() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.push(text("hello"));
+    let chorus = Chorus::builder().openai_fake(&model).start().await?;
+    chorus.create_agent("fresh").await?;
+    let sent = send(
+        &chorus,
+        "fresh",
+        json!({"content": "hi", "reply_to": 987_654}),
+    )
+    .await?;
+    assert_eq!(sent["routed"], "new", "{sent:#}");
+    let thread = chorus
+        .wait_thread_finished(
+            "fresh",
+            sent["thread_id"].as_u64().unwrap(),
+            Duration::from_secs(20),
+        )
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    assert_eq!(contents(&model.requests()[0].body), ["hi"]);
+    Ok(())
+}
