@@ -89,6 +89,16 @@ impl Board {
         }
     }
 
+    /// The run is about to begin step `number` (a model call, whose system prompt
+    /// is built before the step begins): its own line shows that step, not the one
+    /// before it.
+    pub fn next_step(&self, run_id: &str, number: u32, description: &str) {
+        if let Some(entry) = self.runs().get_mut(run_id) {
+            entry.state.step = number;
+            entry.state.current = description.to_string();
+        }
+    }
+
     pub fn step_ended(&self, run_id: &str, number: u32) {
         if let Some(entry) = self.runs().get_mut(run_id) {
             entry.open.retain(|(n, _, _)| *n != number);

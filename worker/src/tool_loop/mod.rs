@@ -356,6 +356,10 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
             .unwrap_or_default();
         let mut system =
             crate::context::system_prompt(&live.system_prompt, live.docs_dir.as_deref());
+        if let Some(board) = &board {
+            let next = format!("Calling LLM ({})", selection.display);
+            board.next_step(input.run_id, steps.next, &next);
+        }
         if let Some(block) = board.as_ref().and_then(|b| b.prompt_block(input.run_id)) {
             system.push_str("\n\n");
             system.push_str(&block);

@@ -947,6 +947,9 @@ async fn the_model_is_told_of_the_agents_other_threads_and_only_then() {
         "one thread: the prompt is unchanged"
     );
 
+    // Seen afresh: at its first call, a thread is at step 1, calling its model.
+    let board = Arc::new(Board::default());
+    board.join("r", 1, "Refactoring auth", 0);
     board.join("o", 2, "Writing tests", 0);
     board.step_began("o", 3, StepKind::Permission, "Asking to run bash: make");
     let together = run_once(board.clone()).await;
