@@ -125,6 +125,9 @@ async fn one_run(tools: &ToolBox, turns: usize) -> Measured {
     let input = LoopInput {
         run_id: "bench",
         messages: vec![ChatMessage::user("Read src/main.rs over and over.")],
+        inputs: Vec::new(),
+        inbox: Default::default(),
+        board: None,
         first_step_number: 1,
         max_iterations: turns as u32 + 1,
         retry: RetryPolicy::default(),

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use chorus_proto::AGENT_METADATA_KEY;
-use chorus_proto::domain::{ControlCommand, WorkerEvent};
+use chorus_proto::domain::{ControlCommand, Sequenced, WorkerEvent};
 use chorus_proto::limits::MAX_LINK_MESSAGE_BYTES;
 use chorus_proto::wire::{WorkerLinkClient, WorkerMessage};
 use futures::StreamExt;
@@ -86,8 +86,11 @@ pub async fn serve(
         .max_decoding_message_size(MAX_LINK_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_LINK_MESSAGE_BYTES);
 
-    let (events_tx, events_rx) = mpsc::unbounded_channel::<WorkerEvent>();
-    let _ = events_tx.send(WorkerEvent::Hello {
+    // Every event, the worker's own included, goes through one sink, which numbers
+    // each run's events in the order they are queued.
+    let (events_tx, events_rx) = mpsc::unbounded_channel::<Sequenced>();
+    let events = EventSink::new(events_tx);
+    events.send(WorkerEvent::Hello {
         worker_version: env!("CARGO_PKG_VERSION").to_string(),
         pid: std::process::id(),
     });
@@ -149,7 +152,7 @@ pub async fn serve(
     };
 
     let runner = Runner::new(
-        EventSink::new(events_tx.clone()),
+        events.clone(),
         &options.control_plane,
         &options.credential,
         &options.tools,
@@ -177,7 +180,7 @@ pub async fn serve(
                 }
             },
             _ = heartbeat.tick() => {
-                let _ = events_tx.send(WorkerEvent::Heartbeat { active_runs: runner.active_runs() as u32 });
+                events.send(WorkerEvent::Heartbeat { active_runs: runner.active_runs() as u32 });
             }
             _ = shutdown.cancelled() => {
                 tracing::info!("stopping");

@@ -114,7 +114,7 @@ mod tests {
         let mut first = gate.check("r", &call);
         let mut second = gate.check("r", &call);
         let ids: Vec<u64> = (0..2)
-            .map(|_| match events.try_recv().unwrap() {
+            .map(|_| match events.try_recv().unwrap().event {
                 WorkerEvent::ToolCheck { request_id, .. } => request_id,
                 other => panic!("{other:?}"),
             })

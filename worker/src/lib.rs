@@ -2,11 +2,14 @@
 //! plane, runs the tool loop for each thread it is assigned, executes tools in the
 //! agent's workspace and streams every step back. See ARCHITECTURE.md.
 
+pub mod awareness;
 pub mod connection;
 pub mod context;
+pub mod events;
 pub mod gate;
 pub mod model;
 pub mod outbound;
 pub mod runner;
+pub mod summary;
 pub mod tool_loop;
 pub mod tools;

@@ -55,6 +55,11 @@ pub fn fit(event: WorkerEvent) -> Result<WorkerEvent, TooLarge> {
             end.detail = cut(end.detail);
             Ok(WorkerEvent::TaskEnded { task_id, end })
         }
+        // Exactly one Summary answers a request: an answer too long is cut, not lost.
+        WorkerEvent::Summary { request_id, result } => Ok(WorkerEvent::Summary {
+            request_id,
+            result: result.map(cut).map_err(cut),
+        }),
         other => Err(TooLarge {
             what: describe(&other),
             len: event_len(&other),

@@ -11,9 +11,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::awareness::Board;
 use crate::gate::{GateMessage, RelayGate};
 use crate::model::relay::RelayClients;
-use crate::tool_loop::{self, EventSink, LiveAgent, LoopInput, ModelSelection};
+use crate::tool_loop::{self, EventSink, Inbox, LiveAgent, LoopInput, ModelSelection};
 use crate::tools::ToolBox;
 use crate::tools::ToolConfig;
 use crate::tools::bash::BashConfig;
@@ -37,7 +38,12 @@ pub struct Runner {
     /// outlive the call and the run that started them.
     background: Arc<BackgroundTasks>,
     tools: ToolConfig,
+    /// What each run is doing, so each can tell its model about the others.
+    board: Arc<Board>,
+    /// Runs and summaries in progress.
     tasks: TaskTracker,
+    /// Cancels the summaries in progress when the worker stops (runs have their own).
+    stopping: CancellationToken,
 }
 
 /// What the runner holds of a run in progress.
@@ -48,6 +54,8 @@ struct ActiveRun {
     /// (such as the decision on the self-edit tool call that caused it) reaches the
     /// run: the next model call after a self-edit always sees it.
     agent: watch::Sender<LiveAgent>,
+    /// User messages injected into the run, taken before its next model call.
+    inbox: Inbox,
 }
 
 /// Tool settings of this worker process (flags or environment of `chorus-worker`).
@@ -96,7 +104,9 @@ impl Runner {
                     ..BashConfig::default()
                 },
             },
+            board: Arc::new(Board::default()),
             tasks: TaskTracker::new(),
+            stopping: CancellationToken::new(),
         }
     }
 
@@ -142,18 +152,30 @@ impl Runner {
                     },
                 );
             }
-            ControlCommand::InjectMessage { run_id, .. } => {
-                tracing::warn!(%run_id, "message injection into a running run is not supported by this worker yet");
+            ControlCommand::InjectMessage { run_id, input } => {
+                // Pushed under the runs lock: a run that has ended (and left the
+                // map) can no longer receive, so nothing is queued to no one.
+                match self.runs().get(&run_id) {
+                    Some(run) => run.inbox.push(input),
+                    // The control plane sees no InputTaken and runs it later.
+                    None => tracing::warn!(
+                        %run_id,
+                        message_id = input.message_id,
+                        "message for a run this worker is not running; ignored"
+                    ),
+                }
             }
             ControlCommand::Summarize(request) => {
-                tracing::warn!(
-                    request_id = request.request_id,
-                    "summaries are not supported by this worker yet"
+                let sink = self.sink.clone();
+                let clients = self.clients.clone();
+                let stopping = self.stopping.clone();
+                let span = tracing::info_span!("summary", request_id = request.request_id);
+                self.tasks.spawn(
+                    async move {
+                        crate::summary::answer(&clients, &request, &sink, &stopping).await;
+                    }
+                    .instrument(span),
                 );
-                self.sink.send(WorkerEvent::Summary {
-                    request_id: request.request_id,
-                    result: Err("this worker cannot write summaries yet".into()),
-                });
             }
             ControlCommand::Welcome { .. } | ControlCommand::Shutdown { .. } => {}
         }
@@ -170,14 +192,23 @@ impl Runner {
             tools: Some(run.agent.tools.clone()),
             docs_dir: (!run.agent.docs_dir.is_empty()).then(|| run.agent.docs_dir.clone().into()),
         });
+        let inbox = Inbox::default();
+        self.board.join(
+            &run.run_id,
+            run.thread_id,
+            &run.thread_summary,
+            run.thread_started_at_ms,
+        );
         // Changes from now on (the assignment already has the earlier ones).
         self.runs().insert(
             run.run_id.clone(),
             ActiveRun {
                 cancel: cancel.clone(),
                 agent: agent_tx,
+                inbox: inbox.clone(),
             },
         );
+        let board = self.board.clone();
         let gate = self.gate.clone();
         // Every tool process of this run is confined as the control plane says.
         let mut config = self.tools.clone();
@@ -207,6 +238,9 @@ impl Runner {
                 let input = LoopInput {
                     run_id: &run.run_id,
                     messages: run.messages.clone(),
+                    inputs: run.inputs.clone(),
+                    inbox: inbox.clone(),
+                    board: Some(board.clone()),
                     first_step_number: run.first_step_number,
                     max_iterations: if run.max_iterations == 0 {
                         DEFAULT_MAX_ITERATIONS
@@ -221,6 +255,15 @@ impl Runner {
                 runs.lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&run.run_id);
+                board.leave(&run.run_id);
+                // Out of the map, so nothing more arrives. What the run did not take
+                // is not reported taken: the control plane runs it later.
+                for input in inbox.take_all() {
+                    tracing::info!(
+                        message_id = input.message_id,
+                        "message arrived as the run ended; left to the control plane"
+                    );
+                }
                 match outcome {
                     Ok(final_text) => {
                         tracing::info!("run completed");
@@ -249,6 +292,7 @@ impl Runner {
         for run in self.runs().values() {
             run.cancel.cancel();
         }
+        self.stopping.cancel();
         self.background.stop_all().await;
         self.tasks.close();
         if tokio::time::timeout(grace, self.tasks.wait())

@@ -5,16 +5,19 @@
 //! This module knows nothing of gRPC: it reports through an [`EventSink`] and reaches
 //! models through a [`ClientFactory`].
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chorus_proto::domain::{
-    ChatMessage, ModelRoute, RetryPolicy, StepEnded, StepKind, StepStarted, ToolCall, ToolResult,
-    Usage, WorkerEvent,
+    ChatMessage, Input, ModelRoute, RetryPolicy, StepEnded, StepKind, StepStarted, ToolCall,
+    ToolResult, Usage, WorkerEvent,
 };
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::awareness::Board;
 use crate::gate::{GateMessage, ToolGate};
 use crate::model::http::CallLimits;
 use crate::model::{
@@ -22,29 +25,7 @@ use crate::model::{
 };
 use crate::tools::{LockWait, ToolBox, ToolOutcome};
 
-/// Where a run's events go (the connection forwards them to the control plane).
-#[derive(Clone)]
-pub struct EventSink(mpsc::UnboundedSender<WorkerEvent>);
-
-impl EventSink {
-    pub fn new(sender: mpsc::UnboundedSender<WorkerEvent>) -> Self {
-        EventSink(sender)
-    }
-
-    pub fn send(&self, event: WorkerEvent) {
-        let _ = self.try_send(event);
-    }
-
-    /// Queues the event if it fits the link (see [`crate::outbound`]); one that
-    /// cannot fit is not sent, and the caller decides what becomes of its run.
-    pub fn try_send(&self, event: WorkerEvent) -> Result<(), crate::outbound::TooLarge> {
-        let event = crate::outbound::fit(event)
-            .inspect_err(|e| tracing::warn!(error = %e, "event not sent"))?;
-        // If the connection is gone the worker is shutting down; nothing to do.
-        let _ = self.0.send(event);
-        Ok(())
-    }
-}
+pub use crate::events::EventSink;
 
 /// The model a run talks to. It may change while the run goes on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,11 +54,13 @@ pub trait ClientFactory: Send + Sync {
     fn client(&self, route: &ModelRoute) -> Result<Self::Client, ModelError>;
 }
 
-/// Numbers steps and reports their start and end.
+/// Numbers steps and reports their start and end (to the control plane and to the
+/// worker's board of what its threads are doing).
 struct Steps<'a> {
     run_id: &'a str,
     next: u32,
     sink: &'a EventSink,
+    board: Option<&'a Board>,
 }
 
 struct OpenStep {
@@ -89,6 +72,9 @@ impl Steps<'_> {
     fn begin(&mut self, kind: StepKind, description: String) -> OpenStep {
         let number = self.next;
         self.next += 1;
+        if let Some(board) = self.board {
+            board.step_began(self.run_id, number, kind, &description);
+        }
         self.sink.send(WorkerEvent::StepStarted(StepStarted {
             run_id: self.run_id.to_string(),
             number,
@@ -103,6 +89,9 @@ impl Steps<'_> {
     }
 
     fn end(&self, step: OpenStep, failed: bool, usage: Option<Usage>) {
+        if let Some(board) = self.board {
+            board.step_ended(self.run_id, step.number);
+        }
         self.sink.send(WorkerEvent::StepEnded(StepEnded {
             run_id: self.run_id.to_string(),
             number: step.number,
@@ -114,9 +103,42 @@ impl Steps<'_> {
     }
 }
 
+/// User messages for a run in progress (injected while it runs), waiting for its
+/// next model call. Shared by the runner, which adds to it, and the loop, which
+/// takes everything in it right before each model call.
+#[derive(Clone, Default)]
+pub struct Inbox(Arc<Mutex<VecDeque<Input>>>);
+
+impl Inbox {
+    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Input>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn push(&self, input: Input) {
+        self.queue().push_back(input);
+    }
+
+    /// Everything queued, oldest first; the inbox is empty after.
+    pub fn take_all(&self) -> Vec<Input> {
+        self.queue().drain(..).collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queue().is_empty()
+    }
+}
+
 pub struct LoopInput<'a> {
     pub run_id: &'a str,
     pub messages: Vec<ChatMessage>,
+    /// User messages of the thread no model has seen yet (the assignment's): taken
+    /// before the first model call, before anything in `inbox`.
+    pub inputs: Vec<Input>,
+    /// Messages injected while the run goes on.
+    pub inbox: Inbox,
+    /// The worker's board of its threads: this run reports its steps there and,
+    /// when the agent has other active threads, tells its model about them.
+    pub board: Option<Arc<Board>>,
     pub first_step_number: u32,
     pub max_iterations: u32,
     pub retry: RetryPolicy,
@@ -277,11 +299,14 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
             "repaired the transcript: tool calls without results answered as interrupted"
         );
     }
+    let board = input.board.clone();
     let mut steps = Steps {
         run_id: input.run_id,
         next: input.first_step_number.max(1),
         sink,
+        board: board.as_deref(),
     };
+    let mut pending_inputs = std::mem::take(&mut input.inputs);
     let emit = |message: &ChatMessage| {
         sink.try_send(WorkerEvent::MessageAppended {
             run_id: input.run_id.to_string(),
@@ -300,6 +325,16 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
     let mut calls = 0u32;
     while calls < input.max_iterations {
         calls += 1;
+        // User messages are taken only here, right before a model call: never
+        // between an assistant's tool calls and their results.
+        pending_inputs.extend(input.inbox.take_all());
+        for taken in pending_inputs.drain(..) {
+            messages.push(ChatMessage::user(taken.content));
+            sink.send(WorkerEvent::InputTaken {
+                run_id: input.run_id.to_string(),
+                message_id: taken.message_id,
+            });
+        }
         let live = input.agent.borrow_and_update().clone();
         let selection = live.model.clone();
         let client = clients.client(&selection.route).map_err(LoopError::Model)?;
@@ -319,7 +354,16 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
             .as_ref()
             .map(|(_, s)| s.as_slice())
             .unwrap_or_default();
-        let system = crate::context::system_prompt(&live.system_prompt, live.docs_dir.as_deref());
+        let mut system =
+            crate::context::system_prompt(&live.system_prompt, live.docs_dir.as_deref());
+        if let Some(board) = &board {
+            let next = format!("Calling LLM ({})", selection.display);
+            board.next_step(input.run_id, steps.next, &next);
+        }
+        if let Some(block) = board.as_ref().and_then(|b| b.prompt_block(input.run_id)) {
+            system.push_str("\n\n");
+            system.push_str(&block);
+        }
         let request = ModelRequest {
             model: &selection.route.model,
             system: &system,
@@ -405,6 +449,10 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
                     messages.push(ChatMessage::user(EMPTY_REPLY_PROMPT));
                     continue;
                 }
+                // The user said more while the model answered: go on with it.
+                // (At the iteration cap the answer stands; what is left untaken
+                // is never reported taken, so the control plane runs it later.)
+                _ if !input.inbox.is_empty() && calls < input.max_iterations => continue,
                 _ => return Ok(reply.content),
             }
         }
@@ -630,8 +678,8 @@ async fn ask_gate<G: ToolGate>(
     }
 }
 
-mod retry;
+pub(crate) mod retry;
 pub mod transcript;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -13,10 +13,24 @@ use crate::tools::jail::Workspace;
 
 /// A model that answers from a script and remembers what it was sent.
 #[derive(Clone, Default)]
-struct Scripted {
-    replies: Arc<Mutex<VecDeque<Result<ModelReply, ModelError>>>>,
-    seen: Arc<Mutex<Vec<Vec<ChatMessage>>>>,
+pub(crate) struct Scripted {
+    pub(crate) replies: Arc<Mutex<VecDeque<Result<ModelReply, ModelError>>>>,
+    pub(crate) seen: Arc<Mutex<Vec<Vec<ChatMessage>>>>,
+    /// The rest of each request: system prompt, tools offered, max_tokens.
+    pub(crate) requests: Arc<Mutex<Vec<(String, usize, u32)>>>,
+    /// Called with the call's number (from 1) as each call arrives, before it is
+    /// answered: for tests that act while a model call is in flight.
+    pub(crate) on_call: Option<Arc<dyn Fn(usize) + Send + Sync>>,
     hang: bool,
+}
+
+impl Scripted {
+    pub(crate) fn new(script: Vec<Result<ModelReply, ModelError>>) -> Self {
+        Scripted {
+            replies: Arc::new(Mutex::new(script.into())),
+            ..Scripted::default()
+        }
+    }
 }
 
 impl ModelClient for Scripted {
@@ -25,7 +39,19 @@ impl ModelClient for Scripted {
         request: &ModelRequest<'_>,
         on_text: &mut (dyn FnMut(&str) + Send),
     ) -> Result<ModelReply, ModelError> {
-        self.seen.lock().unwrap().push(request.messages.to_vec());
+        let call = {
+            let mut seen = self.seen.lock().unwrap();
+            seen.push(request.messages.to_vec());
+            seen.len()
+        };
+        self.requests.lock().unwrap().push((
+            request.system.to_string(),
+            request.tools.len(),
+            request.max_tokens,
+        ));
+        if let Some(hook) = &self.on_call {
+            hook(call);
+        }
         if self.hang {
             std::future::pending::<()>().await;
         }
@@ -49,7 +75,7 @@ impl ClientFactory for Scripted {
     }
 }
 
-fn reply(content: &str, stop: StopReason) -> Result<ModelReply, ModelError> {
+pub(crate) fn reply(content: &str, stop: StopReason) -> Result<ModelReply, ModelError> {
     Ok(ModelReply {
         content: content.into(),
         tool_calls: vec![],
@@ -75,6 +101,8 @@ struct Outcome {
     result: Result<String, LoopError>,
     events: Vec<WorkerEvent>,
     seen: Vec<Vec<ChatMessage>>,
+    /// The system prompt of each model call.
+    systems: Vec<String>,
 }
 
 async fn run_script(script: Vec<Result<ModelReply, ModelError>>, policy: RetryPolicy) -> Outcome {
@@ -97,26 +125,55 @@ async fn run_with_tools(
     cancel: &CancellationToken,
     tools: &ToolBox,
 ) -> Outcome {
-    let (tx, mut rx) = mpsc::unbounded_channel();
     let (_agent_tx, agent_rx) = watch::channel(live_agent());
     let input = LoopInput {
-        run_id: "r",
-        messages: vec![ChatMessage::user("go")],
-        first_step_number: 1,
         max_iterations: 10,
         retry,
-        agent: agent_rx,
+        ..loop_input(agent_rx)
     };
+    run_input(model, input, cancel, tools).await
+}
+
+/// The input of a scripted run: thread "go", run "r", no inputs, no board.
+fn loop_input(agent: watch::Receiver<LiveAgent>) -> LoopInput<'static> {
+    LoopInput {
+        run_id: "r",
+        messages: vec![ChatMessage::user("go")],
+        inputs: Vec::new(),
+        inbox: Inbox::default(),
+        board: None,
+        first_step_number: 1,
+        max_iterations: 10,
+        retry: fast(),
+        agent,
+    }
+}
+
+async fn run_input(
+    model: Scripted,
+    input: LoopInput<'_>,
+    cancel: &CancellationToken,
+    tools: &ToolBox,
+) -> Outcome {
+    let (tx, mut rx) = mpsc::unbounded_channel();
     let result = run(&model, &AllowAll, tools, input, &EventSink::new(tx), cancel).await;
     let mut events = Vec::new();
-    while let Ok(event) = rx.try_recv() {
-        events.push(event);
+    while let Ok(sequenced) = rx.try_recv() {
+        events.push(sequenced.event);
     }
     let seen = model.seen.lock().unwrap().clone();
+    let systems = model
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(system, _, _)| system.clone())
+        .collect();
     Outcome {
         result,
         events,
         seen,
+        systems,
     }
 }
 
@@ -672,16 +729,13 @@ async fn a_history_with_an_unanswered_call_is_repaired_before_it_is_sent() {
         arguments: r#"{"command": "make"}"#.into(),
     };
     let input = LoopInput {
-        run_id: "r",
         messages: vec![
             ChatMessage::user("build it"),
             ChatMessage::assistant("", vec![interrupted]),
             ChatMessage::user("did it work?"),
         ],
-        first_step_number: 1,
         max_iterations: 3,
-        retry: fast(),
-        agent: agent_rx,
+        ..loop_input(agent_rx)
     };
     let cancel = CancellationToken::new();
     let result = run(
@@ -699,4 +753,213 @@ async fn a_history_with_an_unanswered_call_is_repaired_before_it_is_sent() {
     assert_eq!(sent[2].role, Role::Tool);
     assert_eq!(sent[2].tool_call_id.as_deref(), Some("c1"));
     assert_eq!(sent[2].content, transcript::INTERRUPTED_RESULT);
+}
+
+fn user_input(message_id: u64, content: &str) -> Input {
+    Input {
+        message_id,
+        content: content.into(),
+    }
+}
+
+/// Where in `events` the first event matching `is` is.
+fn position(events: &[WorkerEvent], is: impl Fn(&WorkerEvent) -> bool) -> usize {
+    events
+        .iter()
+        .position(is)
+        .unwrap_or_else(|| panic!("no such event in {events:#?}"))
+}
+
+fn taken(events: &[WorkerEvent]) -> Vec<u64> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            WorkerEvent::InputTaken { message_id, .. } => Some(*message_id),
+            _ => None,
+        })
+        .collect()
+}
+
+fn step_started(number: u32) -> impl Fn(&WorkerEvent) -> bool {
+    move |e| matches!(e, WorkerEvent::StepStarted(s) if s.number == number)
+}
+
+#[tokio::test]
+async fn an_input_injected_while_a_tool_runs_reaches_the_next_model_call_after_its_result() {
+    use crate::tools::locks::FileLocks;
+    let dir = tempfile::tempdir().unwrap();
+    let locks = Arc::new(FileLocks::new(Duration::from_secs(30)));
+    let tools = ToolBox::new(Workspace::new(dir.path()), locks.clone());
+    // The tool (a write) waits for this lock, so the message arrives while it runs.
+    let held = locks.lock("a.txt").await.unwrap();
+    let inbox = Inbox::default();
+    let injector = tokio::spawn({
+        let (inbox, locks) = (inbox.clone(), locks.clone());
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while locks.claims("a.txt") < 2 {
+                assert!(Instant::now() < deadline, "the write never started");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            inbox.push(user_input(42, "also add a README"));
+            drop(held);
+        }
+    });
+    let model = Scripted::new(vec![
+        call_reply("create_file", r#"{"path":"a.txt","content":"mine"}"#),
+        reply("done", StopReason::EndTurn),
+    ]);
+    let (_agent_tx, agent_rx) = watch::channel(live_agent());
+    let run_input_ = LoopInput {
+        inbox: inbox.clone(),
+        ..loop_input(agent_rx)
+    };
+    let out = run_input(model, run_input_, &CancellationToken::new(), &tools).await;
+    injector.await.unwrap();
+    assert_eq!(out.result.unwrap(), "done");
+    assert_eq!(
+        out.seen[0].len(),
+        1,
+        "nothing to take before the first call"
+    );
+    let second: Vec<(Role, &str)> = out.seen[1]
+        .iter()
+        .map(|m| (m.role, m.content.as_str()))
+        .collect();
+    assert_eq!(
+        second,
+        vec![
+            (Role::User, "go"),
+            (Role::Assistant, ""),
+            (Role::Tool, "Created a.txt (4 bytes)"),
+            (Role::User, "also add a README"),
+        ],
+        "after the tool's result, never between the call and its result"
+    );
+    assert_eq!(taken(&out.events), vec![42]);
+    // Steps: 1 model call, 2 the write, 3 its lock wait, 4 the next model call.
+    let taken_at = position(&out.events, |e| matches!(e, WorkerEvent::InputTaken { .. }));
+    let tool_ended = position(
+        &out.events,
+        |e| matches!(e, WorkerEvent::StepEnded(s) if s.number == 2),
+    );
+    assert!(tool_ended < taken_at && taken_at < position(&out.events, step_started(4)));
+    assert!(inbox.is_empty());
+}
+
+#[tokio::test]
+async fn an_input_arriving_as_the_model_answers_makes_the_run_go_on() {
+    for max_iterations in [10, 1] {
+        let inbox = Inbox::default();
+        let mut model = Scripted::new(vec![
+            reply("first answer", StopReason::EndTurn),
+            reply("second answer", StopReason::EndTurn),
+        ]);
+        model.on_call = Some(Arc::new({
+            let inbox = inbox.clone();
+            move |call| {
+                if call == 1 {
+                    inbox.push(user_input(7, "one more thing"));
+                }
+            }
+        }));
+        let (_agent_tx, agent_rx) = watch::channel(live_agent());
+        let input = LoopInput {
+            inbox: inbox.clone(),
+            max_iterations,
+            ..loop_input(agent_rx)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let tools = ToolBox::new(Workspace::new(dir.path()), Default::default());
+        let out = run_input(model, input, &CancellationToken::new(), &tools).await;
+        if max_iterations == 1 {
+            // At the iteration cap the answer stands; the message is left untaken
+            // (never reported taken), for the control plane to run later.
+            assert_eq!(out.result.unwrap(), "first answer");
+            assert!(taken(&out.events).is_empty());
+            assert_eq!(inbox.take_all(), vec![user_input(7, "one more thing")]);
+            continue;
+        }
+        assert_eq!(out.result.unwrap(), "second answer");
+        let last: Vec<&str> = out.seen[1].iter().map(|m| m.content.as_str()).collect();
+        assert_eq!(last, vec!["go", "first answer", "one more thing"]);
+        assert_eq!(taken(&out.events), vec![7]);
+        let taken_at = position(&out.events, |e| matches!(e, WorkerEvent::InputTaken { .. }));
+        assert!(taken_at < position(&out.events, step_started(2)));
+    }
+}
+
+#[tokio::test]
+async fn the_assignments_inputs_reach_the_first_model_call_before_injected_ones() {
+    let inbox = Inbox::default();
+    inbox.push(user_input(3, "third"));
+    let (_agent_tx, agent_rx) = watch::channel(live_agent());
+    let input = LoopInput {
+        inputs: vec![user_input(1, "first"), user_input(2, "second")],
+        inbox,
+        ..loop_input(agent_rx)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tools = ToolBox::new(Workspace::new(dir.path()), Default::default());
+    let model = Scripted::new(vec![reply("ok", StopReason::EndTurn)]);
+    let out = run_input(model, input, &CancellationToken::new(), &tools).await;
+    assert_eq!(out.result.unwrap(), "ok");
+    let sent: Vec<&str> = out.seen[0].iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(sent, vec!["go", "first", "second", "third"]);
+    assert_eq!(taken(&out.events), vec![1, 2, 3]);
+    assert!(matches!(
+        &out.events[..4],
+        [
+            WorkerEvent::InputTaken { .. },
+            WorkerEvent::InputTaken { .. },
+            WorkerEvent::InputTaken { .. },
+            WorkerEvent::StepStarted(_)
+        ]
+    ));
+}
+
+#[tokio::test]
+async fn the_model_is_told_of_the_agents_other_threads_and_only_then() {
+    use crate::awareness::Board;
+    use chorus_proto::domain::StepKind;
+    let board = Arc::new(Board::default());
+    board.join("r", 1, "Refactoring auth", 0);
+    let dir = tempfile::tempdir().unwrap();
+    let tools = ToolBox::new(Workspace::new(dir.path()), Default::default());
+    let run_once = |board: Arc<Board>| {
+        let (agent_tx, agent_rx) = watch::channel(live_agent());
+        let input = LoopInput {
+            board: Some(board),
+            ..loop_input(agent_rx)
+        };
+        let model = Scripted::new(vec![reply("ok", StopReason::EndTurn)]);
+        let tools = &tools;
+        async move {
+            let out = run_input(model, input, &CancellationToken::new(), tools).await;
+            drop(agent_tx);
+            out
+        }
+    };
+    let alone = run_once(board.clone()).await;
+    assert_eq!(
+        alone.systems,
+        vec!["sys"],
+        "one thread: the prompt is unchanged"
+    );
+
+    // Seen afresh: at its first call, a thread is at step 1, calling its model.
+    let board = Arc::new(Board::default());
+    board.join("r", 1, "Refactoring auth", 0);
+    board.join("o", 2, "Writing tests", 0);
+    board.step_began("o", 3, StepKind::Permission, "Asking to run bash: make");
+    let together = run_once(board.clone()).await;
+    let system = &together.systems[0];
+    assert!(
+        system.starts_with(
+            "sys\n\nActive threads in this agent:\n  \
+             Thread #1 (this thread): Refactoring auth — step 1, 0s elapsed, currently: Calling LLM (m)\n  \
+             Thread #2: Writing tests — step 3, 0s elapsed, currently: Asking to run bash: make [waiting_for_permission]"
+        ),
+        "{system}"
+    );
 }
