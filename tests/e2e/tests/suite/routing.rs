@@ -128,3 +128,82 @@ async fn a_reply_to_an_unknown_message_starts_a_new_thread() -> anyhow::Result<(
     assert_eq!(contents(&model.requests()[0].body), ["hi"]);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_reply_to_a_running_thread_is_seen_at_its_next_model_call() -> anyhow::Result<()> {
+    use chorus_test_support::Hold;
+    use chorus_test_support::fake_model::{Reply, tool_call};
+    let model = FakeOpenAi::start().await;
+    let hold = Hold::new();
+    model.push(Reply::Held(
+        hold.clone(),
+        Box::new(tool_call("c1", "view", json!({"path": ".gitkeep"}))),
+    ));
+    model.push(text("checked both"));
+    let chorus = Chorus::builder().openai_fake(&model).start().await?;
+    chorus.create_agent("steer").await?;
+    let first = send(&chorus, "steer", json!({"content": "look at the repo"})).await?;
+    let thread_id = first["thread_id"].as_u64().unwrap();
+    model.wait_for_requests(1, Duration::from_secs(20)).await;
+
+    // The model is thinking; the user adds something by replying to the thread.
+    let reply = send(
+        &chorus,
+        "steer",
+        json!({"content": "also check the README", "reply_to": first["message_id"]}),
+    )
+    .await?;
+    assert_eq!(
+        (&reply["routed"], &reply["thread_id"]),
+        (&json!("injected"), &json!(thread_id)),
+        "{reply:#}"
+    );
+    let waiting = chorus.thread("steer", thread_id).await?;
+    let last = waiting["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (&last["content"], &last["pending"]),
+        (&json!("also check the README"), &json!(true)),
+        "shown as not yet seen: {waiting:#}"
+    );
+    hold.release();
+
+    let thread = chorus
+        .wait_thread_finished("steer", thread_id, Duration::from_secs(20))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    // The next model call carried it, after the tool result it was sent during.
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    let seen = &requests[1].body["messages"];
+    let roles: Vec<&str> = seen
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["system", "user", "assistant", "tool", "user"],
+        "{seen:#}"
+    );
+    assert_eq!(seen[4]["content"], "also check the README");
+    // The stored thread has it in the same place, with the id the reply got.
+    let stored: Vec<(Value, Value)> = thread["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["role"].clone(), m["id"].clone()))
+        .collect();
+    assert_eq!(
+        stored[3],
+        (json!("user"), reply["message_id"].clone()),
+        "{thread:#}"
+    );
+    assert_eq!(stored.len(), 5, "{thread:#}");
+    Ok(())
+}
