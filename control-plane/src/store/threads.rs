@@ -9,6 +9,13 @@ use sqlx::sqlite::SqliteRow;
 use super::runs::{RunMark, advance};
 use super::{Store, StoreError, format_epoch_ms, now};
 
+/// The columns `message_from_row` reads (a macro, so queries stay literal strings).
+macro_rules! message_columns {
+    () => {
+        "id, position, role, content, tool_calls, tool_call_id, tool_name, is_error, created_at"
+    };
+}
+
 /// Longest thread summary, in characters.
 const SUMMARY_CHARS: usize = 80;
 
@@ -340,6 +347,15 @@ impl Store {
         .bind(failure.kind.as_str())
         .execute(&mut *tx)
         .await?;
+        // Their steps left open will never end.
+        sqlx::query(
+            "UPDATE thread_steps SET ended_at = $1, failed = 1 WHERE ended_at IS NULL AND EXISTS \
+             (SELECT 1 FROM threads t WHERE t.agent_name = thread_steps.agent_name \
+              AND t.id = thread_steps.thread_id AND t.status IN ('completed', 'failed', 'killed'))",
+        )
+        .bind(&at)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(done.rows_affected())
     }
@@ -350,38 +366,16 @@ impl Store {
         agent: &str,
         thread: u64,
     ) -> Result<Vec<StoredMessage>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, position, role, content, tool_calls, tool_call_id, tool_name, is_error, \
-             created_at FROM messages WHERE agent_name = $1 AND thread_id = $2 \
-             AND position IS NULL ORDER BY id",
-        )
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            message_columns!(),
+            " FROM messages WHERE agent_name = $1 AND thread_id = $2 AND position IS NULL ORDER BY id"
+        ))
         .bind(agent)
         .bind(thread as i64)
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(message_from_row).collect()
-    }
-
-    /// Marks every unfinished thread failed with `failure`; used at start-up for
-    /// threads whose control plane died under them. Returns how many were failed.
-    pub async fn fail_unfinished_threads(&self, failure: &Failure) -> Result<u64, StoreError> {
-        let at = now();
-        let mut tx = self.begin_write().await?;
-        let done = sqlx::query(
-            "UPDATE threads SET status = 'failed', error = $1, failure_kind = $3, updated_at = $2, \
-             ended_at = $2 WHERE status NOT IN ('completed', 'failed', 'killed')",
-        )
-        .bind(&failure.message)
-        .bind(&at)
-        .bind(failure.kind.as_str())
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query("UPDATE thread_steps SET ended_at = $1, failed = 1 WHERE ended_at IS NULL")
-            .bind(&at)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(done.rows_affected())
     }
 
     /// Appends a message a run produced; false (and nothing stored) when `mark`
@@ -459,21 +453,19 @@ impl Store {
         Ok(done.rows_affected() > 0)
     }
 
-    /// The user messages of a thread no model has seen yet, oldest first.
+    /// The user messages of a thread no model has seen yet, oldest first: their ids
+    /// and contents.
     pub async fn pending_inputs(
         &self,
         agent: &str,
         thread: u64,
     ) -> Result<Vec<(u64, String)>, StoreError> {
-        let rows: Vec<(i64, String)> = sqlx::query_as(
-            "SELECT id, content FROM messages WHERE agent_name = $1 AND thread_id = $2 \
-             AND position IS NULL ORDER BY id",
-        )
-        .bind(agent)
-        .bind(thread as i64)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().map(|(id, c)| (id as u64, c)).collect())
+        Ok(self
+            .pending_messages(agent, thread)
+            .await?
+            .into_iter()
+            .map(|m| (m.id, m.message.content))
+            .collect())
     }
 
     /// The thread a message of `agent` belongs to.
@@ -498,11 +490,12 @@ impl Store {
         agent: &str,
         thread: u64,
     ) -> Result<Vec<StoredMessage>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, position, role, content, tool_calls, tool_call_id, tool_name, is_error, \
-             created_at FROM messages WHERE agent_name = $1 AND thread_id = $2 \
-             AND position IS NOT NULL ORDER BY position",
-        )
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            message_columns!(),
+            " FROM messages WHERE agent_name = $1 AND thread_id = $2 \
+             AND position IS NOT NULL ORDER BY position"
+        ))
         .bind(agent)
         .bind(thread as i64)
         .fetch_all(&self.pool)
@@ -524,11 +517,12 @@ impl Store {
         limit: u32,
         max_bytes: usize,
     ) -> Result<(Vec<(i64, StoredMessage)>, bool), StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, position, role, content, tool_calls, tool_call_id, tool_name, is_error, \
-             created_at FROM messages WHERE agent_name = $1 AND thread_id = $2 \
-             AND position > $3 ORDER BY position LIMIT $4",
-        )
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            message_columns!(),
+            " FROM messages WHERE agent_name = $1 AND thread_id = $2 \
+             AND position > $3 ORDER BY position LIMIT $4"
+        ))
         .bind(agent)
         .bind(thread as i64)
         .bind(after)
@@ -945,9 +939,23 @@ mod tests {
             .set_thread_status("a", ids[2], ThreadStatus::WaitingForPermission, None)
             .await
             .unwrap();
-        // Start-up repair: what is left unfinished was interrupted.
+        // A step left open by the control plane that died.
+        let open = StepStarted {
+            run_id: "r".into(),
+            number: 1,
+            kind: StepKind::LlmCall,
+            description: "Calling LLM".into(),
+            started_at_ms: 1_700_000_000_000,
+        };
+        store
+            .record_step_started("a", ids[3], &open, None)
+            .await
+            .unwrap();
+        // Start-up repair: what is left unfinished without a run was interrupted.
         let stopped = Failure::new(FailureKind::Interrupted, "chorus stopped");
-        assert_eq!(store.fail_unfinished_threads(&stopped).await.unwrap(), 2);
+        assert_eq!(store.fail_threads_without_run(&stopped).await.unwrap(), 2);
+        let steps = store.thread_steps("a", ids[3]).await.unwrap();
+        assert!(steps[0].ended_at.is_some() && steps[0].failed, "{steps:?}");
         let seen: Vec<_> = store
             .threads("a")
             .await
