@@ -17,6 +17,7 @@ pub mod runs;
 pub mod sandbox_probe;
 pub mod secrets;
 pub mod serve;
+pub mod sessions;
 pub mod store;
 pub mod tasks;
 pub mod telemetry;

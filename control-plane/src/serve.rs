@@ -25,12 +25,17 @@ use crate::llm_relay::{self, RelayState};
 use crate::providers::catalog::Catalog;
 use crate::runs::{RunSettings, Runs};
 use crate::secrets::{KnownSecrets, random_token};
+use crate::sessions::Sessions;
+use crate::sessions::summary::FirstLineSummarizer;
 use crate::store::Store;
 use crate::tasks::TaskLog;
 use crate::workers::launcher::LocalLauncher;
 use crate::workers::procs::{ToolMarks, end_marked};
 use crate::workers::registry::Registry;
 use crate::workers::{WorkerLost, WorkerManager};
+
+/// How long a shutdown spends saving the agents' contexts, in all.
+const SHUTDOWN_SAVE_TIME: Duration = Duration::from_secs(10);
 
 /// A started control plane.
 pub struct Running {
@@ -42,6 +47,8 @@ pub struct Running {
     store: Store,
     runs: Arc<Runs>,
     workers: Arc<WorkerManager>,
+    sessions: Arc<Sessions>,
+    idle_timer: Option<JoinHandle<()>>,
     connections: TaskTracker,
     lost_forwarder: JoinHandle<()>,
     discovery: JoinHandle<()>,
@@ -208,6 +215,21 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         );
     }
     let shutdown = CancellationToken::new();
+    // Descriptions are first lines until a model-written summarizer is wired here.
+    let sessions = Sessions::new(
+        store.clone(),
+        agents.agents_root().to_path_buf(),
+        runs.feed().clone(),
+        Arc::new(FirstLineSummarizer),
+        settings.context,
+    );
+    let idle_timer = {
+        let runs = runs.clone();
+        sessions.start_idle_timer(
+            Arc::new(move |agent: &str| !runs.active_threads(agent).is_empty()),
+            shutdown.clone(),
+        )
+    };
     let connections = TaskTracker::new();
     let worker_router = tonic::service::Routes::new(
         WorkerLinkService::new(
@@ -234,6 +256,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         workers: workers.clone(),
         catalog: catalog.clone(),
         gate,
+        sessions: sessions.clone(),
         api_token,
         sandbox,
     });
@@ -255,6 +278,8 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         store,
         runs,
         workers,
+        sessions,
+        idle_timer,
         connections,
         lost_forwarder,
         discovery,
@@ -286,8 +311,17 @@ impl Running {
         self.shut_down().await
     }
 
-    /// Stops workers, fails what was running, closes listeners and the database.
+    /// Saves every agent's context, stops workers, fails what was running, closes
+    /// listeners and the database.
     pub async fn shut_down(self) -> anyhow::Result<()> {
+        // While the workers still run, so a summarizer can still reach a model.
+        let saved = self.sessions.save_all(SHUTDOWN_SAVE_TIME).await;
+        if saved > 0 {
+            tracing::info!(
+                agents = saved,
+                "saved the agents' contexts (trigger shutdown)"
+            );
+        }
         self.workers.stop_all().await;
         self.runs
             .fail_all(&Failure::new(
@@ -304,6 +338,9 @@ impl Running {
                 Ok(_) => {}
                 Err(_) => tracing::warn!("a listener did not close within 5 s"),
             }
+        }
+        if let Some(timer) = self.idle_timer {
+            timer.abort();
         }
         self.lost_forwarder.abort();
         self.discovery.abort();

@@ -11,6 +11,7 @@ mod agents;
 mod approvals;
 mod audit;
 mod error;
+mod sessions;
 mod tasks;
 mod threads;
 
@@ -28,6 +29,7 @@ pub use agents::{AgentRecord, AgentStatus, AgentUpdate, NewAgent};
 pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval};
 pub use audit::{AuditEntry, AuditRecord};
 pub use error::{DISK_FULL, StoreError, is_no_space};
+pub use sessions::{Cleared, SessionRecord, context_cutoff};
 pub use tasks::{OrphanTask, TaskRecord};
 pub use threads::{StepRecord, StoredMessage, ThreadRecord, ThreadStatus};
 
@@ -89,6 +91,13 @@ fn migrator() -> Migrator {
             Cow::Borrowed("failure kind"),
             MigrationType::Simple,
             include_str!("../../migrations/sqlite/0007_failure_kind.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            9,
+            Cow::Borrowed("sessions"),
+            MigrationType::Simple,
+            include_str!("../../migrations/sqlite/0009_sessions.sql").into_sql_str(),
             false,
         ),
     ];
@@ -182,6 +191,7 @@ pub(crate) async fn test_store_with_agent() -> (Store, tempfile::TempDir) {
             permissions: "standard".into(),
             on_ask: "prompt".into(),
             network: "on".into(),
+            idle_timeout_secs: None,
         })
         .await
         .expect("register agent a");

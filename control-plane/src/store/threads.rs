@@ -112,7 +112,7 @@ fn thread_from_row(row: &SqliteRow) -> Result<ThreadRecord, StoreError> {
     })
 }
 
-fn message_from_row(row: &SqliteRow) -> Result<StoredMessage, StoreError> {
+pub(super) fn message_from_row(row: &SqliteRow) -> Result<StoredMessage, StoreError> {
     let role: String = row.try_get("role")?;
     let tool_calls: Option<String> = row.try_get("tool_calls")?;
     let tool_calls: Vec<ToolCall> = match tool_calls {
@@ -491,7 +491,7 @@ impl Store {
     }
 }
 
-async fn insert_message(
+pub(super) async fn insert_message(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
     agent: &str,
     thread: u64,
