@@ -96,7 +96,9 @@ impl FileToolCall {
             // A JSON string is kept as the raw text, so a string `params` always
             // means "these were the exact arguments".
             Ok(value) if !value.is_string() => {
-                let exact = value.to_string() == call.arguments;
+                // Compared as text: `Value == String` would compare with a JSON string.
+                let compact = value.to_string();
+                let exact = compact == call.arguments;
                 (value, (!exact).then(|| call.arguments.clone()))
             }
             _ => (Value::String(call.arguments.clone()), None),

@@ -56,7 +56,7 @@ pub fn idle_due(last: Instant, now: Instant, timeout: Option<Duration>, busy: bo
 /// "30 minutes", "1 minute", "45 seconds": how long an agent was idle, for people.
 pub fn describe_idle(idle: Duration) -> String {
     let secs = idle.as_secs();
-    let (n, unit) = if secs >= 60 && secs % 60 == 0 || secs >= 3600 {
+    let (n, unit) = if secs >= 60 && secs.is_multiple_of(60) || secs >= 3600 {
         (secs / 60, "minute")
     } else {
         (secs, "second")

@@ -405,3 +405,58 @@ async fn the_idle_timer_saves_clears_and_notifies_but_not_while_busy() {
     shutdown.cancel();
     timer.await.unwrap();
 }
+
+/// Tells when it is asked, and answers only once released.
+struct Gated {
+    asked: tokio::sync::Notify,
+    release: tokio::sync::Notify,
+}
+
+#[tonic::async_trait]
+impl Summarizer for Gated {
+    async fn summarize(&self, _: &AgentRecord, _: &[ChatMessage]) -> Result<String, String> {
+        self.asked.notify_one();
+        self.release.notified().await;
+        Ok("summarised".into())
+    }
+}
+
+#[tokio::test]
+async fn an_idle_save_clears_only_what_it_saved() {
+    let gated = Arc::new(Gated {
+        asked: tokio::sync::Notify::new(),
+        release: tokio::sync::Notify::new(),
+    });
+    let s = setup(gated.clone()).await;
+    let t = conversation(&s.store, "before").await;
+    let save = s.sessions.idle_save("a", Duration::from_secs(1));
+    let reply = async {
+        // A reply arrives while the summary is being written.
+        gated.asked.notified().await;
+        s.store
+            .append_message("a", t, &ChatMessage::user("arrived during the save"))
+            .await
+            .unwrap();
+        gated.release.notify_one();
+    };
+    tokio::join!(save, reply);
+    let saved = s.sessions.history("a", None, 10).await.unwrap();
+    assert_eq!(
+        (saved[0].message_count, saved[0].description.as_str()),
+        (4, "summarised")
+    );
+    let cutoff = s
+        .store
+        .agent_context_cutoff("a", s.sessions.settings().window)
+        .await
+        .unwrap();
+    let context: Vec<String> = s
+        .store
+        .context_messages("a", &cutoff)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, m)| m.content)
+        .collect();
+    assert_eq!(context, ["arrived during the save"]);
+}

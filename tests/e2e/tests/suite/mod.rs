@@ -11,6 +11,7 @@ mod real_servers;
 mod relay;
 mod sandbox;
 mod secrets;
+mod sessions;
 mod storage;
 mod tasks;
 mod threads;
