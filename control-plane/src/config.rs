@@ -106,6 +106,8 @@ pub struct FileSettings {
     pub sandbox: FileSandbox,
     #[serde(default)]
     pub threads: FileThreads,
+    #[serde(default)]
+    pub context: FileContext,
     /// Roles by user id (`api` is whoever holds the API token; `default` is everyone
     /// not listed): admin | operator | viewer.
     #[serde(default)]
@@ -188,6 +190,44 @@ impl SandboxSettings {
             Some(WhenUnavailable::Warn) => true,
             Some(WhenUnavailable::Refuse) => false,
             None => permissions == "open",
+        }
+    }
+}
+
+/// `[context]`: how much of its past an agent sees, and when it is saved and cleared.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileContext {
+    /// The rolling window: messages older than this many hours leave the context
+    /// (they stay in the database). At least 1.
+    pub window_hours: Option<u64>,
+    /// Seconds without activity after which an agent's context is saved and cleared,
+    /// for agents that set none (0: never).
+    pub idle_timeout_secs: Option<u64>,
+}
+
+/// The resolved `[context]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextSettings {
+    pub window: Duration,
+    /// `None`: agents without a setting of their own are never idle-saved.
+    pub idle_timeout: Option<Duration>,
+}
+
+impl Default for ContextSettings {
+    fn default() -> Self {
+        ContextSettings::from_file(&FileContext::default())
+    }
+}
+
+impl ContextSettings {
+    fn from_file(file: &FileContext) -> Self {
+        ContextSettings {
+            window: Duration::from_secs(file.window_hours.unwrap_or(24).clamp(1, 24 * 365) * 3600),
+            idle_timeout: match file.idle_timeout_secs.unwrap_or(1800) {
+                0 => None,
+                secs => Some(Duration::from_secs(secs)),
+            },
         }
     }
 }
@@ -314,6 +354,7 @@ pub struct Settings {
     pub default_role: Role,
     pub sandbox: SandboxSettings,
     pub threads: ThreadSettings,
+    pub context: ContextSettings,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -454,6 +495,7 @@ impl Settings {
             ask_timeout: Duration::from_secs(file.permissions.ask_timeout_secs.unwrap_or(600)),
             threads: ThreadSettings::from_file(&file.threads),
             sandbox: SandboxSettings::from_file(file.sandbox),
+            context: ContextSettings::from_file(&file.context),
             default_role: file.roles.get("default").copied().unwrap_or(Role::Operator),
             roles: {
                 let mut roles = file.roles.clone();
@@ -519,6 +561,24 @@ mod tests {
         assert_eq!(s.ask_timeout, Duration::from_secs(600));
         assert_eq!(s.roles.get("api"), Some(&Role::Admin));
         assert_eq!(s.default_role, Role::Operator);
+        assert_eq!(s.context.window, Duration::from_secs(24 * 3600));
+        assert_eq!(s.context.idle_timeout, Some(Duration::from_secs(1800)));
+    }
+
+    #[test]
+    fn the_context_section_sets_the_window_and_the_idle_timeout() {
+        let file: FileSettings =
+            toml::from_str("[context]\nwindow_hours = 2\nidle_timeout_secs = 0\n").unwrap();
+        let s = Settings::resolve(ServeArgs::default(), file, env_of(&[])).unwrap();
+        assert_eq!(s.context.window, Duration::from_secs(7200));
+        assert_eq!(s.context.idle_timeout, None, "0 switches it off");
+        let file: FileSettings = toml::from_str("[context]\nwindow_hours = 0\n").unwrap();
+        let s = Settings::resolve(ServeArgs::default(), file, env_of(&[])).unwrap();
+        assert_eq!(
+            s.context.window,
+            Duration::from_secs(3600),
+            "at least an hour"
+        );
     }
 
     #[test]

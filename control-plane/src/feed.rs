@@ -1,5 +1,6 @@
 //! The live feed of thread events: threads created, steps as they start and end,
-//! streamed model text, messages, approvals, and each status. Frontends subscribe to
+//! streamed model text, messages, approvals, and each status; and of agent events
+//! that belong to no thread (`notification`: an idle save). Frontends subscribe to
 //! one thread (`…/threads/{id}/events`) or to everything (`GET /api/events`).
 //!
 //! Every event has an id, `<boot>.<seq>`: `boot` names this start of the control
@@ -19,15 +20,15 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-/// One event of one thread.
+/// One event of one thread, or of an agent (`thread_id` `None`).
 #[derive(Debug, Clone, Serialize)]
 pub struct ThreadEvent {
     /// `<boot>.<seq>`, unique and increasing within one start of the control plane.
     pub id: String,
     pub agent: String,
-    pub thread_id: u64,
+    pub thread_id: Option<u64>,
     /// `thread_created`, `status`, `step_started`, `step_ended`, `text`, `message`,
-    /// `approval` or `approval_answered`.
+    /// `approval` or `approval_answered`; for agent events, `notification`.
     pub kind: &'static str,
     pub data: Value,
 }
@@ -113,6 +114,15 @@ impl ThreadFeed {
     }
 
     pub fn publish(&self, agent: &str, thread_id: u64, kind: &'static str, data: Value) {
+        self.publish_event(agent, Some(thread_id), kind, data);
+    }
+
+    /// An event of the agent that belongs to no thread (its `thread_id` is null).
+    pub fn publish_agent(&self, agent: &str, kind: &'static str, data: Value) {
+        self.publish_event(agent, None, kind, data);
+    }
+
+    fn publish_event(&self, agent: &str, thread_id: Option<u64>, kind: &'static str, data: Value) {
         let size = agent.len() + kind.len() + data.to_string().len() + 64;
         let mut ring = self.ring();
         let seq = ring.next_seq;
@@ -260,5 +270,23 @@ mod tests {
         assert!(ring.bytes <= 10_000, "{}", ring.bytes);
         assert!(ring.events.len() < 10);
         assert_eq!(ring.next_seq, 101);
+    }
+
+    #[test]
+    fn agent_events_have_no_thread_and_share_the_sequence() {
+        let feed = ThreadFeed::default();
+        let mut live = feed.subscribe();
+        feed.publish("a", 3, "status", json!({"status": "completed"}));
+        feed.publish_agent("a", "notification", json!({"kind": "idle_save"}));
+        let first = live.try_recv().unwrap();
+        let second = live.try_recv().unwrap();
+        assert_eq!(first.thread_id, Some(3));
+        assert_eq!((second.thread_id, second.kind), (None, "notification"));
+        assert!(!second.is_final());
+        assert_eq!(seq_of(&second.id), seq_of(&first.id) + 1);
+    }
+
+    fn seq_of(id: &str) -> u64 {
+        id.rsplit_once('.').unwrap().1.parse().unwrap()
     }
 }

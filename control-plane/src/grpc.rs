@@ -22,14 +22,25 @@ use crate::gate::{Check, ToolGate};
 use crate::reports::{RateLimits, WorkerRate};
 use crate::runs::Runs;
 use crate::secrets::{KnownSecrets, bearer_token};
+use crate::summaries::WorkerSummarizer;
 use crate::tasks::TaskLog;
 use crate::workers::registry::{AttachError, Registry};
+
+/// What a worker's events are handed to.
+pub struct LinkServices {
+    pub registry: Arc<Registry>,
+    pub runs: Arc<Runs>,
+    pub gate: Arc<ToolGate>,
+    pub tasks: Arc<TaskLog>,
+    pub summaries: Arc<WorkerSummarizer>,
+}
 
 pub struct WorkerLinkService {
     registry: Arc<Registry>,
     runs: Arc<Runs>,
     gate: Arc<ToolGate>,
     tasks: Arc<TaskLog>,
+    summaries: Arc<WorkerSummarizer>,
     /// Scrubbed from every event as it arrives.
     secrets: KnownSecrets,
     connections: TaskTracker,
@@ -42,19 +53,24 @@ pub struct WorkerLinkService {
 
 impl WorkerLinkService {
     pub fn new(
-        registry: Arc<Registry>,
-        runs: Arc<Runs>,
-        gate: Arc<ToolGate>,
-        tasks: Arc<TaskLog>,
+        services: LinkServices,
         secrets: KnownSecrets,
         connections: TaskTracker,
         workers: &WorkerSettings,
     ) -> Self {
+        let LinkServices {
+            registry,
+            runs,
+            gate,
+            tasks,
+            summaries,
+        } = services;
         WorkerLinkService {
             registry,
             runs,
             gate,
             tasks,
+            summaries,
             secrets,
             connections,
             heartbeat_interval: workers.heartbeat_interval,
@@ -140,6 +156,7 @@ impl WorkerLink for WorkerLinkService {
         let runs = self.runs.clone();
         let gate = self.gate.clone();
         let tasks = self.tasks.clone();
+        let summaries = self.summaries.clone();
         let secrets = self.secrets.clone();
         let checks = self.connections.clone();
         let silence_limit = self.silence_limit;
@@ -200,6 +217,9 @@ impl WorkerLink for WorkerLinkService {
                 match secrets.scrub_event(event) {
                     event @ (WorkerEvent::TaskStarted(_) | WorkerEvent::TaskEnded { .. }) => {
                         tasks.apply(&agent, generation, event).await
+                    }
+                    WorkerEvent::Summary { request_id, result } => {
+                        summaries.answered(request_id, result)
                     }
                     event => {
                         if let Err(e) = runs.apply(&agent, generation, seq, event).await {

@@ -19,18 +19,23 @@ use crate::config::{Secret, Settings};
 use crate::gate::approvals::Approvals;
 use crate::gate::profiles::ProfileCache;
 use crate::gate::{GateSettings, ToolGate};
-use crate::grpc::WorkerLinkService;
+use crate::grpc::{LinkServices, WorkerLinkService};
 use crate::http::{self, AppState};
 use crate::llm_relay::{self, RelayState};
 use crate::providers::catalog::Catalog;
 use crate::runs::{RunSettings, Runs};
 use crate::secrets::{KnownSecrets, random_token};
+use crate::sessions::Sessions;
 use crate::store::Store;
+use crate::summaries::WorkerSummarizer;
 use crate::tasks::TaskLog;
 use crate::workers::launcher::LocalLauncher;
 use crate::workers::procs::{ToolMarks, end_marked};
 use crate::workers::registry::Registry;
 use crate::workers::{WorkerLost, WorkerManager};
+
+/// How long a shutdown spends saving the agents' contexts, in all.
+const SHUTDOWN_SAVE_TIME: Duration = Duration::from_secs(10);
 
 /// A started control plane.
 pub struct Running {
@@ -42,6 +47,8 @@ pub struct Running {
     store: Store,
     runs: Arc<Runs>,
     workers: Arc<WorkerManager>,
+    sessions: Arc<Sessions>,
+    idle_timer: Option<JoinHandle<()>>,
     connections: TaskTracker,
     lost_forwarder: JoinHandle<()>,
     discovery: JoinHandle<()>,
@@ -100,12 +107,21 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
             .filter_map(|p| p.api_key.as_ref().map(|k| k.expose().to_string()))
             .chain([api_token.expose().to_string()]),
     );
+    // Summaries (a session's description, a long continuation's start) are
+    // written by the agent's own worker.
+    let summaries = Arc::new(WorkerSummarizer::new(
+        registry.clone(),
+        catalog.clone(),
+        settings.default_model.clone(),
+        settings.retry,
+    ));
     let runs = Arc::new(Runs::new(
         store.clone(),
         registry.clone(),
         catalog.clone(),
         profiles.clone(),
         approvals.clone(),
+        summaries.clone(),
         RunSettings::from_settings(&settings, agents_root.clone()),
     ));
     let (lost_tx, mut lost_rx) = mpsc::unbounded_channel::<WorkerLost>();
@@ -196,13 +212,30 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         );
     }
     let shutdown = CancellationToken::new();
+    let sessions = Sessions::new(
+        store.clone(),
+        agents.agents_root().to_path_buf(),
+        runs.feed().clone(),
+        summaries.clone(),
+        settings.context,
+    );
+    let idle_timer = {
+        let runs = runs.clone();
+        sessions.start_idle_timer(
+            Arc::new(move |agent: &str| runs.is_busy(agent)),
+            shutdown.clone(),
+        )
+    };
     let connections = TaskTracker::new();
     let worker_router = tonic::service::Routes::new(
         WorkerLinkService::new(
-            registry.clone(),
-            runs.clone(),
-            gate.clone(),
-            task_log.clone(),
+            LinkServices {
+                registry: registry.clone(),
+                runs: runs.clone(),
+                gate: gate.clone(),
+                tasks: task_log.clone(),
+                summaries: summaries.clone(),
+            },
             known_secrets.clone(),
             connections.clone(),
             &settings.workers,
@@ -222,6 +255,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         workers: workers.clone(),
         catalog: catalog.clone(),
         gate,
+        sessions: sessions.clone(),
         api_token,
         sandbox,
         thread_retention: settings.threads.retention,
@@ -265,6 +299,8 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         store,
         runs,
         workers,
+        sessions,
+        idle_timer,
         connections,
         lost_forwarder,
         discovery,
@@ -296,9 +332,17 @@ impl Running {
         self.shut_down().await
     }
 
-    /// Stops workers, closes listeners and the database. Runs still going stay open
-    /// in the store: the next start resumes them.
+    /// Saves every agent's context, stops workers, closes listeners and the
+    /// database. Runs still going stay open in the store: the next start resumes them.
     pub async fn shut_down(self) -> anyhow::Result<()> {
+        // While the workers still run, so a summarizer can still reach a model.
+        let saved = self.sessions.save_all(SHUTDOWN_SAVE_TIME).await;
+        if saved > 0 {
+            tracing::info!(
+                agents = saved,
+                "saved the agents' contexts (trigger shutdown)"
+            );
+        }
         self.runs.stop_accepting();
         self.workers.stop_all().await;
         self.shutdown.cancel();
@@ -310,6 +354,9 @@ impl Running {
                 Ok(_) => {}
                 Err(_) => tracing::warn!("a listener did not close within 5 s"),
             }
+        }
+        if let Some(timer) = self.idle_timer {
+            timer.abort();
         }
         self.lost_forwarder.abort();
         self.discovery.abort();

@@ -74,6 +74,9 @@ pub struct CreateAgent {
     pub on_ask: Option<String>,
     /// `on` or `off`: may its tool processes use TCP; `on` when absent.
     pub network: Option<String>,
+    /// Seconds without activity before its context is saved and cleared (0: never);
+    /// the server's `[context] idle_timeout_secs` when absent.
+    pub idle_timeout_secs: Option<u64>,
 }
 
 /// What a create request gives; the rest comes from agent.json or the defaults.
@@ -83,6 +86,20 @@ struct Given {
     permissions: Option<PermissionsSetting>,
     on_ask: Option<String>,
     network: Option<String>,
+    idle_timeout_secs: Option<u64>,
+}
+
+/// The longest idle timeout an agent may set: a year.
+pub const MAX_IDLE_TIMEOUT_SECS: u64 = 365 * 24 * 3600;
+
+fn check_idle_timeout(value: Option<u64>) -> Result<Option<u64>, AgentError> {
+    match value {
+        Some(v) if v > MAX_IDLE_TIMEOUT_SECS => Err(AgentError::InvalidInput(format!(
+            "idle_timeout_secs must be at most {MAX_IDLE_TIMEOUT_SECS} (a year), not {v}; \
+             0 switches the idle save off"
+        ))),
+        other => Ok(other),
+    }
 }
 
 /// What an ASK may resolve to without a person.
@@ -196,6 +213,7 @@ impl AgentService {
         let model = non_blank("model", request.model)?;
         let on_ask = check_on_ask(request.on_ask)?;
         let network = check_network(request.network)?;
+        let idle_timeout_secs = check_idle_timeout(request.idle_timeout_secs)?;
         if let Some(setting) = &request.permissions {
             self.check_grant(setting, role, user)?;
         }
@@ -238,6 +256,7 @@ impl AgentService {
                     permissions,
                     on_ask,
                     network,
+                    idle_timeout_secs,
                 },
                 reused,
             )
@@ -381,6 +400,7 @@ impl AgentService {
             permissions,
             on_ask,
             network,
+            idle_timeout_secs,
         } = given;
         dir.ensure_layout().await?;
         let mut config = dir.read_config().await?;
@@ -414,6 +434,9 @@ impl AgentService {
             .or_else(|| text(&config, "network"))
             .unwrap_or_else(|| "on".into());
         check_network(Some(network.clone()))?;
+        let idle_timeout_secs = check_idle_timeout(
+            idle_timeout_secs.or_else(|| config.get("idle_timeout_secs").and_then(Value::as_u64)),
+        )?;
 
         let at = crate::store::now();
         config.insert("name".into(), Value::from(name));
@@ -428,6 +451,7 @@ impl AgentService {
         );
         config.insert("on_ask".into(), Value::from(on_ask.clone()));
         config.insert("network".into(), Value::from(network.clone()));
+        config.insert("idle_timeout_secs".into(), Value::from(idle_timeout_secs));
         if !reused || !config.get("created_at").is_some_and(Value::is_string) {
             config.insert("created_at".into(), Value::from(at.clone()));
         }
@@ -442,6 +466,7 @@ impl AgentService {
                     permissions: to_stored(&permissions),
                     on_ask,
                     network,
+                    idle_timeout_secs,
                 },
                 &at,
             )
@@ -460,6 +485,10 @@ impl AgentService {
             permissions: None, // set_permissions, which checks the user's role
             on_ask: check_on_ask(update.on_ask)?,
             network: check_network(update.network)?,
+            idle_timeout_secs: match update.idle_timeout_secs {
+                Some(value) => Some(check_idle_timeout(value)?),
+                None => None,
+            },
         };
         let new_route = match &update.model {
             Some(model) => Some(
@@ -488,6 +517,10 @@ impl AgentService {
         );
         config.insert("on_ask".into(), Value::from(after.on_ask.clone()));
         config.insert("network".into(), Value::from(after.network.clone()));
+        config.insert(
+            "idle_timeout_secs".into(),
+            Value::from(after.idle_timeout_secs),
+        );
         dir.write_config(&config).await?;
         // Runs in progress use the changes from their next model call.
         let change = AgentChange {
@@ -511,6 +544,18 @@ impl AgentService {
                 "agent:configure:network",
                 user,
                 Some(format!("old={:?} new={:?}", before.network, after.network)),
+            )
+            .await;
+        }
+        if before.idle_timeout_secs != after.idle_timeout_secs {
+            self.audit(
+                name,
+                "agent:configure:idle_timeout",
+                user,
+                Some(format!(
+                    "old={:?} new={:?}",
+                    before.idle_timeout_secs, after.idle_timeout_secs
+                )),
             )
             .await;
         }

@@ -40,12 +40,24 @@ pub struct AgentView {
     worker: WorkerStatus,
     /// Tokens used by all of the agent's threads; null when no provider reported any.
     usage: Option<Usage>,
+    /// The agent's own idle timeout in seconds (0: never); null: the server's.
+    idle_timeout_secs: Option<u64>,
+    /// The idle timeout that applies, in seconds; 0: the context is never idle-saved.
+    effective_idle_timeout_secs: u64,
+    /// When its context was last cleared; null: never.
+    context_cleared_at: Option<String>,
 }
 
 async fn view(state: &AppState, agent: AgentRecord) -> Result<AgentView, ApiError> {
     let usage = state.store.token_usage(&agent.name, None).await?;
     Ok(AgentView {
         usage,
+        effective_idle_timeout_secs: state
+            .sessions
+            .idle_timeout_of(agent.idle_timeout_secs)
+            .map_or(0, |d| d.as_secs()),
+        idle_timeout_secs: agent.idle_timeout_secs,
+        context_cleared_at: agent.context_cleared_at,
         workspace: state
             .agents
             .dir(&agent.name)
@@ -78,6 +90,7 @@ struct CreateBody {
     permissions: Option<PermissionsSetting>,
     on_ask: Option<String>,
     network: Option<String>,
+    idle_timeout_secs: Option<u64>,
 }
 
 async fn create(
@@ -94,11 +107,13 @@ async fn create(
                 permissions: body.permissions,
                 on_ask: body.on_ask,
                 network: body.network,
+                idle_timeout_secs: body.idle_timeout_secs,
             },
             API_USER,
             state.gate.role_of(Some(API_USER)),
         )
         .await?;
+    state.sessions.agent_configured(&record.name);
     Ok((StatusCode::CREATED, Json(view(&state, record).await?)))
 }
 
@@ -134,6 +149,18 @@ struct ConfigureBody {
     permissions: Option<PermissionsSetting>,
     on_ask: Option<String>,
     network: Option<String>,
+    /// A number of seconds (0: never), or null for the server's default.
+    #[serde(default, deserialize_with = "present")]
+    idle_timeout_secs: Option<Option<u64>>,
+}
+
+/// A field that is present (even as null) is `Some`; an absent one (`default`) is `None`.
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
 }
 
 async fn configure(
@@ -158,10 +185,12 @@ async fn configure(
                 permissions: None,
                 on_ask: body.on_ask,
                 network: body.network,
+                idle_timeout_secs: body.idle_timeout_secs,
             },
             API_USER,
         )
         .await?;
+    state.sessions.agent_configured(&name);
     Ok(Json(view(&state, record).await?))
 }
 

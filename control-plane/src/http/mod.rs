@@ -3,6 +3,7 @@
 //! the API (the model relay has its own router).
 
 mod agents;
+mod context;
 mod error;
 mod events;
 mod models;
@@ -25,6 +26,7 @@ use crate::gate::ToolGate;
 use crate::providers::catalog::Catalog;
 use crate::runs::Runs;
 use crate::secrets::{bearer_token, constant_time_eq};
+use crate::sessions::Sessions;
 use crate::store::Store;
 use crate::workers::WorkerManager;
 pub use error::{ApiError, ApiJson};
@@ -40,6 +42,7 @@ pub struct AppState {
     pub workers: Arc<WorkerManager>,
     pub catalog: Arc<Catalog>,
     pub gate: Arc<ToolGate>,
+    pub sessions: Arc<Sessions>,
     pub api_token: Secret,
     /// How tool processes are confined on this host (`sandbox_probe`).
     pub sandbox: String,
@@ -50,6 +53,7 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .merge(agents::routes())
+        .merge(context::routes())
         .merge(events::routes())
         .merge(models::routes())
         .merge(permissions::routes())

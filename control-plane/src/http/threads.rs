@@ -462,12 +462,12 @@ async fn thread_events(
     let live = BroadcastStream::new(receiver)
         .filter_map(move |item| {
             let event = match item {
-                Ok(event) if event.agent == agent_name && event.thread_id == id => Some(event),
+                Ok(event) if event.agent == agent_name && event.thread_id == Some(id) => Some(event),
                 Ok(_) => None,
                 Err(BroadcastStreamRecvError::Lagged(missed)) => Some(Arc::new(ThreadEvent {
                     id: String::new(),
                     agent: agent_name.clone(),
-                    thread_id: id,
+                    thread_id: Some(id),
                     kind: "lagged",
                     data: json!({"missed": missed, "hint": "re-read the thread for what was missed"}),
                 })),

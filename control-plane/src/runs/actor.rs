@@ -15,14 +15,14 @@
 //! - The actor never waits for the gate or a worker: it only sends them commands.
 //!   It may not touch another agent's runs.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use chorus_proto::domain::{
     AgentChange, ChatMessage, ControlCommand, Failure, FailureKind, Input, Role, RunAssignment,
-    WorkerEvent,
+    StepKind, WorkerEvent,
 };
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
@@ -35,11 +35,15 @@ use crate::store::{
     AgentRecord, RunMark, RunRecord, RunStatus, StoreError, ThreadRecord, ThreadStatus,
     format_epoch_ms,
 };
+use crate::summaries::Purpose;
 use crate::workers::WorkerLost;
 use crate::workers::registry::Generation;
 
 /// Most bytes of an ended thread's messages a continuation starts from.
 const SEED_BYTES: usize = 256 * 1024;
+/// How long a continuation waits for the summary of what it left out before it
+/// starts with a note instead.
+const SEED_SUMMARY_TIME: Duration = Duration::from_secs(90);
 
 pub(super) enum Command {
     Receive {
@@ -88,6 +92,13 @@ pub(super) enum Command {
         reply: oneshot::Sender<Vec<u64>>,
     },
     AgentChanged(AgentChange),
+    /// The summary of what a continuation left out is written (or could not be):
+    /// its first run can start.
+    Seeded {
+        thread_id: u64,
+        left_out: usize,
+        summary: Option<String>,
+    },
 }
 
 struct ActiveRun {
@@ -101,7 +112,7 @@ struct ActiveRun {
     /// The run's span on this side, and the spans of its open steps: the control
     /// plane's view of the run mirrors the worker's in traces.
     span: tracing::Span,
-    open_steps: HashMap<u32, tracing::Span>,
+    open_steps: HashMap<u32, (StepKind, tracing::Span)>,
     /// What the run has stored so far, against `reports::RunLimits`.
     budget: RunBudget,
     /// When the worker last reported anything of it (for the watchdog).
@@ -122,10 +133,10 @@ impl ActiveRun {
                     duration_ms = tracing::field::Empty,
                     failed = tracing::field::Empty,
                 );
-                self.open_steps.insert(step.number, span);
+                self.open_steps.insert(step.number, (step.kind, span));
             }
             WorkerEvent::StepEnded(step) => {
-                if let Some(span) = self.open_steps.remove(&step.number) {
+                if let Some((_, span)) = self.open_steps.remove(&step.number) {
                     span.record("duration_ms", step.duration_ms);
                     span.record("failed", step.failed);
                     span.in_scope(|| tracing::debug!("step ended"));
@@ -142,18 +153,30 @@ pub(super) struct AgentActor {
     /// Run ids waiting for a connected worker, oldest first.
     queue: VecDeque<String>,
     runs: HashMap<String, ActiveRun>,
-    /// `runs.len()`, for readers outside the actor.
+    /// Continuations whose first run waits for the summary of what they left out.
+    seeding: HashSet<u64>,
+    /// `runs.len() + seeding.len()`, for readers outside the actor.
     active: Arc<AtomicUsize>,
+    /// This actor's own queue, for the tasks it starts to report back (weak: the
+    /// actor ends when [`super::Runs`] drops its handle).
+    itself: mpsc::WeakSender<Command>,
 }
 
 impl AgentActor {
-    pub(super) fn new(agent: String, shared: Arc<Shared>, active: Arc<AtomicUsize>) -> Self {
+    pub(super) fn new(
+        agent: String,
+        shared: Arc<Shared>,
+        active: Arc<AtomicUsize>,
+        itself: mpsc::WeakSender<Command>,
+    ) -> Self {
         AgentActor {
             agent,
             shared,
             queue: VecDeque::new(),
             runs: HashMap::new(),
+            seeding: HashSet::new(),
             active,
+            itself,
         }
     }
 
@@ -169,7 +192,8 @@ impl AgentActor {
                 },
                 _ = watchdog.tick() => self.watchdog().await,
             }
-            self.active.store(self.runs.len(), Ordering::Relaxed);
+            self.active
+                .store(self.runs.len() + self.seeding.len(), Ordering::Relaxed);
         }
     }
 
@@ -237,11 +261,21 @@ impl AgentActor {
             }
             Command::ActiveThreads { reply } => {
                 let mut threads: Vec<u64> = self.runs.values().map(|r| r.thread_id).collect();
+                threads.extend(&self.seeding);
                 threads.sort_unstable();
                 threads.dedup();
                 let _ = reply.send(threads);
             }
             Command::AgentChanged(change) => self.agent_changed(change),
+            Command::Seeded {
+                thread_id,
+                left_out,
+                summary,
+            } => {
+                if let Err(e) = self.seeded(thread_id, left_out, summary).await {
+                    tracing::error!(agent = %self.agent, thread_id, error = %e, "cannot start a continued thread");
+                }
+            }
         }
     }
 
@@ -250,6 +284,12 @@ impl AgentActor {
             .iter()
             .find(|(_, run)| run.thread_id == thread_id)
             .map(|(id, _)| id.as_str())
+    }
+
+    /// Whether the thread has a run here, or waits for its first one (a
+    /// continuation being seeded).
+    fn is_going(&self, thread_id: u64) -> bool {
+        self.seeding.contains(&thread_id) || self.run_of_thread(thread_id).is_some()
     }
 
     // ---------------------------------------------------------------- routing
@@ -267,7 +307,7 @@ impl AgentActor {
                 Some(thread) => store
                     .thread(&agent.name, thread)
                     .await?
-                    .map(|t| (t.id, t.status, self.run_of_thread(t.id).is_some())),
+                    .map(|t| (t.id, t.status, self.is_going(t.id))),
                 None => None,
             },
             None => None,
@@ -317,7 +357,13 @@ impl AgentActor {
                     .into_iter()
                     .map(|m| m.message)
                     .collect();
-                let mut messages = decide::seed_messages(earlier, SEED_BYTES);
+                let seed = decide::seed(earlier, SEED_BYTES);
+                let mut messages = Vec::with_capacity(seed.kept.len() + 2);
+                if !seed.left_out.is_empty() {
+                    // Replaced by the summary of what was left out once it is written.
+                    messages.push(decide::seed_note(seed.left_out.len(), None));
+                }
+                messages.extend(seed.kept);
                 messages.push(ChatMessage::user(content));
                 let summary = store
                     .thread(&agent.name, from)
@@ -334,8 +380,12 @@ impl AgentActor {
                         Some(from),
                     )
                     .await?;
-                self.thread_created(agent, thread_id, user, Some(from))
-                    .await?;
+                self.announce(agent, thread_id, user, Some(from));
+                if seed.left_out.is_empty() {
+                    self.queue_first_run(agent, thread_id).await?;
+                } else {
+                    self.summarise_left_out(agent, thread_id, seed.left_out);
+                }
                 Ok(Received {
                     thread_id,
                     message_id,
@@ -353,16 +403,106 @@ impl AgentActor {
         user: &str,
         continued_from: Option<u64>,
     ) -> Result<(), StoreError> {
+        self.announce(agent, thread_id, user, continued_from);
+        self.queue_first_run(agent, thread_id).await
+    }
+
+    fn announce(
+        &self,
+        agent: &AgentRecord,
+        thread_id: u64,
+        user: &str,
+        continued_from: Option<u64>,
+    ) {
         self.shared.feed.publish(
             &agent.name,
             thread_id,
             "thread_created",
             json!({"status": "running", "user": user, "continued_from": continued_from}),
         );
+    }
+
+    async fn queue_first_run(
+        &mut self,
+        agent: &AgentRecord,
+        thread_id: u64,
+    ) -> Result<(), StoreError> {
         let Some(record) = self.shared.store.thread(&agent.name, thread_id).await? else {
             return Ok(());
         };
         self.queue_run(agent, &record, Attempt::FIRST).await
+    }
+
+    /// Has the agent's model summarise what a continuation left out, off the
+    /// actor; the answer (or its absence, after [`SEED_SUMMARY_TIME`]) comes back
+    /// as [`Command::Seeded`]. Replies meanwhile wait in the store as inputs.
+    fn summarise_left_out(
+        &mut self,
+        agent: &AgentRecord,
+        thread_id: u64,
+        left_out: Vec<ChatMessage>,
+    ) {
+        self.seeding.insert(thread_id);
+        let summarizer = self.shared.summarizer.clone();
+        let itself = self.itself.clone();
+        let agent = agent.clone();
+        tokio::spawn(async move {
+            let summary = tokio::time::timeout(
+                SEED_SUMMARY_TIME,
+                summarizer.summarize(&agent, &left_out, Purpose::Context),
+            )
+            .await;
+            let summary = match summary {
+                Ok(Ok(text)) if !text.trim().is_empty() => Some(text.trim().to_string()),
+                Ok(Ok(_)) => None,
+                Ok(Err(e)) => {
+                    tracing::warn!(agent = %agent.name, thread_id, error = %e, "no summary for a continued thread; it starts with a note instead");
+                    None
+                }
+                Err(_) => {
+                    tracing::warn!(agent = %agent.name, thread_id, "no summary for a continued thread within {} s; it starts with a note instead", SEED_SUMMARY_TIME.as_secs());
+                    None
+                }
+            };
+            if let Some(itself) = itself.upgrade() {
+                let _ = itself
+                    .send(Command::Seeded {
+                        thread_id,
+                        left_out: left_out.len(),
+                        summary,
+                    })
+                    .await;
+            }
+        });
+    }
+
+    /// A continuation's summary is in: it replaces the note, and the thread's
+    /// first run starts unless the thread ended meanwhile (killed).
+    async fn seeded(
+        &mut self,
+        thread_id: u64,
+        left_out: usize,
+        summary: Option<String>,
+    ) -> Result<(), StoreError> {
+        if !self.seeding.remove(&thread_id) {
+            return Ok(());
+        }
+        let store = &self.shared.store;
+        if let Some(summary) = summary {
+            let note = decide::seed_note(left_out, Some(&summary));
+            store
+                .set_first_message(&self.agent, thread_id, &note.content)
+                .await?;
+        }
+        let Some(agent) = store.active_agent(&self.agent).await? else {
+            return Ok(()); // destroyed meanwhile: its threads were failed then
+        };
+        match store.thread(&self.agent, thread_id).await? {
+            Some(thread) if !thread.status.is_finished() => {
+                self.queue_run(&agent, &thread, Attempt::FIRST).await
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Hands a user message to the thread's run: to its worker when it has one,
@@ -939,10 +1079,16 @@ impl AgentActor {
     /// ends `killed` with its history so far. Returns whether it was still going; a
     /// thread with no run here (ended, or never started) is left as it is.
     async fn kill(&mut self, thread_id: u64, user: &str) -> Result<bool, StoreError> {
+        let reason = format!("killed by {user}");
+        if self.seeding.remove(&thread_id) {
+            let failure = Failure::new(FailureKind::Killed, reason);
+            self.end_thread(thread_id, ThreadStatus::Killed, Some(&failure))
+                .await?;
+            return Ok(true);
+        }
         let Some(run_id) = self.run_of_thread(thread_id).map(str::to_string) else {
             return Ok(false);
         };
-        let reason = format!("killed by {user}");
         if self
             .runs
             .get(&run_id)
@@ -960,6 +1106,14 @@ impl AgentActor {
     }
 
     async fn fail_all(&mut self, failure: &Failure) {
+        for thread_id in std::mem::take(&mut self.seeding) {
+            if let Err(e) = self
+                .end_thread(thread_id, ThreadStatus::Failed, Some(failure))
+                .await
+            {
+                tracing::error!(agent = %self.agent, thread_id, error = %e, "cannot fail thread");
+            }
+        }
         let runs: Vec<String> = self.runs.keys().cloned().collect();
         for run_id in runs {
             if let Err(e) = self
@@ -980,14 +1134,18 @@ impl AgentActor {
             .iter()
             .filter(|(_, run)| {
                 run.delivered_to.is_some()
-                    && decide::is_stuck(run.open_steps.len(), run.last_event.elapsed(), stuck_after)
+                    && decide::is_stuck(
+                        run.open_steps.values().map(|(kind, _)| kind),
+                        run.last_event.elapsed(),
+                        stuck_after,
+                    )
             })
             .map(|(id, run)| (id.clone(), run.thread_id))
             .collect();
         for (run_id, thread_id) in stuck {
             let reason = format!(
-                "stuck: no step in progress and nothing reported for {} s ([threads] stuck_after_secs); \
-                 its partial output is kept. Send the message again to retry",
+                "stuck: nothing reported for {} s and no command or approval in progress \
+                 ([threads] stuck_after_secs); its partial output is kept. Send the message again to retry",
                 stuck_after.as_secs()
             );
             tracing::warn!(agent = %self.agent, thread_id, %run_id, "run stuck; ending it");

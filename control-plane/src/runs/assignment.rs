@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use chorus_proto::domain::{
     AgentSettings, ControlCommand, Failure, FailureKind, Input, RetryPolicy, RunAssignment,
@@ -24,6 +25,8 @@ pub struct RunSettings {
     pub agents_root: PathBuf,
     pub sandbox: SandboxSettings,
     pub threads: ThreadSettings,
+    /// The rolling context window (`[context] window_hours`).
+    pub context_window: Duration,
 }
 
 impl RunSettings {
@@ -35,6 +38,7 @@ impl RunSettings {
             agents_root,
             sandbox: settings.sandbox.clone(),
             threads: settings.threads,
+            context_window: settings.context.window,
         }
     }
 }
@@ -123,13 +127,18 @@ impl Builder<'_> {
                 ));
             }
         };
-        let messages = self
+        let cutoff = self
+            .store
+            .agent_context_cutoff(&agent.name, self.settings.context_window)
+            .await?;
+        let stored = self
             .store
             .thread_messages(&agent.name, thread.id)
             .await?
             .into_iter()
-            .map(|m| m.message)
+            .map(|m| (m.created_at, m.message))
             .collect();
+        let messages = super::decide::within_window(stored, &cutoff);
         let inputs = self
             .store
             .pending_inputs(&agent.name, thread.id)

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use chorus_proto::domain::ChatMessage;
+use chorus_proto::domain::{ChatMessage, StepKind};
 
 use crate::store::ThreadStatus;
 
@@ -67,10 +67,19 @@ pub fn after_loss(started: bool, stored: u64, stalled_before: u32, max_resumes: 
     AfterLoss::Resume { stalled }
 }
 
-/// A run is stuck when nothing is in progress (no step open: a long command or an
-/// approval wait is a step in progress) and nothing happened for `stuck_after`.
-pub fn is_stuck(open_steps: usize, quiet_for: Duration, stuck_after: Duration) -> bool {
-    open_steps == 0 && quiet_for >= stuck_after
+/// A run is stuck when it reported nothing (no step, no text, no message) for
+/// `stuck_after` and is not waiting on work that may rightly take that long: a
+/// command (a tool step) or a person (a permission step). A model call or a retry
+/// wait that long is stuck: the provider's own timeouts should have ended it.
+pub fn is_stuck<'a>(
+    open_steps: impl IntoIterator<Item = &'a StepKind>,
+    quiet_for: Duration,
+    stuck_after: Duration,
+) -> bool {
+    quiet_for >= stuck_after
+        && !open_steps
+            .into_iter()
+            .any(|kind| matches!(kind, StepKind::Tool | StepKind::Permission))
 }
 
 /// How often an agent's runs are checked for being stuck.
@@ -78,10 +87,40 @@ pub fn watchdog_period(stuck_after: Duration) -> Duration {
     (stuck_after / 4).clamp(Duration::from_millis(100), Duration::from_secs(5))
 }
 
-/// The context a continuation of an ended thread starts from: its messages, or as
-/// many of the latest as fit `max_bytes` (starting at a user message, so no tool
-/// result is cut from its call), with a note of what was left out.
-pub fn seed_messages(messages: Vec<ChatMessage>, max_bytes: usize) -> Vec<ChatMessage> {
+/// What a run of a thread shows the model of its stored messages (F1): those from
+/// the first user message created at or after `cutoff` (the later of the agent's
+/// last clear and the start of its rolling window), but always at least the latest
+/// exchange, the one the run is about. When older ones are left out, a note at the
+/// start says so. `messages` are `(created_at, message)` in order; times compare
+/// as the store writes them (RFC 3339, UTC, fixed width).
+pub fn within_window(messages: Vec<(String, ChatMessage)>, cutoff: &str) -> Vec<ChatMessage> {
+    use chorus_proto::domain::Role;
+    let is_user = |(_, m): &(String, ChatMessage)| m.role == Role::User;
+    let first_inside = messages
+        .iter()
+        .position(|entry| is_user(entry) && entry.0.as_str() >= cutoff);
+    let latest_user = messages.iter().rposition(is_user);
+    let start = match (first_inside, latest_user) {
+        (Some(inside), Some(latest)) => inside.min(latest),
+        (None, Some(latest)) => latest,
+        (_, None) => 0,
+    };
+    let mut kept = Vec::with_capacity(messages.len() - start + 1);
+    if start > 0 {
+        kept.push(ChatMessage::user(format!(
+            "[The first {start} messages of this thread are outside the context window (the \
+             agent's context was cleared, or they are older than its rolling window) and are \
+             left out here.]"
+        )));
+    }
+    kept.extend(messages.into_iter().skip(start).map(|(_, m)| m));
+    kept
+}
+
+/// Where the latest whole exchanges of `messages` that fit `max_bytes` start: the
+/// index of a user message (so no tool result is cut from its call), or
+/// `messages.len()` when not even the last exchange fits; 0 when all fit.
+pub fn latest_fitting(messages: &[ChatMessage], max_bytes: usize) -> usize {
     use chorus_proto::domain::Role;
     let size = |m: &ChatMessage| {
         m.content.len()
@@ -90,28 +129,53 @@ pub fn seed_messages(messages: Vec<ChatMessage>, max_bytes: usize) -> Vec<ChatMe
                 .map(|c| c.arguments.len() + c.name.len())
                 .sum::<usize>()
     };
-    let total: usize = messages.iter().map(size).sum();
-    if total <= max_bytes {
-        return messages;
-    }
     let mut kept = 0;
     let mut start = messages.len();
     for (i, m) in messages.iter().enumerate().rev() {
         kept += size(m);
         if kept > max_bytes {
-            break;
+            return start;
         }
         if m.role == Role::User {
             start = i;
         }
     }
-    let left_out = start;
-    let mut seed = vec![ChatMessage::user(format!(
-        "[This conversation continues an earlier thread; its first {left_out} messages are \
-         left out here for length.]"
-    ))];
-    seed.extend(messages.into_iter().skip(start));
-    seed
+    0
+}
+
+/// A long thread cut for its continuation: the summary of (or a note about) what
+/// was left out, then the latest whole exchanges that fit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seed {
+    /// The messages left out, oldest first (empty when everything fits).
+    pub left_out: Vec<ChatMessage>,
+    /// What the continuation starts from.
+    pub kept: Vec<ChatMessage>,
+}
+
+/// Splits an ended thread's messages for its continuation (see [`latest_fitting`]).
+pub fn seed(mut messages: Vec<ChatMessage>, max_bytes: usize) -> Seed {
+    let start = latest_fitting(&messages, max_bytes);
+    let kept = messages.split_off(start);
+    Seed {
+        left_out: messages,
+        kept,
+    }
+}
+
+/// The first message of a continuation that left `left_out` messages out: the
+/// model's summary of them, or, without one, a note that they are missing.
+pub fn seed_note(left_out: usize, summary: Option<&str>) -> ChatMessage {
+    ChatMessage::user(match summary {
+        Some(summary) => format!(
+            "[This conversation continues an earlier thread. A summary of its first \
+             {left_out} messages, which are left out here for length:]\n\n{summary}"
+        ),
+        None => format!(
+            "[This conversation continues an earlier thread; its first {left_out} messages are \
+             left out here for length.]"
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -162,11 +226,19 @@ mod tests {
     }
 
     #[test]
-    fn a_run_with_a_step_open_is_never_stuck() {
+    fn a_run_is_stuck_when_quiet_and_not_waiting_on_a_command_or_a_person() {
         let after = Duration::from_secs(10);
-        assert!(!is_stuck(1, Duration::from_secs(3600), after));
-        assert!(!is_stuck(0, Duration::from_secs(9), after));
-        assert!(is_stuck(0, Duration::from_secs(10), after));
+        let hour = Duration::from_secs(3600);
+        assert!(!is_stuck(&[StepKind::Tool], hour, after));
+        assert!(!is_stuck(
+            &[StepKind::LlmCall, StepKind::Permission],
+            hour,
+            after
+        ));
+        assert!(!is_stuck(&[], Duration::from_secs(9), after));
+        assert!(is_stuck(&[], Duration::from_secs(10), after));
+        assert!(is_stuck(&[StepKind::LlmCall], after, after));
+        assert!(is_stuck(&[StepKind::Wait], after, after));
         assert_eq!(
             watchdog_period(Duration::from_secs(900)),
             Duration::from_secs(5)
@@ -175,6 +247,33 @@ mod tests {
             watchdog_period(Duration::from_secs(1)),
             Duration::from_millis(250)
         );
+    }
+
+    #[test]
+    fn a_thread_is_shown_from_the_context_cutoff_but_never_without_its_latest_exchange() {
+        let at = |t: &str, m: ChatMessage| (format!("2026-11-23T{t}Z"), m);
+        let messages = vec![
+            at("08:00:00.000", ChatMessage::user("old")),
+            at("08:00:01.000", ChatMessage::assistant("old answer", vec![])),
+            at("10:00:00.000", ChatMessage::user("new")),
+            at("10:00:01.000", ChatMessage::assistant("new answer", vec![])),
+        ];
+        let contents = |m: Vec<ChatMessage>| m.into_iter().map(|m| m.content).collect::<Vec<_>>();
+        // Everything inside: all of it, no note.
+        assert_eq!(
+            contents(within_window(messages.clone(), "2026-11-23T07:00:00.000Z")),
+            ["old", "old answer", "new", "new answer"]
+        );
+        // A clear at 09:00: from the first user message after it, with a note.
+        let shown = contents(within_window(messages.clone(), "2026-11-23T09:00:00.000Z"));
+        assert!(shown[0].contains("first 2 messages"), "{shown:?}");
+        assert_eq!(shown[1..], ["new", "new answer"]);
+        // Cleared after everything: still the latest exchange.
+        let shown = contents(within_window(messages.clone(), "2026-11-23T11:00:00.000Z"));
+        assert_eq!(shown[1..], ["new", "new answer"]);
+        // An answer inside the window whose question is outside is not cut from it.
+        let shown = contents(within_window(messages, "2026-11-23T08:00:00.500Z"));
+        assert_eq!(shown[1..], ["new", "new answer"]);
     }
 
     #[test]
@@ -191,10 +290,21 @@ mod tests {
             ChatMessage::user("second"),
             ChatMessage::assistant("done", vec![]),
         ];
-        assert_eq!(seed_messages(messages.clone(), 10_000), messages);
-        let seed = seed_messages(messages, 50);
-        assert_eq!(seed.len(), 3, "{seed:?}");
-        assert!(seed[0].content.contains("first 3 messages are left out"));
-        assert_eq!(seed[1].content, "second");
+        let all = seed(messages.clone(), 10_000);
+        assert!(all.left_out.is_empty());
+        assert_eq!(all.kept, messages);
+        let cut = seed(messages.clone(), 50);
+        assert_eq!(cut.left_out, messages[..3]);
+        assert_eq!(cut.kept, messages[3..]);
+        // Not even the last exchange fits: everything is left out.
+        assert_eq!(latest_fitting(&messages, 3), messages.len());
+        assert!(
+            seed_note(3, None)
+                .content
+                .contains("first 3 messages are left out")
+        );
+        let note = seed_note(3, Some("They built X."));
+        assert!(note.content.contains("summary of its first 3 messages"));
+        assert!(note.content.ends_with("They built X."));
     }
 }

@@ -28,6 +28,7 @@ use crate::gate::profiles::ProfileCache;
 use crate::providers::catalog::Catalog;
 use crate::reports::RunLimits;
 use crate::store::{AgentRecord, Store, StoreError, ThreadStatus};
+use crate::summaries::Summarizer;
 use crate::workers::WorkerLost;
 use crate::workers::registry::{Generation, Registry};
 
@@ -92,6 +93,8 @@ pub(crate) struct Shared {
     settings: RunSettings,
     feed: ThreadFeed,
     run_limits: RunLimits,
+    /// Writes the summary a long continuation starts from.
+    summarizer: Arc<dyn Summarizer>,
     /// Set at shutdown: what workers still report is not applied (their runs stay
     /// open in the store and are resumed by the next start).
     stopping: AtomicBool,
@@ -115,6 +118,7 @@ impl Runs {
         catalog: Arc<Catalog>,
         profiles: Arc<ProfileCache>,
         approvals: Arc<Approvals>,
+        summarizer: Arc<dyn Summarizer>,
         settings: RunSettings,
     ) -> Self {
         Runs {
@@ -127,6 +131,7 @@ impl Runs {
                 settings,
                 feed: ThreadFeed::default(),
                 run_limits: RunLimits::default(),
+                summarizer,
                 stopping: AtomicBool::new(false),
             }),
             agents: Mutex::new(HashMap::new()),
@@ -140,8 +145,13 @@ impl Runs {
             let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
             let active = Arc::new(AtomicUsize::new(0));
             tokio::spawn(
-                actor::AgentActor::new(agent.to_string(), self.shared.clone(), active.clone())
-                    .run(receiver),
+                actor::AgentActor::new(
+                    agent.to_string(),
+                    self.shared.clone(),
+                    active.clone(),
+                    commands.downgrade(),
+                )
+                .run(receiver),
             );
             Handle { commands, active }
         });

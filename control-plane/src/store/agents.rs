@@ -37,6 +37,11 @@ pub struct AgentRecord {
     /// Destroyed, and its files are still to be deleted (the deletion failed or was
     /// interrupted); whoever sees this finishes the deletion first.
     pub purge_files: bool,
+    /// Seconds without activity before its context is saved and cleared; `Some(0)`:
+    /// never; `None`: the server's default.
+    pub idle_timeout_secs: Option<u64>,
+    /// When its context was last cleared (the context starts there at the earliest).
+    pub context_cleared_at: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -47,6 +52,7 @@ pub struct NewAgent {
     pub permissions: String,
     pub on_ask: String,
     pub network: String,
+    pub idle_timeout_secs: Option<u64>,
 }
 
 /// Fields a configure call may change; `None` leaves the field alone.
@@ -57,6 +63,8 @@ pub struct AgentUpdate {
     pub permissions: Option<String>,
     pub on_ask: Option<String>,
     pub network: Option<String>,
+    /// `Some(None)` goes back to the server's default.
+    pub idle_timeout_secs: Option<Option<u64>>,
 }
 
 fn agent_from_row(row: &SqliteRow) -> Result<AgentRecord, StoreError> {
@@ -82,10 +90,14 @@ fn agent_from_row(row: &SqliteRow) -> Result<AgentRecord, StoreError> {
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
         purge_files: row.try_get::<i64, _>("purge_files")? != 0,
+        idle_timeout_secs: row
+            .try_get::<Option<i64>, _>("idle_timeout_secs")?
+            .map(|v| v.max(0) as u64),
+        context_cleared_at: row.try_get("context_cleared_at")?,
     })
 }
 
-const AGENT_COLUMNS: &str = "SELECT name, status, model, system_prompt, permissions, on_ask, network, created_at, updated_at, purge_files FROM agents";
+const AGENT_COLUMNS: &str = "SELECT name, status, model, system_prompt, permissions, on_ask, network, created_at, updated_at, purge_files, idle_timeout_secs, context_cleared_at FROM agents";
 
 impl Store {
     /// Registers an agent, or revives the row of a destroyed agent with that name.
@@ -118,7 +130,8 @@ impl Store {
                 sqlx::query(
                     "UPDATE agents SET status = 'active', model = $2, system_prompt = $3, \
                      permissions = $4, created_at = $5, updated_at = $5, destroyed_at = NULL, on_ask = $6, \
-                     network = $7, purge_files = 0 \
+                     network = $7, purge_files = 0, idle_timeout_secs = $8, \
+                     context_cleared_at = $5 \
                      WHERE name = $1",
                 )
                 .bind(&agent.name)
@@ -128,13 +141,15 @@ impl Store {
                 .bind(at)
                 .bind(&agent.on_ask)
                 .bind(&agent.network)
+                .bind(agent.idle_timeout_secs.map(|v| v as i64))
                 .execute(&mut *tx)
                 .await?;
             }
             None => {
                 sqlx::query(
-                    "INSERT INTO agents (name, status, model, system_prompt, permissions, on_ask, network, created_at, updated_at) \
-                     VALUES ($1, 'active', $2, $3, $4, $6, $7, $5, $5)",
+                    "INSERT INTO agents (name, status, model, system_prompt, permissions, on_ask, network, \
+                     created_at, updated_at, idle_timeout_secs) \
+                     VALUES ($1, 'active', $2, $3, $4, $6, $7, $5, $5, $8)",
                 )
                 .bind(&agent.name)
                 .bind(&agent.model)
@@ -143,6 +158,7 @@ impl Store {
                 .bind(at)
                 .bind(&agent.on_ask)
                 .bind(&agent.network)
+                .bind(agent.idle_timeout_secs.map(|v| v as i64))
                 .execute(&mut *tx)
                 .await?;
             }
@@ -187,7 +203,8 @@ impl Store {
         let done = sqlx::query(
             "UPDATE agents SET model = COALESCE($2, model), \
              system_prompt = COALESCE($3, system_prompt), permissions = COALESCE($5, permissions), \
-             on_ask = COALESCE($6, on_ask), network = COALESCE($7, network), updated_at = $4 \
+             on_ask = COALESCE($6, on_ask), network = COALESCE($7, network), updated_at = $4, \
+             idle_timeout_secs = CASE WHEN $8 = 1 THEN $9 ELSE idle_timeout_secs END \
              WHERE name = $1 AND status = 'active'",
         )
         .bind(name)
@@ -197,6 +214,8 @@ impl Store {
         .bind(&update.permissions)
         .bind(&update.on_ask)
         .bind(&update.network)
+        .bind(i64::from(update.idle_timeout_secs.is_some()))
+        .bind(update.idle_timeout_secs.flatten().map(|v| v as i64))
         .execute(&self.pool)
         .await?;
         if done.rows_affected() == 0 {
@@ -267,6 +286,7 @@ mod tests {
             permissions: "standard".into(),
             on_ask: "prompt".into(),
             network: "on".into(),
+            idle_timeout_secs: None,
         }
     }
 
@@ -299,6 +319,11 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(revived.status, AgentStatus::Active);
+        assert_eq!(
+            revived.context_cleared_at.as_deref(),
+            Some(revived.created_at.as_str()),
+            "a revived name starts with an empty context, not the old agent's"
+        );
         assert_eq!(revived.model.as_deref(), Some("other"));
         assert_eq!(store.active_agents().await.unwrap().len(), 1);
     }
@@ -319,6 +344,24 @@ mod tests {
             .unwrap();
         assert_eq!(updated.model.as_deref(), Some("new"));
         assert_eq!(updated.system_prompt, "p");
+        assert_eq!(updated.idle_timeout_secs, None, "the server's default");
+        let set = |v| AgentUpdate {
+            idle_timeout_secs: Some(v),
+            ..AgentUpdate::default()
+        };
+        let never = store.update_agent("a", &set(Some(0))).await.unwrap();
+        assert_eq!(never.idle_timeout_secs, Some(0));
+        assert_eq!(
+            store
+                .update_agent("a", &AgentUpdate::default())
+                .await
+                .unwrap()
+                .idle_timeout_secs,
+            Some(0),
+            "left alone when not given"
+        );
+        let back = store.update_agent("a", &set(None)).await.unwrap();
+        assert_eq!(back.idle_timeout_secs, None);
         assert!(matches!(
             store.update_agent("nobody", &AgentUpdate::default()).await,
             Err(StoreError::NotFound(_))

@@ -12,6 +12,7 @@ mod approvals;
 mod audit;
 mod error;
 mod runs;
+mod sessions;
 mod tasks;
 mod threads;
 
@@ -30,6 +31,7 @@ pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval};
 pub use audit::{AuditEntry, AuditRecord};
 pub use error::{DISK_FULL, StoreError, is_no_space};
 pub use runs::{RunMark, RunRecord, RunStatus};
+pub use sessions::{Cleared, SessionRecord, context_cutoff};
 pub use tasks::{OrphanTask, TaskRecord};
 pub use threads::{StepRecord, StoredMessage, ThreadRecord, ThreadStatus, summary_of};
 
@@ -98,6 +100,13 @@ fn migrator() -> Migrator {
             Cow::Borrowed("runs"),
             MigrationType::Simple,
             include_str!("../../migrations/sqlite/0008_runs.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            9,
+            Cow::Borrowed("sessions"),
+            MigrationType::Simple,
+            include_str!("../../migrations/sqlite/0009_sessions.sql").into_sql_str(),
             false,
         ),
     ];
@@ -191,6 +200,7 @@ pub(crate) async fn test_store_with_agent() -> (Store, tempfile::TempDir) {
             permissions: "standard".into(),
             on_ask: "prompt".into(),
             network: "on".into(),
+            idle_timeout_secs: None,
         })
         .await
         .expect("register agent a");

@@ -15,6 +15,7 @@ macro_rules! message_columns {
         "id, position, role, content, tool_calls, tool_call_id, tool_name, is_error, created_at"
     };
 }
+pub(super) use message_columns;
 
 /// Longest thread summary, in characters.
 const SUMMARY_CHARS: usize = 80;
@@ -150,7 +151,7 @@ fn thread_from_row(row: &SqliteRow) -> Result<ThreadRecord, StoreError> {
     })
 }
 
-fn message_from_row(row: &SqliteRow) -> Result<StoredMessage, StoreError> {
+pub(super) fn message_from_row(row: &SqliteRow) -> Result<StoredMessage, StoreError> {
     let role: String = row.try_get("role")?;
     let tool_calls: Option<String> = row.try_get("tool_calls")?;
     let tool_calls: Vec<ToolCall> = match tool_calls {
@@ -483,6 +484,28 @@ impl Store {
         Ok(thread.map(|t| t as u64))
     }
 
+    /// Replaces the content of a thread's first message (a continuation's note,
+    /// once the summary of what it left out is written, before any run of it).
+    pub async fn set_first_message(
+        &self,
+        agent: &str,
+        thread: u64,
+        content: &str,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "UPDATE messages SET content = $3 WHERE agent_name = $1 AND thread_id = $2 \
+             AND position = 1",
+        )
+        .bind(agent)
+        .bind(thread as i64)
+        .bind(content)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// A thread's conversation as the model saw it: every message with a place, in
     /// order (pending user messages are not in it).
     pub async fn thread_messages(
@@ -738,7 +761,7 @@ impl Store {
     }
 }
 
-async fn insert_message(
+pub(super) async fn insert_message(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
     agent: &str,
     thread: u64,

@@ -12,6 +12,7 @@ mod relay;
 mod routing;
 mod sandbox;
 mod secrets;
+mod sessions;
 mod storage;
 mod tasks;
 mod threads;

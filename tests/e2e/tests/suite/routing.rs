@@ -207,3 +207,73 @@ async fn a_reply_to_a_running_thread_is_seen_at_its_next_model_call() -> anyhow:
     assert_eq!(stored.len(), 5, "{thread:#}");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_long_thread_is_continued_from_a_model_written_summary() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    // Over the 256 KiB a continuation carries: the first exchange is left out.
+    let long = "long report line\n".repeat(20_000);
+    model.push(text(&long));
+    let chorus = Chorus::builder().openai_fake(&model).start().await?;
+    chorus.create_agent("scribe").await?;
+    let first = send(
+        &chorus,
+        "scribe",
+        json!({"content": "write the full report"}),
+    )
+    .await?;
+    let from = first["thread_id"].as_u64().unwrap();
+    let thread = chorus
+        .wait_thread_finished("scribe", from, Duration::from_secs(30))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+
+    // The summary is asked for first, then the continuation runs from it.
+    model.push(text(
+        "The user asked for the full report; it was written in full.",
+    ));
+    model.push(text("Here is the short version."));
+    let reply = send(
+        &chorus,
+        "scribe",
+        json!({"content": "now shorten it", "reply_to": thread["messages"][1]["id"]}),
+    )
+    .await?;
+    assert_eq!(
+        reply["routed"],
+        format!("continued_from:{from}"),
+        "{reply:#}"
+    );
+    let next = reply["thread_id"].as_u64().unwrap();
+    let done = chorus
+        .wait_thread_finished("scribe", next, Duration::from_secs(30))
+        .await?;
+    assert_eq!(done["status"], "completed", "{done:#}");
+
+    let requests = model.requests();
+    let summary_request = &requests[requests.len() - 2].body;
+    assert!(
+        summary_request["messages"][0]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("condense the earlier part"),
+        "{summary_request:#}"
+    );
+    assert!(contents(summary_request).contains(&"write the full report".to_string()));
+    let run_request = &requests[requests.len() - 1].body;
+    let seen = contents(run_request);
+    assert!(
+        seen[0].contains("A summary of its first 2 messages")
+            && seen[0].ends_with("it was written in full."),
+        "{seen:?}"
+    );
+    assert_eq!(seen.last().unwrap(), "now shorten it");
+    assert!(
+        !run_request.to_string().contains("long report line"),
+        "the left-out part is not sent again"
+    );
+    // The thread shows what its model saw.
+    let messages = done["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["content"], seen[0].as_str());
+    Ok(())
+}
