@@ -1,5 +1,6 @@
 mod api;
 mod architecture;
+mod concurrent;
 mod feed;
 mod lifecycle;
 mod limits;

@@ -54,6 +54,22 @@ async fn killing_a_thread_ends_its_command_and_keeps_its_history() -> anyhow::Re
         !process::with_marker(&marker).is_empty()
     })
     .await?;
+    // The steps are in the database while the thread runs: the model call ended,
+    // the command started and not yet ended.
+    let db = chorus.agent_dir("busy").join("../../chorus.db");
+    let steps = std::process::Command::new("sqlite3")
+        .arg("-readonly")
+        .arg(&db)
+        .arg(format!(
+            "SELECT step_number, kind, ended_at IS NOT NULL FROM thread_steps \
+             WHERE agent_name = 'busy' AND thread_id = {id} ORDER BY step_number"
+        ))
+        .output()?;
+    assert!(steps.status.success(), "{steps:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&steps.stdout),
+        "1|llm_call|1\n2|tool|0\n"
+    );
 
     let started = Instant::now();
     let response = chorus
