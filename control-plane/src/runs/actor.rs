@@ -64,6 +64,12 @@ pub(super) enum Command {
         lost: WorkerLost,
         reply: oneshot::Sender<()>,
     },
+    /// At start: a going thread that never had a run gets its first.
+    StartFirst {
+        agent: Box<AgentRecord>,
+        thread_id: u64,
+        reply: oneshot::Sender<()>,
+    },
     Resume {
         agent: Box<AgentRecord>,
         previous: Box<RunRecord>,
@@ -216,9 +222,21 @@ impl AgentActor {
             } => {
                 let _ = reply.send(self.apply(generation, seq, *event).await);
             }
-            Command::Deliver => self.deliver(),
+            Command::Deliver => self.deliver().await,
             Command::WorkerLost { lost, reply } => {
                 self.worker_lost(lost).await;
+                let _ = reply.send(());
+            }
+            Command::StartFirst {
+                agent,
+                thread_id,
+                reply,
+            } => {
+                if !self.is_going(thread_id)
+                    && let Err(e) = self.queue_first_run(&agent, thread_id).await
+                {
+                    tracing::error!(agent = %self.agent, thread_id, error = %e, "cannot start a thread left without a run");
+                }
                 let _ = reply.send(());
             }
             Command::Resume {
@@ -587,12 +605,12 @@ impl AgentActor {
                 last_event: Instant::now(),
             },
         );
-        self.deliver();
+        self.deliver().await;
         Ok(())
     }
 
     /// Hands queued runs to the agent's worker, if one is connected.
-    fn deliver(&mut self) {
+    async fn deliver(&mut self) {
         let Some((generation, sender)) = self.shared.registry.sender(&self.agent) else {
             return;
         };
@@ -610,15 +628,16 @@ impl AgentActor {
             }
             run.delivered_to = Some(generation);
             run.last_event = Instant::now();
-            let store = self.shared.store.clone();
-            tokio::spawn(async move {
-                if let Err(e) = store
-                    .set_run_status(&run_id, RunStatus::Running, None)
-                    .await
-                {
-                    tracing::error!(%run_id, error = %e, "cannot record that a run started");
-                }
-            });
+            // Only a queued or running run is moved (`set_run_status`), so this can
+            // never reopen one that ended.
+            if let Err(e) = self
+                .shared
+                .store
+                .set_run_status(&run_id, RunStatus::Running, None)
+                .await
+            {
+                tracing::error!(%run_id, error = %e, "cannot record that a run started");
+            }
             tracing::debug!(agent = %self.agent, generation, "run delivered");
         }
     }

@@ -374,23 +374,38 @@ impl Runs {
                         .await;
                     resumed += 1;
                 }
-                None => {
-                    let failure = Failure::new(
-                        FailureKind::Config,
-                        format!("its agent '{agent}' no longer exists, so it cannot go on"),
-                    );
-                    store
-                        .set_thread_status(
-                            &agent,
-                            run.thread_id,
-                            ThreadStatus::Failed,
-                            Some(&failure),
-                        )
-                        .await?;
+                None => self.agent_gone(&agent, run.thread_id).await?,
+            }
+        }
+        // Threads that never got as far as a run start their first one now.
+        for (agent, thread_id) in store.threads_never_run().await? {
+            match store.active_agent(&agent).await? {
+                Some(record) => {
+                    let _ = self
+                        .ask(&agent, |reply| actor::Command::StartFirst {
+                            agent: Box::new(record),
+                            thread_id,
+                            reply,
+                        })
+                        .await;
+                    resumed += 1;
                 }
+                None => self.agent_gone(&agent, thread_id).await?,
             }
         }
         Ok(resumed)
+    }
+
+    async fn agent_gone(&self, agent: &str, thread_id: u64) -> Result<(), StoreError> {
+        let failure = Failure::new(
+            FailureKind::Config,
+            format!("its agent '{agent}' no longer exists, so it cannot go on"),
+        );
+        self.shared
+            .store
+            .set_thread_status(agent, thread_id, ThreadStatus::Failed, Some(&failure))
+            .await?;
+        Ok(())
     }
 
     /// At shutdown: stop applying what workers report, so the runs they are made to

@@ -332,6 +332,23 @@ impl Store {
         Ok(done.rows_affected() > 0)
     }
 
+    /// Threads going that never had a run (the control plane stopped between
+    /// creating one and queueing its first run, or while a continuation's summary
+    /// was being written), oldest first, as `(agent, thread)`.
+    pub async fn threads_never_run(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT agent_name, id FROM threads WHERE status = 'running' AND NOT EXISTS \
+             (SELECT 1 FROM runs r WHERE r.agent_name = threads.agent_name \
+              AND r.thread_id = threads.id) ORDER BY created_at, id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(agent, id)| (agent, id.max(0) as u64))
+            .collect())
+    }
+
     /// Marks every unfinished thread that has no open run failed with `failure`:
     /// at start-up, after the open runs were resumed. Returns how many were failed.
     pub async fn fail_threads_without_run(&self, failure: &Failure) -> Result<u64, StoreError> {

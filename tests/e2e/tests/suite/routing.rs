@@ -277,3 +277,61 @@ async fn a_long_thread_is_continued_from_a_model_written_summary() -> anyhow::Re
     assert_eq!(messages[0]["content"], seen[0].as_str());
     Ok(())
 }
+
+#[tokio::test]
+async fn a_continuation_cut_off_by_a_killed_control_plane_starts_at_the_next_start()
+-> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.push(text(&"long report line\n".repeat(20_000)));
+    let temp = tempfile::tempdir()?;
+    let data = temp.path().join("data");
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .data_dir(&data)
+        .start()
+        .await?;
+    chorus.create_agent("scribe").await?;
+    let first = send(
+        &chorus,
+        "scribe",
+        json!({"content": "write the full report"}),
+    )
+    .await?;
+    let from = first["thread_id"].as_u64().unwrap();
+    let thread = chorus
+        .wait_thread_finished("scribe", from, Duration::from_secs(30))
+        .await?;
+
+    // The summary of the left-out part is never written: the control plane dies
+    // while it waits for it.
+    model.push(chorus_test_support::Reply::Silent);
+    let reply = send(
+        &chorus,
+        "scribe",
+        json!({"content": "now shorten it", "reply_to": thread["messages"][1]["id"]}),
+    )
+    .await?;
+    let next = reply["thread_id"].as_u64().unwrap();
+    model.wait_for_requests(2, Duration::from_secs(20)).await;
+    chorus.kill().await?;
+
+    // The next start gives the thread its first run, from the note.
+    model.push(text("Here is the short version."));
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .data_dir(&data)
+        .start()
+        .await?;
+    let done = chorus
+        .wait_thread_finished("scribe", next, Duration::from_secs(30))
+        .await?;
+    assert_eq!(done["status"], "completed", "{done:#}");
+    assert_eq!(done["continued_from"], from);
+    let seen = contents(&model.requests().last().unwrap().body);
+    assert!(
+        seen[0].contains("first 2 messages are left out"),
+        "{seen:?}"
+    );
+    assert_eq!(seen.last().unwrap(), "now shorten it");
+    Ok(())
+}
