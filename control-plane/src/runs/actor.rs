@@ -11,8 +11,11 @@
 //!   awaits the answer).
 //! - A run waits in the queue until a worker is connected. A run whose worker died
 //!   before reporting anything goes back to the queue; one that had started is
-//!   resumed as a new attempt from the stored history (`decide::after_loss`).
-//! - The actor never waits for the gate or a worker: it only sends them commands.
+//!   resumed as a new attempt from the stored history (`decide::on_loss`,
+//!   `decide::resume`).
+//! - The actor never waits for the gate, a worker or a model: it only sends them
+//!   commands (a continuation's summary is awaited by a task it starts, which
+//!   reports back as `Seeded`).
 //!   It may not touch another agent's runs.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -28,7 +31,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
 use super::assignment::{Attempt, Builder};
-use super::decide::{self, AfterLoss, Route};
+use super::decide::{self, OnLoss, Resumption, Route};
 use super::{EventRejected, Received, Routed, Shared, status_event};
 use crate::reports::{self, RunBudget};
 use crate::store::{
@@ -946,18 +949,19 @@ impl AgentActor {
         let mut never_started = Vec::new();
         let mut interrupted = Vec::new();
         for (run_id, run) in self.runs.iter_mut() {
-            if !lost.attached && run.delivered_to.is_none() {
-                never_started.push(run_id.clone());
-                continue;
-            }
-            if run.delivered_to != Some(lost.generation) {
-                continue;
-            }
-            if run.started {
-                interrupted.push(run_id.clone());
-            } else {
-                run.delivered_to = None;
-                self.queue.push_front(run_id.clone());
+            match decide::on_loss(
+                run.delivered_to,
+                run.started,
+                lost.generation,
+                lost.attached,
+            ) {
+                OnLoss::Untouched => {}
+                OnLoss::Fail => never_started.push(run_id.clone()),
+                OnLoss::Resume => interrupted.push(run_id.clone()),
+                OnLoss::Requeue => {
+                    run.delivered_to = None;
+                    self.queue.push_front(run_id.clone());
+                }
             }
         }
         // A re-queued run takes every message injected into it meanwhile.
@@ -1048,8 +1052,8 @@ impl AgentActor {
                 return Ok(());
             }
             let max = self.shared.settings.threads.max_resumes;
-            match decide::after_loss(true, previous.stored, previous.stalled, max) {
-                AfterLoss::Fail(why) => {
+            match decide::resume(previous.stored, previous.stalled, max) {
+                Resumption::Fail(why) => {
                     let failure = Failure::new(
                         FailureKind::Interrupted,
                         format!("{reason}; this thread was {why}. Send the message again to retry."),
@@ -1057,7 +1061,7 @@ impl AgentActor {
                     self.end_thread(thread_id, ThreadStatus::Failed, Some(&failure))
                         .await
                 }
-                AfterLoss::Resume { stalled } => {
+                Resumption::Resume { stalled } => {
                     // The interrupted run's question is withdrawn: its call is
                     // answered as interrupted, and the model may ask again.
                     self.shared
@@ -1081,7 +1085,6 @@ impl AgentActor {
                     tracing::info!(agent = %agent.name, thread_id, attempt = attempt.number, %reason, "resuming thread");
                     self.queue_run(agent, &thread, attempt).await
                 }
-                AfterLoss::Requeue => unreachable!("a resumed run had started"),
             }
         }
         .await;

@@ -39,11 +39,40 @@ pub fn route(target: Option<(u64, ThreadStatus, bool)>) -> Route {
     }
 }
 
-/// What becomes of a run whose worker (or control plane) died under it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AfterLoss {
-    /// It never reached the worker's loop: hand the same run to the next worker.
+/// What becomes of one of the agent's runs when a worker of it is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLoss {
+    /// Not this worker's run: nothing.
+    Untouched,
+    /// It waited for a worker that never attached: it cannot start.
+    Fail,
+    /// It was handed to the lost worker, which reported nothing of it: the same run
+    /// goes to the next worker.
     Requeue,
+    /// The lost worker had started it: resume it as a new attempt ([`resume`]).
+    Resume,
+}
+
+/// `delivered_to`: the generation the run was handed to; `started`: that worker
+/// reported anything of it; `lost`: the generation lost, `attached`: whether it
+/// ever attached.
+pub fn on_loss(delivered_to: Option<u64>, started: bool, lost: u64, attached: bool) -> OnLoss {
+    match delivered_to {
+        None if !attached => OnLoss::Fail,
+        Some(generation) if generation == lost => {
+            if started {
+                OnLoss::Resume
+            } else {
+                OnLoss::Requeue
+            }
+        }
+        _ => OnLoss::Untouched,
+    }
+}
+
+/// Whether a lost run that had started is run again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resumption {
     /// Run it again from the stored history; `stalled` resumptions in a row stored
     /// nothing.
     Resume { stalled: u32 },
@@ -51,20 +80,17 @@ pub enum AfterLoss {
     Fail(String),
 }
 
-/// `started`: the worker reported anything of it; `stored`: messages the lost run
-/// stored; `stalled_before`: the run's own count of fruitless resumptions before it.
-pub fn after_loss(started: bool, stored: u64, stalled_before: u32, max_resumes: u32) -> AfterLoss {
-    if !started {
-        return AfterLoss::Requeue;
-    }
+/// `stored`: messages the lost run stored; `stalled_before`: the run's own count of
+/// fruitless resumptions before it.
+pub fn resume(stored: u64, stalled_before: u32, max_resumes: u32) -> Resumption {
     let stalled = if stored > 0 { 0 } else { stalled_before + 1 };
     if stalled > max_resumes {
-        return AfterLoss::Fail(format!(
+        return Resumption::Fail(format!(
             "resumed {max_resumes} times in a row without any progress (no model reply or \
              tool result stored in between), so it is not resumed again"
         ));
     }
-    AfterLoss::Resume { stalled }
+    Resumption::Resume { stalled }
 }
 
 /// A run is stuck when it reported nothing (no step, no text, no message) for
@@ -214,15 +240,26 @@ mod tests {
 
     #[test]
     fn a_lost_run_is_resumed_until_it_stalls_too_often() {
-        assert_eq!(after_loss(false, 0, 0, 3), AfterLoss::Requeue);
-        assert_eq!(after_loss(true, 5, 2, 3), AfterLoss::Resume { stalled: 0 });
-        assert_eq!(after_loss(true, 0, 0, 3), AfterLoss::Resume { stalled: 1 });
-        assert_eq!(after_loss(true, 0, 2, 3), AfterLoss::Resume { stalled: 3 });
-        let AfterLoss::Fail(why) = after_loss(true, 0, 3, 3) else {
-            panic!("a fourth fruitless resumption must fail")
+        assert_eq!(resume(5, 2, 3), Resumption::Resume { stalled: 0 });
+        assert_eq!(resume(0, 0, 3), Resumption::Resume { stalled: 1 });
+        assert_eq!(resume(0, 2, 3), Resumption::Resume { stalled: 3 });
+        let Resumption::Fail(why) = resume(0, 3, 3) else {
+            panic!("a fourth fruitless resumption must fail");
         };
         assert!(why.contains("3 times"), "{why}");
-        assert!(matches!(after_loss(true, 0, 0, 0), AfterLoss::Fail(_)));
+        assert!(matches!(resume(0, 0, 0), Resumption::Fail(_)));
+    }
+
+    #[test]
+    fn a_workers_loss_touches_only_its_own_runs() {
+        // Handed to the lost worker: resumed once it had started, else handed on.
+        assert_eq!(on_loss(Some(4), true, 4, true), OnLoss::Resume);
+        assert_eq!(on_loss(Some(4), false, 4, true), OnLoss::Requeue);
+        // Another generation's run, or one still queued behind a worker that ran.
+        assert_eq!(on_loss(Some(3), true, 4, true), OnLoss::Untouched);
+        assert_eq!(on_loss(None, false, 4, true), OnLoss::Untouched);
+        // Queued behind a worker that never attached: it cannot start.
+        assert_eq!(on_loss(None, false, 4, false), OnLoss::Fail);
     }
 
     #[test]
