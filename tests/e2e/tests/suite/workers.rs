@@ -379,3 +379,98 @@ async fn a_worker_that_cannot_start_fails_the_thread_instead_of_hanging_it() -> 
     }
     Ok(())
 }
+
+/// Seed 001's durability test: a worker SIGKILLed in the middle of a 10-turn run,
+/// while a command runs. The same thread completes on the new worker; the command
+/// is not run again and the model hears it was interrupted; every earlier tool
+/// result reaches the model; step numbers have no gap and no repeat.
+#[tokio::test]
+async fn a_ten_turn_run_survives_its_worker_killed_while_a_command_runs() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    for n in 1..=5 {
+        model.push(tool_call(
+            &format!("c{n}"),
+            "create_file",
+            json!({"path": format!("f{n}.txt"), "content": format!("{n}")}),
+        ));
+    }
+    model.push(tool_call(
+        "c6",
+        "bash",
+        json!({"command": "echo ran >> ran.log; sleep 30"}),
+    ));
+    for n in 7..=10 {
+        model.push(tool_call(
+            &format!("c{n}"),
+            "create_file",
+            json!({"path": format!("f{n}.txt"), "content": format!("{n}")}),
+        ));
+    }
+    model.push(text("all ten done"));
+    let chorus = Chorus::builder().openai_fake(&model).start().await?;
+    chorus
+        .create_agent_with(json!({"name": "long", "permissions": "open"}))
+        .await?;
+    let first_pid = chorus
+        .wait_worker_running("long", Duration::from_secs(15))
+        .await?;
+    let id = chorus.send_message("long", "ten steps, please").await?;
+    let log = chorus.agent_dir("long").join("workspace/ran.log");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !log.exists() {
+        anyhow::ensure!(Instant::now() < deadline, "the command never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    process::signal(first_pid, Signal::SIGKILL);
+
+    let thread = chorus
+        .wait_thread_finished("long", id, Duration::from_secs(60))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    assert_eq!(
+        std::fs::read_to_string(&log)?,
+        "ran\n",
+        "the command ran once"
+    );
+    for n in 1..=10 {
+        if n == 6 {
+            continue;
+        }
+        let file = chorus.agent_dir("long").join(format!("workspace/f{n}.txt"));
+        assert_eq!(std::fs::read_to_string(&file)?, n.to_string());
+    }
+    // The first call of the resumed run carried the five earlier results and the
+    // interrupted one.
+    let requests = model.requests();
+    assert_eq!(requests.len(), 11, "one call per turn, none repeated");
+    let resumed: Vec<&serde_json::Value> = requests[6].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(resumed.len(), 6, "{resumed:#?}");
+    assert_eq!(resumed[5]["tool_call_id"], "c6");
+    let interrupted = resumed[5]["content"].as_str().unwrap();
+    assert!(interrupted.contains("interrupted"), "{interrupted}");
+    // Steps: no gap, no repeat, all ended; the command's step closed as failed.
+    let steps = thread["steps"].as_array().unwrap();
+    let numbers: Vec<u64> = steps
+        .iter()
+        .map(|s| s["number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, (1..=numbers.len() as u64).collect::<Vec<_>>());
+    assert!(
+        steps.iter().all(|s| s["ended_at"].is_string()),
+        "{thread:#}"
+    );
+    let bash: Vec<&serde_json::Value> = steps
+        .iter()
+        .filter(|s| {
+            s["kind"] == "tool" && s["description"].as_str().unwrap_or("").contains("ran.log")
+        })
+        .collect();
+    assert_eq!(bash.len(), 1, "{steps:#?}");
+    assert_eq!(bash[0]["failed"], true);
+    Ok(())
+}
