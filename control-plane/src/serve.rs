@@ -48,7 +48,6 @@ pub struct Running {
     runs: Arc<Runs>,
     workers: Arc<WorkerManager>,
     sessions: Arc<Sessions>,
-    idle_timer: Option<JoinHandle<()>>,
     connections: TaskTracker,
     lost_forwarder: JoinHandle<()>,
     discovery: JoinHandle<()>,
@@ -203,7 +202,11 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         },
     ));
 
-    let task_log = Arc::new(TaskLog::new(store.clone(), registry.clone()));
+    let task_log = Arc::new(TaskLog::new(
+        store.clone(),
+        registry.clone(),
+        runs.feed().clone(),
+    ));
     let forgotten = task_log.forget_previous().await?;
     if forgotten > 0 {
         tracing::warn!(
@@ -219,13 +222,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         summaries.clone(),
         settings.context,
     );
-    let idle_timer = {
-        let runs = runs.clone();
-        sessions.start_idle_timer(
-            Arc::new(move |agent: &str| runs.is_busy(agent)),
-            shutdown.clone(),
-        )
-    };
+    runs.set_idle_saver(sessions.clone());
     let connections = TaskTracker::new();
     let worker_router = tonic::service::Routes::new(
         WorkerLinkService::new(
@@ -300,7 +297,6 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         runs,
         workers,
         sessions,
-        idle_timer,
         connections,
         lost_forwarder,
         discovery,
@@ -354,9 +350,6 @@ impl Running {
                 Ok(_) => {}
                 Err(_) => tracing::warn!("a listener did not close within 5 s"),
             }
-        }
-        if let Some(timer) = self.idle_timer {
-            timer.abort();
         }
         self.lost_forwarder.abort();
         self.discovery.abort();

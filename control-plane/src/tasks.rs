@@ -7,11 +7,16 @@
 //! A reported pid is checked when it arrives: it must be in the reporting worker's
 //! process tree (its parents, walked in /proc, lead to the worker the launcher
 //! started). Otherwise the task is recorded as unverified, and the warning names it.
+//!
+//! Every end (or loss) is told on the live feed as a `notification` of kind
+//! `task_ended`, once: only the report that moves the task out of `running` does.
 
 use std::sync::Arc;
 
 use chorus_proto::domain::WorkerEvent;
+use serde_json::json;
 
+use crate::feed::ThreadFeed;
 use crate::store::{Store, StoreError};
 use crate::workers::procs::in_tree;
 use crate::workers::registry::{Generation, Registry};
@@ -19,11 +24,53 @@ use crate::workers::registry::{Generation, Registry};
 pub struct TaskLog {
     store: Store,
     registry: Arc<Registry>,
+    feed: ThreadFeed,
 }
 
+/// What the `task_ended` notification says, for people.
+pub fn describe_end(task_id: u32, command: &str, status: &str, exit_code: Option<i32>) -> String {
+    let command: String = command.chars().take(80).collect();
+    let how = match (status, exit_code) {
+        (_, Some(code)) => format!("{status} with exit code {code}"),
+        ("lost", None) => "was lost with its worker".to_string(),
+        (status, None) => status.to_string(),
+    };
+    format!("Background task {task_id} ({command}) {how}. Read its output with task_output.")
+}
+
+const WORKER_ENDED: &str = "its worker ended while it ran; it was stopped";
+
 impl TaskLog {
-    pub fn new(store: Store, registry: Arc<Registry>) -> Self {
-        TaskLog { store, registry }
+    pub fn new(store: Store, registry: Arc<Registry>, feed: ThreadFeed) -> Self {
+        TaskLog {
+            store,
+            registry,
+            feed,
+        }
+    }
+
+    fn notify(
+        &self,
+        agent: &str,
+        task_id: u32,
+        command: &str,
+        status: &str,
+        exit_code: Option<i32>,
+        detail: &str,
+    ) {
+        self.feed.publish_agent(
+            agent,
+            "notification",
+            json!({
+                "kind": "task_ended",
+                "task_id": task_id,
+                "command": command,
+                "status": status,
+                "exit_code": exit_code,
+                "detail": detail,
+                "text": describe_end(task_id, command, status, exit_code),
+            }),
+        );
     }
 
     /// Records a task event (`TaskStarted`, `TaskEnded`) from `agent`'s worker
@@ -45,9 +92,25 @@ impl TaskLog {
             }
             WorkerEvent::TaskEnded { task_id, end } => {
                 tracing::info!(agent, task_id, status = %end.status, detail = %end.detail, "background task ended");
-                self.store
+                match self
+                    .store
                     .task_ended(agent, generation, task_id, &end)
                     .await
+                {
+                    Ok(Some(command)) => {
+                        self.notify(
+                            agent,
+                            task_id,
+                            &command,
+                            &end.status,
+                            end.exit_code,
+                            &end.detail,
+                        );
+                        Ok(())
+                    }
+                    Ok(None) => Ok(()), // not running (any more): told already
+                    Err(e) => Err(e),
+                }
             }
             _ => return,
         };
@@ -62,10 +125,7 @@ impl TaskLog {
     pub async fn worker_gone(&self, agent: &str, generation: Generation) {
         match self
             .store
-            .lose_tasks(
-                Some((agent, generation)),
-                "its worker ended while it ran; it was stopped",
-            )
+            .lose_tasks(Some((agent, generation)), WORKER_ENDED)
             .await
         {
             Ok(lost) => {
@@ -75,6 +135,14 @@ impl TaskLog {
                         task_id = task.task_id,
                         pid = task.pid,
                         "background task lost with its worker"
+                    );
+                    self.notify(
+                        agent,
+                        task.task_id,
+                        &task.command,
+                        "lost",
+                        None,
+                        WORKER_ENDED,
                     );
                 }
             }
@@ -100,6 +168,16 @@ mod tests {
     use chorus_proto::domain::TaskReport;
     use std::os::unix::process::CommandExt;
 
+    #[test]
+    fn an_end_reads_as_a_sentence() {
+        assert_eq!(
+            describe_end(3, "npm run dev", "completed", Some(0)),
+            "Background task 3 (npm run dev) completed with exit code 0. Read its output with task_output."
+        );
+        assert!(describe_end(4, "x", "lost", None).contains("was lost with its worker"));
+        assert!(describe_end(5, "x", "stopped", None).contains("(x) stopped."));
+    }
+
     /// A worker that reports a pid outside its tree (here: a process the test
     /// started, which is no child of the "worker") gets an unverified record, and
     /// losing the worker does not signal that process.
@@ -108,7 +186,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("chorus.db")).await.unwrap();
         let registry = Arc::new(Registry::default());
-        let log = TaskLog::new(store.clone(), registry.clone());
+        let feed = ThreadFeed::default();
+        let mut live = feed.subscribe();
+        let log = TaskLog::new(store.clone(), registry.clone(), feed);
         // The "worker": a real process with no children.
         let mut worker = std::process::Command::new("sleep")
             .arg("30")
@@ -140,6 +220,15 @@ mod tests {
         log.worker_gone("a", generation).await;
         let tasks = store.tasks("a", 10).await.unwrap();
         assert!(tasks.iter().all(|t| t.status == "lost"), "{tasks:?}");
+        // Each loss is told once on the feed.
+        for _ in 0..2 {
+            let told = live.try_recv().unwrap();
+            assert_eq!((told.kind, told.thread_id), ("notification", None));
+            assert_eq!(told.data["kind"], "task_ended");
+            assert_eq!(told.data["status"], "lost");
+            assert_eq!(told.data["command"], "sleep 30");
+        }
+        assert!(live.try_recv().is_err());
         std::thread::sleep(std::time::Duration::from_millis(200));
         assert_eq!(
             stranger.try_wait().unwrap(),

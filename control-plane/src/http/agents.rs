@@ -113,7 +113,7 @@ async fn create(
             state.gate.role_of(Some(API_USER)),
         )
         .await?;
-    state.sessions.agent_configured(&record.name);
+    state.runs.idle_configured(&record.name).await;
     Ok((StatusCode::CREATED, Json(view(&state, record).await?)))
 }
 
@@ -190,7 +190,7 @@ async fn configure(
             API_USER,
         )
         .await?;
-    state.sessions.agent_configured(&name);
+    state.runs.idle_configured(&name).await;
     Ok(Json(view(&state, record).await?))
 }
 

@@ -162,6 +162,8 @@ async fn restore(
         .sessions
         .restore(&agent, body.session_id.trim(), API_USER)
         .await?;
+    // A restored context waits for the user: its idle timer starts now.
+    state.runs.touch(&agent.name).await;
     Ok(Json(json!({
         "thread_id": restored.thread_id,
         "message_id": restored.message_id,

@@ -32,6 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::assignment::{Attempt, Builder};
 use super::decide::{self, OnLoss, Resumption, Route};
+use super::idle::IdleClock;
 use super::{EventRejected, Received, Routed, Shared, status_event};
 use crate::reports::{self, RunBudget};
 use crate::store::{
@@ -47,6 +48,11 @@ const SEED_BYTES: usize = 256 * 1024;
 /// How long a continuation waits for the summary of what it left out before it
 /// starts with a note instead.
 const SEED_SUMMARY_TIME: Duration = Duration::from_secs(90);
+
+/// A deadline that never comes (an idle timer that is off).
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600)
+}
 
 pub(super) enum Command {
     Receive {
@@ -101,6 +107,12 @@ pub(super) enum Command {
         reply: oneshot::Sender<Vec<u64>>,
     },
     AgentChanged(AgentChange),
+    /// Activity outside the agent's runs (a restore).
+    Touch,
+    /// The agent's idle timeout may have changed.
+    IdleConfigured,
+    /// An idle save this actor started ended.
+    IdleSaved,
     /// The summary of what a continuation left out is written (or could not be):
     /// its first run can start.
     Seeded {
@@ -169,6 +181,8 @@ pub(super) struct AgentActor {
     /// This actor's own queue, for the tasks it starts to report back (weak: the
     /// actor ends when [`super::Runs`] drops its handle).
     itself: mpsc::WeakSender<Command>,
+    /// The agent's idle timer.
+    idle: IdleClock,
 }
 
 impl AgentActor {
@@ -186,6 +200,7 @@ impl AgentActor {
             seeding: HashSet::new(),
             active,
             itself,
+            idle: IdleClock::new(Instant::now()),
         }
     }
 
@@ -194,12 +209,18 @@ impl AgentActor {
         let mut watchdog = tokio::time::interval(decide::watchdog_period(stuck_after));
         watchdog.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            self.read_idle_timeout().await;
+            let idle_due = self.idle.deadline(self.is_busy());
+            let idle_sleep = tokio::time::sleep_until(
+                idle_due.map_or_else(far_future, tokio::time::Instant::from_std),
+            );
             tokio::select! {
                 command = commands.recv() => match command {
                     Some(command) => self.handle(command).await,
                     None => break,
                 },
                 _ = watchdog.tick() => self.watchdog().await,
+                _ = idle_sleep, if idle_due.is_some() => self.idle_fire(),
             }
             self.active
                 .store(self.runs.len() + self.seeding.len(), Ordering::Relaxed);
@@ -207,6 +228,16 @@ impl AgentActor {
     }
 
     async fn handle(&mut self, command: Command) {
+        if matches!(
+            command,
+            Command::Receive { .. }
+                | Command::Event { .. }
+                | Command::Kill { .. }
+                | Command::SetWaiting { .. }
+                | Command::Touch
+        ) {
+            self.idle.active(Instant::now());
+        }
         match command {
             Command::Receive {
                 agent,
@@ -288,6 +319,9 @@ impl AgentActor {
                 let _ = reply.send(threads);
             }
             Command::AgentChanged(change) => self.agent_changed(change),
+            Command::Touch => {}
+            Command::IdleConfigured => self.idle.configured(),
+            Command::IdleSaved => self.idle.saved(),
             Command::Seeded {
                 thread_id,
                 left_out,
@@ -305,6 +339,54 @@ impl AgentActor {
             .iter()
             .find(|(_, run)| run.thread_id == thread_id)
             .map(|(id, _)| id.as_str())
+    }
+
+    /// A run is queued or going, or a continuation waits for its first.
+    fn is_busy(&self) -> bool {
+        !self.runs.is_empty() || !self.seeding.is_empty()
+    }
+
+    // ---------------------------------------------------------------- idle timer
+
+    /// Reads the agent's idle timeout when the clock does not know it (at start, and
+    /// after the agent was reconfigured): one query, not one per tick.
+    async fn read_idle_timeout(&mut self) {
+        let Some(saver) = self.shared.idle_saver.get() else {
+            return;
+        };
+        if !self.idle.needs_timeout() {
+            return;
+        }
+        match self.shared.store.active_agent(&self.agent).await {
+            Ok(Some(agent)) => self
+                .idle
+                .set_timeout(saver.idle_timeout_of(agent.idle_timeout_secs)),
+            Ok(None) => self.idle.set_timeout(None), // destroyed: never
+            Err(e) => {
+                tracing::warn!(agent = %self.agent, error = %e, "idle timer: cannot read the agent's timeout");
+                self.idle.set_timeout(None);
+                self.idle.configured(); // read again after the next command
+            }
+        }
+    }
+
+    /// The idle timeout passed with nothing going: a task saves and clears the
+    /// context (a model may write its description) and reports back.
+    fn idle_fire(&mut self) {
+        let Some(idle_for) = self.idle.fire(Instant::now(), self.is_busy()) else {
+            return;
+        };
+        let Some(saver) = self.shared.idle_saver.get().cloned() else {
+            return;
+        };
+        let agent = self.agent.clone();
+        let itself = self.itself.clone();
+        tokio::spawn(async move {
+            saver.idle_save(&agent, idle_for).await;
+            if let Some(itself) = itself.upgrade() {
+                let _ = itself.send(Command::IdleSaved).await;
+            }
+        });
     }
 
     /// Whether the thread has a run here, or waits for its first one (a

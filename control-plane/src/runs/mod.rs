@@ -13,10 +13,12 @@
 mod actor;
 mod assignment;
 pub mod decide;
+pub mod idle;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use chorus_proto::domain::{AgentChange, Failure, FailureKind, WorkerEvent};
 use serde_json::json;
@@ -83,6 +85,17 @@ fn status_event(status: ThreadStatus, failure: Option<(FailureKind, &str)>) -> s
     })
 }
 
+/// Saves an idle agent's context (the sessions module): what an actor's idle timer
+/// calls when it fires, from a task of its own.
+#[tonic::async_trait]
+pub trait IdleSaver: Send + Sync {
+    /// The idle timeout of an agent with this setting of its own (`None`: never).
+    fn idle_timeout_of(&self, agent_setting: Option<u64>) -> Option<Duration>;
+    /// Saves (trigger `idle_timeout`), clears and notifies; `idle_for` is what
+    /// the notification says.
+    async fn idle_save(&self, agent: &str, idle_for: Duration);
+}
+
 /// What the actors share: the store and the services they call. Read-only.
 pub(crate) struct Shared {
     store: Store,
@@ -95,6 +108,8 @@ pub(crate) struct Shared {
     run_limits: RunLimits,
     /// Writes the summary a long continuation starts from.
     summarizer: Arc<dyn Summarizer>,
+    /// Set once at start; without it no agent is idle-saved.
+    idle_saver: OnceLock<Arc<dyn IdleSaver>>,
     /// Set at shutdown: what workers still report is not applied (their runs stay
     /// open in the store and are resumed by the next start).
     stopping: AtomicBool,
@@ -132,6 +147,7 @@ impl Runs {
                 feed: ThreadFeed::default(),
                 run_limits: RunLimits::default(),
                 summarizer,
+                idle_saver: OnceLock::new(),
                 stopping: AtomicBool::new(false),
             }),
             agents: Mutex::new(HashMap::new()),
@@ -258,6 +274,21 @@ impl Runs {
         data: serde_json::Value,
     ) {
         self.shared.feed.publish(agent, thread_id, kind, data);
+    }
+
+    /// Who saves idle agents' contexts (once, at start).
+    pub fn set_idle_saver(&self, saver: Arc<dyn IdleSaver>) {
+        let _ = self.shared.idle_saver.set(saver);
+    }
+
+    /// Activity of `agent` outside its runs (a restore): its idle timer starts over.
+    pub async fn touch(&self, agent: &str) {
+        self.tell(agent, actor::Command::Touch).await;
+    }
+
+    /// `agent`'s idle timeout may have changed: its actor reads it again.
+    pub async fn idle_configured(&self, agent: &str) {
+        self.tell(agent, actor::Command::IdleConfigured).await;
     }
 
     /// A worker of `agent` attached: its queued runs are handed to it.

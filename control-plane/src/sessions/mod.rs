@@ -1,5 +1,6 @@
 //! An agent's context and its saved sessions (SPEC F1–F4): save, clear, restore,
-//! history; the idle timer; the save of every context at shutdown.
+//! history; the idle save (its timer is in each agent's run actor, `runs::idle`);
+//! the save of every context at shutdown.
 //!
 //! The context of an agent is every message of its threads since its cutoff,
 //! `max(last clear, now - [context] window_hours)` (`store::context_cutoff`).
@@ -21,20 +22,18 @@ mod idle;
 pub mod summary;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chorus_proto::domain::ChatMessage;
 use serde_json::json;
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::ContextSettings;
 use crate::feed::ThreadFeed;
+use crate::runs::IdleSaver;
 use crate::store::{AgentRecord, Cleared, SessionRecord, Store, StoreError};
 use file::{FileMessage, SessionFile, Trigger};
-pub use idle::{describe_idle, effective_timeout, idle_due};
+pub use idle::{describe_idle, effective_timeout};
 use summary::{Purpose, Summarizer, clean, first_line};
 
 /// How long a save waits for a model-written summary before it uses the first line.
@@ -92,18 +91,12 @@ pub struct ClearOutcome {
     pub saved: Option<SessionRecord>,
 }
 
-/// Whether an agent has a run going (a busy agent is never idle-saved).
-pub type BusyCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
-
 pub struct Sessions {
     store: Store,
     agents_root: PathBuf,
     feed: ThreadFeed,
     summarizer: Arc<dyn Summarizer>,
     settings: ContextSettings,
-    timer: mpsc::UnboundedSender<idle::Signal>,
-    /// The timer's end of `timer`, until the timer starts.
-    timer_inbox: Mutex<Option<mpsc::UnboundedReceiver<idle::Signal>>>,
 }
 
 impl Sessions {
@@ -114,15 +107,12 @@ impl Sessions {
         summarizer: Arc<dyn Summarizer>,
         settings: ContextSettings,
     ) -> Arc<Sessions> {
-        let (timer, inbox) = mpsc::unbounded_channel();
         Arc::new(Sessions {
             store,
             agents_root,
             feed,
             summarizer,
             settings,
-            timer,
-            timer_inbox: Mutex::new(Some(inbox)),
         })
     }
 
@@ -137,38 +127,6 @@ impl Sessions {
 
     fn sessions_dir(&self, agent: &str) -> PathBuf {
         self.agents_root.join(agent).join("sessions")
-    }
-
-    /// Records activity of `agent` (a message, a step): its idle timer starts over.
-    /// Every event of the agent's threads on the live feed counts already.
-    pub fn touch(&self, agent: &str) {
-        let _ = self.timer.send(idle::Signal::Touch(agent.to_string()));
-    }
-
-    /// The agent's settings changed (its idle timeout): the timer reads them again.
-    pub fn agent_configured(&self, agent: &str) {
-        let _ = self.timer.send(idle::Signal::Configured(agent.to_string()));
-    }
-
-    /// Starts the idle timer (once); it ends with `shutdown`.
-    pub fn start_idle_timer(
-        self: &Arc<Self>,
-        busy: BusyCheck,
-        shutdown: CancellationToken,
-    ) -> Option<JoinHandle<()>> {
-        let inbox = self
-            .timer_inbox
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()?;
-        let events = self.feed.subscribe();
-        Some(tokio::spawn(idle::run(
-            self.clone(),
-            inbox,
-            events,
-            busy,
-            shutdown,
-        )))
     }
 
     /// Saves the agent's context as a session (the context is kept). Without a
@@ -469,7 +427,7 @@ impl Sessions {
     /// The idle timer fired for `agent` after `idle_for`: save (trigger
     /// `idle_timeout`), clear what was saved, and tell the feed. Nothing to save:
     /// nothing happens.
-    async fn idle_save(&self, agent: &str, idle_for: Duration) {
+    pub async fn idle_save(&self, agent: &str, idle_for: Duration) {
         let record = match self.store.active_agent(agent).await {
             Ok(Some(record)) => record,
             Ok(None) => return,
@@ -594,3 +552,15 @@ fn write_atomically(dir: &Path, path: &Path, contents: &[u8]) -> Result<(), Sess
 
 #[cfg(test)]
 mod tests;
+
+/// The idle timer lives in each agent's run actor (`runs::idle`); it calls here.
+#[tonic::async_trait]
+impl IdleSaver for Sessions {
+    fn idle_timeout_of(&self, agent_setting: Option<u64>) -> Option<Duration> {
+        Sessions::idle_timeout_of(self, agent_setting)
+    }
+
+    async fn idle_save(&self, agent: &str, idle_for: Duration) {
+        Sessions::idle_save(self, agent, idle_for).await
+    }
+}

@@ -31,6 +31,7 @@ pub struct OrphanTask {
     pub agent: String,
     pub task_id: u32,
     pub pid: u32,
+    pub command: String,
 }
 
 impl Store {
@@ -63,10 +64,11 @@ impl Store {
         generation: u64,
         task_id: u32,
         end: &TaskEnd,
-    ) -> Result<(), StoreError> {
-        sqlx::query(
+    ) -> Result<Option<String>, StoreError> {
+        Ok(sqlx::query_scalar(
             "UPDATE tasks SET status = $4, exit_code = $5, detail = $6, ended_at = $7 \
-             WHERE agent_name = $1 AND generation = $2 AND task_id = $3 AND status = 'running'",
+             WHERE agent_name = $1 AND generation = $2 AND task_id = $3 AND status = 'running' \
+             RETURNING command",
         )
         .bind(agent)
         .bind(generation as i64)
@@ -75,9 +77,8 @@ impl Store {
         .bind(end.exit_code)
         .bind(&end.detail)
         .bind(now())
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        .fetch_optional(&self.pool)
+        .await?)
     }
 
     /// Marks the running tasks of `agent`'s worker `generation` (every agent's and
@@ -92,7 +93,7 @@ impl Store {
         let agent = worker.map(|(agent, _)| agent);
         let generation = worker.map(|(_, generation)| generation as i64);
         let rows = sqlx::query(
-            "SELECT agent_name, task_id, pid FROM tasks WHERE status = 'running' \
+            "SELECT agent_name, task_id, pid, command FROM tasks WHERE status = 'running' \
              AND ($1 IS NULL OR (agent_name = $1 AND generation = $2))",
         )
         .bind(agent)
@@ -116,6 +117,7 @@ impl Store {
                     agent: row.try_get("agent_name")?,
                     task_id: row.try_get::<i64, _>("task_id")? as u32,
                     pid: row.try_get::<i64, _>("pid")? as u32,
+                    command: row.try_get("command")?,
                 })
             })
             .collect()

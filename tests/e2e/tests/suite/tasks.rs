@@ -74,6 +74,7 @@ async fn a_background_task_outlives_its_thread_and_is_read_and_stopped_later() -
     ));
     model.push(text("the server is up"));
     let chorus = open_agent(&model, "devops").await?;
+    let mut feed = chorus.open_events("?agent=devops", None).await?;
 
     let first = chorus.send_message("devops", "start the server").await?;
     let thread = chorus
@@ -118,6 +119,28 @@ async fn a_background_task_outlives_its_thread_and_is_read_and_stopped_later() -
     assert!(
         process::wait_gone(pid, Duration::from_secs(5)).await,
         "the task's shell is gone"
+    );
+    // The live feed told its end once, as a notification.
+    let told = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some((kind, data)) = feed.next().await? {
+            if kind == "notification" {
+                return anyhow::Ok(data);
+            }
+        }
+        anyhow::bail!("the feed ended")
+    })
+    .await??;
+    assert_eq!(told["kind"], "task_ended", "{told:#}");
+    assert_eq!(
+        (told["task_id"].as_u64(), told["status"].as_str()),
+        (Some(1), Some("stopped"))
+    );
+    assert!(
+        told["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Background task 1 (echo serving;"),
+        "{told:#}"
     );
 
     // Destroying the agent stops the tasks still running.
