@@ -307,6 +307,9 @@ pub struct FileThreads {
     pub stuck_after_secs: Option<u64>,
     /// Resumptions in a row without progress before a thread fails.
     pub max_resumes: Option<u32>,
+    /// Whether the agent's model titles a new thread after its first answer (one
+    /// short model call); otherwise the title is the request's first line.
+    pub titles: Option<bool>,
 }
 
 /// Thread lifecycle settings (`[threads]`).
@@ -315,6 +318,7 @@ pub struct ThreadSettings {
     pub retention: Duration,
     pub stuck_after: Duration,
     pub max_resumes: u32,
+    pub titles: bool,
 }
 
 impl ThreadSettings {
@@ -323,6 +327,7 @@ impl ThreadSettings {
             retention: Duration::from_secs(file.retention_secs.unwrap_or(600)),
             stuck_after: Duration::from_secs(file.stuck_after_secs.unwrap_or(900).max(1)),
             max_resumes: file.max_resumes.unwrap_or(3),
+            titles: file.titles.unwrap_or(true),
         }
     }
 }

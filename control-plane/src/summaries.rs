@@ -21,6 +21,8 @@ use crate::workers::registry::Registry;
 /// What a summary is for; each has its own instruction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Purpose {
+    /// A new thread's title, from its request and the first answer.
+    Title,
     /// One line that names a saved session in a list.
     Description,
     /// The earlier part of a long thread, for the model that goes on with it.
@@ -30,6 +32,11 @@ pub enum Purpose {
 impl Purpose {
     pub fn instruction(self) -> &'static str {
         match self {
+            Purpose::Title => {
+                "Write a title of at most 8 words for the task the user gives in this \
+                 conversation, in the user's language. Only the title: no quotes, no preamble, \
+                 no full stop."
+            }
             Purpose::Description => {
                 "You name saved conversations. Write one line of at most 15 words saying what \
                  the conversation is about and where it got to. No preamble, no quotes."

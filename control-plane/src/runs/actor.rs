@@ -48,6 +48,8 @@ const SEED_BYTES: usize = 256 * 1024;
 /// How long a continuation waits for the summary of what it left out before it
 /// starts with a note instead.
 const SEED_SUMMARY_TIME: Duration = Duration::from_secs(90);
+/// How long a thread's title may take before its first line stays its title.
+const TITLE_TIME: Duration = Duration::from_secs(60);
 
 /// A deadline that never comes (an idle timer that is off).
 fn far_future() -> tokio::time::Instant {
@@ -176,6 +178,8 @@ pub(super) struct AgentActor {
     runs: HashMap<String, ActiveRun>,
     /// Continuations whose first run waits for the summary of what they left out.
     seeding: HashSet<u64>,
+    /// New threads to be titled by the model after their first answer.
+    untitled: HashSet<u64>,
     /// `runs.len() + seeding.len()`, for readers outside the actor.
     active: Arc<AtomicUsize>,
     /// This actor's own queue, for the tasks it starts to report back (weak: the
@@ -198,6 +202,7 @@ impl AgentActor {
             queue: VecDeque::new(),
             runs: HashMap::new(),
             seeding: HashSet::new(),
+            untitled: HashSet::new(),
             active,
             itself,
             idle: IdleClock::new(Instant::now()),
@@ -420,6 +425,9 @@ impl AgentActor {
                 let (thread_id, message_id) = store
                     .start_thread(&agent.name, &ChatMessage::user(content), user, None)
                     .await?;
+                if self.shared.settings.threads.titles {
+                    self.untitled.insert(thread_id);
+                }
                 self.thread_created(agent, thread_id, user, None).await?;
                 Ok(Received {
                     thread_id,
@@ -847,10 +855,65 @@ impl AgentActor {
             | WorkerEvent::TaskEnded { .. }
             | WorkerEvent::Summary { .. } => Ok(()),
         };
-        if let Err(e) = result {
-            tracing::error!(agent, thread_id, %run_id, error = %e, "cannot record worker event");
+        match result {
+            Err(e) => {
+                tracing::error!(agent, thread_id, %run_id, error = %e, "cannot record worker event");
+            }
+            Ok(()) => {
+                let answered = matches!(&event, WorkerEvent::MessageAppended { message, .. }
+                    if message.role == Role::Assistant);
+                if answered && self.untitled.remove(&thread_id) {
+                    self.title(thread_id);
+                }
+            }
         }
         Ok(())
+    }
+
+    /// A new thread has its first answer: a task has the agent's model title it
+    /// (the request's first line stays its title if that fails).
+    fn title(&self, thread_id: u64) {
+        let shared = self.shared.clone();
+        let agent = self.agent.clone();
+        tokio::spawn(async move {
+            let store = &shared.store;
+            let (Ok(Some(record)), Ok(messages)) = (
+                store.active_agent(&agent).await,
+                store.thread_messages(&agent, thread_id).await,
+            ) else {
+                return;
+            };
+            let messages: Vec<ChatMessage> = messages.into_iter().map(|m| m.message).collect();
+            let answer = tokio::time::timeout(
+                TITLE_TIME,
+                shared
+                    .summarizer
+                    .summarize(&record, &messages, Purpose::Title),
+            )
+            .await;
+            let title = match answer {
+                Ok(Ok(text)) => crate::sessions::summary::clean(&text),
+                Ok(Err(e)) => {
+                    tracing::debug!(%agent, thread_id, error = %e, "no title for the thread");
+                    None
+                }
+                Err(_) => None,
+            };
+            let Some(title) = title else {
+                return;
+            };
+            let title = title.trim_matches(|c| c == '"' || c == '\'' || c == '.');
+            match store.set_thread_summary(&agent, thread_id, title).await {
+                Ok(summary) => {
+                    shared
+                        .feed
+                        .publish(&agent, thread_id, "summary", json!({"summary": summary}));
+                }
+                Err(e) => {
+                    tracing::warn!(%agent, thread_id, error = %e, "cannot store the thread's title")
+                }
+            }
+        });
     }
 
     /// The model ended its turn. A user message that reached the thread too late
@@ -915,6 +978,8 @@ impl AgentActor {
             return Ok(());
         };
         self.queue.retain(|id| id != run_id);
+        // Ended before any answer: nothing to title it from.
+        self.untitled.remove(&run.thread_id);
         run.span.in_scope(|| {
             tracing::info!(
                 status = status.as_str(),

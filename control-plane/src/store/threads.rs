@@ -501,6 +501,25 @@ impl Store {
         Ok(thread.map(|t| t as u64))
     }
 
+    /// Sets a thread's one-line summary (its title), cut to the summary length.
+    pub async fn set_thread_summary(
+        &self,
+        agent: &str,
+        thread: u64,
+        summary: &str,
+    ) -> Result<String, StoreError> {
+        let summary = summary_of(summary);
+        let mut tx = self.begin_write().await?;
+        sqlx::query("UPDATE threads SET summary = $3 WHERE agent_name = $1 AND id = $2")
+            .bind(agent)
+            .bind(thread as i64)
+            .bind(&summary)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(summary)
+    }
+
     /// Replaces the content of a thread's first message (a continuation's note,
     /// once the summary of what it left out is written, before any run of it).
     pub async fn set_first_message(

@@ -127,9 +127,42 @@ struct Script {
     violations: Vec<String>,
     /// Requests to paths the fake does not serve, as `METHOD /path?query`.
     strays: Vec<String>,
+    /// Title requests (Chorus titling a new thread), answered on their own.
+    titles: Vec<RecordedRequest>,
+    /// What a title request is answered; `None`: the first line of its first user
+    /// message, as it was.
+    title_reply: Option<Reply>,
 }
 
 type Shared = Arc<Mutex<Script>>;
+
+/// How Chorus's title request begins (`control-plane/src/summaries.rs`).
+const TITLE_INSTRUCTION: &str = "Write a title of at most 8 words";
+
+/// The first line of the first user message of a request (either wire format).
+fn first_user_line(body: &Value) -> String {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let text = |content: &Value| match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    };
+    messages
+        .iter()
+        .find(|m| m["role"] == "user")
+        .map(|m| text(&m["content"]))
+        .and_then(|t| {
+            t.lines()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| "untitled".into())
+}
 
 /// A fake model server. `FakeOpenAi::start()` / `FakeAnthropic::start()` make one.
 pub struct FakeModel {
@@ -194,6 +227,8 @@ impl FakeModel {
             context_window: None,
             violations: Vec::new(),
             strays: Vec::new(),
+            titles: Vec::new(),
+            title_reply: None,
         }));
         let app = Router::new()
             .route("/v1/chat/completions", post(answer))
@@ -253,7 +288,21 @@ impl FakeModel {
         self
     }
 
-    /// Requests to the model endpoints (not the model lists).
+    /// Title requests (Chorus titling a thread after its first answer). They are
+    /// answered without the script and are not in [`FakeModel::requests`], so a
+    /// test scripts only the conversation it is about.
+    pub fn title_requests(&self) -> Vec<RecordedRequest> {
+        self.script.lock().unwrap().titles.clone()
+    }
+
+    /// What title requests get from now on (by default the first line of the
+    /// request's first user message).
+    pub fn set_title_reply(&self, reply: Reply) -> &Self {
+        self.script.lock().unwrap().title_reply = Some(reply);
+        self
+    }
+
+    /// Requests to the model endpoints (not the model lists, not titles).
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.script.lock().unwrap().requests.clone()
     }
@@ -304,9 +353,15 @@ async fn answer(
         .and_then(Value::as_u64)
         .unwrap_or(4096);
     let messages_len = body.get("messages").map_or(0, |m| m.to_string().len());
+    let is_title = body.to_string().contains(TITLE_INSTRUCTION);
     let (wire, reply, usage, quirks) = {
         let mut script = script.lock().unwrap();
-        script.requests.push(RecordedRequest {
+        let recorded = if is_title {
+            &mut script.titles
+        } else {
+            &mut script.requests
+        };
+        recorded.push(RecordedRequest {
             at: std::time::Instant::now(),
             path: uri.path().to_string(),
             headers: headers
@@ -349,14 +404,22 @@ async fn answer(
                 )
             };
         }
-        let reply = script.replies.pop_front();
-        if reply.is_none() {
-            let n = script.requests.len();
-            script
-                .violations
-                .push(format!("request {n}: no scripted reply left for it"));
+        if is_title {
+            let reply = script
+                .title_reply
+                .clone()
+                .unwrap_or_else(|| Reply::Text(first_user_line(&body)));
+            (wire, Some(reply), script.usage, script.quirks)
+        } else {
+            let reply = script.replies.pop_front();
+            if reply.is_none() {
+                let n = script.requests.len();
+                script
+                    .violations
+                    .push(format!("request {n}: no scripted reply left for it"));
+            }
+            (wire, reply, script.usage, script.quirks)
         }
-        (wire, reply, script.usage, script.quirks)
     };
     let mut reply = reply.unwrap_or(Reply::Error {
         status: 400,

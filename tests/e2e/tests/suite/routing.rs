@@ -335,3 +335,81 @@ async fn a_continuation_cut_off_by_a_killed_control_plane_starts_at_the_next_sta
     assert_eq!(seen.last().unwrap(), "now shorten it");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_new_thread_is_titled_by_its_model_after_the_first_answer() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.set_title_reply(text("\"Capital of France.\"\n"));
+    model.push(text("the capital is Paris"));
+    let chorus = Chorus::builder().openai_fake(&model).start().await?;
+    chorus.create_agent("geo").await?;
+    let mut feed = chorus.open_events("?agent=geo", None).await?;
+    let first = send(
+        &chorus,
+        "geo",
+        json!({"content": "which city is the capital of France? be brief"}),
+    )
+    .await?;
+    let id = first["thread_id"].as_u64().unwrap();
+    // Until the title is written, the request's first line stands in.
+    let titled = chorus
+        .wait_thread("geo", id, Duration::from_secs(20), |t| {
+            t["summary"] == "Capital of France"
+        })
+        .await?;
+    assert_eq!(titled["status"], "completed", "{titled:#}");
+    let asked = model.title_requests();
+    assert_eq!(asked.len(), 1);
+    let body = asked[0].body.to_string();
+    assert!(
+        body.contains("the capital is Paris"),
+        "after the first answer: {body}"
+    );
+    assert_eq!(asked[0].body.get("tools"), None);
+    let told = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some((kind, data)) = feed.next().await? {
+            if kind == "summary" {
+                return anyhow::Ok(data);
+            }
+        }
+        anyhow::bail!("the feed ended")
+    })
+    .await??;
+    assert_eq!(told["summary"], "Capital of France");
+
+    // A continuation keeps the title of the thread it continues; none is asked.
+    model.push(text("about 2.1 million"));
+    let thread = chorus.thread("geo", id).await?;
+    let reply = send(
+        &chorus,
+        "geo",
+        json!({"content": "and its population?", "reply_to": thread["messages"][1]["id"]}),
+    )
+    .await?;
+    let next = reply["thread_id"].as_u64().unwrap();
+    let done = chorus
+        .wait_thread_finished("geo", next, Duration::from_secs(20))
+        .await?;
+    assert_eq!(done["summary"], "Capital of France");
+    assert_eq!(model.title_requests().len(), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn titles_can_be_switched_off() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.push(text("hello"));
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .config("[threads]\ntitles = false\n")
+        .start()
+        .await?;
+    chorus.create_agent("plain").await?;
+    let id = chorus.send_message("plain", "say hello\nplease").await?;
+    let done = chorus
+        .wait_thread_finished("plain", id, Duration::from_secs(20))
+        .await?;
+    assert_eq!(done["summary"], "say hello");
+    assert!(model.title_requests().is_empty());
+    Ok(())
+}
