@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::agents::active_agent;
 use super::{API_USER, ApiError, ApiJson, AppState};
+use crate::runs::ReplyTo;
 use crate::store::{StepRecord, StoredMessage, ThreadRecord};
 
 /// Longest user message accepted, in bytes.
@@ -63,7 +64,12 @@ async fn send_message(
     let agent = active_agent(&state, &name).await?;
     let received = state
         .runs
-        .receive(&agent, &body.content, body.reply_to, API_USER)
+        .receive(
+            &agent,
+            &body.content,
+            body.reply_to.map(ReplyTo::Message),
+            API_USER,
+        )
         .await?;
     let thread_id = received.thread_id;
     Ok((

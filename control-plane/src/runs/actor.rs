@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::assignment::{Attempt, Builder};
 use super::decide::{self, OnLoss, Resumption, Route};
 use super::idle::IdleClock;
-use super::{EventRejected, Received, Routed, Shared, status_event};
+use super::{EventRejected, Received, ReplyTo, Routed, Shared, status_event};
 use crate::reports::{self, RunBudget};
 use crate::store::{
     AgentRecord, RunMark, RunRecord, RunStatus, StoreError, ThreadRecord, ThreadStatus,
@@ -60,7 +60,7 @@ pub(super) enum Command {
     Receive {
         agent: Box<AgentRecord>,
         content: String,
-        reply_to: Option<u64>,
+        reply_to: Option<ReplyTo>,
         user: String,
         reply: oneshot::Sender<Result<Received, StoreError>>,
     },
@@ -406,12 +406,12 @@ impl AgentActor {
         &mut self,
         agent: &AgentRecord,
         content: &str,
-        reply_to: Option<u64>,
+        reply_to: Option<ReplyTo>,
         user: &str,
     ) -> Result<Received, StoreError> {
         let store = &self.shared.store;
         let target = match reply_to {
-            Some(message) => match store.message_thread(&agent.name, message).await? {
+            Some(reply_to) => match reply_to.thread(store, &agent.name).await? {
                 Some(thread) => store
                     .thread(&agent.name, thread)
                     .await?

@@ -66,6 +66,29 @@ impl Routed {
     }
 }
 
+/// What a user message replies to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplyTo {
+    /// A Chorus message id (the HTTP API's `reply_to`).
+    Message(u64),
+    /// A frontend's own message id (Discord's), mapped through `message_refs`.
+    External { frontend: String, id: String },
+}
+
+impl ReplyTo {
+    /// The thread of `agent` the reply points into, if it points anywhere known.
+    pub async fn thread(&self, store: &Store, agent: &str) -> Result<Option<u64>, StoreError> {
+        match self {
+            ReplyTo::Message(message) => store.message_thread(agent, *message).await,
+            ReplyTo::External { frontend, id } => Ok(store
+                .message_ref(frontend, id)
+                .await?
+                .filter(|r| r.agent_name == agent)
+                .map(|r| r.thread_id)),
+        }
+    }
+}
+
 /// A user message, received: its thread, its id, and how it was routed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Received {
@@ -197,7 +220,7 @@ impl Runs {
         &self,
         agent: &AgentRecord,
         content: &str,
-        reply_to: Option<u64>,
+        reply_to: Option<ReplyTo>,
         user: &str,
     ) -> Result<Received, StoreError> {
         self.ask(&agent.name, |reply| actor::Command::Receive {
@@ -443,5 +466,45 @@ impl Runs {
     /// abandon stay open in the store and the next start resumes them.
     pub fn stop_accepting(&self) {
         self.shared.stopping.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chorus_proto::domain::ChatMessage;
+
+    use super::*;
+    use crate::store::test_store_with_agent;
+
+    #[tokio::test]
+    async fn a_reply_points_into_its_thread_by_chorus_or_frontend_id() {
+        let (store, _dir) = test_store_with_agent().await;
+        let (thread, message) = store
+            .start_thread("a", &ChatMessage::user("hi"), "api", None)
+            .await
+            .unwrap();
+        store
+            .record_message_ref("discord", "999", "a", thread, None)
+            .await
+            .unwrap();
+        let external = |id: &str| ReplyTo::External {
+            frontend: "discord".into(),
+            id: id.into(),
+        };
+        for (reply_to, agent, expected) in [
+            (ReplyTo::Message(message), "a", Some(thread)),
+            (ReplyTo::Message(message + 100), "a", None),
+            (external("999"), "a", Some(thread)),
+            (external("998"), "a", None),
+            // Another agent's message is no reply of this one's.
+            (ReplyTo::Message(message), "b", None),
+            (external("999"), "b", None),
+        ] {
+            assert_eq!(
+                reply_to.thread(&store, agent).await.unwrap(),
+                expected,
+                "{reply_to:?} for {agent}"
+            );
+        }
     }
 }

@@ -1,0 +1,112 @@
+//! Frontends' own message ids mapped to threads (`message_refs`): a Discord message
+//! the bot posted (or received) names the thread it belongs to and, when it is one
+//! of Chorus's messages, that message. A reply to it routes by the map, after a
+//! restart too, the same way a reply to a Chorus message id does over HTTP.
+
+use super::{Store, StoreError, now};
+
+/// Where a frontend's message belongs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageRef {
+    pub agent_name: String,
+    pub thread_id: u64,
+    /// The Chorus message it shows, if it shows one (a status message shows none).
+    pub message_id: Option<u64>,
+}
+
+impl Store {
+    /// Records that `frontend`'s message `external_id` belongs to `thread` of
+    /// `agent` (and shows `message_id`). Recording the same id again moves it (an
+    /// edited status message that now shows the answer).
+    pub async fn record_message_ref(
+        &self,
+        frontend: &str,
+        external_id: &str,
+        agent: &str,
+        thread: u64,
+        message_id: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO message_refs (frontend, external_id, agent_name, thread_id, message_id, \
+             created_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (frontend, external_id) \
+             DO UPDATE SET agent_name = $3, thread_id = $4, message_id = $5",
+        )
+        .bind(frontend)
+        .bind(external_id)
+        .bind(agent)
+        .bind(thread as i64)
+        .bind(message_id.map(|id| id as i64))
+        .bind(now())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Where `frontend`'s message `external_id` belongs, if it was recorded.
+    pub async fn message_ref(
+        &self,
+        frontend: &str,
+        external_id: &str,
+    ) -> Result<Option<MessageRef>, StoreError> {
+        let row: Option<(String, i64, Option<i64>)> = sqlx::query_as(
+            "SELECT agent_name, thread_id, message_id FROM message_refs \
+             WHERE frontend = $1 AND external_id = $2",
+        )
+        .bind(frontend)
+        .bind(external_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|(agent_name, thread, message)| MessageRef {
+            agent_name,
+            thread_id: thread.max(0) as u64,
+            message_id: message.map(|m| m.max(0) as u64),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chorus_proto::domain::ChatMessage;
+
+    use super::*;
+    use crate::store::test_store_with_agent;
+
+    #[tokio::test]
+    async fn a_frontend_message_maps_to_its_thread_and_moves_when_recorded_again() {
+        let (store, _dir) = test_store_with_agent().await;
+        let (thread, message) = store
+            .start_thread("a", &ChatMessage::user("hi"), "api", None)
+            .await
+            .unwrap();
+        assert_eq!(store.message_ref("discord", "111").await.unwrap(), None);
+        store
+            .record_message_ref("discord", "111", "a", thread, None)
+            .await
+            .unwrap();
+        let status = MessageRef {
+            agent_name: "a".into(),
+            thread_id: thread,
+            message_id: None,
+        };
+        assert_eq!(
+            store.message_ref("discord", "111").await.unwrap(),
+            Some(status)
+        );
+        // The same message now shows the answer; another frontend's id 111 is another.
+        store
+            .record_message_ref("discord", "111", "a", thread, Some(message))
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .message_ref("discord", "111")
+                .await
+                .unwrap()
+                .and_then(|r| r.message_id),
+            Some(message)
+        );
+        assert_eq!(store.message_ref("web", "111").await.unwrap(), None);
+    }
+}
