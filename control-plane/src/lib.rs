@@ -2,6 +2,7 @@
 //! the model relay and the HTTP API. See ARCHITECTURE.md for how the parts fit.
 
 pub mod agents;
+pub mod cli;
 pub mod config;
 pub mod environ;
 pub mod feed;

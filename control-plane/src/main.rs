@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+use chorus_control_plane::cli::{self, ClientCommand};
 use chorus_control_plane::config::{self, ServeArgs, Settings};
 use chorus_control_plane::permissions::PRESETS;
 use chorus_control_plane::{serve, telemetry};
@@ -29,6 +30,8 @@ enum Command {
     /// Inspect permission profiles.
     #[command(subcommand)]
     Permissions(PermissionsCommand),
+    #[command(flatten)]
+    Client(ClientCommand),
 }
 
 #[derive(Subcommand)]
@@ -54,7 +57,8 @@ fn main() -> std::process::ExitCode {
         }
     };
     match runtime.block_on(run(cli)) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::FAILURE,
         Err(e) => {
             // The whole chain of causes, without a backtrace: it is for the operator.
             eprintln!("error: {e:#}");
@@ -63,7 +67,12 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+/// `Ok(false)`: a failure already explained on stderr.
+async fn run(cli: Cli) -> anyhow::Result<bool> {
+    if let Command::Client(command) = cli.command {
+        // A client: none of the server's logging.
+        return cli::run(command).await;
+    }
     telemetry::init();
     match cli.command {
         Command::Serve(args) => {
@@ -94,11 +103,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 running.grpc_addr,
                 running.data_dir.display()
             );
-            running.until_signal().await
+            running.until_signal().await?;
+            Ok(true)
         }
         Command::Permissions(PermissionsCommand::Explain { profile, action }) => {
-            explain(&profile, &action)
+            explain(&profile, &action)?;
+            Ok(true)
         }
+        Command::Client(_) => unreachable!("handled above"),
     }
 }
 

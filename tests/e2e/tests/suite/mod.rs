@@ -1,5 +1,6 @@
 mod api;
 mod architecture;
+mod cli;
 mod concurrent;
 mod feed;
 mod lifecycle;

@@ -1,0 +1,483 @@
+//! The terminal client inside the `chorus` binary: commands over the HTTP API and
+//! the live feed of a running Chorus (`--url`/`CHORUS_URL`, the token from
+//! `--token`/`CHORUS_API_TOKEN` or the data directory's `api-token`).
+//!
+//! `client` talks to the API, `render` and `follow` are pure (JSON in, text out),
+//! `send` follows a run live. Exit codes: 0 when the command (or the thread it
+//! followed) succeeded, 1 otherwise with the reason on stderr.
+
+pub mod client;
+pub mod follow;
+pub mod render;
+pub mod send;
+pub mod sse;
+
+use std::io::{IsTerminal, Write};
+
+use clap::{Args, Subcommand};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use client::Client;
+pub use client::ClientArgs;
+use render::Style;
+
+/// The client's commands (beside `serve` in the `chorus` binary).
+#[derive(Debug, Subcommand)]
+pub enum ClientCommand {
+    /// Create, list, show, configure or destroy agents.
+    #[command(
+        after_help = "Examples:\n  chorus agent create reviewer --model gpt-4o --permissions standard\n  chorus agent list\n  chorus agent configure reviewer --model claude-sonnet-4-5"
+    )]
+    Agent {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: AgentCommand,
+    },
+    /// Send a message to an agent and follow its thread live until it ends.
+    #[command(
+        after_help = "Examples:\n  chorus send reviewer \"Review the last commit\"\n  chorus send reviewer \"and the tests?\" --reply-to 42\n  chorus send reviewer \"Start the nightly job\" --no-wait\n\n\
+        Exits 0 when the thread completes; otherwise 1, with the reason on stderr.\n\
+        An approval is answered at the prompt (y/n) when stdin is a terminal."
+    )]
+    Send {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// The agent's name.
+        agent: String,
+        /// What to say.
+        text: String,
+        /// Reply to this message id (as `chorus thread show` lists them): into its
+        /// thread while it goes on, or a new thread continuing it once it ended.
+        #[arg(long)]
+        reply_to: Option<u64>,
+        /// Print the thread id and return at once.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// List an agent's threads (active, and ended in the last minutes).
+    #[command(after_help = "Example:\n  chorus threads reviewer --all")]
+    Threads {
+        #[command(flatten)]
+        client: ClientArgs,
+        agent: String,
+        /// Every thread, however long ago it ended.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Show or kill one thread (or all of an agent's).
+    #[command(
+        after_help = "Examples:\n  chorus thread show reviewer 3\n  chorus thread kill reviewer 3\n  chorus thread kill reviewer all"
+    )]
+    Thread {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: ThreadCommand,
+    },
+    /// List the approvals waiting for an answer.
+    #[command(after_help = "Example:\n  chorus approvals --agent reviewer")]
+    Approvals {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Only this agent's.
+        #[arg(long)]
+        agent: Option<String>,
+    },
+    /// Approve a waiting tool call.
+    #[command(after_help = "Example:\n  chorus approve 3f2a9c")]
+    Approve {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// The approval's id (chorus approvals lists them).
+        id: String,
+    },
+    /// Deny a waiting tool call.
+    #[command(after_help = "Example:\n  chorus deny 3f2a9c")]
+    Deny {
+        #[command(flatten)]
+        client: ClientArgs,
+        id: String,
+    },
+    /// Save, clear or restore an agent's context, or list its saved sessions.
+    #[command(
+        after_help = "Examples:\n  chorus context save reviewer --description \"before the refactor\"\n  chorus context history reviewer\n  chorus context restore reviewer 0b7c1f7e-…\n  chorus context clear reviewer"
+    )]
+    Context {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: ContextCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentCommand {
+    /// Create an agent (its workspace, worker and model).
+    #[command(
+        after_help = "Example:\n  chorus agent create reviewer --system-prompt \"You review code.\" --permissions standard"
+    )]
+    Create {
+        name: String,
+        #[command(flatten)]
+        settings: AgentSettingsArgs,
+    },
+    /// List the agents.
+    List,
+    /// Show one agent.
+    #[command(after_help = "Example:\n  chorus agent show reviewer")]
+    Show { name: String },
+    /// Change an agent's settings (from its next model call on).
+    #[command(
+        after_help = "Example:\n  chorus agent configure reviewer --model gpt-4o --idle-timeout-secs 0"
+    )]
+    Configure {
+        name: String,
+        #[command(flatten)]
+        settings: AgentSettingsArgs,
+    },
+    /// Stop an agent's worker and delete it (its files too, unless --keep-files).
+    #[command(after_help = "Example:\n  chorus agent destroy reviewer --keep-files")]
+    Destroy {
+        name: String,
+        #[arg(long)]
+        keep_files: bool,
+    },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct AgentSettingsArgs {
+    /// The model (a name the providers list, or provider/model).
+    #[arg(long)]
+    model: Option<String>,
+    #[arg(long)]
+    system_prompt: Option<String>,
+    /// A preset (open, standard, locked) or a JSON profile {"allow": [...], "ask": [...]}.
+    #[arg(long)]
+    permissions: Option<String>,
+    /// What an "ask" does when nobody answers: deny or allow.
+    #[arg(long)]
+    on_ask: Option<String>,
+    /// May the agent's commands use the network: on or off.
+    #[arg(long)]
+    network: Option<String>,
+    /// Seconds of quiet before the context is saved and cleared (0: never).
+    #[arg(long)]
+    idle_timeout_secs: Option<u64>,
+}
+
+impl AgentSettingsArgs {
+    fn body(&self) -> Value {
+        let mut body = serde_json::Map::new();
+        let mut put = |key: &str, value: Option<Value>| {
+            if let Some(value) = value {
+                body.insert(key.to_string(), value);
+            }
+        };
+        put("model", self.model.clone().map(Value::from));
+        put("system_prompt", self.system_prompt.clone().map(Value::from));
+        put(
+            "permissions",
+            self.permissions.as_ref().map(|p| {
+                // A JSON object is a custom profile; anything else a preset's name.
+                serde_json::from_str::<Value>(p)
+                    .ok()
+                    .filter(Value::is_object)
+                    .unwrap_or_else(|| Value::from(p.as_str()))
+            }),
+        );
+        put("on_ask", self.on_ask.clone().map(Value::from));
+        put("network", self.network.clone().map(Value::from));
+        put("idle_timeout_secs", self.idle_timeout_secs.map(Value::from));
+        Value::Object(body)
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ThreadCommand {
+    /// A thread's messages (with the ids to reply to), status and error.
+    Show { agent: String, id: u64 },
+    /// End a thread that is still going (or `all` of the agent's).
+    Kill { agent: String, id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ContextCommand {
+    /// Save the agent's context as a session (described by its model unless given).
+    Save {
+        agent: String,
+        #[arg(long)]
+        description: Option<String>,
+    },
+    /// Save, then clear the agent's context.
+    Clear { agent: String },
+    /// Replace the context with a saved session (the current one is saved first).
+    Restore { agent: String, session: String },
+    /// The agent's saved sessions, newest first.
+    History { agent: String },
+}
+
+/// Runs a client command; `Ok(false)` is a failure already explained on stderr.
+pub async fn run(command: ClientCommand) -> anyhow::Result<bool> {
+    let (args, command) = split(command);
+    let client = Client::new(&args)?;
+    let style = Style::for_terminal(
+        std::io::stdout().is_terminal(),
+        std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
+    );
+    let out = Printer { json: args.json };
+    match command {
+        Cmd::Send {
+            agent,
+            text,
+            reply_to,
+            no_wait,
+        } => {
+            send::send(
+                &client,
+                send::SendOptions {
+                    agent: &agent,
+                    text: &text,
+                    reply_to,
+                    no_wait,
+                    json: args.json,
+                    style,
+                },
+            )
+            .await
+        }
+        Cmd::Agent(AgentCommand::Create { name, settings }) => {
+            let mut body = settings.body();
+            body["name"] = Value::from(name);
+            let agent = client.post("/api/agents", &body).await?;
+            out.show(&agent, |a| render::agent(a, style))
+        }
+        Cmd::Agent(AgentCommand::List) => {
+            let list = client.get("/api/agents").await?;
+            out.show(&list, |l| render::agents(l, style))
+        }
+        Cmd::Agent(AgentCommand::Show { name }) => {
+            let agent = client.get(&format!("/api/agents/{name}")).await?;
+            out.show(&agent, |a| render::agent(a, style))
+        }
+        Cmd::Agent(AgentCommand::Configure { name, settings }) => {
+            let body = settings.body();
+            if body.as_object().is_some_and(|b| b.is_empty()) {
+                anyhow::bail!(
+                    "nothing to change: give at least one of --model, --system-prompt, --permissions, --on-ask, --network, --idle-timeout-secs"
+                );
+            }
+            let agent = client
+                .call(Method::PATCH, &format!("/api/agents/{name}"), Some(&body))
+                .await?;
+            out.show(&agent, |a| render::agent(a, style))
+        }
+        Cmd::Agent(AgentCommand::Destroy { name, keep_files }) => {
+            let answer = client
+                .call(
+                    Method::DELETE,
+                    &format!("/api/agents/{name}?keep_files={keep_files}"),
+                    None,
+                )
+                .await?;
+            out.show(&answer, |_| {
+                format!(
+                    "Agent {name} destroyed{}.\n",
+                    if keep_files { " (files kept)" } else { "" }
+                )
+            })
+        }
+        Cmd::Threads { agent, all } => {
+            let list = client
+                .get(&format!(
+                    "/api/agents/{agent}/threads{}",
+                    if all { "?all=true" } else { "" }
+                ))
+                .await?;
+            out.show(&list, |l| render::threads(l, style))
+        }
+        Cmd::Thread(ThreadCommand::Show { agent, id }) => {
+            let thread = client
+                .get(&format!("/api/agents/{agent}/threads/{id}"))
+                .await?;
+            out.show(&thread, |t| render::thread(t, style))
+        }
+        Cmd::Thread(ThreadCommand::Kill { agent, id }) => {
+            let path = if id == "all" {
+                format!("/api/agents/{agent}/threads")
+            } else {
+                let id: u64 = id
+                    .parse()
+                    .map_err(|_| anyhow::anyhow!("'{id}' is neither a thread id nor 'all'"))?;
+                format!("/api/agents/{agent}/threads/{id}")
+            };
+            let answer = client.call(Method::DELETE, &path, None).await?;
+            out.show(&answer, |a| match a["killed"].as_array() {
+                Some(ids) if ids.is_empty() => "No thread was going.\n".to_string(),
+                Some(ids) => format!(
+                    "Killed threads {}.\n",
+                    ids.iter()
+                        .map(Value::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                None => format!(
+                    "Thread {id} {}.\n",
+                    a["status"].as_str().unwrap_or("killed")
+                ),
+            })
+        }
+        Cmd::Approvals { agent } => {
+            let path = match agent {
+                Some(agent) => format!("/api/approvals?agent={agent}"),
+                None => "/api/approvals".to_string(),
+            };
+            let list = client.get(&path).await?;
+            out.show(&list, |l| render::approvals(l, style))
+        }
+        Cmd::Answer { id, approve } => {
+            let decision = if approve { "approve" } else { "deny" };
+            let answer = client
+                .post(
+                    &format!("/api/approvals/{id}"),
+                    &json!({ "decision": decision }),
+                )
+                .await?;
+            out.show(&answer, |a| {
+                format!(
+                    "{} {} ({}).\n",
+                    if approve { "Approved" } else { "Denied" },
+                    id,
+                    a["tool"].as_str().unwrap_or("tool call")
+                )
+            })
+        }
+        Cmd::Context(command) => context(&client, command, out).await,
+    }
+}
+
+async fn context(client: &Client, command: ContextCommand, out: Printer) -> anyhow::Result<bool> {
+    match command {
+        ContextCommand::Save { agent, description } => {
+            let body = match description {
+                Some(d) => json!({ "description": d }),
+                None => json!({}),
+            };
+            let saved = client
+                .post(&format!("/api/agents/{agent}/context/save"), &body)
+                .await?;
+            out.show(&saved, |s| {
+                format!(
+                    "Saved session {}: {} ({} messages).\n",
+                    s["session"]["id"].as_str().unwrap_or("?"),
+                    s["session"]["description"].as_str().unwrap_or(""),
+                    s["session"]["message_count"]
+                )
+            })
+        }
+        ContextCommand::Clear { agent } => {
+            let cleared = client
+                .post(&format!("/api/agents/{agent}/context/clear"), &json!({}))
+                .await?;
+            out.show(&cleared, |c| {
+                let saved = c["saved"]["id"]
+                    .as_str()
+                    .map(|id| format!(" (saved first as session {id})"))
+                    .unwrap_or_default();
+                format!("Context cleared{saved}.\n")
+            })
+        }
+        ContextCommand::Restore { agent, session } => {
+            let restored = client
+                .post(
+                    &format!("/api/agents/{agent}/context/restore"),
+                    &json!({ "session_id": session }),
+                )
+                .await?;
+            out.show(&restored, |r| {
+                format!(
+                    "Restored session {} into thread {}. Continue it with:\n  chorus send {agent} \"…\" --reply-to {}\n",
+                    r["session"]["id"].as_str().unwrap_or("?"),
+                    r["thread_id"],
+                    r["message_id"]
+                )
+            })
+        }
+        ContextCommand::History { agent } => {
+            let history = client
+                .get(&format!("/api/agents/{agent}/context/history"))
+                .await?;
+            out.show(&history, render::sessions)
+        }
+    }
+}
+
+/// Prints an answer: as JSON for scripts, else as text for people.
+#[derive(Clone, Copy)]
+struct Printer {
+    json: bool,
+}
+
+impl Printer {
+    fn show(self, value: &Value, text: impl FnOnce(&Value) -> String) -> anyhow::Result<bool> {
+        let mut out = std::io::stdout();
+        if self.json {
+            writeln!(out, "{}", serde_json::to_string_pretty(value)?)?;
+        } else {
+            write!(out, "{}", text(value))?;
+        }
+        Ok(true)
+    }
+}
+
+/// A command without its connection arguments.
+enum Cmd {
+    Agent(AgentCommand),
+    Send {
+        agent: String,
+        text: String,
+        reply_to: Option<u64>,
+        no_wait: bool,
+    },
+    Threads {
+        agent: String,
+        all: bool,
+    },
+    Thread(ThreadCommand),
+    Approvals {
+        agent: Option<String>,
+    },
+    Answer {
+        id: String,
+        approve: bool,
+    },
+    Context(ContextCommand),
+}
+
+fn split(command: ClientCommand) -> (ClientArgs, Cmd) {
+    match command {
+        ClientCommand::Agent { client, command } => (client, Cmd::Agent(command)),
+        ClientCommand::Send {
+            client,
+            agent,
+            text,
+            reply_to,
+            no_wait,
+        } => (
+            client,
+            Cmd::Send {
+                agent,
+                text,
+                reply_to,
+                no_wait,
+            },
+        ),
+        ClientCommand::Threads { client, agent, all } => (client, Cmd::Threads { agent, all }),
+        ClientCommand::Thread { client, command } => (client, Cmd::Thread(command)),
+        ClientCommand::Approvals { client, agent } => (client, Cmd::Approvals { agent }),
+        ClientCommand::Approve { client, id } => (client, Cmd::Answer { id, approve: true }),
+        ClientCommand::Deny { client, id } => (client, Cmd::Answer { id, approve: false }),
+        ClientCommand::Context { client, command } => (client, Cmd::Context(command)),
+    }
+}

@@ -1,0 +1,438 @@
+//! How the terminal client shows things: pure functions from the API's JSON to
+//! text. Colour only when asked (a terminal, and `NO_COLOR` unset); never an escape
+//! code otherwise, so pipes and files get plain text.
+
+use serde_json::Value;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Style {
+    pub color: bool,
+}
+
+impl Style {
+    /// Colour for a terminal that did not opt out (`NO_COLOR`).
+    pub fn for_terminal(is_terminal: bool, no_color: bool) -> Style {
+        Style {
+            color: is_terminal && !no_color,
+        }
+    }
+
+    fn paint(self, code: &str, text: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_string()
+        }
+    }
+
+    pub fn bold(self, text: &str) -> String {
+        self.paint("1", text)
+    }
+
+    pub fn dim(self, text: &str) -> String {
+        self.paint("2", text)
+    }
+
+    pub fn red(self, text: &str) -> String {
+        self.paint("31", text)
+    }
+
+    pub fn green(self, text: &str) -> String {
+        self.paint("32", text)
+    }
+
+    pub fn yellow(self, text: &str) -> String {
+        self.paint("33", text)
+    }
+
+    /// A thread's or worker's status, coloured by what it means.
+    pub fn status(self, status: &str) -> String {
+        match status {
+            "completed" | "running_ok" => self.green(status),
+            "failed" | "killed" | "crashed" => self.red(status),
+            "waiting_for_permission" | "idle" => self.yellow(status),
+            "running" => self.paint("36", status),
+            _ => status.to_string(),
+        }
+    }
+}
+
+/// A value as a cell: strings bare, null as `-`, anything else as JSON.
+fn cell(value: &Value) -> String {
+    match value {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// One line, cut to `max` characters with an ellipsis.
+pub fn one_line(text: &str, max: usize) -> String {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    let more = text.lines().filter(|l| !l.trim().is_empty()).count() > 1;
+    if line.chars().count() > max {
+        let cut: String = line.chars().take(max.saturating_sub(1)).collect();
+        format!("{cut}…")
+    } else if more {
+        format!("{line} …")
+    } else {
+        line.to_string()
+    }
+}
+
+/// Columns padded to their widest cell (measured before colouring, which the
+/// closure applies per cell).
+fn table(headers: &[&str], rows: &[Vec<String>], paint: impl Fn(usize, &str) -> String) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, c) in row.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>, painted: Vec<String>| {
+        let mut out = String::new();
+        for (i, (c, p)) in cells.iter().zip(painted).enumerate() {
+            out.push_str(&p);
+            if i + 1 < cells.len() {
+                out.push_str(&" ".repeat(widths[i] - c.chars().count() + 2));
+            }
+        }
+        out.trim_end().to_string()
+    };
+    let mut out = vec![line(
+        headers.iter().map(|h| h.to_string()).collect(),
+        headers.iter().map(|h| h.to_string()).collect(),
+    )];
+    for row in rows {
+        out.push(line(
+            row.clone(),
+            row.iter().enumerate().map(|(i, c)| paint(i, c)).collect(),
+        ));
+    }
+    out.join("\n") + "\n"
+}
+
+/// "1.2 s", "3 min 4 s", "2 h 5 min".
+pub fn duration_ms(ms: u64) -> String {
+    let secs = ms / 1000;
+    if secs < 60 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else if secs < 3600 {
+        format!("{} min {} s", secs / 60, secs % 60)
+    } else {
+        format!("{} h {} min", secs / 3600, (secs % 3600) / 60)
+    }
+}
+
+pub fn agents(list: &Value, style: Style) -> String {
+    let rows: Vec<Vec<String>> = list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| {
+            vec![
+                cell(&a["name"]),
+                cell(&a["model"]),
+                match &a["permissions"] {
+                    Value::String(s) => s.clone(),
+                    Value::Null => "-".into(),
+                    _ => "custom".into(),
+                },
+                cell(&a["worker"]["state"]),
+                a["usage"]["input_tokens"]
+                    .as_u64()
+                    .map(|i| {
+                        format!(
+                            "{i} in / {} out",
+                            a["usage"]["output_tokens"].as_u64().unwrap_or(0)
+                        )
+                    })
+                    .unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "No agents yet. Create one: chorus agent create <name>\n".into();
+    }
+    table(
+        &["NAME", "MODEL", "PERMISSIONS", "WORKER", "TOKENS"],
+        &rows,
+        |i, c| {
+            if i == 3 {
+                style.status(c)
+            } else {
+                c.to_string()
+            }
+        },
+    )
+}
+
+pub fn agent(a: &Value, style: Style) -> String {
+    let mut out = format!("{}\n", style.bold(&cell(&a["name"])));
+    let permissions = match &a["permissions"] {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let worker = &a["worker"];
+    let mut worker_line = style.status(&cell(&worker["state"]));
+    if let Some(pid) = worker["pid"].as_u64() {
+        worker_line.push_str(&format!(" (pid {pid}"));
+        worker_line.push_str(&format!(
+            ", {} restarts)",
+            worker["restarts"].as_u64().unwrap_or(0)
+        ));
+    }
+    let idle = match a["effective_idle_timeout_secs"].as_u64() {
+        Some(0) => "never".to_string(),
+        Some(s) => format!("{s} s"),
+        None => "-".into(),
+    };
+    for (key, value) in [
+        ("model", cell(&a["model"])),
+        ("permissions", permissions),
+        ("on ask", cell(&a["on_ask"])),
+        ("network", cell(&a["network"])),
+        ("sandbox", cell(&a["sandbox"])),
+        ("worker", worker_line),
+        ("idle save after", idle),
+        ("workspace", cell(&a["workspace"])),
+        ("created", cell(&a["created_at"])),
+    ] {
+        out.push_str(&format!("  {:<16}{value}\n", format!("{key}:")));
+    }
+    if let Some(exit) = worker["last_exit"].as_str() {
+        out.push_str(&format!("  {:<16}{exit}\n", "last exit:"));
+    }
+    let prompt = a["system_prompt"].as_str().unwrap_or("");
+    if !prompt.is_empty() {
+        out.push_str(&format!(
+            "  {:<16}{}\n",
+            "system prompt:",
+            one_line(prompt, 70)
+        ));
+    }
+    out
+}
+
+pub fn threads(list: &Value, style: Style) -> String {
+    let rows: Vec<Vec<String>> = list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            vec![
+                cell(&t["id"]),
+                cell(&t["status"]),
+                t["step_number"]
+                    .as_u64()
+                    .map_or("-".into(), |n| n.to_string()),
+                t["elapsed_ms"].as_u64().map_or("-".into(), duration_ms),
+                one_line(t["summary"].as_str().unwrap_or(""), 40),
+                one_line(
+                    t["current_step"]
+                        .as_str()
+                        .or(t["error"].as_str())
+                        .unwrap_or(""),
+                    50,
+                ),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "No threads (ended ones leave this list after a while; add --all).\n".into();
+    }
+    table(
+        &["ID", "STATUS", "STEP", "ELAPSED", "SUMMARY", "NOW / ERROR"],
+        &rows,
+        |i, c| {
+            if i == 1 {
+                style.status(c)
+            } else {
+                c.to_string()
+            }
+        },
+    )
+}
+
+pub fn thread(t: &Value, style: Style) -> String {
+    let mut out = format!(
+        "{} {}  {}\n",
+        style.bold(&format!("thread {}", cell(&t["id"]))),
+        style.status(&cell(&t["status"])),
+        t["summary"].as_str().unwrap_or("")
+    );
+    if let Some(from) = t["continued_from"].as_u64() {
+        out.push_str(&format!("  continues thread {from}\n"));
+    }
+    if let Some(error) = t["error"].as_str() {
+        out.push_str(&format!("  {} {error}\n", style.red("error:")));
+    }
+    for m in t["messages"].as_array().into_iter().flatten() {
+        let role = m["role"].as_str().unwrap_or("?");
+        let id = cell(&m["id"]);
+        let content = m["content"].as_str().unwrap_or("");
+        let head = style.dim(&format!("[{id}] {role}"));
+        match role {
+            "tool" => out.push_str(&format!(
+                "{head} {}{}\n",
+                if m["is_error"] == true {
+                    style.red("error: ")
+                } else {
+                    String::new()
+                },
+                one_line(content, 100)
+            )),
+            _ => {
+                let pending = if m["pending"] == true {
+                    " (not seen yet)"
+                } else {
+                    ""
+                };
+                out.push_str(&format!("{head}{pending}\n"));
+                if !content.is_empty() {
+                    for line in content.lines() {
+                        out.push_str(&format!("  {line}\n"));
+                    }
+                }
+                for call in m["tool_calls"].as_array().into_iter().flatten() {
+                    out.push_str(&format!(
+                        "  -> {} {}\n",
+                        cell(&call["name"]),
+                        one_line(call["arguments"].as_str().unwrap_or(""), 90)
+                    ));
+                }
+            }
+        }
+    }
+    if t["next"].is_string() {
+        out.push_str(&style.dim("(more messages: the API pages them with ?after=)\n"));
+    }
+    out
+}
+
+pub fn approvals(list: &Value, style: Style) -> String {
+    let rows: Vec<Vec<String>> = list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| {
+            vec![
+                cell(&a["id"]),
+                cell(&a["agent"]),
+                cell(&a["thread_id"]),
+                cell(&a["tool"]),
+                one_line(
+                    &a["actions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    60,
+                ),
+                cell(&a["expires_at"]),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "No approvals waiting.\n".into();
+    }
+    let mut out = table(
+        &["ID", "AGENT", "THREAD", "TOOL", "WANTS", "EXPIRES"],
+        &rows,
+        |i, c| {
+            if i == 0 { style.bold(c) } else { c.to_string() }
+        },
+    );
+    out.push_str("Answer with: chorus approve <id>  or  chorus deny <id>\n");
+    out
+}
+
+pub fn sessions(history: &Value) -> String {
+    let rows: Vec<Vec<String>> = history["sessions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            vec![
+                cell(&s["id"]),
+                cell(&s["saved_at"]),
+                cell(&s["trigger"]),
+                cell(&s["message_count"]),
+                one_line(s["description"].as_str().unwrap_or(""), 60),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "No saved sessions.\n".into();
+    }
+    table(
+        &["ID", "SAVED", "TRIGGER", "MESSAGES", "DESCRIPTION"],
+        &rows,
+        |_, c| c.to_string(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const PLAIN: Style = Style { color: false };
+
+    #[test]
+    fn colour_only_on_a_terminal_that_did_not_opt_out() {
+        assert!(Style::for_terminal(true, false).color);
+        assert!(!Style::for_terminal(false, false).color);
+        assert!(!Style::for_terminal(true, true).color);
+        assert_eq!(PLAIN.status("failed"), "failed");
+        assert_eq!(
+            Style { color: true }.status("failed"),
+            "\x1b[31mfailed\x1b[0m"
+        );
+    }
+
+    #[test]
+    fn a_thread_list_is_an_aligned_table() {
+        let list = json!([
+            {"id": 1, "status": "running", "step_number": 3, "elapsed_ms": 65_000,
+             "summary": "Refactor the auth module", "current_step": "Calling model"},
+            {"id": 12, "status": "failed", "step_number": null, "elapsed_ms": 500,
+             "summary": "x", "current_step": null, "error": "the model refused"},
+        ]);
+        assert_eq!(
+            threads(&list, PLAIN),
+            "ID  STATUS   STEP  ELAPSED    SUMMARY                   NOW / ERROR\n\
+             1   running  3     1 min 5 s  Refactor the auth module  Calling model\n\
+             12  failed   -     0.5 s      x                         the model refused\n"
+        );
+        assert!(threads(&json!([]), PLAIN).starts_with("No threads"));
+    }
+
+    #[test]
+    fn long_text_is_cut_to_one_line() {
+        assert_eq!(one_line("first\nsecond", 20), "first …");
+        assert_eq!(one_line("abcdef", 4), "abc…");
+        assert_eq!(one_line("", 4), "");
+    }
+
+    #[test]
+    fn a_coloured_table_aligns_on_the_text_not_the_codes() {
+        let list = json!([
+            {"id": 1, "status": "failed", "summary": "a"},
+            {"id": 2, "status": "completed", "summary": "b"},
+        ]);
+        let plain = threads(&list, PLAIN);
+        let coloured = threads(&list, Style { color: true });
+        let stripped = coloured
+            .replace("\x1b[31m", "")
+            .replace("\x1b[32m", "")
+            .replace("\x1b[0m", "");
+        assert_eq!(stripped, plain);
+    }
+}

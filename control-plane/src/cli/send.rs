@@ -1,0 +1,237 @@
+//! `chorus send`: posts a message and follows its thread live on the feed until it
+//! ends, answering approvals at the prompt.
+
+use std::io::{IsTerminal, Write};
+use std::time::Instant;
+
+use anyhow::bail;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::client::Client;
+use super::follow::{Action, Follow};
+use super::render::{Style, duration_ms};
+use super::sse::SseParser;
+
+/// How many times a dropped event stream is opened again before giving up.
+const RECONNECTS: u32 = 5;
+
+pub struct SendOptions<'a> {
+    pub agent: &'a str,
+    pub text: &'a str,
+    pub reply_to: Option<u64>,
+    pub no_wait: bool,
+    pub json: bool,
+    pub style: Style,
+}
+
+/// Whether the thread completed (exit 0) or not (the reason is printed on stderr).
+pub async fn send(client: &Client, options: SendOptions<'_>) -> anyhow::Result<bool> {
+    let agent = options.agent;
+    let events_path = format!("/api/events?agent={agent}");
+    // The stream is open before the message is sent, so no event of its thread is
+    // missed.
+    let mut stream = if options.no_wait {
+        None
+    } else {
+        Some(client.stream(&events_path, None).await?)
+    };
+    let mut body = json!({ "content": options.text });
+    if let Some(reply_to) = options.reply_to {
+        body["reply_to"] = json!(reply_to);
+    }
+    let received = client
+        .post(&format!("/api/agents/{agent}/messages"), &body)
+        .await?;
+    let thread_id = received["thread_id"]
+        .as_u64()
+        .ok_or_else(|| anyhow::anyhow!("chorus answered without a thread id: {received}"))?;
+    let routed = received["routed"].as_str().unwrap_or("new");
+    let mut out = std::io::stdout();
+    if options.json {
+        writeln!(out, "{}", json!({"kind": "received", "data": received}))?;
+    } else {
+        writeln!(
+            out,
+            "{}",
+            options
+                .style
+                .bold(&format!("thread {thread_id} ({routed})"))
+        )?;
+    }
+    let Some(response) = stream.take() else {
+        return Ok(true);
+    };
+
+    let started = Instant::now();
+    let mut follow = Follow::new(thread_id, options.style);
+    let interactive = !options.json && std::io::stdin().is_terminal();
+    let mut answers = interactive.then(stdin_lines);
+    let mut waiting: Option<String> = None;
+    let mut last_id: Option<String> = None;
+    let mut reconnects = 0;
+    let mut parser = SseParser::default();
+    let mut chunks = response.bytes_stream();
+    loop {
+        let next = tokio::select! {
+            chunk = chunks.next() => Input::Chunk(chunk.map(|r| r.map(|b| b.to_vec()))),
+            line = recv(&mut answers), if waiting.is_some() => Input::Line(line),
+        };
+        let chunk = match next {
+            Input::Line(line) => {
+                let Some(id) = waiting.clone() else { continue };
+                let Some(line) = line else {
+                    answers = None; // stdin closed: answer elsewhere
+                    continue;
+                };
+                let decision = match line.trim().to_ascii_lowercase().as_str() {
+                    "y" | "yes" => "approve",
+                    "n" | "no" => "deny",
+                    _ => {
+                        eprint!("Please answer y or n: ");
+                        continue;
+                    }
+                };
+                match client
+                    .post(
+                        &format!("/api/approvals/{id}"),
+                        &json!({ "decision": decision }),
+                    )
+                    .await
+                {
+                    Ok(_) => waiting = None,
+                    Err(e) => {
+                        eprintln!("cannot answer: {e}");
+                        waiting = None;
+                    }
+                }
+                continue;
+            }
+            Input::Chunk(chunk) => chunk,
+        };
+        let bytes = match chunk {
+            Some(Ok(bytes)) => bytes,
+            end => {
+                // The stream ended or broke: open it again from the last event seen.
+                if let Some(Err(e)) = end {
+                    tracing::debug!(error = %e, "event stream broke");
+                }
+                reconnects += 1;
+                if reconnects > RECONNECTS {
+                    bail!(
+                        "lost the live feed of thread {thread_id}; it goes on: \
+                         chorus thread show {agent} {thread_id}"
+                    );
+                }
+                let response = client.stream(&events_path, last_id.as_deref()).await?;
+                chunks = response.bytes_stream();
+                parser = SseParser::default();
+                continue;
+            }
+        };
+        for event in parser.push(&bytes) {
+            if event.id.is_some() {
+                last_id = event.id.clone();
+            }
+            let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
+            if event.event == "reset" {
+                // Events were lost: the thread's own state says where it is.
+                let thread = client
+                    .get(&format!("/api/agents/{agent}/threads/{thread_id}"))
+                    .await?;
+                if let Some(status @ ("completed" | "failed" | "killed")) =
+                    thread["status"].as_str()
+                {
+                    return finish(options.json, status, thread["error"].as_str(), started);
+                }
+                continue;
+            }
+            if options.json && data["thread_id"].as_u64() == Some(thread_id) {
+                writeln!(
+                    out,
+                    "{}",
+                    json!({"kind": event.event, "id": event.id, "data": data})
+                )?;
+            }
+            for action in follow.on_event(&event.event, &data) {
+                match action {
+                    Action::Print(text) if !options.json => {
+                        write!(out, "{text}")?;
+                        out.flush()?;
+                    }
+                    Action::Print(_) => {}
+                    Action::Ask {
+                        approval_id,
+                        question,
+                    } => {
+                        if options.json {
+                            continue;
+                        }
+                        if answers.is_some() {
+                            write!(out, "{question}\n  approve? [y/n] ")?;
+                            out.flush()?;
+                            waiting = Some(approval_id);
+                        } else {
+                            writeln!(
+                                out,
+                                "{question}\n  answer with: chorus approve {approval_id}  (or chorus deny {approval_id})"
+                            )?;
+                        }
+                    }
+                    Action::Answered { approval_id } => {
+                        if waiting.as_deref() == Some(approval_id.as_str()) {
+                            waiting = None;
+                            writeln!(out)?;
+                        }
+                    }
+                    Action::Done { status, error } => {
+                        return finish(options.json, &status, error.as_deref(), started);
+                    }
+                }
+            }
+        }
+    }
+}
+
+enum Input {
+    Chunk(Option<reqwest::Result<Vec<u8>>>),
+    Line(Option<String>),
+}
+
+async fn recv(lines: &mut Option<mpsc::UnboundedReceiver<String>>) -> Option<String> {
+    match lines {
+        Some(lines) => lines.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Lines typed at the terminal. A plain thread, not the runtime's blocking pool: a
+/// read that never returns must not hold up the exit.
+fn stdin_lines() -> mpsc::UnboundedReceiver<String> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        while let Ok(n) = std::io::stdin().read_line(&mut line) {
+            if n == 0 || tx.send(std::mem::take(&mut line)).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn finish(json: bool, status: &str, error: Option<&str>, started: Instant) -> anyhow::Result<bool> {
+    let took = duration_ms(started.elapsed().as_millis() as u64);
+    if status == "completed" {
+        if !json {
+            eprintln!("completed in {took}");
+        }
+        return Ok(true);
+    }
+    eprintln!(
+        "thread {status} after {took}{}",
+        error.map(|e| format!(": {e}")).unwrap_or_default()
+    );
+    Ok(false)
+}

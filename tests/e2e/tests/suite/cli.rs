@@ -1,0 +1,344 @@
+//! The terminal client (`chorus agent|send|threads|thread|approvals|approve|deny|
+//! context`) through the real binaries: what a person sees in a pipe and at a real
+//! terminal (a pty), what scripts get with `--json`, and the exit codes.
+
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chorus_test_support::fake_model::{error, text, tool_call};
+use chorus_test_support::{Chorus, FakeOpenAi, bin_path};
+use serde_json::{Value, json};
+
+/// Runs `chorus <args>` against `chorus` with its URL and token, stdout piped (on
+/// the runtime: the fake model answers from this test's runtime meanwhile).
+async fn client(chorus: &Chorus, args: &[&str]) -> Output {
+    tokio::process::Command::new(bin_path("chorus"))
+        .args(args)
+        .env("CHORUS_URL", &chorus.http_url)
+        .env("CHORUS_API_TOKEN", chorus.token())
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("run chorus")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn agents_threads_and_context_from_the_terminal_client() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder().openai_fake(&model).start().await?;
+
+    let created = client(
+        &chorus,
+        &[
+            "agent",
+            "create",
+            "helper",
+            "--system-prompt",
+            "Be brief.",
+            "--json",
+        ],
+    )
+    .await;
+    assert!(created.status.success(), "{}", stderr(&created));
+    let agent: Value = serde_json::from_slice(&created.stdout)?;
+    assert_eq!(agent["name"], "helper");
+    let listed = client(&chorus, &["agent", "list"]).await;
+    let text_out = stdout(&listed);
+    assert!(
+        text_out.starts_with("NAME") && text_out.contains("helper"),
+        "{text_out}"
+    );
+    assert!(
+        !text_out.contains('\x1b'),
+        "no escape codes in a pipe: {text_out:?}"
+    );
+
+    // A run followed live: its steps, its answer, exit 0.
+    model.push(tool_call("c1", "view", json!({"path": "."})));
+    model.push(text("The workspace is empty."));
+    let sent = client(&chorus, &["send", "helper", "What is in the workspace?"]).await;
+    let out = stdout(&sent);
+    assert!(sent.status.success(), "{out}\n{}", stderr(&sent));
+    assert!(out.starts_with("thread 1 (new)\n"), "{out}");
+    assert!(
+        out.contains("-> step 1:") && out.contains("-> step 2:"),
+        "{out}"
+    );
+    assert!(out.contains("The workspace is empty."), "{out}");
+    assert!(!out.contains('\x1b'), "{out:?}");
+    assert!(stderr(&sent).contains("completed in"), "{}", stderr(&sent));
+
+    // Scripts: --json lines parse, the last says how it ended.
+    model.push(text("Second answer."));
+    let sent = client(&chorus, &["send", "helper", "Again", "--json"]).await;
+    assert!(sent.status.success(), "{}", stderr(&sent));
+    let lines: Vec<Value> = stdout(&sent)
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    assert_eq!(lines[0]["kind"], "received");
+    assert_eq!(lines.last().unwrap()["data"]["status"], "completed");
+    let threads = client(&chorus, &["threads", "helper", "--json"]).await;
+    let threads: Value = serde_json::from_slice(&threads.stdout)?;
+    assert_eq!(threads.as_array().map(Vec::len), Some(2));
+    let shown = stdout(&client(&chorus, &["thread", "show", "helper", "1"]).await);
+    assert!(shown.contains("The workspace is empty."), "{shown}");
+
+    // A failed thread: exit 1 and the reason on stderr.
+    model.push(error(
+        400,
+        "invalid_request_error",
+        "the model does not exist",
+    ));
+    let failed = client(&chorus, &["send", "helper", "Break"]).await;
+    assert_eq!(failed.status.code(), Some(1), "{}", stdout(&failed));
+    assert!(
+        stderr(&failed).contains("thread failed") && stderr(&failed).contains("does not exist"),
+        "{}",
+        stderr(&failed)
+    );
+
+    // Context commands.
+    let saved = client(
+        &chorus,
+        &["context", "save", "helper", "--description", "first day"],
+    )
+    .await;
+    assert!(
+        stdout(&saved).starts_with("Saved session "),
+        "{}",
+        stderr(&saved)
+    );
+    let history = client(&chorus, &["context", "history", "helper", "--json"]).await;
+    let history: Value = serde_json::from_slice(&history.stdout)?;
+    assert_eq!(history["sessions"][0]["description"], "first day");
+
+    // Mistakes are explained.
+    let missing = client(&chorus, &["agent", "show", "nobody"]).await;
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(stderr(&missing).contains("nobody"), "{}", stderr(&missing));
+    let refused = Command::new(bin_path("chorus"))
+        .args([
+            "agent",
+            "list",
+            "--url",
+            &chorus.http_url,
+            "--token",
+            "wrong",
+        ])
+        .output()?;
+    assert!(
+        stderr(&refused).contains("token was refused"),
+        "{}",
+        stderr(&refused)
+    );
+    let nobody_home = Command::new(bin_path("chorus"))
+        .args([
+            "agent",
+            "list",
+            "--url",
+            "http://127.0.0.1:9",
+            "--token",
+            "t",
+        ])
+        .output()?;
+    assert!(
+        stderr(&nobody_home).contains("is `chorus serve` running?"),
+        "{}",
+        stderr(&nobody_home)
+    );
+    Ok(())
+}
+
+/// A terminal: the client's stdin, stdout and stderr on a pty; what it prints is
+/// collected from the other end.
+struct Terminal {
+    child: std::process::Child,
+    input: std::fs::File,
+    screen: Arc<Mutex<String>>,
+}
+
+impl Terminal {
+    fn spawn(chorus: &Chorus, args: &[&str]) -> anyhow::Result<Terminal> {
+        let pty = nix::pty::openpty(None, None)?;
+        let slave: OwnedFd = pty.slave;
+        let child = Command::new(bin_path("chorus"))
+            .args(args)
+            .env("CHORUS_URL", &chorus.http_url)
+            .env("CHORUS_API_TOKEN", chorus.token())
+            .env_remove("NO_COLOR")
+            .stdin(Stdio::from(slave.try_clone()?))
+            .stdout(Stdio::from(slave.try_clone()?))
+            .stderr(Stdio::from(slave))
+            .spawn()?;
+        let master = std::fs::File::from(pty.master);
+        let input = master.try_clone()?;
+        let screen = Arc::new(Mutex::new(String::new()));
+        let collected = screen.clone();
+        std::thread::spawn(move || {
+            let mut master = master;
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = master.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                collected
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Ok(Terminal {
+            child,
+            input,
+            screen,
+        })
+    }
+
+    fn screen(&self) -> String {
+        self.screen.lock().unwrap().clone()
+    }
+
+    async fn wait_for(&self, what: &str) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.screen().contains(what) {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "no {what:?} on the screen:\n{}",
+                self.screen()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    fn type_line(&mut self, line: &str) -> anyhow::Result<()> {
+        self.input.write_all(format!("{line}\n").as_bytes())?;
+        Ok(())
+    }
+
+    async fn exit_code(mut self) -> anyhow::Result<(Option<i32>, String)> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                // What it printed last has reached the master by now.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                return Ok((status.code(), self.screen()));
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "still running:\n{}",
+                self.screen()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_approval_is_answered_at_the_terminal_prompt() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder().openai_fake(&model).start().await?;
+    chorus
+        .create_agent_with(json!({
+            "name": "careful",
+            "permissions": {"allow": ["tool:view:.*"], "ask": ["tool:create_file:.*"]},
+        }))
+        .await?;
+
+    // y: the file is written and the thread completes.
+    model.push(tool_call(
+        "c1",
+        "create_file",
+        json!({"path": "plan.md", "content": "1"}),
+    ));
+    model.push(text("Written."));
+    let mut terminal = Terminal::spawn(&chorus, &["send", "careful", "write the plan"])?;
+    terminal.wait_for("approve? [y/n]").await?;
+    assert!(terminal.screen().contains("tool:create_file:plan.md"));
+    terminal.type_line("y")?;
+    let (code, screen) = terminal.exit_code().await?;
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(
+        screen.contains("approved by api") && screen.contains("Written."),
+        "{screen}"
+    );
+    assert!(
+        screen.contains('\x1b'),
+        "a terminal gets colour: {screen:?}"
+    );
+    assert!(
+        chorus
+            .agent_dir("careful")
+            .join("workspace/plan.md")
+            .exists()
+    );
+
+    // n: the model hears it was denied, and the file is not written.
+    model.push(tool_call(
+        "c2",
+        "create_file",
+        json!({"path": "other.md", "content": "2"}),
+    ));
+    model.push(text("Understood, not writing it."));
+    let mut terminal = Terminal::spawn(&chorus, &["send", "careful", "write another"])?;
+    terminal.wait_for("approve? [y/n]").await?;
+    terminal.type_line("n")?;
+    let (code, screen) = terminal.exit_code().await?;
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(screen.contains("denied by api"), "{screen}");
+    assert!(
+        !chorus
+            .agent_dir("careful")
+            .join("workspace/other.md")
+            .exists()
+    );
+
+    // The approvals list and `chorus approve` work from a pipe too.
+    model.push(tool_call(
+        "c3",
+        "create_file",
+        json!({"path": "third.md", "content": "3"}),
+    ));
+    model.push(text("Third written."));
+    let waiting = client(
+        &chorus,
+        &["send", "careful", "a third", "--no-wait", "--json"],
+    )
+    .await;
+    assert!(waiting.status.success(), "{}", stderr(&waiting));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let id = loop {
+        let list: Value =
+            serde_json::from_slice(&client(&chorus, &["approvals", "--json"]).await.stdout)?;
+        if let Some(id) = list[0]["id"].as_str() {
+            break id.to_string();
+        }
+        anyhow::ensure!(Instant::now() < deadline, "no approval listed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let listed = stdout(&client(&chorus, &["approvals"]).await);
+    assert!(
+        listed.contains(&id) && listed.contains("chorus approve <id>"),
+        "{listed}"
+    );
+    let approved = client(&chorus, &["approve", &id]).await;
+    assert!(approved.status.success(), "{}", stderr(&approved));
+    let thread = chorus
+        .wait_thread_finished("careful", 3, Duration::from_secs(20))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    Ok(())
+}
