@@ -27,6 +27,15 @@ struct Cli {
 enum Command {
     /// Run the control plane: HTTP API, worker endpoint and one worker per agent.
     Serve(ServeArgs),
+    /// Say which model providers are usable and why not, the default model, where the
+    /// data and listeners are, and what to set next.
+    #[command(
+        visible_alias = "doctor",
+        after_help = "Examples:\n  chorus status\n  OPENAI_API_KEY=sk-… chorus status --config ./chorus.toml\n\n\
+            Reads the same settings as chorus serve (flags, CHORUS_* and provider variables,\n\
+            chorus.toml), checks each provider once, and exits 1 when none is usable."
+    )]
+    Status(ServeArgs),
     /// Inspect permission profiles.
     #[command(subcommand)]
     Permissions(PermissionsCommand),
@@ -69,9 +78,11 @@ fn main() -> std::process::ExitCode {
 
 /// `Ok(false)`: a failure already explained on stderr.
 async fn run(cli: Cli) -> anyhow::Result<bool> {
-    if let Command::Client(command) = cli.command {
-        // A client: none of the server's logging.
-        return cli::run(command).await;
+    match cli.command {
+        // Clients: none of the server's logging.
+        Command::Client(command) => return cli::run(command).await,
+        Command::Status(args) => return status(args).await,
+        _ => {}
     }
     telemetry::init();
     match cli.command {
@@ -110,8 +121,17 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             explain(&profile, &action)?;
             Ok(true)
         }
-        Command::Client(_) => unreachable!("handled above"),
+        Command::Client(_) | Command::Status(_) => unreachable!("handled above"),
     }
+}
+
+/// `chorus status`: exit 0 when a model provider is usable.
+async fn status(args: ServeArgs) -> anyhow::Result<bool> {
+    let (file, _) = config::load_file(args.config.as_deref())?;
+    let settings = Settings::resolve(args, file, |name| std::env::var(name).ok())?;
+    let diagnosis = chorus_control_plane::doctor::status(&settings).await;
+    print!("{}", diagnosis.render());
+    Ok(diagnosis.usable())
 }
 
 fn explain(profile: &str, action: &str) -> anyhow::Result<()> {

@@ -89,8 +89,18 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     // Discovery runs beside start-up; whoever needs the catalogue first waits for it.
     let discovery = {
         let catalog = catalog.clone();
+        let settings = settings.clone();
         tokio::spawn(async move {
-            catalog.refresh().await;
+            let snapshot = catalog.refresh().await;
+            // One block for whoever starts chorus: what is usable, what to set next.
+            let mut diagnosis = crate::doctor::diagnosis_from(
+                &settings,
+                &snapshot,
+                crate::doctor::discord_token_set(),
+            );
+            diagnosis.http_addr = http_addr;
+            diagnosis.grpc_addr = grpc_addr;
+            eprint!("{}", diagnosis.render());
         })
     };
     // Generations continue from the last one recorded: tasks are keyed by them.

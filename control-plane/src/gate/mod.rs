@@ -308,6 +308,13 @@ impl ToolGate {
                 approval_id: id.clone(),
             },
         );
+        tracing::info!(
+            agent = %check.agent,
+            thread_id,
+            tool = %check.call.name,
+            actions = %actions.join(", "),
+            "approval {id} waiting: answer with chorus approve {id} (or chorus deny {id})"
+        );
         self.runs.publish_approval(
             &check.agent,
             thread_id,
@@ -327,6 +334,13 @@ impl ToolGate {
             }),
             Outcome::Expired => json!({"approval_id": id, "outcome": "expired"}),
         };
+        tracing::info!(
+            agent = %check.agent,
+            thread_id,
+            outcome = %answered["outcome"].as_str().unwrap_or("answered"),
+            by = answered["by"].as_str().unwrap_or("-"),
+            "approval {id} answered"
+        );
         self.runs
             .publish(&check.agent, thread_id, "approval_answered", answered);
         self.runs.set_waiting(&check.agent, thread_id, false).await;

@@ -115,6 +115,19 @@ pub fn resolve_in(snapshot: &CatalogSnapshot, model: &str) -> Result<ModelRoute,
             return Ok(route(kind, name));
         }
     }
+    // No list has it, and the one provider there is (local servers nobody runs do
+    // not count) could not list its models: send it there rather than refuse (a
+    // compatible server that has no model list, say).
+    let candidates: Vec<(ProviderKind, &ProviderModels)> = ALL_PROVIDERS
+        .into_iter()
+        .filter_map(|kind| listed(kind).map(|entry| (kind, entry)))
+        .filter(|(kind, entry)| !kind.is_local() || entry.reachable)
+        .collect();
+    if let [(kind, entry)] = candidates.as_slice()
+        && entry.models.is_empty()
+    {
+        return Ok(route(*kind, model));
+    }
     let known: Vec<String> = ALL_PROVIDERS
         .into_iter()
         .filter_map(|kind| listed(kind).map(|entry| (kind, entry)))
@@ -171,7 +184,8 @@ fn find<'a>(kind: ProviderKind, models: &'a [String], wanted: &str) -> Option<&'
 pub struct Catalog {
     endpoints: Vec<ProviderEndpoint>,
     http: reqwest::Client,
-    cache_path: PathBuf,
+    /// Where the catalogue is kept between starts (`None`: a one-off check).
+    cache_path: Option<PathBuf>,
     snapshot: RwLock<CatalogSnapshot>,
     refreshed: watch::Sender<bool>,
     refreshing: tokio::sync::Mutex<()>,
@@ -200,11 +214,19 @@ impl Catalog {
         Catalog {
             endpoints,
             http,
-            cache_path,
+            cache_path: Some(cache_path),
             snapshot: RwLock::new(snapshot),
             refreshed: watch::Sender::new(false),
             refreshing: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// A catalogue that reads and writes no cache (`chorus status`: a one-off check).
+    pub fn uncached(endpoints: Vec<ProviderEndpoint>) -> Self {
+        let mut catalog = Catalog::new(endpoints, PathBuf::new());
+        catalog.cache_path = None;
+        catalog.snapshot = RwLock::new(CatalogSnapshot::default());
+        catalog
     }
 
     pub fn endpoint(&self, provider: &str) -> Option<&ProviderEndpoint> {
@@ -280,8 +302,10 @@ impl Catalog {
             };
             next.providers.insert(name, entry);
         }
-        if let Err(e) = write_cache(&self.cache_path, &next) {
-            tracing::warn!(path = %self.cache_path.display(), error = %e, "cannot write the model cache");
+        if let Some(path) = &self.cache_path
+            && let Err(e) = write_cache(path, &next)
+        {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write the model cache");
         }
         *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = next.clone();
         self.refreshed.send_replace(true);
@@ -469,6 +493,34 @@ mod tests {
     fn resolved(s: &CatalogSnapshot, model: &str) -> (String, String) {
         let route = resolve_in(s, model).unwrap();
         (route.provider, route.model)
+    }
+
+    #[test]
+    fn a_bare_name_goes_to_the_only_provider_when_it_cannot_list_models() {
+        let unlisted = ProviderModels {
+            valid: false,
+            base_url: String::new(),
+            models: Vec::new(),
+            error: Some("http://x/v1/models answered 404".into()),
+            reachable: true,
+            checked_at: String::new(),
+        };
+        let mut s = snapshot(&[("ollama", &[]), ("lmstudio", &[])]);
+        s.providers.insert("openai".into(), unlisted.clone());
+        assert_eq!(
+            resolved(&s, "my-model"),
+            ("openai".to_string(), "my-model".to_string()),
+            "local servers nobody runs do not count"
+        );
+        // Two that could answer: the name is not guessed.
+        s.providers.insert("anthropic".into(), unlisted);
+        assert!(resolve_in(&s, "my-model").is_err());
+        // One that lists models but not this one: refused as unknown.
+        let s = snapshot(&[("openai", &["gpt-4o"])]);
+        assert!(matches!(
+            resolve_in(&s, "my-model"),
+            Err(ResolveError::Unknown { .. })
+        ));
     }
 
     #[test]

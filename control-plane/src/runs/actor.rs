@@ -675,7 +675,7 @@ impl AgentActor {
                 attempt.stalled,
             )
             .await?;
-        tracing::info!(agent = %agent.name, thread_id = thread.id, run_id = %run.run_id, attempt = attempt.number, "run queued");
+        tracing::debug!(agent = %agent.name, thread_id = thread.id, run_id = %run.run_id, attempt = attempt.number, "run queued");
         let span = tracing::info_span!(
             "run",
             agent = %agent.name,
@@ -731,7 +731,7 @@ impl AgentActor {
             {
                 tracing::error!(%run_id, error = %e, "cannot record that a run started");
             }
-            tracing::debug!(agent = %self.agent, generation, "run delivered");
+            tracing::info!(agent = %self.agent, thread_id = run.thread_id, attempt = run.assignment.attempt, generation, "run started");
         }
     }
 
@@ -985,7 +985,7 @@ impl AgentActor {
                 status = status.as_str(),
                 failure_kind = failure.map(|f| f.kind.as_str()),
                 error = failure.map(|f| f.message.as_str()),
-                "run finished"
+                "run ended"
             )
         });
         let run_status = match status {

@@ -342,3 +342,155 @@ async fn an_approval_is_answered_at_the_terminal_prompt() -> anyhow::Result<()> 
     assert_eq!(thread["status"], "completed", "{thread:#}");
     Ok(())
 }
+
+#[tokio::test]
+async fn the_server_log_says_what_agents_do_in_one_line_each() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder().openai_fake(&model).start().await?;
+    chorus
+        .create_agent_with(json!({
+            "name": "careful",
+            "permissions": {"allow": ["tool:view:.*"], "ask": ["tool:create_file:.*"]},
+        }))
+        .await?;
+    model.push(tool_call(
+        "c1",
+        "create_file",
+        json!({"path": "plan.md", "content": "1"}),
+    ));
+    model.push(text("Written."));
+    let id = chorus.send_message("careful", "write the plan").await?;
+    chorus
+        .wait_thread("careful", id, Duration::from_secs(20), |t| {
+            t["status"] == "waiting_for_permission"
+        })
+        .await?;
+    let approvals: Value =
+        serde_json::from_slice(&client(&chorus, &["approvals", "--json"]).await.stdout)?;
+    let approval = approvals[0]["id"].as_str().unwrap().to_string();
+    assert!(
+        client(&chorus, &["approve", &approval])
+            .await
+            .status
+            .success()
+    );
+    chorus
+        .wait_thread_finished("careful", id, Duration::from_secs(20))
+        .await?;
+
+    let log = chorus.output();
+    let line = |needle: &str| {
+        log.lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle:?} in:\n{log}"))
+            .to_string()
+    };
+    // The start block: providers and what to do next.
+    assert!(line("openai      usable: 1 model at").contains("usable"));
+    assert!(line("next:").contains("chorus agent create"));
+    // One line each, with the agent and the thread.
+    let started = line("run started");
+    assert!(
+        started.contains("agent=careful") && started.contains("thread_id=1"),
+        "{started}"
+    );
+    let waiting = line(&format!("approval {approval} waiting"));
+    assert!(
+        waiting.contains(&format!("chorus approve {approval}")),
+        "{waiting}"
+    );
+    assert!(line(&format!("approval {approval} answered")).contains("outcome=approved"));
+    let ended = line("run ended");
+    assert!(
+        ended.contains("thread_id=1") && ended.contains("completed"),
+        "{ended}"
+    );
+    Ok(())
+}
+
+/// `chorus status` with only the given variables (no keys of this machine's).
+async fn status(vars: &[(&str, &str)]) -> anyhow::Result<(Option<i32>, String)> {
+    let mut command = tokio::process::Command::new(bin_path("chorus"));
+    command
+        .arg("status")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        // Nothing runs here, and no local model server answers.
+        .env("CHORUS_HTTP_ADDR", "127.0.0.1:9")
+        .env("OLLAMA_BASE_URL", "http://127.0.0.1:9")
+        .env("LMSTUDIO_BASE_URL", "http://127.0.0.1:9");
+    for (name, value) in vars {
+        command.env(name, value);
+    }
+    let output = command.output().await?;
+    Ok((output.status.code(), stdout(&output)))
+}
+
+#[tokio::test]
+async fn status_says_which_providers_are_usable_and_what_to_set_next() -> anyhow::Result<()> {
+    let (code, text) = status(&[]).await?;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("openai      not configured (set OPENAI_API_KEY)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("next:           no usable model provider: set OPENAI_API_KEY"),
+        "{text}"
+    );
+    assert!(text.contains("not running"), "{text}");
+
+    let model = FakeOpenAi::start().await;
+    let (code, text) = status(&[
+        ("OPENAI_BASE_URL", &model.base_url()),
+        ("OPENAI_API_KEY", "sk-bad-key"),
+    ])
+    .await?;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("openai      refused: the key was refused (401")
+            && text.contains("OPENAI_API_KEY"),
+        "{text}"
+    );
+
+    let (code, text) = status(&[
+        ("OPENAI_BASE_URL", &model.base_url()),
+        ("OPENAI_API_KEY", "sk-good"),
+    ])
+    .await?;
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("openai      usable: 1 model at"), "{text}");
+    assert!(
+        text.contains("no default model: set CHORUS_DEFAULT_MODEL (e.g. fake-model)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("chorus is not running at http://127.0.0.1:9: start it with chorus serve"),
+        "{text}"
+    );
+
+    // Against a running chorus, with a default model: ready.
+    let chorus = Chorus::builder().openai_fake(&model).start().await?;
+    let addr = chorus.http_url.trim_start_matches("http://").to_string();
+    let (code, text) = status(&[
+        ("OPENAI_BASE_URL", &model.base_url()),
+        ("OPENAI_API_KEY", "sk-good"),
+        ("CHORUS_DEFAULT_MODEL", "fake-model"),
+        ("CHORUS_HTTP_ADDR", &addr),
+    ])
+    .await?;
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("default model:  fake-model (via openai/fake-model)"),
+        "{text}"
+    );
+    assert!(text.contains("; running"), "{text}");
+    assert!(text.contains("next:           ready:"), "{text}");
+    // `doctor` is the same command.
+    let doctor = tokio::process::Command::new(bin_path("chorus"))
+        .args(["doctor", "--help"])
+        .output()
+        .await?;
+    assert!(stdout(&doctor).contains("chorus status"));
+    Ok(())
+}

@@ -1,0 +1,341 @@
+//! What a first run needs to know (`chorus status`, and the block `chorus serve`
+//! prints at start): which model providers are usable and why not, the default
+//! model, where the data and the listeners are, whether Discord is on, and what to
+//! set next. `Diagnosis` is gathered once (`diagnose`); turning it into text and
+//! advice is pure.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use crate::config::Settings;
+use crate::providers::catalog::{Catalog, CatalogSnapshot, resolve_in};
+use crate::providers::{ALL_PROVIDERS, ProviderKind};
+
+/// How one provider stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderState {
+    /// Nothing configures it (no key; a local server not asked for).
+    NotConfigured,
+    /// It answered with its models.
+    Usable { models: usize, base_url: String },
+    /// Configured, but its check failed: why, and whether the server answered.
+    Failed { error: String, reachable: bool },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnosis {
+    pub data_dir: PathBuf,
+    pub http_addr: SocketAddr,
+    pub grpc_addr: SocketAddr,
+    pub providers: Vec<(ProviderKind, ProviderState)>,
+    pub default_model: Option<String>,
+    /// Where the default model goes (`provider/model`), or why it cannot be used.
+    pub default_route: Option<Result<String, String>>,
+    /// A model a usable provider lists, to suggest.
+    pub example_model: Option<String>,
+    /// Whether `DISCORD_TOKEN` is set (this build has no Discord front end yet).
+    pub discord_token: bool,
+    /// `chorus status` only: whether a Chorus answers at the HTTP address.
+    pub server_running: Option<bool>,
+}
+
+/// Whether `DISCORD_TOKEN` is set (and not empty).
+pub fn discord_token_set() -> bool {
+    std::env::var_os("DISCORD_TOKEN").is_some_and(|v| !v.is_empty())
+}
+
+/// `chorus status`: the diagnosis for these settings, and whether a Chorus answers
+/// at their HTTP address.
+pub async fn status(settings: &Settings) -> Diagnosis {
+    let catalog = Catalog::uncached(settings.providers.clone());
+    let mut diagnosis = diagnose(settings, &catalog, discord_token_set()).await;
+    let health = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(2))
+        .build()
+        .ok();
+    let running = match health {
+        Some(http) => http
+            .get(format!("http://{}/healthz", settings.http_addr))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success()),
+        None => false,
+    };
+    diagnosis.server_running = Some(running);
+    diagnosis
+}
+
+/// Checks every provider the settings configure (once, in parallel) and gathers
+/// the rest from the settings and the environment.
+pub async fn diagnose(settings: &Settings, catalog: &Catalog, discord_token: bool) -> Diagnosis {
+    let snapshot = catalog.refresh().await;
+    diagnosis_from(settings, &snapshot, discord_token)
+}
+
+/// The diagnosis for a catalogue already checked (pure).
+pub fn diagnosis_from(
+    settings: &Settings,
+    snapshot: &CatalogSnapshot,
+    discord_token: bool,
+) -> Diagnosis {
+    let providers = ALL_PROVIDERS
+        .into_iter()
+        .map(|kind| {
+            let state = match snapshot.providers.get(kind.name()) {
+                None => ProviderState::NotConfigured,
+                Some(p) if p.valid => ProviderState::Usable {
+                    models: p.models.len(),
+                    base_url: p.base_url.clone(),
+                },
+                Some(p) => ProviderState::Failed {
+                    error: p.error.clone().unwrap_or_else(|| "no answer".into()),
+                    reachable: p.reachable,
+                },
+            };
+            (kind, state)
+        })
+        .collect();
+    let example_model = ALL_PROVIDERS.into_iter().find_map(|kind| {
+        let p = snapshot.providers.get(kind.name()).filter(|p| p.valid)?;
+        let model = p.models.first()?;
+        Some(if kind.is_local() {
+            format!("{}/{model}", kind.name())
+        } else {
+            model.clone()
+        })
+    });
+    Diagnosis {
+        data_dir: settings.data_dir.clone(),
+        http_addr: settings.http_addr,
+        grpc_addr: settings.grpc_addr,
+        providers,
+        default_route: settings.default_model.as_ref().map(|model| {
+            resolve_in(snapshot, model)
+                .map(|route| format!("{}/{}", route.provider, route.model))
+                .map_err(|e| e.to_string())
+        }),
+        default_model: settings.default_model.clone(),
+        example_model,
+        discord_token,
+        server_running: None,
+    }
+}
+
+impl Diagnosis {
+    pub fn usable(&self) -> bool {
+        self.providers
+            .iter()
+            .any(|(_, state)| matches!(state, ProviderState::Usable { .. }))
+    }
+
+    /// What to do next, most basic first.
+    pub fn next_steps(&self) -> Vec<String> {
+        let mut steps = Vec::new();
+        if !self.usable() {
+            steps.push(
+                "no usable model provider: set OPENAI_API_KEY, ANTHROPIC_API_KEY or \
+                 OPENROUTER_API_KEY (or OPENAI_BASE_URL for a local OpenAI-compatible server), \
+                 or start Ollama or LM Studio; then restart chorus"
+                    .to_string(),
+            );
+        }
+        match (&self.default_model, &self.default_route) {
+            (None, _) if self.usable() => steps.push(format!(
+                "no default model: set CHORUS_DEFAULT_MODEL{} or give each agent one \
+                 (chorus agent create <name> --model <model>)",
+                self.example_model
+                    .as_ref()
+                    .map(|m| format!(" (e.g. {m})"))
+                    .unwrap_or_default()
+            )),
+            (Some(model), Some(Err(why))) if self.usable() => {
+                steps.push(format!("the default model '{model}' cannot be used: {why}"))
+            }
+            _ => {}
+        }
+        if self.server_running == Some(false) {
+            steps.push(format!(
+                "chorus is not running at http://{}: start it with chorus serve",
+                self.http_addr
+            ));
+        }
+        if steps.is_empty() {
+            steps.push(
+                "ready: chorus agent create <name>, then chorus send <name> \"<what to do>\""
+                    .to_string(),
+            );
+        }
+        steps
+    }
+
+    /// The block `chorus status` and `chorus serve` print.
+    pub fn render(&self) -> String {
+        let mut out = format!("Chorus {}\n", env!("CARGO_PKG_VERSION"));
+        out.push_str(&format!("  data dir:       {}\n", self.data_dir.display()));
+        out.push_str(&format!(
+            "  listening:      http://{} (API), {} (workers){}\n",
+            self.http_addr,
+            self.grpc_addr,
+            match self.server_running {
+                Some(true) => "; running",
+                Some(false) => "; not running",
+                None => "",
+            }
+        ));
+        out.push_str(&format!(
+            "  discord:        {}\n",
+            if self.discord_token {
+                "off: DISCORD_TOKEN is set, but this build has no Discord front end yet"
+            } else {
+                "off (this build has no Discord front end yet)"
+            }
+        ));
+        out.push_str("  providers:\n");
+        for (kind, state) in &self.providers {
+            let line = match state {
+                ProviderState::NotConfigured => format!(
+                    "not configured (set {})",
+                    kind.key_env().unwrap_or(kind.base_env())
+                ),
+                ProviderState::Usable { models, base_url } => {
+                    let plural = if *models == 1 { "" } else { "s" };
+                    format!("usable: {models} model{plural} at {base_url}")
+                }
+                ProviderState::Failed { error, reachable } => format!(
+                    "{}: {error}",
+                    if *reachable { "refused" } else { "unreachable" }
+                ),
+            };
+            out.push_str(&format!("    {:<12}{line}\n", kind.name()));
+        }
+        let default = match (&self.default_model, &self.default_route) {
+            (None, _) => "none".to_string(),
+            (Some(model), Some(Ok(route))) => format!("{model} (via {route})"),
+            (Some(model), Some(Err(_))) => format!("{model} (cannot be used)"),
+            (Some(model), None) => model.clone(),
+        };
+        out.push_str(&format!("  default model:  {default}\n"));
+        for (i, step) in self.next_steps().iter().enumerate() {
+            let head = if i == 0 {
+                "  next:           "
+            } else {
+                "                  "
+            };
+            out.push_str(&format!("{head}{step}\n"));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::catalog::ProviderModels;
+
+    fn diagnosis(providers: &[(&str, ProviderModels)], default_model: Option<&str>) -> Diagnosis {
+        let snapshot = CatalogSnapshot {
+            refreshed_at: None,
+            providers: providers
+                .iter()
+                .map(|(name, p)| (name.to_string(), p.clone()))
+                .collect(),
+        };
+        let mut settings = Settings::resolve(
+            crate::config::ServeArgs::default(),
+            crate::config::FileSettings::default(),
+            |_| None,
+        )
+        .unwrap();
+        settings.default_model = default_model.map(str::to_string);
+        diagnosis_from(&settings, &snapshot, false)
+    }
+
+    fn provider(
+        valid: bool,
+        models: &[&str],
+        error: Option<&str>,
+        reachable: bool,
+    ) -> ProviderModels {
+        ProviderModels {
+            valid,
+            base_url: "http://127.0.0.1:9/v1".into(),
+            models: models.iter().map(|m| m.to_string()).collect(),
+            error: error.map(str::to_string),
+            reachable,
+            checked_at: "2026-11-23T00:00:00.000Z".into(),
+        }
+    }
+
+    #[test]
+    fn with_no_provider_it_says_what_to_set() {
+        let d = diagnosis(&[], None);
+        let text = d.render();
+        assert!(
+            text.contains("openai      not configured (set OPENAI_API_KEY)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ollama      not configured (set OLLAMA_BASE_URL)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("next:           no usable model provider: set OPENAI_API_KEY"),
+            "{text}"
+        );
+        assert!(!d.usable());
+    }
+
+    #[test]
+    fn a_refused_key_is_named_with_the_providers_words() {
+        let refused = provider(
+            false,
+            &[],
+            Some("the key was refused (401: bad key); check OPENAI_API_KEY"),
+            true,
+        );
+        let d = diagnosis(&[("openai", refused)], Some("gpt-4o"));
+        let text = d.render();
+        assert!(
+            text.contains("openai      refused: the key was refused (401: bad key)"),
+            "{text}"
+        );
+        assert!(text.contains("no usable model provider"), "{text}");
+        let down = provider(
+            false,
+            &[],
+            Some("cannot reach http://127.0.0.1:11434 (OLLAMA_BASE_URL)"),
+            false,
+        );
+        let text = diagnosis(&[("ollama", down)], None).render();
+        assert!(
+            text.contains("ollama      unreachable: cannot reach"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_working_provider_leads_to_a_default_model_then_to_an_agent() {
+        let ok = provider(true, &["fake-model", "other"], None, true);
+        let d = diagnosis(&[("openai", ok.clone())], None);
+        assert_eq!(
+            d.next_steps(),
+            [
+                "no default model: set CHORUS_DEFAULT_MODEL (e.g. fake-model) or give each agent one \
+              (chorus agent create <name> --model <model>)"
+            ]
+        );
+        let d = diagnosis(&[("openai", ok.clone())], Some("fake-model"));
+        let text = d.render();
+        assert!(text.contains("openai      usable: 2 models at"), "{text}");
+        assert!(
+            text.contains("default model:  fake-model (via openai/fake-model)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("next:           ready: chorus agent create"),
+            "{text}"
+        );
+        let d = diagnosis(&[("openai", ok)], Some("no-such-model"));
+        assert!(d.next_steps()[0].starts_with("the default model 'no-such-model' cannot be used"));
+    }
+}
