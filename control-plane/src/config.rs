@@ -537,6 +537,16 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_example_settings_file_is_valid() {
+        let file: FileSettings =
+            toml::from_str(include_str!("../../chorus.example.toml")).expect("chorus.example.toml");
+        let s = Settings::resolve(ServeArgs::default(), file, |_| None).unwrap();
+        assert_eq!(s.default_model.as_deref(), Some("claude-sonnet-4-5"));
+        assert_eq!(s.threads.stuck_after, Duration::from_secs(900));
+        assert_eq!(s.context.idle_timeout, Some(Duration::from_secs(1800)));
+    }
     use std::collections::HashMap;
 
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {

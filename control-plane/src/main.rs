@@ -26,6 +26,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the control plane: HTTP API, worker endpoint and one worker per agent.
+    #[command(
+        after_help = "Examples:\n  OPENAI_API_KEY=sk-… CHORUS_DEFAULT_MODEL=gpt-4o-mini chorus serve\n  chorus serve --config ./chorus.toml --http-addr 0.0.0.0:8080"
+    )]
     Serve(ServeArgs),
     /// Say which model providers are usable and why not, the default model, where the
     /// data and listeners are, and what to set next.
@@ -37,8 +40,16 @@ enum Command {
     )]
     Status(ServeArgs),
     /// Inspect permission profiles.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Example:\n  chorus permissions explain standard 'tool:bash:git push'"
+    )]
     Permissions(PermissionsCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Examples:\n  chorus completions bash > ~/.local/share/bash-completion/completions/chorus\n  chorus completions zsh > ~/.zfunc/_chorus"
+    )]
+    Completions { shell: clap_complete::Shell },
     #[command(flatten)]
     Client(ClientCommand),
 }
@@ -46,8 +57,9 @@ enum Command {
 #[derive(Subcommand)]
 enum PermissionsCommand {
     /// Say whether a profile allows, asks for or denies an action, and which rule decides.
-    ///
-    /// Example: chorus permissions explain standard 'tool:bash:git status; rm -rf /'
+    #[command(
+        after_help = "Example:\n  chorus permissions explain standard 'tool:bash:git status; rm -rf /'"
+    )]
     Explain {
         /// A preset (open, standard, locked) or a JSON file with {"allow": [...], "ask": [...]}.
         profile: String,
@@ -82,6 +94,11 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         // Clients: none of the server's logging.
         Command::Client(command) => return cli::run(command).await,
         Command::Status(args) => return status(args).await,
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "chorus", &mut std::io::stdout());
+            return Ok(true);
+        }
         _ => {}
     }
     telemetry::init();
@@ -121,7 +138,9 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             explain(&profile, &action)?;
             Ok(true)
         }
-        Command::Client(_) | Command::Status(_) => unreachable!("handled above"),
+        Command::Client(_) | Command::Status(_) | Command::Completions { .. } => {
+            unreachable!("handled above")
+        }
     }
 }
 
@@ -171,4 +190,33 @@ fn explain(profile: &str, action: &str) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every command a person can type says in its --help how it is used.
+    #[test]
+    fn every_command_has_an_example_in_its_help() {
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for sub in command.get_subcommands() {
+                let name = format!("{path} {}", sub.get_name());
+                let help = sub
+                    .get_after_help()
+                    .map(|h| h.to_string())
+                    .unwrap_or_default();
+                if !help.contains("chorus ") {
+                    missing.push(name.clone());
+                }
+                walk(sub, &name, missing);
+            }
+        }
+        let command = Cli::command();
+        command.clone().debug_assert();
+        let mut missing = Vec::new();
+        walk(&command, "chorus", &mut missing);
+        assert!(missing.is_empty(), "no example in the help of: {missing:?}");
+    }
 }

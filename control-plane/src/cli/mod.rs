@@ -124,6 +124,7 @@ pub enum AgentCommand {
         settings: AgentSettingsArgs,
     },
     /// List the agents.
+    #[command(after_help = "Examples:\n  chorus agent list\n  chorus agent list --json")]
     List,
     /// Show one agent.
     #[command(after_help = "Example:\n  chorus agent show reviewer")]
@@ -197,24 +198,37 @@ impl AgentSettingsArgs {
 #[derive(Debug, Subcommand)]
 pub enum ThreadCommand {
     /// A thread's messages (with the ids to reply to), status and error.
+    #[command(after_help = "Example:\n  chorus thread show reviewer 3")]
     Show { agent: String, id: u64 },
     /// End a thread that is still going (or `all` of the agent's).
+    #[command(
+        after_help = "Examples:\n  chorus thread kill reviewer 3\n  chorus thread kill reviewer all"
+    )]
     Kill { agent: String, id: String },
 }
 
 #[derive(Debug, Subcommand)]
 pub enum ContextCommand {
     /// Save the agent's context as a session (described by its model unless given).
+    #[command(
+        after_help = "Example:\n  chorus context save reviewer --description \"before the refactor\""
+    )]
     Save {
         agent: String,
         #[arg(long)]
         description: Option<String>,
     },
     /// Save, then clear the agent's context.
+    #[command(after_help = "Example:\n  chorus context clear reviewer")]
     Clear { agent: String },
     /// Replace the context with a saved session (the current one is saved first).
+    #[command(
+        after_help = "Example:\n  chorus context restore reviewer 0b7c1f7e-1111-2222-3333-444455556666\n\n\
+        The session's messages become one idle thread; reply to it to go on:\n  chorus send reviewer \"…\" --reply-to <message id>"
+    )]
     Restore { agent: String, session: String },
     /// The agent's saved sessions, newest first.
+    #[command(after_help = "Example:\n  chorus context history reviewer")]
     History { agent: String },
 }
 

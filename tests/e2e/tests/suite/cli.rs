@@ -494,3 +494,33 @@ async fn status_says_which_providers_are_usable_and_what_to_set_next() -> anyhow
     assert!(stdout(&doctor).contains("chorus status"));
     Ok(())
 }
+
+#[tokio::test]
+async fn completions_help_and_suggestions() -> anyhow::Result<()> {
+    let run = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        async move {
+            tokio::process::Command::new(bin_path("chorus"))
+                .args(&args)
+                .output()
+                .await
+        }
+    };
+    let bash = run(&["completions", "bash"]).await?;
+    assert!(bash.status.success());
+    let script = stdout(&bash);
+    assert!(
+        script.contains("_chorus()") && script.contains("approvals"),
+        "{script}"
+    );
+    let zsh = stdout(&run(&["completions", "zsh"]).await?);
+    assert!(zsh.starts_with("#compdef chorus"), "{zsh}");
+    // A typo names what was meant.
+    let typo = run(&["thred", "show"]).await?;
+    assert_eq!(typo.status.code(), Some(2));
+    assert!(stderr(&typo).contains("'thread'"), "{}", stderr(&typo));
+    // Help shows an example.
+    let help = stdout(&run(&["send", "--help"]).await?);
+    assert!(help.contains("Examples:\n  chorus send"), "{help}");
+    Ok(())
+}
