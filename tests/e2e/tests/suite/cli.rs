@@ -125,6 +125,56 @@ async fn agents_threads_and_context_from_the_terminal_client() -> anyhow::Result
     let history: Value = serde_json::from_slice(&history.stdout)?;
     assert_eq!(history["sessions"][0]["description"], "first day");
 
+    let cleared = client(&chorus, &["context", "clear", "helper"]).await;
+    assert!(
+        stdout(&cleared).starts_with("Context cleared"),
+        "{}",
+        stderr(&cleared)
+    );
+    let session = history["sessions"][0]["id"].as_str().unwrap().to_string();
+    let restored = client(&chorus, &["context", "restore", "helper", &session]).await;
+    let restored_text = stdout(&restored);
+    assert!(
+        restored_text.starts_with(&format!("Restored session {session} into thread ")),
+        "{restored_text}{}",
+        stderr(&restored)
+    );
+    assert!(restored_text.contains("--reply-to"), "{restored_text}");
+    let configured = client(
+        &chorus,
+        &[
+            "agent",
+            "configure",
+            "helper",
+            "--idle-timeout-secs",
+            "0",
+            "--json",
+        ],
+    )
+    .await;
+    let configured: Value = serde_json::from_slice(&configured.stdout)?;
+    assert_eq!(configured["idle_timeout_secs"], 0);
+    let nothing = client(&chorus, &["agent", "configure", "helper"]).await;
+    assert!(
+        stderr(&nothing).contains("nothing to change"),
+        "{}",
+        stderr(&nothing)
+    );
+    let killed = client(&chorus, &["thread", "kill", "helper", "all"]).await;
+    assert_eq!(
+        stdout(&killed),
+        "No thread was going.\n",
+        "{}",
+        stderr(&killed)
+    );
+    let destroyed = client(&chorus, &["agent", "destroy", "helper"]).await;
+    assert_eq!(
+        stdout(&destroyed),
+        "Agent helper destroyed.\n",
+        "{}",
+        stderr(&destroyed)
+    );
+
     // Mistakes are explained.
     let missing = client(&chorus, &["agent", "show", "nobody"]).await;
     assert_eq!(missing.status.code(), Some(1));
@@ -486,6 +536,27 @@ async fn status_says_which_providers_are_usable_and_what_to_set_next() -> anyhow
     );
     assert!(text.contains("; running"), "{text}");
     assert!(text.contains("next:           ready:"), "{text}");
+    // chorus serve says the same at start: here, with no provider at all.
+    let bare = Chorus::builder()
+        .env("OLLAMA_BASE_URL", "http://127.0.0.1:9")
+        .env("LMSTUDIO_BASE_URL", "http://127.0.0.1:9")
+        .start()
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !bare.output().contains("next:") {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "no start block:\n{}",
+            bare.output()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        bare.output()
+            .contains("next:           no usable model provider: set OPENAI_API_KEY"),
+        "{}",
+        bare.output()
+    );
     // `doctor` is the same command.
     let doctor = tokio::process::Command::new(bin_path("chorus"))
         .args(["doctor", "--help"])
