@@ -202,15 +202,15 @@ pub fn agent(a: &Value, style: Style) -> String {
         ("workspace", cell(&a["workspace"])),
         ("created", cell(&a["created_at"])),
     ] {
-        out.push_str(&format!("  {:<16}{value}\n", format!("{key}:")));
+        out.push_str(&format!("  {:<18}{value}\n", format!("{key}:")));
     }
     if let Some(exit) = worker["last_exit"].as_str() {
-        out.push_str(&format!("  {:<16}{exit}\n", "last exit:"));
+        out.push_str(&format!("  {:<18}{exit}\n", "last exit:"));
     }
     let prompt = a["system_prompt"].as_str().unwrap_or("");
     if !prompt.is_empty() {
         out.push_str(&format!(
-            "  {:<16}{}\n",
+            "  {:<18}{}\n",
             "system prompt:",
             one_line(prompt, 70)
         ));

@@ -659,6 +659,13 @@ impl AgentActor {
         let run = match builder.build(agent, thread, attempt).await? {
             Ok(run) => run,
             Err(failure) => {
+                tracing::warn!(
+                    agent = %agent.name,
+                    thread_id = thread.id,
+                    failure_kind = failure.kind.as_str(),
+                    error = %failure.message,
+                    "run ended before it started"
+                );
                 self.end_thread(thread.id, ThreadStatus::Failed, Some(&failure))
                     .await?;
                 return Ok(());
