@@ -31,6 +31,8 @@ pub struct Follow {
     mid_line: bool,
     /// Text was streamed since the last stored message (so it is not printed twice).
     streamed: bool,
+    /// The kind of each open step, by number.
+    open_steps: std::collections::HashMap<u64, String>,
 }
 
 impl Follow {
@@ -40,6 +42,7 @@ impl Follow {
             style,
             mid_line: false,
             streamed: false,
+            open_steps: std::collections::HashMap::new(),
         }
     }
 
@@ -63,6 +66,10 @@ impl Follow {
         let style = self.style;
         match kind {
             "step_started" => {
+                if let Some(number) = data["number"].as_u64() {
+                    let kind = data["kind"].as_str().unwrap_or("").to_string();
+                    self.open_steps.insert(number, kind);
+                }
                 let description = one_line(data["description"].as_str().unwrap_or(""), 100);
                 vec![self.line(style.dim(&format!(
                     "-> step {}: {description}",
@@ -75,10 +82,14 @@ impl Follow {
                     .map(duration_ms)
                     .unwrap_or_default();
                 let number = data["number"].as_u64().unwrap_or(0);
+                let kind = self.open_steps.remove(&number).unwrap_or_default();
                 if data["failed"] == true {
                     vec![self.line(style.red(&format!("   step {number} failed ({took})")))]
-                } else {
+                } else if kind == "llm_call" {
+                    // The model's text shows the step; its end only ends the line.
                     self.end_line().into_iter().collect()
+                } else {
+                    vec![self.line(style.dim(&format!("   done ({took})")))]
                 }
             }
             "text" => {
@@ -201,7 +212,7 @@ mod tests {
             &[
                 (
                     "step_started",
-                    json!({"number": 1, "description": "Calling model m"}),
+                    json!({"number": 1, "kind": "llm_call", "description": "Calling model m"}),
                 ),
                 ("text", json!({"text": "Hel"})),
                 ("text", json!({"text": "lo"})),
@@ -212,7 +223,7 @@ mod tests {
                 ("message", json!({"role": "assistant", "content": "Hello"})),
                 (
                     "step_started",
-                    json!({"number": 2, "description": "view notes.txt"}),
+                    json!({"number": 2, "kind": "tool", "description": "view notes.txt"}),
                 ),
                 (
                     "message",
@@ -233,7 +244,7 @@ mod tests {
         );
         assert_eq!(
             printed(&actions),
-            "-> step 1: Calling model m\nHello\n-> step 2: view notes.txt\n   result: 1 line …\nDone, no stream.\n"
+            "-> step 1: Calling model m\nHello\n-> step 2: view notes.txt\n   result: 1 line …\n   done (0.0 s)\nDone, no stream.\n"
         );
         assert_eq!(
             actions.last(),

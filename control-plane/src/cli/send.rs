@@ -77,6 +77,13 @@ pub async fn send(client: &Client, options: SendOptions<'_>) -> anyhow::Result<b
         let next = tokio::select! {
             chunk = chunks.next() => Input::Chunk(chunk.map(|r| r.map(|b| b.to_vec()))),
             line = recv(&mut answers), if waiting.is_some() => Input::Line(line),
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!(
+                    "\nstopped following thread {thread_id}; it goes on \
+                     (chorus thread kill {agent} {thread_id} ends it)"
+                );
+                return Ok(false);
+            }
         };
         let chunk = match next {
             Input::Line(line) => {

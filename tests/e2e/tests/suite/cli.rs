@@ -356,6 +356,24 @@ async fn an_approval_is_answered_at_the_terminal_prompt() -> anyhow::Result<()> 
             .exists()
     );
 
+    // Ctrl-C stops following, not the thread, and says how to stop it.
+    model.push(chorus_test_support::Reply::Silent);
+    let terminal = Terminal::spawn(&chorus, &["send", "careful", "think a long time"])?;
+    terminal.wait_for("-> step 1").await?;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(terminal.child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )?;
+    let (code, screen) = terminal.exit_code().await?;
+    assert_eq!(code, Some(1), "{screen}");
+    assert!(
+        screen.contains("it goes on (chorus thread kill careful 3 ends it)"),
+        "{screen}"
+    );
+    assert_eq!(chorus.thread("careful", 3).await?["status"], "running");
+    let killed = client(&chorus, &["thread", "kill", "careful", "3"]).await;
+    assert_eq!(stdout(&killed), "Thread 3 killed.\n", "{}", stderr(&killed));
+
     // The approvals list and `chorus approve` work from a pipe too.
     model.push(tool_call(
         "c3",
@@ -387,7 +405,7 @@ async fn an_approval_is_answered_at_the_terminal_prompt() -> anyhow::Result<()> 
     let approved = client(&chorus, &["approve", &id]).await;
     assert!(approved.status.success(), "{}", stderr(&approved));
     let thread = chorus
-        .wait_thread_finished("careful", 3, Duration::from_secs(20))
+        .wait_thread_finished("careful", 4, Duration::from_secs(20))
         .await?;
     assert_eq!(thread["status"], "completed", "{thread:#}");
     Ok(())
