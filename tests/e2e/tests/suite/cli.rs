@@ -89,6 +89,14 @@ async fn agents_threads_and_context_from_the_terminal_client() -> anyhow::Result
         .map(serde_json::from_str)
         .collect::<Result<_, _>>()?;
     assert_eq!(lines[0]["kind"], "received");
+    // The text came as it streamed, in pieces, before the stored message.
+    let pieces: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["kind"] == "text")
+        .filter_map(|l| l["data"]["text"].as_str())
+        .collect();
+    assert!(pieces.len() >= 2, "{lines:#?}");
+    assert_eq!(pieces.concat(), "Second answer.");
     assert_eq!(lines.last().unwrap()["data"]["status"], "completed");
     let threads = client(&chorus, &["threads", "helper", "--json"]).await;
     let threads: Value = serde_json::from_slice(&threads.stdout)?;
