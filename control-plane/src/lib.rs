@@ -4,6 +4,7 @@
 pub mod agents;
 pub mod cli;
 pub mod config;
+pub mod discord;
 pub mod doctor;
 pub mod environ;
 pub mod feed;
