@@ -108,6 +108,8 @@ pub struct FileSettings {
     pub threads: FileThreads,
     #[serde(default)]
     pub context: FileContext,
+    #[serde(default)]
+    pub discord: FileDiscord,
     /// Roles by user id (`api` is whoever holds the API token; `default` is everyone
     /// not listed): admin | operator | viewer.
     #[serde(default)]
@@ -338,6 +340,56 @@ impl Default for ThreadSettings {
     }
 }
 
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileDiscord {
+    /// Another base URL for Discord's REST API and gateway lookup (`http://host:port`,
+    /// no path): a test fake or a self-hosted gateway. Unset: Discord itself.
+    pub api_base: Option<String>,
+    /// The guild whose slash commands are registered there (else globally).
+    pub guild_id: Option<u64>,
+    /// Discord role ids mapped to Chorus roles (admin, operator, viewer).
+    #[serde(default)]
+    pub roles: HashMap<String, Role>,
+}
+
+/// The Discord front end's settings; present only when `DISCORD_TOKEN` is set.
+#[derive(Debug, Clone)]
+pub struct DiscordSettings {
+    pub token: Secret,
+    pub guild_id: Option<u64>,
+    pub api_base: Option<String>,
+    pub roles: HashMap<String, Role>,
+}
+
+impl DiscordSettings {
+    fn resolve(
+        file: FileDiscord,
+        env: &impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<DiscordSettings>, ConfigError> {
+        let Some(token) = env("DISCORD_TOKEN").filter(|t| !t.trim().is_empty()) else {
+            return Ok(None);
+        };
+        let guild_id = match env("DISCORD_GUILD_ID").filter(|g| !g.trim().is_empty()) {
+            Some(id) => Some(id.trim().parse().map_err(|_| ConfigError::Invalid {
+                name: "DISCORD_GUILD_ID",
+                message: format!("'{id}' is not a Discord id (a number)"),
+            })?),
+            None => file.guild_id,
+        };
+        let api_base = env("CHORUS_DISCORD_API_BASE")
+            .filter(|b| !b.trim().is_empty())
+            .or(file.api_base)
+            .map(|b| b.trim().trim_end_matches('/').to_string());
+        Ok(Some(DiscordSettings {
+            token: Secret::new(token.trim()),
+            guild_id,
+            api_base,
+            roles: file.roles,
+        }))
+    }
+}
+
 /// The resolved settings `chorus serve` runs with.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -360,6 +412,8 @@ pub struct Settings {
     pub sandbox: SandboxSettings,
     pub threads: ThreadSettings,
     pub context: ContextSettings,
+    /// `None`: no Discord front end (no `DISCORD_TOKEN`).
+    pub discord: Option<DiscordSettings>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -397,6 +451,8 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("{name} is set but empty; unset it or give it a value")]
     EmptyVariable { name: &'static str },
+    #[error("{name}: {message}")]
+    Invalid { name: &'static str, message: String },
 }
 
 /// Loads the settings file named by `--config`, else `./chorus.toml` if present.
@@ -501,6 +557,7 @@ impl Settings {
             threads: ThreadSettings::from_file(&file.threads),
             sandbox: SandboxSettings::from_file(file.sandbox),
             context: ContextSettings::from_file(&file.context),
+            discord: DiscordSettings::resolve(file.discord, &env)?,
             default_role: file.roles.get("default").copied().unwrap_or(Role::Operator),
             roles: {
                 let mut roles = file.roles.clone();
@@ -537,6 +594,58 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn discord_is_on_only_with_a_token_and_reads_its_table() {
+        let file = |text: &str| toml::from_str::<FileSettings>(text).unwrap();
+        let none = Settings::resolve(ServeArgs::default(), file(""), |_| None).unwrap();
+        assert!(none.discord.is_none());
+        let table = r#"
+            [discord]
+            api_base = "http://127.0.0.1:9/"
+            guild_id = 7
+            [discord.roles]
+            "111" = "admin"
+            "222" = "viewer"
+        "#;
+        let env = |name: &str| match name {
+            "DISCORD_TOKEN" => Some("bot-token".to_string()),
+            _ => None,
+        };
+        let on = Settings::resolve(ServeArgs::default(), file(table), env).unwrap();
+        let discord = on.discord.unwrap();
+        assert_eq!(discord.token.expose(), "bot-token");
+        assert_eq!(discord.guild_id, Some(7));
+        assert_eq!(discord.api_base.as_deref(), Some("http://127.0.0.1:9"));
+        assert_eq!(discord.roles.get("111"), Some(&Role::Admin));
+        // The environment wins; a bad id is refused with its name.
+        let env = |name: &str| match name {
+            "DISCORD_TOKEN" => Some("t".to_string()),
+            "DISCORD_GUILD_ID" => Some("42".to_string()),
+            "CHORUS_DISCORD_API_BASE" => Some("http://127.0.0.1:8".to_string()),
+            _ => None,
+        };
+        let on = Settings::resolve(ServeArgs::default(), file(table), env).unwrap();
+        let discord = on.discord.unwrap();
+        assert_eq!(
+            (discord.guild_id, discord.api_base.as_deref()),
+            (Some(42), Some("http://127.0.0.1:8"))
+        );
+        let env = |name: &str| match name {
+            "DISCORD_TOKEN" => Some("t".to_string()),
+            "DISCORD_GUILD_ID" => Some("my-guild".to_string()),
+            _ => None,
+        };
+        let refused = Settings::resolve(ServeArgs::default(), file(""), env).unwrap_err();
+        assert!(
+            refused.to_string().contains("DISCORD_GUILD_ID"),
+            "{refused}"
+        );
+        assert!(
+            toml::from_str::<FileSettings>("[discord]\nguild = 1\n").is_err(),
+            "unknown keys"
+        );
+    }
 
     #[test]
     fn the_example_settings_file_is_valid() {
