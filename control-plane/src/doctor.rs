@@ -33,7 +33,7 @@ pub struct Diagnosis {
     pub default_route: Option<Result<String, String>>,
     /// A model a usable provider lists, to suggest.
     pub example_model: Option<String>,
-    /// Whether `DISCORD_TOKEN` is set (this build has no Discord front end yet).
+    /// Whether `DISCORD_TOKEN` is set (the bot then connects).
     pub discord_token: bool,
     /// `chorus status` only: whether a Chorus answers at the HTTP address.
     pub server_running: Option<bool>,
@@ -185,9 +185,10 @@ impl Diagnosis {
         out.push_str(&format!(
             "  discord:        {}\n",
             if self.discord_token {
-                "off: DISCORD_TOKEN is set, but this build has no Discord front end yet"
+                "on (DISCORD_TOKEN is set): the bot connects and registers its slash \
+                 commands; it does not act on messages yet"
             } else {
-                "off (this build has no Discord front end yet)"
+                "off (set DISCORD_TOKEN to connect a bot)"
             }
         ));
         out.push_str("  providers:\n");

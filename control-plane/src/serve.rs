@@ -50,6 +50,8 @@ pub struct Running {
     sessions: Arc<Sessions>,
     connections: TaskTracker,
     lost_forwarder: JoinHandle<()>,
+    /// The Discord bot's connection, when `DISCORD_TOKEN` is set.
+    discord: Option<JoinHandle<()>>,
     discovery: JoinHandle<()>,
 }
 
@@ -233,6 +235,17 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         settings.context,
     );
     runs.set_idle_saver(sessions.clone());
+    // Discord is one more front end: if it cannot start, the HTTP API still runs.
+    let discord = match settings.discord.clone() {
+        Some(discord) => match crate::discord::adapter::start(discord).await {
+            Ok(task) => Some(task),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the Discord front end; the HTTP API runs without it");
+                None
+            }
+        },
+        None => None,
+    };
     let connections = TaskTracker::new();
     let worker_router = tonic::service::Routes::new(
         WorkerLinkService::new(
@@ -309,6 +322,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         sessions,
         connections,
         lost_forwarder,
+        discord,
         discovery,
     })
 }
@@ -362,6 +376,9 @@ impl Running {
             }
         }
         self.lost_forwarder.abort();
+        if let Some(discord) = self.discord {
+            discord.abort();
+        }
         self.discovery.abort();
         self.store.close().await;
         tracing::info!("chorus stopped");

@@ -1,7 +1,11 @@
 //! The Discord front end (issue 12). Pure parts first: how text is split into
 //! messages (`split`), the per-channel outgoing queue (`queue`), and who may answer
-//! an approval (`access`). The serenity adapter that uses them comes next.
+//! an approval (`access`). `adapter` owns serenity: it connects
+//! the bot and registers the slash commands (`commands`); routing messages,
+//! approvals and the rest come next.
 
 pub mod access;
+pub mod adapter;
+pub mod commands;
 pub mod queue;
 pub mod split;

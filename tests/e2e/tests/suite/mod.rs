@@ -2,6 +2,7 @@ mod api;
 mod architecture;
 mod cli;
 mod concurrent;
+mod discord;
 mod feed;
 mod lifecycle;
 mod limits;

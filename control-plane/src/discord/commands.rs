@@ -1,0 +1,87 @@
+//! The slash commands Chorus registers (issue 12's pinned interface): `agent`
+//! (`init`, `destroy`, `list`, `configure`), `thread` (`list`, `kill`, `history`),
+//! `context` (`save`, `clear`, `restore`, `history`), and `status`, `tasks`,
+//! `settings`.
+
+use serenity::all::{CommandOptionType, CreateCommand, CreateCommandOption};
+
+fn sub(name: &str, description: &str) -> CreateCommandOption {
+    CreateCommandOption::new(CommandOptionType::SubCommand, name, description)
+}
+
+fn text(name: &str, description: &str, required: bool) -> CreateCommandOption {
+    CreateCommandOption::new(CommandOptionType::String, name, description).required(required)
+}
+
+/// Every command, as registered (in the guild, or globally).
+pub fn all() -> Vec<CreateCommand> {
+    vec![
+        CreateCommand::new("agent")
+            .description("Create, list, configure or destroy agents")
+            .add_option(
+                sub("init", "Create an agent and its channel")
+                    .add_sub_option(text("name", "The agent's name", true))
+                    .add_sub_option(text("system_prompt", "What the agent is for", true))
+                    .add_sub_option(text("model", "Its model (else the default)", false))
+                    .add_sub_option(text(
+                        "permissions",
+                        "open, standard (default) or locked",
+                        false,
+                    )),
+            )
+            .add_option(
+                sub("destroy", "Destroy an agent and delete its channel")
+                    .add_sub_option(text("name", "The agent's name", true))
+                    .add_sub_option(
+                        CreateCommandOption::new(
+                            CommandOptionType::Boolean,
+                            "keep_files",
+                            "Keep its workspace on disk",
+                        )
+                        .required(false),
+                    ),
+            )
+            .add_option(sub("list", "List the agents"))
+            .add_option(
+                sub("configure", "Change one of an agent's settings")
+                    .add_sub_option(text("name", "The agent's name", true))
+                    .add_sub_option(text("key", "model, system_prompt, permissions, …", true))
+                    .add_sub_option(text("value", "The new value", true)),
+            ),
+        CreateCommand::new("thread")
+            .description("This channel's agent's threads")
+            .add_option(sub("list", "Active threads and those just ended"))
+            .add_option(sub("kill", "End a running thread").add_sub_option(text(
+                "id",
+                "A thread id, or all",
+                true,
+            )))
+            .add_option(
+                sub("history", "A thread's messages").add_sub_option(
+                    CreateCommandOption::new(CommandOptionType::Integer, "id", "The thread id")
+                        .required(true),
+                ),
+            ),
+        CreateCommand::new("context")
+            .description("Save, clear or restore this channel's agent's context")
+            .add_option(
+                sub("save", "Save the context as a session").add_sub_option(text(
+                    "description",
+                    "What it is (else the model writes one)",
+                    false,
+                )),
+            )
+            .add_option(sub("clear", "Save, then clear the context"))
+            .add_option(
+                sub("restore", "Replace the context with a saved session").add_sub_option(text(
+                    "session",
+                    "The session id",
+                    true,
+                )),
+            )
+            .add_option(sub("history", "Saved sessions, newest first")),
+        CreateCommand::new("status").description("Chorus's providers, agents and what to set next"),
+        CreateCommand::new("tasks").description("This channel's agent's background tasks"),
+        CreateCommand::new("settings").description("Default model, permissions and idle timeout"),
+    ]
+}
