@@ -77,6 +77,8 @@ pub struct CreateAgent {
     /// Seconds without activity before its context is saved and cleared (0: never);
     /// the server's `[context] idle_timeout_secs` when absent.
     pub idle_timeout_secs: Option<u64>,
+    /// The Discord channel to bind it to (an existing channel's id).
+    pub discord_channel_id: Option<String>,
 }
 
 /// What a create request gives; the rest comes from agent.json or the defaults.
@@ -87,6 +89,23 @@ struct Given {
     on_ask: Option<String>,
     network: Option<String>,
     idle_timeout_secs: Option<u64>,
+    discord_channel_id: Option<String>,
+}
+
+/// A Discord id: a snowflake, 1 to 20 digits.
+fn check_discord_id(value: Option<String>) -> Result<Option<String>, AgentError> {
+    match value {
+        Some(id) => {
+            let id = id.trim().to_string();
+            if id.is_empty() || id.len() > 20 || !id.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(AgentError::InvalidInput(format!(
+                    "discord_channel_id must be a Discord channel id (digits), not '{id}'"
+                )));
+            }
+            Ok(Some(id))
+        }
+        None => Ok(None),
+    }
 }
 
 /// The longest idle timeout an agent may set: a year.
@@ -214,6 +233,15 @@ impl AgentService {
         let on_ask = check_on_ask(request.on_ask)?;
         let network = check_network(request.network)?;
         let idle_timeout_secs = check_idle_timeout(request.idle_timeout_secs)?;
+        let discord_channel_id = check_discord_id(request.discord_channel_id)?;
+        if let Some(channel) = &discord_channel_id
+            && let Some(owner) = self.store.agent_by_discord_channel(channel).await?
+        {
+            return Err(AgentError::Conflict(format!(
+                "Discord channel {channel} already belongs to agent '{}'",
+                owner.name
+            )));
+        }
         if let Some(setting) = &request.permissions {
             self.check_grant(setting, role, user)?;
         }
@@ -257,6 +285,7 @@ impl AgentService {
                     on_ask,
                     network,
                     idle_timeout_secs,
+                    discord_channel_id,
                 },
                 reused,
             )
@@ -401,6 +430,7 @@ impl AgentService {
             on_ask,
             network,
             idle_timeout_secs,
+            discord_channel_id,
         } = given;
         dir.ensure_layout().await?;
         let mut config = dir.read_config().await?;
@@ -467,6 +497,7 @@ impl AgentService {
                     on_ask,
                     network,
                     idle_timeout_secs,
+                    discord_channel_id,
                 },
                 &at,
             )
@@ -487,6 +518,10 @@ impl AgentService {
             network: check_network(update.network)?,
             idle_timeout_secs: match update.idle_timeout_secs {
                 Some(value) => Some(check_idle_timeout(value)?),
+                None => None,
+            },
+            discord_channel_id: match update.discord_channel_id {
+                Some(value) => Some(check_discord_id(value)?),
                 None => None,
             },
         };

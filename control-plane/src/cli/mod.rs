@@ -166,6 +166,9 @@ pub struct AgentSettingsArgs {
     /// Seconds of quiet before the context is saved and cleared (0: never).
     #[arg(long)]
     idle_timeout_secs: Option<u64>,
+    /// Bind the agent to this Discord channel (its id).
+    #[arg(long)]
+    discord_channel_id: Option<String>,
 }
 
 impl AgentSettingsArgs {
@@ -191,6 +194,10 @@ impl AgentSettingsArgs {
         put("on_ask", self.on_ask.clone().map(Value::from));
         put("network", self.network.clone().map(Value::from));
         put("idle_timeout_secs", self.idle_timeout_secs.map(Value::from));
+        put(
+            "discord_channel_id",
+            self.discord_channel_id.clone().map(Value::from),
+        );
         Value::Object(body)
     }
 }

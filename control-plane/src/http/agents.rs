@@ -46,6 +46,8 @@ pub struct AgentView {
     effective_idle_timeout_secs: u64,
     /// When its context was last cleared; null: never.
     context_cleared_at: Option<String>,
+    /// The Discord channel it is bound to; null: none.
+    discord_channel_id: Option<String>,
 }
 
 async fn view(state: &AppState, agent: AgentRecord) -> Result<AgentView, ApiError> {
@@ -58,6 +60,7 @@ async fn view(state: &AppState, agent: AgentRecord) -> Result<AgentView, ApiErro
             .map_or(0, |d| d.as_secs()),
         idle_timeout_secs: agent.idle_timeout_secs,
         context_cleared_at: agent.context_cleared_at,
+        discord_channel_id: agent.discord_channel_id,
         workspace: state
             .agents
             .dir(&agent.name)
@@ -91,6 +94,7 @@ struct CreateBody {
     on_ask: Option<String>,
     network: Option<String>,
     idle_timeout_secs: Option<u64>,
+    discord_channel_id: Option<String>,
 }
 
 async fn create(
@@ -108,6 +112,7 @@ async fn create(
                 on_ask: body.on_ask,
                 network: body.network,
                 idle_timeout_secs: body.idle_timeout_secs,
+                discord_channel_id: body.discord_channel_id,
             },
             API_USER,
             state.gate.role_of(Some(API_USER)),
@@ -152,6 +157,9 @@ struct ConfigureBody {
     /// A number of seconds (0: never), or null for the server's default.
     #[serde(default, deserialize_with = "present")]
     idle_timeout_secs: Option<Option<u64>>,
+    /// A Discord channel id, or null to unbind.
+    #[serde(default, deserialize_with = "present")]
+    discord_channel_id: Option<Option<String>>,
 }
 
 /// A field that is present (even as null) is `Some`; an absent one (`default`) is `None`.
@@ -186,6 +194,7 @@ async fn configure(
                 on_ask: body.on_ask,
                 network: body.network,
                 idle_timeout_secs: body.idle_timeout_secs,
+                discord_channel_id: body.discord_channel_id,
             },
             API_USER,
         )

@@ -42,6 +42,8 @@ pub struct AgentRecord {
     pub idle_timeout_secs: Option<u64>,
     /// When its context was last cleared (the context starts there at the earliest).
     pub context_cleared_at: Option<String>,
+    /// The Discord channel it is bound to (messages there go to it).
+    pub discord_channel_id: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -53,6 +55,7 @@ pub struct NewAgent {
     pub on_ask: String,
     pub network: String,
     pub idle_timeout_secs: Option<u64>,
+    pub discord_channel_id: Option<String>,
 }
 
 /// Fields a configure call may change; `None` leaves the field alone.
@@ -65,6 +68,8 @@ pub struct AgentUpdate {
     pub network: Option<String>,
     /// `Some(None)` goes back to the server's default.
     pub idle_timeout_secs: Option<Option<u64>>,
+    /// `Some(None)` unbinds its Discord channel.
+    pub discord_channel_id: Option<Option<String>>,
 }
 
 fn agent_from_row(row: &SqliteRow) -> Result<AgentRecord, StoreError> {
@@ -94,10 +99,11 @@ fn agent_from_row(row: &SqliteRow) -> Result<AgentRecord, StoreError> {
             .try_get::<Option<i64>, _>("idle_timeout_secs")?
             .map(|v| v.max(0) as u64),
         context_cleared_at: row.try_get("context_cleared_at")?,
+        discord_channel_id: row.try_get("discord_channel_id")?,
     })
 }
 
-const AGENT_COLUMNS: &str = "SELECT name, status, model, system_prompt, permissions, on_ask, network, created_at, updated_at, purge_files, idle_timeout_secs, context_cleared_at FROM agents";
+const AGENT_COLUMNS: &str = "SELECT name, status, model, system_prompt, permissions, on_ask, network, created_at, updated_at, purge_files, idle_timeout_secs, context_cleared_at, discord_channel_id FROM agents";
 
 impl Store {
     /// Registers an agent, or revives the row of a destroyed agent with that name.
@@ -131,7 +137,7 @@ impl Store {
                     "UPDATE agents SET status = 'active', model = $2, system_prompt = $3, \
                      permissions = $4, created_at = $5, updated_at = $5, destroyed_at = NULL, on_ask = $6, \
                      network = $7, purge_files = 0, idle_timeout_secs = $8, \
-                     context_cleared_at = $5 \
+                     context_cleared_at = $5, discord_channel_id = $9 \
                      WHERE name = $1",
                 )
                 .bind(&agent.name)
@@ -142,14 +148,15 @@ impl Store {
                 .bind(&agent.on_ask)
                 .bind(&agent.network)
                 .bind(agent.idle_timeout_secs.map(|v| v as i64))
+                .bind(&agent.discord_channel_id)
                 .execute(&mut *tx)
                 .await?;
             }
             None => {
                 sqlx::query(
                     "INSERT INTO agents (name, status, model, system_prompt, permissions, on_ask, network, \
-                     created_at, updated_at, idle_timeout_secs) \
-                     VALUES ($1, 'active', $2, $3, $4, $6, $7, $5, $5, $8)",
+                     created_at, updated_at, idle_timeout_secs, discord_channel_id) \
+                     VALUES ($1, 'active', $2, $3, $4, $6, $7, $5, $5, $8, $9)",
                 )
                 .bind(&agent.name)
                 .bind(&agent.model)
@@ -159,6 +166,7 @@ impl Store {
                 .bind(&agent.on_ask)
                 .bind(&agent.network)
                 .bind(agent.idle_timeout_secs.map(|v| v as i64))
+                .bind(&agent.discord_channel_id)
                 .execute(&mut *tx)
                 .await?;
             }
@@ -195,6 +203,20 @@ impl Store {
         rows.iter().map(agent_from_row).collect()
     }
 
+    /// The active agent bound to a Discord channel, if any.
+    pub async fn agent_by_discord_channel(
+        &self,
+        channel: &str,
+    ) -> Result<Option<AgentRecord>, StoreError> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{AGENT_COLUMNS} WHERE discord_channel_id = $1 AND status = 'active'"
+        )))
+        .bind(channel)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(agent_from_row).transpose()
+    }
+
     pub async fn update_agent(
         &self,
         name: &str,
@@ -204,7 +226,8 @@ impl Store {
             "UPDATE agents SET model = COALESCE($2, model), \
              system_prompt = COALESCE($3, system_prompt), permissions = COALESCE($5, permissions), \
              on_ask = COALESCE($6, on_ask), network = COALESCE($7, network), updated_at = $4, \
-             idle_timeout_secs = CASE WHEN $8 = 1 THEN $9 ELSE idle_timeout_secs END \
+             idle_timeout_secs = CASE WHEN $8 = 1 THEN $9 ELSE idle_timeout_secs END, \
+             discord_channel_id = CASE WHEN $10 = 1 THEN $11 ELSE discord_channel_id END \
              WHERE name = $1 AND status = 'active'",
         )
         .bind(name)
@@ -216,6 +239,8 @@ impl Store {
         .bind(&update.network)
         .bind(i64::from(update.idle_timeout_secs.is_some()))
         .bind(update.idle_timeout_secs.flatten().map(|v| v as i64))
+        .bind(i64::from(update.discord_channel_id.is_some()))
+        .bind(update.discord_channel_id.clone().flatten())
         .execute(&self.pool)
         .await?;
         if done.rows_affected() == 0 {
@@ -280,6 +305,7 @@ mod tests {
 
     fn new_agent(name: &str) -> NewAgent {
         NewAgent {
+            discord_channel_id: None,
             name: name.into(),
             model: Some("m".into()),
             system_prompt: "p".into(),

@@ -42,6 +42,15 @@ impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         if is_disk_full(&e) {
             StoreError::DiskFull(e.to_string())
+        } else if let sqlx::Error::Database(db) = &e
+            && db.is_unique_violation()
+            && db.message().contains("discord_channel_id")
+        {
+            StoreError::Conflict(
+                "that Discord channel already belongs to another agent; unbind it there first \
+                 (PATCH {\"discord_channel_id\": null})"
+                    .into(),
+            )
         } else {
             StoreError::Database(e)
         }

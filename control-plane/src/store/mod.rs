@@ -111,6 +111,13 @@ fn migrator() -> Migrator {
             include_str!("../../migrations/sqlite/0009_sessions.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            10,
+            Cow::Borrowed("discord channels"),
+            MigrationType::Simple,
+            include_str!("../../migrations/sqlite/0010_discord_channels.sql").into_sql_str(),
+            false,
+        ),
     ];
     Migrator::with_migrations(migrations)
 }
@@ -196,6 +203,7 @@ pub(crate) async fn test_store_with_agent() -> (Store, tempfile::TempDir) {
     let (store, dir) = test_store().await;
     store
         .register_agent(&NewAgent {
+            discord_channel_id: None,
             name: "a".into(),
             model: None,
             system_prompt: "p".into(),

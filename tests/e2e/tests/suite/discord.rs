@@ -84,3 +84,60 @@ async fn an_unreachable_discord_never_stops_the_http_api() -> anyhow::Result<()>
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn an_agent_is_bound_to_one_discord_channel_through_the_api() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder().openai_fake(&model).start().await?;
+    let first = chorus
+        .create_agent_with(
+            serde_json::json!({"name": "first", "discord_channel_id": "700000000000000001"}),
+        )
+        .await?;
+    assert_eq!(first["discord_channel_id"], "700000000000000001");
+    let taken = chorus
+        .api(Method::POST, "/api/agents")
+        .json(&serde_json::json!({"name": "second", "discord_channel_id": "700000000000000001"}))
+        .send()
+        .await?;
+    assert_eq!(taken.status(), 409);
+    let said: serde_json::Value = taken.json().await?;
+    assert!(
+        said["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("'first'"),
+        "{said}"
+    );
+    let bad = chorus
+        .api(Method::POST, "/api/agents")
+        .json(&serde_json::json!({"name": "third", "discord_channel_id": "general"}))
+        .send()
+        .await?;
+    assert_eq!(bad.status(), 400);
+    // Unbound, the channel is free for another agent; binding it twice is refused.
+    chorus.create_agent("second").await?;
+    let unbound = chorus
+        .api(Method::PATCH, "/api/agents/first")
+        .json(&serde_json::json!({"discord_channel_id": null}))
+        .send()
+        .await?;
+    assert_eq!(unbound.status(), 200);
+    let bound = chorus
+        .api(Method::PATCH, "/api/agents/second")
+        .json(&serde_json::json!({"discord_channel_id": "700000000000000001"}))
+        .send()
+        .await?;
+    assert_eq!(bound.status(), 200);
+    let again = chorus
+        .api(Method::PATCH, "/api/agents/first")
+        .json(&serde_json::json!({"discord_channel_id": "700000000000000001"}))
+        .send()
+        .await?;
+    assert_eq!(again.status(), 409);
+    assert_eq!(
+        chorus.agent("second").await?["discord_channel_id"],
+        "700000000000000001"
+    );
+    Ok(())
+}
