@@ -185,8 +185,8 @@ impl Diagnosis {
         out.push_str(&format!(
             "  discord:        {}\n",
             if self.discord_token {
-                "on (DISCORD_TOKEN is set): the bot connects and registers its slash \
-                 commands; it does not act on messages yet"
+                "on (DISCORD_TOKEN is set): the bot answers messages in agents' bound \
+                 channels; its slash commands and approval buttons do not act yet"
             } else {
                 "off (set DISCORD_TOKEN to connect a bot)"
             }

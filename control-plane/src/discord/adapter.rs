@@ -6,17 +6,43 @@
 //! A Discord outage never stops the rest of Chorus: the client runs in a task of
 //! its own, and a failure is logged, not returned.
 
+use std::sync::Arc;
+
 use serenity::all::{
-    Client, ClientBuilder, Command, Context, EventHandler, GatewayIntents, GuildId, HttpBuilder,
-    Ready,
+    ChannelId, Client, ClientBuilder, Command, Context, CreateMessage, EventHandler,
+    GatewayIntents, GuildId, Http, HttpBuilder, Message, MessageId, Ready,
 };
 use tokio::task::JoinHandle;
 
 use super::commands;
+use super::messages::{Incoming, Messages, Poster};
 use crate::config::DiscordSettings;
 
 struct Handler {
     guild: Option<GuildId>,
+    messages: Arc<Messages>,
+}
+
+/// Posts through serenity's HTTP client.
+struct SerenityPoster {
+    http: Arc<Http>,
+}
+
+#[tonic::async_trait]
+impl Poster for SerenityPoster {
+    async fn post(
+        &self,
+        channel: u64,
+        content: &str,
+        reply_to: Option<u64>,
+    ) -> anyhow::Result<u64> {
+        let channel = ChannelId::new(channel);
+        let mut message = CreateMessage::new().content(content);
+        if let Some(reply_to) = reply_to {
+            message = message.reference_message((channel, MessageId::new(reply_to)));
+        }
+        Ok(channel.send_message(&self.http, message).await?.id.get())
+    }
 }
 
 #[serenity::async_trait]
@@ -38,6 +64,25 @@ impl EventHandler for Handler {
             Err(e) => tracing::error!(error = %e, "cannot register Discord slash commands"),
         }
     }
+
+    async fn message(&self, ctx: Context, message: Message) {
+        let incoming = Incoming {
+            channel_id: message.channel_id.get(),
+            message_id: message.id.get(),
+            author_id: message.author.id.get(),
+            author_is_bot: message.author.bot,
+            content: message.content.clone(),
+            reply_to: message
+                .message_reference
+                .as_ref()
+                .and_then(|r| r.message_id)
+                .map(|id| id.get()),
+        };
+        let poster = Arc::new(SerenityPoster {
+            http: ctx.http.clone(),
+        });
+        self.messages.received(incoming, poster).await;
+    }
 }
 
 /// What the bot asks the gateway for: guild messages with their text.
@@ -46,10 +91,14 @@ pub fn intents() -> GatewayIntents {
 }
 
 /// Connects the bot in a task of its own.
-pub async fn start(settings: DiscordSettings) -> anyhow::Result<JoinHandle<()>> {
+pub async fn start(
+    settings: DiscordSettings,
+    messages: Arc<Messages>,
+) -> anyhow::Result<JoinHandle<()>> {
     let token = settings.token.expose().to_string();
     let handler = Handler {
         guild: settings.guild_id.map(GuildId::new),
+        messages,
     };
     let builder = match &settings.api_base {
         // Another base: serenity's own ratelimiter would ignore the proxy and reach

@@ -7,5 +7,6 @@
 pub mod access;
 pub mod adapter;
 pub mod commands;
+pub mod messages;
 pub mod queue;
 pub mod split;

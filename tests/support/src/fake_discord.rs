@@ -23,6 +23,10 @@ pub const BOT_USER_ID: &str = "900000000000000002";
 
 #[derive(Default)]
 struct Recorded {
+    /// Messages the bot posted, in order, as Discord returned them.
+    posted: Vec<Value>,
+    /// The next snowflake this fake hands out.
+    next_id: u64,
     /// Slash command registrations: (guild id or "global", the commands).
     commands: Vec<(String, Value)>,
     /// IDENTIFY payloads the gateway received.
@@ -36,7 +40,58 @@ type Shared = Arc<Mutex<Recorded>>;
 pub struct FakeDiscord {
     pub base_url: String,
     recorded: Shared,
+    /// Dispatches (`t`, `d`) for every connected gateway session.
+    dispatch: tokio::sync::broadcast::Sender<(String, Value)>,
     tasks: Vec<JoinHandle<()>>,
+}
+
+pub const GUILD_ID: &str = "800000000000000001";
+pub const USER_ID: &str = "600000000000000001";
+
+/// A new snowflake (increasing, like Discord's).
+fn next_id(recorded: &Shared) -> String {
+    let mut r = recorded.lock().unwrap();
+    r.next_id += 1;
+    format!("{}", 950_000_000_000_000_000u64 + r.next_id)
+}
+
+/// A message object with every field serenity requires.
+fn message_object(
+    id: &str,
+    channel: &str,
+    author: Value,
+    content: &str,
+    reference: Option<&str>,
+) -> Value {
+    let mut message = json!({
+        "id": id,
+        "channel_id": channel,
+        "guild_id": GUILD_ID,
+        "author": author,
+        "content": content,
+        "timestamp": "2026-11-23T12:00:00.000000+00:00",
+        "edited_timestamp": null,
+        "tts": false,
+        "mention_everyone": false,
+        "mentions": [],
+        "mention_roles": [],
+        "attachments": [],
+        "embeds": [],
+        "pinned": false,
+        "type": if reference.is_some() { 19 } else { 0 },
+    });
+    if let Some(reference) = reference {
+        message["message_reference"] =
+            json!({"message_id": reference, "channel_id": channel, "guild_id": GUILD_ID});
+    }
+    message
+}
+
+fn user(id: &str) -> Value {
+    json!({
+        "id": id, "username": "person", "discriminator": "0000",
+        "global_name": null, "avatar": null, "bot": false,
+    })
 }
 
 impl Drop for FakeDiscord {
@@ -90,17 +145,42 @@ impl FakeDiscord {
                 put(guild_commands),
             )
             .route("/api/v10/applications/{app}/commands", put(global_commands))
+            .route(
+                "/api/v10/channels/{channel}/messages",
+                axum::routing::post(post_message),
+            )
             .fallback(stray)
             .with_state(recorded.clone());
         let rest_task = tokio::spawn(async move {
             let _ = axum::serve(rest, app).await;
         });
-        let gateway_task = tokio::spawn(serve_gateway(gateway, gateway_url, recorded.clone()));
+        let (dispatch, _) = tokio::sync::broadcast::channel(256);
+        let gateway_task = tokio::spawn(serve_gateway(
+            gateway,
+            gateway_url,
+            recorded.clone(),
+            dispatch.clone(),
+        ));
         FakeDiscord {
             base_url,
             recorded,
+            dispatch,
             tasks: vec![rest_task, gateway_task],
         }
+    }
+
+    /// A person writes `content` in `channel` (as a reply to `reply_to`, if given);
+    /// returns the message's id.
+    pub fn user_says(&self, channel: &str, content: &str, reply_to: Option<&str>) -> String {
+        let id = next_id(&self.recorded);
+        let message = message_object(&id, channel, user(USER_ID), content, reply_to);
+        let _ = self.dispatch.send(("MESSAGE_CREATE".into(), message));
+        id
+    }
+
+    /// Messages the bot posted so far.
+    pub fn posted(&self) -> Vec<Value> {
+        self.recorded.lock().unwrap().posted.clone()
     }
 
     /// The slash commands registered so far, as (guild id or "global", commands).
@@ -202,6 +282,26 @@ async fn global_commands(
     Json(registered(&commands, None))
 }
 
+async fn post_message(
+    State(recorded): State<Shared>,
+    Path(channel): Path<String>,
+    Json(body): Json<Value>,
+) -> Json<Value> {
+    let id = next_id(&recorded);
+    let reference = body["message_reference"]["message_id"]
+        .as_str()
+        .map(str::to_string);
+    let message = message_object(
+        &id,
+        &channel,
+        bot_user(),
+        body["content"].as_str().unwrap_or(""),
+        reference.as_deref(),
+    );
+    recorded.lock().unwrap().posted.push(message.clone());
+    Json(message)
+}
+
 async fn stray(State(recorded): State<Shared>, method: Method, uri: Uri) -> StatusCode {
     recorded
         .lock()
@@ -211,12 +311,18 @@ async fn stray(State(recorded): State<Shared>, method: Method, uri: Uri) -> Stat
     StatusCode::NOT_FOUND
 }
 
-async fn serve_gateway(listener: TcpListener, url: String, recorded: Shared) {
+async fn serve_gateway(
+    listener: TcpListener,
+    url: String,
+    recorded: Shared,
+    dispatch: tokio::sync::broadcast::Sender<(String, Value)>,
+) {
     while let Ok((stream, _)) = listener.accept().await {
         let recorded = recorded.clone();
         let url = url.clone();
+        let events = dispatch.subscribe();
         tokio::spawn(async move {
-            let _ = session(stream, url, recorded).await;
+            let _ = session(stream, url, recorded, events).await;
         });
     }
 }
@@ -226,13 +332,27 @@ async fn session(
     stream: tokio::net::TcpStream,
     url: String,
     recorded: Shared,
+    mut events: tokio::sync::broadcast::Receiver<(String, Value)>,
 ) -> anyhow::Result<()> {
     let _peer: Option<SocketAddr> = stream.peer_addr().ok();
     let mut ws = tokio_tungstenite::accept_async(stream).await?;
     let hello = json!({"op": 10, "d": {"heartbeat_interval": 41250}, "s": null, "t": null});
     ws.send(Message::Text(hello.to_string())).await?;
     let mut seq = 0u64;
-    while let Some(message) = ws.next().await {
+    let mut ready_sent = false;
+    loop {
+        let message = tokio::select! {
+            message = ws.next() => message,
+            event = events.recv(), if ready_sent => {
+                if let Ok((kind, data)) = event {
+                    seq += 1;
+                    let dispatch = json!({"op": 0, "s": seq, "t": kind, "d": data});
+                    ws.send(Message::Text(dispatch.to_string())).await?;
+                }
+                continue;
+            }
+        };
+        let Some(message) = message else { break };
         let text = match message? {
             Message::Text(text) => text,
             Message::Binary(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
@@ -266,6 +386,7 @@ async fn session(
                     }
                 });
                 ws.send(Message::Text(ready.to_string())).await?;
+                ready_sent = true;
             }
             _ => {}
         }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use chorus_test_support::fake_model::text;
 use chorus_test_support::{Chorus, FakeDiscord, FakeOpenAi};
 use reqwest::Method;
 
@@ -139,5 +140,88 @@ async fn an_agent_is_bound_to_one_discord_channel_through_the_api() -> anyhow::R
         chorus.agent("second").await?["discord_channel_id"],
         "700000000000000001"
     );
+    Ok(())
+}
+
+/// Chorus with the bot connected to `discord`, its commands registered.
+async fn with_bot(
+    discord: &FakeDiscord,
+    model: &chorus_test_support::FakeModel,
+) -> anyhow::Result<Chorus> {
+    let chorus = Chorus::builder()
+        .openai_fake(model)
+        .env("DISCORD_TOKEN", "fake-bot-token")
+        .env(
+            "DISCORD_GUILD_ID",
+            chorus_test_support::fake_discord::GUILD_ID,
+        )
+        .env("CHORUS_DISCORD_API_BASE", &discord.base_url)
+        .start()
+        .await?;
+    discord
+        .wait_for("the bot ready", Duration::from_secs(30), |d| {
+            d.commands().into_iter().next()
+        })
+        .await?;
+    Ok(chorus)
+}
+
+#[tokio::test]
+async fn a_channel_message_is_answered_as_a_reply_and_a_reply_continues_the_thread()
+-> anyhow::Result<()> {
+    let discord = FakeDiscord::start().await;
+    let model = FakeOpenAi::start().await;
+    let chorus = with_bot(&discord, &model).await?;
+    let channel = "700000000000000009";
+    chorus
+        .create_agent_with(serde_json::json!({"name": "helper", "discord_channel_id": channel}))
+        .await?;
+
+    model.push(text("The capital is Paris."));
+    let asked = discord.user_says(channel, "What is the capital of France?", None);
+    let answer = discord
+        .wait_for("the answer", Duration::from_secs(30), |d| {
+            d.posted().into_iter().find(|m| m["channel_id"] == channel)
+        })
+        .await?;
+    assert_eq!(answer["content"], "The capital is Paris.");
+    assert_eq!(
+        answer["message_reference"]["message_id"],
+        asked.as_str(),
+        "posted as a reply"
+    );
+
+    // A reply to the answer continues that thread: the model sees the history.
+    model.push(text("About 2.1 million people."));
+    let answer_id = answer["id"].as_str().unwrap().to_string();
+    let followup = discord.user_says(channel, "And its population?", Some(&answer_id));
+    let second = discord
+        .wait_for("the second answer", Duration::from_secs(30), |d| {
+            d.posted()
+                .into_iter()
+                .find(|m| m["content"] == "About 2.1 million people.")
+        })
+        .await?;
+    assert_eq!(second["message_reference"]["message_id"], followup.as_str());
+    let last = model.requests().last().unwrap().body.to_string();
+    assert!(
+        last.contains("What is the capital of France?") && last.contains("The capital is Paris."),
+        "{last}"
+    );
+    // Both exchanges belong to one conversation: the reply continued thread 1.
+    let threads: serde_json::Value = chorus
+        .api(Method::GET, "/api/agents/helper/threads")
+        .send()
+        .await?
+        .json()
+        .await?;
+    let continued = threads
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == 2)
+        .unwrap();
+    assert_eq!(continued["continued_from"], 1, "{threads:#}");
+    assert!(discord.strays().is_empty(), "{:?}", discord.strays());
     Ok(())
 }
