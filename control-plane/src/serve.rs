@@ -237,18 +237,15 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     runs.set_idle_saver(sessions.clone());
     // Discord is one more front end: if it cannot start, the HTTP API still runs.
     let discord = match settings.discord.clone() {
-        Some(discord) => match crate::discord::adapter::start(
-            discord,
-            crate::discord::messages::Messages::new(store.clone(), runs.clone()),
-        )
-        .await
-        {
-            Ok(task) => Some(task),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot start the Discord front end; the HTTP API runs without it");
-                None
+        Some(discord) => {
+            match crate::discord::adapter::start(discord, store.clone(), runs.clone()).await {
+                Ok(task) => Some(task),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start the Discord front end; the HTTP API runs without it");
+                    None
+                }
             }
-        },
+        }
         None => None,
     };
     let connections = TaskTracker::new();

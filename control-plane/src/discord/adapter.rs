@@ -9,40 +9,22 @@
 use std::sync::Arc;
 
 use serenity::all::{
-    ChannelId, Client, ClientBuilder, Command, Context, CreateMessage, EventHandler,
-    GatewayIntents, GuildId, Http, HttpBuilder, Message, MessageId, Ready,
+    Client, ClientBuilder, Command, Context, EventHandler, GatewayIntents, GuildId, HttpBuilder,
+    Message, Ready,
 };
 use tokio::task::JoinHandle;
 
 use super::commands;
-use super::messages::{Incoming, Messages, Poster};
+use super::messages::{Incoming, Messages};
+use super::outbox::Outbox;
+use super::rest::RestTransport;
 use crate::config::DiscordSettings;
+use crate::runs::Runs;
+use crate::store::Store;
 
 struct Handler {
     guild: Option<GuildId>,
     messages: Arc<Messages>,
-}
-
-/// Posts through serenity's HTTP client.
-struct SerenityPoster {
-    http: Arc<Http>,
-}
-
-#[tonic::async_trait]
-impl Poster for SerenityPoster {
-    async fn post(
-        &self,
-        channel: u64,
-        content: &str,
-        reply_to: Option<u64>,
-    ) -> anyhow::Result<u64> {
-        let channel = ChannelId::new(channel);
-        let mut message = CreateMessage::new().content(content);
-        if let Some(reply_to) = reply_to {
-            message = message.reference_message((channel, MessageId::new(reply_to)));
-        }
-        Ok(channel.send_message(&self.http, message).await?.id.get())
-    }
 }
 
 #[serenity::async_trait]
@@ -65,7 +47,7 @@ impl EventHandler for Handler {
         }
     }
 
-    async fn message(&self, ctx: Context, message: Message) {
+    async fn message(&self, _ctx: Context, message: Message) {
         let incoming = Incoming {
             channel_id: message.channel_id.get(),
             message_id: message.id.get(),
@@ -78,10 +60,7 @@ impl EventHandler for Handler {
                 .and_then(|r| r.message_id)
                 .map(|id| id.get()),
         };
-        let poster = Arc::new(SerenityPoster {
-            http: ctx.http.clone(),
-        });
-        self.messages.received(incoming, poster).await;
+        self.messages.received(incoming).await;
     }
 }
 
@@ -93,9 +72,16 @@ pub fn intents() -> GatewayIntents {
 /// Connects the bot in a task of its own.
 pub async fn start(
     settings: DiscordSettings,
-    messages: Arc<Messages>,
+    store: Store,
+    runs: Arc<Runs>,
 ) -> anyhow::Result<JoinHandle<()>> {
     let token = settings.token.expose().to_string();
+    // Posts go through the outbox (pacing, 429s), straight to the REST API.
+    let outbox = Outbox::new(Arc::new(RestTransport::new(
+        settings.api_base.as_deref(),
+        &token,
+    )));
+    let messages = Messages::new(store, runs, outbox);
     let handler = Handler {
         guild: settings.guild_id.map(GuildId::new),
         messages,

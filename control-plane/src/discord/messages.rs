@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::access;
+use super::outbox::Outbox;
 use super::split::{MESSAGE_CHARS, split};
 use crate::runs::{ReplyTo, Runs};
 use crate::store::{Store, ThreadStatus};
@@ -30,33 +31,26 @@ pub struct Incoming {
     pub reply_to: Option<u64>,
 }
 
-/// Posts messages in a channel (the adapter's side).
-#[tonic::async_trait]
-pub trait Poster: Send + Sync {
-    /// Posts `content` in `channel`, as a reply to `reply_to` when given; returns
-    /// the posted message's id.
-    async fn post(&self, channel: u64, content: &str, reply_to: Option<u64>)
-    -> anyhow::Result<u64>;
-}
-
 pub struct Messages {
     store: Store,
     runs: Arc<Runs>,
+    outbox: Arc<Outbox>,
     /// Threads whose answer a task already waits to post.
     followed: Mutex<HashSet<(String, u64)>>,
 }
 
 impl Messages {
-    pub fn new(store: Store, runs: Arc<Runs>) -> Arc<Messages> {
+    pub fn new(store: Store, runs: Arc<Runs>, outbox: Arc<Outbox>) -> Arc<Messages> {
         Arc::new(Messages {
             store,
             runs,
+            outbox,
             followed: Mutex::new(HashSet::new()),
         })
     }
 
     /// Routes one message; its answer is posted later by a task.
-    pub async fn received(self: &Arc<Self>, incoming: Incoming, poster: Arc<dyn Poster>) {
+    pub async fn received(self: &Arc<Self>, incoming: Incoming) {
         if incoming.author_is_bot || incoming.content.trim().is_empty() {
             return;
         }
@@ -84,9 +78,11 @@ impl Messages {
             Ok(received) => received,
             Err(e) => {
                 tracing::error!(agent = %agent.name, error = %e, "a Discord message could not be routed");
-                let _ = poster
+                let _ = self
+                    .outbox
                     .post(
                         incoming.channel_id,
+                        0,
                         &format!("Sorry, that message could not be handled: {e}"),
                         Some(incoming.message_id),
                     )
@@ -121,7 +117,7 @@ impl Messages {
         let messages = self.clone();
         tokio::spawn(async move {
             messages
-                .answer_when_done(events, &agent.name, thread, &incoming, poster.as_ref())
+                .answer_when_done(events, &agent.name, thread, &incoming)
                 .await;
             messages
                 .followed
@@ -137,7 +133,6 @@ impl Messages {
         agent: &str,
         thread: u64,
         incoming: &Incoming,
-        poster: &dyn Poster,
     ) {
         loop {
             match events.recv().await {
@@ -173,8 +168,9 @@ impl Messages {
         };
         let mut reply_to = Some(incoming.message_id);
         for part in split(&text, MESSAGE_CHARS) {
-            match poster
-                .post(incoming.channel_id, &part, reply_to.take())
+            match self
+                .outbox
+                .post(incoming.channel_id, thread, &part, reply_to.take())
                 .await
             {
                 Ok(posted) => {

@@ -8,5 +8,7 @@ pub mod access;
 pub mod adapter;
 pub mod commands;
 pub mod messages;
+pub mod outbox;
 pub mod queue;
+pub mod rest;
 pub mod split;

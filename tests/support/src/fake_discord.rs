@@ -27,6 +27,11 @@ struct Recorded {
     posted: Vec<Value>,
     /// The next snowflake this fake hands out.
     next_id: u64,
+    /// Posts still to refuse with a 429, and the `retry_after` to give.
+    refuse_posts: u32,
+    retry_after: f64,
+    /// 429s given so far.
+    refused: u32,
     /// Slash command registrations: (guild id or "global", the commands).
     commands: Vec<(String, Value)>,
     /// IDENTIFY payloads the gateway received.
@@ -178,6 +183,18 @@ impl FakeDiscord {
         id
     }
 
+    /// The next `posts` message posts get a 429 saying to wait `retry_after_secs`.
+    pub fn rate_limit_next(&self, posts: u32, retry_after_secs: f64) {
+        let mut r = self.recorded.lock().unwrap();
+        r.refuse_posts = posts;
+        r.retry_after = retry_after_secs;
+    }
+
+    /// How many posts were refused with a 429.
+    pub fn refused(&self) -> u32 {
+        self.recorded.lock().unwrap().refused
+    }
+
     /// Messages the bot posted so far.
     pub fn posted(&self) -> Vec<Value> {
         self.recorded.lock().unwrap().posted.clone()
@@ -286,7 +303,30 @@ async fn post_message(
     State(recorded): State<Shared>,
     Path(channel): Path<String>,
     Json(body): Json<Value>,
-) -> Json<Value> {
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    {
+        let mut r = recorded.lock().unwrap();
+        if r.refuse_posts > 0 {
+            r.refuse_posts -= 1;
+            r.refused += 1;
+            let retry_after = r.retry_after;
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [
+                    ("x-ratelimit-limit", "5".to_string()),
+                    ("x-ratelimit-remaining", "0".to_string()),
+                    ("x-ratelimit-reset-after", format!("{retry_after:.3}")),
+                ],
+                Json(json!({
+                    "message": "You are being rate limited.",
+                    "retry_after": retry_after,
+                    "global": false,
+                })),
+            )
+                .into_response();
+        }
+    }
     let id = next_id(&recorded);
     let reference = body["message_reference"]["message_id"]
         .as_str()
@@ -299,7 +339,15 @@ async fn post_message(
         reference.as_deref(),
     );
     recorded.lock().unwrap().posted.push(message.clone());
-    Json(message)
+    (
+        [
+            ("x-ratelimit-limit", "5"),
+            ("x-ratelimit-remaining", "4"),
+            ("x-ratelimit-reset-after", "5.000"),
+        ],
+        Json(message),
+    )
+        .into_response()
 }
 
 async fn stray(State(recorded): State<Shared>, method: Method, uri: Uri) -> StatusCode {

@@ -225,3 +225,49 @@ async fn a_channel_message_is_answered_as_a_reply_and_a_reply_continues_the_thre
     assert!(discord.strays().is_empty(), "{:?}", discord.strays());
     Ok(())
 }
+
+#[tokio::test]
+async fn a_429_is_waited_out_and_a_long_answer_arrives_in_parts_with_its_code_intact()
+-> anyhow::Result<()> {
+    let discord = FakeDiscord::start().await;
+    let model = FakeOpenAi::start().await;
+    let chorus = with_bot(&discord, &model).await?;
+    let channel = "700000000000000010";
+    chorus
+        .create_agent_with(serde_json::json!({"name": "coder", "discord_channel_id": channel}))
+        .await?;
+    let code: String = (0..80)
+        .map(|i| format!("let value_{i:02} = compute({i});\n"))
+        .collect();
+    let long = format!(
+        "{}```rust\n{code}```\nThat is all.",
+        "Here is the change.\n".repeat(40)
+    );
+    assert!(long.chars().count() > 2900);
+    model.push(text(&long));
+    discord.rate_limit_next(1, 0.4);
+    discord.user_says(channel, "Write the code", None);
+    let parts = discord
+        .wait_for("both parts", Duration::from_secs(30), |d| {
+            let parts: Vec<serde_json::Value> = d
+                .posted()
+                .into_iter()
+                .filter(|m| m["channel_id"] == channel)
+                .collect();
+            (parts.len() >= 2).then_some(parts)
+        })
+        .await?;
+    assert_eq!(discord.refused(), 1, "the 429 was given");
+    assert_eq!(parts.len(), 2, "nothing lost, nothing twice: {parts:#?}");
+    let first = parts[0]["content"].as_str().unwrap();
+    let second = parts[1]["content"].as_str().unwrap();
+    assert!(first.chars().count() <= 2000 && second.chars().count() <= 2000);
+    assert!(first.ends_with("```"), "the block is closed: {first}");
+    assert!(second.starts_with("```rust\n"), "and reopened: {second}");
+    assert!(
+        parts[0]["message_reference"].is_object(),
+        "the first part is the reply"
+    );
+    assert!(second.ends_with("That is all."));
+    Ok(())
+}

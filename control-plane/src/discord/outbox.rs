@@ -1,0 +1,193 @@
+//! Everything the bot posts goes through here: one task per channel owns that
+//! channel's [`ChannelQueue`] and sends in its order and at its pace. A 429 puts the
+//! message first again after `retry_after`; nothing is retried blindly and nothing
+//! is dropped. The HTTP call itself is a [`Transport`], so the task is tested
+//! without Discord.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::queue::{ChannelQueue, RateLimit};
+
+/// How a send went.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Sent {
+    /// Posted: the new message's id, and the rate-limit headers.
+    Posted { id: u64, rate: RateLimit },
+    /// 429: try again after this long.
+    RateLimited {
+        retry_after: Duration,
+        rate: RateLimit,
+    },
+    /// Refused for good (the reason); not retried.
+    Failed(String),
+}
+
+/// Posts one message (Discord's REST API, or a test double).
+#[tonic::async_trait]
+pub trait Transport: Send + Sync + 'static {
+    async fn post(&self, channel: u64, content: &str, reply_to: Option<u64>) -> Sent;
+}
+
+struct Job {
+    content: String,
+    reply_to: Option<u64>,
+    done: oneshot::Sender<Result<u64, String>>,
+}
+
+/// The senders of every channel, each started on first use.
+pub struct Outbox {
+    transport: Arc<dyn Transport>,
+    channels: Mutex<HashMap<u64, mpsc::UnboundedSender<(u64, Job)>>>,
+}
+
+impl Outbox {
+    pub fn new(transport: Arc<dyn Transport>) -> Arc<Outbox> {
+        Arc::new(Outbox {
+            transport,
+            channels: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Queues `content` for `channel` in `lane` (a thread) and waits until it is
+    /// posted; returns the posted message's id.
+    pub async fn post(
+        &self,
+        channel: u64,
+        lane: u64,
+        content: &str,
+        reply_to: Option<u64>,
+    ) -> Result<u64, String> {
+        let (done, posted) = oneshot::channel();
+        let job = Job {
+            content: content.to_string(),
+            reply_to,
+            done,
+        };
+        let sender = {
+            let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+            channels
+                .entry(channel)
+                .or_insert_with(|| {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    tokio::spawn(drive(channel, self.transport.clone(), rx));
+                    tx
+                })
+                .clone()
+        };
+        sender
+            .send((lane, job))
+            .map_err(|_| "the channel's sender stopped".to_string())?;
+        posted
+            .await
+            .map_err(|_| "the channel's sender stopped".to_string())?
+    }
+}
+
+/// One channel's sender: the only owner of its queue.
+async fn drive(
+    channel: u64,
+    transport: Arc<dyn Transport>,
+    mut jobs: mpsc::UnboundedReceiver<(u64, Job)>,
+) {
+    let mut queue: ChannelQueue<u64, Job> = ChannelQueue::default();
+    loop {
+        let next = queue.next_at(Instant::now());
+        tokio::select! {
+            job = jobs.recv() => match job {
+                Some((lane, job)) => queue.push(lane, job),
+                None if queue.is_empty() => return,
+                None => {}
+            },
+            _ = sleep_until(next), if next.is_some() => {
+                let now = Instant::now();
+                let Some((lane, job)) = queue.pop(now) else { continue };
+                match transport.post(channel, &job.content, job.reply_to).await {
+                    Sent::Posted { id, rate } => {
+                        queue.answered(rate, Instant::now());
+                        let _ = job.done.send(Ok(id));
+                    }
+                    Sent::RateLimited { retry_after, rate } => {
+                        tracing::warn!(channel, ?retry_after, "Discord rate limit; waiting it out");
+                        queue.answered(rate, Instant::now());
+                        queue.rate_limited(lane, job, retry_after, Instant::now());
+                    }
+                    Sent::Failed(reason) => {
+                        tracing::error!(channel, %reason, "Discord refused a message");
+                        let _ = job.done.send(Err(reason));
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Refuses the first `refuse` posts with a 429, then posts; records the order.
+    struct Recorder {
+        refuse: Mutex<u32>,
+        posted: Mutex<Vec<String>>,
+    }
+
+    #[tonic::async_trait]
+    impl Transport for Recorder {
+        async fn post(&self, _channel: u64, content: &str, _reply_to: Option<u64>) -> Sent {
+            let no_rate = RateLimit {
+                limit: None,
+                remaining: None,
+                reset_after: None,
+            };
+            {
+                let mut refuse = self.refuse.lock().unwrap();
+                if *refuse > 0 {
+                    *refuse -= 1;
+                    return Sent::RateLimited {
+                        retry_after: Duration::from_millis(50),
+                        rate: no_rate,
+                    };
+                }
+            }
+            let mut posted = self.posted.lock().unwrap();
+            posted.push(content.to_string());
+            Sent::Posted {
+                id: posted.len() as u64,
+                rate: no_rate,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_429_is_waited_out_and_every_message_is_posted_once_in_order() {
+        let recorder = Arc::new(Recorder {
+            refuse: Mutex::new(2),
+            posted: Mutex::new(Vec::new()),
+        });
+        let outbox = Outbox::new(recorder.clone());
+        let sends = (0..4).map(|i| {
+            let outbox = outbox.clone();
+            async move { outbox.post(1, 7, &format!("part {i}"), None).await }
+        });
+        // Sent one after another, as a thread's parts are.
+        let mut ids = Vec::new();
+        for send in sends {
+            ids.push(send.await.unwrap());
+        }
+        assert_eq!(ids, [1, 2, 3, 4]);
+        assert_eq!(
+            *recorder.posted.lock().unwrap(),
+            ["part 0", "part 1", "part 2", "part 3"]
+        );
+    }
+}
