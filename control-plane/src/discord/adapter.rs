@@ -82,6 +82,7 @@ pub async fn start(
         &token,
     )));
     let messages = Messages::new(store, runs, outbox);
+    let notifications = messages.clone();
     let handler = Handler {
         guild: settings.guild_id.map(GuildId::new),
         messages,
@@ -105,9 +106,16 @@ pub async fn start(
         let url = gateway_url(base).await?;
         *client.ws_url.lock().await = url;
     }
+    // One task: stopping it (at shutdown) stops the connection and the
+    // notifications together.
     Ok(tokio::spawn(async move {
-        if let Err(e) = client.start().await {
-            tracing::error!(error = %e, "the Discord connection ended; the HTTP API goes on");
+        tokio::select! {
+            ended = client.start() => {
+                if let Err(e) = ended {
+                    tracing::error!(error = %e, "the Discord connection ended; the HTTP API goes on");
+                }
+            }
+            () = notifications.post_notifications() => {}
         }
     }))
 }

@@ -49,6 +49,40 @@ impl Messages {
         })
     }
 
+    /// Posts the feed's notifications (an idle save, a background task's end) in
+    /// the channel of the agent they are about, for as long as the feed lasts.
+    pub async fn post_notifications(self: Arc<Self>) {
+        let mut events = self.runs.feed().subscribe();
+        loop {
+            let event = match events.recv().await {
+                Ok(event) => event,
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::warn!(
+                        missed,
+                        "Discord notifications fell behind the feed; some were not posted"
+                    );
+                    continue;
+                }
+                Err(RecvError::Closed) => return,
+            };
+            if event.kind != "notification" {
+                continue;
+            }
+            let Some(text) = event.data["text"].as_str() else {
+                continue;
+            };
+            let channel = match self.store.agent(&event.agent).await {
+                Ok(Some(agent)) => agent.discord_channel_id.and_then(|c| c.parse::<u64>().ok()),
+                _ => None,
+            };
+            if let Some(channel) = channel
+                && let Err(e) = self.outbox.post(channel, 0, text, None).await
+            {
+                tracing::warn!(agent = %event.agent, error = %e, "cannot post a notification on Discord");
+            }
+        }
+    }
+
     /// Routes one message; its answer is posted later by a task.
     pub async fn received(self: &Arc<Self>, incoming: Incoming) {
         if incoming.author_is_bot || incoming.content.trim().is_empty() {

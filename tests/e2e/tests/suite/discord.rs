@@ -271,3 +271,37 @@ async fn a_429_is_waited_out_and_a_long_answer_arrives_in_parts_with_its_code_in
     assert!(second.ends_with("That is all."));
     Ok(())
 }
+
+#[tokio::test]
+async fn an_idle_save_is_posted_in_the_agents_channel() -> anyhow::Result<()> {
+    let discord = FakeDiscord::start().await;
+    let model = FakeOpenAi::start().await;
+    let chorus = with_bot(&discord, &model).await?;
+    let channel = "700000000000000011";
+    chorus
+        .create_agent_with(serde_json::json!({
+            "name": "dozy", "discord_channel_id": channel, "idle_timeout_secs": 1,
+        }))
+        .await?;
+    model.push(text("Noted."));
+    // The idle save asks the model for a description.
+    model.push(text("A note was taken"));
+    discord.user_says(channel, "Take a note", None);
+    let notice = discord
+        .wait_for("the idle notification", Duration::from_secs(30), |d| {
+            d.posted().into_iter().find(|m| {
+                m["channel_id"] == channel
+                    && m["content"]
+                        .as_str()
+                        .unwrap_or("")
+                        .starts_with("Session saved:")
+            })
+        })
+        .await?;
+    let text = notice["content"].as_str().unwrap();
+    assert!(
+        text.contains("A note was taken") && text.contains("1 second of inactivity"),
+        "{text}"
+    );
+    Ok(())
+}
