@@ -185,28 +185,15 @@ impl Diagnosis {
         out.push_str(&format!(
             "  discord:        {}\n",
             if self.discord_token {
-                "on (DISCORD_TOKEN is set): the bot answers messages in agents' bound \
-                 channels; its slash commands and approval buttons do not act yet"
+                "on (DISCORD_TOKEN is set): agents answer in their channels; slash \
+                 commands and approval buttons act"
             } else {
                 "off (set DISCORD_TOKEN to connect a bot)"
             }
         ));
         out.push_str("  providers:\n");
         for (kind, state) in &self.providers {
-            let line = match state {
-                ProviderState::NotConfigured => format!(
-                    "not configured (set {})",
-                    kind.key_env().unwrap_or(kind.base_env())
-                ),
-                ProviderState::Usable { models, base_url } => {
-                    let plural = if *models == 1 { "" } else { "s" };
-                    format!("usable: {models} model{plural} at {base_url}")
-                }
-                ProviderState::Failed { error, reachable } => format!(
-                    "{}: {error}",
-                    if *reachable { "refused" } else { "unreachable" }
-                ),
-            };
+            let line = describe_state(*kind, state);
             out.push_str(&format!("    {:<12}{line}\n", kind.name()));
         }
         let default = match (&self.default_model, &self.default_route) {
@@ -225,6 +212,24 @@ impl Diagnosis {
             out.push_str(&format!("{head}{step}\n"));
         }
         out
+    }
+}
+
+/// One provider's state in a sentence (`chorus status`, Discord's `/settings`).
+pub fn describe_state(kind: ProviderKind, state: &ProviderState) -> String {
+    match state {
+        ProviderState::NotConfigured => format!(
+            "not configured (set {})",
+            kind.key_env().unwrap_or(kind.base_env())
+        ),
+        ProviderState::Usable { models, base_url } => {
+            let plural = if *models == 1 { "" } else { "s" };
+            format!("usable: {models} model{plural} at {base_url}")
+        }
+        ProviderState::Failed { error, reachable } => format!(
+            "{}: {error}",
+            if *reachable { "refused" } else { "unreachable" }
+        ),
     }
 }
 

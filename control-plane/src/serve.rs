@@ -211,6 +211,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
             roles: settings.roles.clone(),
             default_role: settings.default_role,
             known_secrets: known_secrets.clone(),
+            vouched: Default::default(),
         },
     ));
 
@@ -235,19 +236,6 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         settings.context,
     );
     runs.set_idle_saver(sessions.clone());
-    // Discord is one more front end: if it cannot start, the HTTP API still runs.
-    let discord = match settings.discord.clone() {
-        Some(discord) => {
-            match crate::discord::adapter::start(discord, store.clone(), runs.clone()).await {
-                Ok(task) => Some(task),
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot start the Discord front end; the HTTP API runs without it");
-                    None
-                }
-            }
-        }
-        None => None,
-    };
     let connections = TaskTracker::new();
     let worker_router = tonic::service::Routes::new(
         WorkerLinkService::new(
@@ -270,7 +258,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         settings.providers.clone(),
         known_secrets.clone(),
     )?));
-    let api_router = http::router(AppState {
+    let api_state = AppState {
         store: store.clone(),
         agents: agents.clone(),
         runs: runs.clone(),
@@ -281,7 +269,22 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         api_token,
         sandbox,
         thread_retention: settings.threads.retention,
-    });
+    };
+    // Discord is one more front end: if it cannot start, the HTTP API still runs.
+    let discord = match settings.discord.clone() {
+        Some(discord) => {
+            match crate::discord::adapter::start(discord, api_state.clone(), settings.clone()).await
+            {
+                Ok(task) => Some(task),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start the Discord front end; the HTTP API runs without it");
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+    let api_router = http::router(api_state);
     let servers = vec![
         spawn_server(grpc_listener, worker_router, shutdown.clone()),
         spawn_server(http_listener, api_router, shutdown.clone()),

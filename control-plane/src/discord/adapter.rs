@@ -7,24 +7,39 @@
 //! its own, and a failure is logged, not returned.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serenity::all::{
-    Client, ClientBuilder, Command, Context, EventHandler, GatewayIntents, GuildId, HttpBuilder,
-    Message, Ready,
+    ChannelId, ChannelType, Client, ClientBuilder, Command, CommandDataOption,
+    CommandDataOptionValue, CommandInteraction, ComponentInteraction, Context,
+    CreateAllowedMentions, CreateAttachment, CreateChannel, CreateInteractionResponse,
+    CreateInteractionResponseFollowup, CreateInteractionResponseMessage, EditInteractionResponse,
+    EventHandler, GatewayIntents, GuildId, Http, HttpBuilder, Interaction, Message, Ready,
+    ResumedEvent,
 };
 use tokio::task::JoinHandle;
 
+use super::access::DiscordRoles;
+use super::actions::{Actions, Caller, Guild, Reply};
+use super::approvals::{ApprovalPosts, Click};
 use super::commands;
 use super::messages::{Incoming, Messages};
 use super::outbox::Outbox;
 use super::rest::RestTransport;
-use crate::config::DiscordSettings;
-use crate::runs::Runs;
-use crate::store::Store;
+use super::slash::{self, OptionValue};
+use super::split::{ATTACH_AFTER_CHARS, MESSAGE_CHARS, Outgoing, plan};
+use crate::config::{DiscordSettings, Settings};
+use crate::http::AppState;
+
+/// A command not done by then is deferred (Discord drops an interaction that gets
+/// no answer within 3 s) and finished with an edit of the deferred answer.
+const DEFER_AFTER: Duration = Duration::from_millis(1500);
 
 struct Handler {
     guild: Option<GuildId>,
     messages: Arc<Messages>,
+    actions: Arc<Actions>,
+    approvals: Arc<ApprovalPosts>,
 }
 
 #[serenity::async_trait]
@@ -47,12 +62,21 @@ impl EventHandler for Handler {
         }
     }
 
+    async fn resume(&self, _ctx: Context, _event: ResumedEvent) {
+        tracing::info!("the Discord gateway connection was resumed");
+    }
+
     async fn message(&self, _ctx: Context, message: Message) {
         let incoming = Incoming {
             channel_id: message.channel_id.get(),
             message_id: message.id.get(),
             author_id: message.author.id.get(),
             author_is_bot: message.author.bot,
+            role_ids: message
+                .member
+                .as_ref()
+                .map(|m| m.roles.iter().map(|r| r.get().to_string()).collect())
+                .unwrap_or_default(),
             content: message.content.clone(),
             reply_to: message
                 .message_reference
@@ -62,6 +86,223 @@ impl EventHandler for Handler {
         };
         self.messages.received(incoming).await;
     }
+
+    async fn interaction_create(&self, ctx: Context, interaction: Interaction) {
+        match interaction {
+            Interaction::Command(command) => {
+                run_command(&ctx, &command, &self.actions, self.guild).await
+            }
+            Interaction::Component(click) => clicked(&ctx, &click, &self.approvals).await,
+            _ => {}
+        }
+    }
+}
+
+/// A command's options without serenity's types.
+fn neutral(options: &[CommandDataOption]) -> Vec<(String, OptionValue)> {
+    options
+        .iter()
+        .map(|o| {
+            let value = match &o.value {
+                CommandDataOptionValue::String(s) => OptionValue::Text(s.clone()),
+                CommandDataOptionValue::Integer(i) => OptionValue::Integer(*i),
+                CommandDataOptionValue::Boolean(b) => OptionValue::Boolean(*b),
+                CommandDataOptionValue::SubCommand(inner)
+                | CommandDataOptionValue::SubCommandGroup(inner) => {
+                    OptionValue::Sub(neutral(inner))
+                }
+                _ => OptionValue::Other,
+            };
+            (o.name.clone(), value)
+        })
+        .collect()
+}
+
+fn role_ids(member: Option<&serenity::all::Member>) -> Vec<String> {
+    member
+        .map(|m| m.roles.iter().map(|r| r.get().to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// The guild a command runs in, for the channels it makes.
+struct SerenityGuild {
+    http: Arc<Http>,
+    guild: Option<GuildId>,
+}
+
+#[tonic::async_trait]
+impl Guild for SerenityGuild {
+    async fn create_text_channel(&self, name: &str, topic: &str) -> Result<u64, String> {
+        let guild = self
+            .guild
+            .ok_or("commands that make channels work only in a server")?;
+        let mut builder = CreateChannel::new(name).kind(ChannelType::Text);
+        if !topic.is_empty() {
+            builder = builder.topic(topic);
+        }
+        guild
+            .create_channel(&self.http, builder)
+            .await
+            .map(|c| c.id.get())
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn no_pings() -> CreateAllowedMentions {
+    CreateAllowedMentions::new()
+}
+
+async fn run_command(
+    ctx: &Context,
+    command: &CommandInteraction,
+    actions: &Actions,
+    registered_in: Option<GuildId>,
+) {
+    let invocation = match slash::parse(&command.data.name, &neutral(&command.data.options)) {
+        Ok(invocation) => invocation,
+        Err(why) => {
+            let reply = Reply {
+                text: why,
+                private: true,
+                delete_channel: None,
+            };
+            answer(ctx, command, reply, None).await;
+            return;
+        }
+    };
+    let private = invocation.private_answer();
+    let caller = Caller {
+        user_id: command.user.id.get(),
+        role_ids: role_ids(command.member.as_deref()),
+        channel_id: command.channel_id.get(),
+    };
+    let guild = SerenityGuild {
+        http: ctx.http.clone(),
+        guild: command.guild_id.or(registered_in),
+    };
+    let work = actions.run(invocation, &caller, &guild);
+    tokio::pin!(work);
+    let deferred = tokio::select! {
+        reply = &mut work => {
+            answer(ctx, command, reply, None).await;
+            return;
+        }
+        () = tokio::time::sleep(DEFER_AFTER) => {
+            let defer = CreateInteractionResponse::Defer(
+                CreateInteractionResponseMessage::new().ephemeral(private),
+            );
+            if let Err(e) = command.create_response(&ctx.http, defer).await {
+                tracing::warn!(command = %command.data.name, error = %e, "cannot defer a Discord command");
+            }
+            private
+        }
+    };
+    let reply = work.await;
+    answer(ctx, command, reply, Some(deferred)).await;
+}
+
+/// Gives a command's answer: as the response, or (`deferred`: whether the deferral
+/// was private) as an edit of the deferred one; the rest of a long answer as
+/// follow-ups, or as a file past a size.
+async fn answer(ctx: &Context, command: &CommandInteraction, reply: Reply, deferred: Option<bool>) {
+    let http = &ctx.http;
+    let (first, rest, file) = match plan(&reply.text, MESSAGE_CHARS, ATTACH_AFTER_CHARS) {
+        Outgoing::Parts(mut parts) => {
+            let first = if parts.is_empty() {
+                "(nothing)".to_string()
+            } else {
+                parts.remove(0)
+            };
+            (first, parts, None)
+        }
+        Outgoing::File { preview, content } => (
+            preview,
+            Vec::new(),
+            Some(CreateAttachment::bytes(content.into_bytes(), "output.md")),
+        ),
+    };
+    let result = match deferred {
+        None => {
+            let mut message = CreateInteractionResponseMessage::new()
+                .content(first)
+                .ephemeral(reply.private)
+                .allowed_mentions(no_pings());
+            if let Some(file) = file {
+                message = message.add_file(file);
+            }
+            command
+                .create_response(http, CreateInteractionResponse::Message(message))
+                .await
+        }
+        // Deferred in public but meant for one person: the public placeholder goes
+        // and the answer comes as a private follow-up.
+        Some(false) if reply.private => {
+            let _ = command.delete_response(http).await;
+            let mut followup = CreateInteractionResponseFollowup::new()
+                .content(first)
+                .ephemeral(true)
+                .allowed_mentions(no_pings());
+            if let Some(file) = file {
+                followup = followup.add_file(file);
+            }
+            command.create_followup(http, followup).await.map(drop)
+        }
+        Some(_) => {
+            let mut edit = EditInteractionResponse::new()
+                .content(first)
+                .allowed_mentions(no_pings());
+            if let Some(file) = file {
+                edit = edit.new_attachment(file);
+            }
+            command.edit_response(http, edit).await.map(drop)
+        }
+    };
+    if let Err(e) = result {
+        tracing::warn!(command = %command.data.name, error = %e, "cannot answer a Discord command");
+        return;
+    }
+    for part in rest {
+        let followup = CreateInteractionResponseFollowup::new()
+            .content(part)
+            .ephemeral(reply.private)
+            .allowed_mentions(no_pings());
+        if let Err(e) = command.create_followup(http, followup).await {
+            tracing::warn!(command = %command.data.name, error = %e, "cannot post the rest of a Discord answer");
+            return;
+        }
+    }
+    if let Some(channel) = reply.delete_channel
+        && let Err(e) = ChannelId::new(channel).delete(http).await
+    {
+        tracing::warn!(channel, error = %e, "cannot delete a destroyed agent's Discord channel");
+    }
+}
+
+async fn clicked(ctx: &Context, click: &ComponentInteraction, approvals: &ApprovalPosts) {
+    let outcome = approvals
+        .clicked(
+            &click.data.custom_id,
+            click.user.id.get(),
+            &role_ids(click.member.as_ref()),
+            &click.message.content,
+        )
+        .await;
+    let response = match outcome {
+        Click::Refused(why) => CreateInteractionResponse::Message(
+            CreateInteractionResponseMessage::new()
+                .content(why)
+                .ephemeral(true),
+        ),
+        Click::Answered(text) => CreateInteractionResponse::UpdateMessage(
+            CreateInteractionResponseMessage::new()
+                .content(text)
+                .components(Vec::new())
+                .allowed_mentions(no_pings()),
+        ),
+    };
+    if let Err(e) = click.create_response(&ctx.http, response).await {
+        tracing::warn!(error = %e, "cannot answer a Discord button click");
+    }
 }
 
 /// What the bot asks the gateway for: guild messages with their text.
@@ -69,24 +310,50 @@ pub fn intents() -> GatewayIntents {
     GatewayIntents::GUILDS | GatewayIntents::GUILD_MESSAGES | GatewayIntents::MESSAGE_CONTENT
 }
 
-/// Connects the bot in a task of its own.
+/// Connects the bot in a task of its own. `api` is the services the HTTP API
+/// uses: a slash command does what the matching request does, as its Discord user.
 pub async fn start(
-    settings: DiscordSettings,
-    store: Store,
-    runs: Arc<Runs>,
+    discord: DiscordSettings,
+    api: AppState,
+    settings: Settings,
 ) -> anyhow::Result<JoinHandle<()>> {
-    let token = settings.token.expose().to_string();
+    let token = discord.token.expose().to_string();
     // Posts go through the outbox (pacing, 429s), straight to the REST API.
     let outbox = Outbox::new(Arc::new(RestTransport::new(
-        settings.api_base.as_deref(),
+        discord.api_base.as_deref(),
         &token,
     )));
-    let messages = Messages::new(store, runs, outbox);
-    let notifications = messages.clone();
+    let roles = DiscordRoles::new(discord.roles.clone());
+    let messages = Messages::new(
+        api.store.clone(),
+        api.runs.clone(),
+        outbox.clone(),
+        api.gate.clone(),
+        roles.clone(),
+    );
+    let approvals = Arc::new(ApprovalPosts::new(
+        api.gate.clone(),
+        outbox.clone(),
+        roles.clone(),
+    ));
+    let notices = super::notices::watch_feed(
+        api.store.clone(),
+        api.runs.clone(),
+        outbox.clone(),
+        approvals.clone(),
+    );
     let handler = Handler {
-        guild: settings.guild_id.map(GuildId::new),
+        guild: discord.guild_id.map(GuildId::new),
         messages,
+        actions: Arc::new(Actions {
+            api,
+            settings,
+            roles,
+            outbox,
+        }),
+        approvals,
     };
+    let settings = discord;
     let builder = match &settings.api_base {
         // Another base: serenity's own ratelimiter would ignore the proxy and reach
         // Discord itself, so it is off here (the outgoing queue paces requests).
@@ -115,7 +382,7 @@ pub async fn start(
                     tracing::error!(error = %e, "the Discord connection ended; the HTTP API goes on");
                 }
             }
-            () = notifications.post_notifications() => {}
+            () = notices => {}
         }
     }))
 }

@@ -2,17 +2,23 @@
 //! message goes to the channel's agent through the threads routing: a reply to a
 //! message Chorus knows (its own answer, or a user's message) goes to that
 //! message's thread, anything else starts a thread. When the thread ends, its answer
-//! is posted as a reply to the user's message, split to Discord's limit, and every
-//! message posted is recorded against the thread, so replies route after a restart.
+//! is posted as a reply to the user's message, split to Discord's limit (or
+//! attached as a file when much longer), and every message posted is recorded
+//! against the thread, so replies route after a restart. While the thread runs, one
+//! status message shows its progress, edited in place (`status`).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use tokio::sync::broadcast::error::RecvError;
 
-use super::access;
-use super::outbox::Outbox;
-use super::split::{MESSAGE_CHARS, split};
+use super::access::{self, DiscordRoles};
+use super::outbox::{Outbox, Post, Request};
+use super::split::{ATTACH_AFTER_CHARS, MESSAGE_CHARS, Outgoing, plan};
+use super::status::{Pacer, Progress};
+use crate::feed::ThreadEvent;
+use crate::gate::ToolGate;
 use crate::runs::{ReplyTo, Runs};
 use crate::store::{Store, ThreadStatus};
 
@@ -26,6 +32,8 @@ pub struct Incoming {
     pub message_id: u64,
     pub author_id: u64,
     pub author_is_bot: bool,
+    /// The author's Discord role ids in the guild.
+    pub role_ids: Vec<String>,
     pub content: String,
     /// The message it replies to, if any.
     pub reply_to: Option<u64>,
@@ -35,50 +43,99 @@ pub struct Messages {
     store: Store,
     runs: Arc<Runs>,
     outbox: Arc<Outbox>,
+    gate: Arc<ToolGate>,
+    roles: DiscordRoles,
     /// Threads whose answer a task already waits to post.
     followed: Mutex<HashSet<(String, u64)>>,
+    /// Answers being posted, by channel: a reply to a part just posted may come
+    /// before that part is recorded, and waits for it (`await_posting`).
+    posting: Mutex<std::collections::HashMap<u64, usize>>,
+    posted: tokio::sync::Notify,
+}
+
+/// How long a reply to a message not (yet) known waits for the channel's answers
+/// being posted to be recorded.
+const REPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Counts an answer being posted in a channel while it lives.
+struct Posting<'a> {
+    messages: &'a Messages,
+    channel: u64,
+}
+
+impl Drop for Posting<'_> {
+    fn drop(&mut self) {
+        let mut posting = self
+            .messages
+            .posting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = posting.get_mut(&self.channel) {
+            *count -= 1;
+            if *count == 0 {
+                posting.remove(&self.channel);
+            }
+        }
+        drop(posting);
+        self.messages.posted.notify_waiters();
+    }
 }
 
 impl Messages {
-    pub fn new(store: Store, runs: Arc<Runs>, outbox: Arc<Outbox>) -> Arc<Messages> {
+    pub fn new(
+        store: Store,
+        runs: Arc<Runs>,
+        outbox: Arc<Outbox>,
+        gate: Arc<ToolGate>,
+        roles: DiscordRoles,
+    ) -> Arc<Messages> {
         Arc::new(Messages {
             store,
             runs,
             outbox,
+            gate,
+            roles,
             followed: Mutex::new(HashSet::new()),
+            posting: Mutex::new(std::collections::HashMap::new()),
+            posted: tokio::sync::Notify::new(),
         })
     }
 
-    /// Posts the feed's notifications (an idle save, a background task's end) in
-    /// the channel of the agent they are about, for as long as the feed lasts.
-    pub async fn post_notifications(self: Arc<Self>) {
-        let mut events = self.runs.feed().subscribe();
+    fn start_posting(&self, channel: u64) -> Posting<'_> {
+        *self
+            .posting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(channel)
+            .or_insert(0) += 1;
+        Posting {
+            messages: self,
+            channel,
+        }
+    }
+
+    fn posting_in(&self, channel: u64) -> usize {
+        self.posting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&channel)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Waits (at most [`REPLY_WAIT`]) until no answer is being posted in `channel`,
+    /// so a reply to a part posted a moment ago finds it recorded.
+    async fn await_posting(&self, channel: u64) {
+        let deadline = tokio::time::Instant::now() + REPLY_WAIT;
         loop {
-            let event = match events.recv().await {
-                Ok(event) => event,
-                Err(RecvError::Lagged(missed)) => {
-                    tracing::warn!(
-                        missed,
-                        "Discord notifications fell behind the feed; some were not posted"
-                    );
-                    continue;
-                }
-                Err(RecvError::Closed) => return,
-            };
-            if event.kind != "notification" {
-                continue;
+            let notified = self.posted.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.posting_in(channel) == 0 {
+                return;
             }
-            let Some(text) = event.data["text"].as_str() else {
-                continue;
-            };
-            let channel = match self.store.agent(&event.agent).await {
-                Ok(Some(agent)) => agent.discord_channel_id.and_then(|c| c.parse::<u64>().ok()),
-                _ => None,
-            };
-            if let Some(channel) = channel
-                && let Err(e) = self.outbox.post(channel, 0, text, None).await
-            {
-                tracing::warn!(agent = %event.agent, error = %e, "cannot post a notification on Discord");
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return;
             }
         }
     }
@@ -97,6 +154,18 @@ impl Messages {
                 return;
             }
         };
+        if let Some(reply_to) = incoming.reply_to {
+            let known = self
+                .store
+                .message_ref(FRONTEND, &reply_to.to_string())
+                .await
+                .ok()
+                .flatten()
+                .is_some();
+            if !known {
+                self.await_posting(incoming.channel_id).await;
+            }
+        }
         // Subscribed before the message goes in, so its thread's end is not missed.
         let events = self.runs.feed().subscribe();
         let reply_to = incoming.reply_to.map(|id| ReplyTo::External {
@@ -104,6 +173,10 @@ impl Messages {
             id: id.to_string(),
         });
         let user = access::user_id(incoming.author_id);
+        // What the run may grant itself (a permission self-edit) follows this
+        // member's Discord roles.
+        self.gate
+            .vouch(&user, self.roles.role_of(&incoming.role_ids));
         let received = match self
             .runs
             .receive(&agent, &incoming.content, reply_to, &user)
@@ -161,37 +234,54 @@ impl Messages {
         });
     }
 
+    /// Follows the thread until it ends, keeping its status message up to date,
+    /// then posts its answer as a reply to `incoming`.
     async fn answer_when_done(
         &self,
-        mut events: tokio::sync::broadcast::Receiver<Arc<crate::feed::ThreadEvent>>,
+        mut events: tokio::sync::broadcast::Receiver<Arc<ThreadEvent>>,
         agent: &str,
         thread: u64,
         incoming: &Incoming,
     ) {
-        loop {
-            match events.recv().await {
-                Ok(event) => {
-                    let ended = event.agent == agent
-                        && event.thread_id == Some(thread)
-                        && event.kind == "status"
-                        && matches!(
-                            event.data["status"].as_str(),
-                            Some("completed" | "failed" | "killed")
-                        );
-                    if ended {
-                        break;
+        let channel = incoming.channel_id;
+        let started = Instant::now();
+        let mut progress = Progress::new(thread, started);
+        let mut pacer = Pacer::new();
+        let mut status_message: Option<u64> = None;
+        let ended = loop {
+            let due = pacer.due(started);
+            tokio::select! {
+                event = events.recv() => match event {
+                    Ok(event) if event.agent == agent && event.thread_id == Some(thread) => {
+                        if event.is_final() {
+                            break event.data["status"].as_str().unwrap_or("ended").to_string();
+                        }
+                        if see(&mut progress, &event) {
+                            pacer.changed();
+                        }
                     }
-                }
-                // Missed events: the stored thread says whether it ended.
-                Err(RecvError::Lagged(_)) => {
-                    if let Ok(Some(t)) = self.store.thread(agent, thread).await
-                        && t.status.is_finished()
-                    {
-                        break;
+                    Ok(_) => {}
+                    // Missed events: the stored thread says whether it ended.
+                    Err(RecvError::Lagged(_)) => {
+                        if let Ok(Some(t)) = self.store.thread(agent, thread).await
+                            && t.status.is_finished()
+                        {
+                            break t.status.as_str().to_string();
+                        }
                     }
+                    Err(RecvError::Closed) => return,
+                },
+                () = tokio::time::sleep_until(due.into()) => {
+                    let text = progress.running_text(Instant::now());
+                    status_message = self.show_status(agent, channel, thread, status_message, &text).await;
+                    pacer.shown(Instant::now());
                 }
-                Err(RecvError::Closed) => return,
             }
+        };
+        if status_message.is_some() {
+            let text = progress.ended_text(&ended, Instant::now());
+            self.show_status(agent, channel, thread, status_message, &text)
+                .await;
         }
         let text = match self.answer(agent, thread).await {
             Ok(text) => text,
@@ -200,13 +290,21 @@ impl Messages {
                 return;
             }
         };
+        let posts = match plan(&text, MESSAGE_CHARS, ATTACH_AFTER_CHARS) {
+            Outgoing::Parts(parts) => parts.iter().map(|p| Post::text(p)).collect(),
+            Outgoing::File { preview, content } => vec![Post {
+                file: Some((format!("thread-{thread}-answer.md"), content)),
+                ..Post::text(&preview)
+            }],
+        };
+        let _posting = self.start_posting(channel);
         let mut reply_to = Some(incoming.message_id);
-        for part in split(&text, MESSAGE_CHARS) {
-            match self
-                .outbox
-                .post(incoming.channel_id, thread, &part, reply_to.take())
-                .await
-            {
+        for post in posts {
+            let post = Post {
+                reply_to: reply_to.take(),
+                ..post
+            };
+            match self.outbox.send(channel, thread, Request::Post(post)).await {
                 Ok(posted) => {
                     let answer_id = self.last_answer_id(agent, thread).await;
                     if let Err(e) = self
@@ -221,6 +319,43 @@ impl Messages {
                     tracing::error!(agent, thread, error = %e, "cannot post an answer on Discord");
                     return;
                 }
+            }
+        }
+    }
+
+    /// Posts the thread's status message, or edits it when it is posted; returns
+    /// its id (kept when an edit fails: the next one tries again).
+    async fn show_status(
+        &self,
+        agent: &str,
+        channel: u64,
+        thread: u64,
+        message: Option<u64>,
+        text: &str,
+    ) -> Option<u64> {
+        let request = match message {
+            None => Request::Post(Post::text(text)),
+            Some(message) => Request::Edit {
+                message,
+                post: Post::text(text),
+            },
+        };
+        match self.outbox.send(channel, thread, request).await {
+            Ok(id) => {
+                // A reply to the status message goes to its thread too.
+                if message.is_none()
+                    && let Err(e) = self
+                        .store
+                        .record_message_ref(FRONTEND, &id.to_string(), agent, thread, None)
+                        .await
+                {
+                    tracing::warn!(agent, thread, error = %e, "cannot record a status message");
+                }
+                Some(id)
+            }
+            Err(e) => {
+                tracing::warn!(thread, error = %e, "cannot show a thread's status on Discord");
+                message
             }
         }
     }
@@ -260,4 +395,23 @@ impl Messages {
             .find(|m| m.message.role == chorus_proto::domain::Role::Assistant)
             .map(|m| m.id)
     }
+}
+
+/// Takes one of the thread's events into its progress; whether it changed.
+fn see(progress: &mut Progress, event: &ThreadEvent) -> bool {
+    match event.kind {
+        "step_started" => {
+            let number = event.data["number"].as_u64().unwrap_or(0) as u32;
+            let description = event.data["description"].as_str().unwrap_or("").to_string();
+            progress.step = Some((number, description));
+        }
+        "step_ended" => {
+            progress.steps_done += 1;
+            progress.step = None;
+        }
+        "approval" => progress.waiting = true,
+        "approval_answered" => progress.waiting = false,
+        _ => return false,
+    }
+    true
 }

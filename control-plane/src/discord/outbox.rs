@@ -26,15 +26,44 @@ pub enum Sent {
     Failed(String),
 }
 
-/// Posts one message (Discord's REST API, or a test double).
+/// One message as the bot sends it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Post {
+    pub content: String,
+    /// The message it replies to.
+    pub reply_to: Option<u64>,
+    /// Discord's `components` (buttons); `Some(empty)` removes them on an edit.
+    pub components: Option<serde_json::Value>,
+    /// A file attached to it: (name, contents).
+    pub file: Option<(String, String)>,
+}
+
+impl Post {
+    pub fn text(content: &str) -> Post {
+        Post {
+            content: content.to_string(),
+            ..Post::default()
+        }
+    }
+}
+
+/// What the bot asks of a channel.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    /// A new message.
+    Post(Post),
+    /// A change to a message the bot posted.
+    Edit { message: u64, post: Post },
+}
+
+/// Sends one request (Discord's REST API, or a test double).
 #[tonic::async_trait]
 pub trait Transport: Send + Sync + 'static {
-    async fn post(&self, channel: u64, content: &str, reply_to: Option<u64>) -> Sent;
+    async fn send(&self, channel: u64, request: &Request) -> Sent;
 }
 
 struct Job {
-    content: String,
-    reply_to: Option<u64>,
+    request: Request,
     done: oneshot::Sender<Result<u64, String>>,
 }
 
@@ -61,12 +90,18 @@ impl Outbox {
         content: &str,
         reply_to: Option<u64>,
     ) -> Result<u64, String> {
-        let (done, posted) = oneshot::channel();
-        let job = Job {
-            content: content.to_string(),
+        let post = Post {
             reply_to,
-            done,
+            ..Post::text(content)
         };
+        self.send(channel, lane, Request::Post(post)).await
+    }
+
+    /// Queues `request` for `channel` in `lane` and waits until Discord took it;
+    /// returns the id of the message posted or edited.
+    pub async fn send(&self, channel: u64, lane: u64, request: Request) -> Result<u64, String> {
+        let (done, posted) = oneshot::channel();
+        let job = Job { request, done };
         let sender = {
             let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
             channels
@@ -105,7 +140,7 @@ async fn drive(
             _ = sleep_until(next), if next.is_some() => {
                 let now = Instant::now();
                 let Some((lane, job)) = queue.pop(now) else { continue };
-                match transport.post(channel, &job.content, job.reply_to).await {
+                match transport.send(channel, &job.request).await {
                     Sent::Posted { id, rate } => {
                         queue.answered(rate, Instant::now());
                         let _ = job.done.send(Ok(id));
@@ -143,7 +178,10 @@ mod tests {
 
     #[tonic::async_trait]
     impl Transport for Recorder {
-        async fn post(&self, _channel: u64, content: &str, _reply_to: Option<u64>) -> Sent {
+        async fn send(&self, _channel: u64, request: &Request) -> Sent {
+            let Request::Post(Post { content, .. }) = request else {
+                return Sent::Failed("only posts here".into());
+            };
             let no_rate = RateLimit {
                 limit: None,
                 remaining: None,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::outbox::{Sent, Transport};
+use super::outbox::{Post, Request, Sent, Transport};
 use super::queue::RateLimit;
 
 /// Where Discord's REST API is when `[discord] api_base` does not say.
@@ -37,16 +37,22 @@ impl RestTransport {
     }
 }
 
-/// The body of a message: its text, a reply reference, and no pings (an agent's
-/// text never mentions @everyone or anyone else).
-pub fn message_body(channel: u64, content: &str, reply_to: Option<u64>) -> Value {
-    let mut body = json!({ "content": content, "allowed_mentions": { "parse": [] } });
-    if let Some(reply_to) = reply_to {
+/// The body of a message: its text, a reply reference, buttons, and no pings (an
+/// agent's text never mentions @everyone or anyone else).
+pub fn message_body(channel: u64, post: &Post) -> Value {
+    let mut body = json!({ "content": post.content, "allowed_mentions": { "parse": [] } });
+    if let Some(reply_to) = post.reply_to {
         body["message_reference"] = json!({
             "message_id": reply_to.to_string(),
             "channel_id": channel.to_string(),
             "fail_if_not_exists": false,
         });
+    }
+    if let Some(components) = &post.components {
+        body["components"] = components.clone();
+    }
+    if let Some((name, _)) = &post.file {
+        body["attachments"] = json!([{ "id": 0, "filename": name }]);
     }
     body
 }
@@ -65,15 +71,33 @@ fn rate_limit(headers: &reqwest::header::HeaderMap) -> RateLimit {
 
 #[tonic::async_trait]
 impl Transport for RestTransport {
-    async fn post(&self, channel: u64, content: &str, reply_to: Option<u64>) -> Sent {
-        let response = self
-            .http
-            .post(format!("{}/api/v10/channels/{channel}/messages", self.base))
-            .header("Authorization", format!("Bot {}", self.token))
-            .json(&message_body(channel, content, reply_to))
-            .send()
-            .await;
-        let response = match response {
+    async fn send(&self, channel: u64, request: &Request) -> Sent {
+        let messages = format!("{}/api/v10/channels/{channel}/messages", self.base);
+        let (builder, post) = match request {
+            Request::Post(post) => (self.http.post(&messages), post),
+            Request::Edit { message, post } => {
+                (self.http.patch(format!("{messages}/{message}")), post)
+            }
+        };
+        let body = message_body(channel, post);
+        let builder = builder.header("Authorization", format!("Bot {}", self.token));
+        let builder = match &post.file {
+            // A file goes as multipart: the message in `payload_json`, the file as
+            // `files[0]`.
+            Some((name, contents)) => builder.multipart(
+                reqwest::multipart::Form::new()
+                    .text("payload_json", body.to_string())
+                    .part(
+                        "files[0]",
+                        reqwest::multipart::Part::text(contents.clone())
+                            .file_name(name.clone())
+                            .mime_str("text/plain; charset=utf-8")
+                            .unwrap_or_else(|_| reqwest::multipart::Part::text(contents.clone())),
+                    ),
+            ),
+            None => builder.json(&body),
+        };
+        let response = match builder.send().await {
             Ok(response) => response,
             // Never reached Discord: sending again cannot post twice.
             Err(e) if e.is_connect() => {
@@ -86,7 +110,7 @@ impl Transport for RestTransport {
                     },
                 };
             }
-            Err(e) => return Sent::Failed(format!("posting to Discord failed: {e}")),
+            Err(e) => return Sent::Failed(format!("sending to Discord failed: {e}")),
         };
         let status = response.status();
         let rate = rate_limit(response.headers());
@@ -119,11 +143,15 @@ mod tests {
 
     #[test]
     fn a_reply_references_its_message_and_pings_nobody() {
-        let body = message_body(5, "hi @everyone", Some(9));
+        let reply = Post {
+            reply_to: Some(9),
+            ..Post::text("hi @everyone")
+        };
+        let body = message_body(5, &reply);
         assert_eq!(body["message_reference"]["message_id"], "9");
         assert_eq!(body["allowed_mentions"]["parse"], json!([]));
         assert!(
-            message_body(5, "x", None)
+            message_body(5, &Post::text("x"))
                 .get("message_reference")
                 .is_none()
         );

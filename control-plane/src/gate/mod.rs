@@ -41,15 +41,52 @@ pub struct GateSettings {
     pub default_role: Role,
     /// Secrets to scrub from anything recorded (provider keys, the API token).
     pub known_secrets: crate::secrets::KnownSecrets,
+    /// Roles a front end vouched for (Discord: from the member's roles).
+    pub vouched: VouchedRoles,
+}
+
+/// Roles front ends learnt for their users as they acted (a Discord member's roles
+/// when they wrote). Kept in memory: after a restart a user is vouched for again
+/// at their next message, and until then has no more than a viewer's authority.
+#[derive(Debug, Clone, Default)]
+pub struct VouchedRoles(Arc<std::sync::RwLock<HashMap<String, Role>>>);
+
+impl VouchedRoles {
+    pub fn vouch(&self, user: &str, role: Role) {
+        self.0
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(user.to_string(), role);
+    }
+
+    fn get(&self, user: &str) -> Option<Role> {
+        self.0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(user)
+            .copied()
+    }
 }
 
 impl GateSettings {
-    /// The role of `user`; with no known user (a thread whose creator cannot be
-    /// read), the lowest: an agent never acts with an authority nobody gave it.
+    /// The role of `user`: `[roles]` first, then what a front end vouched for; a
+    /// Discord user neither names is a viewer, anyone else has the default role.
+    /// With no known user (a thread whose creator cannot be read), the lowest: an
+    /// agent never acts with an authority nobody gave it.
     pub fn role_of(&self, user: Option<&str>) -> Role {
-        match user {
-            Some(user) => self.roles.get(user).copied().unwrap_or(self.default_role),
-            None => Role::Viewer,
+        let Some(user) = user else {
+            return Role::Viewer;
+        };
+        if let Some(role) = self.roles.get(user) {
+            return *role;
+        }
+        if let Some(role) = self.vouched.get(user) {
+            return role;
+        }
+        if user.starts_with("discord:") {
+            Role::Viewer
+        } else {
+            self.default_role
         }
     }
 }
@@ -101,6 +138,11 @@ impl ToolGate {
     /// The role of a user, for what they may grant.
     pub fn role_of(&self, user: Option<&str>) -> Role {
         self.settings.role_of(user)
+    }
+
+    /// A front end tells what role one of its users has (see [`VouchedRoles`]).
+    pub fn vouch(&self, user: &str, role: Role) {
+        self.settings.vouched.vouch(user, role);
     }
 
     /// Decides one check and answers the worker. Returns at once: an ASK may wait
@@ -320,6 +362,10 @@ impl ToolGate {
             thread_id,
             json!({
                 "approval_id": id, "tool": check.call.name, "actions": actions, "expires_at": request.expires_at,
+                // Why it asks (the rules), for front ends that show the request.
+                "why": explanations.iter().filter(|e| e.decision == Decision::Ask)
+                    .map(|e| self.settings.known_secrets.scrubbed(&format!("{}: {}", e.action, e.reason)))
+                    .collect::<Vec<_>>(),
             }),
         );
         let outcome = self
@@ -477,9 +523,27 @@ mod tests {
             roles: HashMap::from([("agent".to_string(), Role::Admin)]),
             default_role: Role::Operator,
             known_secrets: Default::default(),
+            vouched: Default::default(),
         };
         assert_eq!(settings.role_of(None), Role::Viewer);
         assert_eq!(settings.role_of(Some("someone")), Role::Operator);
         assert_eq!(settings.role_of(Some("agent")), Role::Admin);
+    }
+
+    #[test]
+    fn a_discord_user_has_the_role_vouched_for_and_is_a_viewer_until_then() {
+        let settings = GateSettings {
+            ask_timeout: Duration::from_secs(1),
+            roles: HashMap::from([("discord:1".to_string(), Role::Admin)]),
+            default_role: Role::Operator,
+            known_secrets: Default::default(),
+            vouched: Default::default(),
+        };
+        assert_eq!(settings.role_of(Some("discord:2")), Role::Viewer);
+        settings.vouched.vouch("discord:2", Role::Operator);
+        assert_eq!(settings.role_of(Some("discord:2")), Role::Operator);
+        // [roles] names a user for good; a vouch does not override it.
+        settings.vouched.vouch("discord:1", Role::Viewer);
+        assert_eq!(settings.role_of(Some("discord:1")), Role::Admin);
     }
 }

@@ -8,9 +8,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{Method, StatusCode, Uri};
-use axum::routing::{get, put};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::routing::{delete, get, patch, post, put};
 use axum::{Json, Router};
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -38,6 +39,14 @@ struct Recorded {
     identifies: Vec<Value>,
     /// Requests to routes the fake does not serve, as `METHOD /path`.
     strays: Vec<String>,
+    /// Edits of posted messages: (channel, message, body), in order.
+    edits: Vec<(String, String, Value)>,
+    /// Channels the bot created (as returned), and ids it deleted.
+    channels: Vec<Value>,
+    deleted_channels: Vec<String>,
+    /// What the bot answered to interactions: (token, kind, body) with kind
+    /// `callback`, `edit_original`, `delete_original` or `followup`.
+    answers: Vec<(String, String, Value)>,
 }
 
 type Shared = Arc<Mutex<Recorded>>;
@@ -90,6 +99,54 @@ fn message_object(
             json!({"message_id": reference, "channel_id": channel, "guild_id": GUILD_ID});
     }
     message
+}
+
+fn member(user_id: &str, roles: &[&str]) -> Value {
+    json!({
+        "user": user(user_id), "roles": roles,
+        "joined_at": "2026-01-01T00:00:00.000000+00:00",
+        "deaf": false, "mute": false, "flags": 0, "pending": false,
+    })
+}
+
+/// A request body: JSON, or multipart with `payload_json` and files (name,
+/// contents).
+fn parse_body(headers: &HeaderMap, bytes: &[u8]) -> (Value, Vec<(String, String)>) {
+    let content_type = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let Some(boundary) = content_type.split("boundary=").nth(1) else {
+        return (
+            serde_json::from_slice(bytes).unwrap_or(Value::Null),
+            Vec::new(),
+        );
+    };
+    let boundary = format!("--{}", boundary.trim_matches('"'));
+    let text = String::from_utf8_lossy(bytes);
+    let mut payload = Value::Null;
+    let mut files = Vec::new();
+    for part in text.split(boundary.as_str()) {
+        let Some((head, body)) = part.split_once("\r\n\r\n") else {
+            continue;
+        };
+        let body = body.strip_suffix("\r\n").unwrap_or(body);
+        if head.contains("name=\"payload_json\"") {
+            payload = serde_json::from_str(body).unwrap_or(Value::Null);
+        } else if let Some(name) = head.split("filename=\"").nth(1) {
+            let name = name.split('"').next().unwrap_or("").to_string();
+            files.push((name, body.to_string()));
+        }
+    }
+    if !files.is_empty() {
+        payload["files"] = json!(
+            files
+                .iter()
+                .map(|(name, content)| json!({"name": name, "content": content}))
+                .collect::<Vec<_>>()
+        );
+    }
+    (payload, files)
 }
 
 fn user(id: &str) -> Value {
@@ -150,9 +207,21 @@ impl FakeDiscord {
                 put(guild_commands),
             )
             .route("/api/v10/applications/{app}/commands", put(global_commands))
+            .route("/api/v10/channels/{channel}/messages", post(post_message))
             .route(
-                "/api/v10/channels/{channel}/messages",
-                axum::routing::post(post_message),
+                "/api/v10/channels/{channel}/messages/{message}",
+                patch(edit_message),
+            )
+            .route("/api/v10/channels/{channel}", delete(delete_channel))
+            .route("/api/v10/guilds/{guild}/channels", post(create_channel))
+            .route(
+                "/api/v10/interactions/{id}/{token}/callback",
+                post(interaction_callback),
+            )
+            .route("/api/v10/webhooks/{app}/{token}", post(followup))
+            .route(
+                "/api/v10/webhooks/{app}/{token}/messages/@original",
+                patch(edit_original).delete(delete_original),
             )
             .fallback(stray)
             .with_state(recorded.clone());
@@ -177,10 +246,101 @@ impl FakeDiscord {
     /// A person writes `content` in `channel` (as a reply to `reply_to`, if given);
     /// returns the message's id.
     pub fn user_says(&self, channel: &str, content: &str, reply_to: Option<&str>) -> String {
+        self.member_says(USER_ID, &[], channel, content, reply_to)
+    }
+
+    /// Like [`user_says`](Self::user_says), by the member `user` with `roles`.
+    pub fn member_says(
+        &self,
+        user_id: &str,
+        roles: &[&str],
+        channel: &str,
+        content: &str,
+        reply_to: Option<&str>,
+    ) -> String {
         let id = next_id(&self.recorded);
-        let message = message_object(&id, channel, user(USER_ID), content, reply_to);
+        let mut message = message_object(&id, channel, user(user_id), content, reply_to);
+        message["member"] = json!({
+            "roles": roles, "joined_at": "2026-01-01T00:00:00.000000+00:00",
+            "deaf": false, "mute": false, "flags": 0,
+        });
         let _ = self.dispatch.send(("MESSAGE_CREATE".into(), message));
         id
+    }
+
+    /// The member `user` with `roles` runs `/command` in `channel` with `options`
+    /// (Discord's option objects); returns the interaction's token.
+    pub fn slash(
+        &self,
+        user_id: &str,
+        roles: &[&str],
+        channel: &str,
+        command: &str,
+        options: Value,
+    ) -> String {
+        let id = next_id(&self.recorded);
+        let token = format!("token-{id}");
+        let interaction = json!({
+            "id": id, "application_id": APPLICATION_ID, "type": 2,
+            "data": {
+                "id": "910000000000000000", "name": command, "type": 1,
+                "options": options, "guild_id": GUILD_ID,
+            },
+            "guild_id": GUILD_ID, "channel_id": channel,
+            "member": member(user_id, roles),
+            "token": token, "version": 1, "locale": "en-US", "guild_locale": "en-US",
+            "entitlements": [], "attachment_size_limit": 26_214_400,
+        });
+        let _ = self
+            .dispatch
+            .send(("INTERACTION_CREATE".into(), interaction));
+        token
+    }
+
+    /// The member `user` with `roles` clicks the button `custom_id` of `message` (a
+    /// message the bot posted); returns the interaction's token.
+    pub fn click(&self, user_id: &str, roles: &[&str], message: &Value, custom_id: &str) -> String {
+        let id = next_id(&self.recorded);
+        let token = format!("token-{id}");
+        let interaction = json!({
+            "id": id, "application_id": APPLICATION_ID, "type": 3,
+            "data": {"custom_id": custom_id, "component_type": 2},
+            "guild_id": GUILD_ID, "channel_id": message["channel_id"],
+            "member": member(user_id, roles), "message": message,
+            "token": token, "version": 1, "locale": "en-US", "guild_locale": "en-US",
+            "entitlements": [], "attachment_size_limit": 26_214_400,
+        });
+        let _ = self
+            .dispatch
+            .send(("INTERACTION_CREATE".into(), interaction));
+        token
+    }
+
+    /// What the bot answered to the interaction `token`: (kind, body), in order.
+    pub fn answers(&self, token: &str) -> Vec<(String, Value)> {
+        self.recorded
+            .lock()
+            .unwrap()
+            .answers
+            .iter()
+            .filter(|(t, _, _)| t == token)
+            .map(|(_, kind, body)| (kind.clone(), body.clone()))
+            .collect()
+    }
+
+    /// Edits of the bot's messages: (channel, message, body), in order.
+    pub fn edits(&self) -> Vec<(String, String, Value)> {
+        self.recorded.lock().unwrap().edits.clone()
+    }
+
+    /// Channels the bot created, as Discord returned them.
+    pub fn channels(&self) -> Vec<Value> {
+        self.recorded.lock().unwrap().channels.clone()
+    }
+
+    /// Ids of channels the bot deleted.
+    pub fn deleted_channels(&self) -> Vec<String> {
+        self.recorded.lock().unwrap().deleted_channels.clone()
     }
 
     /// The next `posts` message posts get a 429 saying to wait `retry_after_secs`.
@@ -302,8 +462,10 @@ async fn global_commands(
 async fn post_message(
     State(recorded): State<Shared>,
     Path(channel): Path<String>,
-    Json(body): Json<Value>,
+    headers: HeaderMap,
+    bytes: Bytes,
 ) -> axum::response::Response {
+    let (body, files) = parse_body(&headers, &bytes);
     use axum::response::IntoResponse;
     {
         let mut r = recorded.lock().unwrap();
@@ -331,12 +493,26 @@ async fn post_message(
     let reference = body["message_reference"]["message_id"]
         .as_str()
         .map(str::to_string);
-    let message = message_object(
+    let mut message = message_object(
         &id,
         &channel,
         bot_user(),
         body["content"].as_str().unwrap_or(""),
         reference.as_deref(),
+    );
+    if let Some(components) = body.get("components") {
+        message["components"] = components.clone();
+    }
+    message["attachments"] = json!(
+        files
+            .iter()
+            .enumerate()
+            .map(|(i, (name, content))| json!({
+                "id": format!("97000000000000{i:04}"), "filename": name, "size": content.len(),
+                "url": "http://127.0.0.1/file", "proxy_url": "http://127.0.0.1/file",
+                "content": content,
+            }))
+            .collect::<Vec<_>>()
     );
     recorded.lock().unwrap().posted.push(message.clone());
     (
@@ -348,6 +524,137 @@ async fn post_message(
         Json(message),
     )
         .into_response()
+}
+
+/// `PATCH /channels/{c}/messages/{m}`: the posted message changes in place.
+async fn edit_message(
+    State(recorded): State<Shared>,
+    Path((channel, message)): Path<(String, String)>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let (body, _) = parse_body(&headers, &bytes);
+    let mut r = recorded.lock().unwrap();
+    r.edits
+        .push((channel.clone(), message.clone(), body.clone()));
+    let Some(posted) = r.posted.iter_mut().find(|m| m["id"] == message.as_str()) else {
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"message": "Unknown Message", "code": 10008})),
+        )
+            .into_response();
+    };
+    if let Some(content) = body.get("content") {
+        posted["content"] = content.clone();
+    }
+    if let Some(components) = body.get("components") {
+        posted["components"] = components.clone();
+    }
+    posted["edited_timestamp"] = json!("2026-11-23T12:00:01.000000+00:00");
+    Json(posted.clone()).into_response()
+}
+
+fn channel_object(id: &str, name: &str, topic: Option<&str>) -> Value {
+    json!({
+        "id": id, "type": 0, "guild_id": GUILD_ID, "name": name, "position": 1,
+        "permission_overwrites": [], "nsfw": false, "topic": topic,
+        "last_message_id": null, "parent_id": null, "rate_limit_per_user": 0,
+    })
+}
+
+async fn create_channel(
+    State(recorded): State<Shared>,
+    Path(_guild): Path<String>,
+    Json(body): Json<Value>,
+) -> Json<Value> {
+    let id = next_id(&recorded);
+    let channel = channel_object(
+        &id,
+        body["name"].as_str().unwrap_or(""),
+        body["topic"].as_str(),
+    );
+    recorded.lock().unwrap().channels.push(channel.clone());
+    Json(channel)
+}
+
+async fn delete_channel(
+    State(recorded): State<Shared>,
+    Path(channel): Path<String>,
+) -> Json<Value> {
+    let mut r = recorded.lock().unwrap();
+    r.deleted_channels.push(channel.clone());
+    let name = r
+        .channels
+        .iter()
+        .find(|c| c["id"] == channel.as_str())
+        .and_then(|c| c["name"].as_str())
+        .unwrap_or("deleted")
+        .to_string();
+    Json(channel_object(&channel, &name, None))
+}
+
+fn answered(recorded: &Shared, token: &str, kind: &str, body: Value) {
+    recorded
+        .lock()
+        .unwrap()
+        .answers
+        .push((token.to_string(), kind.to_string(), body));
+}
+
+async fn interaction_callback(
+    State(recorded): State<Shared>,
+    Path((_id, token)): Path<(String, String)>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> StatusCode {
+    let (body, _) = parse_body(&headers, &bytes);
+    answered(&recorded, &token, "callback", body);
+    StatusCode::NO_CONTENT
+}
+
+/// A message object for what a webhook call made the message say.
+fn webhook_message(recorded: &Shared, body: &Value) -> Value {
+    let id = next_id(recorded);
+    let mut message = message_object(
+        &id,
+        "0",
+        bot_user(),
+        body["content"].as_str().unwrap_or(""),
+        None,
+    );
+    message["webhook_id"] = json!(APPLICATION_ID);
+    message
+}
+
+async fn followup(
+    State(recorded): State<Shared>,
+    Path((_app, token)): Path<(String, String)>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Json<Value> {
+    let (body, _) = parse_body(&headers, &bytes);
+    answered(&recorded, &token, "followup", body.clone());
+    Json(webhook_message(&recorded, &body))
+}
+
+async fn edit_original(
+    State(recorded): State<Shared>,
+    Path((_app, token)): Path<(String, String)>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Json<Value> {
+    let (body, _) = parse_body(&headers, &bytes);
+    answered(&recorded, &token, "edit_original", body.clone());
+    Json(webhook_message(&recorded, &body))
+}
+
+async fn delete_original(
+    State(recorded): State<Shared>,
+    Path((_app, token)): Path<(String, String)>,
+) -> StatusCode {
+    answered(&recorded, &token, "delete_original", Value::Null);
+    StatusCode::NO_CONTENT
 }
 
 async fn stray(State(recorded): State<Shared>, method: Method, uri: Uri) -> StatusCode {

@@ -143,13 +143,40 @@ async fn an_agent_is_bound_to_one_discord_channel_through_the_api() -> anyhow::R
     Ok(())
 }
 
+/// Whether a posted message is a thread's status message.
+pub(crate) fn is_status(message: &serde_json::Value) -> bool {
+    let content = message["content"].as_str().unwrap_or("");
+    ["⏳", "✅", "❌", "⏹️"]
+        .iter()
+        .any(|mark| content.starts_with(mark))
+}
+
+/// What the bot posted in `channel`, status messages left out.
+pub(crate) fn answers_in(discord: &FakeDiscord, channel: &str) -> Vec<serde_json::Value> {
+    discord
+        .posted()
+        .into_iter()
+        .filter(|m| m["channel_id"] == channel && !is_status(m))
+        .collect()
+}
+
 /// Chorus with the bot connected to `discord`, its commands registered.
 async fn with_bot(
     discord: &FakeDiscord,
     model: &chorus_test_support::FakeModel,
 ) -> anyhow::Result<Chorus> {
+    with_bot_config(discord, model, "").await
+}
+
+/// Like [`with_bot`], with `config` as chorus.toml.
+pub(crate) async fn with_bot_config(
+    discord: &FakeDiscord,
+    model: &chorus_test_support::FakeModel,
+    config: &str,
+) -> anyhow::Result<Chorus> {
     let chorus = Chorus::builder()
         .openai_fake(model)
+        .config(config)
         .env("DISCORD_TOKEN", "fake-bot-token")
         .env(
             "DISCORD_GUILD_ID",
@@ -181,7 +208,7 @@ async fn a_channel_message_is_answered_as_a_reply_and_a_reply_continues_the_thre
     let asked = discord.user_says(channel, "What is the capital of France?", None);
     let answer = discord
         .wait_for("the answer", Duration::from_secs(30), |d| {
-            d.posted().into_iter().find(|m| m["channel_id"] == channel)
+            answers_in(d, channel).into_iter().next()
         })
         .await?;
     assert_eq!(answer["content"], "The capital is Paris.");
@@ -249,11 +276,7 @@ async fn a_429_is_waited_out_and_a_long_answer_arrives_in_parts_with_its_code_in
     discord.user_says(channel, "Write the code", None);
     let parts = discord
         .wait_for("both parts", Duration::from_secs(30), |d| {
-            let parts: Vec<serde_json::Value> = d
-                .posted()
-                .into_iter()
-                .filter(|m| m["channel_id"] == channel)
-                .collect();
+            let parts = answers_in(d, channel);
             (parts.len() >= 2).then_some(parts)
         })
         .await?;

@@ -3,6 +3,7 @@ mod architecture;
 mod cli;
 mod concurrent;
 mod discord;
+mod discord_commands;
 mod feed;
 mod lifecycle;
 mod limits;

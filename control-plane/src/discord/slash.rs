@@ -1,0 +1,302 @@
+//! A slash command as Chorus understands it (pure): the adapter hands over the
+//! command's name and option tree without serenity types, [`parse`] turns it into an
+//! [`Invocation`] or a sentence saying what is wrong, and [`needs`] says which
+//! Discord role may run it.
+
+use crate::gate::grants::Role;
+
+/// One option's value, as Discord sent it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OptionValue {
+    Text(String),
+    Integer(i64),
+    Boolean(bool),
+    /// A subcommand and its own options.
+    Sub(Vec<(String, OptionValue)>),
+    /// A kind Chorus never registers.
+    Other,
+}
+
+/// What a person asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invocation {
+    AgentInit {
+        name: String,
+        system_prompt: String,
+        model: Option<String>,
+        permissions: Option<String>,
+    },
+    AgentDestroy {
+        name: String,
+        keep_files: bool,
+    },
+    AgentList,
+    AgentConfigure {
+        name: String,
+        key: String,
+        value: String,
+    },
+    ThreadList,
+    /// A thread id, or every going thread.
+    ThreadKill(KillWhat),
+    ThreadHistory(u64),
+    ContextSave {
+        description: Option<String>,
+    },
+    ContextClear,
+    ContextRestore {
+        session: String,
+    },
+    ContextHistory,
+    Status,
+    Tasks,
+    Settings,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KillWhat {
+    All,
+    One(u64),
+}
+
+impl Invocation {
+    /// Whether it acts on the agent of the channel it is run in.
+    pub fn needs_channel_agent(&self) -> bool {
+        matches!(
+            self,
+            Invocation::ThreadList
+                | Invocation::ThreadKill(_)
+                | Invocation::ThreadHistory(_)
+                | Invocation::ContextSave { .. }
+                | Invocation::ContextClear
+                | Invocation::ContextRestore { .. }
+                | Invocation::ContextHistory
+                | Invocation::Tasks
+        )
+    }
+
+    /// The least trusted Chorus role that may run it: looking is for everyone,
+    /// changing anything is for operators and admins.
+    pub fn needs(&self) -> Role {
+        match self {
+            Invocation::AgentList
+            | Invocation::ThreadList
+            | Invocation::ThreadHistory(_)
+            | Invocation::ContextHistory
+            | Invocation::Status
+            | Invocation::Tasks
+            | Invocation::Settings => Role::Viewer,
+            _ => Role::Operator,
+        }
+    }
+
+    /// Whether only the person who ran it should see the answer (lists and
+    /// settings are noise for the rest of the channel).
+    pub fn private_answer(&self) -> bool {
+        matches!(
+            self,
+            Invocation::Status | Invocation::Settings | Invocation::ThreadHistory(_)
+        )
+    }
+}
+
+/// Whether `role` is trusted at least as much as `needed`.
+pub fn allowed(role: Role, needed: Role) -> bool {
+    role <= needed // Admin < Operator < Viewer
+}
+
+fn text(options: &[(String, OptionValue)], name: &str) -> Option<String> {
+    options
+        .iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, v)| match v {
+            OptionValue::Text(t) => Some(t.trim().to_string()).filter(|t| !t.is_empty()),
+            OptionValue::Integer(i) => Some(i.to_string()),
+            _ => None,
+        })
+}
+
+fn required(options: &[(String, OptionValue)], name: &str) -> Result<String, String> {
+    text(options, name).ok_or_else(|| format!("`{name}` is required"))
+}
+
+fn boolean(options: &[(String, OptionValue)], name: &str) -> bool {
+    options
+        .iter()
+        .any(|(n, v)| n == name && *v == OptionValue::Boolean(true))
+}
+
+fn thread_id(value: &str) -> Result<u64, String> {
+    value
+        .trim()
+        .trim_start_matches('#')
+        .parse()
+        .map_err(|_| format!("`{value}` is not a thread id (a number, as `/thread list` shows)"))
+}
+
+/// The invocation `command` with `options` stands for.
+pub fn parse(command: &str, options: &[(String, OptionValue)]) -> Result<Invocation, String> {
+    let (sub, sub_options): (Option<&str>, &[(String, OptionValue)]) = match options.first() {
+        Some((name, OptionValue::Sub(inner))) => (Some(name.as_str()), inner.as_slice()),
+        _ => (None, options),
+    };
+    let o = sub_options;
+    Ok(match (command, sub) {
+        ("agent", Some("init")) => Invocation::AgentInit {
+            name: required(o, "name")?,
+            system_prompt: required(o, "system_prompt")?,
+            model: text(o, "model"),
+            permissions: text(o, "permissions"),
+        },
+        ("agent", Some("destroy")) => Invocation::AgentDestroy {
+            name: required(o, "name")?,
+            keep_files: boolean(o, "keep_files"),
+        },
+        ("agent", Some("list")) => Invocation::AgentList,
+        ("agent", Some("configure")) => Invocation::AgentConfigure {
+            name: required(o, "name")?,
+            key: required(o, "key")?,
+            value: required(o, "value")?,
+        },
+        ("thread", Some("list")) => Invocation::ThreadList,
+        ("thread", Some("kill")) => {
+            let id = required(o, "id")?;
+            Invocation::ThreadKill(if id.eq_ignore_ascii_case("all") {
+                KillWhat::All
+            } else {
+                KillWhat::One(thread_id(&id)?)
+            })
+        }
+        ("thread", Some("history")) => Invocation::ThreadHistory(thread_id(&required(o, "id")?)?),
+        ("context", Some("save")) => Invocation::ContextSave {
+            description: text(o, "description"),
+        },
+        ("context", Some("clear")) => Invocation::ContextClear,
+        ("context", Some("restore")) => Invocation::ContextRestore {
+            session: required(o, "session")?,
+        },
+        ("context", Some("history")) => Invocation::ContextHistory,
+        ("status", None) => Invocation::Status,
+        ("tasks", None) => Invocation::Tasks,
+        ("settings", None) => Invocation::Settings,
+        (command, Some(sub)) => return Err(format!("`/{command} {sub}` is not a Chorus command")),
+        (command, None) => return Err(format!("`/{command}` is not a Chorus command")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sub(name: &str, options: &[(&str, OptionValue)]) -> Vec<(String, OptionValue)> {
+        vec![(
+            name.to_string(),
+            OptionValue::Sub(
+                options
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.clone()))
+                    .collect(),
+            ),
+        )]
+    }
+
+    fn t(s: &str) -> OptionValue {
+        OptionValue::Text(s.to_string())
+    }
+
+    #[test]
+    fn agent_init_takes_its_options_and_needs_name_and_prompt() {
+        let init = parse(
+            "agent",
+            &sub(
+                "init",
+                &[
+                    ("name", t("helper")),
+                    ("system_prompt", t("You help.")),
+                    ("permissions", t("locked")),
+                ],
+            ),
+        );
+        assert_eq!(
+            init,
+            Ok(Invocation::AgentInit {
+                name: "helper".into(),
+                system_prompt: "You help.".into(),
+                model: None,
+                permissions: Some("locked".into()),
+            })
+        );
+        let missing = parse("agent", &sub("init", &[("name", t("helper"))]));
+        assert_eq!(missing, Err("`system_prompt` is required".to_string()));
+        let blank = parse(
+            "agent",
+            &sub("init", &[("name", t("  ")), ("system_prompt", t("x"))]),
+        );
+        assert_eq!(blank, Err("`name` is required".to_string()));
+    }
+
+    #[test]
+    fn thread_kill_takes_all_or_a_number() {
+        assert_eq!(
+            parse("thread", &sub("kill", &[("id", t("ALL"))])),
+            Ok(Invocation::ThreadKill(KillWhat::All))
+        );
+        assert_eq!(
+            parse("thread", &sub("kill", &[("id", t("#12"))])),
+            Ok(Invocation::ThreadKill(KillWhat::One(12)))
+        );
+        assert!(
+            parse("thread", &sub("kill", &[("id", t("some"))]))
+                .unwrap_err()
+                .contains("not a thread id")
+        );
+        assert_eq!(
+            parse(
+                "thread",
+                &sub("history", &[("id", OptionValue::Integer(3))])
+            ),
+            Ok(Invocation::ThreadHistory(3))
+        );
+    }
+
+    #[test]
+    fn top_level_commands_and_unknown_ones() {
+        assert_eq!(parse("status", &[]), Ok(Invocation::Status));
+        assert_eq!(parse("tasks", &[]), Ok(Invocation::Tasks));
+        assert_eq!(
+            parse(
+                "agent",
+                &sub(
+                    "destroy",
+                    &[("name", t("a")), ("keep_files", OptionValue::Boolean(true))]
+                )
+            ),
+            Ok(Invocation::AgentDestroy {
+                name: "a".into(),
+                keep_files: true
+            })
+        );
+        assert!(
+            parse("agent", &sub("fly", &[]))
+                .unwrap_err()
+                .contains("/agent fly")
+        );
+        assert!(parse("dance", &[]).unwrap_err().contains("/dance"));
+    }
+
+    #[test]
+    fn viewers_look_and_operators_change() {
+        assert!(allowed(Role::Viewer, Invocation::AgentList.needs()));
+        assert!(!allowed(
+            Role::Viewer,
+            Invocation::ThreadKill(KillWhat::All).needs()
+        ));
+        assert!(allowed(
+            Role::Operator,
+            Invocation::ThreadKill(KillWhat::All).needs()
+        ));
+        assert!(allowed(Role::Admin, Invocation::ContextClear.needs()));
+        assert!(Invocation::ContextClear.needs_channel_agent());
+        assert!(!Invocation::AgentList.needs_channel_agent());
+    }
+}
