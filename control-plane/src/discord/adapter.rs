@@ -331,6 +331,9 @@ pub async fn start(
         api.gate.clone(),
         roles.clone(),
     );
+    // Answers a stopped control plane still owed are followed again (they post
+    // through REST, which needs no gateway).
+    messages.resume_owed().await;
     let approvals = Arc::new(ApprovalPosts::new(
         api.gate.clone(),
         outbox.clone(),

@@ -20,7 +20,7 @@ use super::status::{Pacer, Progress};
 use crate::feed::ThreadEvent;
 use crate::gate::ToolGate;
 use crate::runs::{ReplyTo, Runs};
-use crate::store::{Store, ThreadStatus};
+use crate::store::{OwedAnswer, Store, ThreadStatus};
 
 /// The frontend name in `message_refs`.
 pub const FRONTEND: &str = "discord";
@@ -212,7 +212,68 @@ impl Messages {
         {
             tracing::warn!(agent = %agent.name, thread, error = %e, "cannot record a Discord message");
         }
-        let key = (agent.name.clone(), thread);
+        // Owed before it is followed: a restart from here on still answers it.
+        let owed = OwedAnswer {
+            frontend: FRONTEND.into(),
+            agent_name: agent.name.clone(),
+            thread_id: thread,
+            channel: incoming.channel_id.to_string(),
+            reply_to: incoming.message_id.to_string(),
+        };
+        if let Err(e) = self.store.owe_answer(&owed).await {
+            tracing::warn!(agent = %agent.name, thread, error = %e, "cannot record the answer owed");
+        }
+        self.follow(
+            events,
+            &agent.name,
+            thread,
+            incoming.channel_id,
+            incoming.message_id,
+        );
+    }
+
+    /// Follows the threads whose answers a stopped control plane still owed, so
+    /// they are posted when those threads end (or now, when they ended meanwhile).
+    pub async fn resume_owed(self: &Arc<Self>) {
+        let owed = match self.store.answers_owed(FRONTEND).await {
+            Ok(owed) => owed,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the Discord answers still owed");
+                return;
+            }
+        };
+        if !owed.is_empty() {
+            tracing::info!(
+                threads = owed.len(),
+                "following threads whose Discord answer is still owed"
+            );
+        }
+        for o in owed {
+            match (o.channel.parse::<u64>(), o.reply_to.parse::<u64>()) {
+                (Ok(channel), Ok(reply_to)) => {
+                    let events = self.runs.feed().subscribe();
+                    self.follow(events, &o.agent_name, o.thread_id, channel, reply_to);
+                }
+                _ => {
+                    let _ = self
+                        .store
+                        .answer_paid(FRONTEND, &o.agent_name, o.thread_id)
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// Starts the task that posts `thread`'s answer, unless one already waits.
+    fn follow(
+        self: &Arc<Self>,
+        events: tokio::sync::broadcast::Receiver<Arc<ThreadEvent>>,
+        agent: &str,
+        thread: u64,
+        channel: u64,
+        reply_to: u64,
+    ) {
+        let key = (agent.to_string(), thread);
         if !self
             .followed
             .lock()
@@ -223,8 +284,9 @@ impl Messages {
         }
         let messages = self.clone();
         tokio::spawn(async move {
+            let (agent, thread) = &key;
             messages
-                .answer_when_done(events, &agent.name, thread, &incoming)
+                .answer_when_done(events, agent, *thread, channel, reply_to)
                 .await;
             messages
                 .followed
@@ -235,46 +297,61 @@ impl Messages {
     }
 
     /// Follows the thread until it ends, keeping its status message up to date,
-    /// then posts its answer as a reply to `incoming`.
+    /// then posts its answer as a reply to `reply_to`; nothing is owed after.
     async fn answer_when_done(
         &self,
         mut events: tokio::sync::broadcast::Receiver<Arc<ThreadEvent>>,
         agent: &str,
         thread: u64,
-        incoming: &Incoming,
+        channel: u64,
+        reply_to: u64,
     ) {
-        let channel = incoming.channel_id;
         let started = Instant::now();
         let mut progress = Progress::new(thread, started);
         let mut pacer = Pacer::new();
         let mut status_message: Option<u64> = None;
-        let ended = loop {
-            let due = pacer.due(started);
-            tokio::select! {
-                event = events.recv() => match event {
-                    Ok(event) if event.agent == agent && event.thread_id == Some(thread) => {
-                        if event.is_final() {
-                            break event.data["status"].as_str().unwrap_or("ended").to_string();
+        // Ended before it was followed (while the control plane was down)?
+        let ended_before = match self.store.thread(agent, thread).await {
+            Ok(Some(t)) if t.status.is_finished() => Some(t.status.as_str().to_string()),
+            Ok(Some(_)) => None,
+            // Gone (its agent destroyed and purged): nothing to answer.
+            Ok(None) => {
+                self.paid(agent, thread).await;
+                return;
+            }
+            Err(_) => None,
+        };
+        let ended = if let Some(ended) = ended_before {
+            ended
+        } else {
+            loop {
+                let due = pacer.due(started);
+                tokio::select! {
+                    event = events.recv() => match event {
+                        Ok(event) if event.agent == agent && event.thread_id == Some(thread) => {
+                            if event.is_final() {
+                                break event.data["status"].as_str().unwrap_or("ended").to_string();
+                            }
+                            if see(&mut progress, &event) {
+                                pacer.changed();
+                            }
                         }
-                        if see(&mut progress, &event) {
-                            pacer.changed();
+                        Ok(_) => {}
+                        // Missed events: the stored thread says whether it ended.
+                        Err(RecvError::Lagged(_)) => {
+                            if let Ok(Some(t)) = self.store.thread(agent, thread).await
+                                && t.status.is_finished()
+                            {
+                                break t.status.as_str().to_string();
+                            }
                         }
+                        Err(RecvError::Closed) => return,
+                    },
+                    () = tokio::time::sleep_until(due.into()) => {
+                        let text = progress.running_text(Instant::now());
+                        status_message = self.show_status(agent, channel, thread, status_message, &text).await;
+                        pacer.shown(Instant::now());
                     }
-                    Ok(_) => {}
-                    // Missed events: the stored thread says whether it ended.
-                    Err(RecvError::Lagged(_)) => {
-                        if let Ok(Some(t)) = self.store.thread(agent, thread).await
-                            && t.status.is_finished()
-                        {
-                            break t.status.as_str().to_string();
-                        }
-                    }
-                    Err(RecvError::Closed) => return,
-                },
-                () = tokio::time::sleep_until(due.into()) => {
-                    let text = progress.running_text(Instant::now());
-                    status_message = self.show_status(agent, channel, thread, status_message, &text).await;
-                    pacer.shown(Instant::now());
                 }
             }
         };
@@ -287,7 +364,7 @@ impl Messages {
             Ok(text) => text,
             Err(e) => {
                 tracing::error!(agent, thread, error = %e, "cannot read a thread's answer");
-                return;
+                return; // still owed: the next start tries again
             }
         };
         let posts = match plan(&text, MESSAGE_CHARS, ATTACH_AFTER_CHARS) {
@@ -298,7 +375,7 @@ impl Messages {
             }],
         };
         let _posting = self.start_posting(channel);
-        let mut reply_to = Some(incoming.message_id);
+        let mut reply_to = Some(reply_to);
         for post in posts {
             let post = Post {
                 reply_to: reply_to.take(),
@@ -316,10 +393,19 @@ impl Messages {
                     }
                 }
                 Err(e) => {
+                    // Refused for good (not a 429, not unreachable): asking again at
+                    // every start would only be refused again.
                     tracing::error!(agent, thread, error = %e, "cannot post an answer on Discord");
-                    return;
+                    break;
                 }
             }
+        }
+        self.paid(agent, thread).await;
+    }
+
+    async fn paid(&self, agent: &str, thread: u64) {
+        if let Err(e) = self.store.answer_paid(FRONTEND, agent, thread).await {
+            tracing::warn!(agent, thread, error = %e, "cannot record a Discord answer as posted");
         }
     }
 

@@ -31,7 +31,7 @@ pub use agents::{AgentRecord, AgentStatus, AgentUpdate, NewAgent};
 pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval};
 pub use audit::{AuditEntry, AuditRecord};
 pub use error::{DISK_FULL, StoreError, is_no_space};
-pub use refs::MessageRef;
+pub use refs::{MessageRef, OwedAnswer};
 pub use runs::{RunMark, RunRecord, RunStatus};
 pub use sessions::{Cleared, SessionRecord, context_cutoff};
 pub use tasks::{OrphanTask, TaskRecord};
@@ -116,6 +116,13 @@ fn migrator() -> Migrator {
             Cow::Borrowed("discord channels"),
             MigrationType::Simple,
             include_str!("../../migrations/sqlite/0010_discord_channels.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            11,
+            Cow::Borrowed("answers owed"),
+            MigrationType::Simple,
+            include_str!("../../migrations/sqlite/0011_answers_owed.sql").into_sql_str(),
             false,
         ),
     ];

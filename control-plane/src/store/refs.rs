@@ -64,6 +64,79 @@ impl Store {
             message_id: message.map(|m| m.max(0) as u64),
         }))
     }
+
+    /// Records that `frontend` owes `thread`'s answer to its message `reply_to` in
+    /// `channel` (kept as it was when already owed: the first message is answered).
+    pub async fn owe_answer(&self, owed: &OwedAnswer) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO answers_owed (frontend, agent_name, thread_id, channel, reply_to, \
+             created_at) VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (frontend, agent_name, thread_id) DO NOTHING",
+        )
+        .bind(&owed.frontend)
+        .bind(&owed.agent_name)
+        .bind(owed.thread_id as i64)
+        .bind(&owed.channel)
+        .bind(&owed.reply_to)
+        .bind(now())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The answer is posted (or can never be): nothing is owed any more.
+    pub async fn answer_paid(
+        &self,
+        frontend: &str,
+        agent: &str,
+        thread: u64,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "DELETE FROM answers_owed WHERE frontend = $1 AND agent_name = $2 AND thread_id = $3",
+        )
+        .bind(frontend)
+        .bind(agent)
+        .bind(thread as i64)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Every answer `frontend` still owes, oldest first.
+    pub async fn answers_owed(&self, frontend: &str) -> Result<Vec<OwedAnswer>, StoreError> {
+        let rows: Vec<(String, i64, String, String)> = sqlx::query_as(
+            "SELECT agent_name, thread_id, channel, reply_to FROM answers_owed \
+             WHERE frontend = $1 ORDER BY created_at, thread_id",
+        )
+        .bind(frontend)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(agent_name, thread, channel, reply_to)| OwedAnswer {
+                frontend: frontend.to_string(),
+                agent_name,
+                thread_id: thread.max(0) as u64,
+                channel,
+                reply_to,
+            })
+            .collect())
+    }
+}
+
+/// A thread's answer a front end owes to one of its messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwedAnswer {
+    pub frontend: String,
+    pub agent_name: String,
+    pub thread_id: u64,
+    /// Where to post it, and the message it replies to (the front end's ids).
+    pub channel: String,
+    pub reply_to: String,
 }
 
 #[cfg(test)]
@@ -108,5 +181,30 @@ mod tests {
             Some(message)
         );
         assert_eq!(store.message_ref("web", "111").await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn an_owed_answer_is_kept_until_paid_and_the_first_message_is_answered() {
+        let (store, _dir) = test_store_with_agent().await;
+        let owed = |thread: u64, reply_to: &str| OwedAnswer {
+            frontend: "discord".into(),
+            agent_name: "a".into(),
+            thread_id: thread,
+            channel: "9".into(),
+            reply_to: reply_to.into(),
+        };
+        store.owe_answer(&owed(1, "100")).await.unwrap();
+        store.owe_answer(&owed(1, "101")).await.unwrap();
+        store.owe_answer(&owed(2, "102")).await.unwrap();
+        assert_eq!(
+            store.answers_owed("discord").await.unwrap(),
+            [owed(1, "100"), owed(2, "102")]
+        );
+        assert!(store.answers_owed("web").await.unwrap().is_empty());
+        store.answer_paid("discord", "a", 1).await.unwrap();
+        assert_eq!(
+            store.answers_owed("discord").await.unwrap(),
+            [owed(2, "102")]
+        );
     }
 }

@@ -35,8 +35,9 @@ struct Recorded {
     refused: u32,
     /// Slash command registrations: (guild id or "global", the commands).
     commands: Vec<(String, Value)>,
-    /// IDENTIFY payloads the gateway received.
+    /// IDENTIFY and RESUME payloads the gateway received.
     identifies: Vec<Value>,
+    resumes: Vec<Value>,
     /// Requests to routes the fake does not serve, as `METHOD /path`.
     strays: Vec<String>,
     /// Edits of posted messages: (channel, message, body), in order.
@@ -60,6 +61,8 @@ pub struct FakeDiscord {
 }
 
 pub const GUILD_ID: &str = "800000000000000001";
+/// A dispatch that is not one: it closes the connection.
+const CLOSE: &str = "__close__";
 pub const USER_ID: &str = "600000000000000001";
 
 /// A new snowflake (increasing, like Discord's).
@@ -147,6 +150,25 @@ fn parse_body(headers: &HeaderMap, bytes: &[u8]) -> (Value, Vec<(String, String)
         );
     }
     (payload, files)
+}
+
+/// Discord's answer to content over 2,000 characters, if `content` is.
+fn too_long(content: &Value) -> Option<axum::response::Response> {
+    use axum::response::IntoResponse;
+    let chars = content.as_str().map_or(0, |c| c.chars().count());
+    (chars > 2000).then(|| {
+        (
+            StatusCode::BAD_REQUEST,
+            Json(json!({
+                "code": 50035, "message": "Invalid Form Body",
+                "errors": {"content": {"_errors": [{
+                    "code": "BASE_TYPE_MAX_LENGTH",
+                    "message": "Must be 2000 or fewer in length."
+                }]}}
+            })),
+        )
+            .into_response()
+    })
 }
 
 fn user(id: &str) -> Value {
@@ -365,6 +387,17 @@ impl FakeDiscord {
         self.recorded.lock().unwrap().commands.clone()
     }
 
+    /// Closes every gateway connection (code 4000, "unknown error": a client may
+    /// resume), as Discord does now and then.
+    pub fn drop_gateway(&self) {
+        let _ = self.dispatch.send((CLOSE.into(), Value::Null));
+    }
+
+    /// The RESUME payloads received.
+    pub fn resumes(&self) -> Vec<Value> {
+        self.recorded.lock().unwrap().resumes.clone()
+    }
+
     /// The IDENTIFY payloads received.
     pub fn identifies(&self) -> Vec<Value> {
         self.recorded.lock().unwrap().identifies.clone()
@@ -466,6 +499,14 @@ async fn post_message(
     bytes: Bytes,
 ) -> axum::response::Response {
     let (body, files) = parse_body(&headers, &bytes);
+    if let Some(refused) = too_long(&body["content"]) {
+        recorded
+            .lock()
+            .unwrap()
+            .strays
+            .push(format!("too long: POST {channel}"));
+        return refused;
+    }
     use axum::response::IntoResponse;
     {
         let mut r = recorded.lock().unwrap();
@@ -535,6 +576,9 @@ async fn edit_message(
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     let (body, _) = parse_body(&headers, &bytes);
+    if let Some(refused) = too_long(&body["content"]) {
+        return refused;
+    }
     let mut r = recorded.lock().unwrap();
     r.edits
         .push((channel.clone(), message.clone(), body.clone()));
@@ -700,6 +744,15 @@ async fn session(
             message = ws.next() => message,
             event = events.recv(), if ready_sent => {
                 if let Ok((kind, data)) = event {
+                    if kind == CLOSE {
+                        use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+                        let frame = CloseFrame {
+                            code: 4000.into(),
+                            reason: "unknown error".into(),
+                        };
+                        let _ = ws.send(Message::Close(Some(frame))).await;
+                        break;
+                    }
                     seq += 1;
                     let dispatch = json!({"op": 0, "s": seq, "t": kind, "d": data});
                     ws.send(Message::Text(dispatch.to_string())).await?;
@@ -741,6 +794,13 @@ async fn session(
                     }
                 });
                 ws.send(Message::Text(ready.to_string())).await?;
+                ready_sent = true;
+            }
+            Some(6) => {
+                recorded.lock().unwrap().resumes.push(payload["d"].clone());
+                seq += 1;
+                let resumed = json!({"op": 0, "s": seq, "t": "RESUMED", "d": {}});
+                ws.send(Message::Text(resumed.to_string())).await?;
                 ready_sent = true;
             }
             _ => {}

@@ -328,3 +328,143 @@ async fn an_idle_save_is_posted_in_the_agents_channel() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn an_answer_owed_when_chorus_was_killed_is_posted_after_the_restart() -> anyhow::Result<()> {
+    let discord = FakeDiscord::start().await;
+    let model = FakeOpenAi::start().await;
+    let data = tempfile::tempdir()?;
+    let start = |model: &chorus_test_support::FakeModel| {
+        Chorus::builder()
+            .openai_fake(model)
+            .data_dir(data.path())
+            .env("DISCORD_TOKEN", "fake-bot-token")
+            .env(
+                "DISCORD_GUILD_ID",
+                chorus_test_support::fake_discord::GUILD_ID,
+            )
+            .env("CHORUS_DISCORD_API_BASE", &discord.base_url)
+            .start()
+    };
+    let chorus = start(&model).await?;
+    let channel = "700000000000000012";
+    chorus
+        .create_agent_with(serde_json::json!({"name": "steady", "discord_channel_id": channel}))
+        .await?;
+    // The model call in flight when Chorus dies is never answered.
+    model.push(chorus_test_support::Reply::Silent);
+    let asked = discord.user_says(channel, "Summarise the repository", None);
+    model.wait_for_requests(1, Duration::from_secs(30)).await;
+    chorus.kill().await?;
+
+    // The next start resumes the thread, and the answer still comes as a reply.
+    model.push(text("It is a small Rust project."));
+    let _chorus = start(&model).await?;
+    let answer = discord
+        .wait_for(
+            "the answer after the restart",
+            Duration::from_secs(60),
+            |d| {
+                answers_in(d, channel)
+                    .into_iter()
+                    .find(|m| m["content"] == "It is a small Rust project.")
+            },
+        )
+        .await?;
+    assert_eq!(answer["message_reference"]["message_id"], asked.as_str());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_message_sent_while_the_worker_restarts_and_a_gateway_resume_lose_nothing()
+-> anyhow::Result<()> {
+    let discord = FakeDiscord::start().await;
+    let model = FakeOpenAi::start().await;
+    let chorus = with_bot(&discord, &model).await?;
+    let channel = "700000000000000013";
+    chorus
+        .create_agent_with(serde_json::json!({"name": "sturdy", "discord_channel_id": channel}))
+        .await?;
+    let worker = chorus
+        .wait_worker_running("sturdy", Duration::from_secs(15))
+        .await?;
+    // The worker dies; a message comes before its replacement is up.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )?;
+    model.push(text("Still here."));
+    let asked = discord.user_says(channel, "Are you there?", None);
+    let answer = discord
+        .wait_for("the answer", Duration::from_secs(60), |d| {
+            answers_in(d, channel)
+                .into_iter()
+                .find(|m| m["content"] == "Still here.")
+        })
+        .await?;
+    assert_eq!(answer["message_reference"]["message_id"], asked.as_str());
+
+    // Discord drops the gateway connection: serenity resumes, and messages flow.
+    discord.drop_gateway();
+    discord
+        .wait_for("a resume", Duration::from_secs(60), |d| {
+            d.resumes().into_iter().next()
+        })
+        .await?;
+    model.push(text("And again."));
+    discord.user_says(channel, "Once more?", None);
+    discord
+        .wait_for(
+            "the answer after the resume",
+            Duration::from_secs(60),
+            |d| {
+                answers_in(d, channel)
+                    .into_iter()
+                    .find(|m| m["content"] == "And again.")
+            },
+        )
+        .await?;
+    assert_eq!(
+        discord.identifies().len(),
+        1,
+        "resumed, not identified again"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_very_long_answer_is_attached_as_a_file_with_a_preview() -> anyhow::Result<()> {
+    let discord = FakeDiscord::start().await;
+    let model = FakeOpenAi::start().await;
+    let chorus = with_bot(&discord, &model).await?;
+    let channel = "700000000000000014";
+    chorus
+        .create_agent_with(serde_json::json!({"name": "verbose", "discord_channel_id": channel}))
+        .await?;
+    let long: String = (0..600)
+        .map(|i| format!("Line {i:03} of the report.\n"))
+        .collect();
+    assert!(long.chars().count() > 12_000);
+    model.push(text(&long));
+    let asked = discord.user_says(channel, "Write the full report", None);
+    let answer = discord
+        .wait_for("the answer", Duration::from_secs(30), |d| {
+            answers_in(d, channel).into_iter().next()
+        })
+        .await?;
+    assert_eq!(answer["message_reference"]["message_id"], asked.as_str());
+    let preview = answer["content"].as_str().unwrap();
+    assert!(
+        preview.starts_with("Line 000") && preview.contains("the whole answer is attached"),
+        "{preview}"
+    );
+    let file = &answer["attachments"][0];
+    assert_eq!(file["filename"], "thread-1-answer.md");
+    assert_eq!(
+        file["content"].as_str().unwrap().trim_end(),
+        long.trim_end(),
+        "the whole answer"
+    );
+    assert_eq!(answers_in(&discord, channel).len(), 1, "one message");
+    Ok(())
+}
