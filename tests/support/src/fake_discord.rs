@@ -651,10 +651,19 @@ async fn interaction_callback(
     Path((_id, token)): Path<(String, String)>,
     headers: HeaderMap,
     bytes: Bytes,
-) -> StatusCode {
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
     let (body, _) = parse_body(&headers, &bytes);
+    if let Some(refused) = too_long(&body["data"]["content"]) {
+        recorded
+            .lock()
+            .unwrap()
+            .strays
+            .push(format!("too long: callback {token}"));
+        return refused;
+    }
     answered(&recorded, &token, "callback", body);
-    StatusCode::NO_CONTENT
+    StatusCode::NO_CONTENT.into_response()
 }
 
 /// A message object for what a webhook call made the message say.
@@ -676,10 +685,19 @@ async fn followup(
     Path((_app, token)): Path<(String, String)>,
     headers: HeaderMap,
     bytes: Bytes,
-) -> Json<Value> {
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
     let (body, _) = parse_body(&headers, &bytes);
+    if let Some(refused) = too_long(&body["content"]) {
+        recorded
+            .lock()
+            .unwrap()
+            .strays
+            .push(format!("too long: followup {token}"));
+        return refused;
+    }
     answered(&recorded, &token, "followup", body.clone());
-    Json(webhook_message(&recorded, &body))
+    Json(webhook_message(&recorded, &body)).into_response()
 }
 
 async fn edit_original(
@@ -687,10 +705,19 @@ async fn edit_original(
     Path((_app, token)): Path<(String, String)>,
     headers: HeaderMap,
     bytes: Bytes,
-) -> Json<Value> {
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
     let (body, _) = parse_body(&headers, &bytes);
+    if let Some(refused) = too_long(&body["content"]) {
+        recorded
+            .lock()
+            .unwrap()
+            .strays
+            .push(format!("too long: edit_original {token}"));
+        return refused;
+    }
     answered(&recorded, &token, "edit_original", body.clone());
-    Json(webhook_message(&recorded, &body))
+    Json(webhook_message(&recorded, &body)).into_response()
 }
 
 async fn delete_original(

@@ -467,3 +467,51 @@ async fn a_permission_self_edit_follows_the_discord_roles_of_who_started_the_run
 }
 
 const ADMIN_ROLE_MEMBER: &str = "600000000000000004";
+
+#[tokio::test]
+async fn command_output_over_the_limit_comes_in_pages() -> anyhow::Result<()> {
+    let discord = FakeDiscord::start().await;
+    let model = FakeOpenAi::start().await;
+    let chorus = with_bot_config(&discord, &model, ROLES).await?;
+    let channel = "700000000000000106";
+    chorus
+        .create_agent_with(json!({"name": "archivist", "discord_channel_id": channel}))
+        .await?;
+    model.push(text("Started."));
+    let id = chorus
+        .send_message("archivist", "Start the archive")
+        .await?;
+    chorus
+        .wait_thread_finished("archivist", id, Duration::from_secs(30))
+        .await?;
+    for i in 0..24 {
+        let saved = chorus
+            .api(Method::POST, "/api/agents/archivist/context/save")
+            .json(&json!({"description": format!("archive snapshot number {i:02} of the quarterly records")}))
+            .send()
+            .await?;
+        assert_eq!(saved.status(), 201);
+    }
+    let token = discord.slash(VIEWER, &[], channel, "context", sub("history", json!([])));
+    let pages = discord
+        .wait_for("every page", Duration::from_secs(30), |d| {
+            let answers = d.answers(&token);
+            (answers.len() >= 2).then_some(answers)
+        })
+        .await?;
+    assert_eq!(pages[0].0, "callback");
+    let first = pages[0].1["data"]["content"].as_str().unwrap().to_string();
+    let rest: Vec<String> = pages[1..]
+        .iter()
+        .map(|(kind, body)| {
+            assert_eq!(kind, "followup");
+            body["content"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let all = format!("{first}\n{}", rest.join("\n"));
+    for i in 0..24 {
+        assert!(all.contains(&format!("snapshot number {i:02}")), "{all}");
+    }
+    assert!(discord.strays().is_empty(), "{:?}", discord.strays());
+    Ok(())
+}
