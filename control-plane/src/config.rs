@@ -414,6 +414,8 @@ pub struct Settings {
     pub context: ContextSettings,
     /// `None`: no Discord front end (no `DISCORD_TOKEN`).
     pub discord: Option<DiscordSettings>,
+    /// Where traces are exported (`OTEL_EXPORTER_OTLP_*`); `None`: nowhere.
+    pub trace_export: Option<crate::telemetry::config::ExportSettings>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -558,6 +560,12 @@ impl Settings {
             sandbox: SandboxSettings::from_file(file.sandbox),
             context: ContextSettings::from_file(&file.context),
             discord: DiscordSettings::resolve(file.discord, &env)?,
+            trace_export: crate::telemetry::config::from_env(&env).map_err(|message| {
+                ConfigError::Invalid {
+                    name: "OTEL_EXPORTER_OTLP_*",
+                    message,
+                }
+            })?,
             default_role: file.roles.get("default").copied().unwrap_or(Role::Operator),
             roles: {
                 let mut roles = file.roles.clone();

@@ -12,7 +12,8 @@ use std::os::unix::fs::FileExt;
 
 /// Whether a variable holds a secret by its name.
 pub fn is_secret_name(name: &[u8]) -> bool {
-    const ENDINGS: &[&[u8]] = &[b"_KEY", b"_TOKEN", b"_SECRET", b"_PASSWORD"];
+    // `_HEADERS`: OTEL_EXPORTER_OTLP_HEADERS carries a collector's API key.
+    const ENDINGS: &[&[u8]] = &[b"_KEY", b"_TOKEN", b"_SECRET", b"_PASSWORD", b"_HEADERS"];
     ENDINGS.iter().any(|end| name.ends_with(end))
 }
 
@@ -76,6 +77,8 @@ mod tests {
         let ranges = secret_values(block);
         let values: Vec<&[u8]> = ranges.iter().map(|r| &block[r.clone()]).collect();
         assert_eq!(values, [&b"abc"[..], &b"sk-1"[..]]);
+        assert!(is_secret_name(b"OTEL_EXPORTER_OTLP_HEADERS"));
+        assert!(!is_secret_name(b"OTEL_EXPORTER_OTLP_ENDPOINT"));
     }
 
     #[test]

@@ -101,7 +101,8 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         }
         _ => {}
     }
-    telemetry::init();
+    let telemetry =
+        telemetry::init().map_err(|e| anyhow::anyhow!("OpenTelemetry settings: {e}"))?;
     match cli.command {
         Command::Serve(args) => {
             let (file, path) = config::load_file(args.config.as_deref())?;
@@ -132,6 +133,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                 running.data_dir.display()
             );
             running.until_signal().await?;
+            telemetry.shutdown(std::time::Duration::from_secs(5)).await;
             Ok(true)
         }
         Command::Permissions(PermissionsCommand::Explain { profile, action }) => {

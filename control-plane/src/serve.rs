@@ -116,7 +116,14 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
             .providers
             .iter()
             .filter_map(|p| p.api_key.as_ref().map(|k| k.expose().to_string()))
-            .chain([api_token.expose().to_string()]),
+            .chain([api_token.expose().to_string()])
+            // A collector's credentials (OTLP headers) are secrets too.
+            .chain(
+                settings
+                    .trace_export
+                    .iter()
+                    .flat_map(|t| t.headers.iter().map(|(_, v)| v.clone())),
+            ),
     );
     // Summaries (a session's description, a long continuation's start) are
     // written by the agent's own worker.

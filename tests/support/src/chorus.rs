@@ -135,7 +135,7 @@ impl ChorusBuilder {
         let output = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         // The log is kept for tests to search, and passed on so a failing test shows it.
         let stderr = child.stderr.take().context("chorus stderr")?;
-        tokio::spawn({
+        let stderr_drained = tokio::spawn({
             let output = output.clone();
             async move {
                 let mut lines = BufReader::new(stderr).lines();
@@ -165,7 +165,10 @@ impl ChorusBuilder {
         .context("chorus did not report ready within 30 s")??;
         let Some(ready) = ready else {
             let status = child.wait().await?;
-            bail!("chorus exited before it was ready ({status})");
+            // Its last words are the reason: read to the end of stderr first.
+            let _ = tokio::time::timeout(Duration::from_secs(10), stderr_drained).await;
+            let said = output.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            bail!("chorus exited before it was ready ({status}):\n{said}");
         };
         // Keep draining stdout so chorus never blocks on a full pipe.
         tokio::spawn({

@@ -5,9 +5,11 @@
 pub mod chorus;
 pub mod fake_discord;
 pub mod fake_model;
+pub mod otlp;
 pub mod process;
 pub mod wire_rules;
 
 pub use chorus::{Chorus, EventStream, TEST_TOKEN, bin_path};
 pub use fake_discord::FakeDiscord;
 pub use fake_model::{FakeAnthropic, FakeModel, FakeOpenAi, Hold, Quirks, Reply};
+pub use otlp::OtlpReceiver;

@@ -19,6 +19,7 @@ mod secrets;
 mod sessions;
 mod storage;
 mod tasks;
+mod telemetry;
 mod threads;
 mod tool_loop;
 mod workers;

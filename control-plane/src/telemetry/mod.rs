@@ -1,0 +1,122 @@
+//! Logging and tracing set-up. `RUST_LOG` selects what is logged (default `info`).
+//!
+//! With an OTLP endpoint in the environment (`config`), the same spans are exported
+//! to an OpenTelemetry collector as well: the SDK batches them on its own thread and
+//! hands each batch to the [`Collector`](collector::Collector) task, which sends it
+//! (gRPC or HTTP/protobuf) without ever making a run wait. Without an endpoint no
+//! exporter starts and nothing else changes.
+
+pub mod collector;
+pub mod config;
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
+use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+use collector::Collector;
+
+/// The service name spans carry unless `OTEL_SERVICE_NAME` says otherwise.
+pub const SERVICE_NAME: &str = "chorus";
+
+/// What was set up; [`Telemetry::shutdown`] sends what is still buffered.
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+    collector: Option<Collector>,
+}
+
+impl Telemetry {
+    /// Where exported spans go (workers' batches are forwarded to it too).
+    pub fn collector(&self) -> Option<&Collector> {
+        self.collector.as_ref()
+    }
+
+    /// Ends export: the SDK's buffer is handed over, and the queue sent (at most
+    /// `limit` is spent waiting for the collector).
+    pub async fn shutdown(self, limit: Duration) {
+        if let Some(provider) = self.provider {
+            let _ = tokio::task::spawn_blocking(move || provider.shutdown()).await;
+        }
+        if let Some(collector) = self.collector {
+            collector.flush(limit).await;
+        }
+    }
+}
+
+/// Hands the SDK's batches to the collector task (the SDK calls this on its own
+/// thread, outside the async runtime: it must not do I/O itself).
+#[derive(Debug)]
+struct Exporter {
+    collector: Collector,
+    resource: ResourceAttributesWithSchema,
+}
+
+impl SpanExporter for Exporter {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        self.collector.send(ExportTraceServiceRequest {
+            resource_spans: group_spans_by_resource_and_scope(batch, &self.resource),
+        });
+        Ok(())
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.resource = resource.into();
+    }
+}
+
+/// Installs the global subscriber: human-readable lines on stderr, and OTLP export
+/// when the environment asks for it (an error names a wrong variable). Must run
+/// inside the tokio runtime.
+pub fn init() -> Result<Telemetry, String> {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    let settings = config::from_env(|name| std::env::var(name).ok())?;
+    let Some(settings) = settings else {
+        let _ = tracing_subscriber::registry()
+            .with(filter)
+            .with(fmt)
+            .try_init();
+        return Ok(Telemetry {
+            provider: None,
+            collector: None,
+        });
+    };
+    let endpoint = settings.endpoint.clone();
+    let protocol = settings.protocol;
+    let collector = Collector::start(settings)?;
+    let mut resource = Resource::builder();
+    if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
+        resource = resource.with_service_name(SERVICE_NAME);
+    }
+    let resource = resource.build();
+    let exporter = Exporter {
+        collector: collector.clone(),
+        resource: (&resource).into(),
+    };
+    let provider = SdkTracerProvider::builder()
+        .with_resource(resource)
+        .with_batch_exporter(exporter)
+        .build();
+    let tracer = provider.tracer("chorus");
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(tracing_opentelemetry::layer().with_tracer(tracer))
+        .try_init();
+    tracing::info!(%endpoint, ?protocol, "exporting traces over OTLP");
+    Ok(Telemetry {
+        provider: Some(provider),
+        collector: Some(collector),
+    })
+}

@@ -1,0 +1,137 @@
+//! Traces exported over OTLP from the real binaries to a receiver speaking real
+//! OTLP (the official protobuf definitions), over gRPC and HTTP/protobuf.
+
+use std::time::{Duration, Instant};
+
+use chorus_test_support::fake_model::text;
+use chorus_test_support::{Chorus, FakeOpenAi, OtlpReceiver};
+
+async fn run_one(chorus: &Chorus, agent: &str) -> anyhow::Result<()> {
+    chorus.create_agent(agent).await?;
+    let id = chorus.send_message(agent, "Say hello").await?;
+    let thread = chorus
+        .wait_thread_finished(agent, id, Duration::from_secs(30))
+        .await?;
+    anyhow::ensure!(thread["status"] == "completed", "{thread:#}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_run_is_exported_over_grpc_with_the_configured_headers() -> anyhow::Result<()> {
+    let receiver = OtlpReceiver::start().await;
+    let model = FakeOpenAi::start().await;
+    model.push(text("Hello."));
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.grpc_url)
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=collector-secret-1")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .start()
+        .await?;
+    run_one(&chorus, "traced").await?;
+    let run = receiver
+        .wait_for("the run span", Duration::from_secs(30), |spans| {
+            spans
+                .iter()
+                .find(|s| s.name == "run" && s.attr("agent") == "traced")
+                .cloned()
+        })
+        .await?;
+    assert_eq!(run.service, "chorus");
+    assert_eq!(run.parent_span_id, "", "a run is a root: {run:?}");
+    assert_eq!(run.attr("thread_id"), "1");
+    assert!(
+        receiver
+            .headers()
+            .iter()
+            .any(|h| h.get("x-api-key").map(String::as_str) == Some("collector-secret-1")),
+        "{:?}",
+        receiver.headers()
+    );
+    // The collector's key is a secret like any other: not in the log.
+    assert!(!chorus.output().contains("collector-secret-1"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_run_is_exported_over_http_protobuf_with_the_service_name_set() -> anyhow::Result<()> {
+    let receiver = OtlpReceiver::start().await;
+    let model = FakeOpenAi::start().await;
+    model.push(text("Hello."));
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.http_url)
+        .env("OTEL_SERVICE_NAME", "chorus-staging")
+        .env("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=staging")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .start()
+        .await?;
+    run_one(&chorus, "traced").await?;
+    let run = receiver
+        .wait_for("the run span", Duration::from_secs(30), |spans| {
+            spans.iter().find(|s| s.name == "run").cloned()
+        })
+        .await?;
+    assert_eq!(run.service, "chorus-staging");
+    Ok(())
+}
+
+#[tokio::test]
+async fn without_an_endpoint_nothing_is_exported_and_a_closed_port_slows_nothing()
+-> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.push(text("Hello."));
+    let quiet = Chorus::builder().openai_fake(&model).start().await?;
+    run_one(&quiet, "plain").await?;
+    assert!(!quiet.output().contains("exporting traces"));
+
+    // A collector that is not there: the run completes as it would without one,
+    // and the loss is said once.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = closed.local_addr()?.port();
+    drop(closed);
+    model.push(text("Hello."));
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            &format!("http://127.0.0.1:{port}"),
+        )
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .start()
+        .await?;
+    let started = Instant::now();
+    run_one(&chorus, "unheard").await?;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !chorus.output().contains("trace spans dropped") {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "no drop logged: {}",
+            chorus.output()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(chorus.output().matches("trace spans dropped").count(), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_wrong_otlp_setting_stops_serve_with_the_variable_named() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let started = Chorus::builder()
+        .openai_fake(&model)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+        .start()
+        .await;
+    let error = format!("{:#}", started.err().expect("refused"));
+    assert!(
+        error.contains("OTEL_EXPORTER_OTLP_PROTOCOL must be grpc or http/protobuf"),
+        "{error}"
+    );
+    Ok(())
+}
