@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chorus_proto::AGENT_METADATA_KEY;
-use chorus_proto::domain::{ControlCommand, Sequenced, WorkerEvent};
+use chorus_proto::domain::{ControlCommand, Sequenced, TraceExport, WorkerEvent};
 use chorus_proto::limits::MAX_LINK_MESSAGE_BYTES;
 use chorus_proto::wire::{ControlMessage, WorkerLink, WorkerLinkServer, WorkerMessage};
 use futures::{Stream, StreamExt};
@@ -49,6 +49,7 @@ pub struct WorkerLinkService {
     /// A worker silent this long is hung: its connection is ended, and its
     /// supervisor then kills and restarts it.
     silence_limit: Duration,
+    trace_export: Option<TraceExport>,
 }
 
 impl WorkerLinkService {
@@ -75,7 +76,15 @@ impl WorkerLinkService {
             connections,
             heartbeat_interval: workers.heartbeat_interval,
             silence_limit: workers.silence_limit(),
+            trace_export: None,
         }
+    }
+
+    /// Workers are told to export their spans (through this control plane),
+    /// labelled with `export`'s resource and their agent.
+    pub fn with_trace_export(mut self, export: Option<TraceExport>) -> Self {
+        self.trace_export = export;
+        self
     }
 
     /// The server, with the link's message limits (`chorus_proto::limits`) in
@@ -131,6 +140,13 @@ impl WorkerLink for WorkerLinkService {
             connection_id: format!("{agent}#{generation}"),
             heartbeat_interval_ms: u32::try_from(self.heartbeat_interval.as_millis())
                 .unwrap_or(u32::MAX),
+            trace_export: self.trace_export.clone().map(|mut export| {
+                export.resource_attributes.insert(
+                    crate::telemetry::relay::AGENT_ATTRIBUTE.into(),
+                    agent.clone(),
+                );
+                export
+            }),
         };
         let outbound = futures::stream::once(async move { welcome })
             .chain(UnboundedReceiverStream::new(attachment.commands))

@@ -124,7 +124,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                 ),
                 Err(e) => tracing::warn!("cannot blank the secrets in our environment block: {e}"),
             }
-            let running = serve::start(settings).await?;
+            let running = serve::start(settings, telemetry.collector().cloned()).await?;
             // The one line chorus prints on stdout: where to find it.
             println!(
                 "chorus ready http=http://{} grpc=http://{} data_dir={}",

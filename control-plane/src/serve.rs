@@ -1,6 +1,7 @@
 //! `chorus serve`: builds every part, binds the listeners, and tears it all down in
 //! order on SIGINT/SIGTERM.
 
+use chorus_proto::domain::TraceExport;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -55,7 +56,11 @@ pub struct Running {
     discovery: JoinHandle<()>,
 }
 
-pub async fn start(settings: Settings) -> anyhow::Result<Running> {
+/// Starts Chorus. `collector`: where traces go (see `telemetry`), when exported.
+pub async fn start(
+    settings: Settings,
+    collector: Option<crate::telemetry::collector::Collector>,
+) -> anyhow::Result<Running> {
     let data_dir = prepare_data_dir(&settings.data_dir)?;
     let agents_root = data_dir.join("agents");
     crate::private::create_dir(&agents_root)
@@ -244,7 +249,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     );
     runs.set_idle_saver(sessions.clone());
     let connections = TaskTracker::new();
-    let worker_router = tonic::service::Routes::new(
+    let mut worker_routes = tonic::service::Routes::new(
         WorkerLinkService::new(
             LinkServices {
                 registry: registry.clone(),
@@ -257,14 +262,26 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
             connections.clone(),
             &settings.workers,
         )
+        .with_trace_export(settings.trace_export.as_ref().map(|t| TraceExport {
+            service_name: format!("{}-worker", t.service_name),
+            resource_attributes: t.resource_attributes.clone(),
+        }))
         .into_server(),
-    )
-    .into_axum_router()
-    .merge(llm_relay::routes(RelayState::new(
-        registry.clone(),
-        settings.providers.clone(),
-        known_secrets.clone(),
-    )?));
+    );
+    if let Some(collector) = &collector {
+        // Workers' spans, forwarded to the collector with the control plane's own.
+        worker_routes = worker_routes.add_service(crate::telemetry::relay::TraceRelay::server(
+            registry.clone(),
+            collector.clone(),
+        ));
+    }
+    let worker_router = worker_routes
+        .into_axum_router()
+        .merge(llm_relay::routes(RelayState::new(
+            registry.clone(),
+            settings.providers.clone(),
+            known_secrets.clone(),
+        )?));
     let api_state = AppState {
         store: store.clone(),
         agents: agents.clone(),

@@ -7,7 +7,7 @@ use crate::domain::{
     AgentChange, AgentSettings, ChatMessage, ControlCommand, FailureKind, Input, ModelRoute,
     ResourceLimits, RetryPolicy, Role, RunAssignment, SandboxPolicy, Sequenced, StepEnded,
     StepKind, StepStarted, SummaryRequest, TaskEnd, TaskReport, ToolCall, ToolDecision, ToolResult,
-    Usage, WorkerEvent,
+    TraceExport, Usage, WorkerEvent,
 };
 use crate::generated as pb;
 use pb::control_message::Body as ControlBody;
@@ -225,10 +225,15 @@ impl From<ControlCommand> for pb::ControlMessage {
                 agent,
                 connection_id,
                 heartbeat_interval_ms,
+                trace_export,
             } => ControlBody::Welcome(pb::Welcome {
                 agent,
                 connection_id,
                 heartbeat_interval_ms,
+                trace_export: trace_export.map(|t| pb::TraceExport {
+                    service_name: t.service_name,
+                    resource_attributes: t.resource_attributes.into_iter().collect(),
+                }),
             }),
             ControlCommand::AssignRun(run) => ControlBody::AssignRun(pb::AssignRun {
                 run_id: run.run_id,
@@ -317,6 +322,10 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                 agent: w.agent,
                 connection_id: w.connection_id,
                 heartbeat_interval_ms: w.heartbeat_interval_ms,
+                trace_export: w.trace_export.map(|t| TraceExport {
+                    service_name: t.service_name,
+                    resource_attributes: t.resource_attributes.into_iter().collect(),
+                }),
             },
             ControlBody::AssignRun(run) => {
                 let agent = run.agent.ok_or_else(|| missing("AssignRun", "agent"))?;
@@ -839,6 +848,16 @@ mod tests {
                 agent: "a".into(),
                 connection_id: "c".into(),
                 heartbeat_interval_ms: 5000,
+                trace_export: None,
+            },
+            ControlCommand::Welcome {
+                agent: "a".into(),
+                connection_id: "c".into(),
+                heartbeat_interval_ms: 5000,
+                trace_export: Some(TraceExport {
+                    service_name: "chorus-worker".into(),
+                    resource_attributes: [("chorus.agent".to_string(), "a".to_string())].into(),
+                }),
             },
             ControlCommand::AssignRun(Box::new(RunAssignment {
                 run_id: "r".into(),

@@ -258,6 +258,13 @@ pub struct SummaryRequest {
     pub retry: RetryPolicy,
 }
 
+/// How a worker labels the spans it exports (its OpenTelemetry resource).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TraceExport {
+    pub service_name: String,
+    pub resource_attributes: std::collections::BTreeMap<String, String>,
+}
+
 /// Control plane to worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ControlCommand {
@@ -265,6 +272,8 @@ pub enum ControlCommand {
         agent: String,
         connection_id: String,
         heartbeat_interval_ms: u32,
+        /// `Some`: export spans through the control plane, labelled so.
+        trace_export: Option<TraceExport>,
     },
     AssignRun(Box<RunAssignment>),
     /// A user message for a run in progress: taken before its next model call.

@@ -27,6 +27,8 @@ pub struct ConnectOptions {
     /// How long to keep trying to reach the control plane at start.
     pub dial_timeout: Duration,
     pub tools: WorkerToolSettings,
+    /// Switched on when the Welcome asks for trace export.
+    pub telemetry: Option<std::sync::Arc<crate::telemetry::Telemetry>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -82,7 +84,7 @@ pub async fn serve(
     let channel = dial(&options).await?;
     // The same limits as the control plane's end; events are measured before they
     // are queued (`outbound`), so the encoding limit is only a backstop.
-    let mut client = WorkerLinkClient::new(channel)
+    let mut client = WorkerLinkClient::new(channel.clone())
         .max_decoding_message_size(MAX_LINK_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_LINK_MESSAGE_BYTES);
 
@@ -131,9 +133,13 @@ pub async fn serve(
             Ok(ControlCommand::Welcome {
                 connection_id,
                 heartbeat_interval_ms,
+                trace_export,
                 ..
             }) => {
                 tracing::info!(%connection_id, "attached to the control plane");
+                if let (Some(export), Some(telemetry)) = (&trace_export, &options.telemetry) {
+                    telemetry.export(channel.clone(), &options.agent, &options.credential, export);
+                }
                 Duration::from_millis(u64::from(heartbeat_interval_ms.max(500)))
             }
             Ok(other) => {

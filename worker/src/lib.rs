@@ -11,5 +11,6 @@ pub mod model;
 pub mod outbound;
 pub mod runner;
 pub mod summary;
+pub mod telemetry;
 pub mod tool_loop;
 pub mod tools;

@@ -1,6 +1,6 @@
 //! `chorus-worker`: the worker process for one agent.
 
-use std::io::{BufRead, IsTerminal};
+use std::io::BufRead;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -65,20 +65,10 @@ fn read_credential(from_stdin: bool) -> Result<String, String> {
     Ok(credential)
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    init_logging();
+    let telemetry = std::sync::Arc::new(chorus_worker::telemetry::init());
     let credential = match read_credential(args.credential_stdin) {
         Ok(credential) => credential,
         Err(message) => {
@@ -127,8 +117,12 @@ async fn main() -> ExitCode {
             bash_timeout: Duration::from_secs(args.bash_timeout_secs.max(1)),
             file_lock_timeout: Duration::from_secs(args.file_lock_timeout_secs),
         },
+        telemetry: Some(telemetry.clone()),
     };
-    match connection::serve(options, shutdown).instrument(span).await {
+    let served = connection::serve(options, shutdown).instrument(span).await;
+    // What is still buffered goes out before the process ends.
+    telemetry.shutdown(Duration::from_secs(2)).await;
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");

@@ -232,6 +232,7 @@ impl Runner {
             run_id = %run.run_id,
             model = %run.agent.model
         );
+        crate::telemetry::continue_trace(&span, &run.trace_context);
         self.tasks.spawn(
             async move {
                 tracing::info!("run started");

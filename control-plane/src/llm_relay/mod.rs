@@ -144,6 +144,7 @@ async fn relay(
         upstream = upstream.header(name, value);
     }
     let span = tracing::info_span!("llm_relay", %agent, %provider, %path);
+    crate::telemetry::continue_from_headers(&span, &headers);
     let response = match upstream.send().instrument(span.clone()).await {
         Ok(response) => response,
         Err(e) => {

@@ -656,7 +656,7 @@ impl AgentActor {
             profiles: &self.shared.profiles,
             settings: &self.shared.settings,
         };
-        let run = match builder.build(agent, thread, attempt).await? {
+        let mut run = match builder.build(agent, thread, attempt).await? {
             Ok(run) => run,
             Err(failure) => {
                 tracing::warn!(
@@ -691,6 +691,8 @@ impl AgentActor {
             attempt = attempt.number,
             model = %run.agent.model,
         );
+        // The worker's spans of this run continue its trace.
+        run.trace_context = crate::telemetry::context_of(&span);
         self.queue.push_back(run.run_id.clone());
         self.runs.insert(
             run.run_id.clone(),

@@ -30,6 +30,10 @@ pub struct ExportSettings {
     /// Sent with every export (often a collector's API key: never logged).
     pub headers: Vec<(String, String)>,
     pub timeout: Duration,
+    /// `OTEL_SERVICE_NAME`, else `chorus`; workers are `<this>-worker`.
+    pub service_name: String,
+    /// `OTEL_RESOURCE_ATTRIBUTES`, which workers' spans carry too.
+    pub resource_attributes: std::collections::BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for ExportSettings {
@@ -42,6 +46,7 @@ impl std::fmt::Debug for ExportSettings {
                 &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
             )
             .field("timeout", &self.timeout)
+            .field("service_name", &self.service_name)
             .finish()
     }
 }
@@ -100,7 +105,12 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Option<ExportSet
         "OTEL_EXPORTER_OTLP_HEADERS",
     ) {
         None => Vec::new(),
-        Some((name, v)) => parse_headers(&v).map_err(|e| format!("{name}: {e}"))?,
+        // HTTP/2 (gRPC) header names are lower case.
+        Some((name, v)) => parse_headers(&v)
+            .map_err(|e| format!("{name}: {e}"))?
+            .into_iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v))
+            .collect(),
     };
     let timeout = match either(
         "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
@@ -112,11 +122,20 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Option<ExportSet
                 .map_err(|_| format!("{name} must be a number of milliseconds, not '{v}'"))?,
         ),
     };
+    let resource_attributes = match var("OTEL_RESOURCE_ATTRIBUTES") {
+        None => Default::default(),
+        Some(v) => parse_headers(&v)
+            .map_err(|e| format!("OTEL_RESOURCE_ATTRIBUTES: {e}"))?
+            .into_iter()
+            .collect(),
+    };
     Ok(Some(ExportSettings {
         endpoint,
         protocol,
         headers,
         timeout,
+        service_name: var("OTEL_SERVICE_NAME").unwrap_or_else(|| "chorus".to_string()),
+        resource_attributes,
     }))
 }
 
@@ -133,7 +152,7 @@ fn parse_headers(text: &str) -> Result<Vec<(String, String)>, String> {
             if key.is_empty() {
                 return Err("a header has no name".to_string());
             }
-            Ok((key.to_ascii_lowercase(), percent_decode(value.trim())))
+            Ok((key.to_string(), percent_decode(value.trim())))
         })
         .collect()
 }
@@ -228,6 +247,7 @@ mod tests {
             ]
         );
         assert_eq!(s.timeout, Duration::from_millis(2500));
+        assert_eq!(s.service_name, "chorus");
         assert!(
             !format!("{s:?}").contains("abc=="),
             "headers are not printed"

@@ -8,6 +8,7 @@
 
 pub mod collector;
 pub mod config;
+pub mod relay;
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -24,6 +25,39 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
 use collector::Collector;
+
+/// The W3C trace context (`traceparent`, `tracestate`) of `span`, for a worker
+/// to continue its trace; empty when nothing is exported.
+pub fn context_of(span: &tracing::Span) -> std::collections::HashMap<String, String> {
+    use opentelemetry::propagation::TextMapPropagator;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let mut carrier = std::collections::HashMap::new();
+    opentelemetry_sdk::propagation::TraceContextPropagator::new()
+        .inject_context(&span.context(), &mut carrier);
+    carrier
+}
+
+/// Makes `span` a child of the trace named by a request's `traceparent` header
+/// (a worker's model call, or an API caller); nothing happens without one.
+pub fn continue_from_headers(span: &tracing::Span, headers: &axum::http::HeaderMap) {
+    use opentelemetry::propagation::TextMapPropagator;
+    use opentelemetry::trace::TraceContextExt;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let carrier: std::collections::HashMap<String, String> = ["traceparent", "tracestate"]
+        .iter()
+        .filter_map(|name| {
+            let value = headers.get(*name)?.to_str().ok()?;
+            Some((name.to_string(), value.to_string()))
+        })
+        .collect();
+    if carrier.is_empty() {
+        return;
+    }
+    let cx = opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(&carrier);
+    if cx.span().span_context().is_valid() {
+        let _ = span.set_parent(cx);
+    }
+}
 
 /// The service name spans carry unless `OTEL_SERVICE_NAME` says otherwise.
 pub const SERVICE_NAME: &str = "chorus";

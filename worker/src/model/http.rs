@@ -195,6 +195,10 @@ pub async fn post_json(
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
+    // The relay's span joins this call's trace.
+    for (name, value) in crate::telemetry::current_context() {
+        request = request.header(name, value);
+    }
     let response = match tokio::time::timeout(limits.silence, request.send()).await {
         Err(_) => return Err(silent(provider, limits, "did not answer")),
         Ok(Err(e)) if e.is_timeout() => return Err(silent(provider, limits, "did not answer")),

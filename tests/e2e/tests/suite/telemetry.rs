@@ -135,3 +135,66 @@ async fn a_wrong_otlp_setting_stops_serve_with_the_variable_named() -> anyhow::R
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn one_trace_spans_the_control_plane_and_the_worker() -> anyhow::Result<()> {
+    use chorus_test_support::fake_model::tool_call;
+    let receiver = OtlpReceiver::start().await;
+    let model = FakeOpenAi::start().await;
+    model.push(tool_call(
+        "c1",
+        "view",
+        serde_json::json!({"path": ".gitkeep"}),
+    ));
+    model.push(text("Seen."));
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.grpc_url)
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .start()
+        .await?;
+    run_one(&chorus, "traced").await?;
+    let spans = receiver
+        .wait_for("the worker's spans", Duration::from_secs(30), |spans| {
+            let tools = spans.iter().filter(|s| s.name == "tool").count();
+            let calls = spans.iter().filter(|s| s.name == "llm_call").count();
+            (tools >= 1 && calls >= 2).then(|| spans.to_vec())
+        })
+        .await?;
+    for s in &spans {
+        eprintln!(
+            "{} {} parent={} service={} attrs={:?}",
+            s.name, s.span_id, s.parent_span_id, s.service, s.attributes
+        );
+    }
+    let root = spans
+        .iter()
+        .find(|s| s.name == "run" && s.service == "chorus")
+        .expect("the control plane's run span");
+    let worker_run = spans
+        .iter()
+        .find(|s| s.name == "run" && s.service == "chorus-worker")
+        .expect("the worker's run span");
+    assert_eq!(worker_run.parent_span_id, root.span_id);
+    assert_eq!(worker_run.trace_id, root.trace_id);
+    let by_id = |id: &str| spans.iter().find(|s| s.span_id == id);
+    for name in ["llm_call", "tool"] {
+        for s in spans.iter().filter(|s| s.name == name) {
+            assert_eq!(s.trace_id, root.trace_id, "{s:?}");
+            assert_eq!(s.parent_span_id, worker_run.span_id, "{s:?}");
+        }
+    }
+    // The relay's forwarding is part of the model call it forwards.
+    // (A thread's title is written outside the run: its own trace.)
+    let relays: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name == "llm_relay" && s.trace_id == root.trace_id)
+        .collect();
+    assert_eq!(relays.len(), 2, "one per model call of the run");
+    for relay in relays {
+        let parent = by_id(&relay.parent_span_id).expect("the relay span's parent");
+        assert_eq!(parent.name, "llm_call", "{relay:?}");
+    }
+    Ok(())
+}
