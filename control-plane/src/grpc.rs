@@ -219,13 +219,14 @@ impl WorkerLink for WorkerLinkService {
                 if let WorkerEvent::Hello { worker_version, pid } = &event {
                     tracing::info!(%agent, generation, %worker_version, pid, "worker ready");
                 }
-                if let WorkerEvent::ToolCheck { request_id, run_id, call } = event {
+                if let WorkerEvent::ToolCheck { request_id, run_id, call, trace_context } = event {
                     let check = Check {
                         agent: agent.clone(),
                         generation,
                         request_id,
                         run_id,
                         call,
+                        trace_context,
                     };
                     gate.handle(check, &checks);
                     continue;

@@ -597,12 +597,14 @@ impl From<Sequenced> for pb::WorkerMessage {
                 request_id,
                 run_id,
                 call,
+                trace_context,
             } => WorkerBody::ToolCheck(pb::ToolCheck {
                 request_id,
                 run_id,
                 call_id: call.id,
                 tool: call.name,
                 arguments: call.arguments,
+                trace_context,
             }),
             WorkerEvent::TaskStarted(t) => WorkerBody::TaskStarted(pb::TaskStarted {
                 task_id: t.task_id,
@@ -689,6 +691,7 @@ impl TryFrom<pb::WorkerMessage> for WorkerEvent {
                     name: c.tool,
                     arguments: c.arguments,
                 },
+                trace_context: c.trace_context,
             },
             WorkerBody::TaskStarted(t) => WorkerEvent::TaskStarted(TaskReport {
                 task_id: t.task_id,
@@ -784,6 +787,7 @@ mod tests {
                 request_id: 9,
                 run_id: "r".into(),
                 call: call(),
+                trace_context: HashMap::from([("traceparent".into(), "00-…".into())]),
             },
             WorkerEvent::TaskStarted(TaskReport {
                 task_id: 2,

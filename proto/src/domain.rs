@@ -492,6 +492,8 @@ pub enum WorkerEvent {
         request_id: u64,
         run_id: String,
         call: ToolCall,
+        /// W3C trace context of the worker's span making the check.
+        trace_context: HashMap<String, String>,
     },
     /// A background task started; it belongs to the worker, not to a run.
     TaskStarted(TaskReport),

@@ -85,8 +85,21 @@ fn upper_bound(event: &WorkerEvent) -> usize {
         | WorkerEvent::TextDelta {
             run_id, text: t, ..
         } => run_id.len() + t.len(),
-        WorkerEvent::ToolCheck { run_id, call, .. } => {
-            run_id.len() + call.id.len() + call.name.len() + call.arguments.len()
+        WorkerEvent::ToolCheck {
+            run_id,
+            call,
+            trace_context,
+            ..
+        } => {
+            run_id.len()
+                + call.id.len()
+                + call.name.len()
+                + call.arguments.len()
+                // Each map entry is a nested message: its key, value and framing.
+                + trace_context
+                    .iter()
+                    .map(|(k, v)| k.len() + v.len() + 3 * FIELD)
+                    .sum::<usize>()
         }
         WorkerEvent::TaskStarted(t) => t.command.len(),
         WorkerEvent::InputTaken { run_id, .. } => run_id.len(),
@@ -230,6 +243,11 @@ mod tests {
                 request_id: u64::MAX,
                 run_id: "r".into(),
                 call,
+                // W3C limits: traceparent is 55 characters, tracestate at most 512.
+                trace_context: std::collections::HashMap::from([
+                    ("traceparent".to_string(), "0".repeat(55)),
+                    ("tracestate".to_string(), "s".repeat(512)),
+                ]),
             },
             WorkerEvent::Heartbeat {
                 active_runs: u32::MAX,

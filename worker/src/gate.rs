@@ -76,6 +76,7 @@ impl ToolGate for RelayGate {
             request_id,
             run_id: run_id.to_string(),
             call: call.clone(),
+            trace_context: crate::telemetry::current_context(),
         });
         rx
     }

@@ -138,6 +138,7 @@ mod tests {
             request_id: 1,
             run_id: "r".into(),
             call,
+            trace_context: Default::default(),
         };
         assert_eq!(fit(check).unwrap_err().what, "the tool call");
         let text = WorkerEvent::TextDelta {

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use chorus_proto::domain::{AgentChange, ControlCommand, RunAssignment, WorkerEvent};
+use opentelemetry::KeyValue;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -233,8 +234,19 @@ impl Runner {
             model = %run.agent.model
         );
         crate::telemetry::continue_trace(&span, &run.trace_context);
-        self.tasks.spawn(
+        let (label_agent, label_thread) = (run.agent.name.clone(), run.thread_id);
+        self.tasks.spawn(crate::telemetry::in_run(
+            label_agent,
+            label_thread,
             async move {
+                crate::telemetry::label(
+                    &tracing::Span::current(),
+                    vec![
+                        KeyValue::new("openinference.span.kind", "AGENT"),
+                        KeyValue::new("gen_ai.operation.name", "invoke_agent"),
+                        KeyValue::new("gen_ai.agent.name", run.agent.name.clone()),
+                    ],
+                );
                 tracing::info!("run started");
                 let input = LoopInput {
                     run_id: &run.run_id,
@@ -284,7 +296,7 @@ impl Runner {
                 }
             }
             .instrument(span),
-        );
+        ));
     }
 
     /// Cancels every run and stops every background task, waiting up to `grace` for

@@ -63,6 +63,39 @@ pub fn current_context() -> std::collections::HashMap<String, String> {
     carrier
 }
 
+tokio::task_local! {
+    /// The agent and thread of the run a task works for.
+    static RUN: (String, u64);
+}
+
+/// Runs `work` as part of the run of `agent`'s `thread`: the spans it opens are
+/// labelled with both (see [`label`]).
+pub async fn in_run<F: std::future::Future>(agent: String, thread: u64, work: F) -> F::Output {
+    RUN.scope((agent, thread), work).await
+}
+
+/// Labels `span` with the agent and thread of the run it belongs to
+/// (`chorus.agent`, `chorus.thread_id`) and the attributes given.
+pub fn label(span: &tracing::Span, more: Vec<KeyValue>) {
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let _ = RUN.try_with(|(agent, thread)| {
+        span.set_attribute("chorus.agent", agent.clone());
+        span.set_attribute(
+            "chorus.thread_id",
+            i64::try_from(*thread).unwrap_or(i64::MAX),
+        );
+    });
+    for kv in more {
+        span.set_attribute(kv.key, kv.value);
+    }
+}
+
+/// Adds an event (a retry, an error) to `span`.
+pub fn event(span: &tracing::Span, name: &'static str, attributes: Vec<KeyValue>) {
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    span.add_event(name, attributes);
+}
+
 /// Batches waiting for the control plane; past this, new ones are dropped.
 const QUEUE_BATCHES: usize = 64;
 

@@ -28,7 +28,9 @@ use crate::workers::registry::{Generation, Registry};
 use actions::actions_for;
 use approvals::{Approvals, Outcome};
 use grants::Role;
+use opentelemetry::KeyValue;
 use profiles::ProfileCache;
+use tracing::Instrument;
 
 /// Settings of the gate.
 #[derive(Debug, Clone)]
@@ -108,6 +110,8 @@ pub struct Check {
     pub request_id: u64,
     pub run_id: String,
     pub call: ToolCall,
+    /// The worker's trace context where it asked: the check's span joins it.
+    pub trace_context: std::collections::HashMap<String, String>,
 }
 
 impl ToolGate {
@@ -153,7 +157,25 @@ impl ToolGate {
             let request_id = check.request_id;
             let agent = check.agent.clone();
             let generation = check.generation;
-            let decision = gate.decide(&check).await;
+            // The permission check is a span of the worker's trace, where it asked.
+            let span = tracing::info_span!(
+                "permission",
+                agent = %check.agent,
+                tool = %check.call.name,
+                decision = tracing::field::Empty,
+            );
+            crate::telemetry::continue_trace(&span, &check.trace_context);
+            crate::telemetry::label(
+                &span,
+                &check.agent,
+                None,
+                vec![
+                    KeyValue::new("gen_ai.tool.name", check.call.name.clone()),
+                    KeyValue::new("gen_ai.tool.call.id", check.call.id.clone()),
+                ],
+            );
+            let decision = gate.decide(&check).instrument(span.clone()).await;
+            span.record("decision", if decision.allowed { "allow" } else { "deny" });
             let decision = ToolDecision {
                 request_id,
                 ..decision
@@ -190,6 +212,12 @@ impl ToolGate {
             Ok(Some(record)) => record,
             _ => return deny("the agent is not active; the tool was not run".into()),
         };
+        crate::telemetry::label(
+            &tracing::Span::current(),
+            &check.agent,
+            Some(thread_id),
+            Vec::new(),
+        );
         let user = match self.store.thread(&check.agent, thread_id).await {
             Ok(Some(thread)) => thread.created_by,
             _ => None,
@@ -368,10 +396,35 @@ impl ToolGate {
                     .collect::<Vec<_>>(),
             }),
         );
+        // The wait for a person is a span of its own, with how it ended.
+        let wait_span = tracing::info_span!(
+            "approval_wait",
+            approval_id = %id,
+            outcome = tracing::field::Empty,
+            by = tracing::field::Empty,
+        );
+        crate::telemetry::label(&wait_span, &check.agent, Some(thread_id), Vec::new());
         let outcome = self
             .approvals
             .wait(&id, answer, self.settings.ask_timeout)
+            .instrument(wait_span.clone())
             .await;
+        match &outcome {
+            Outcome::Answered(answer) => {
+                wait_span.record(
+                    "outcome",
+                    if answer.approved {
+                        "approved"
+                    } else {
+                        "denied"
+                    },
+                );
+                wait_span.record("by", answer.by.as_str());
+            }
+            Outcome::Expired => {
+                wait_span.record("outcome", "expired");
+            }
+        }
         let answered = match &outcome {
             Outcome::Answered(answer) => json!({
                 "approval_id": id,

@@ -691,6 +691,16 @@ impl AgentActor {
             attempt = attempt.number,
             model = %run.agent.model,
         );
+        crate::telemetry::label(
+            &span,
+            &agent.name,
+            Some(thread.id),
+            vec![
+                crate::telemetry::KeyValue::new("openinference.span.kind", "AGENT"),
+                crate::telemetry::KeyValue::new("gen_ai.operation.name", "invoke_agent"),
+                crate::telemetry::KeyValue::new("gen_ai.agent.name", agent.name.clone()),
+            ],
+        );
         // The worker's spans of this run continue its trace.
         run.trace_context = crate::telemetry::context_of(&span);
         self.queue.push_back(run.run_id.clone());

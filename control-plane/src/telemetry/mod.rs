@@ -10,8 +10,11 @@ pub mod collector;
 pub mod config;
 pub mod relay;
 
+use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::time::Duration;
+
+pub use opentelemetry::KeyValue;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -20,18 +23,18 @@ use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_sc
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
-use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
 use collector::Collector;
 
 /// The W3C trace context (`traceparent`, `tracestate`) of `span`, for a worker
 /// to continue its trace; empty when nothing is exported.
-pub fn context_of(span: &tracing::Span) -> std::collections::HashMap<String, String> {
+pub fn context_of(span: &tracing::Span) -> HashMap<String, String> {
     use opentelemetry::propagation::TextMapPropagator;
     use tracing_opentelemetry::OpenTelemetrySpanExt;
-    let mut carrier = std::collections::HashMap::new();
+    let mut carrier = HashMap::new();
     opentelemetry_sdk::propagation::TraceContextPropagator::new()
         .inject_context(&span.context(), &mut carrier);
     carrier
@@ -40,22 +43,44 @@ pub fn context_of(span: &tracing::Span) -> std::collections::HashMap<String, Str
 /// Makes `span` a child of the trace named by a request's `traceparent` header
 /// (a worker's model call, or an API caller); nothing happens without one.
 pub fn continue_from_headers(span: &tracing::Span, headers: &axum::http::HeaderMap) {
-    use opentelemetry::propagation::TextMapPropagator;
-    use opentelemetry::trace::TraceContextExt;
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
-    let carrier: std::collections::HashMap<String, String> = ["traceparent", "tracestate"]
+    let carrier: HashMap<String, String> = ["traceparent", "tracestate"]
         .iter()
         .filter_map(|name| {
             let value = headers.get(*name)?.to_str().ok()?;
             Some((name.to_string(), value.to_string()))
         })
         .collect();
+    continue_trace(span, &carrier);
+}
+
+/// Makes `span` a child of the trace a W3C trace context names (a worker's, with
+/// its tool check); nothing happens for an empty or unreadable one.
+pub fn continue_trace(span: &tracing::Span, carrier: &HashMap<String, String>) {
+    use opentelemetry::propagation::TextMapPropagator;
+    use opentelemetry::trace::TraceContextExt;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
     if carrier.is_empty() {
         return;
     }
-    let cx = opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(&carrier);
+    let cx = opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(carrier);
     if cx.span().span_context().is_valid() {
         let _ = span.set_parent(cx);
+    }
+}
+
+/// Labels `span` with the agent and thread it belongs to (`chorus.agent`,
+/// `chorus.thread_id`), and any further attributes.
+pub fn label(span: &tracing::Span, agent: &str, thread: Option<u64>, more: Vec<KeyValue>) {
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    span.set_attribute("chorus.agent", agent.to_string());
+    if let Some(thread) = thread {
+        span.set_attribute(
+            "chorus.thread_id",
+            i64::try_from(thread).unwrap_or(i64::MAX),
+        );
+    }
+    for kv in more {
+        span.set_attribute(kv.key, kv.value);
     }
 }
 
@@ -146,7 +171,15 @@ pub fn init() -> Result<Telemetry, String> {
     let _ = tracing_subscriber::registry()
         .with(filter)
         .with(fmt)
-        .with(tracing_opentelemetry::layer().with_tracer(tracer))
+        // A `step` span mirrors a worker's step for the log; the worker's own span
+        // of it (`llm_call`, `tool`) is the one in the trace.
+        .with(
+            tracing_opentelemetry::layer()
+                .with_tracer(tracer)
+                .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
+                    meta.name() != "step"
+                })),
+        )
         .try_init();
     tracing::info!(%endpoint, ?protocol, "exporting traces over OTLP");
     Ok(Telemetry {

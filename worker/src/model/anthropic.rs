@@ -175,6 +175,14 @@ pub fn parse_reply(body: &Value) -> Result<ModelReply, ModelError> {
         content,
         tool_calls,
         stop: stop_reason(body.get("stop_reason").and_then(Value::as_str)),
+        model: body
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        finish_reason: body
+            .get("stop_reason")
+            .and_then(Value::as_str)
+            .map(str::to_string),
         usage: body.get("usage").and_then(|u| {
             let input = u.get("input_tokens").and_then(Value::as_u64);
             let output = u.get("output_tokens").and_then(Value::as_u64);
@@ -210,6 +218,7 @@ pub struct StreamState {
     blocks: BTreeMap<u64, Block>,
     content: String,
     stop: Option<String>,
+    model: Option<String>,
     input_tokens: u64,
     output_tokens: u64,
     saw_usage: bool,
@@ -259,6 +268,10 @@ impl StreamFormat for StreamState {
                 if let Some(usage) = data.pointer("/message/usage") {
                     self.add_usage(usage);
                 }
+                self.model = data
+                    .pointer("/message/model")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
             }
             "content_block_start" => {
                 let index = data.get("index").and_then(Value::as_u64).unwrap_or(0);
@@ -379,6 +392,8 @@ impl StreamFormat for StreamState {
             content: self.content,
             tool_calls,
             stop: stop_reason(self.stop.as_deref()),
+            model: self.model,
+            finish_reason: self.stop,
             usage: self.saw_usage.then_some(Usage {
                 input_tokens: self.input_tokens,
                 output_tokens: self.output_tokens,

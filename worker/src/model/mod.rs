@@ -139,6 +139,10 @@ pub struct ModelReply {
     pub tool_calls: Vec<ToolCall>,
     pub stop: StopReason,
     pub usage: Option<Usage>,
+    /// The model that answered, as the provider named it (traces).
+    pub model: Option<String>,
+    /// The provider's own finish reason (`stop`, `tool_calls`, `end_turn`, …).
+    pub finish_reason: Option<String>,
 }
 
 /// A model call failed. Each variant says what the tool loop does about it.

@@ -161,6 +161,14 @@ pub fn parse_reply(body: &Value) -> Result<ModelReply, ModelError> {
         tool_calls: calls.finish(),
         stop: stop_reason(choice.get("finish_reason").and_then(Value::as_str)),
         usage: usage_of(body),
+        model: body
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        finish_reason: choice
+            .get("finish_reason")
+            .and_then(Value::as_str)
+            .map(str::to_string),
     })
 }
 
@@ -254,6 +262,7 @@ pub struct StreamState {
     finish: Option<String>,
     usage: Option<Usage>,
     done: bool,
+    model: Option<String>,
 }
 
 impl StreamFormat for StreamState {
@@ -288,6 +297,12 @@ impl StreamFormat for StreamState {
         }
         if let Some(usage) = usage_of(&chunk) {
             self.usage = Some(usage);
+        }
+        if self.model.is_none() {
+            self.model = chunk
+                .get("model")
+                .and_then(Value::as_str)
+                .map(str::to_string);
         }
         let Some(choice) = chunk.get("choices").and_then(|c| c.get(0)) else {
             return Ok(false); // the usage chunk has no choices
@@ -335,6 +350,8 @@ impl StreamFormat for StreamState {
             tool_calls: self.calls.finish(),
             stop: stop_reason(self.finish.as_deref()),
             usage: self.usage,
+            model: self.model,
+            finish_reason: self.finish,
         })
     }
 }

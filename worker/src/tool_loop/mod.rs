@@ -13,6 +13,7 @@ use chorus_proto::domain::{
     ChatMessage, Input, ModelRoute, RetryPolicy, StepEnded, StepKind, StepStarted, ToolCall,
     ToolResult, Usage, WorkerEvent,
 };
+use opentelemetry::KeyValue;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -497,9 +498,28 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
                         );
                         let span =
                             tracing::info_span!("tool", tool = %call.name, step = step.number);
+                        crate::telemetry::label(
+                            &span,
+                            vec![
+                                KeyValue::new("gen_ai.operation.name", "execute_tool"),
+                                KeyValue::new("gen_ai.tool.name", call.name.clone()),
+                                KeyValue::new("gen_ai.tool.call.id", call.id.clone()),
+                                KeyValue::new("openinference.span.kind", "TOOL"),
+                                KeyValue::new("tool.name", call.name.clone()),
+                            ],
+                        );
                         let outcome = execute_showing_lock_waits(tools, call, &mut steps, cancel)
-                            .instrument(span)
+                            .instrument(span.clone())
                             .await;
+                        if let Ok(outcome) = &outcome
+                            && outcome.is_error
+                        {
+                            crate::telemetry::label(
+                                &span,
+                                vec![KeyValue::new("error.type", "tool_error")],
+                            );
+                        }
+                        drop(span);
                         let outcome = match outcome {
                             Ok(outcome) => outcome,
                             Err(cancelled) => {

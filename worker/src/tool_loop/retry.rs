@@ -51,13 +51,16 @@ pub(super) async fn call_with_retries<C: ModelClient>(
             step = step_number,
             attempt
         );
+        crate::telemetry::label(&span, genai::call(selection));
         let result = tokio::select! {
-            result = client.stream(request, &mut on_text).instrument(span) => result,
+            result = client.stream(request, &mut on_text).instrument(span.clone()) => result,
             _ = cancel.cancelled() => {
                 steps.end(step, true, None);
                 return Err(LoopError::Cancelled("the run was cancelled".into()));
             }
         };
+        genai::outcome(&span, &result);
+        drop(span);
         let (message, retry_after) = match result {
             Ok(reply) => {
                 steps.end(step, false, reply.usage);
@@ -100,6 +103,76 @@ pub(super) async fn call_with_retries<C: ModelClient>(
             }
         }
         attempt += 1;
+    }
+}
+
+/// The GenAI semantic conventions (and the OpenInference names LLM-trace UIs
+/// read) on a model call's span.
+mod genai {
+    use opentelemetry::{KeyValue, Value};
+
+    use crate::model::{ModelError, ModelReply};
+    use crate::tool_loop::ModelSelection;
+
+    pub fn call(selection: &ModelSelection) -> Vec<KeyValue> {
+        vec![
+            KeyValue::new("gen_ai.operation.name", "chat"),
+            KeyValue::new("gen_ai.provider.name", selection.route.provider.clone()),
+            KeyValue::new("gen_ai.request.model", selection.route.model.clone()),
+            KeyValue::new("openinference.span.kind", "LLM"),
+            KeyValue::new("llm.provider", selection.route.provider.clone()),
+            KeyValue::new("llm.model_name", selection.route.model.clone()),
+        ]
+    }
+
+    fn int(n: u64) -> i64 {
+        i64::try_from(n).unwrap_or(i64::MAX)
+    }
+
+    pub fn outcome(span: &tracing::Span, result: &Result<ModelReply, ModelError>) {
+        match result {
+            Ok(reply) => {
+                let mut attributes = Vec::new();
+                if let Some(model) = &reply.model {
+                    attributes.push(KeyValue::new("gen_ai.response.model", model.clone()));
+                }
+                if let Some(reason) = &reply.finish_reason {
+                    attributes.push(KeyValue::new(
+                        "gen_ai.response.finish_reasons",
+                        Value::Array(vec![opentelemetry::StringValue::from(reason.clone())].into()),
+                    ));
+                }
+                if let Some(usage) = reply.usage {
+                    let (input, output) = (int(usage.input_tokens), int(usage.output_tokens));
+                    attributes.extend([
+                        KeyValue::new("gen_ai.usage.input_tokens", input),
+                        KeyValue::new("gen_ai.usage.output_tokens", output),
+                        KeyValue::new("llm.token_count.prompt", input),
+                        KeyValue::new("llm.token_count.completion", output),
+                        KeyValue::new("llm.token_count.total", input.saturating_add(output)),
+                    ]);
+                }
+                crate::telemetry::label(span, attributes);
+            }
+            Err(error) => {
+                let retryable = matches!(error, ModelError::Retryable { .. });
+                crate::telemetry::label(
+                    span,
+                    vec![KeyValue::new(
+                        "error.type",
+                        if retryable { "retryable" } else { "failed" },
+                    )],
+                );
+                crate::telemetry::event(
+                    span,
+                    "exception",
+                    vec![
+                        KeyValue::new("exception.message", error.to_string()),
+                        KeyValue::new("chorus.retryable", retryable),
+                    ],
+                );
+            }
+        }
     }
 }
 

@@ -81,6 +81,8 @@ pub(crate) fn reply(content: &str, stop: StopReason) -> Result<ModelReply, Model
         tool_calls: vec![],
         stop,
         usage: None,
+        model: None,
+        finish_reason: None,
     })
 }
 
@@ -94,6 +96,8 @@ fn call_reply(name: &str, arguments: &str) -> Result<ModelReply, ModelError> {
         }],
         stop: StopReason::ToolUse,
         usage: None,
+        model: None,
+        finish_reason: None,
     })
 }
 
@@ -610,6 +614,8 @@ async fn tool_calls_past_the_bound_are_answered_as_refused() {
         tool_calls: calls,
         stop: StopReason::ToolUse,
         usage: None,
+        model: None,
+        finish_reason: None,
     };
     let out = run_script(vec![Ok(many), reply("done", StopReason::EndTurn)], fast()).await;
     assert_eq!(out.result.unwrap(), "done");

@@ -162,12 +162,6 @@ async fn one_trace_spans_the_control_plane_and_the_worker() -> anyhow::Result<()
             (tools >= 1 && calls >= 2).then(|| spans.to_vec())
         })
         .await?;
-    for s in &spans {
-        eprintln!(
-            "{} {} parent={} service={} attrs={:?}",
-            s.name, s.span_id, s.parent_span_id, s.service, s.attributes
-        );
-    }
     let root = spans
         .iter()
         .find(|s| s.name == "run" && s.service == "chorus")
@@ -196,5 +190,130 @@ async fn one_trace_spans_the_control_plane_and_the_worker() -> anyhow::Result<()
         let parent = by_id(&relay.parent_span_id).expect("the relay span's parent");
         assert_eq!(parent.name, "llm_call", "{relay:?}");
     }
+
+    // GenAI semantic conventions and OpenInference names, with the fake's usage
+    // (20 in, 10 out per call).
+    let calls: Vec<_> = spans.iter().filter(|s| s.name == "llm_call").collect();
+    for call in &calls {
+        assert_eq!(call.attr("gen_ai.operation.name"), "chat");
+        assert_eq!(call.attr("gen_ai.provider.name"), "openai");
+        assert_eq!(call.attr("gen_ai.request.model"), "fake-model");
+        assert_eq!(call.attr("gen_ai.response.model"), "fake-model");
+        assert_eq!(call.attr("gen_ai.usage.input_tokens"), 20);
+        assert_eq!(call.attr("gen_ai.usage.output_tokens"), 10);
+        assert_eq!(call.attr("openinference.span.kind"), "LLM");
+        assert_eq!(call.attr("llm.model_name"), "fake-model");
+        assert_eq!(call.attr("llm.token_count.total"), 30);
+        assert_eq!(call.attr("chorus.agent"), "traced");
+        assert_eq!(call.attr("chorus.thread_id"), 1);
+    }
+    let mut reasons: Vec<_> = calls
+        .iter()
+        .map(|c| c.attr("gen_ai.response.finish_reasons").clone())
+        .collect();
+    reasons.sort_by_key(|r| r.to_string());
+    assert_eq!(
+        reasons,
+        [
+            serde_json::json!(["stop"]),
+            serde_json::json!(["tool_calls"])
+        ]
+    );
+    let tool = spans.iter().find(|s| s.name == "tool").unwrap();
+    assert_eq!(tool.attr("gen_ai.operation.name"), "execute_tool");
+    assert_eq!(tool.attr("gen_ai.tool.name"), "view");
+    assert_eq!(tool.attr("gen_ai.tool.call.id"), "c1");
+    assert_eq!(tool.attr("openinference.span.kind"), "TOOL");
+    assert_eq!(root.attr("openinference.span.kind"), "AGENT");
+    assert_eq!(root.attr("chorus.thread_id"), 1);
+    // The permission check is made in the worker's run, decided in the control plane.
+    let check = spans
+        .iter()
+        .find(|s| s.name == "permission" && s.trace_id == root.trace_id)
+        .expect("the permission span");
+    assert_eq!(check.parent_span_id, worker_run.span_id);
+    assert_eq!(check.service, "chorus");
+    assert_eq!(check.attr("decision"), "allow");
+    assert_eq!(check.attr("gen_ai.tool.call.id"), "c1");
+    // No control-plane copies of the worker's steps.
+    assert!(!spans.iter().any(|s| s.name == "step"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_wait_for_an_approval_is_a_span_with_its_outcome() -> anyhow::Result<()> {
+    use chorus_test_support::fake_model::tool_call;
+    let receiver = OtlpReceiver::start().await;
+    let model = FakeOpenAi::start().await;
+    model.push(tool_call(
+        "c1",
+        "create_file",
+        serde_json::json!({"path": "a.txt", "content": "a"}),
+    ));
+    model.push(text("Written."));
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.http_url)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .start()
+        .await?;
+    chorus
+        .create_agent_with(serde_json::json!({
+            "name": "careful",
+            "permissions": {"allow": ["tool:view:.*"], "ask": ["tool:create_file:.*"]},
+        }))
+        .await?;
+    let id = chorus.send_message("careful", "write a").await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let approval = loop {
+        let pending: serde_json::Value = chorus
+            .api(reqwest::Method::GET, "/api/approvals")
+            .send()
+            .await?
+            .json()
+            .await?;
+        if let Some(first) = pending.as_array().and_then(|a| a.first()) {
+            break first["id"].as_str().unwrap().to_string();
+        }
+        anyhow::ensure!(Instant::now() < deadline, "no approval asked");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let answered = chorus
+        .api(reqwest::Method::POST, &format!("/api/approvals/{approval}"))
+        .json(&serde_json::json!({"decision": "approve"}))
+        .send()
+        .await?;
+    assert_eq!(answered.status(), 200);
+    chorus
+        .wait_thread_finished("careful", id, Duration::from_secs(30))
+        .await?;
+    let spans = receiver
+        .wait_for("the approval wait", Duration::from_secs(30), |spans| {
+            let has = |name: &str| {
+                spans
+                    .iter()
+                    .any(|s| s.name == name && s.service == "chorus")
+            };
+            (has("approval_wait") && has("run")).then(|| spans.to_vec())
+        })
+        .await?;
+    let wait = spans.iter().find(|s| s.name == "approval_wait").unwrap();
+    assert_eq!(wait.attr("outcome"), "approved");
+    assert_eq!(wait.attr("by"), "api");
+    assert_eq!(wait.attr("approval_id"), approval.as_str());
+    let check = spans
+        .iter()
+        .find(|s| s.span_id == wait.parent_span_id)
+        .expect("its permission check");
+    assert_eq!(check.name, "permission");
+    assert_eq!(check.attr("decision"), "allow");
+    let run = spans
+        .iter()
+        .find(|s| s.name == "run" && s.service == "chorus")
+        .unwrap();
+    assert_eq!(
+        wait.trace_id, run.trace_id,
+        "the wait is part of the run's trace"
+    );
     Ok(())
 }
