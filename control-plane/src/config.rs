@@ -110,10 +110,21 @@ pub struct FileSettings {
     pub context: FileContext,
     #[serde(default)]
     pub discord: FileDiscord,
+    #[serde(default)]
+    pub metrics: FileMetrics,
     /// Roles by user id (`api` is whoever holds the API token; `default` is everyone
     /// not listed): admin | operator | viewer.
     #[serde(default)]
     pub roles: HashMap<String, Role>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileMetrics {
+    /// Serve `GET /metrics` without the API token (for a scraper on a trusted
+    /// network); off by default.
+    #[serde(default)]
+    pub open: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -416,6 +427,8 @@ pub struct Settings {
     pub discord: Option<DiscordSettings>,
     /// Where traces are exported (`OTEL_EXPORTER_OTLP_*`); `None`: nowhere.
     pub trace_export: Option<crate::telemetry::config::ExportSettings>,
+    /// `GET /metrics` needs no token (`[metrics] open`).
+    pub metrics_open: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -560,6 +573,7 @@ impl Settings {
             sandbox: SandboxSettings::from_file(file.sandbox),
             context: ContextSettings::from_file(&file.context),
             discord: DiscordSettings::resolve(file.discord, &env)?,
+            metrics_open: file.metrics.open,
             trace_export: crate::telemetry::config::from_env(&env).map_err(|message| {
                 ConfigError::Invalid {
                     name: "OTEL_EXPORTER_OTLP_*",

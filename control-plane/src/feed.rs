@@ -152,6 +152,11 @@ impl ThreadFeed {
         self.sender.subscribe()
     }
 
+    /// How many live subscribers there are (front ends' own included).
+    pub fn subscribers(&self) -> usize {
+        self.sender.receiver_count()
+    }
+
     /// Live events after the one with id `last` (what was missed first, from the
     /// ring, then live, with nothing lost or repeated in between).
     pub fn subscribe_after(&self, last: &str) -> (Replay, broadcast::Receiver<Arc<ThreadEvent>>) {

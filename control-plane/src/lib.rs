@@ -12,6 +12,7 @@ pub mod gate;
 pub mod grpc;
 pub mod http;
 pub mod llm_relay;
+pub mod metrics;
 pub mod permissions;
 pub mod private;
 pub mod providers;

@@ -293,6 +293,7 @@ pub async fn start(
         api_token,
         sandbox,
         thread_retention: settings.threads.retention,
+        metrics_open: settings.metrics_open,
     };
     // Discord is one more front end: if it cannot start, the HTTP API still runs.
     let discord = match settings.discord.clone() {

@@ -175,7 +175,9 @@ impl ToolGate {
                 ],
             );
             let decision = gate.decide(&check).instrument(span.clone()).await;
-            span.record("decision", if decision.allowed { "allow" } else { "deny" });
+            let outcome = if decision.allowed { "allow" } else { "deny" };
+            span.record("decision", outcome);
+            crate::metrics::permission_decision(outcome);
             let decision = ToolDecision {
                 request_id,
                 ..decision

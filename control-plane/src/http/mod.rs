@@ -48,6 +48,8 @@ pub struct AppState {
     pub sandbox: String,
     /// How long ended threads stay in the thread list.
     pub thread_retention: std::time::Duration,
+    /// `GET /metrics` is served without the token.
+    pub metrics_open: bool,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -68,10 +70,36 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(middleware::from_fn_with_state(state.clone(), require_token));
+    let metrics = Router::new().route("/metrics", get(metrics));
+    let metrics = if state.metrics_open {
+        metrics
+    } else {
+        metrics.layer(middleware::from_fn_with_state(state.clone(), require_token))
+    };
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
+        .merge(metrics)
         .nest("/api", api)
         .with_state(state)
+}
+
+/// `GET /metrics`: counters, histograms and gauges in the Prometheus text format.
+async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
+    use axum::response::IntoResponse;
+    let gauges = crate::metrics::Gauges {
+        pending_approvals: state.store.pending_approvals(None).await?.len() as u64,
+        workers: state.workers.counts(),
+        feed_subscribers: state.runs.feed().subscribers() as u64,
+        agents: state.store.active_agents().await?.len() as u64,
+    };
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        crate::metrics::render(&gauges),
+    )
+        .into_response())
 }
 
 async fn require_token(

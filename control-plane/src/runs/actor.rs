@@ -159,7 +159,19 @@ impl ActiveRun {
                 self.open_steps.insert(step.number, (step.kind, span));
             }
             WorkerEvent::StepEnded(step) => {
-                if let Some((_, span)) = self.open_steps.remove(&step.number) {
+                if let Some((kind, span)) = self.open_steps.remove(&step.number) {
+                    let took = std::time::Duration::from_millis(step.duration_ms);
+                    match kind {
+                        StepKind::LlmCall => crate::metrics::model_call(
+                            &self.assignment.model.provider,
+                            &self.assignment.model.model,
+                            step.failed,
+                            took,
+                            step.usage.map(|u| (u.input_tokens, u.output_tokens)),
+                        ),
+                        StepKind::Tool => crate::metrics::tool_call(took),
+                        _ => {}
+                    }
                     span.record("duration_ms", step.duration_ms);
                     span.record("failed", step.failed);
                     span.in_scope(|| tracing::debug!("step ended"));
@@ -683,6 +695,7 @@ impl AgentActor {
             )
             .await?;
         tracing::debug!(agent = %agent.name, thread_id = thread.id, run_id = %run.run_id, attempt = attempt.number, "run queued");
+        crate::metrics::run_started();
         let span = tracing::info_span!(
             "run",
             agent = %agent.name,
@@ -1035,6 +1048,9 @@ impl AgentActor {
             .store
             .set_thread_status(&self.agent, thread_id, status, failure)
             .await?;
+        if status.is_finished() {
+            crate::metrics::run_ended(status.as_str());
+        }
         self.shared.feed.publish(
             &self.agent,
             thread_id,

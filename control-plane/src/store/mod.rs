@@ -178,12 +178,45 @@ impl Store {
     /// committed in between makes the upgrade fail at once with "database is
     /// locked" (SQLITE_BUSY_SNAPSHOT), whatever the busy timeout. Postgres needs no
     /// such statement; this is the one SQLite-specific line of the store.
-    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    async fn begin_write(&self) -> Result<WriteTx, StoreError> {
+        let started = std::time::Instant::now();
+        Ok(WriteTx {
+            tx: self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            started,
+        })
     }
 
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+/// A write transaction; its time from `BEGIN` (the wait for the write lock
+/// included) to the end of `COMMIT` is measured (`chorus_db_write_duration_seconds`).
+pub(crate) struct WriteTx {
+    tx: Transaction<'static, Sqlite>,
+    started: std::time::Instant,
+}
+
+impl WriteTx {
+    pub async fn commit(self) -> Result<(), sqlx::Error> {
+        let started = self.started;
+        let done = self.tx.commit().await;
+        crate::metrics::db_write(started.elapsed());
+        done
+    }
+}
+
+impl std::ops::Deref for WriteTx {
+    type Target = sqlx::SqliteConnection;
+    fn deref(&self) -> &Self::Target {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for WriteTx {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.tx
     }
 }
 

@@ -103,7 +103,7 @@ macro_rules! run_columns {
 /// message when `message` is set. False when the event is no later than the last
 /// one stored: it was stored already and the caller stores nothing.
 pub(super) async fn advance(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    tx: &mut sqlx::SqliteConnection,
     mark: Option<RunMark<'_>>,
     message: bool,
 ) -> Result<bool, StoreError> {
@@ -119,7 +119,7 @@ pub(super) async fn advance(
     .bind(mark.seq as i64)
     .bind(message as i64)
     .bind(now())
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await?;
     Ok(done.rows_affected() > 0)
 }

@@ -798,7 +798,7 @@ impl Store {
 }
 
 pub(super) async fn insert_message(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    tx: &mut sqlx::SqliteConnection,
     agent: &str,
     thread: u64,
     message: &ChatMessage,
@@ -832,7 +832,7 @@ pub(super) async fn insert_message(
     .bind(message.is_error as i64)
     .bind(at)
     .bind(placed as i64)
-    .fetch_one(&mut **tx)
+    .fetch_one(&mut *tx)
     .await?;
     Ok(id as u64)
 }

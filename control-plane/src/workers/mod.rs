@@ -161,6 +161,22 @@ impl WorkerManager {
         }
     }
 
+    /// How many workers are in each state (for `/metrics`).
+    pub fn counts(&self) -> std::collections::BTreeMap<String, u64> {
+        let agents: Vec<String> = self.supervised().keys().cloned().collect();
+        let mut counts = std::collections::BTreeMap::new();
+        for agent in agents {
+            let state = match self.status(&agent).state {
+                WorkerState::Starting => "starting",
+                WorkerState::Running => "running",
+                WorkerState::Restarting => "restarting",
+                WorkerState::Stopped => continue,
+            };
+            *counts.entry(state.to_string()).or_insert(0) += 1;
+        }
+        counts
+    }
+
     pub fn status(&self, agent: &str) -> WorkerStatus {
         let Some(status) = self
             .supervised()
@@ -229,6 +245,7 @@ impl Supervisor {
             );
             attempt += 1;
             restarts += 1;
+            crate::metrics::worker_restarted();
             tracing::warn!(agent = %self.agent, %reason, ?delay, "worker ended; restarting");
             self.status.send_replace(WorkerStatus {
                 state: WorkerState::Restarting,

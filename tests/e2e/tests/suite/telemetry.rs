@@ -317,3 +317,125 @@ async fn the_wait_for_an_approval_is_a_span_with_its_outcome() -> anyhow::Result
     );
     Ok(())
 }
+
+/// `/metrics`, parsed by a real Prometheus text parser.
+async fn scrape(chorus: &Chorus, token: bool) -> anyhow::Result<prometheus_parse::Scrape> {
+    let request = if token {
+        chorus.api(reqwest::Method::GET, "/metrics")
+    } else {
+        chorus.anonymous(reqwest::Method::GET, "/metrics")
+    };
+    let response = request.send().await?;
+    anyhow::ensure!(response.status() == 200, "{}", response.status());
+    let text = response.text().await?;
+    let lines = text.lines().map(|l| Ok(l.to_string()));
+    Ok(prometheus_parse::Scrape::parse(lines)?)
+}
+
+fn value(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name)
+        .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| match &s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => *v,
+            prometheus_parse::Value::Histogram(buckets) => {
+                buckets.iter().map(|b| b.count).fold(0.0, f64::max)
+            }
+            prometheus_parse::Value::Summary(_) => 0.0,
+        })
+        .sum()
+}
+
+#[tokio::test]
+async fn metrics_parse_as_prometheus_text_and_move_as_runs_happen() -> anyhow::Result<()> {
+    use chorus_test_support::fake_model::tool_call;
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder().openai_fake(&model).start().await?;
+    // Behind the token by default.
+    let anonymous = chorus
+        .anonymous(reqwest::Method::GET, "/metrics")
+        .send()
+        .await?;
+    assert_eq!(anonymous.status(), 401);
+    let before = scrape(&chorus, true).await?;
+    assert_eq!(value(&before, "chorus_runs_started_total", &[]), 0.0);
+
+    model.push(tool_call(
+        "c1",
+        "view",
+        serde_json::json!({"path": ".gitkeep"}),
+    ));
+    model.push(text("Seen."));
+    run_one(&chorus, "counted").await?;
+    let after = scrape(&chorus, true).await?;
+    assert_eq!(value(&after, "chorus_runs_started_total", &[]), 1.0);
+    assert_eq!(
+        value(
+            &after,
+            "chorus_runs_ended_total",
+            &[("status", "completed")]
+        ),
+        1.0
+    );
+    let call = [("provider", "openai"), ("model", "fake-model")];
+    assert_eq!(
+        value(
+            &after,
+            "chorus_model_calls_total",
+            &[call[0], call[1], ("outcome", "ok")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        value(
+            &after,
+            "chorus_model_tokens_total",
+            &[call[0], call[1], ("direction", "input")]
+        ),
+        40.0
+    );
+    assert_eq!(
+        value(
+            &after,
+            "chorus_model_tokens_total",
+            &[call[0], call[1], ("direction", "output")]
+        ),
+        20.0
+    );
+    assert_eq!(
+        value(&after, "chorus_model_call_duration_seconds_count", &call),
+        2.0
+    );
+    assert_eq!(
+        value(&after, "chorus_tool_duration_seconds_count", &[]),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &after,
+            "chorus_permission_decisions_total",
+            &[("decision", "allow")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(&after, "chorus_workers", &[("state", "running")]),
+        1.0
+    );
+    assert_eq!(value(&after, "chorus_agents", &[]), 1.0);
+    assert!(value(&after, "chorus_db_write_duration_seconds_count", &[]) > 0.0);
+
+    // `[metrics] open = true`: a scraper needs no token.
+    let open = Chorus::builder()
+        .openai_fake(&model)
+        .config("[metrics]\nopen = true\n")
+        .start()
+        .await?;
+    let scraped = scrape(&open, false).await?;
+    assert_eq!(value(&scraped, "chorus_agents", &[]), 0.0);
+    Ok(())
+}
