@@ -54,6 +54,11 @@ pub struct ServeArgs {
     #[arg(long, env = "CHORUS_GRPC_ADDR")]
     pub grpc_addr: Option<SocketAddr>,
 
+    /// How log lines look: text for people, or one JSON object per line (with
+    /// trace_id and span_id when traces are exported; workers' lines included).
+    #[arg(long, env = "CHORUS_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: crate::telemetry::json_log::LogFormat,
+
     /// Settings file. [default: ./chorus.toml when it exists]
     #[arg(long, env = "CHORUS_CONFIG")]
     pub config: Option<PathBuf>,
@@ -429,6 +434,8 @@ pub struct Settings {
     pub trace_export: Option<crate::telemetry::config::ExportSettings>,
     /// `GET /metrics` needs no token (`[metrics] open`).
     pub metrics_open: bool,
+    /// How log lines look; in JSON, workers' lines are re-emitted as ours.
+    pub log_format: crate::telemetry::json_log::LogFormat,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -574,6 +581,7 @@ impl Settings {
             context: ContextSettings::from_file(&file.context),
             discord: DiscordSettings::resolve(file.discord, &env)?,
             metrics_open: file.metrics.open,
+            log_format: args.log_format,
             trace_export: crate::telemetry::config::from_env(&env).map_err(|message| {
                 ConfigError::Invalid {
                     name: "OTEL_EXPORTER_OTLP_*",

@@ -101,8 +101,12 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         }
         _ => {}
     }
+    let log_format = match &cli.command {
+        Command::Serve(args) => args.log_format,
+        _ => telemetry::json_log::LogFormat::Text,
+    };
     let telemetry =
-        telemetry::init().map_err(|e| anyhow::anyhow!("OpenTelemetry settings: {e}"))?;
+        telemetry::init(log_format).map_err(|e| anyhow::anyhow!("OpenTelemetry settings: {e}"))?;
     match cli.command {
         Command::Serve(args) => {
             let (file, path) = config::load_file(args.config.as_deref())?;

@@ -107,7 +107,15 @@ pub async fn start(
             );
             diagnosis.http_addr = http_addr;
             diagnosis.grpc_addr = grpc_addr;
-            eprint!("{}", diagnosis.render());
+            match settings.log_format {
+                crate::telemetry::json_log::LogFormat::Text => eprint!("{}", diagnosis.render()),
+                // A log pipeline gets it as one line like the others.
+                crate::telemetry::json_log::LogFormat::Json => tracing::info!(
+                    status = %diagnosis.render(),
+                    next = %diagnosis.next_steps().join("; "),
+                    "chorus status"
+                ),
+            }
         })
     };
     // Generations continue from the last one recorded: tasks are keyed by them.
@@ -187,6 +195,7 @@ pub async fn start(
         bash_timeout: settings.workers.bash_timeout,
         file_lock_timeout: settings.workers.file_lock_timeout,
         tool_marks,
+        json_logs: settings.log_format == crate::telemetry::json_log::LogFormat::Json,
     };
     let workers = Arc::new(WorkerManager::new(
         registry.clone(),

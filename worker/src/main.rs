@@ -44,6 +44,10 @@ struct Args {
     /// How long a write waits for a file another thread is writing, in seconds.
     #[arg(long, env = "CHORUS_FILE_LOCK_TIMEOUT_SECS", default_value_t = 30)]
     file_lock_timeout_secs: u64,
+    /// `json`: one JSON object per log line (the control plane relays them into
+    /// its own JSON log, labelled with the agent); `text` otherwise.
+    #[arg(long, default_value = "text")]
+    log_format: String,
 }
 
 fn read_credential(from_stdin: bool) -> Result<String, String> {
@@ -68,7 +72,7 @@ fn read_credential(from_stdin: bool) -> Result<String, String> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    let telemetry = std::sync::Arc::new(chorus_worker::telemetry::init());
+    let telemetry = std::sync::Arc::new(chorus_worker::telemetry::init(args.log_format == "json"));
     let credential = match read_credential(args.credential_stdin) {
         Ok(credential) => credential,
         Err(message) => {

@@ -172,8 +172,30 @@ pub struct Telemetry {
 /// How often the worker hands finished spans over (the SDK's default is 5 s).
 const EXPORT_EVERY: Duration = Duration::from_millis(500);
 
+/// The layer that writes log lines on stderr: for people, or one JSON object per
+/// line (tracing's JSON format, event fields at the top, with the span list).
+fn log_layer<S>(json: bool) -> Box<dyn Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    if json {
+        tracing_subscriber::fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(true)
+            .with_writer(std::io::stderr)
+            .boxed()
+    } else {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
+            .boxed()
+    }
+}
+
 /// Installs the global subscriber; export stays off until [`Telemetry::export`].
-pub fn init() -> Telemetry {
+pub fn init(json_logs: bool) -> Telemetry {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let switch = Arc::new(AtomicBool::new(false));
@@ -199,12 +221,8 @@ pub fn init() -> Telemetry {
         }));
     let _ = tracing_subscriber::registry()
         .with(filter)
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_ansi(std::io::stderr().is_terminal()),
-        )
         .with(otel)
+        .with(log_layer(json_logs))
         .try_init();
     Telemetry {
         switch,

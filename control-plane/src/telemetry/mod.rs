@@ -8,6 +8,7 @@
 
 pub mod collector;
 pub mod config;
+pub mod json_log;
 pub mod relay;
 
 use std::collections::HashMap;
@@ -132,19 +133,36 @@ impl SpanExporter for Exporter {
     }
 }
 
-/// Installs the global subscriber: human-readable lines on stderr, and OTLP export
-/// when the environment asks for it (an error names a wrong variable). Must run
-/// inside the tokio runtime.
-pub fn init() -> Result<Telemetry, String> {
+/// The layer that writes log lines on stderr in `format`.
+fn log_layer<S>(format: json_log::LogFormat, exporting: bool) -> Box<dyn Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    match format {
+        json_log::LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
+            .boxed(),
+        json_log::LogFormat::Json => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+            .event_format(json_log::JsonLines {
+                with_trace_ids: exporting,
+            })
+            .boxed(),
+    }
+}
+
+/// Installs the global subscriber: log lines on stderr (for people, or JSON), and
+/// OTLP export when the environment asks for it (an error names a wrong variable).
+/// Must run inside the tokio runtime.
+pub fn init(format: json_log::LogFormat) -> Result<Telemetry, String> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
     let settings = config::from_env(|name| std::env::var(name).ok())?;
     let Some(settings) = settings else {
         let _ = tracing_subscriber::registry()
             .with(filter)
-            .with(fmt)
+            .with(log_layer(format, false))
             .try_init();
         return Ok(Telemetry {
             provider: None,
@@ -170,7 +188,6 @@ pub fn init() -> Result<Telemetry, String> {
     let tracer = provider.tracer("chorus");
     let _ = tracing_subscriber::registry()
         .with(filter)
-        .with(fmt)
         // A `step` span mirrors a worker's step for the log; the worker's own span
         // of it (`llm_call`, `tool`) is the one in the trace.
         .with(
@@ -180,6 +197,7 @@ pub fn init() -> Result<Telemetry, String> {
                     meta.name() != "step"
                 })),
         )
+        .with(log_layer(format, true))
         .try_init();
     tracing::info!(%endpoint, ?protocol, "exporting traces over OTLP");
     Ok(Telemetry {

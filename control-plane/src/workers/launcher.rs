@@ -57,6 +57,9 @@ pub struct LocalLauncher {
     pub file_lock_timeout: Duration,
     /// The marks its tool processes carry (see `procs`).
     pub tool_marks: ToolMarks,
+    /// JSON logs: the worker writes JSON and its lines are relayed into ours
+    /// labelled with its agent; text: its stderr is ours.
+    pub json_logs: bool,
 }
 
 /// A running local worker process.
@@ -87,6 +90,11 @@ impl LocalLauncher {
             .arg(self.file_lock_timeout.as_secs().to_string())
             .arg("--tool-mark")
             .arg(self.tool_marks.for_generation(generation))
+            .args(if self.json_logs {
+                &["--log-format", "json"][..]
+            } else {
+                &[]
+            })
             .env_clear()
             .envs(
                 INHERITED_ENV
@@ -95,7 +103,11 @@ impl LocalLauncher {
             )
             .stdin(Stdio::piped())
             .stdout(stderr_stdio())
-            .stderr(Stdio::inherit())
+            .stderr(if self.json_logs {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
             .process_group(0)
             .kill_on_drop(true);
         set_parent_death_signal(&mut command);
@@ -104,6 +116,13 @@ impl LocalLauncher {
             source,
         })?;
         let pid = child.id().unwrap_or_default();
+        let mut child = child;
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(crate::telemetry::json_log::relay_worker_log(
+                agent.to_string(),
+                stderr,
+            ));
+        }
         let mut worker = LocalWorker { child, pid };
         if let Err(e) = worker.send_credential(credential).await {
             // Most often the process died at once; its exit says more than EPIPE.

@@ -439,3 +439,48 @@ async fn metrics_parse_as_prometheus_text_and_move_as_runs_happen() -> anyhow::R
     assert_eq!(value(&scraped, "chorus_agents", &[]), 0.0);
     Ok(())
 }
+
+#[tokio::test]
+async fn json_logs_carry_trace_ids_and_workers_lines_their_agent() -> anyhow::Result<()> {
+    let receiver = OtlpReceiver::start().await;
+    let model = FakeOpenAi::start().await;
+    model.push(text("Hello."));
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .env("CHORUS_LOG_FORMAT", "json")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.http_url)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .start()
+        .await?;
+    run_one(&chorus, "logged").await?;
+    let run = receiver
+        .wait_for("the run span", Duration::from_secs(30), |spans| {
+            spans
+                .iter()
+                .find(|s| s.name == "run" && s.service == "chorus")
+                .cloned()
+        })
+        .await?;
+    let output = chorus.output();
+    let lines: Vec<serde_json::Value> = output
+        .lines()
+        .filter(|l| !l.starts_with("chorus ready"))
+        .map(|l| serde_json::from_str(l).map_err(|e| anyhow::anyhow!("not JSON ({e}): {l}")))
+        .collect::<anyhow::Result<_>>()?;
+    // A line logged inside the run's span leads to its trace.
+    let started = lines
+        .iter()
+        .find(|l| l["message"] == "run ended" && l["process"].is_null())
+        .expect("the control plane's run ended line");
+    assert_eq!(started["trace_id"], run.trace_id.as_str(), "{started}");
+    assert_eq!(started["span_id"], run.span_id.as_str());
+    assert_eq!(started["agent"], "logged");
+    // The worker's lines come through, labelled with their agent.
+    let worker = lines
+        .iter()
+        .find(|l| l["process"] == "chorus-worker" && l["message"] == "run completed")
+        .expect("the worker's run completed line");
+    assert_eq!(worker["agent"], "logged");
+    assert_eq!(worker["level"], "INFO");
+    Ok(())
+}
