@@ -50,6 +50,7 @@ struct MessageBody {
 async fn send_message(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    headers: axum::http::HeaderMap,
     ApiJson(body): ApiJson<MessageBody>,
 ) -> Result<impl IntoResponse, ApiError> {
     if body.content.trim().is_empty() {
@@ -62,13 +63,15 @@ async fn send_message(
         )));
     }
     let agent = active_agent(&state, &name).await?;
+    // A caller that sends `traceparent` gets the run in its own trace.
     let received = state
         .runs
-        .receive(
+        .receive_traced(
             &agent,
             &body.content,
             body.reply_to.map(ReplyTo::Message),
             API_USER,
+            crate::telemetry::trace_headers(&headers),
         )
         .await?;
     let thread_id = received.thread_id;

@@ -62,6 +62,8 @@ pub(super) enum Command {
         content: String,
         reply_to: Option<ReplyTo>,
         user: String,
+        /// The caller's W3C trace context: a run it starts joins that trace.
+        trace: HashMap<String, String>,
         reply: oneshot::Sender<Result<Received, StoreError>>,
     },
     Event {
@@ -199,6 +201,9 @@ pub(super) struct AgentActor {
     itself: mpsc::WeakSender<Command>,
     /// The agent's idle timer.
     idle: IdleClock,
+    /// The trace the next queued run continues (set by the command being handled:
+    /// a caller's trace, or the interrupted attempt's), and why, for a resumption.
+    next_trace: Option<(HashMap<String, String>, Option<String>)>,
 }
 
 impl AgentActor {
@@ -218,6 +223,7 @@ impl AgentActor {
             active,
             itself,
             idle: IdleClock::new(Instant::now()),
+            next_trace: None,
         }
     }
 
@@ -261,9 +267,13 @@ impl AgentActor {
                 content,
                 reply_to,
                 user,
+                trace,
                 reply,
             } => {
-                let _ = reply.send(self.receive(&agent, &content, reply_to, &user).await);
+                self.next_trace = (!trace.is_empty()).then_some((trace, None));
+                let received = self.receive(&agent, &content, reply_to, &user).await;
+                self.next_trace = None;
+                let _ = reply.send(received);
             }
             Command::Event {
                 generation,
@@ -683,19 +693,6 @@ impl AgentActor {
                 return Ok(());
             }
         };
-        self.shared
-            .store
-            .insert_run(
-                &agent.name,
-                thread.id,
-                &run.run_id,
-                attempt.number,
-                run.first_step_number,
-                attempt.stalled,
-            )
-            .await?;
-        tracing::debug!(agent = %agent.name, thread_id = thread.id, run_id = %run.run_id, attempt = attempt.number, "run queued");
-        crate::metrics::run_started();
         let span = tracing::info_span!(
             "run",
             agent = %agent.name,
@@ -704,6 +701,35 @@ impl AgentActor {
             attempt = attempt.number,
             model = %run.agent.model,
         );
+        // A caller's trace, or the trace of the attempt this one resumes.
+        if let Some((parent, resumed)) = self.next_trace.take() {
+            crate::telemetry::continue_trace(&span, &parent);
+            if let Some(reason) = resumed {
+                use tracing_opentelemetry::OpenTelemetrySpanExt;
+                span.add_event(
+                    "resumed",
+                    vec![
+                        crate::telemetry::KeyValue::new("reason", reason),
+                        crate::telemetry::KeyValue::new("attempt", i64::from(attempt.number)),
+                    ],
+                );
+            }
+        }
+        self.shared
+            .store
+            .insert_run(crate::store::NewRun {
+                agent: &agent.name,
+                thread: thread.id,
+                run_id: &run.run_id,
+                attempt: attempt.number,
+                first_step: run.first_step_number,
+                stalled: attempt.stalled,
+                trace_context: &crate::telemetry::context_of(&span),
+            })
+            .await?;
+        tracing::debug!(agent = %agent.name, thread_id = thread.id, run_id = %run.run_id, attempt = attempt.number, "run queued");
+        crate::metrics::run_started();
+
         crate::telemetry::label(
             &span,
             &agent.name,
@@ -1265,7 +1291,12 @@ impl AgentActor {
                         json!({"status": "running", "resumed": attempt.number, "reason": reason}),
                     );
                     tracing::info!(agent = %agent.name, thread_id, attempt = attempt.number, %reason, "resuming thread");
-                    self.queue_run(agent, &thread, attempt).await
+                    // The new attempt continues the interrupted one's trace.
+                    self.next_trace =
+                        Some((previous.trace_context.clone(), Some(reason.to_string())));
+                    let queued = self.queue_run(agent, &thread, attempt).await;
+                    self.next_trace = None;
+                    queued
                 }
             }
         }

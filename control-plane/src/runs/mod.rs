@@ -223,11 +223,26 @@ impl Runs {
         reply_to: Option<ReplyTo>,
         user: &str,
     ) -> Result<Received, StoreError> {
+        self.receive_traced(agent, content, reply_to, user, HashMap::new())
+            .await
+    }
+
+    /// [`Runs::receive`], with the caller's W3C trace context (an HTTP request's
+    /// `traceparent`): a run the message starts is a child of that trace.
+    pub async fn receive_traced(
+        &self,
+        agent: &AgentRecord,
+        content: &str,
+        reply_to: Option<ReplyTo>,
+        user: &str,
+        trace: HashMap<String, String>,
+    ) -> Result<Received, StoreError> {
         self.ask(&agent.name, |reply| actor::Command::Receive {
             agent: Box::new(agent.clone()),
             content: content.to_string(),
             reply_to,
             user: user.to_string(),
+            trace,
             reply,
         })
         .await

@@ -156,7 +156,10 @@ impl Sessions {
         trigger: Trigger,
         summary_budget: Duration,
     ) -> Result<(SessionRecord, String), SessionError> {
-        let read_at = crate::store::now();
+        // Timestamps have millisecond resolution: read_at starts a millisecond of its
+        // own, so no message stored before this save shares it (such a message would
+        // be saved and yet stay in the context after the clear).
+        let read_at = next_millisecond().await;
         let cutoff = self
             .store
             .agent_context_cutoff(&agent.name, self.settings.window)
@@ -562,5 +565,18 @@ impl IdleSaver for Sessions {
 
     async fn idle_save(&self, agent: &str, idle_for: Duration) {
         Sessions::idle_save(self, agent, idle_for).await
+    }
+}
+
+/// The current time, once the clock has entered a millisecond that began after
+/// this call (at most about a millisecond of waiting).
+async fn next_millisecond() -> String {
+    let start = chrono::Utc::now().timestamp_millis();
+    loop {
+        let now = chrono::Utc::now();
+        if now.timestamp_millis() > start {
+            return crate::store::format_time(now);
+        }
+        tokio::time::sleep(std::time::Duration::from_micros(200)).await;
     }
 }

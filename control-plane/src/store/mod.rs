@@ -32,7 +32,7 @@ pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval};
 pub use audit::{AuditEntry, AuditRecord};
 pub use error::{DISK_FULL, StoreError, is_no_space};
 pub use refs::{MessageRef, OwedAnswer};
-pub use runs::{RunMark, RunRecord, RunStatus};
+pub use runs::{NewRun, RunMark, RunRecord, RunStatus};
 pub use sessions::{Cleared, SessionRecord, context_cutoff};
 pub use tasks::{OrphanTask, TaskRecord};
 pub use threads::{StepRecord, StoredMessage, ThreadRecord, ThreadStatus, summary_of};
@@ -123,6 +123,13 @@ fn migrator() -> Migrator {
             Cow::Borrowed("answers owed"),
             MigrationType::Simple,
             include_str!("../../migrations/sqlite/0011_answers_owed.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            12,
+            Cow::Borrowed("run trace"),
+            MigrationType::Simple,
+            include_str!("../../migrations/sqlite/0012_run_trace.sql").into_sql_str(),
             false,
         ),
     ];

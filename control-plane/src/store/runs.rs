@@ -64,6 +64,20 @@ pub struct RunRecord {
     pub stalled: u32,
     /// Messages this run stored (its progress).
     pub stored: u64,
+    /// Its span's W3C trace context (empty when traces were not exported).
+    pub trace_context: std::collections::HashMap<String, String>,
+}
+
+/// A run to record, queued.
+pub struct NewRun<'a> {
+    pub agent: &'a str,
+    pub thread: u64,
+    pub run_id: &'a str,
+    pub attempt: u32,
+    pub first_step: u32,
+    pub stalled: u32,
+    /// Its span's W3C trace context (empty when traces are not exported).
+    pub trace_context: &'a std::collections::HashMap<String, String>,
 }
 
 /// Which run an event belongs to and its place in it (`seq` from 1; 0 = not
@@ -88,6 +102,10 @@ fn run_from_row(row: &SqliteRow) -> Result<RunRecord, StoreError> {
         last_seq: row.try_get::<i64, _>("last_seq")? as u64,
         first_step: row.try_get::<i64, _>("first_step")? as u32,
         stalled: row.try_get::<i64, _>("stalled")? as u32,
+        trace_context: row
+            .try_get::<Option<String>, _>("trace_context")?
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default(),
         stored: row.try_get::<i64, _>("stored")? as u64,
     })
 }
@@ -95,7 +113,8 @@ fn run_from_row(row: &SqliteRow) -> Result<RunRecord, StoreError> {
 /// The columns `run_from_row` reads (a macro, so queries stay literal strings).
 macro_rules! run_columns {
     () => {
-        "id, agent_name, thread_id, attempt, status, last_seq, first_step, stalled, stored"
+        "id, agent_name, thread_id, attempt, status, last_seq, first_step, stalled, stored, \
+         trace_context"
     };
 }
 
@@ -126,20 +145,24 @@ pub(super) async fn advance(
 
 impl Store {
     /// Records a new run of a thread (queued).
-    pub async fn insert_run(
-        &self,
-        agent: &str,
-        thread: u64,
-        run_id: &str,
-        attempt: u32,
-        first_step: u32,
-        stalled: u32,
-    ) -> Result<(), StoreError> {
+    pub async fn insert_run(&self, run: NewRun<'_>) -> Result<(), StoreError> {
+        let NewRun {
+            agent,
+            thread,
+            run_id,
+            attempt,
+            first_step,
+            stalled,
+            trace_context,
+        } = run;
         let at = now();
+        let trace_context =
+            (!trace_context.is_empty()).then(|| serde_json::json!(trace_context).to_string());
         let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO runs (id, agent_name, thread_id, attempt, status, first_step, stalled, \
-             created_at, updated_at) VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $7)",
+             created_at, updated_at, trace_context) \
+             VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $7, $8)",
         )
         .bind(run_id)
         .bind(agent)
@@ -148,6 +171,7 @@ impl Store {
         .bind(i64::from(first_step))
         .bind(i64::from(stalled))
         .bind(&at)
+        .bind(trace_context)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -226,6 +250,25 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
+    fn new_run<'a>(
+        thread: u64,
+        run_id: &'a str,
+        attempt: u32,
+        first_step: u32,
+        stalled: u32,
+        trace_context: &'a std::collections::HashMap<String, String>,
+    ) -> super::NewRun<'a> {
+        super::NewRun {
+            agent: "a",
+            thread,
+            run_id,
+            attempt,
+            first_step,
+            stalled,
+            trace_context,
+        }
+    }
+
     use chorus_proto::domain::{ChatMessage, Role};
 
     use super::*;
@@ -238,7 +281,10 @@ mod tests {
             .start_thread("a", &ChatMessage::user("hi"), "api", None)
             .await
             .unwrap();
-        store.insert_run("a", thread, "r1", 1, 1, 0).await.unwrap();
+        store
+            .insert_run(new_run(thread, "r1", 1, 1, 0, &Default::default()))
+            .await
+            .unwrap();
         let reply = ChatMessage::assistant("hello", vec![]);
         let mark = |seq| Some(RunMark { run_id: "r1", seq });
         assert!(
@@ -287,8 +333,21 @@ mod tests {
             .start_thread("a", &ChatMessage::user("hi"), "api", None)
             .await
             .unwrap();
-        store.insert_run("a", thread, "r1", 1, 1, 0).await.unwrap();
-        store.insert_run("a", thread, "r2", 2, 3, 1).await.unwrap();
+        store
+            .insert_run(new_run(thread, "r1", 1, 1, 0, &Default::default()))
+            .await
+            .unwrap();
+        store
+            .insert_run(new_run(
+                thread,
+                "r2",
+                2,
+                3,
+                1,
+                &[("traceparent".to_string(), "00-x".to_string())].into(),
+            ))
+            .await
+            .unwrap();
         assert!(
             store
                 .set_run_status("r1", RunStatus::Running, None)
@@ -315,5 +374,20 @@ mod tests {
             .map(|r| (r.id, r.attempt, r.first_step, r.stalled))
             .collect();
         assert_eq!(open, [("r2".to_string(), 2, 3, 1)]);
+        // Its trace context is kept for the attempt after it.
+        let r2 = store.run("r2").await.unwrap().unwrap();
+        assert_eq!(
+            r2.trace_context.get("traceparent").map(String::as_str),
+            Some("00-x")
+        );
+        assert!(
+            store
+                .run("r1")
+                .await
+                .unwrap()
+                .unwrap()
+                .trace_context
+                .is_empty()
+        );
     }
 }

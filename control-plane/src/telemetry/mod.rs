@@ -44,14 +44,18 @@ pub fn context_of(span: &tracing::Span) -> HashMap<String, String> {
 /// Makes `span` a child of the trace named by a request's `traceparent` header
 /// (a worker's model call, or an API caller); nothing happens without one.
 pub fn continue_from_headers(span: &tracing::Span, headers: &axum::http::HeaderMap) {
-    let carrier: HashMap<String, String> = ["traceparent", "tracestate"]
+    continue_trace(span, &trace_headers(headers));
+}
+
+/// A request's W3C trace context headers (`traceparent`, `tracestate`).
+pub fn trace_headers(headers: &axum::http::HeaderMap) -> HashMap<String, String> {
+    ["traceparent", "tracestate"]
         .iter()
         .filter_map(|name| {
             let value = headers.get(*name)?.to_str().ok()?;
             Some((name.to_string(), value.to_string()))
         })
-        .collect();
-    continue_trace(span, &carrier);
+        .collect()
 }
 
 /// Makes `span` a child of the trace a W3C trace context names (a worker's, with

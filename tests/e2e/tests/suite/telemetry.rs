@@ -484,3 +484,101 @@ async fn json_logs_carry_trace_ids_and_workers_lines_their_agent() -> anyhow::Re
     assert_eq!(worker["level"], "INFO");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_callers_traceparent_makes_the_run_its_child() -> anyhow::Result<()> {
+    let receiver = OtlpReceiver::start().await;
+    let model = FakeOpenAi::start().await;
+    model.push(text("Hello."));
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.http_url)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .start()
+        .await?;
+    chorus.create_agent("called").await?;
+    let caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let caller_span = "00f067aa0ba902b7";
+    let sent = chorus
+        .api(reqwest::Method::POST, "/api/agents/called/messages")
+        .header("traceparent", format!("00-{caller_trace}-{caller_span}-01"))
+        .json(&serde_json::json!({"content": "Say hello"}))
+        .send()
+        .await?;
+    assert_eq!(sent.status(), 202);
+    let run = receiver
+        .wait_for("the run span", Duration::from_secs(30), |spans| {
+            spans
+                .iter()
+                .find(|s| s.name == "run" && s.service == "chorus")
+                .cloned()
+        })
+        .await?;
+    assert_eq!(run.trace_id, caller_trace);
+    assert_eq!(run.parent_span_id, caller_span);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_resumed_run_continues_the_interrupted_ones_trace() -> anyhow::Result<()> {
+    let receiver = OtlpReceiver::start().await;
+    let model = FakeOpenAi::start().await;
+    // The first call hangs; the worker dies during it; the resumed run asks again.
+    model.push(chorus_test_support::Reply::Delayed(
+        Duration::from_secs(60),
+        Box::new(text("too late")),
+    ));
+    model.push(text("Finished after the crash."));
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.http_url)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .start()
+        .await?;
+    chorus.create_agent("fragile").await?;
+    let worker = chorus
+        .wait_worker_running("fragile", Duration::from_secs(15))
+        .await?;
+    let id = chorus.send_message("fragile", "take your time").await?;
+    model.wait_for_requests(1, Duration::from_secs(15)).await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )?;
+    let thread = chorus
+        .wait_thread_finished("fragile", id, Duration::from_secs(30))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let runs = receiver
+        .wait_for(
+            "both attempts' run spans",
+            Duration::from_secs(30),
+            |spans| {
+                let runs: Vec<_> = spans
+                    .iter()
+                    .filter(|s| s.name == "run" && s.service == "chorus")
+                    .cloned()
+                    .collect();
+                (runs.len() >= 2).then_some(runs)
+            },
+        )
+        .await?;
+    let first = runs.iter().find(|r| r.attr("attempt") == "1").unwrap();
+    let second = runs.iter().find(|r| r.attr("attempt") == "2").unwrap();
+    assert_eq!(
+        second.trace_id, first.trace_id,
+        "one trace for the thread run"
+    );
+    assert_eq!(second.parent_span_id, first.span_id);
+    let (event, attributes) = second
+        .events
+        .iter()
+        .find(|(name, _)| name == "resumed")
+        .expect("a resumed event");
+    assert_eq!(event, "resumed");
+    assert!(
+        attributes["reason"].as_str().unwrap().contains("worker"),
+        "{attributes:?}"
+    );
+    Ok(())
+}
