@@ -117,10 +117,21 @@ pub struct FileSettings {
     pub discord: FileDiscord,
     #[serde(default)]
     pub metrics: FileMetrics,
+    #[serde(default)]
+    pub telemetry: FileTelemetry,
     /// Roles by user id (`api` is whoever holds the API token; `default` is everyone
     /// not listed): admin | operator | viewer.
     #[serde(default)]
     pub roles: HashMap<String, Role>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileTelemetry {
+    /// Record model calls' messages on their spans (known secrets scrubbed); off
+    /// by default: prompts and answers often hold what should not leave the host.
+    #[serde(default)]
+    pub record_content: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -434,6 +445,8 @@ pub struct Settings {
     pub trace_export: Option<crate::telemetry::config::ExportSettings>,
     /// `GET /metrics` needs no token (`[metrics] open`).
     pub metrics_open: bool,
+    /// Model calls' messages go on their spans (`[telemetry] record_content`).
+    pub trace_content: bool,
     /// How log lines look; in JSON, workers' lines are re-emitted as ours.
     pub log_format: crate::telemetry::json_log::LogFormat,
 }
@@ -581,6 +594,7 @@ impl Settings {
             context: ContextSettings::from_file(&file.context),
             discord: DiscordSettings::resolve(file.discord, &env)?,
             metrics_open: file.metrics.open,
+            trace_content: file.telemetry.record_content,
             log_format: args.log_format,
             trace_export: crate::telemetry::config::from_env(&env).map_err(|message| {
                 ConfigError::Invalid {

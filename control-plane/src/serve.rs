@@ -274,6 +274,7 @@ pub async fn start(
         .with_trace_export(settings.trace_export.as_ref().map(|t| TraceExport {
             service_name: format!("{}-worker", t.service_name),
             resource_attributes: t.resource_attributes.clone(),
+            record_content: settings.trace_content,
         }))
         .into_server(),
     );
@@ -282,6 +283,7 @@ pub async fn start(
         worker_routes = worker_routes.add_service(crate::telemetry::relay::TraceRelay::server(
             registry.clone(),
             collector.clone(),
+            known_secrets.clone(),
         ));
     }
     let worker_router = worker_routes

@@ -233,6 +233,7 @@ impl From<ControlCommand> for pb::ControlMessage {
                 trace_export: trace_export.map(|t| pb::TraceExport {
                     service_name: t.service_name,
                     resource_attributes: t.resource_attributes.into_iter().collect(),
+                    record_content: t.record_content,
                 }),
             }),
             ControlCommand::AssignRun(run) => ControlBody::AssignRun(pb::AssignRun {
@@ -325,6 +326,7 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                 trace_export: w.trace_export.map(|t| TraceExport {
                     service_name: t.service_name,
                     resource_attributes: t.resource_attributes.into_iter().collect(),
+                    record_content: t.record_content,
                 }),
             },
             ControlBody::AssignRun(run) => {
@@ -861,6 +863,7 @@ mod tests {
                 trace_export: Some(TraceExport {
                     service_name: "chorus-worker".into(),
                     resource_attributes: [("chorus.agent".to_string(), "a".to_string())].into(),
+                    record_content: true,
                 }),
             },
             ControlCommand::AssignRun(Box::new(RunAssignment {

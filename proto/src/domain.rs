@@ -263,6 +263,8 @@ pub struct SummaryRequest {
 pub struct TraceExport {
     pub service_name: String,
     pub resource_attributes: std::collections::BTreeMap<String, String>,
+    /// Put model calls' messages on their spans (`[telemetry] record_content`).
+    pub record_content: bool,
 }
 
 /// Control plane to worker.

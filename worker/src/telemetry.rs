@@ -96,6 +96,14 @@ pub fn event(span: &tracing::Span, name: &'static str, attributes: Vec<KeyValue>
     span.add_event(name, attributes);
 }
 
+/// Whether model calls' messages go on their spans (the control plane's
+/// `[telemetry] record_content`, told at Welcome).
+static RECORD_CONTENT: AtomicBool = AtomicBool::new(false);
+
+pub fn record_content() -> bool {
+    RECORD_CONTENT.load(Ordering::Relaxed)
+}
+
 /// Batches waiting for the control plane; past this, new ones are dropped.
 const QUEUE_BATCHES: usize = 64;
 
@@ -278,6 +286,7 @@ impl Telemetry {
                 }
             }
         });
+        RECORD_CONTENT.store(export.record_content, Ordering::Relaxed);
         self.switch.store(true, Ordering::Relaxed);
         tracing::debug!("exporting spans through the control plane");
     }

@@ -16,7 +16,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use tonic::{Request, Response, Status};
 
 use super::collector::Collector;
-use crate::secrets::bearer_token;
+use crate::secrets::{KnownSecrets, bearer_token};
 use crate::workers::registry::Registry;
 
 /// The resource attribute naming the agent a worker's spans belong to.
@@ -25,14 +25,45 @@ pub const AGENT_ATTRIBUTE: &str = "chorus.agent";
 pub struct TraceRelay {
     registry: Arc<Registry>,
     collector: Collector,
+    secrets: KnownSecrets,
 }
 
 impl TraceRelay {
-    pub fn server(registry: Arc<Registry>, collector: Collector) -> TraceServiceServer<TraceRelay> {
+    pub fn server(
+        registry: Arc<Registry>,
+        collector: Collector,
+        secrets: KnownSecrets,
+    ) -> TraceServiceServer<TraceRelay> {
         TraceServiceServer::new(TraceRelay {
             registry,
             collector,
+            secrets,
         })
+    }
+}
+
+/// Replaces every known secret in the batch's span and event attributes (a
+/// worker's recorded messages may quote a key it was shown).
+pub fn scrub(batch: &mut ExportTraceServiceRequest, secrets: &KnownSecrets) {
+    fn scrub_values(attributes: &mut [KeyValue], secrets: &KnownSecrets) {
+        for kv in attributes {
+            if let Some(AnyValue {
+                value: Some(any_value::Value::StringValue(text)),
+            }) = kv.value.as_mut()
+            {
+                secrets.scrub(text);
+            }
+        }
+    }
+    for resource in &mut batch.resource_spans {
+        for scope in &mut resource.scope_spans {
+            for span in &mut scope.spans {
+                scrub_values(&mut span.attributes, secrets);
+                for event in &mut span.events {
+                    scrub_values(&mut event.attributes, secrets);
+                }
+            }
+        }
     }
 }
 
@@ -68,6 +99,7 @@ impl TraceService for TraceRelay {
             })?;
         let mut batch = request.into_inner();
         label(&mut batch, &agent);
+        scrub(&mut batch, &self.secrets);
         self.collector.send(batch);
         Ok(Response::new(ExportTraceServiceResponse {
             partial_success: None,
@@ -117,5 +149,41 @@ mod tests {
                 Some(any_value::Value::StringValue("helper".into()))
             );
         }
+    }
+
+    #[test]
+    fn known_secrets_are_scrubbed_from_span_and_event_attributes() {
+        use opentelemetry_proto::tonic::trace::v1::span::Event;
+        use opentelemetry_proto::tonic::trace::v1::{ScopeSpans, Span};
+        let text = |s: &str| KeyValue {
+            key: "gen_ai.input.messages".into(),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::StringValue(s.into())),
+            }),
+            ..KeyValue::default()
+        };
+        let mut batch = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![Span {
+                        attributes: vec![text("my key is sk-live-0123456789 ok")],
+                        events: vec![Event {
+                            attributes: vec![text("sk-live-0123456789")],
+                            ..Event::default()
+                        }],
+                        ..Span::default()
+                    }],
+                    ..ScopeSpans::default()
+                }],
+                ..ResourceSpans::default()
+            }],
+        };
+        scrub(
+            &mut batch,
+            &KnownSecrets::new(["sk-live-0123456789".to_string()]),
+        );
+        let shown = format!("{batch:?}");
+        assert!(!shown.contains("sk-live-0123456789"), "{shown}");
+        assert!(shown.contains("my key is"), "{shown}");
     }
 }

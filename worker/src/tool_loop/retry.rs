@@ -52,6 +52,9 @@ pub(super) async fn call_with_retries<C: ModelClient>(
             attempt
         );
         crate::telemetry::label(&span, genai::call(selection));
+        if crate::telemetry::record_content() {
+            crate::telemetry::label(&span, genai::input(request));
+        }
         let result = tokio::select! {
             result = client.stream(request, &mut on_text).instrument(span.clone()) => result,
             _ = cancel.cancelled() => {
@@ -60,6 +63,11 @@ pub(super) async fn call_with_retries<C: ModelClient>(
             }
         };
         genai::outcome(&span, &result);
+        if crate::telemetry::record_content()
+            && let Ok(reply) = &result
+        {
+            crate::telemetry::label(&span, genai::output(reply));
+        }
         drop(span);
         let (message, retry_after) = match result {
             Ok(reply) => {
@@ -111,8 +119,66 @@ pub(super) async fn call_with_retries<C: ModelClient>(
 mod genai {
     use opentelemetry::{KeyValue, Value};
 
-    use crate::model::{ModelError, ModelReply};
+    use crate::model::{ModelError, ModelReply, ModelRequest};
     use crate::tool_loop::ModelSelection;
+
+    /// The most of a message's text recorded on a span, and of all of them.
+    const MESSAGE_CHARS: usize = 8 * 1024;
+    const TOTAL_CHARS: usize = 64 * 1024;
+
+    fn cut(text: &str, max: usize) -> String {
+        match text.char_indices().nth(max) {
+            Some((at, _)) => format!("{}… [cut]", &text[..at]),
+            None => text.to_string(),
+        }
+    }
+
+    /// What the model was given (the operator opted in): the system prompt, and
+    /// the latest messages within the size bound, oldest first.
+    pub fn input(request: &ModelRequest<'_>) -> Vec<KeyValue> {
+        let mut budget = TOTAL_CHARS;
+        let mut messages = Vec::new();
+        for m in request.messages.iter().rev() {
+            let content = cut(&m.content, MESSAGE_CHARS);
+            let size = content.len();
+            if size > budget {
+                break;
+            }
+            budget -= size;
+            messages.push(serde_json::json!({"role": m.role.as_str(), "content": content}));
+        }
+        messages.reverse();
+        let messages = serde_json::Value::Array(messages).to_string();
+        vec![
+            KeyValue::new(
+                "gen_ai.system_instructions",
+                cut(request.system, MESSAGE_CHARS),
+            ),
+            KeyValue::new("gen_ai.input.messages", messages.clone()),
+            KeyValue::new("input.value", messages),
+            KeyValue::new("input.mime_type", "application/json"),
+        ]
+    }
+
+    /// What the model answered (the operator opted in).
+    pub fn output(reply: &ModelReply) -> Vec<KeyValue> {
+        let calls: Vec<serde_json::Value> = reply
+            .tool_calls
+            .iter()
+            .map(|c| {
+                serde_json::json!({"id": c.id, "name": c.name, "arguments": cut(&c.arguments, MESSAGE_CHARS)})
+            })
+            .collect();
+        let message = serde_json::json!([{
+            "role": "assistant",
+            "content": cut(&reply.content, MESSAGE_CHARS),
+            "tool_calls": calls,
+        }]);
+        vec![
+            KeyValue::new("gen_ai.output.messages", message.to_string()),
+            KeyValue::new("output.value", cut(&reply.content, MESSAGE_CHARS)),
+        ]
+    }
 
     pub fn call(selection: &ModelSelection) -> Vec<KeyValue> {
         vec![

@@ -206,6 +206,10 @@ async fn one_trace_spans_the_control_plane_and_the_worker() -> anyhow::Result<()
         assert_eq!(call.attr("llm.token_count.total"), 30);
         assert_eq!(call.attr("chorus.agent"), "traced");
         assert_eq!(call.attr("chorus.thread_id"), 1);
+        assert!(
+            !call.attributes.contains_key("gen_ai.input.messages"),
+            "no message contents unless the operator opts in"
+        );
     }
     let mut reasons: Vec<_> = calls
         .iter()
@@ -580,5 +584,43 @@ async fn a_resumed_run_continues_the_interrupted_ones_trace() -> anyhow::Result<
         attributes["reason"].as_str().unwrap().contains("worker"),
         "{attributes:?}"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn message_contents_are_recorded_only_on_opt_in_and_without_secrets() -> anyhow::Result<()> {
+    let receiver = OtlpReceiver::start().await;
+    let model = FakeOpenAi::start().await;
+    model.push(text("The answer is 42."));
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .config("[telemetry]\nrecord_content = true\n")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.http_url)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .start()
+        .await?;
+    chorus.create_agent("open-book").await?;
+    // The user pastes the provider's key; it must not reach the collector.
+    let id = chorus
+        .send_message("open-book", "What is the answer? My key is sk-openai-test")
+        .await?;
+    chorus
+        .wait_thread_finished("open-book", id, Duration::from_secs(30))
+        .await?;
+    let call = receiver
+        .wait_for("the model call", Duration::from_secs(30), |spans| {
+            spans.iter().find(|s| s.name == "llm_call").cloned()
+        })
+        .await?;
+    let input = call
+        .attr("gen_ai.input.messages")
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(input.contains("What is the answer?"), "{input}");
+    assert!(!input.contains("sk-openai-test"), "{input}");
+    let output = call.attr("gen_ai.output.messages").to_string();
+    assert!(output.contains("The answer is 42."), "{output}");
+    assert_eq!(call.attr("output.value"), "The answer is 42.");
     Ok(())
 }
