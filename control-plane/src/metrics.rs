@@ -76,6 +76,7 @@ struct Registry {
     permission_decisions: Family<u64>,
     worker_restarts: Family<u64>,
     db_write_seconds: Family<Histogram>,
+    spans_dropped: Family<u64>,
 }
 
 impl Registry {
@@ -124,6 +125,11 @@ impl Registry {
             db_write_seconds: Family::new(
                 "chorus_db_write_duration_seconds",
                 "How long database write transactions took, commit included",
+                &[],
+            ),
+            spans_dropped: Family::new(
+                "chorus_trace_spans_dropped_total",
+                "Trace spans not exported (the collector unreachable, refusing or slow)",
                 &[],
             ),
         }
@@ -177,6 +183,10 @@ pub fn permission_decision(decision: &str) {
 
 pub fn worker_restarted() {
     with(|r| *r.worker_restarts.get(&[]) += 1);
+}
+
+pub fn spans_dropped(spans: u64) {
+    with(|r| *r.spans_dropped.get(&[]) += spans);
 }
 
 pub fn db_write(took: Duration) {
@@ -290,6 +300,7 @@ pub fn render(gauges: &Gauges) -> String {
         counter(&mut out, &r.permission_decisions);
         counter(&mut out, &r.worker_restarts);
         histogram(&mut out, &r.db_write_seconds);
+        counter(&mut out, &r.spans_dropped);
     });
     gauge(
         &mut out,

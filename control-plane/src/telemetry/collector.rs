@@ -28,6 +28,7 @@ pub struct Dropped {
 impl Dropped {
     fn add(&self, spans: u64, why: &str) {
         let before = self.spans.fetch_add(spans, Ordering::Relaxed);
+        crate::metrics::spans_dropped(spans);
         if !self.logged.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 spans,

@@ -116,6 +116,9 @@ async fn without_an_endpoint_nothing_is_exported_and_a_closed_port_slows_nothing
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(chorus.output().matches("trace spans dropped").count(), 1);
+    // And counted.
+    let scraped = scrape(&chorus, true).await?;
+    assert!(value(&scraped, "chorus_trace_spans_dropped_total", &[]) > 0.0);
     Ok(())
 }
 
