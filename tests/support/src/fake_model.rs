@@ -123,6 +123,8 @@ struct Script {
     /// Requests whose messages are longer than this (in bytes of JSON) overflow
     /// the context as llama-cpp-python does.
     context_window: Option<usize>,
+    /// Answers a request when the script is empty (benchmarks: endless turns).
+    fallback: Option<fn(&Value) -> Reply>,
     /// Why requests were refused: each fails the test when the fake is dropped.
     violations: Vec<String>,
     /// Requests to paths the fake does not serve, as `METHOD /path?query`.
@@ -225,6 +227,7 @@ impl FakeModel {
             usage: (20, 10),
             quirks: Quirks::default(),
             context_window: None,
+            fallback: None,
             violations: Vec::new(),
             strays: Vec::new(),
             titles: Vec::new(),
@@ -299,6 +302,12 @@ impl FakeModel {
     /// request's first user message).
     pub fn set_title_reply(&self, reply: Reply) -> &Self {
         self.script.lock().unwrap().title_reply = Some(reply);
+        self
+    }
+
+    /// How requests are answered once the script is empty (instead of an error).
+    pub fn set_fallback(&self, answer: fn(&Value) -> Reply) -> &Self {
+        self.script.lock().unwrap().fallback = Some(answer);
         self
     }
 
@@ -411,7 +420,10 @@ async fn answer(
                 .unwrap_or_else(|| Reply::Text(first_user_line(&body)));
             (wire, Some(reply), script.usage, script.quirks)
         } else {
-            let reply = script.replies.pop_front();
+            let reply = script
+                .replies
+                .pop_front()
+                .or_else(|| script.fallback.map(|answer| answer(&body)));
             if reply.is_none() {
                 let n = script.requests.len();
                 script
