@@ -56,20 +56,28 @@ async fn killing_a_thread_ends_its_command_and_keeps_its_history() -> anyhow::Re
     .await?;
     // The steps are in the database while the thread runs: the model call ended,
     // the command started and not yet ended.
+    // (The command can start a moment before the control plane has stored the
+    // worker's report of it: wait for the row, with a deadline.)
     let db = chorus.agent_dir("busy").join("../../chorus.db");
-    let steps = std::process::Command::new("sqlite3")
-        .arg("-readonly")
-        .arg(&db)
-        .arg(format!(
-            "SELECT step_number, kind, ended_at IS NOT NULL FROM thread_steps \
-             WHERE agent_name = 'busy' AND thread_id = {id} ORDER BY step_number"
-        ))
-        .output()?;
-    assert!(steps.status.success(), "{steps:?}");
-    assert_eq!(
-        String::from_utf8_lossy(&steps.stdout),
-        "1|llm_call|1\n2|tool|0\n"
-    );
+    let read_steps = || -> anyhow::Result<String> {
+        let steps = std::process::Command::new("sqlite3")
+            .arg("-readonly")
+            .arg(&db)
+            .arg(format!(
+                "SELECT step_number, kind, ended_at IS NOT NULL FROM thread_steps \
+                 WHERE agent_name = 'busy' AND thread_id = {id} ORDER BY step_number"
+            ))
+            .output()?;
+        anyhow::ensure!(steps.status.success(), "{steps:?}");
+        Ok(String::from_utf8_lossy(&steps.stdout).into_owned())
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut steps = read_steps()?;
+    while steps != "1|llm_call|1\n2|tool|0\n" && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        steps = read_steps()?;
+    }
+    assert_eq!(steps, "1|llm_call|1\n2|tool|0\n");
 
     let started = Instant::now();
     let response = chorus
