@@ -84,7 +84,7 @@ impl Registry {
         Registry {
             runs_started: Family::new(
                 "chorus_runs_started_total",
-                "Thread runs handed to a worker (each attempt counts)",
+                "Thread runs queued for a worker (each attempt counts)",
                 &[],
             ),
             runs_ended: Family::new(

@@ -538,11 +538,11 @@ impl Actions {
             .await
             .map(|p| p.len())
             .unwrap_or(0);
+        // The block ends with what to do next.
         Ok(format!(
-            "```\n{}```\n{} agents, {running} running threads, {pending} approvals waiting.\nNext: {}",
+            "```\n{}```\n{} agents, {running} running threads, {pending} approvals waiting.",
             diagnosis.render(),
             agents.len(),
-            diagnosis.next_steps().join("; ")
         ))
     }
 

@@ -5,7 +5,7 @@
 //! once in the log.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -18,28 +18,22 @@ use super::config::{ExportSettings, Protocol};
 /// Batches waiting to be sent; past this, new ones are dropped.
 const QUEUE_BATCHES: usize = 256;
 
-/// Spans dropped so far, and whether that was logged.
+/// Counts dropped spans (`chorus_trace_spans_dropped_total`) and says so in the
+/// log the first time.
 #[derive(Debug, Default)]
-pub struct Dropped {
-    spans: AtomicU64,
+struct Dropped {
     logged: AtomicBool,
 }
 
 impl Dropped {
     fn add(&self, spans: u64, why: &str) {
-        let before = self.spans.fetch_add(spans, Ordering::Relaxed);
         crate::metrics::spans_dropped(spans);
         if !self.logged.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 spans,
-                dropped_before = before,
                 "trace spans dropped: {why}; runs go on unaffected (this is logged once)"
             );
         }
-    }
-
-    pub fn spans(&self) -> u64 {
-        self.spans.load(Ordering::Relaxed)
     }
 }
 
@@ -103,10 +97,6 @@ impl Collector {
             };
             self.dropped.add(spans, why);
         }
-    }
-
-    pub fn dropped(&self) -> &Dropped {
-        &self.dropped
     }
 
     /// Waits (at most `limit`) until what is queued now is sent.

@@ -680,24 +680,36 @@ fn webhook_message(recorded: &Shared, body: &Value) -> Value {
     message
 }
 
+/// A webhook call that writes a message (`followup`, `edit_original`): recorded
+/// under `kind`, refused as Discord does when the content is too long.
+fn webhook_write(
+    recorded: &Shared,
+    token: &str,
+    kind: &str,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let (body, _) = parse_body(headers, bytes);
+    if let Some(refused) = too_long(&body["content"]) {
+        recorded
+            .lock()
+            .unwrap()
+            .strays
+            .push(format!("too long: {kind} {token}"));
+        return refused;
+    }
+    answered(recorded, token, kind, body.clone());
+    Json(webhook_message(recorded, &body)).into_response()
+}
+
 async fn followup(
     State(recorded): State<Shared>,
     Path((_app, token)): Path<(String, String)>,
     headers: HeaderMap,
     bytes: Bytes,
 ) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    let (body, _) = parse_body(&headers, &bytes);
-    if let Some(refused) = too_long(&body["content"]) {
-        recorded
-            .lock()
-            .unwrap()
-            .strays
-            .push(format!("too long: followup {token}"));
-        return refused;
-    }
-    answered(&recorded, &token, "followup", body.clone());
-    Json(webhook_message(&recorded, &body)).into_response()
+    webhook_write(&recorded, &token, "followup", &headers, &bytes)
 }
 
 async fn edit_original(
@@ -706,18 +718,7 @@ async fn edit_original(
     headers: HeaderMap,
     bytes: Bytes,
 ) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    let (body, _) = parse_body(&headers, &bytes);
-    if let Some(refused) = too_long(&body["content"]) {
-        recorded
-            .lock()
-            .unwrap()
-            .strays
-            .push(format!("too long: edit_original {token}"));
-        return refused;
-    }
-    answered(&recorded, &token, "edit_original", body.clone());
-    Json(webhook_message(&recorded, &body)).into_response()
+    webhook_write(&recorded, &token, "edit_original", &headers, &bytes)
 }
 
 async fn delete_original(

@@ -16,17 +16,45 @@ async fn run_one(chorus: &Chorus, agent: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Chorus exporting traces to `endpoint` (over gRPC when `grpc`, else
+/// HTTP/protobuf), its spans handed over every 100 ms.
+fn exporting(
+    model: &chorus_test_support::FakeModel,
+    endpoint: &str,
+    grpc: bool,
+) -> chorus_test_support::chorus::ChorusBuilder {
+    let builder = Chorus::builder()
+        .openai_fake(model)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100");
+    if grpc {
+        builder.env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    } else {
+        builder
+    }
+}
+
+/// The control plane's `run` span, once received.
+async fn control_plane_run(
+    receiver: &OtlpReceiver,
+) -> anyhow::Result<chorus_test_support::otlp::ReceivedSpan> {
+    receiver
+        .wait_for("the run span", Duration::from_secs(30), |spans| {
+            spans
+                .iter()
+                .find(|s| s.name == "run" && s.service == "chorus")
+                .cloned()
+        })
+        .await
+}
+
 #[tokio::test]
 async fn a_run_is_exported_over_grpc_with_the_configured_headers() -> anyhow::Result<()> {
     let receiver = OtlpReceiver::start().await;
     let model = FakeOpenAi::start().await;
     model.push(text("Hello."));
-    let chorus = Chorus::builder()
-        .openai_fake(&model)
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.grpc_url)
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    let chorus = exporting(&model, &receiver.grpc_url, true)
         .env("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=collector-secret-1")
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
         .start()
         .await?;
     run_one(&chorus, "traced").await?;
@@ -59,12 +87,9 @@ async fn a_run_is_exported_over_http_protobuf_with_the_service_name_set() -> any
     let receiver = OtlpReceiver::start().await;
     let model = FakeOpenAi::start().await;
     model.push(text("Hello."));
-    let chorus = Chorus::builder()
-        .openai_fake(&model)
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.http_url)
+    let chorus = exporting(&model, &receiver.http_url, false)
         .env("OTEL_SERVICE_NAME", "chorus-staging")
         .env("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=staging")
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
         .start()
         .await?;
     run_one(&chorus, "traced").await?;
@@ -92,14 +117,7 @@ async fn without_an_endpoint_nothing_is_exported_and_a_closed_port_slows_nothing
     let port = closed.local_addr()?.port();
     drop(closed);
     model.push(text("Hello."));
-    let chorus = Chorus::builder()
-        .openai_fake(&model)
-        .env(
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            &format!("http://127.0.0.1:{port}"),
-        )
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+    let chorus = exporting(&model, &format!("http://127.0.0.1:{port}"), true)
         .start()
         .await?;
     let started = Instant::now();
@@ -150,13 +168,7 @@ async fn one_trace_spans_the_control_plane_and_the_worker() -> anyhow::Result<()
         serde_json::json!({"path": ".gitkeep"}),
     ));
     model.push(text("Seen."));
-    let chorus = Chorus::builder()
-        .openai_fake(&model)
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.grpc_url)
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .start()
-        .await?;
+    let chorus = exporting(&model, &receiver.grpc_url, true).start().await?;
     run_one(&chorus, "traced").await?;
     let spans = receiver
         .wait_for("the worker's spans", Duration::from_secs(30), |spans| {
@@ -258,12 +270,7 @@ async fn the_wait_for_an_approval_is_a_span_with_its_outcome() -> anyhow::Result
         serde_json::json!({"path": "a.txt", "content": "a"}),
     ));
     model.push(text("Written."));
-    let chorus = Chorus::builder()
-        .openai_fake(&model)
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.http_url)
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .start()
-        .await?;
+    let chorus = exporting(&model, &receiver.http_url, false).start().await?;
     chorus
         .create_agent_with(serde_json::json!({
             "name": "careful",
@@ -452,22 +459,12 @@ async fn json_logs_carry_trace_ids_and_workers_lines_their_agent() -> anyhow::Re
     let receiver = OtlpReceiver::start().await;
     let model = FakeOpenAi::start().await;
     model.push(text("Hello."));
-    let chorus = Chorus::builder()
-        .openai_fake(&model)
+    let chorus = exporting(&model, &receiver.http_url, false)
         .env("CHORUS_LOG_FORMAT", "json")
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.http_url)
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
         .start()
         .await?;
     run_one(&chorus, "logged").await?;
-    let run = receiver
-        .wait_for("the run span", Duration::from_secs(30), |spans| {
-            spans
-                .iter()
-                .find(|s| s.name == "run" && s.service == "chorus")
-                .cloned()
-        })
-        .await?;
+    let run = control_plane_run(&receiver).await?;
     let output = chorus.output();
     let lines: Vec<serde_json::Value> = output
         .lines()
@@ -497,12 +494,7 @@ async fn a_callers_traceparent_makes_the_run_its_child() -> anyhow::Result<()> {
     let receiver = OtlpReceiver::start().await;
     let model = FakeOpenAi::start().await;
     model.push(text("Hello."));
-    let chorus = Chorus::builder()
-        .openai_fake(&model)
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.http_url)
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .start()
-        .await?;
+    let chorus = exporting(&model, &receiver.http_url, false).start().await?;
     chorus.create_agent("called").await?;
     let caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let caller_span = "00f067aa0ba902b7";
@@ -513,14 +505,7 @@ async fn a_callers_traceparent_makes_the_run_its_child() -> anyhow::Result<()> {
         .send()
         .await?;
     assert_eq!(sent.status(), 202);
-    let run = receiver
-        .wait_for("the run span", Duration::from_secs(30), |spans| {
-            spans
-                .iter()
-                .find(|s| s.name == "run" && s.service == "chorus")
-                .cloned()
-        })
-        .await?;
+    let run = control_plane_run(&receiver).await?;
     assert_eq!(run.trace_id, caller_trace);
     assert_eq!(run.parent_span_id, caller_span);
     Ok(())
@@ -536,12 +521,7 @@ async fn a_resumed_run_continues_the_interrupted_ones_trace() -> anyhow::Result<
         Box::new(text("too late")),
     ));
     model.push(text("Finished after the crash."));
-    let chorus = Chorus::builder()
-        .openai_fake(&model)
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.http_url)
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .start()
-        .await?;
+    let chorus = exporting(&model, &receiver.http_url, false).start().await?;
     chorus.create_agent("fragile").await?;
     let worker = chorus
         .wait_worker_running("fragile", Duration::from_secs(15))
@@ -595,11 +575,8 @@ async fn message_contents_are_recorded_only_on_opt_in_and_without_secrets() -> a
     let receiver = OtlpReceiver::start().await;
     let model = FakeOpenAi::start().await;
     model.push(text("The answer is 42."));
-    let chorus = Chorus::builder()
-        .openai_fake(&model)
+    let chorus = exporting(&model, &receiver.http_url, false)
         .config("[telemetry]\nrecord_content = true\n")
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.http_url)
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
         .start()
         .await?;
     chorus.create_agent("open-book").await?;
