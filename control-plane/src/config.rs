@@ -119,6 +119,8 @@ pub struct FileSettings {
     pub metrics: FileMetrics,
     #[serde(default)]
     pub telemetry: FileTelemetry,
+    #[serde(default)]
+    pub store: FileStore,
     /// Roles by user id (`api` is whoever holds the API token; `default` is everyone
     /// not listed): admin | operator | viewer.
     #[serde(default)]
@@ -132,6 +134,16 @@ pub struct FileTelemetry {
     /// by default: prompts and answers often hold what should not leave the host.
     #[serde(default)]
     pub record_content: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileStore {
+    /// What a commit waits for: `normal` (the default: an application crash loses
+    /// nothing committed; a power loss can lose the last commits) or `full` (each
+    /// commit flushed to the disk: a power loss loses nothing committed).
+    #[serde(default)]
+    pub durability: crate::store::Durability,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -445,6 +457,8 @@ pub struct Settings {
     pub trace_export: Option<crate::telemetry::config::ExportSettings>,
     /// `GET /metrics` needs no token (`[metrics] open`).
     pub metrics_open: bool,
+    /// What a database commit waits for (`[store] durability`).
+    pub durability: crate::store::Durability,
     /// Model calls' messages go on their spans (`[telemetry] record_content`).
     pub trace_content: bool,
     /// How log lines look; in JSON, workers' lines are re-emitted as ours.
@@ -594,6 +608,7 @@ impl Settings {
             context: ContextSettings::from_file(&file.context),
             discord: DiscordSettings::resolve(file.discord, &env)?,
             metrics_open: file.metrics.open,
+            durability: file.store.durability,
             trace_content: file.telemetry.record_content,
             log_format: args.log_format,
             trace_export: crate::telemetry::config::from_env(&env).map_err(|message| {

@@ -65,7 +65,7 @@ pub async fn start(
     let agents_root = data_dir.join("agents");
     crate::private::create_dir(&agents_root)
         .with_context(|| format!("cannot create {}", agents_root.display()))?;
-    let store = Store::open(&data_dir.join("chorus.db"))
+    let store = Store::open_with(&data_dir.join("chorus.db"), settings.durability)
         .await
         .with_context(|| format!("cannot open the database in {}", data_dir.display()))?;
     let api_token = api_token(&settings, &data_dir)?;
@@ -373,6 +373,15 @@ fn spawn_server(
     router: axum::Router,
     shutdown: CancellationToken,
 ) -> JoinHandle<std::io::Result<()>> {
+    use axum::serve::ListenerExt;
+    // Without TCP_NODELAY a streamed answer's second small write waits for the
+    // peer's delayed ACK (40 ms on Linux): every model call through the relay and
+    // every gRPC message would stall that long.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
+        }
+    });
     tokio::spawn(async move {
         axum::serve(listener, router)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })

@@ -7,8 +7,9 @@
 //!   run was handed to.
 //! - A run's event is stored only if its `seq` is past the run's last stored one, in
 //!   the same transaction (`store::runs::advance`): a replay changes nothing.
-//! - Every event is stored before the connection reads the next (the connection
-//!   awaits the answer).
+//! - Events are queued to the store's writer in the order they arrive, and
+//!   published once committed (`publisher`); any command other than such an event
+//!   first waits for them (`flush`), so the actor never reads behind its own writes.
 //! - A run waits in the queue until a worker is connected. A run whose worker died
 //!   before reporting anything goes back to the queue; one that had started is
 //!   resumed as a new attempt from the stored history (`decide::on_loss`,
@@ -33,6 +34,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::assignment::{Attempt, Builder};
 use super::decide::{self, OnLoss, Resumption, Route};
 use super::idle::IdleClock;
+use super::publisher::{Publication, Publisher};
 use super::{EventRejected, Received, ReplyTo, Routed, Shared, status_event};
 use crate::reports::{self, RunBudget};
 use crate::store::{
@@ -204,6 +206,12 @@ pub(super) struct AgentActor {
     /// The trace the next queued run continues (set by the command being handled:
     /// a caller's trace, or the interrupted attempt's), and why, for a resumption.
     next_trace: Option<(HashMap<String, String>, Option<String>)>,
+    /// Publishes the worker events this actor queued to the store once they are
+    /// committed.
+    publisher: Publisher,
+    /// Whether events were queued to the store since the last flush: any
+    /// command that reads the store first waits for them.
+    unflushed: bool,
 }
 
 impl AgentActor {
@@ -214,8 +222,8 @@ impl AgentActor {
         itself: mpsc::WeakSender<Command>,
     ) -> Self {
         AgentActor {
-            agent,
-            shared,
+            agent: agent.clone(),
+            shared: shared.clone(),
             queue: VecDeque::new(),
             runs: HashMap::new(),
             seeding: HashSet::new(),
@@ -224,6 +232,8 @@ impl AgentActor {
             itself,
             idle: IdleClock::new(Instant::now()),
             next_trace: None,
+            publisher: Publisher::start(agent.clone(), shared.feed.clone()),
+            unflushed: false,
         }
     }
 
@@ -251,6 +261,16 @@ impl AgentActor {
     }
 
     async fn handle(&mut self, command: Command) {
+        // Events are queued to the store without waiting for their commit; what
+        // reads the store (or acts on what it holds) waits for them first.
+        let pipelined = match &command {
+            Command::Event { event, .. } => is_pipelined(event),
+            Command::ThreadOf { .. } | Command::SetWaiting { .. } | Command::Deliver => true,
+            _ => false,
+        };
+        if !pipelined {
+            self.flush().await;
+        }
         if matches!(
             command,
             Command::Receive { .. }
@@ -513,7 +533,7 @@ impl AgentActor {
                         Some(from),
                     )
                     .await?;
-                self.announce(agent, thread_id, user, Some(from));
+                self.announce(thread_id, user, Some(from));
                 if seed.left_out.is_empty() {
                     self.queue_first_run(agent, thread_id).await?;
                 } else {
@@ -536,19 +556,12 @@ impl AgentActor {
         user: &str,
         continued_from: Option<u64>,
     ) -> Result<(), StoreError> {
-        self.announce(agent, thread_id, user, continued_from);
+        self.announce(thread_id, user, continued_from);
         self.queue_first_run(agent, thread_id).await
     }
 
-    fn announce(
-        &self,
-        agent: &AgentRecord,
-        thread_id: u64,
-        user: &str,
-        continued_from: Option<u64>,
-    ) {
-        self.shared.feed.publish(
-            &agent.name,
+    fn announce(&self, thread_id: u64, user: &str, continued_from: Option<u64>) {
+        self.show(
             thread_id,
             "thread_created",
             json!({"status": "running", "user": user, "continued_from": continued_from}),
@@ -760,6 +773,26 @@ impl AgentActor {
         Ok(())
     }
 
+    /// Shows an event on the live feed after those queued before it.
+    fn show(&self, thread_id: u64, kind: &'static str, data: serde_json::Value) {
+        self.publisher.when_stored(
+            crate::store::Pending::ready(true),
+            Publication {
+                thread_id,
+                kind,
+                data,
+            },
+        );
+    }
+
+    /// Waits until the events this actor queued to the store are committed.
+    async fn flush(&mut self) {
+        if self.unflushed {
+            self.shared.store.flush().await;
+            self.unflushed = false;
+        }
+    }
+
     /// Hands queued runs to the agent's worker, if one is connected.
     async fn deliver(&mut self) {
         let Some((generation, sender)) = self.shared.registry.sender(&self.agent) else {
@@ -818,6 +851,7 @@ impl AgentActor {
             (run.thread_id, over_budget)
         };
         if let Some(reason) = over_budget {
+            self.flush().await;
             self.stop_run(&run_id, thread_id, reason).await;
             return Ok(());
         }
@@ -835,57 +869,63 @@ impl AgentActor {
             seq,
         });
         let store = &self.shared.store;
-        let feed = &self.shared.feed;
-        let publish = |stored: &Result<bool, StoreError>, kind, data| {
-            // A replay was stored (and published) the first time.
-            if !matches!(stored, Ok(false)) {
-                feed.publish(agent, thread_id, kind, data);
-            }
-        };
-        let result = match &event {
-            WorkerEvent::StepStarted(step) => {
-                let stored = store
-                    .record_step_started(agent, thread_id, step, mark)
-                    .await;
-                publish(
-                    &stored,
-                    "step_started",
-                    json!({"number": step.number, "kind": step.kind, "description": step.description,
-                           "started_at": format_epoch_ms(step.started_at_ms)}),
-                );
-                stored.map(drop)
-            }
-            WorkerEvent::StepEnded(step) => {
-                let stored = store.record_step_ended(agent, thread_id, step, mark).await;
-                publish(
-                    &stored,
-                    "step_ended",
-                    json!({"number": step.number, "duration_ms": step.duration_ms,
-                           "failed": step.failed, "usage": step.usage}),
-                );
-                stored.map(drop)
-            }
+        // The event goes to the store's writer; it is published once committed.
+        let queued = match &event {
+            WorkerEvent::StepStarted(step) => Some((
+                store
+                    .queue_record_step_started(agent, thread_id, step, mark)
+                    .await,
+                "step_started",
+                json!({"number": step.number, "kind": step.kind, "description": step.description,
+                       "started_at": format_epoch_ms(step.started_at_ms)}),
+            )),
+            WorkerEvent::StepEnded(step) => Some((
+                store
+                    .queue_record_step_ended(agent, thread_id, step, mark)
+                    .await,
+                "step_ended",
+                json!({"number": step.number, "duration_ms": step.duration_ms,
+                       "failed": step.failed, "usage": step.usage}),
+            )),
             WorkerEvent::MessageAppended { message, .. } => {
                 if !matches!(message.role, Role::Assistant | Role::Tool) {
                     return Err(EventRejected::ForbiddenRole(message.role.as_str()));
                 }
-                let stored = store.append_message(agent, thread_id, message, mark).await;
-                if matches!(stored, Ok(true))
-                    && let (Role::Tool, Some(call_id)) = (message.role, &message.tool_call_id)
-                {
-                    let result = if message.is_error { "error" } else { "ok" };
-                    if let Err(e) = store.audit_result(agent, thread_id, call_id, result).await {
-                        tracing::error!(agent, thread_id, error = %e, "cannot record a tool result in the audit log");
-                    }
-                }
-                publish(&stored, "message", json!(message));
-                stored.map(drop)
+                Some((
+                    store
+                        .queue_append_message(agent, thread_id, message, mark)
+                        .await,
+                    "message",
+                    json!(message),
+                ))
             }
-            WorkerEvent::InputTaken { message_id, .. } => {
-                let stored = store.take_input(agent, thread_id, *message_id, mark).await;
-                publish(&stored, "input_taken", json!({"message_id": message_id}));
-                stored.map(drop)
+            WorkerEvent::InputTaken { message_id, .. } => Some((
+                store
+                    .queue_take_input(agent, thread_id, *message_id, mark)
+                    .await,
+                "input_taken",
+                json!({"message_id": message_id}),
+            )),
+            _ => None,
+        };
+        if let Some((pending, kind, data)) = queued {
+            self.unflushed = true;
+            self.publisher.when_stored(
+                pending,
+                Publication {
+                    thread_id,
+                    kind,
+                    data,
+                },
+            );
+            let answered = matches!(&event, WorkerEvent::MessageAppended { message, .. }
+                if message.role == Role::Assistant);
+            if answered && self.untitled.remove(&thread_id) {
+                self.title(thread_id);
             }
+            return Ok(());
+        }
+        let result = match &event {
             WorkerEvent::RunCompleted { .. } => self.run_completed(&run_id, thread_id).await,
             WorkerEvent::RunFailed { kind, error, .. } => {
                 if *kind == FailureKind::Internal {
@@ -895,16 +935,24 @@ impl AgentActor {
                 self.finish(&run_id, ThreadStatus::Failed, Some(&failure))
                     .await
             }
-            // Live text is only for live views; the whole message follows.
+            // Live text is only for live views (the whole message follows), never
+            // shown before the events queued ahead of it.
             WorkerEvent::TextDelta { step, text, .. } => {
-                feed.publish(
-                    agent,
-                    thread_id,
-                    "text",
-                    json!({"step": step, "text": text}),
+                self.publisher.when_stored(
+                    crate::store::Pending::ready(true),
+                    Publication {
+                        thread_id,
+                        kind: "text",
+                        data: json!({"step": step, "text": text}),
+                    },
                 );
                 Ok(())
             }
+            // Stored above.
+            WorkerEvent::StepStarted(_)
+            | WorkerEvent::StepEnded(_)
+            | WorkerEvent::MessageAppended { .. }
+            | WorkerEvent::InputTaken { .. } => Ok(()),
             // Tool checks go to the gate; background tasks and summaries elsewhere.
             WorkerEvent::ToolCheck { .. }
             | WorkerEvent::Hello { .. }
@@ -913,17 +961,8 @@ impl AgentActor {
             | WorkerEvent::TaskEnded { .. }
             | WorkerEvent::Summary { .. } => Ok(()),
         };
-        match result {
-            Err(e) => {
-                tracing::error!(agent, thread_id, %run_id, error = %e, "cannot record worker event");
-            }
-            Ok(()) => {
-                let answered = matches!(&event, WorkerEvent::MessageAppended { message, .. }
-                    if message.role == Role::Assistant);
-                if answered && self.untitled.remove(&thread_id) {
-                    self.title(thread_id);
-                }
-            }
+        if let Err(e) = result {
+            tracing::error!(agent, thread_id, %run_id, error = %e, "cannot record worker event");
         }
         Ok(())
     }
@@ -935,6 +974,8 @@ impl AgentActor {
         let agent = self.agent.clone();
         tokio::spawn(async move {
             let store = &shared.store;
+            // The answer that prompted the title is queued, maybe not yet stored.
+            store.flush().await;
             let (Ok(Some(record)), Ok(messages)) = (
                 store.active_agent(&agent).await,
                 store.thread_messages(&agent, thread_id).await,
@@ -1077,8 +1118,7 @@ impl AgentActor {
         if status.is_finished() {
             crate::metrics::run_ended(status.as_str());
         }
-        self.shared.feed.publish(
-            &self.agent,
+        self.show(
             thread_id,
             "status",
             status_event(status, failure.map(|f| (f.kind, f.message.as_str()))),
@@ -1094,12 +1134,7 @@ impl AgentActor {
             .set_thread_status(&self.agent, thread_id, status, None)
             .await
         {
-            Ok(true) => self.shared.feed.publish(
-                &self.agent,
-                thread_id,
-                "status",
-                status_event(status, None),
-            ),
+            Ok(true) => self.show(thread_id, "status", status_event(status, None)),
             // The thread ended meanwhile; its final status stands.
             Ok(false) => {}
             Err(e) => {
@@ -1284,8 +1319,7 @@ impl AgentActor {
                         number: previous.attempt + 1,
                         stalled,
                     };
-                    self.shared.feed.publish(
-                        &agent.name,
+                    self.show(
                         thread_id,
                         "status",
                         json!({"status": "running", "resumed": attempt.number, "reason": reason}),
@@ -1394,4 +1428,17 @@ impl AgentActor {
             }
         }
     }
+}
+
+/// Worker events the actor queues to the store without waiting for the commit
+/// (published once stored): the frequent ones that only add to a thread.
+fn is_pipelined(event: &WorkerEvent) -> bool {
+    matches!(
+        event,
+        WorkerEvent::StepStarted(_)
+            | WorkerEvent::StepEnded(_)
+            | WorkerEvent::MessageAppended { .. }
+            | WorkerEvent::InputTaken { .. }
+            | WorkerEvent::TextDelta { .. }
+    )
 }

@@ -14,6 +14,7 @@ mod actor;
 mod assignment;
 pub mod decide;
 pub mod idle;
+mod publisher;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

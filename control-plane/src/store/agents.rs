@@ -119,62 +119,69 @@ impl Store {
         agent: &NewAgent,
         at: &str,
     ) -> Result<AgentRecord, StoreError> {
-        let mut tx = self.begin_write().await?;
-        let existing: Option<String> =
-            sqlx::query_scalar("SELECT status FROM agents WHERE name = $1")
-                .bind(&agent.name)
-                .fetch_optional(&mut *tx)
-                .await?;
-        match existing.as_deref() {
-            Some("active") => {
-                return Err(StoreError::Conflict(format!(
-                    "an agent named '{}' already exists",
-                    agent.name
-                )));
-            }
-            Some(_) => {
-                sqlx::query(
-                    "UPDATE agents SET status = 'active', model = $2, system_prompt = $3, \
-                     permissions = $4, created_at = $5, updated_at = $5, destroyed_at = NULL, on_ask = $6, \
-                     network = $7, purge_files = 0, idle_timeout_secs = $8, \
-                     context_cleared_at = $5, discord_channel_id = $9 \
-                     WHERE name = $1",
-                )
-                .bind(&agent.name)
-                .bind(&agent.model)
-                .bind(&agent.system_prompt)
-                .bind(&agent.permissions)
-                .bind(at)
-                .bind(&agent.on_ask)
-                .bind(&agent.network)
-                .bind(agent.idle_timeout_secs.map(|v| v as i64))
-                .bind(&agent.discord_channel_id)
-                .execute(&mut *tx)
-                .await?;
-            }
-            None => {
-                sqlx::query(
-                    "INSERT INTO agents (name, status, model, system_prompt, permissions, on_ask, network, \
-                     created_at, updated_at, idle_timeout_secs, discord_channel_id) \
-                     VALUES ($1, 'active', $2, $3, $4, $6, $7, $5, $5, $8, $9)",
-                )
-                .bind(&agent.name)
-                .bind(&agent.model)
-                .bind(&agent.system_prompt)
-                .bind(&agent.permissions)
-                .bind(at)
-                .bind(&agent.on_ask)
-                .bind(&agent.network)
-                .bind(agent.idle_timeout_secs.map(|v| v as i64))
-                .bind(&agent.discord_channel_id)
-                .execute(&mut *tx)
-                .await?;
-            }
-        }
-        tx.commit().await?;
-        self.agent(&agent.name)
+        let agent = agent.clone();
+        let name = agent.name.clone();
+        let at = at.to_owned();
+        self.write(move |tx| {
+            Box::pin(async move {
+                let existing: Option<String> =
+                    sqlx::query_scalar("SELECT status FROM agents WHERE name = $1")
+                        .bind(&agent.name)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                match existing.as_deref() {
+                    Some("active") => {
+                        return Err(StoreError::Conflict(format!(
+                            "an agent named '{}' already exists",
+                            agent.name
+                        )));
+                    }
+                    Some(_) => {
+                        sqlx::query(
+                            "UPDATE agents SET status = 'active', model = $2, system_prompt = $3, \
+                             permissions = $4, created_at = $5, updated_at = $5, destroyed_at = NULL, on_ask = $6, \
+                             network = $7, purge_files = 0, idle_timeout_secs = $8, \
+                             context_cleared_at = $5, discord_channel_id = $9 \
+                             WHERE name = $1",
+                        )
+                        .bind(&agent.name)
+                        .bind(&agent.model)
+                        .bind(&agent.system_prompt)
+                        .bind(&agent.permissions)
+                        .bind(&at)
+                        .bind(&agent.on_ask)
+                        .bind(&agent.network)
+                        .bind(agent.idle_timeout_secs.map(|v| v as i64))
+                        .bind(&agent.discord_channel_id)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    None => {
+                        sqlx::query(
+                            "INSERT INTO agents (name, status, model, system_prompt, permissions, on_ask, network, \
+                             created_at, updated_at, idle_timeout_secs, discord_channel_id) \
+                             VALUES ($1, 'active', $2, $3, $4, $6, $7, $5, $5, $8, $9)",
+                        )
+                        .bind(&agent.name)
+                        .bind(&agent.model)
+                        .bind(&agent.system_prompt)
+                        .bind(&agent.permissions)
+                        .bind(&at)
+                        .bind(&agent.on_ask)
+                        .bind(&agent.network)
+                        .bind(agent.idle_timeout_secs.map(|v| v as i64))
+                        .bind(&agent.discord_channel_id)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                }
+                Ok(())
+            })
+        })
+        .await?;
+        self.agent(&name)
             .await?
-            .ok_or_else(|| StoreError::NotFound(format!("agent '{}' vanished", agent.name)))
+            .ok_or_else(|| StoreError::NotFound(format!("agent '{name}' vanished")))
     }
 
     /// Any agent by name, active or destroyed.
@@ -222,27 +229,29 @@ impl Store {
         name: &str,
         update: &AgentUpdate,
     ) -> Result<AgentRecord, StoreError> {
-        let done = sqlx::query(
-            "UPDATE agents SET model = COALESCE($2, model), \
+        let done = self
+            .execute(
+                sqlx::query(
+                    "UPDATE agents SET model = COALESCE($2, model), \
              system_prompt = COALESCE($3, system_prompt), permissions = COALESCE($5, permissions), \
              on_ask = COALESCE($6, on_ask), network = COALESCE($7, network), updated_at = $4, \
              idle_timeout_secs = CASE WHEN $8 = 1 THEN $9 ELSE idle_timeout_secs END, \
              discord_channel_id = CASE WHEN $10 = 1 THEN $11 ELSE discord_channel_id END \
              WHERE name = $1 AND status = 'active'",
-        )
-        .bind(name)
-        .bind(&update.model)
-        .bind(&update.system_prompt)
-        .bind(now())
-        .bind(&update.permissions)
-        .bind(&update.on_ask)
-        .bind(&update.network)
-        .bind(i64::from(update.idle_timeout_secs.is_some()))
-        .bind(update.idle_timeout_secs.flatten().map(|v| v as i64))
-        .bind(i64::from(update.discord_channel_id.is_some()))
-        .bind(update.discord_channel_id.clone().flatten())
-        .execute(&self.pool)
-        .await?;
+                )
+                .bind(name)
+                .bind(&update.model)
+                .bind(&update.system_prompt)
+                .bind(now())
+                .bind(&update.permissions)
+                .bind(&update.on_ask)
+                .bind(&update.network)
+                .bind(i64::from(update.idle_timeout_secs.is_some()))
+                .bind(update.idle_timeout_secs.flatten().map(|v| v as i64))
+                .bind(i64::from(update.discord_channel_id.is_some()))
+                .bind(update.discord_channel_id.clone().flatten()),
+            )
+            .await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::NotFound(format!(
                 "no active agent named '{name}'"
@@ -262,15 +271,17 @@ impl Store {
         purge_files: bool,
     ) -> Result<(), StoreError> {
         let at = now();
-        let done = sqlx::query(
-            "UPDATE agents SET status = 'destroyed', destroyed_at = $2, updated_at = $2, \
+        let done = self
+            .execute(
+                sqlx::query(
+                    "UPDATE agents SET status = 'destroyed', destroyed_at = $2, updated_at = $2, \
              purge_files = $3 WHERE name = $1 AND status = 'active'",
-        )
-        .bind(name)
-        .bind(&at)
-        .bind(i64::from(purge_files))
-        .execute(&self.pool)
-        .await?;
+                )
+                .bind(name)
+                .bind(&at)
+                .bind(i64::from(purge_files)),
+            )
+            .await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::NotFound(format!(
                 "no active agent named '{name}'"
@@ -281,10 +292,13 @@ impl Store {
 
     /// The destroyed agent's files are gone.
     pub async fn files_purged(&self, name: &str) -> Result<(), StoreError> {
-        sqlx::query("UPDATE agents SET purge_files = 0 WHERE name = $1 AND status = 'destroyed'")
-            .bind(name)
-            .execute(&self.pool)
-            .await?;
+        self.execute(
+            sqlx::query(
+                "UPDATE agents SET purge_files = 0 WHERE name = $1 AND status = 'destroyed'",
+            )
+            .bind(name),
+        )
+        .await?;
         Ok(())
     }
 

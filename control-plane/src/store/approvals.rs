@@ -98,7 +98,7 @@ fn approval_from_row(row: &SqliteRow) -> Result<ApprovalRecord, StoreError> {
 
 impl Store {
     pub async fn insert_approval(&self, approval: &NewApproval) -> Result<(), StoreError> {
-        sqlx::query(
+        self.execute(sqlx::query(
             "INSERT INTO approvals (id, agent_name, thread_id, call_id, tool, action, detail, status, \
              requested_by, requested_at, expires_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9, $10)",
@@ -113,7 +113,7 @@ impl Store {
         .bind(&approval.requested_by)
         .bind(now())
         .bind(&approval.expires_at)
-        .execute(&self.pool)
+        )
         .await?;
         Ok(())
     }
@@ -159,26 +159,28 @@ impl Store {
         status: ApprovalStatus,
         by: Option<&str>,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "UPDATE approvals SET status = $2, decided_at = $3, decided_by = $4 \
+        let done = self
+            .execute(
+                sqlx::query(
+                    "UPDATE approvals SET status = $2, decided_at = $3, decided_by = $4 \
              WHERE id = $1 AND status = 'pending'",
-        )
-        .bind(id)
-        .bind(status.as_str())
-        .bind(now())
-        .bind(by)
-        .execute(&self.pool)
-        .await?;
+                )
+                .bind(id)
+                .bind(status.as_str())
+                .bind(now())
+                .bind(by),
+            )
+            .await?;
         Ok(done.rows_affected() > 0)
     }
 
     /// At start-up: nobody waits for approvals of an earlier process any more.
     pub async fn cancel_pending_approvals(&self) -> Result<u64, StoreError> {
-        let done = sqlx::query(
+        let done = self.execute(sqlx::query(
             "UPDATE approvals SET status = 'cancelled', decided_at = $1 WHERE status = 'pending'",
         )
         .bind(now())
-        .execute(&self.pool)
+        )
         .await?;
         Ok(done.rows_affected())
     }

@@ -37,7 +37,7 @@ pub struct AuditRecord {
 
 impl Store {
     pub async fn audit(&self, entry: AuditEntry<'_>) -> Result<(), StoreError> {
-        sqlx::query(
+        self.execute(sqlx::query(
             "INSERT INTO audit_log (agent_name, timestamp, action_string, decision, user_id, detail, \
              thread_id, call_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
@@ -49,28 +49,7 @@ impl Store {
         .bind(entry.detail)
         .bind(entry.thread_id.map(|t| t as i64))
         .bind(entry.call_id)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    /// Records how an audited tool call went, once its result is in.
-    pub async fn audit_result(
-        &self,
-        agent: &str,
-        thread_id: u64,
-        call_id: &str,
-        result: &str,
-    ) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE audit_log SET result = $4 \
-             WHERE agent_name = $1 AND thread_id = $2 AND call_id = $3 AND result IS NULL",
         )
-        .bind(agent)
-        .bind(thread_id as i64)
-        .bind(call_id)
-        .bind(result)
-        .execute(&self.pool)
         .await?;
         Ok(())
     }
@@ -110,4 +89,26 @@ impl Store {
             })
             .collect()
     }
+}
+
+/// Records how an audited tool call went, once its result is in (with the tool's
+/// message, in its transaction).
+pub(super) async fn record_result(
+    tx: &mut sqlx::SqliteConnection,
+    agent: &str,
+    thread_id: u64,
+    call_id: &str,
+    result: &str,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE audit_log SET result = $4 \
+         WHERE agent_name = $1 AND thread_id = $2 AND call_id = $3 AND result IS NULL",
+    )
+    .bind(agent)
+    .bind(thread_id as i64)
+    .bind(call_id)
+    .bind(result)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }

@@ -60,7 +60,7 @@ impl From<sqlx::Error> for StoreError {
 /// SQLite's result codes for "no room": SQLITE_FULL (13, in the low byte of any
 /// extended code) and SQLITE_IOERR_SHMSIZE (4874, the WAL index cannot grow); or
 /// an I/O error that is ENOSPC / EDQUOT itself.
-fn is_disk_full(e: &sqlx::Error) -> bool {
+pub(super) fn is_disk_full(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Database(db) => db
             .code()

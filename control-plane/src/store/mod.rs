@@ -2,10 +2,11 @@
 //! migrations embedded in the binary.
 //!
 //! Invariant: every query uses `$N` placeholders and portable SQL, so the Postgres
-//! backend is a second migration set, not a second store. Every transaction that
-//! writes begins with [`Store::begin_write`], the one place that knows how SQLite
-//! takes its write lock; a busy database makes a writer wait (up to
-//! [`BUSY_TIMEOUT`]), never fail.
+//! backend is a second migration set, not a second store. Every write is a job of
+//! the one writer (`writer`: one connection, jobs committed in order, what has
+//! queued committed together); reads use a pool and never wait for the write
+//! lock. A busy database (another process, a checkpoint) makes the writer wait
+//! (up to [`BUSY_TIMEOUT`]), never fail.
 
 mod agents;
 mod approvals;
@@ -16,6 +17,7 @@ mod runs;
 mod sessions;
 mod tasks;
 mod threads;
+mod writer;
 
 use std::borrow::Cow;
 use std::path::Path;
@@ -23,9 +25,13 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
+use futures::future::BoxFuture;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
-use sqlx::{SqlSafeStr, Sqlite, Transaction};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, SqlSafeStr};
 
 pub use agents::{AgentRecord, AgentStatus, AgentUpdate, NewAgent};
 pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval};
@@ -36,14 +42,43 @@ pub use runs::{NewRun, RunMark, RunRecord, RunStatus};
 pub use sessions::{Cleared, SessionRecord, context_cutoff};
 pub use tasks::{OrphanTask, TaskRecord};
 pub use threads::{StepRecord, StoredMessage, ThreadRecord, ThreadStatus, summary_of};
+pub use writer::Pending;
+use writer::Writer;
 
 /// How long a writer waits for another writer before giving up. Generous: a write
 /// transaction here lasts milliseconds, so reaching it means something is wrong.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// What a commit waits for (SQLite's `synchronous` in WAL mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// A commit is written to the WAL, not flushed to the disk: an application
+    /// crash (chorus killed, even with SIGKILL) loses nothing committed; a power
+    /// loss or kernel crash can lose the last commits before the next checkpoint
+    /// (never corrupts the database).
+    #[default]
+    Normal,
+    /// Every commit is flushed to the disk (`fsync`) before it counts: a power
+    /// loss loses nothing committed, at the price of a flush per commit.
+    Full,
+}
+
+impl Durability {
+    fn synchronous(self) -> SqliteSynchronous {
+        match self {
+            Durability::Normal => SqliteSynchronous::Normal,
+            Durability::Full => SqliteSynchronous::Full,
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct Store {
+    /// Readers.
     pool: SqlitePool,
+    /// The one writer.
+    writer: Writer,
 }
 
 fn migrator() -> Migrator {
@@ -137,8 +172,14 @@ fn migrator() -> Migrator {
 }
 
 impl Store {
-    /// Opens (creating if needed) the database file and brings its schema up to date.
+    /// Opens (creating if needed) the database file and brings its schema up to
+    /// date, with the default durability.
     pub async fn open(path: &Path) -> Result<Store, StoreError> {
+        Store::open_with(path, Durability::default()).await
+    }
+
+    /// Opens the database with the given durability of commits.
+    pub async fn open_with(path: &Path, durability: Durability) -> Result<Store, StoreError> {
         // The database is created 0600 before SQLite opens it; SQLite gives the
         // -wal and -shm files the database file's mode. Existing ones are narrowed.
         crate::private::file(path, true).map_err(|e| StoreError::open_file(path, e))?;
@@ -152,17 +193,17 @@ impl Store {
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(durability.synchronous())
             .foreign_keys(true)
             .busy_timeout(BUSY_TIMEOUT);
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
             // sqlx counts transactions itself. When SQLite ends a transaction on its
-            // own (it rolls back on SQLITE_FULL, e.g. a commit on a full disk), the
-            // ROLLBACK sqlx sends fails and its count stays at 1: the connection would
-            // go back to the pool believing it is in a transaction, turn the next
-            // BEGIN into a SAVEPOINT that is never committed, hold the write lock and
-            // make every other writer "database is locked" until a restart. Such a
-            // connection is closed instead of reused; a fresh one takes its place.
+            // own (it rolls back on SQLITE_FULL), the ROLLBACK sqlx sends fails and
+            // its count stays at 1: the connection would go back to the pool
+            // believing it is in a transaction. Such a connection is closed instead
+            // of reused. (Only migrations and reads use the pool; the writer manages
+            // its own transactions.)
             .before_acquire(|conn, _meta| {
                 Box::pin(async move {
                     let clean = !sqlx::Connection::is_in_transaction(conn);
@@ -172,58 +213,56 @@ impl Store {
                     Ok(clean)
                 })
             })
-            .connect_with(options)
+            .connect_with(options.clone())
             .await?;
         migrator().run(&pool).await?;
-        Ok(Store { pool })
+        let writer = Writer::start(options.connect().await?);
+        Ok(Store { pool, writer })
     }
 
-    /// Begins a transaction that will write. On SQLite it is `BEGIN IMMEDIATE`: the
-    /// write lock is taken up front, waiting for the busy timeout if another writer
-    /// holds it. A plain (deferred) `BEGIN` would take it only at the first write,
-    /// and SQLite cannot wait there once the transaction has read: a writer that
-    /// committed in between makes the upgrade fail at once with "database is
-    /// locked" (SQLITE_BUSY_SNAPSHOT), whatever the busy timeout. Postgres needs no
-    /// such statement; this is the one SQLite-specific line of the store.
-    async fn begin_write(&self) -> Result<WriteTx, StoreError> {
-        let started = std::time::Instant::now();
-        Ok(WriteTx {
-            tx: self.pool.begin_with("BEGIN IMMEDIATE").await?,
-            started,
-        })
+    /// Runs `op` as (part of) a write transaction of the one writer and waits until
+    /// it is committed. An error from `op` rolls back what it did, nothing else.
+    async fn write<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T, StoreError>>
+            + Send
+            + 'static,
+    {
+        self.writer.submit(op).await.await
+    }
+
+    /// Queues `op` to the writer without waiting for its commit: the returned
+    /// [`Pending`] resolves when it is committed. Later writes (of anyone) commit
+    /// after it, never without it.
+    async fn queue<T, F>(&self, op: F) -> Pending<T>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T, StoreError>>
+            + Send
+            + 'static,
+    {
+        self.writer.submit(op).await
+    }
+
+    /// Runs one statement as a write (see [`Store::write`]).
+    async fn execute(
+        &self,
+        query: sqlx::query::Query<'static, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+    ) -> Result<sqlx::sqlite::SqliteQueryResult, StoreError> {
+        self.write(move |tx| Box::pin(async move { Ok(query.execute(&mut *tx).await?) }))
+            .await
+    }
+
+    /// Waits until every write queued before this call is committed (or failed),
+    /// so that a read sees them.
+    pub async fn flush(&self) {
+        let _ = self.write(|_| Box::pin(async { Ok(()) })).await;
     }
 
     pub async fn close(&self) {
+        self.flush().await;
         self.pool.close().await;
-    }
-}
-
-/// A write transaction; its time from `BEGIN` (the wait for the write lock
-/// included) to the end of `COMMIT` is measured (`chorus_db_write_duration_seconds`).
-pub(crate) struct WriteTx {
-    tx: Transaction<'static, Sqlite>,
-    started: std::time::Instant,
-}
-
-impl WriteTx {
-    pub async fn commit(self) -> Result<(), sqlx::Error> {
-        let started = self.started;
-        let done = self.tx.commit().await;
-        crate::metrics::db_write(started.elapsed());
-        done
-    }
-}
-
-impl std::ops::Deref for WriteTx {
-    type Target = sqlx::SqliteConnection;
-    fn deref(&self) -> &Self::Target {
-        &self.tx
-    }
-}
-
-impl std::ops::DerefMut for WriteTx {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.tx
     }
 }
 

@@ -26,22 +26,28 @@ impl Store {
         thread: u64,
         message_id: Option<u64>,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        sqlx::query(
-            "INSERT INTO message_refs (frontend, external_id, agent_name, thread_id, message_id, \
-             created_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (frontend, external_id) \
-             DO UPDATE SET agent_name = $3, thread_id = $4, message_id = $5",
-        )
-        .bind(frontend)
-        .bind(external_id)
-        .bind(agent)
-        .bind(thread as i64)
-        .bind(message_id.map(|id| id as i64))
-        .bind(now())
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        let frontend = frontend.to_owned();
+        let external_id = external_id.to_owned();
+        let agent = agent.to_owned();
+        self.write(move |tx| {
+            Box::pin(async move {
+                sqlx::query(
+                    "INSERT INTO message_refs (frontend, external_id, agent_name, thread_id, message_id, \
+                     created_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (frontend, external_id) \
+                     DO UPDATE SET agent_name = $3, thread_id = $4, message_id = $5",
+                )
+                .bind(&frontend)
+                .bind(&external_id)
+                .bind(&agent)
+                .bind(thread as i64)
+                .bind(message_id.map(|id| id as i64))
+                .bind(now())
+                .execute(&mut *tx)
+                .await?;
+                Ok(())
+            })
+        })
+        .await
     }
 
     /// Where `frontend`'s message `external_id` belongs, if it was recorded.
@@ -68,22 +74,26 @@ impl Store {
     /// Records that `frontend` owes `thread`'s answer to its message `reply_to` in
     /// `channel` (kept as it was when already owed: the first message is answered).
     pub async fn owe_answer(&self, owed: &OwedAnswer) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        sqlx::query(
-            "INSERT INTO answers_owed (frontend, agent_name, thread_id, channel, reply_to, \
-             created_at) VALUES ($1, $2, $3, $4, $5, $6) \
-             ON CONFLICT (frontend, agent_name, thread_id) DO NOTHING",
-        )
-        .bind(&owed.frontend)
-        .bind(&owed.agent_name)
-        .bind(owed.thread_id as i64)
-        .bind(&owed.channel)
-        .bind(&owed.reply_to)
-        .bind(now())
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        let owed = owed.clone();
+        self.write(move |tx| {
+            Box::pin(async move {
+                sqlx::query(
+                    "INSERT INTO answers_owed (frontend, agent_name, thread_id, channel, reply_to, \
+                     created_at) VALUES ($1, $2, $3, $4, $5, $6) \
+                     ON CONFLICT (frontend, agent_name, thread_id) DO NOTHING",
+                )
+                .bind(&owed.frontend)
+                .bind(&owed.agent_name)
+                .bind(owed.thread_id as i64)
+                .bind(&owed.channel)
+                .bind(&owed.reply_to)
+                .bind(now())
+                .execute(&mut *tx)
+                .await?;
+                Ok(())
+            })
+        })
+        .await
     }
 
     /// The answer is posted (or can never be): nothing is owed any more.
@@ -93,17 +103,22 @@ impl Store {
         agent: &str,
         thread: u64,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        sqlx::query(
-            "DELETE FROM answers_owed WHERE frontend = $1 AND agent_name = $2 AND thread_id = $3",
-        )
-        .bind(frontend)
-        .bind(agent)
-        .bind(thread as i64)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        let frontend = frontend.to_owned();
+        let agent = agent.to_owned();
+        self.write(move |tx| {
+            Box::pin(async move {
+                sqlx::query(
+                    "DELETE FROM answers_owed WHERE frontend = $1 AND agent_name = $2 AND thread_id = $3",
+                )
+                .bind(&frontend)
+                .bind(&agent)
+                .bind(thread as i64)
+                .execute(&mut *tx)
+                .await?;
+                Ok(())
+            })
+        })
+        .await
     }
 
     /// Every answer `frontend` still owes, oldest first.

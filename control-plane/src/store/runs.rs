@@ -118,12 +118,28 @@ macro_rules! run_columns {
     };
 }
 
+/// A [`RunMark`] the writer can own.
+#[derive(Debug, Clone)]
+pub(super) struct Mark {
+    run_id: String,
+    seq: u64,
+}
+
+impl Mark {
+    pub(super) fn of(mark: Option<RunMark<'_>>) -> Option<Mark> {
+        mark.map(|m| Mark {
+            run_id: m.run_id.to_owned(),
+            seq: m.seq,
+        })
+    }
+}
+
 /// Moves the run's `last_seq` to the event's `seq` inside `tx`, counting a stored
 /// message when `message` is set. False when the event is no later than the last
 /// one stored: it was stored already and the caller stores nothing.
 pub(super) async fn advance(
     tx: &mut sqlx::SqliteConnection,
-    mark: Option<RunMark<'_>>,
+    mark: Option<&Mark>,
     message: bool,
 ) -> Result<bool, StoreError> {
     let Some(mark) = mark else {
@@ -134,7 +150,7 @@ pub(super) async fn advance(
          stored = stored + $3, updated_at = $4 \
          WHERE id = $1 AND ($2 = 0 OR last_seq < $2)",
     )
-    .bind(mark.run_id)
+    .bind(&mark.run_id)
     .bind(mark.seq as i64)
     .bind(message as i64)
     .bind(now())
@@ -158,24 +174,28 @@ impl Store {
         let at = now();
         let trace_context =
             (!trace_context.is_empty()).then(|| serde_json::json!(trace_context).to_string());
-        let mut tx = self.begin_write().await?;
-        sqlx::query(
-            "INSERT INTO runs (id, agent_name, thread_id, attempt, status, first_step, stalled, \
-             created_at, updated_at, trace_context) \
-             VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $7, $8)",
-        )
-        .bind(run_id)
-        .bind(agent)
-        .bind(thread as i64)
-        .bind(i64::from(attempt))
-        .bind(i64::from(first_step))
-        .bind(i64::from(stalled))
-        .bind(&at)
-        .bind(trace_context)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        let (run_id, agent) = (run_id.to_owned(), agent.to_owned());
+        self.write(move |tx| {
+            Box::pin(async move {
+                sqlx::query(
+                    "INSERT INTO runs (id, agent_name, thread_id, attempt, status, first_step, \
+                     stalled, created_at, updated_at, trace_context) \
+                     VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $7, $8)",
+                )
+                .bind(&run_id)
+                .bind(&agent)
+                .bind(thread as i64)
+                .bind(i64::from(attempt))
+                .bind(i64::from(first_step))
+                .bind(i64::from(stalled))
+                .bind(&at)
+                .bind(&trace_context)
+                .execute(&mut *tx)
+                .await?;
+                Ok(())
+            })
+        })
+        .await
     }
 
     /// Moves a run to `status` (with why, when it ended otherwise than completed).
@@ -188,20 +208,25 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let at = now();
         let ended_at = status.is_ended().then(|| at.clone());
-        let mut tx = self.begin_write().await?;
-        let done = sqlx::query(
-            "UPDATE runs SET status = $2, reason = COALESCE($3, reason), updated_at = $4, \
-             ended_at = $5 WHERE id = $1 AND status IN ('queued', 'running')",
-        )
-        .bind(run_id)
-        .bind(status.as_str())
-        .bind(reason)
-        .bind(&at)
-        .bind(&ended_at)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(done.rows_affected() > 0)
+        let run_id = run_id.to_owned();
+        let reason = reason.map(str::to_owned);
+        self.write(move |tx| {
+            Box::pin(async move {
+                let done = sqlx::query(
+                    "UPDATE runs SET status = $2, reason = COALESCE($3, reason), updated_at = $4, \
+                     ended_at = $5 WHERE id = $1 AND status IN ('queued', 'running')",
+                )
+                .bind(&run_id)
+                .bind(status.as_str())
+                .bind(&reason)
+                .bind(&at)
+                .bind(&ended_at)
+                .execute(&mut *tx)
+                .await?;
+                Ok(done.rows_affected() > 0)
+            })
+        })
+        .await
     }
 
     /// Runs not ended (queued or running), oldest first: what a starting control

@@ -120,55 +120,64 @@ impl Store {
     /// a user; clearing ends them). A thread that changed after `at` (a reply came
     /// in while an idle save was summarising) is left alone, as are its messages.
     pub async fn clear_context(&self, agent: &str, at: &str) -> Result<Cleared, StoreError> {
-        let mut tx = self.begin_write().await?;
-        let cleared: Option<Option<String>> = sqlx::query_scalar(
-            "UPDATE agents SET context_cleared_at = CASE \
-             WHEN context_cleared_at IS NULL OR context_cleared_at < $2 THEN $2 \
-             ELSE context_cleared_at END \
-             WHERE name = $1 AND status = 'active' RETURNING context_cleared_at",
-        )
-        .bind(agent)
-        .bind(at)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let cleared_at = cleared
-            .flatten()
-            .ok_or_else(|| StoreError::NotFound(format!("no active agent named '{agent}'")))?;
-        let ended = now();
-        let mut threads: Vec<i64> = sqlx::query_scalar(
-            "UPDATE threads SET status = 'completed', updated_at = $3, ended_at = $3 \
-             WHERE agent_name = $1 AND status = 'idle' AND updated_at <= $2 RETURNING id",
-        )
-        .bind(agent)
-        .bind(at)
-        .bind(&ended)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        threads.sort_unstable();
-        Ok(Cleared {
-            cleared_at,
-            threads_completed: threads.into_iter().map(|t| t.max(0) as u64).collect(),
+        let agent = agent.to_owned();
+        let at = at.to_owned();
+        self.write(move |tx| {
+            Box::pin(async move {
+                let cleared: Option<Option<String>> = sqlx::query_scalar(
+                    "UPDATE agents SET context_cleared_at = CASE \
+                     WHEN context_cleared_at IS NULL OR context_cleared_at < $2 THEN $2 \
+                     ELSE context_cleared_at END \
+                     WHERE name = $1 AND status = 'active' RETURNING context_cleared_at",
+                )
+                .bind(&agent)
+                .bind(&at)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let cleared_at = cleared.flatten().ok_or_else(|| {
+                    StoreError::NotFound(format!("no active agent named '{agent}'"))
+                })?;
+                let ended = now();
+                let mut threads: Vec<i64> = sqlx::query_scalar(
+                    "UPDATE threads SET status = 'completed', updated_at = $3, ended_at = $3 \
+                     WHERE agent_name = $1 AND status = 'idle' AND updated_at <= $2 RETURNING id",
+                )
+                .bind(&agent)
+                .bind(&at)
+                .bind(&ended)
+                .fetch_all(&mut *tx)
+                .await?;
+                threads.sort_unstable();
+                Ok(Cleared {
+                    cleared_at,
+                    threads_completed: threads.into_iter().map(|t| t.max(0) as u64).collect(),
+                })
+            })
         })
+        .await
     }
 
     pub async fn insert_session(&self, session: &SessionRecord) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        sqlx::query(
-            "INSERT INTO sessions (id, agent_name, description, trigger, saved_at, message_count, \
-             file_name) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .bind(&session.id)
-        .bind(&session.agent_name)
-        .bind(&session.description)
-        .bind(&session.trigger)
-        .bind(&session.saved_at)
-        .bind(session.message_count as i64)
-        .bind(&session.file_name)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        let session = session.clone();
+        self.write(move |tx| {
+            Box::pin(async move {
+                sqlx::query(
+                    "INSERT INTO sessions (id, agent_name, description, trigger, saved_at, message_count, \
+                     file_name) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                )
+                .bind(&session.id)
+                .bind(&session.agent_name)
+                .bind(&session.description)
+                .bind(&session.trigger)
+                .bind(&session.saved_at)
+                .bind(session.message_count as i64)
+                .bind(&session.file_name)
+                .execute(&mut *tx)
+                .await?;
+                Ok(())
+            })
+        })
+        .await
     }
 
     pub async fn session(
@@ -225,40 +234,48 @@ impl Store {
             ));
         }
         let at = now();
-        let mut tx = self.begin_write().await?;
-        let id: Option<i64> = sqlx::query_scalar(
-            "UPDATE agents SET next_thread_id = next_thread_id + 1 \
-             WHERE name = $1 AND status = 'active' RETURNING next_thread_id - 1",
-        )
-        .bind(agent)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let id =
-            id.ok_or_else(|| StoreError::NotFound(format!("no active agent named '{agent}'")))?;
-        sqlx::query(
-            "INSERT INTO threads (agent_name, id, status, created_at, updated_at, created_by, \
-             restored_from, summary) VALUES ($1, $2, 'idle', $3, $3, $4, $5, $6)",
-        )
-        .bind(agent)
-        .bind(id)
-        .bind(&at)
-        .bind(user)
-        .bind(session_id)
-        .bind(super::threads::summary_of(summary))
-        .execute(&mut *tx)
-        .await?;
-        for message in messages {
-            insert_message(&mut tx, agent, id as u64, message, &at, true).await?;
-        }
-        let last: i64 = sqlx::query_scalar(
-            "SELECT MAX(id) FROM messages WHERE agent_name = $1 AND thread_id = $2",
-        )
-        .bind(agent)
-        .bind(id)
-        .fetch_one(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok((id as u64, last))
+        let agent = agent.to_owned();
+        let messages = messages.to_vec();
+        let user = user.to_owned();
+        let session_id = session_id.to_owned();
+        let summary = summary.to_owned();
+        self.write(move |tx| {
+            Box::pin(async move {
+                let id: Option<i64> = sqlx::query_scalar(
+                    "UPDATE agents SET next_thread_id = next_thread_id + 1 \
+                     WHERE name = $1 AND status = 'active' RETURNING next_thread_id - 1",
+                )
+                .bind(&agent)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let id =
+                    id.ok_or_else(|| StoreError::NotFound(format!("no active agent named '{agent}'")))?;
+                sqlx::query(
+                    "INSERT INTO threads (agent_name, id, status, created_at, updated_at, created_by, \
+                     restored_from, summary) VALUES ($1, $2, 'idle', $3, $3, $4, $5, $6)",
+                )
+                .bind(&agent)
+                .bind(id)
+                .bind(&at)
+                .bind(&user)
+                .bind(&session_id)
+                .bind(super::threads::summary_of(&summary))
+                .execute(&mut *tx)
+                .await?;
+                for message in messages {
+                    insert_message(tx, &agent, id as u64, &message, &at, true).await?;
+                }
+                let last: i64 = sqlx::query_scalar(
+                    "SELECT MAX(id) FROM messages WHERE agent_name = $1 AND thread_id = $2",
+                )
+                .bind(&agent)
+                .bind(id)
+                .fetch_one(&mut *tx)
+                .await?;
+                Ok((id as u64, last))
+            })
+        })
+        .await
     }
 
     /// The session a thread was restored from, if any.

@@ -42,7 +42,7 @@ impl Store {
         task: &TaskReport,
         verified: bool,
     ) -> Result<(), StoreError> {
-        sqlx::query(
+        self.execute(sqlx::query(
             "INSERT INTO tasks (agent_name, generation, task_id, command, pid, verified, status, started_at) \
              VALUES ($1, $2, $3, $4, $5, $7, 'running', $6)",
         )
@@ -53,7 +53,7 @@ impl Store {
         .bind(i64::from(task.pid))
         .bind(now())
         .bind(verified)
-        .execute(&self.pool)
+        )
         .await?;
         Ok(())
     }
@@ -89,38 +89,43 @@ impl Store {
         worker: Option<(&str, u64)>,
         reason: &str,
     ) -> Result<Vec<OrphanTask>, StoreError> {
-        let mut tx = self.begin_write().await?;
-        let agent = worker.map(|(agent, _)| agent);
-        let generation = worker.map(|(_, generation)| generation as i64);
-        let rows = sqlx::query(
-            "SELECT agent_name, task_id, pid, command FROM tasks WHERE status = 'running' \
-             AND ($1 IS NULL OR (agent_name = $1 AND generation = $2))",
-        )
-        .bind(agent)
-        .bind(generation)
-        .fetch_all(&mut *tx)
-        .await?;
-        sqlx::query(
-            "UPDATE tasks SET status = 'lost', detail = $3, ended_at = $4 WHERE status = 'running' \
-             AND ($1 IS NULL OR (agent_name = $1 AND generation = $2))",
-        )
-        .bind(agent)
-        .bind(generation)
-        .bind(reason)
-        .bind(now())
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        rows.iter()
-            .map(|row| {
-                Ok(OrphanTask {
-                    agent: row.try_get("agent_name")?,
-                    task_id: row.try_get::<i64, _>("task_id")? as u32,
-                    pid: row.try_get::<i64, _>("pid")? as u32,
-                    command: row.try_get("command")?,
-                })
+        let reason = reason.to_owned();
+        let worker = worker.map(|(agent, generation)| (agent.to_owned(), generation));
+        self.write(move |tx| {
+            Box::pin(async move {
+                let agent = worker.as_ref().map(|(agent, _)| agent.as_str());
+                let generation = worker.as_ref().map(|(_, generation)| *generation as i64);
+                let rows = sqlx::query(
+                    "SELECT agent_name, task_id, pid, command FROM tasks WHERE status = 'running' \
+                     AND ($1 IS NULL OR (agent_name = $1 AND generation = $2))",
+                )
+                .bind(agent)
+                .bind(generation)
+                .fetch_all(&mut *tx)
+                .await?;
+                sqlx::query(
+                    "UPDATE tasks SET status = 'lost', detail = $3, ended_at = $4 WHERE status = 'running' \
+                     AND ($1 IS NULL OR (agent_name = $1 AND generation = $2))",
+                )
+                .bind(agent)
+                .bind(generation)
+                .bind(&reason)
+                .bind(now())
+                .execute(&mut *tx)
+                .await?;
+                rows.iter()
+                    .map(|row| {
+                        Ok(OrphanTask {
+                            agent: row.try_get("agent_name")?,
+                            task_id: row.try_get::<i64, _>("task_id")? as u32,
+                            pid: row.try_get::<i64, _>("pid")? as u32,
+                            command: row.try_get("command")?,
+                        })
+                    })
+                    .collect()
             })
-            .collect()
+        })
+        .await
     }
 
     /// An agent's tasks: the running ones first, then the newest ended, at most `limit`.

@@ -234,37 +234,44 @@ impl Store {
         continued_from: Option<u64>,
     ) -> Result<(u64, u64), StoreError> {
         let at = now();
-        let mut tx = self.begin_write().await?;
-        // Allocating the id by bumping the agent's counter is atomic on both SQLite and
-        // Postgres, so concurrent creates never collide.
-        let id: Option<i64> = sqlx::query_scalar(
-            "UPDATE agents SET next_thread_id = next_thread_id + 1 \
-             WHERE name = $1 AND status = 'active' RETURNING next_thread_id - 1",
-        )
-        .bind(agent)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let id =
-            id.ok_or_else(|| StoreError::NotFound(format!("no active agent named '{agent}'")))?;
-        sqlx::query(
-            "INSERT INTO threads (agent_name, id, status, created_at, updated_at, created_by, \
-             summary, continued_from) VALUES ($1, $2, $3, $4, $4, $5, $6, $7)",
-        )
-        .bind(agent)
-        .bind(id)
-        .bind(status.as_str())
-        .bind(&at)
-        .bind(user)
-        .bind(summary)
-        .bind(continued_from.map(|t| t as i64))
-        .execute(&mut *tx)
-        .await?;
-        let mut last = 0;
-        for message in messages {
-            last = insert_message(&mut tx, agent, id as u64, message, &at, true).await?;
-        }
-        tx.commit().await?;
-        Ok((id as u64, last))
+        let agent = agent.to_owned();
+        let messages = messages.to_vec();
+        let user = user.to_owned();
+        let summary = summary.to_owned();
+        self.write(move |tx| {
+            Box::pin(async move {
+                // Allocating the id by bumping the agent's counter is atomic on both SQLite and
+                // Postgres, so concurrent creates never collide.
+                let id: Option<i64> = sqlx::query_scalar(
+                    "UPDATE agents SET next_thread_id = next_thread_id + 1 \
+                     WHERE name = $1 AND status = 'active' RETURNING next_thread_id - 1",
+                )
+                .bind(&agent)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let id =
+                    id.ok_or_else(|| StoreError::NotFound(format!("no active agent named '{agent}'")))?;
+                sqlx::query(
+                    "INSERT INTO threads (agent_name, id, status, created_at, updated_at, created_by, \
+                     summary, continued_from) VALUES ($1, $2, $3, $4, $4, $5, $6, $7)",
+                )
+                .bind(&agent)
+                .bind(id)
+                .bind(status.as_str())
+                .bind(&at)
+                .bind(&user)
+                .bind(&summary)
+                .bind(continued_from.map(|t| t as i64))
+                .execute(&mut *tx)
+                .await?;
+                let mut last = 0;
+                for message in messages {
+                    last = insert_message(tx, &agent, id as u64, &message, &at, true).await?;
+                }
+                Ok((id as u64, last))
+            })
+        })
+        .await
     }
 
     pub async fn thread(&self, agent: &str, id: u64) -> Result<Option<ThreadRecord>, StoreError> {
@@ -302,34 +309,39 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let at = now();
         let ended_at = status.is_finished().then(|| at.clone());
-        let mut tx = self.begin_write().await?;
-        let done = sqlx::query(
-            "UPDATE threads SET status = $3, error = COALESCE($4, error), \
-             failure_kind = COALESCE($7, failure_kind), updated_at = $5, ended_at = $6 \
-             WHERE agent_name = $1 AND id = $2 AND status NOT IN ('completed', 'failed', 'killed')",
-        )
-        .bind(agent)
-        .bind(id as i64)
-        .bind(status.as_str())
-        .bind(failure.map(|f| f.message.as_str()))
-        .bind(&at)
-        .bind(&ended_at)
-        .bind(failure.map(|f| f.kind.as_str()))
-        .execute(&mut *tx)
-        .await?;
-        if status.is_finished() {
-            sqlx::query(
-                "UPDATE thread_steps SET ended_at = $3, failed = 1 \
-                 WHERE agent_name = $1 AND thread_id = $2 AND ended_at IS NULL",
-            )
-            .bind(agent)
-            .bind(id as i64)
-            .bind(&at)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(done.rows_affected() > 0)
+        let agent = agent.to_owned();
+        let failure = failure.cloned();
+        self.write(move |tx| {
+            Box::pin(async move {
+                let done = sqlx::query(
+                    "UPDATE threads SET status = $3, error = COALESCE($4, error), \
+                     failure_kind = COALESCE($7, failure_kind), updated_at = $5, ended_at = $6 \
+                     WHERE agent_name = $1 AND id = $2 AND status NOT IN ('completed', 'failed', 'killed')",
+                )
+                .bind(&agent)
+                .bind(id as i64)
+                .bind(status.as_str())
+                .bind(failure.as_ref().map(|f| f.message.as_str()))
+                .bind(&at)
+                .bind(&ended_at)
+                .bind(failure.as_ref().map(|f| f.kind.as_str()))
+                .execute(&mut *tx)
+                .await?;
+                if status.is_finished() {
+                    sqlx::query(
+                        "UPDATE thread_steps SET ended_at = $3, failed = 1 \
+                         WHERE agent_name = $1 AND thread_id = $2 AND ended_at IS NULL",
+                    )
+                    .bind(&agent)
+                    .bind(id as i64)
+                    .bind(&at)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                Ok(done.rows_affected() > 0)
+            })
+        })
+        .await
     }
 
     /// Threads going that never had a run (the control plane stopped between
@@ -353,29 +365,33 @@ impl Store {
     /// at start-up, after the open runs were resumed. Returns how many were failed.
     pub async fn fail_threads_without_run(&self, failure: &Failure) -> Result<u64, StoreError> {
         let at = now();
-        let mut tx = self.begin_write().await?;
-        let done = sqlx::query(
-            "UPDATE threads SET status = 'failed', error = $1, failure_kind = $3, updated_at = $2, \
-             ended_at = $2 WHERE status IN ('running', 'waiting_for_permission') AND NOT EXISTS \
-             (SELECT 1 FROM runs r WHERE r.agent_name = threads.agent_name \
-              AND r.thread_id = threads.id AND r.status IN ('queued', 'running'))",
-        )
-        .bind(&failure.message)
-        .bind(&at)
-        .bind(failure.kind.as_str())
-        .execute(&mut *tx)
-        .await?;
-        // Their steps left open will never end.
-        sqlx::query(
-            "UPDATE thread_steps SET ended_at = $1, failed = 1 WHERE ended_at IS NULL AND EXISTS \
-             (SELECT 1 FROM threads t WHERE t.agent_name = thread_steps.agent_name \
-              AND t.id = thread_steps.thread_id AND t.status IN ('completed', 'failed', 'killed'))",
-        )
-        .bind(&at)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(done.rows_affected())
+        let failure = failure.clone();
+        self.write(move |tx| {
+            Box::pin(async move {
+                let done = sqlx::query(
+                    "UPDATE threads SET status = 'failed', error = $1, failure_kind = $3, updated_at = $2, \
+                     ended_at = $2 WHERE status IN ('running', 'waiting_for_permission') AND NOT EXISTS \
+                     (SELECT 1 FROM runs r WHERE r.agent_name = threads.agent_name \
+                      AND r.thread_id = threads.id AND r.status IN ('queued', 'running'))",
+                )
+                .bind(&failure.message)
+                .bind(&at)
+                .bind(failure.kind.as_str())
+                .execute(&mut *tx)
+                .await?;
+                // Their steps left open will never end.
+                sqlx::query(
+                    "UPDATE thread_steps SET ended_at = $1, failed = 1 WHERE ended_at IS NULL AND EXISTS \
+                     (SELECT 1 FROM threads t WHERE t.agent_name = thread_steps.agent_name \
+                      AND t.id = thread_steps.thread_id AND t.status IN ('completed', 'failed', 'killed'))",
+                )
+                .bind(&at)
+                .execute(&mut *tx)
+                .await?;
+                Ok(done.rows_affected())
+            })
+        })
+        .await
     }
 
     /// The user messages of a thread no model has seen yet, as messages.
@@ -396,8 +412,9 @@ impl Store {
         rows.iter().map(message_from_row).collect()
     }
 
-    /// Appends a message a run produced; false (and nothing stored) when `mark`
-    /// says the run's event was stored already.
+    /// Appends a message a run produced (a tool's result also records how the call
+    /// went in its audit row); false (and nothing stored) when `mark` says the
+    /// run's event was stored already.
     pub async fn append_message(
         &self,
         agent: &str,
@@ -405,13 +422,43 @@ impl Store {
         message: &ChatMessage,
         mark: Option<RunMark<'_>>,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.begin_write().await?;
-        if !advance(&mut tx, mark, true).await? {
-            return Ok(false);
-        }
-        insert_message(&mut tx, agent, thread, message, &now(), true).await?;
-        tx.commit().await?;
-        Ok(true)
+        self.queue_append_message(agent, thread, message, mark)
+            .await
+            .await
+    }
+
+    /// [`Store::append_message`], queued: the answer comes once it is committed.
+    pub async fn queue_append_message(
+        &self,
+        agent: &str,
+        thread: u64,
+        message: &ChatMessage,
+        mark: Option<RunMark<'_>>,
+    ) -> super::Pending<bool> {
+        let agent = agent.to_owned();
+        let message = message.clone();
+        let mark = super::runs::Mark::of(mark);
+        self.queue(move |tx| {
+            Box::pin(async move {
+                if !advance(tx, mark.as_ref(), true).await? {
+                    return Ok(false);
+                }
+                insert_message(tx, &agent, thread, &message, &now(), true).await?;
+                // A tool's result completes its audit row, in the same transaction.
+                if let (Role::Tool, Some(call_id)) = (message.role, &message.tool_call_id) {
+                    super::audit::record_result(
+                        tx,
+                        &agent,
+                        thread,
+                        call_id,
+                        if message.is_error { "error" } else { "ok" },
+                    )
+                    .await?;
+                }
+                Ok(true)
+            })
+        })
+        .await
     }
 
     /// Adds a user message to a thread; `pending` when a run is going that has not
@@ -424,24 +471,29 @@ impl Store {
         pending: bool,
     ) -> Result<u64, StoreError> {
         let at = now();
-        let mut tx = self.begin_write().await?;
-        let id = insert_message(
-            &mut tx,
-            agent,
-            thread,
-            &ChatMessage::user(content),
-            &at,
-            !pending,
-        )
-        .await?;
-        sqlx::query("UPDATE threads SET updated_at = $3 WHERE agent_name = $1 AND id = $2")
-            .bind(agent)
-            .bind(thread as i64)
-            .bind(&at)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(id)
+        let agent = agent.to_owned();
+        let content = content.to_owned();
+        self.write(move |tx| {
+            Box::pin(async move {
+                let id = insert_message(
+                    tx,
+                    &agent,
+                    thread,
+                    &ChatMessage::user(content),
+                    &at,
+                    !pending,
+                )
+                .await?;
+                sqlx::query("UPDATE threads SET updated_at = $3 WHERE agent_name = $1 AND id = $2")
+                    .bind(&agent)
+                    .bind(thread as i64)
+                    .bind(&at)
+                    .execute(&mut *tx)
+                    .await?;
+                Ok(id)
+            })
+        })
+        .await
     }
 
     /// A run took a pending user message into its history: it gets the next place
@@ -453,22 +505,40 @@ impl Store {
         message_id: u64,
         mark: Option<RunMark<'_>>,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.begin_write().await?;
-        if !advance(&mut tx, mark, false).await? {
-            return Ok(false);
-        }
-        let done = sqlx::query(
-            "UPDATE messages SET position = (SELECT COALESCE(MAX(position), 0) + 1 FROM messages \
-             WHERE agent_name = $1 AND thread_id = $2) \
-             WHERE agent_name = $1 AND thread_id = $2 AND id = $3 AND position IS NULL",
-        )
-        .bind(agent)
-        .bind(thread as i64)
-        .bind(message_id as i64)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(done.rows_affected() > 0)
+        self.queue_take_input(agent, thread, message_id, mark)
+            .await
+            .await
+    }
+
+    /// [`Store::take_input`], queued: the answer comes once it is committed.
+    pub async fn queue_take_input(
+        &self,
+        agent: &str,
+        thread: u64,
+        message_id: u64,
+        mark: Option<RunMark<'_>>,
+    ) -> super::Pending<bool> {
+        let agent = agent.to_owned();
+        let mark = super::runs::Mark::of(mark);
+        self.queue(move |tx| {
+            Box::pin(async move {
+                if !advance(tx, mark.as_ref(), false).await? {
+                    return Ok(false);
+                }
+                let done = sqlx::query(
+                    "UPDATE messages SET position = (SELECT COALESCE(MAX(position), 0) + 1 FROM messages \
+                     WHERE agent_name = $1 AND thread_id = $2) \
+                     WHERE agent_name = $1 AND thread_id = $2 AND id = $3 AND position IS NULL",
+                )
+                .bind(&agent)
+                .bind(thread as i64)
+                .bind(message_id as i64)
+                .execute(&mut *tx)
+                .await?;
+                Ok(done.rows_affected() > 0)
+            })
+        })
+        .await
     }
 
     /// The user messages of a thread no model has seen yet, oldest first: their ids
@@ -509,15 +579,20 @@ impl Store {
         summary: &str,
     ) -> Result<String, StoreError> {
         let summary = summary_of(summary);
-        let mut tx = self.begin_write().await?;
-        sqlx::query("UPDATE threads SET summary = $3 WHERE agent_name = $1 AND id = $2")
-            .bind(agent)
-            .bind(thread as i64)
-            .bind(&summary)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(summary)
+        let agent = agent.to_owned();
+        let summary = summary.to_owned();
+        self.write(move |tx| {
+            Box::pin(async move {
+                sqlx::query("UPDATE threads SET summary = $3 WHERE agent_name = $1 AND id = $2")
+                    .bind(&agent)
+                    .bind(thread as i64)
+                    .bind(&summary)
+                    .execute(&mut *tx)
+                    .await?;
+                Ok(summary)
+            })
+        })
+        .await
     }
 
     /// Replaces the content of a thread's first message (a continuation's note,
@@ -528,18 +603,23 @@ impl Store {
         thread: u64,
         content: &str,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        sqlx::query(
-            "UPDATE messages SET content = $3 WHERE agent_name = $1 AND thread_id = $2 \
-             AND position = 1",
-        )
-        .bind(agent)
-        .bind(thread as i64)
-        .bind(content)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        let agent = agent.to_owned();
+        let content = content.to_owned();
+        self.write(move |tx| {
+            Box::pin(async move {
+                sqlx::query(
+                    "UPDATE messages SET content = $3 WHERE agent_name = $1 AND thread_id = $2 \
+                     AND position = 1",
+                )
+                .bind(&agent)
+                .bind(thread as i64)
+                .bind(&content)
+                .execute(&mut *tx)
+                .await?;
+                Ok(())
+            })
+        })
+        .await
     }
 
     /// A thread's conversation as the model saw it: every message with a place, in
@@ -638,24 +718,43 @@ impl Store {
         step: &StepStarted,
         mark: Option<RunMark<'_>>,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.begin_write().await?;
-        if !advance(&mut tx, mark, false).await? {
-            return Ok(false);
-        }
-        sqlx::query(
-            "INSERT INTO thread_steps (agent_name, thread_id, step_number, kind, description, started_at) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(agent)
-        .bind(thread as i64)
-        .bind(step.number as i64)
-        .bind(step.kind.as_str())
-        .bind(&step.description)
-        .bind(format_epoch_ms(step.started_at_ms))
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(true)
+        self.queue_record_step_started(agent, thread, step, mark)
+            .await
+            .await
+    }
+
+    /// [`Store::record_step_started`], queued: the answer comes once it is committed.
+    pub async fn queue_record_step_started(
+        &self,
+        agent: &str,
+        thread: u64,
+        step: &StepStarted,
+        mark: Option<RunMark<'_>>,
+    ) -> super::Pending<bool> {
+        let agent = agent.to_owned();
+        let step = step.clone();
+        let mark = super::runs::Mark::of(mark);
+        self.queue(move |tx| {
+            Box::pin(async move {
+                if !advance(tx, mark.as_ref(), false).await? {
+                    return Ok(false);
+                }
+                sqlx::query(
+                    "INSERT INTO thread_steps (agent_name, thread_id, step_number, kind, description, started_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6)",
+                )
+                .bind(&agent)
+                .bind(thread as i64)
+                .bind(step.number as i64)
+                .bind(step.kind.as_str())
+                .bind(&step.description)
+                .bind(format_epoch_ms(step.started_at_ms))
+                .execute(&mut *tx)
+                .await?;
+                Ok(true)
+            })
+        })
+        .await
     }
 
     pub async fn record_step_ended(
@@ -665,46 +764,69 @@ impl Store {
         step: &StepEnded,
         mark: Option<RunMark<'_>>,
     ) -> Result<bool, StoreError> {
+        self.queue_record_step_ended(agent, thread, step, mark)
+            .await
+            .await
+    }
+
+    /// [`Store::record_step_ended`], queued: the answer comes once it is committed.
+    pub async fn queue_record_step_ended(
+        &self,
+        agent: &str,
+        thread: u64,
+        step: &StepEnded,
+        mark: Option<RunMark<'_>>,
+    ) -> super::Pending<bool> {
         let usage = step.usage.unwrap_or_default();
         let has_usage = step.usage.is_some();
-        let mut tx = self.begin_write().await?;
-        if !advance(&mut tx, mark, false).await? {
-            return Ok(false);
-        }
-        sqlx::query(
-            "UPDATE thread_steps SET ended_at = $4, duration_ms = $5, failed = $6, \
-             input_tokens = $7, output_tokens = $8 \
-             WHERE agent_name = $1 AND thread_id = $2 AND step_number = $3",
-        )
-        .bind(agent)
-        .bind(thread as i64)
-        .bind(step.number as i64)
-        .bind(format_epoch_ms(step.ended_at_ms))
-        .bind(step.duration_ms as i64)
-        .bind(step.failed as i64)
-        .bind(has_usage.then_some(usage.input_tokens as i64))
-        .bind(has_usage.then_some(usage.output_tokens as i64))
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(true)
+        let agent = agent.to_owned();
+        let step = step.clone();
+        let mark = super::runs::Mark::of(mark);
+        self.queue(move |tx| {
+            Box::pin(async move {
+                if !advance(tx, mark.as_ref(), false).await? {
+                    return Ok(false);
+                }
+                sqlx::query(
+                    "UPDATE thread_steps SET ended_at = $4, duration_ms = $5, failed = $6, \
+                     input_tokens = $7, output_tokens = $8 \
+                     WHERE agent_name = $1 AND thread_id = $2 AND step_number = $3",
+                )
+                .bind(&agent)
+                .bind(thread as i64)
+                .bind(step.number as i64)
+                .bind(format_epoch_ms(step.ended_at_ms))
+                .bind(step.duration_ms as i64)
+                .bind(step.failed as i64)
+                .bind(has_usage.then_some(usage.input_tokens as i64))
+                .bind(has_usage.then_some(usage.output_tokens as i64))
+                .execute(&mut *tx)
+                .await?;
+                Ok(true)
+            })
+        })
+        .await
     }
 
     /// Closes a thread's open steps as failed: their run is gone (a resumption
     /// follows), so they will never end.
     pub async fn close_open_steps(&self, agent: &str, thread: u64) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        sqlx::query(
-            "UPDATE thread_steps SET ended_at = $3, failed = 1 \
-             WHERE agent_name = $1 AND thread_id = $2 AND ended_at IS NULL",
-        )
-        .bind(agent)
-        .bind(thread as i64)
-        .bind(now())
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        let agent = agent.to_owned();
+        self.write(move |tx| {
+            Box::pin(async move {
+                sqlx::query(
+                    "UPDATE thread_steps SET ended_at = $3, failed = 1 \
+                     WHERE agent_name = $1 AND thread_id = $2 AND ended_at IS NULL",
+                )
+                .bind(&agent)
+                .bind(thread as i64)
+                .bind(now())
+                .execute(&mut *tx)
+                .await?;
+                Ok(())
+            })
+        })
+        .await
     }
 
     /// Each thread's last step number and the description of its open step (what it

@@ -1,12 +1,13 @@
 //! Issue 14's table, measured through the real binaries with a fake model that
-//! answers at once: each turn is a `view` tool call and a final answer (two model
-//! calls), profile `open`, thread titles off.
+//! answers at once: a run of N model calls is N - 1 `view` tool calls and a final
+//! answer, profile `open`, thread titles off.
 //!
 //! `cargo build --release --bins && cargo bench -p chorus-e2e --bench throughput`
 //! (or `--profile dev` after `cargo build --bins`: slower, for a quick look).
 //! Prints, with the load average: CPU per model call of the control plane and of
-//! the worker over a 200-turn thread; model calls per second with 100 threads of 20
-//! turns over 10 agents; agent create → worker ready; memory of 100 idle agents.
+//! the worker in a run of 20 and of 200 calls (A), and in replies continuing that
+//! conversation (E); model calls per second with 100 threads of 20 calls at once
+//! over 10 agents (B); agent create → worker ready (C); memory of 100 idle agents (D).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,17 +16,23 @@ use chorus_test_support::fake_model::{text, tool_call};
 use chorus_test_support::{Chorus, FakeOpenAi, Reply};
 use serde_json::{Value, json};
 
-/// A turn: a user message gets a `view`, its result gets the answer.
+/// A run of N model calls: the user message says N; the model calls `view` until
+/// the run has N - 1 tool results, then answers. Each call id is new, as a real
+/// model's are.
 fn answer(body: &Value) -> Reply {
-    let last = body["messages"]
-        .as_array()
-        .and_then(|m| m.last())
-        .map(|m| m["role"].as_str().unwrap_or("").to_string())
-        .unwrap_or_default();
-    if last == "tool" {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let wanted: usize = messages
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .and_then(|c| c.trim().parse().ok())
+        .unwrap_or(1);
+    let results = messages.iter().filter(|m| m["role"] == "tool").count();
+    if results + 1 >= wanted {
         text("Done.")
     } else {
-        tool_call("v", "view", json!({"path": ".gitkeep"}))
+        tool_call(&format!("v{results}"), "view", json!({"path": ".gitkeep"}))
     }
 }
 
@@ -60,6 +67,7 @@ async fn start(model: &chorus_test_support::FakeModel) -> Chorus {
     Chorus::builder()
         .openai_fake(model)
         .config("[threads]\ntitles = false\n")
+        .env("CHORUS_MAX_ITERATIONS", "100000")
         .start()
         .await
         .expect("chorus starts")
@@ -76,10 +84,11 @@ async fn create(chorus: &Chorus, name: &str) -> u32 {
         .expect("worker")
 }
 
-/// One turn: the message (a reply to `reply_to`, if given), to the thread's end;
-/// returns the id of the thread's last message, to reply to next.
-async fn turn(chorus: &Chorus, agent: &str, reply_to: Option<u64>) -> u64 {
-    let mut body = json!({"content": "next"});
+/// One message asking for a run of `calls` model calls (a reply to `reply_to`, if
+/// given), followed to the thread's end; returns the id of the thread's last
+/// message, to reply to next.
+async fn run(chorus: &Chorus, agent: &str, calls: usize, reply_to: Option<u64>) -> u64 {
+    let mut body = json!({"content": calls.to_string()});
     if let Some(id) = reply_to {
         body["reply_to"] = json!(id);
     }
@@ -102,12 +111,29 @@ async fn turn(chorus: &Chorus, agent: &str, reply_to: Option<u64>) -> u64 {
         .expect("events");
     events.rest().await.expect("to the end");
     let shown = chorus.thread(agent, thread).await.expect("thread");
+    if std::env::var("THROUGHPUT_STEPS").is_ok() {
+        for step in shown["steps"].as_array().into_iter().flatten().take(12) {
+            eprintln!(
+                "STEP {} {} {} {}",
+                step["number"], step["kind"], step["started_at"], step["duration_ms"]
+            );
+        }
+    }
     assert_eq!(shown["status"], "completed", "{shown}");
     shown["messages"]
         .as_array()
         .and_then(|m| m.last())
         .and_then(|m| m["id"].as_u64())
         .expect("last message id")
+}
+
+fn print_cpu(what: &str, control_plane: Duration, worker: Duration) {
+    println!(
+        "{what} CPU per call {:.2} ms control plane, {:.2} ms worker, {:.2} ms both",
+        control_plane.as_secs_f64() * 1e3,
+        worker.as_secs_f64() * 1e3,
+        (control_plane + worker).as_secs_f64() * 1e3
+    );
 }
 
 fn load() -> String {
@@ -123,29 +149,67 @@ fn load() -> String {
 async fn main() {
     let model = FakeOpenAi::start().await;
     model.set_fallback(answer);
+    model.set_chunk_pause(Duration::ZERO);
     println!("load average at start: {}", load());
 
-    // A: CPU per model call over one thread of 200 turns.
-    let chorus = start(&model).await;
-    let worker = create(&chorus, "long").await;
-    let (cp0, w0, calls0) = (cpu(chorus.pid()), cpu(worker), model.requests().len());
-    let mut last = None;
-    for _ in 0..200 {
-        last = Some(turn(&chorus, "long", last).await);
+    // THROUGHPUT_PHASES=AB runs only those phases, e.g. to profile one.
+    let phases = std::env::var("THROUGHPUT_PHASES").unwrap_or_else(|_| "AEBCD".into());
+    if phases.contains('A') || phases.contains('E') {
+        phase_a(&model, phases.contains('E')).await;
     }
-    let calls = (model.requests().len() - calls0) as u32;
-    let cp = (cpu(chorus.pid()) - cp0) / calls;
-    let w = (cpu(worker) - w0) / calls;
-    println!(
-        "A  200 turns, {calls} model calls: CPU per call {:.2} ms control plane, {:.2} ms worker, {:.2} ms both",
-        cp.as_secs_f64() * 1e3,
-        w.as_secs_f64() * 1e3,
-        (cp + w).as_secs_f64() * 1e3
-    );
-    drop(chorus);
+    if phases.contains('B') {
+        phase_b(&model).await;
+    }
+    if phases.contains('C') || phases.contains('D') {
+        phase_cd(&model).await;
+    }
+    println!("load average at end: {}", load());
+}
 
-    // B: model calls per second, 100 threads × 20 turns over 10 agents.
-    let chorus = Arc::new(start(&model).await);
+async fn phase_a(model: &chorus_test_support::FakeModel, continuing: bool) {
+    // A: CPU per model call in one run of 20 and of 200 calls (the history grows
+    // with each call); E: continuing that conversation (a reply to its end).
+    let chorus = start(model).await;
+    eprintln!("control plane pid {}", chorus.pid());
+    let worker = create(&chorus, "long").await;
+    let mut last = 0;
+    let long: usize = std::env::var("THROUGHPUT_LONG_RUN")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    for calls in [20, long] {
+        let (cp0, w0, calls0) = (cpu(chorus.pid()), cpu(worker), model.requests().len());
+        let started = Instant::now();
+        last = run(&chorus, "long", calls, None).await;
+        let made = (model.requests().len() - calls0) as u32;
+        print_cpu(
+            &format!(
+                "A  one run of {made} model calls ({:.1} ms each):",
+                started.elapsed().as_secs_f64() * 1e3 / f64::from(made)
+            ),
+            (cpu(chorus.pid()) - cp0) / made,
+            (cpu(worker) - w0) / made,
+        );
+    }
+    if !continuing {
+        return;
+    }
+    let (cp0, w0, calls0) = (cpu(chorus.pid()), cpu(worker), model.requests().len());
+    for _ in 0..10 {
+        last = run(&chorus, "long", 2, Some(last)).await;
+    }
+    let made = (model.requests().len() - calls0) as u32;
+    print_cpu(
+        "E  10 replies continuing that conversation (2 calls each):",
+        (cpu(chorus.pid()) - cp0) / made,
+        (cpu(worker) - w0) / made,
+    );
+}
+
+async fn phase_b(model: &chorus_test_support::FakeModel) {
+    // B: model calls per second, 100 threads of 20 calls at once over 10 agents.
+    let chorus = Arc::new(start(model).await);
+    eprintln!("control plane pid {}", chorus.pid());
     for a in 0..10 {
         create(&chorus, &format!("busy-{a}")).await;
     }
@@ -156,11 +220,7 @@ async fn main() {
     for t in 0..100 {
         let chorus = chorus.clone();
         tasks.push(tokio::spawn(async move {
-            let agent = format!("busy-{}", t % 10);
-            let mut last = None;
-            for _ in 0..20 {
-                last = Some(turn(&chorus, &agent, last).await);
-            }
+            run(&chorus, &format!("busy-{}", t % 10), 20, None).await;
         }));
     }
     for task in tasks {
@@ -168,16 +228,19 @@ async fn main() {
     }
     let took = started.elapsed();
     let calls = model.requests().len() - calls0;
+    let cp = cpu(chorus.pid()) - cp0;
     println!(
-        "B  100 threads x 20 turns over 10 agents: {calls} model calls in {:.1} s = {:.0} calls/s (control plane CPU {:.1} s)",
+        "B  100 threads x 20 calls over 10 agents: {calls} model calls in {:.1} s = {:.0} calls/s (control plane CPU {:.1} s, {:.2} ms per call)",
         took.as_secs_f64(),
         calls as f64 / took.as_secs_f64(),
-        (cpu(chorus.pid()) - cp0).as_secs_f64()
+        cp.as_secs_f64(),
+        cp.as_secs_f64() * 1e3 / calls as f64
     );
-    drop(chorus);
+}
 
+async fn phase_cd(model: &chorus_test_support::FakeModel) {
     // C and D: agent create → worker ready, and 100 idle agents' memory.
-    let chorus = start(&model).await;
+    let chorus = start(model).await;
     let mut ready = Vec::new();
     let mut workers = Vec::new();
     for a in 0..100 {
@@ -201,5 +264,4 @@ async fn main() {
         rss as f64 / 1024.0,
         pss as f64 / 1024.0 / workers.len() as f64
     );
-    println!("load average at end: {}", load());
 }

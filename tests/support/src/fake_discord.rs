@@ -248,7 +248,7 @@ impl FakeDiscord {
             .fallback(stray)
             .with_state(recorded.clone());
         let rest_task = tokio::spawn(async move {
-            let _ = axum::serve(rest, app).await;
+            crate::serve(rest, app).await;
         });
         let (dispatch, _) = tokio::sync::broadcast::channel(256);
         let gateway_task = tokio::spawn(serve_gateway(

@@ -125,6 +125,8 @@ struct Script {
     context_window: Option<usize>,
     /// Answers a request when the script is empty (benchmarks: endless turns).
     fallback: Option<fn(&Value) -> Reply>,
+    /// The pause between streamed chunks (1 ms: readers see them arrive apart).
+    chunk_pause: Duration,
     /// Why requests were refused: each fails the test when the fake is dropped.
     violations: Vec<String>,
     /// Requests to paths the fake does not serve, as `METHOD /path?query`.
@@ -228,6 +230,7 @@ impl FakeModel {
             quirks: Quirks::default(),
             context_window: None,
             fallback: None,
+            chunk_pause: Duration::from_millis(1),
             violations: Vec::new(),
             strays: Vec::new(),
             titles: Vec::new(),
@@ -245,7 +248,7 @@ impl FakeModel {
             .layer(axum::extract::DefaultBodyLimit::max(64 * 1024 * 1024))
             .with_state(script.clone());
         let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            crate::serve(listener, app).await;
         });
         FakeModel { addr, script, task }
     }
@@ -262,6 +265,13 @@ impl FakeModel {
 
     pub fn set_models(&self, models: &[&str]) -> &Self {
         self.script.lock().unwrap().models = models.iter().map(|m| m.to_string()).collect();
+        self
+    }
+
+    /// The pause between the chunks of a streamed answer (1 ms unless set; zero
+    /// sends them at once, for benchmarks of Chorus rather than of the fake).
+    pub fn set_chunk_pause(&self, pause: Duration) -> &Self {
+        self.script.lock().unwrap().chunk_pause = pause;
         self
     }
 
@@ -363,7 +373,7 @@ async fn answer(
         .unwrap_or(4096);
     let messages_len = body.get("messages").map_or(0, |m| m.to_string().len());
     let is_title = body.to_string().contains(TITLE_INSTRUCTION);
-    let (wire, reply, usage, quirks) = {
+    let (wire, reply, usage, quirks, pause) = {
         let mut script = script.lock().unwrap();
         let recorded = if is_title {
             &mut script.titles
@@ -402,7 +412,7 @@ async fn answer(
         {
             drop(script);
             return if streaming {
-                sse_response(Vec::new())
+                sse_response(Vec::new(), Duration::ZERO)
             } else {
                 render_error(
                     wire,
@@ -418,7 +428,13 @@ async fn answer(
                 .title_reply
                 .clone()
                 .unwrap_or_else(|| Reply::Text(first_user_line(&body)));
-            (wire, Some(reply), script.usage, script.quirks)
+            (
+                wire,
+                Some(reply),
+                script.usage,
+                script.quirks,
+                script.chunk_pause,
+            )
         } else {
             let reply = script
                 .replies
@@ -430,7 +446,7 @@ async fn answer(
                     .violations
                     .push(format!("request {n}: no scripted reply left for it"));
             }
-            (wire, reply, script.usage, script.quirks)
+            (wire, reply, script.usage, script.quirks, script.chunk_pause)
         }
     };
     let mut reply = reply.unwrap_or(Reply::Error {
@@ -459,6 +475,7 @@ async fn answer(
                         usage,
                         quirks,
                         max_tokens,
+                        pause,
                     },
                 );
             }
@@ -473,6 +490,8 @@ struct Render {
     quirks: Quirks,
     /// The request's `max_tokens`: a truncated answer used all of them.
     max_tokens: u64,
+    /// The pause between streamed chunks.
+    pause: Duration,
 }
 
 fn render_error(
@@ -508,9 +527,10 @@ fn render(wire: Wire, reply: Reply, streaming: bool, how: Render) -> Response {
             retry_after,
         } => render_error(wire, status, &kind, &message, retry_after),
         Reply::Endless => endless(wire),
-        Reply::Malformed if streaming => {
-            sse_response(vec![Ok(Bytes::from("data: {this is not json\n\n"))])
-        }
+        Reply::Malformed if streaming => sse_response(
+            vec![Ok(Bytes::from("data: {this is not json\n\n"))],
+            how.pause,
+        ),
         Reply::Malformed => {
             ([("content-type", "application/json")], "{\"choices\": [").into_response()
         }
@@ -524,7 +544,7 @@ fn render(wire: Wire, reply: Reply, streaming: bool, how: Render) -> Response {
             .map(Ok)
             .collect();
             chunks.push(Err(std::io::Error::other("fake model: connection dropped")));
-            sse_response(chunks)
+            sse_response(chunks, how.pause)
         }
         Reply::Text(_) | Reply::ToolCalls { .. } | Reply::Truncated(_) => {
             let turn = Turn::from(reply);
@@ -543,12 +563,14 @@ fn render(wire: Wire, reply: Reply, streaming: bool, how: Render) -> Response {
                         .into_iter()
                         .map(Ok)
                         .collect(),
+                    how.pause,
                 ),
                 (Wire::Anthropic, true) => sse_response(
                     anthropic_events(&turn, how, true)
                         .into_iter()
                         .map(Ok)
                         .collect(),
+                    how.pause,
                 ),
                 (Wire::OpenAi, false) => axum::Json(openai_body(&turn, how)).into_response(),
                 (Wire::Anthropic, false) => axum::Json(anthropic_body(&turn, how)).into_response(),
@@ -589,8 +611,8 @@ fn endless(wire: Wire) -> Response {
         .unwrap()
 }
 
-fn sse_response(chunks: Vec<Result<Bytes, std::io::Error>>) -> Response {
-    let stream = futures_util_stream(chunks);
+fn sse_response(chunks: Vec<Result<Bytes, std::io::Error>>, pause: Duration) -> Response {
+    let stream = futures_util_stream(chunks, pause);
     Response::builder()
         .header("content-type", "text/event-stream")
         .body(Body::from_stream(stream))
@@ -601,6 +623,7 @@ fn sse_response(chunks: Vec<Result<Bytes, std::io::Error>>) -> Response {
 /// them arrive separately (as from a real server).
 fn futures_util_stream(
     chunks: Vec<Result<Bytes, std::io::Error>>,
+    pause: Duration,
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send {
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     tokio::spawn(async move {
@@ -608,7 +631,9 @@ fn futures_util_stream(
             if tx.send(chunk).await.is_err() {
                 return;
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)

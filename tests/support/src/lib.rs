@@ -13,3 +13,13 @@ pub use chorus::{Chorus, EventStream, TEST_TOKEN, bin_path};
 pub use fake_discord::FakeDiscord;
 pub use fake_model::{FakeAnthropic, FakeModel, FakeOpenAi, Hold, Quirks, Reply};
 pub use otlp::OtlpReceiver;
+
+/// Serves `router` as the real services do: with TCP_NODELAY, so a streamed answer
+/// is not held back 40 ms by Nagle's algorithm waiting for a delayed ACK.
+pub(crate) async fn serve(listener: tokio::net::TcpListener, router: axum::Router) {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let _ = axum::serve(listener, router).await;
+}

@@ -205,13 +205,13 @@ impl OtlpReceiver {
             tonic::service::Routes::new(TraceServiceServer::new(Grpc(received.clone())))
                 .into_axum_router();
         let grpc_task = tokio::spawn(async move {
-            let _ = axum::serve(grpc, grpc_router).await;
+            crate::serve(grpc, grpc_router).await;
         });
         let http_router = axum::Router::new()
             .route("/v1/traces", post(http_traces))
             .with_state(received.clone());
         let http_task = tokio::spawn(async move {
-            let _ = axum::serve(http, http_router).await;
+            crate::serve(http, http_router).await;
         });
         OtlpReceiver {
             grpc_url,

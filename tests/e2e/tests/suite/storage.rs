@@ -583,3 +583,144 @@ async fn the_data_directory_is_private_whatever_the_umask() -> anyhow::Result<()
     assert_eq!(modes, expected);
     Ok(())
 }
+
+/// A run of 40 model calls: `view` until 39 results are in, then an answer. Each
+/// call id is new, so each message can be found again by it.
+fn forty_calls(body: &Value) -> chorus_test_support::Reply {
+    let results = body["messages"]
+        .as_array()
+        .map(|m| m.iter().filter(|m| m["role"] == "tool").count())
+        .unwrap_or(0);
+    if results >= 39 {
+        text("Done.")
+    } else {
+        chorus_test_support::fake_model::tool_call(
+            &format!("v{results}"),
+            "view",
+            json!({"path": ".gitkeep"}),
+        )
+    }
+}
+
+/// What identifies a feed event's row in the thread view after a restart.
+fn seen_key(kind: &str, data: &Value) -> Option<String> {
+    let thread = format!(
+        "{}/{}",
+        data["agent"].as_str()?,
+        data["thread_id"].as_u64()?
+    );
+    Some(match kind {
+        "step_started" => format!("{thread} step {}", data["number"]),
+        "step_ended" => format!(
+            "{thread} step {} ended {}",
+            data["number"], data["duration_ms"]
+        ),
+        "message" => format!("{thread} {}", message_key(data)),
+        _ => return None,
+    })
+}
+
+fn message_key(message: &Value) -> String {
+    match message["role"].as_str() {
+        Some("tool") => format!("result {}", message["tool_call_id"]),
+        Some("assistant") if message["tool_calls"].is_array() => {
+            format!("call {}", message["tool_calls"][0]["id"])
+        }
+        role => format!("{} {}", role.unwrap_or("?"), message["content"]),
+    }
+}
+
+/// What a thread view shows, as the keys `seen_key` gives its events.
+fn stored_keys(agent: &str, thread: &Value) -> Vec<String> {
+    let prefix = format!("{agent}/{}", thread["id"]);
+    let mut keys = Vec::new();
+    for step in thread["steps"].as_array().into_iter().flatten() {
+        keys.push(format!("{prefix} step {}", step["number"]));
+        if !step["ended_at"].is_null() {
+            keys.push(format!(
+                "{prefix} step {} ended {}",
+                step["number"], step["duration_ms"]
+            ));
+        }
+    }
+    for message in thread["messages"].as_array().into_iter().flatten() {
+        keys.push(format!("{prefix} {}", message_key(message)));
+    }
+    keys
+}
+
+/// The durability contract (ARCHITECTURE.md, *Storage*): an event a client was
+/// shown is in the database. Chorus is SIGKILLed in the middle of a burst of runs
+/// on two agents; after a restart, every step and message the live feed showed
+/// before the kill is in its thread.
+#[tokio::test]
+async fn every_event_the_feed_showed_survives_a_sigkill_during_a_burst() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.set_fallback(forty_calls);
+    let temp = tempfile::tempdir()?;
+    let data = temp.path().join("data");
+    let start = || {
+        Chorus::builder()
+            .openai_fake(&model)
+            .data_dir(&data)
+            .config("[threads]\ntitles = false\n")
+            .start()
+    };
+    let chorus = start().await?;
+    let agents = ["burst-a", "burst-b"];
+    for agent in agents {
+        chorus
+            .create_agent_with(json!({"name": agent, "permissions": "open"}))
+            .await?;
+        chorus
+            .wait_worker_running(agent, Duration::from_secs(30))
+            .await?;
+    }
+    let mut feed = chorus.open_events("", None).await?;
+    for i in 0..8 {
+        chorus.send_message(agents[i % 2], "go").await?;
+    }
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while seen.len() < 200 {
+        let event = tokio::time::timeout_at(deadline, feed.next())
+            .await
+            .map_err(|_| anyhow::anyhow!("only {} events within 60 s", seen.len()))??;
+        let Some((kind, data)) = event else {
+            anyhow::bail!("the feed ended after {} events", seen.len());
+        };
+        seen.extend(seen_key(&kind, &data));
+    }
+    chorus.kill().await?;
+    // What was already on its way to the client before the kill counts as shown.
+    while let Ok(Some((kind, data))) = feed.next().await {
+        seen.extend(seen_key(&kind, &data));
+    }
+
+    let chorus = start().await?;
+    let mut stored = std::collections::HashSet::new();
+    for agent in agents {
+        let threads: Value = chorus
+            .api(
+                Method::GET,
+                &format!("/api/agents/{agent}/threads?all=true"),
+            )
+            .send()
+            .await?
+            .json()
+            .await?;
+        for listed in threads.as_array().into_iter().flatten() {
+            let id = listed["id"].as_u64().expect("thread id");
+            stored.extend(stored_keys(agent, &chorus.thread(agent, id).await?));
+        }
+    }
+    let missing: Vec<_> = seen.iter().filter(|key| !stored.contains(*key)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} events shown before the kill are not stored: {:?}",
+        missing.len(),
+        seen.len(),
+        &missing[..missing.len().min(10)]
+    );
+    Ok(())
+}

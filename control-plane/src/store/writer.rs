@@ -1,0 +1,358 @@
+//! The one writer: a task that owns the database's only writing connection. Every
+//! write of the store is a job sent to it; it runs whatever has queued since its
+//! last commit as one transaction (group commit), in the order the jobs were sent,
+//! and tells each caller once that transaction is committed.
+//!
+//! Invariants:
+//! - Jobs run and commit in the order they were queued: a job queued after another
+//!   sees its effects, and is never durable without it.
+//! - A caller hears `Ok` only once its job's transaction is committed; a job that
+//!   fails is rolled back alone (each job of a batch of several runs inside a
+//!   savepoint), and the others of its batch commit; a commit that fails fails
+//!   every job of its batch (nothing of it was written).
+//! - Only this task writes; readers use the pool and never wait for the write lock.
+
+use std::time::Instant;
+
+use futures::future::BoxFuture;
+use sqlx::SqliteConnection;
+use tokio::sync::{mpsc, oneshot};
+
+use super::StoreError;
+
+/// Most jobs one transaction takes: a long queue is committed in several, so no
+/// caller waits behind an unbounded batch.
+const MAX_BATCH: usize = 256;
+/// Jobs waiting for the writer before senders wait for room.
+const QUEUE: usize = 4096;
+
+/// What a job did, for its caller, once the batch's commit is known.
+type Finish = Box<dyn FnOnce(Result<(), CommitFailed>) + Send>;
+
+/// A job of the queue.
+type Job = Box<dyn Queued>;
+
+trait Queued: Send {
+    /// Runs on the writer's connection inside the batch's transaction; says
+    /// whether it succeeded (a failed one is rolled back to its savepoint).
+    fn run<'c>(self: Box<Self>, conn: &'c mut SqliteConnection) -> BoxFuture<'c, (bool, Finish)>;
+    /// Fails without running: its transaction could not begin.
+    fn fail(self: Box<Self>, failed: CommitFailed);
+}
+
+struct OpJob<T, F> {
+    op: F,
+    answer: oneshot::Sender<Result<T, StoreError>>,
+}
+
+impl<T, F> Queued for OpJob<T, F>
+where
+    T: Send + 'static,
+    F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T, StoreError>>
+        + Send
+        + 'static,
+{
+    fn run<'c>(self: Box<Self>, conn: &'c mut SqliteConnection) -> BoxFuture<'c, (bool, Finish)> {
+        let OpJob { op, answer } = *self;
+        Box::pin(async move {
+            let result = op(conn).await;
+            let ok = result.is_ok();
+            let finish: Finish = Box::new(move |commit| {
+                let result = match commit {
+                    Ok(()) => result,
+                    // The job's own error says more than the commit's.
+                    Err(failed) => result.and_then(|_| Err(failed.error())),
+                };
+                let _ = answer.send(result);
+            });
+            (ok, finish)
+        })
+    }
+
+    fn fail(self: Box<Self>, failed: CommitFailed) {
+        let _ = self.answer.send(Err(failed.error()));
+    }
+}
+
+/// The commit of a batch failed: nothing of it was written.
+#[derive(Debug, Clone)]
+pub(crate) struct CommitFailed {
+    disk_full: bool,
+    message: String,
+}
+
+impl CommitFailed {
+    fn from(e: &sqlx::Error) -> Self {
+        CommitFailed {
+            disk_full: super::error::is_disk_full(e),
+            message: e.to_string(),
+        }
+    }
+
+    fn error(&self) -> StoreError {
+        if self.disk_full {
+            StoreError::DiskFull(self.message.clone())
+        } else {
+            StoreError::Database(sqlx::Error::Protocol(format!(
+                "the transaction could not be committed: {}",
+                self.message
+            )))
+        }
+    }
+}
+
+/// The handle on the writer task; cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Writer {
+    jobs: mpsc::Sender<Job>,
+}
+
+/// A write queued to the writer: resolves once its transaction is committed.
+pub struct Pending<T>(oneshot::Receiver<Result<T, StoreError>>);
+
+impl<T> std::future::Future for Pending<T> {
+    type Output = Result<T, StoreError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|answer| answer.unwrap_or_else(|_| Err(stopped())))
+    }
+}
+
+impl<T> Pending<T> {
+    /// An answer known already (nothing to write).
+    pub fn ready(value: T) -> Pending<T> {
+        let (answer, pending) = oneshot::channel();
+        let _ = answer.send(Ok(value));
+        Pending(pending)
+    }
+}
+
+fn stopped() -> StoreError {
+    StoreError::Database(sqlx::Error::PoolClosed)
+}
+
+impl Writer {
+    /// Starts the writer task on `conn`; it ends when every handle is dropped.
+    pub(crate) fn start(conn: SqliteConnection) -> Writer {
+        let (jobs, queue) = mpsc::channel(QUEUE);
+        tokio::spawn(run(conn, queue));
+        Writer { jobs }
+    }
+
+    /// Queues `op` (waiting only for room in the queue); the returned [`Pending`]
+    /// resolves once the transaction that ran it is committed.
+    pub(crate) async fn submit<T, F>(&self, op: F) -> Pending<T>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T, StoreError>>
+            + Send
+            + 'static,
+    {
+        let (answer, pending) = oneshot::channel();
+        let job: Job = Box::new(OpJob { op, answer });
+        // A send fails only when the writer is gone (shutdown): the pending
+        // answer then says so.
+        let _ = self.jobs.send(job).await;
+        Pending(pending)
+    }
+}
+
+async fn run(mut conn: SqliteConnection, mut queue: mpsc::Receiver<Job>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let started = Instant::now();
+        commit_batch(&mut conn, std::mem::take(&mut batch)).await;
+        crate::metrics::db_write(started.elapsed());
+    }
+    let _ = sqlx::Connection::close(conn).await;
+}
+
+/// Runs one batch as one transaction and tells every job how it ended.
+async fn commit_batch(conn: &mut SqliteConnection, batch: Vec<Job>) {
+    // The write lock is taken up front (see `Store::begin_write` before this
+    // module existed: a deferred BEGIN cannot wait for it later). Only this
+    // connection writes, so the wait is for a checkpoint or an outside process.
+    if let Err(e) = execute(conn, "BEGIN IMMEDIATE").await {
+        let failed = CommitFailed::from(&e);
+        tracing::error!(error = %e, "cannot begin a write transaction");
+        for job in batch {
+            job.fail(failed.clone());
+        }
+        rollback(conn).await;
+        return;
+    }
+    let savepoints = batch.len() > 1;
+    let mut finishes = Vec::with_capacity(batch.len());
+    for job in batch {
+        if savepoints && let Err(e) = execute(conn, "SAVEPOINT job").await {
+            job.fail(CommitFailed::from(&e));
+            continue;
+        }
+        let (ok, finish) = job.run(conn).await;
+        if savepoints {
+            let end = if ok {
+                execute(conn, "RELEASE job").await
+            } else {
+                match execute(conn, "ROLLBACK TO job").await {
+                    Ok(()) => execute(conn, "RELEASE job").await,
+                    Err(e) => Err(e),
+                }
+            };
+            if let Err(e) = end {
+                tracing::warn!(error = %e, "cannot end a job's savepoint");
+            }
+        }
+        finishes.push((ok, finish));
+    }
+    // A batch of one failed job is simply rolled back.
+    let committed = if !savepoints && finishes.first().is_some_and(|(ok, _)| !ok) {
+        rollback(conn).await;
+        Ok(())
+    } else {
+        match execute(conn, "COMMIT").await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                tracing::error!(error = %e, "a write transaction could not be committed");
+                rollback(conn).await;
+                Err(CommitFailed::from(&e))
+            }
+        }
+    };
+    for (_, finish) in finishes {
+        finish(committed.clone());
+    }
+}
+
+async fn execute(conn: &mut SqliteConnection, sql: &'static str) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql(sql).execute(conn).await.map(drop)
+}
+
+/// Ends whatever transaction is left. SQLite may have rolled it back itself (a
+/// full disk); then ROLLBACK fails with "no transaction is active", which is fine.
+async fn rollback(conn: &mut SqliteConnection) {
+    let _ = execute(conn, "ROLLBACK").await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+
+    use sqlx::ConnectOptions;
+    use sqlx::sqlite::SqliteConnectOptions;
+
+    use super::*;
+
+    async fn writer() -> (Writer, sqlx::SqlitePool, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let options = SqliteConnectOptions::from_str("sqlite://")
+            .expect("options")
+            .filename(dir.path().join("w.db"))
+            .create_if_missing(true)
+            .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
+        let mut conn = options.connect().await.expect("connect");
+        sqlx::raw_sql("CREATE TABLE t (v TEXT UNIQUE)")
+            .execute(&mut conn)
+            .await
+            .expect("table");
+        let pool = sqlx::SqlitePool::connect_with(options).await.expect("pool");
+        (Writer::start(conn), pool, dir)
+    }
+
+    async fn insert(writer: &Writer, v: &'static str) -> Pending<()> {
+        writer
+            .submit(move |tx| {
+                Box::pin(async move {
+                    sqlx::query("INSERT INTO t (v) VALUES ($1)")
+                        .bind(v)
+                        .execute(&mut *tx)
+                        .await?;
+                    Ok(())
+                })
+            })
+            .await
+    }
+
+    async fn rows(pool: &sqlx::SqlitePool) -> Vec<String> {
+        sqlx::query_scalar("SELECT v FROM t ORDER BY rowid")
+            .fetch_all(pool)
+            .await
+            .expect("rows")
+    }
+
+    /// Jobs queued while the writer is busy commit together; the one that fails is
+    /// undone alone (even what it wrote before failing) and its caller hears why;
+    /// the others are committed, in order, and a later job sees an earlier one.
+    #[tokio::test]
+    async fn a_failing_job_of_a_batch_is_undone_alone() {
+        let (writer, pool, _dir) = writer().await;
+        let (release, hold) = oneshot::channel::<()>();
+        let first = writer
+            .submit(move |_tx| {
+                Box::pin(async move {
+                    let _ = hold.await;
+                    Ok(())
+                })
+            })
+            .await;
+        let a = insert(&writer, "a").await;
+        let failing = writer
+            .submit(|tx| {
+                Box::pin(async move {
+                    sqlx::query("INSERT INTO t (v) VALUES ('half')")
+                        .execute(&mut *tx)
+                        .await?;
+                    // A duplicate: the job fails after writing one row.
+                    sqlx::query("INSERT INTO t (v) VALUES ('a')")
+                        .execute(&mut *tx)
+                        .await?;
+                    Ok(())
+                })
+            })
+            .await;
+        let sees_a = writer
+            .submit(|tx| {
+                Box::pin(async move {
+                    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM t WHERE v = 'a'")
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    Ok(n)
+                })
+            })
+            .await;
+        let b = insert(&writer, "b").await;
+        release.send(()).expect("release");
+        first.await.expect("first");
+        a.await.expect("a");
+        let error = failing.await.expect_err("the duplicate fails");
+        assert!(error.to_string().contains("UNIQUE"), "{error}");
+        assert_eq!(sees_a.await.expect("read"), 1);
+        b.await.expect("b");
+        assert_eq!(rows(&pool).await, ["a", "b"]);
+    }
+
+    /// A caller hears `Ok` only once its write is committed: a reader on another
+    /// connection sees it at that moment.
+    #[tokio::test]
+    async fn an_answer_means_committed() {
+        let (writer, pool, _dir) = writer().await;
+        for v in ["x", "y", "z"] {
+            insert(&writer, v).await.await.expect("insert");
+            assert!(rows(&pool).await.contains(&v.to_string()));
+        }
+    }
+
+    /// The writer gone (shutdown), a write answers with an error instead of
+    /// hanging its caller.
+    #[tokio::test]
+    async fn a_write_without_a_writer_fails() {
+        let (jobs, queue) = mpsc::channel(1);
+        drop(queue);
+        let gone = Writer { jobs };
+        assert!(insert(&gone, "x").await.await.is_err());
+    }
+}
