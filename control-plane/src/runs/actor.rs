@@ -504,33 +504,29 @@ impl AgentActor {
                 })
             }
             Route::Continue { from } => {
-                let earlier = store
-                    .thread_messages(&agent.name, from)
-                    .await?
-                    .into_iter()
-                    .map(|m| m.message)
-                    .collect();
-                let seed = decide::seed(earlier, SEED_BYTES);
-                let mut messages = Vec::with_capacity(seed.kept.len() + 2);
-                if !seed.left_out.is_empty() {
+                let earlier = store.thread_messages(&agent.name, from).await?;
+                let ids: Vec<u64> = earlier.iter().map(|m| m.id).collect();
+                let seed =
+                    decide::seed(earlier.into_iter().map(|m| m.message).collect(), SEED_BYTES);
+                // The kept messages are copied in the store, from the first on.
+                let first_kept = (!seed.kept.is_empty()).then(|| ids[seed.left_out.len()]);
+                let note = (!seed.left_out.is_empty())
                     // Replaced by the summary of what was left out once it is written.
-                    messages.push(decide::seed_note(seed.left_out.len(), None));
-                }
-                messages.extend(seed.kept);
-                messages.push(ChatMessage::user(content));
+                    .then(|| decide::seed_note(seed.left_out.len(), None));
                 let summary = store
                     .thread(&agent.name, from)
                     .await?
                     .and_then(|t| t.summary)
                     .unwrap_or_else(|| crate::store::summary_of(content));
                 let (thread_id, message_id) = store
-                    .create_thread(
+                    .create_continuation(
                         &agent.name,
-                        &messages,
+                        from,
+                        note,
+                        first_kept,
+                        content,
                         user,
-                        ThreadStatus::Running,
                         &summary,
-                        Some(from),
                     )
                     .await?;
                 self.announce(thread_id, user, Some(from));

@@ -240,35 +240,78 @@ impl Store {
         let summary = summary.to_owned();
         self.write(move |tx| {
             Box::pin(async move {
-                // Allocating the id by bumping the agent's counter is atomic on both SQLite and
-                // Postgres, so concurrent creates never collide.
-                let id: Option<i64> = sqlx::query_scalar(
-                    "UPDATE agents SET next_thread_id = next_thread_id + 1 \
-                     WHERE name = $1 AND status = 'active' RETURNING next_thread_id - 1",
-                )
-                .bind(&agent)
-                .fetch_optional(&mut *tx)
-                .await?;
                 let id =
-                    id.ok_or_else(|| StoreError::NotFound(format!("no active agent named '{agent}'")))?;
-                sqlx::query(
-                    "INSERT INTO threads (agent_name, id, status, created_at, updated_at, created_by, \
-                     summary, continued_from) VALUES ($1, $2, $3, $4, $4, $5, $6, $7)",
-                )
-                .bind(&agent)
-                .bind(id)
-                .bind(status.as_str())
-                .bind(&at)
-                .bind(&user)
-                .bind(&summary)
-                .bind(continued_from.map(|t| t as i64))
-                .execute(&mut *tx)
-                .await?;
+                    new_thread(tx, &agent, status, &at, &user, &summary, continued_from).await?;
                 let mut last = 0;
                 for message in messages {
-                    last = insert_message(tx, &agent, id as u64, &message, &at, true).await?;
+                    last = insert_message(tx, &agent, id, &message, &at, true).await?;
                 }
-                Ok((id as u64, last))
+                Ok((id, last))
+            })
+        })
+        .await
+    }
+
+    /// Creates a running continuation of the ended thread `from`: `note` (what was
+    /// left out) if any, then copies of `from`'s messages from the one with id
+    /// `first_kept` on, in their order (none when `None`), then the user message
+    /// `content`. The copy is one statement, whatever the length. Returns the
+    /// thread's id and the user message's.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn create_continuation(
+        &self,
+        agent: &str,
+        from: u64,
+        note: Option<ChatMessage>,
+        first_kept: Option<u64>,
+        content: &str,
+        user: &str,
+        summary: &str,
+    ) -> Result<(u64, u64), StoreError> {
+        let at = now();
+        let agent = agent.to_owned();
+        let user = user.to_owned();
+        let summary = summary.to_owned();
+        let content = content.to_owned();
+        self.write(move |tx| {
+            Box::pin(async move {
+                let id = new_thread(
+                    tx,
+                    &agent,
+                    ThreadStatus::Running,
+                    &at,
+                    &user,
+                    &summary,
+                    Some(from),
+                )
+                .await?;
+                if let Some(note) = note {
+                    insert_message(tx, &agent, id, &note, &at, true).await?;
+                }
+                if let Some(first) = first_kept {
+                    sqlx::query(
+                        "INSERT INTO messages (agent_name, thread_id, role, content, tool_calls, \
+                         tool_call_id, tool_name, is_error, created_at, position) \
+                         SELECT agent_name, $3, role, content, tool_calls, tool_call_id, tool_name, \
+                         is_error, $5, position - f.start + 1 + \
+                         (SELECT COALESCE(MAX(position), 0) FROM messages \
+                          WHERE agent_name = $1 AND thread_id = $3) \
+                         FROM messages, (SELECT position AS start FROM messages \
+                          WHERE agent_name = $1 AND thread_id = $2 AND id = $4) f \
+                         WHERE agent_name = $1 AND thread_id = $2 AND position >= f.start \
+                         ORDER BY position",
+                    )
+                    .bind(&agent)
+                    .bind(from as i64)
+                    .bind(id as i64)
+                    .bind(first as i64)
+                    .bind(&at)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                let last =
+                    insert_message(tx, &agent, id, &ChatMessage::user(content), &at, true).await?;
+                Ok((id, last))
             })
         })
         .await
@@ -919,6 +962,41 @@ impl Store {
     }
 }
 
+/// Creates a thread row, its id the next of the agent's counter (bumping it is
+/// atomic on both SQLite and Postgres, so concurrent creates never collide).
+async fn new_thread(
+    tx: &mut sqlx::SqliteConnection,
+    agent: &str,
+    status: ThreadStatus,
+    at: &str,
+    user: &str,
+    summary: &str,
+    continued_from: Option<u64>,
+) -> Result<u64, StoreError> {
+    let id: Option<i64> = sqlx::query_scalar(
+        "UPDATE agents SET next_thread_id = next_thread_id + 1 \
+         WHERE name = $1 AND status = 'active' RETURNING next_thread_id - 1",
+    )
+    .bind(agent)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let id = id.ok_or_else(|| StoreError::NotFound(format!("no active agent named '{agent}'")))?;
+    sqlx::query(
+        "INSERT INTO threads (agent_name, id, status, created_at, updated_at, created_by, \
+         summary, continued_from) VALUES ($1, $2, $3, $4, $4, $5, $6, $7)",
+    )
+    .bind(agent)
+    .bind(id)
+    .bind(status.as_str())
+    .bind(at)
+    .bind(user)
+    .bind(summary)
+    .bind(continued_from.map(|t| t as i64))
+    .execute(&mut *tx)
+    .await?;
+    Ok(id as u64)
+}
+
 pub(super) async fn insert_message(
     tx: &mut sqlx::SqliteConnection,
     agent: &str,
@@ -1046,6 +1124,84 @@ mod tests {
         assert_eq!(messages.len(), 3);
         assert_eq!(messages[1].tool_calls, vec![call.clone()]);
         assert_eq!(messages[2].tool_call_id.as_deref(), Some("c1"));
+    }
+
+    /// A continuation copies the kept messages (from the first kept one on, in the
+    /// order the model saw them, tool calls included) after its note, then the new
+    /// user message; the ended thread keeps its own.
+    #[tokio::test]
+    async fn a_continuation_copies_the_kept_messages_in_order() {
+        let (store, _dir) = test_store_with_agent().await;
+        let t = store
+            .start_thread("a", &ChatMessage::user("first"), "api", None)
+            .await
+            .unwrap()
+            .0;
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "view".into(),
+            arguments: "{}".into(),
+        };
+        for message in [
+            ChatMessage::assistant("", vec![call.clone()]),
+            ChatMessage::tool_result(&call, "seen", false),
+            ChatMessage::assistant("one", vec![]),
+        ] {
+            store.append_message("a", t, &message, None).await.unwrap();
+        }
+        let second = store
+            .add_user_message("a", t, "second", false)
+            .await
+            .unwrap();
+        store
+            .append_message("a", t, &ChatMessage::assistant("two", vec![]), None)
+            .await
+            .unwrap();
+        let shown = |messages: Vec<StoredMessage>| -> Vec<(Role, String)> {
+            messages
+                .into_iter()
+                .map(|m| (m.message.role, m.message.content))
+                .collect()
+        };
+        let before = shown(store.thread_messages("a", t).await.unwrap());
+
+        let note = ChatMessage::user("[left out]");
+        let (next, last) = store
+            .create_continuation("a", t, Some(note), Some(second), "third", "api", "s")
+            .await
+            .unwrap();
+        let copied = store.thread_messages("a", next).await.unwrap();
+        assert_eq!(copied.last().unwrap().id, last);
+        assert_eq!(
+            shown(copied),
+            [
+                (Role::User, "[left out]".to_string()),
+                (Role::User, "second".into()),
+                (Role::Assistant, "two".into()),
+                (Role::User, "third".into()),
+            ]
+        );
+        assert_eq!(shown(store.thread_messages("a", t).await.unwrap()), before);
+
+        // Everything kept: the tool call and its result come along.
+        let first = store.thread_messages("a", t).await.unwrap()[0].id;
+        let (whole, _) = store
+            .create_continuation("a", t, None, Some(first), "again", "api", "s")
+            .await
+            .unwrap();
+        let whole = store.thread_messages("a", whole).await.unwrap();
+        assert_eq!(whole.len(), 7);
+        assert_eq!(whole[1].message.tool_calls, vec![call.clone()]);
+        assert_eq!(whole[2].message.tool_call_id.as_deref(), Some("c1"));
+        assert_eq!(
+            store
+                .thread("a", next)
+                .await
+                .unwrap()
+                .unwrap()
+                .continued_from,
+            Some(t)
+        );
     }
 
     #[tokio::test]
