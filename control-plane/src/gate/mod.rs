@@ -203,7 +203,9 @@ impl ToolGate {
             message,
             result: None,
         };
-        let Some(thread_id) = self
+        // The run's thread and who started it, from the actor that owns the run
+        // (no read of the store).
+        let Some((thread_id, user)) = self
             .runs
             .thread_of(&check.agent, check.generation, &check.run_id)
             .await
@@ -220,10 +222,6 @@ impl ToolGate {
             Some(thread_id),
             Vec::new(),
         );
-        let user = match self.store.thread(&check.agent, thread_id).await {
-            Ok(Some(thread)) => thread.created_by,
-            _ => None,
-        };
         let call = &check.call;
         let actions = actions_for(&call.name, &call.arguments);
         let secrets = &self.settings.known_secrets;

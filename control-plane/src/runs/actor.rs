@@ -103,7 +103,7 @@ pub(super) enum Command {
     ThreadOf {
         generation: Generation,
         run_id: String,
-        reply: oneshot::Sender<Option<u64>>,
+        reply: oneshot::Sender<Option<(u64, Option<String>)>>,
     },
     SetWaiting {
         thread_id: u64,
@@ -112,7 +112,11 @@ pub(super) enum Command {
     ActiveThreads {
         reply: oneshot::Sender<Vec<u64>>,
     },
-    AgentChanged(AgentChange),
+    AgentChanged {
+        change: AgentChange,
+        /// Answered once the worker has been sent the change.
+        sent: oneshot::Sender<()>,
+    },
     /// Activity outside the agent's runs (a restore).
     Touch,
     /// The agent's idle timeout may have changed.
@@ -130,6 +134,8 @@ pub(super) enum Command {
 
 struct ActiveRun {
     thread_id: u64,
+    /// Who started the thread (the gate decides with their authority).
+    started_by: Option<String>,
     /// Kept so the run can be handed to another worker if its first one dies early.
     assignment: Box<RunAssignment>,
     /// The worker generation the run was handed to, if any.
@@ -265,7 +271,11 @@ impl AgentActor {
         // reads the store (or acts on what it holds) waits for them first.
         let pipelined = match &command {
             Command::Event { event, .. } => is_pipelined(event),
-            Command::ThreadOf { .. } | Command::SetWaiting { .. } | Command::Deliver => true,
+            // These read nothing the actor may have queued.
+            Command::ThreadOf { .. }
+            | Command::SetWaiting { .. }
+            | Command::Deliver
+            | Command::AgentChanged { .. } => true,
             _ => false,
         };
         if !pipelined {
@@ -351,7 +361,7 @@ impl AgentActor {
                     .filter(|run| run.delivered_to == Some(generation))
                     .map(|run| {
                         run.started = true;
-                        run.thread_id
+                        (run.thread_id, run.started_by.clone())
                     });
                 let _ = reply.send(thread);
             }
@@ -365,7 +375,10 @@ impl AgentActor {
                 threads.dedup();
                 let _ = reply.send(threads);
             }
-            Command::AgentChanged(change) => self.agent_changed(change),
+            Command::AgentChanged { change, sent } => {
+                self.agent_changed(change);
+                let _ = sent.send(());
+            }
             Command::Touch => {}
             Command::IdleConfigured => self.idle.configured(),
             Command::IdleSaved => self.idle.saved(),
@@ -756,6 +769,7 @@ impl AgentActor {
             run.run_id.clone(),
             ActiveRun {
                 thread_id: thread.id,
+                started_by: thread.created_by.clone(),
                 span,
                 assignment: Box::new(run),
                 delivered_to: None,

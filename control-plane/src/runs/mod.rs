@@ -271,17 +271,21 @@ impl Runs {
 
     /// The agent changed (configure, self-edit): runs in progress use the new values
     /// from their next model call, runs still waiting get them in their assignment.
+    /// Returns once the worker has been sent the change, so an answer sent to it
+    /// after this (a self-edit's tool decision) reaches it after the change.
     pub async fn agent_changed(&self, agent: &str, change: AgentChange) {
-        self.tell(agent, actor::Command::AgentChanged(change)).await;
+        self.ask(agent, |sent| actor::Command::AgentChanged { change, sent })
+            .await;
     }
 
-    /// The thread of `run_id`, if it is a run of `agent` handed to `generation`.
+    /// The thread of `run_id` and who started it, if it is a run of `agent` handed
+    /// to `generation`.
     pub async fn thread_of(
         &self,
         agent: &str,
         generation: Generation,
         run_id: &str,
-    ) -> Option<u64> {
+    ) -> Option<(u64, Option<String>)> {
         self.ask(agent, |reply| actor::Command::ThreadOf {
             generation,
             run_id: run_id.to_string(),

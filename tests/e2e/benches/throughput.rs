@@ -36,6 +36,11 @@ fn answer(body: &Value) -> Reply {
     }
 }
 
+/// [`answer`], after 500 ms (the scale check's slow model).
+fn slow_answer(body: &Value) -> Reply {
+    Reply::Delayed(Duration::from_millis(500), Box::new(answer(body)))
+}
+
 /// User and system CPU time of a process, from /proc (clock ticks of 10 ms).
 fn cpu(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -111,14 +116,6 @@ async fn run(chorus: &Chorus, agent: &str, calls: usize, reply_to: Option<u64>) 
         .expect("events");
     events.rest().await.expect("to the end");
     let shown = chorus.thread(agent, thread).await.expect("thread");
-    if std::env::var("THROUGHPUT_STEPS").is_ok() {
-        for step in shown["steps"].as_array().into_iter().flatten().take(12) {
-            eprintln!(
-                "STEP {} {} {} {}",
-                step["number"], step["kind"], step["started_at"], step["duration_ms"]
-            );
-        }
-    }
     assert_eq!(shown["status"], "completed", "{shown}");
     shown["messages"]
         .as_array()
@@ -153,7 +150,7 @@ async fn main() {
     println!("load average at start: {}", load());
 
     // THROUGHPUT_PHASES=AB runs only those phases, e.g. to profile one.
-    let phases = std::env::var("THROUGHPUT_PHASES").unwrap_or_else(|_| "AEBCD".into());
+    let phases = std::env::var("THROUGHPUT_PHASES").unwrap_or_else(|_| "AEBCDS".into());
     if phases.contains('A') || phases.contains('E') {
         phase_a(&model, phases.contains('E')).await;
     }
@@ -162,6 +159,10 @@ async fn main() {
     }
     if phases.contains('C') || phases.contains('D') {
         phase_cd(&model).await;
+    }
+    if phases.contains('S') {
+        model.set_fallback(slow_answer);
+        phase_s(&model).await;
     }
     println!("load average at end: {}", load());
 }
@@ -263,5 +264,49 @@ async fn phase_cd(model: &chorus_test_support::FakeModel) {
         "D  100 idle agents: control plane RSS {:.1} MB, worker PSS {:.2} MB each",
         rss as f64 / 1024.0,
         pss as f64 / 1024.0 / workers.len() as f64
+    );
+}
+
+/// S: the scale check: 1,000 threads over 100 agents at once, each a run of two
+/// model calls that take 500 ms each; all must complete.
+async fn phase_s(model: &chorus_test_support::FakeModel) {
+    let chorus = Arc::new(start(model).await);
+    let mut workers = Vec::new();
+    for a in 0..100 {
+        workers.push(create(&chorus, &format!("scale-{a}")).await);
+    }
+    let cp0 = cpu(chorus.pid());
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..1000 {
+        let chorus = chorus.clone();
+        tasks.push(tokio::spawn(async move {
+            run(&chorus, &format!("scale-{}", t % 100), 2, None).await;
+        }));
+    }
+    for task in tasks {
+        task.await.expect("every thread completes");
+    }
+    let took = started.elapsed();
+    let status = format!("/proc/{}/status", chorus.pid());
+    println!(
+        "S  1000 threads over 100 agents, 500 ms model: all completed in {:.1} s; control plane CPU {:.1} s, RSS {:.1} MB (peak {:.1} MB)",
+        took.as_secs_f64(),
+        (cpu(chorus.pid()) - cp0).as_secs_f64(),
+        memory_kb(&status, "VmRSS:") as f64 / 1024.0,
+        memory_kb(&status, "VmHWM:") as f64 / 1024.0,
+    );
+    let pss: u64 = workers
+        .iter()
+        .map(|pid| memory_kb(&format!("/proc/{pid}/smaps_rollup"), "Pss:"))
+        .sum();
+    let rss: u64 = workers
+        .iter()
+        .map(|pid| memory_kb(&format!("/proc/{pid}/status"), "VmRSS:"))
+        .sum();
+    println!(
+        "S  then idle: worker PSS {:.2} MB, RSS {:.2} MB each",
+        pss as f64 / 1024.0 / workers.len() as f64,
+        rss as f64 / 1024.0 / workers.len() as f64
     );
 }
