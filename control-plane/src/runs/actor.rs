@@ -227,9 +227,10 @@ impl AgentActor {
         active: Arc<AtomicUsize>,
         itself: mpsc::WeakSender<Command>,
     ) -> Self {
+        let publisher = Publisher::start(agent.clone(), shared.feed.clone());
         AgentActor {
-            agent: agent.clone(),
-            shared: shared.clone(),
+            agent,
+            shared,
             queue: VecDeque::new(),
             runs: HashMap::new(),
             seeding: HashSet::new(),
@@ -238,7 +239,7 @@ impl AgentActor {
             itself,
             idle: IdleClock::new(Instant::now()),
             next_trace: None,
-            publisher: Publisher::start(agent.clone(), shared.feed.clone()),
+            publisher,
             unflushed: false,
         }
     }
@@ -883,16 +884,14 @@ impl AgentActor {
         let queued = match &event {
             WorkerEvent::StepStarted(step) => Some((
                 store
-                    .queue_record_step_started(agent, thread_id, step, mark)
+                    .record_step_started(agent, thread_id, step, mark)
                     .await,
                 "step_started",
                 json!({"number": step.number, "kind": step.kind, "description": step.description,
                        "started_at": format_epoch_ms(step.started_at_ms)}),
             )),
             WorkerEvent::StepEnded(step) => Some((
-                store
-                    .queue_record_step_ended(agent, thread_id, step, mark)
-                    .await,
+                store.record_step_ended(agent, thread_id, step, mark).await,
                 "step_ended",
                 json!({"number": step.number, "duration_ms": step.duration_ms,
                        "failed": step.failed, "usage": step.usage}),
@@ -902,17 +901,13 @@ impl AgentActor {
                     return Err(EventRejected::ForbiddenRole(message.role.as_str()));
                 }
                 Some((
-                    store
-                        .queue_append_message(agent, thread_id, message, mark)
-                        .await,
+                    store.append_message(agent, thread_id, message, mark).await,
                     "message",
                     json!(message),
                 ))
             }
             WorkerEvent::InputTaken { message_id, .. } => Some((
-                store
-                    .queue_take_input(agent, thread_id, *message_id, mark)
-                    .await,
+                store.take_input(agent, thread_id, *message_id, mark).await,
                 "input_taken",
                 json!({"message_id": message_id}),
             )),

@@ -73,7 +73,7 @@ async fn conversation(store: &Store, first: &str) -> u64 {
         ChatMessage::tool_result(&call, "arguments are not JSON", true),
         ChatMessage::assistant("done", vec![]),
     ] {
-        store.append_message("a", t, &m, None).await.unwrap();
+        store.append_message("a", t, &m, None).await.await.unwrap();
     }
     t
 }
@@ -409,6 +409,7 @@ async fn an_idle_save_clears_only_what_it_saved() {
         gated.asked.notified().await;
         s.store
             .append_message("a", t, &ChatMessage::user("arrived during the save"), None)
+            .await
             .await
             .unwrap();
         gated.release.notify_one();

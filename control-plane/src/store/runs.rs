@@ -316,6 +316,7 @@ mod tests {
             store
                 .append_message("a", thread, &reply, mark(1))
                 .await
+                .await
                 .unwrap()
         );
         // The same event again (a replay), and an older one: nothing changes.
@@ -323,12 +324,14 @@ mod tests {
             !store
                 .append_message("a", thread, &reply, mark(1))
                 .await
+                .await
                 .unwrap()
         );
         let later = ChatMessage::assistant("more", vec![]);
         assert!(
             store
                 .append_message("a", thread, &later, mark(3))
+                .await
                 .await
                 .unwrap()
         );

@@ -377,6 +377,7 @@ mod tests {
         store
             .append_message("a", running, &ChatMessage::assistant("after", vec![]), None)
             .await
+            .await
             .unwrap();
         let since = store.context_messages("a", &cutoff).await.unwrap();
         assert_eq!(since.len(), 1);

@@ -458,20 +458,8 @@ impl Store {
     /// Appends a message a run produced (a tool's result also records how the call
     /// went in its audit row); false (and nothing stored) when `mark` says the
     /// run's event was stored already.
+    /// Queued to the writer: the [`super::Pending`] answers once it is committed.
     pub async fn append_message(
-        &self,
-        agent: &str,
-        thread: u64,
-        message: &ChatMessage,
-        mark: Option<RunMark<'_>>,
-    ) -> Result<bool, StoreError> {
-        self.queue_append_message(agent, thread, message, mark)
-            .await
-            .await
-    }
-
-    /// [`Store::append_message`], queued: the answer comes once it is committed.
-    pub async fn queue_append_message(
         &self,
         agent: &str,
         thread: u64,
@@ -541,20 +529,8 @@ impl Store {
 
     /// A run took a pending user message into its history: it gets the next place
     /// in the thread. False when it was not pending (or the event was a replay).
+    /// Queued to the writer: the [`super::Pending`] answers once it is committed.
     pub async fn take_input(
-        &self,
-        agent: &str,
-        thread: u64,
-        message_id: u64,
-        mark: Option<RunMark<'_>>,
-    ) -> Result<bool, StoreError> {
-        self.queue_take_input(agent, thread, message_id, mark)
-            .await
-            .await
-    }
-
-    /// [`Store::take_input`], queued: the answer comes once it is committed.
-    pub async fn queue_take_input(
         &self,
         agent: &str,
         thread: u64,
@@ -754,20 +730,8 @@ impl Store {
         .await
     }
 
+    /// Queued to the writer: the [`super::Pending`] answers once it is committed.
     pub async fn record_step_started(
-        &self,
-        agent: &str,
-        thread: u64,
-        step: &StepStarted,
-        mark: Option<RunMark<'_>>,
-    ) -> Result<bool, StoreError> {
-        self.queue_record_step_started(agent, thread, step, mark)
-            .await
-            .await
-    }
-
-    /// [`Store::record_step_started`], queued: the answer comes once it is committed.
-    pub async fn queue_record_step_started(
         &self,
         agent: &str,
         thread: u64,
@@ -800,20 +764,8 @@ impl Store {
         .await
     }
 
+    /// Queued to the writer: the [`super::Pending`] answers once it is committed.
     pub async fn record_step_ended(
-        &self,
-        agent: &str,
-        thread: u64,
-        step: &StepEnded,
-        mark: Option<RunMark<'_>>,
-    ) -> Result<bool, StoreError> {
-        self.queue_record_step_ended(agent, thread, step, mark)
-            .await
-            .await
-    }
-
-    /// [`Store::record_step_ended`], queued: the answer comes once it is committed.
-    pub async fn queue_record_step_ended(
         &self,
         agent: &str,
         thread: u64,
@@ -1109,9 +1061,11 @@ mod tests {
                 None,
             )
             .await
+            .await
             .unwrap();
         store
             .append_message("a", t, &ChatMessage::tool_result(&call, "ok", false), None)
+            .await
             .await
             .unwrap();
         let messages: Vec<ChatMessage> = store
@@ -1147,7 +1101,11 @@ mod tests {
             ChatMessage::tool_result(&call, "seen", false),
             ChatMessage::assistant("one", vec![]),
         ] {
-            store.append_message("a", t, &message, None).await.unwrap();
+            store
+                .append_message("a", t, &message, None)
+                .await
+                .await
+                .unwrap();
         }
         let second = store
             .add_user_message("a", t, "second", false)
@@ -1155,6 +1113,7 @@ mod tests {
             .unwrap();
         store
             .append_message("a", t, &ChatMessage::assistant("two", vec![]), None)
+            .await
             .await
             .unwrap();
         let shown = |messages: Vec<StoredMessage>| -> Vec<(Role, String)> {
@@ -1226,6 +1185,7 @@ mod tests {
                 None,
             )
             .await
+            .await
             .unwrap();
         let died = Failure::new(FailureKind::Interrupted, "worker died");
         assert!(
@@ -1286,6 +1246,7 @@ mod tests {
         };
         store
             .record_step_started("a", ids[3], &open, None)
+            .await
             .await
             .unwrap();
         // Start-up repair: what is left unfinished without a run was interrupted.
@@ -1353,6 +1314,7 @@ mod tests {
             store
                 .append_message("a", t, &ChatMessage::assistant(content, vec![]), None)
                 .await
+                .await
                 .unwrap();
         }
         let mut seen = Vec::new();
@@ -1406,6 +1368,7 @@ mod tests {
                 store
                     .record_step_started("a", t, &started, None)
                     .await
+                    .await
                     .unwrap();
                 let ended = StepEnded {
                     run_id: "r".into(),
@@ -1418,7 +1381,11 @@ mod tests {
                         output_tokens: 1,
                     }),
                 };
-                store.record_step_ended("a", t, &ended, None).await.unwrap();
+                store
+                    .record_step_ended("a", t, &ended, None)
+                    .await
+                    .await
+                    .unwrap();
             }
         }
         let usage = |input_tokens, output_tokens| Usage {

@@ -174,9 +174,9 @@ async fn run(mut conn: SqliteConnection, mut queue: mpsc::Receiver<Job>) {
 
 /// Runs one batch as one transaction and tells every job how it ended.
 async fn commit_batch(conn: &mut SqliteConnection, batch: Vec<Job>) {
-    // The write lock is taken up front (see `Store::begin_write` before this
-    // module existed: a deferred BEGIN cannot wait for it later). Only this
-    // connection writes, so the wait is for a checkpoint or an outside process.
+    // The write lock is taken up front: a deferred BEGIN that reads first cannot
+    // wait for it later (SQLITE_BUSY_SNAPSHOT). Only this connection writes, so
+    // any wait is for a checkpoint or an outside process.
     if let Err(e) = execute(conn, "BEGIN IMMEDIATE").await {
         let failed = CommitFailed::from(&e);
         tracing::error!(error = %e, "cannot begin a write transaction");

@@ -58,6 +58,36 @@ fn cpu(pid: u32) -> Duration {
     Duration::from_millis((ticks(14) + ticks(15)) * 10)
 }
 
+/// The mean over `pids` of a memory figure (`key` in `/proc/<pid>/<file>`), in MB.
+fn mean_mb(pids: &[u32], file: &str, key: &str) -> f64 {
+    let kb: u64 = pids
+        .iter()
+        .map(|pid| memory_kb(&format!("/proc/{pid}/{file}"), key))
+        .sum();
+    kb as f64 / 1024.0 / pids.len().max(1) as f64
+}
+
+/// `threads` runs of `calls` model calls at once, spread over the agents
+/// `<prefix>-0` … `<prefix>-<agents - 1>`; returns when every one completed.
+async fn all_at_once(
+    chorus: &Arc<Chorus>,
+    prefix: &str,
+    agents: usize,
+    threads: usize,
+    calls: usize,
+) {
+    let tasks: Vec<_> = (0..threads)
+        .map(|t| {
+            let chorus = chorus.clone();
+            let agent = format!("{prefix}-{}", t % agents);
+            tokio::spawn(async move { run(&chorus, &agent, calls, None).await })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("every thread completes");
+    }
+}
+
 fn memory_kb(path: &str, key: &str) -> u64 {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -217,16 +247,7 @@ async fn phase_b(model: &chorus_test_support::FakeModel) {
     let calls0 = model.requests().len();
     let cp0 = cpu(chorus.pid());
     let started = Instant::now();
-    let mut tasks = Vec::new();
-    for t in 0..100 {
-        let chorus = chorus.clone();
-        tasks.push(tokio::spawn(async move {
-            run(&chorus, &format!("busy-{}", t % 10), 20, None).await;
-        }));
-    }
-    for task in tasks {
-        task.await.expect("threads");
-    }
+    all_at_once(&chorus, "busy", 10, 100, 20).await;
     let took = started.elapsed();
     let calls = model.requests().len() - calls0;
     let cp = cpu(chorus.pid()) - cp0;
@@ -256,14 +277,10 @@ async fn phase_cd(model: &chorus_test_support::FakeModel) {
         ready[90].as_secs_f64() * 1e3
     );
     let rss = memory_kb(&format!("/proc/{}/status", chorus.pid()), "VmRSS:");
-    let pss: u64 = workers
-        .iter()
-        .map(|pid| memory_kb(&format!("/proc/{pid}/smaps_rollup"), "Pss:"))
-        .sum();
     println!(
         "D  100 idle agents: control plane RSS {:.1} MB, worker PSS {:.2} MB each",
         rss as f64 / 1024.0,
-        pss as f64 / 1024.0 / workers.len() as f64
+        mean_mb(&workers, "smaps_rollup", "Pss:")
     );
 }
 
@@ -277,16 +294,7 @@ async fn phase_s(model: &chorus_test_support::FakeModel) {
     }
     let cp0 = cpu(chorus.pid());
     let started = Instant::now();
-    let mut tasks = Vec::new();
-    for t in 0..1000 {
-        let chorus = chorus.clone();
-        tasks.push(tokio::spawn(async move {
-            run(&chorus, &format!("scale-{}", t % 100), 2, None).await;
-        }));
-    }
-    for task in tasks {
-        task.await.expect("every thread completes");
-    }
+    all_at_once(&chorus, "scale", 100, 1000, 2).await;
     let took = started.elapsed();
     let status = format!("/proc/{}/status", chorus.pid());
     println!(
@@ -296,17 +304,9 @@ async fn phase_s(model: &chorus_test_support::FakeModel) {
         memory_kb(&status, "VmRSS:") as f64 / 1024.0,
         memory_kb(&status, "VmHWM:") as f64 / 1024.0,
     );
-    let pss: u64 = workers
-        .iter()
-        .map(|pid| memory_kb(&format!("/proc/{pid}/smaps_rollup"), "Pss:"))
-        .sum();
-    let rss: u64 = workers
-        .iter()
-        .map(|pid| memory_kb(&format!("/proc/{pid}/status"), "VmRSS:"))
-        .sum();
     println!(
         "S  then idle: worker PSS {:.2} MB, RSS {:.2} MB each",
-        pss as f64 / 1024.0 / workers.len() as f64,
-        rss as f64 / 1024.0 / workers.len() as f64
+        mean_mb(&workers, "smaps_rollup", "Pss:"),
+        mean_mb(&workers, "status", "VmRSS:")
     );
 }
