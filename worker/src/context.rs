@@ -1,31 +1,116 @@
 //! What the model is told before the conversation: the agent's system prompt, then
-//! everything in its `docs/` directory (SPEC B4), read fresh for every model call so
-//! an edit (by the agent itself or a person) counts at once.
+//! everything in its `docs/` directory (SPEC B4). An edit (by the agent itself or a
+//! person) counts at the next model call: the files are listed and their sizes and
+//! times compared on every call, and read again only when one changed.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 /// Most docs text put into one system prompt.
 pub const MAX_DOCS_BYTES: usize = 64 * 1024;
 
-/// The system prompt with the docs after it.
-pub fn system_prompt(prompt: &str, docs_dir: Option<&Path>) -> String {
-    let Some(dir) = docs_dir else {
-        return prompt.to_string();
+/// A file changed this recently may change again within the file system's clock
+/// tick without its time moving: docs that fresh are not trusted from memory (the
+/// way git treats "racily clean" files).
+const SETTLED: Duration = Duration::from_secs(2);
+
+/// The docs section of a run's system prompt, read again only when the files change.
+#[derive(Default)]
+pub struct Docs {
+    cached: Option<Cached>,
+}
+
+struct Cached {
+    dir: PathBuf,
+    files: Vec<Stamp>,
+    section: String,
+}
+
+/// What says a docs file is unchanged: its path, size, change time and inode.
+#[derive(Debug, PartialEq, Eq)]
+struct Stamp {
+    relative: PathBuf,
+    len: u64,
+    modified: Option<SystemTime>,
+    changed: (i64, i64),
+    inode: u64,
+}
+
+impl Docs {
+    /// The system prompt with the docs after it.
+    pub fn system_prompt(&mut self, prompt: &str, docs_dir: Option<&Path>) -> String {
+        let Some(dir) = docs_dir else {
+            return prompt.to_string();
+        };
+        let files = stamps(dir);
+        if let Some(cached) = &self.cached
+            && cached.dir == dir
+            && cached.files == files
+        {
+            return format!("{prompt}{}", cached.section);
+        }
+        let section = docs_section(dir, &files);
+        let text = format!("{prompt}{section}");
+        self.cached = settled(&files).then(|| Cached {
+            dir: dir.to_path_buf(),
+            files,
+            section,
+        });
+        text
+    }
+}
+
+/// Whether every file was last changed long enough ago that a change now would
+/// show in its time.
+fn settled(files: &[Stamp]) -> bool {
+    let Some(past) = SystemTime::now().checked_sub(SETTLED) else {
+        return false;
     };
+    files
+        .iter()
+        .all(|file| file.modified.is_some_and(|modified| modified < past))
+}
+
+/// The system prompt with the docs after it, read now.
+#[cfg(test)]
+pub fn system_prompt(prompt: &str, docs_dir: Option<&Path>) -> String {
+    Docs::default().system_prompt(prompt, docs_dir)
+}
+
+/// The files of the docs, in order, with what says they are unchanged.
+fn stamps(dir: &Path) -> Vec<Stamp> {
+    use std::os::unix::fs::MetadataExt;
     let mut files = Vec::new();
     collect(dir, dir, &mut files, 0);
     files.sort();
+    files
+        .into_iter()
+        .filter_map(|relative| {
+            let meta = std::fs::metadata(dir.join(&relative)).ok()?;
+            Some(Stamp {
+                len: meta.len(),
+                modified: meta.modified().ok(),
+                changed: (meta.ctime(), meta.ctime_nsec()),
+                inode: meta.ino(),
+                relative,
+            })
+        })
+        .collect()
+}
+
+/// The docs' text as it follows the prompt ("" when there are none).
+fn docs_section(dir: &Path, files: &[Stamp]) -> String {
     if files.is_empty() {
-        return prompt.to_string();
+        return String::new();
     }
-    let mut out = String::from(prompt);
-    out.push_str(
+    let mut out = String::from(
         "\n\n# Your docs\nThese are the files in your docs/ directory (you maintain them).\n",
     );
     let mut used = 0usize;
     let mut left_out = Vec::new();
-    for relative in files {
-        let Ok(text) = std::fs::read_to_string(dir.join(&relative)) else {
+    for file in files {
+        let relative = &file.relative;
+        let Ok(text) = std::fs::read_to_string(dir.join(relative)) else {
             continue; // not text, or gone since listing
         };
         if used + text.len() > MAX_DOCS_BYTES {
@@ -116,5 +201,44 @@ mod tests {
         let prompt = system_prompt("p", Some(dir.path()));
         assert!(prompt.contains("## docs/small.md\nfits"));
         assert!(prompt.contains("Left out to keep this prompt short: big.md"));
+    }
+
+    fn age(path: &Path, by: Duration) {
+        let file = std::fs::File::options().write(true).open(path).unwrap();
+        file.set_modified(SystemTime::now() - by).unwrap();
+    }
+
+    /// Docs that have settled are kept in memory; an edit (even to the same size)
+    /// shows at the next call, and a just-edited file is read again every call
+    /// until it settles.
+    #[test]
+    fn an_edit_counts_at_the_next_call_and_settled_docs_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.md");
+        std::fs::write(&file, "aaaa").unwrap();
+        let mut docs = Docs::default();
+        assert!(docs.system_prompt("p", Some(dir.path())).contains("aaaa"));
+        assert!(docs.cached.is_none(), "a file edited just now is not kept");
+
+        age(&file, Duration::from_secs(60));
+        assert!(docs.system_prompt("p", Some(dir.path())).contains("aaaa"));
+        assert!(docs.cached.is_some(), "settled docs are kept");
+
+        std::fs::write(&file, "bbbb").unwrap();
+        let prompt = docs.system_prompt("p", Some(dir.path()));
+        assert!(
+            prompt.contains("bbbb") && !prompt.contains("aaaa"),
+            "{prompt}"
+        );
+
+        age(&file, Duration::from_secs(60));
+        docs.system_prompt("p", Some(dir.path()));
+        std::fs::write(dir.path().join("new.md"), "added").unwrap();
+        assert!(
+            docs.system_prompt("p", Some(dir.path()))
+                .contains("## docs/new.md\nadded")
+        );
+        std::fs::remove_file(dir.path().join("new.md")).unwrap();
+        assert!(!docs.system_prompt("p", Some(dir.path())).contains("new.md"));
     }
 }

@@ -212,7 +212,7 @@ impl ToolGate {
         else {
             return deny("this run is not known to the control plane; the tool was not run".into());
         };
-        let record = match self.store.active_agent(&check.agent).await {
+        let record = match self.store.agent_policy(&check.agent).await {
             Ok(Some(record)) => record,
             _ => return deny("the agent is not active; the tool was not run".into()),
         };

@@ -3,7 +3,7 @@
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
-use super::{Store, StoreError, now};
+use super::{AgentPolicy, Store, StoreError, now};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AgentStatus {
@@ -179,6 +179,7 @@ impl Store {
             })
         })
         .await?;
+        self.policies.changed(&name);
         self.agent(&name)
             .await?
             .ok_or_else(|| StoreError::NotFound(format!("agent '{name}' vanished")))
@@ -192,6 +193,25 @@ impl Store {
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(agent_from_row).transpose()
+    }
+
+    /// What the permission gate decides an active agent's tool calls with; from
+    /// memory after the first read (see [`super::policies`]). None: no such
+    /// active agent.
+    pub async fn agent_policy(&self, name: &str) -> Result<Option<AgentPolicy>, StoreError> {
+        let generation = match self.policies.get(name) {
+            Ok(policy) => return Ok(Some(policy)),
+            Err(generation) => generation,
+        };
+        let Some(record) = self.active_agent(name).await? else {
+            return Ok(None);
+        };
+        let policy = AgentPolicy {
+            permissions: record.permissions,
+            on_ask: record.on_ask,
+        };
+        self.policies.put(name, generation, policy.clone());
+        Ok(Some(policy))
     }
 
     /// An active agent by name.
@@ -252,6 +272,7 @@ impl Store {
                 .bind(update.discord_channel_id.clone().flatten()),
             )
             .await?;
+        self.policies.changed(name);
         if done.rows_affected() == 0 {
             return Err(StoreError::NotFound(format!(
                 "no active agent named '{name}'"
@@ -282,6 +303,7 @@ impl Store {
                 .bind(i64::from(purge_files)),
             )
             .await?;
+        self.policies.changed(name);
         if done.rows_affected() == 0 {
             return Err(StoreError::NotFound(format!(
                 "no active agent named '{name}'"
@@ -328,6 +350,39 @@ mod tests {
             network: "on".into(),
             idle_timeout_secs: None,
         }
+    }
+
+    /// The gate's view of an agent follows every change at once: a new profile,
+    /// a destroyed agent, the same name revived.
+    #[tokio::test]
+    async fn the_gate_policy_follows_every_change() {
+        let (store, _dir) = test_store().await;
+        store.register_agent(&new_agent("a")).await.unwrap();
+        let policy = |p: &str, a: &str| AgentPolicy {
+            permissions: p.into(),
+            on_ask: a.into(),
+        };
+        assert_eq!(
+            store.agent_policy("a").await.unwrap(),
+            Some(policy("standard", "prompt"))
+        );
+        let update = AgentUpdate {
+            permissions: Some("readonly".into()),
+            on_ask: Some("deny".into()),
+            ..AgentUpdate::default()
+        };
+        store.update_agent("a", &update).await.unwrap();
+        assert_eq!(
+            store.agent_policy("a").await.unwrap(),
+            Some(policy("readonly", "deny"))
+        );
+        store.mark_agent_destroyed("a", false).await.unwrap();
+        assert_eq!(store.agent_policy("a").await.unwrap(), None);
+        store.register_agent(&new_agent("a")).await.unwrap();
+        assert_eq!(
+            store.agent_policy("a").await.unwrap(),
+            Some(policy("standard", "prompt"))
+        );
     }
 
     #[tokio::test]

@@ -12,7 +12,9 @@ mod agents;
 mod approvals;
 mod audit;
 mod error;
+mod policies;
 mod refs;
+mod run_events;
 mod runs;
 mod sessions;
 mod tasks;
@@ -37,6 +39,7 @@ pub use agents::{AgentRecord, AgentStatus, AgentUpdate, NewAgent};
 pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval};
 pub use audit::{AuditEntry, AuditRecord};
 pub use error::{DISK_FULL, StoreError, is_no_space};
+pub use policies::AgentPolicy;
 pub use refs::{MessageRef, OwedAnswer};
 pub use runs::{NewRun, RunMark, RunRecord, RunStatus};
 pub use sessions::{Cleared, SessionRecord, context_cutoff};
@@ -79,6 +82,8 @@ pub struct Store {
     pool: SqlitePool,
     /// The one writer.
     writer: Writer,
+    /// What the gate reads of each agent on every tool call.
+    policies: std::sync::Arc<policies::Policies>,
 }
 
 fn migrator() -> Migrator {
@@ -217,7 +222,11 @@ impl Store {
             .await?;
         migrator().run(&pool).await?;
         let writer = Writer::start(options.connect().await?);
-        Ok(Store { pool, writer })
+        Ok(Store {
+            pool,
+            writer,
+            policies: Default::default(),
+        })
     }
 
     /// Runs `op` as (part of) a write transaction of the one writer and waits until
@@ -230,19 +239,6 @@ impl Store {
             + 'static,
     {
         self.writer.submit(op).await.await
-    }
-
-    /// Queues `op` to the writer without waiting for its commit: the returned
-    /// [`Pending`] resolves when it is committed. Later writes (of anyone) commit
-    /// after it, never without it.
-    async fn queue<T, F>(&self, op: F) -> Pending<T>
-    where
-        T: Send + 'static,
-        F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T, StoreError>>
-            + Send
-            + 'static,
-    {
-        self.writer.submit(op).await
     }
 
     /// Runs one statement as a write (see [`Store::write`]).

@@ -121,8 +121,8 @@ macro_rules! run_columns {
 /// A [`RunMark`] the writer can own.
 #[derive(Debug, Clone)]
 pub(super) struct Mark {
-    run_id: String,
-    seq: u64,
+    pub(super) run_id: String,
+    pub(super) seq: u64,
 }
 
 impl Mark {
@@ -132,31 +132,6 @@ impl Mark {
             seq: m.seq,
         })
     }
-}
-
-/// Moves the run's `last_seq` to the event's `seq` inside `tx`, counting a stored
-/// message when `message` is set. False when the event is no later than the last
-/// one stored: it was stored already and the caller stores nothing.
-pub(super) async fn advance(
-    tx: &mut sqlx::SqliteConnection,
-    mark: Option<&Mark>,
-    message: bool,
-) -> Result<bool, StoreError> {
-    let Some(mark) = mark else {
-        return Ok(true);
-    };
-    let done = sqlx::query(
-        "UPDATE runs SET last_seq = CASE WHEN $2 > last_seq THEN $2 ELSE last_seq END, \
-         stored = stored + $3, updated_at = $4 \
-         WHERE id = $1 AND ($2 = 0 OR last_seq < $2)",
-    )
-    .bind(&mark.run_id)
-    .bind(mark.seq as i64)
-    .bind(message as i64)
-    .bind(now())
-    .execute(&mut *tx)
-    .await?;
-    Ok(done.rows_affected() > 0)
 }
 
 impl Store {

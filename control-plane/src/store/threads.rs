@@ -6,8 +6,9 @@ use chorus_proto::domain::{
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
-use super::runs::{RunMark, advance};
-use super::{Store, StoreError, format_epoch_ms, now};
+use super::run_events::{RunEvent, ThreadEvent};
+use super::runs::RunMark;
+use super::{Store, StoreError, now};
 
 /// The columns `message_from_row` reads (a macro, so queries stay literal strings).
 macro_rules! message_columns {
@@ -466,30 +467,8 @@ impl Store {
         message: &ChatMessage,
         mark: Option<RunMark<'_>>,
     ) -> super::Pending<bool> {
-        let agent = agent.to_owned();
-        let message = message.clone();
-        let mark = super::runs::Mark::of(mark);
-        self.queue(move |tx| {
-            Box::pin(async move {
-                if !advance(tx, mark.as_ref(), true).await? {
-                    return Ok(false);
-                }
-                insert_message(tx, &agent, thread, &message, &now(), true).await?;
-                // A tool's result completes its audit row, in the same transaction.
-                if let (Role::Tool, Some(call_id)) = (message.role, &message.tool_call_id) {
-                    super::audit::record_result(
-                        tx,
-                        &agent,
-                        thread,
-                        call_id,
-                        if message.is_error { "error" } else { "ok" },
-                    )
-                    .await?;
-                }
-                Ok(true)
-            })
-        })
-        .await
+        self.queue_event(agent, thread, mark, RunEvent::Message(message.clone()))
+            .await
     }
 
     /// Adds a user message to a thread; `pending` when a run is going that has not
@@ -528,7 +507,7 @@ impl Store {
     }
 
     /// A run took a pending user message into its history: it gets the next place
-    /// in the thread. False when it was not pending (or the event was a replay).
+    /// in the thread. False when the event was a replay.
     /// Queued to the writer: the [`super::Pending`] answers once it is committed.
     pub async fn take_input(
         &self,
@@ -537,27 +516,8 @@ impl Store {
         message_id: u64,
         mark: Option<RunMark<'_>>,
     ) -> super::Pending<bool> {
-        let agent = agent.to_owned();
-        let mark = super::runs::Mark::of(mark);
-        self.queue(move |tx| {
-            Box::pin(async move {
-                if !advance(tx, mark.as_ref(), false).await? {
-                    return Ok(false);
-                }
-                let done = sqlx::query(
-                    "UPDATE messages SET position = (SELECT COALESCE(MAX(position), 0) + 1 FROM messages \
-                     WHERE agent_name = $1 AND thread_id = $2) \
-                     WHERE agent_name = $1 AND thread_id = $2 AND id = $3 AND position IS NULL",
-                )
-                .bind(&agent)
-                .bind(thread as i64)
-                .bind(message_id as i64)
-                .execute(&mut *tx)
-                .await?;
-                Ok(done.rows_affected() > 0)
-            })
-        })
-        .await
+        self.queue_event(agent, thread, mark, RunEvent::InputTaken(message_id))
+            .await
     }
 
     /// The user messages of a thread no model has seen yet, oldest first: their ids
@@ -738,30 +698,8 @@ impl Store {
         step: &StepStarted,
         mark: Option<RunMark<'_>>,
     ) -> super::Pending<bool> {
-        let agent = agent.to_owned();
-        let step = step.clone();
-        let mark = super::runs::Mark::of(mark);
-        self.queue(move |tx| {
-            Box::pin(async move {
-                if !advance(tx, mark.as_ref(), false).await? {
-                    return Ok(false);
-                }
-                sqlx::query(
-                    "INSERT INTO thread_steps (agent_name, thread_id, step_number, kind, description, started_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6)",
-                )
-                .bind(&agent)
-                .bind(thread as i64)
-                .bind(step.number as i64)
-                .bind(step.kind.as_str())
-                .bind(&step.description)
-                .bind(format_epoch_ms(step.started_at_ms))
-                .execute(&mut *tx)
-                .await?;
-                Ok(true)
-            })
-        })
-        .await
+        self.queue_event(agent, thread, mark, RunEvent::StepStarted(step.clone()))
+            .await
     }
 
     /// Queued to the writer: the [`super::Pending`] answers once it is committed.
@@ -772,35 +710,26 @@ impl Store {
         step: &StepEnded,
         mark: Option<RunMark<'_>>,
     ) -> super::Pending<bool> {
-        let usage = step.usage.unwrap_or_default();
-        let has_usage = step.usage.is_some();
-        let agent = agent.to_owned();
-        let step = step.clone();
-        let mark = super::runs::Mark::of(mark);
-        self.queue(move |tx| {
-            Box::pin(async move {
-                if !advance(tx, mark.as_ref(), false).await? {
-                    return Ok(false);
-                }
-                sqlx::query(
-                    "UPDATE thread_steps SET ended_at = $4, duration_ms = $5, failed = $6, \
-                     input_tokens = $7, output_tokens = $8 \
-                     WHERE agent_name = $1 AND thread_id = $2 AND step_number = $3",
-                )
-                .bind(&agent)
-                .bind(thread as i64)
-                .bind(step.number as i64)
-                .bind(format_epoch_ms(step.ended_at_ms))
-                .bind(step.duration_ms as i64)
-                .bind(step.failed as i64)
-                .bind(has_usage.then_some(usage.input_tokens as i64))
-                .bind(has_usage.then_some(usage.output_tokens as i64))
-                .execute(&mut *tx)
-                .await?;
-                Ok(true)
+        self.queue_event(agent, thread, mark, RunEvent::StepEnded(step.clone()))
+            .await
+    }
+
+    /// Queues a run's event to the writer, which merges it with its neighbours.
+    async fn queue_event(
+        &self,
+        agent: &str,
+        thread: u64,
+        mark: Option<RunMark<'_>>,
+        event: RunEvent,
+    ) -> super::Pending<bool> {
+        self.writer
+            .submit_event(ThreadEvent {
+                agent: agent.to_owned(),
+                thread,
+                mark: super::runs::Mark::of(mark),
+                event,
             })
-        })
-        .await
+            .await
     }
 
     /// Closes a thread's open steps as failed: their run is gone (a resumption

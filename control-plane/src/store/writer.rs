@@ -1,15 +1,18 @@
 //! The one writer: a task that owns the database's only writing connection. Every
 //! write of the store is a job sent to it; it runs whatever has queued since its
 //! last commit as one transaction (group commit), in the order the jobs were sent,
-//! and tells each caller once that transaction is committed.
+//! and tells each caller once that transaction is committed. A run's events are
+//! jobs of their own (data, not code): consecutive ones are written together
+//! (`run_events`), with far fewer statements than one job each.
 //!
 //! Invariants:
 //! - Jobs run and commit in the order they were queued: a job queued after another
 //!   sees its effects, and is never durable without it.
 //! - A caller hears `Ok` only once its job's transaction is committed; a job that
 //!   fails is rolled back alone (each job of a batch of several runs inside a
-//!   savepoint), and the others of its batch commit; a commit that fails fails
-//!   every job of its batch (nothing of it was written).
+//!   savepoint; merged events that fail are rolled back and written again one by
+//!   one), and the others of its batch commit; a commit that fails fails every
+//!   job of its batch (nothing of it was written).
 //! - Only this task writes; readers use the pool and never wait for the write lock.
 
 use std::time::Instant;
@@ -19,6 +22,7 @@ use sqlx::SqliteConnection;
 use tokio::sync::{mpsc, oneshot};
 
 use super::StoreError;
+use super::run_events::{self, ThreadEvent};
 
 /// Most jobs one transaction takes: a long queue is committed in several, so no
 /// caller waits behind an unbounded batch.
@@ -30,7 +34,33 @@ const QUEUE: usize = 4096;
 type Finish = Box<dyn FnOnce(Result<(), CommitFailed>) + Send>;
 
 /// A job of the queue.
-type Job = Box<dyn Queued>;
+enum Job {
+    /// Code to run in the transaction.
+    Op(Box<dyn Queued>),
+    /// A run's event, merged with the events queued next to it.
+    Event(Box<EventJob>),
+}
+
+struct EventJob {
+    event: ThreadEvent,
+    answer: oneshot::Sender<Result<bool, StoreError>>,
+}
+
+/// What a caller hears once the batch's commit is known: its job's own result,
+/// unless the commit failed.
+fn finish_with<T: Send + 'static>(
+    answer: oneshot::Sender<Result<T, StoreError>>,
+    result: Result<T, StoreError>,
+) -> Finish {
+    Box::new(move |commit| {
+        let result = match commit {
+            Ok(()) => result,
+            // The job's own error says more than the commit's.
+            Err(failed) => result.and_then(|_| Err(failed.error())),
+        };
+        let _ = answer.send(result);
+    })
+}
 
 trait Queued: Send {
     /// Runs on the writer's connection inside the batch's transaction; says
@@ -56,16 +86,7 @@ where
         let OpJob { op, answer } = *self;
         Box::pin(async move {
             let result = op(conn).await;
-            let ok = result.is_ok();
-            let finish: Finish = Box::new(move |commit| {
-                let result = match commit {
-                    Ok(()) => result,
-                    // The job's own error says more than the commit's.
-                    Err(failed) => result.and_then(|_| Err(failed.error())),
-                };
-                let _ = answer.send(result);
-            });
-            (ok, finish)
+            (result.is_ok(), finish_with(answer, result))
         })
     }
 
@@ -154,9 +175,20 @@ impl Writer {
             + 'static,
     {
         let (answer, pending) = oneshot::channel();
-        let job: Job = Box::new(OpJob { op, answer });
         // A send fails only when the writer is gone (shutdown): the pending
         // answer then says so.
+        let _ = self
+            .jobs
+            .send(Job::Op(Box::new(OpJob { op, answer })))
+            .await;
+        Pending(pending)
+    }
+
+    /// Queues a run's event; the [`Pending`] says, once committed, whether it was
+    /// stored (false: stored before, or its run is not known).
+    pub(crate) async fn submit_event(&self, event: ThreadEvent) -> Pending<bool> {
+        let (answer, pending) = oneshot::channel();
+        let job = Job::Event(Box::new(EventJob { event, answer }));
         let _ = self.jobs.send(job).await;
         Pending(pending)
     }
@@ -181,33 +213,33 @@ async fn commit_batch(conn: &mut SqliteConnection, batch: Vec<Job>) {
         let failed = CommitFailed::from(&e);
         tracing::error!(error = %e, "cannot begin a write transaction");
         for job in batch {
-            job.fail(failed.clone());
+            match job {
+                Job::Op(job) => job.fail(failed.clone()),
+                Job::Event(job) => {
+                    let _ = job.answer.send(Err(failed.error()));
+                }
+            }
         }
         rollback(conn).await;
         return;
     }
+    // A job alone needs no savepoint: when it fails, the batch is rolled back.
     let savepoints = batch.len() > 1;
     let mut finishes = Vec::with_capacity(batch.len());
-    for job in batch {
-        if savepoints && let Err(e) = execute(conn, "SAVEPOINT job").await {
-            job.fail(CommitFailed::from(&e));
-            continue;
-        }
-        let (ok, finish) = job.run(conn).await;
-        if savepoints {
-            let end = if ok {
-                execute(conn, "RELEASE job").await
-            } else {
-                match execute(conn, "ROLLBACK TO job").await {
-                    Ok(()) => execute(conn, "RELEASE job").await,
-                    Err(e) => Err(e),
+    let mut jobs = batch.into_iter().peekable();
+    while let Some(job) = jobs.next() {
+        match job {
+            Job::Op(job) => finishes.push(run_op(conn, job, savepoints).await),
+            Job::Event(first) => {
+                let mut events = vec![*first];
+                while let Some(Job::Event(_)) = jobs.peek() {
+                    if let Some(Job::Event(next)) = jobs.next() {
+                        events.push(*next);
+                    }
                 }
-            };
-            if let Err(e) = end {
-                tracing::warn!(error = %e, "cannot end a job's savepoint");
+                write_events(conn, events, savepoints, &mut finishes).await;
             }
         }
-        finishes.push((ok, finish));
     }
     // A batch of one failed job is simply rolled back.
     let committed = if !savepoints && finishes.first().is_some_and(|(ok, _)| !ok) {
@@ -225,6 +257,105 @@ async fn commit_batch(conn: &mut SqliteConnection, batch: Vec<Job>) {
     };
     for (_, finish) in finishes {
         finish(committed.clone());
+    }
+}
+
+/// Runs one job, in a savepoint when the batch has others.
+async fn run_op(
+    conn: &mut SqliteConnection,
+    job: Box<dyn Queued>,
+    savepoint: bool,
+) -> (bool, Finish) {
+    if savepoint && let Err(e) = execute(conn, "SAVEPOINT job").await {
+        let failed = CommitFailed::from(&e);
+        return (false, Box::new(move |_| job.fail(failed)));
+    }
+    let (ok, finish) = job.run(conn).await;
+    if savepoint {
+        end_savepoint(conn, ok).await;
+    }
+    (ok, finish)
+}
+
+/// Writes consecutive events of a run (of any runs) together; when that fails,
+/// writes them again one by one, so only a failing event is lost.
+async fn write_events(
+    conn: &mut SqliteConnection,
+    events: Vec<EventJob>,
+    savepoint: bool,
+    finishes: &mut Vec<(bool, Finish)>,
+) {
+    let merged = if savepoint {
+        execute(conn, "SAVEPOINT job")
+            .await
+            .map_err(StoreError::from)
+    } else {
+        Ok(())
+    };
+    let merged = match merged {
+        Ok(()) => {
+            let all: Vec<&ThreadEvent> = events.iter().map(|job| &job.event).collect();
+            run_events::write(conn, &all).await
+        }
+        Err(e) => Err(e),
+    };
+    if savepoint {
+        end_savepoint(conn, merged.is_ok()).await;
+    }
+    match merged {
+        Ok(stored) => {
+            for (job, stored) in events.into_iter().zip(stored) {
+                finishes.push((true, finish_with(job.answer, Ok(stored))));
+            }
+        }
+        // Savepoints are off only for a batch of one job: this event alone. The
+        // batch is rolled back and its caller told why.
+        Err(e) if !savepoint => {
+            if let Some(job) = events.into_iter().next() {
+                finishes.push((false, finish_with(job.answer, Err(e))));
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, events = events.len(), "merged events failed; writing them one by one");
+            for job in events {
+                let (ok, finish) = run_op(conn, Box::new(AloneEvent(job)), true).await;
+                finishes.push((ok, finish));
+            }
+        }
+    }
+}
+
+/// An event written on its own (after its merged batch failed).
+struct AloneEvent(EventJob);
+
+impl Queued for AloneEvent {
+    fn run<'c>(self: Box<Self>, conn: &'c mut SqliteConnection) -> BoxFuture<'c, (bool, Finish)> {
+        Box::pin(async move {
+            let EventJob { event, answer } = self.0;
+            let result = run_events::write(conn, &[&event])
+                .await
+                .map(|stored| stored.first().copied().unwrap_or(false));
+            (result.is_ok(), finish_with(answer, result))
+        })
+    }
+
+    fn fail(self: Box<Self>, failed: CommitFailed) {
+        let _ = self.0.answer.send(Err(failed.error()));
+    }
+}
+
+/// Ends a job's savepoint: kept when the job succeeded, undone when it failed.
+async fn end_savepoint(conn: &mut SqliteConnection, ok: bool) {
+    let end = if ok {
+        execute(conn, "RELEASE job").await
+    } else {
+        match execute(conn, "ROLLBACK TO job").await {
+            Ok(()) => execute(conn, "RELEASE job").await,
+            Err(e) => Err(e),
+        }
+    };
+    if let Err(e) = end {
+        tracing::warn!(error = %e, "cannot end a job's savepoint");
     }
 }
 

@@ -288,6 +288,8 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
 ) -> Result<String, LoopError> {
     let all_schemas = tools.schemas();
     let mut offered: Option<(Option<Vec<String>>, Vec<crate::model::ToolSchema>)> = None;
+    // The docs are read again only when their files change.
+    let mut docs = crate::context::Docs::default();
     let mut messages = std::mem::take(&mut input.messages);
     // A history cut by a crash or a kill is made acceptable to the APIs first; the
     // stored thread is not changed (the repair is repeated if it is sent again).
@@ -355,8 +357,7 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
             .as_ref()
             .map(|(_, s)| s.as_slice())
             .unwrap_or_default();
-        let mut system =
-            crate::context::system_prompt(&live.system_prompt, live.docs_dir.as_deref());
+        let mut system = docs.system_prompt(&live.system_prompt, live.docs_dir.as_deref());
         if let Some(board) = &board {
             let next = format!("Calling LLM ({})", selection.display);
             board.next_step(input.run_id, steps.next, &next);
