@@ -243,9 +243,15 @@ async fn git(dir: &Path, args: &[&str]) -> Result<(), FilesError> {
     }
 }
 
-/// `git init` plus an initial commit of whatever the template put there.
+/// `git init` plus an initial commit of whatever the template put there. Without
+/// git's own template (sample hooks, a description): a third of the files, and
+/// creating an agent is mostly creating files.
 async fn init_git(workspace: &Path) -> Result<(), FilesError> {
-    git(workspace, &["init", "--quiet", "--initial-branch=main"]).await?;
+    git(
+        workspace,
+        &["init", "--quiet", "--initial-branch=main", "--template="],
+    )
+    .await?;
     git(workspace, &["add", "--all"]).await?;
     git(
         workspace,
