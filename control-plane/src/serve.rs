@@ -405,6 +405,9 @@ impl Running {
     /// Saves every agent's context, stops workers, closes listeners and the
     /// database. Runs still going stay open in the store: the next start resumes them.
     pub async fn shut_down(self) -> anyhow::Result<()> {
+        // First: `/readyz` answers 503 (a load balancer stops sending) and no
+        // queued run starts.
+        self.runs.drain();
         // While the workers still run, so a summarizer can still reach a model.
         let saved = self.sessions.save_all(SHUTDOWN_SAVE_TIME).await;
         if saved > 0 {

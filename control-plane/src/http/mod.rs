@@ -6,6 +6,7 @@ mod agents;
 mod context;
 mod error;
 mod events;
+mod health;
 mod models;
 mod permissions;
 mod tasks;
@@ -78,6 +79,7 @@ pub fn router(state: AppState) -> Router {
     };
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(health::readyz))
         .merge(metrics)
         .nest("/api", api)
         .with_state(state)

@@ -806,6 +806,14 @@ impl AgentActor {
 
     /// Hands queued runs to the agent's worker, if one is connected.
     async fn deliver(&mut self) {
+        // Shutting down: queued runs stay queued (in the store too) for the next start.
+        if self
+            .shared
+            .draining
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
         let Some((generation, sender)) = self.shared.registry.sender(&self.agent) else {
             return;
         };

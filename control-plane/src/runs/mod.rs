@@ -137,6 +137,9 @@ pub(crate) struct Shared {
     /// Set at shutdown: what workers still report is not applied (their runs stay
     /// open in the store and are resumed by the next start).
     stopping: AtomicBool,
+    /// Set when shutdown begins: no queued run is delivered any more (it stays
+    /// queued in the store for the next start), and `/readyz` says so.
+    draining: AtomicBool,
 }
 
 struct Handle {
@@ -173,6 +176,7 @@ impl Runs {
                 summarizer,
                 idle_saver: OnceLock::new(),
                 stopping: AtomicBool::new(false),
+                draining: AtomicBool::new(false),
             }),
             agents: Mutex::new(HashMap::new()),
         }
@@ -486,6 +490,16 @@ impl Runs {
     /// abandon stay open in the store and the next start resumes them.
     pub fn stop_accepting(&self) {
         self.shared.stopping.store(true, Ordering::Relaxed);
+    }
+
+    /// Shutdown begins: runs going may finish, no queued one starts.
+    pub fn drain(&self) {
+        self.shared.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether shutdown has begun.
+    pub fn draining(&self) -> bool {
+        self.shared.draining.load(Ordering::Relaxed)
     }
 }
 

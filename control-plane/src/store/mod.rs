@@ -256,6 +256,12 @@ impl Store {
         let _ = self.write(|_| Box::pin(async { Ok(()) })).await;
     }
 
+    /// Whether the database answers a read (for `/readyz`).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
     pub async fn close(&self) {
         self.flush().await;
         self.pool.close().await;

@@ -165,3 +165,72 @@ async fn a_generated_api_token_is_private_to_its_owner() -> anyhow::Result<()> {
     assert_eq!(response.status(), 200);
     Ok(())
 }
+
+/// Probes need no token: `/healthz` says the process serves, `/readyz` that it is
+/// ready. SIGTERM drains: `/readyz` turns 503 at once (a load balancer stops
+/// sending), a message that still arrives is kept, and its thread completes after
+/// the restart.
+#[tokio::test]
+async fn sigterm_drains_readiness_turns_503_and_a_late_message_is_kept() -> anyhow::Result<()> {
+    use nix::sys::signal::Signal;
+    let model = FakeOpenAi::start().await;
+    let temp = tempfile::tempdir()?;
+    let data = temp.path().join("data");
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .data_dir(&data)
+        .start()
+        .await?;
+    chorus.create_agent("a").await?;
+    let worker = chorus
+        .wait_worker_running("a", Duration::from_secs(30))
+        .await?;
+    let ready = chorus.anonymous(Method::GET, "/readyz").send().await?;
+    assert_eq!(ready.status(), 200);
+    assert_eq!(ready.json::<serde_json::Value>().await?["ready"], true);
+
+    // A stopped worker holds the shutdown open (its grace period) while we look.
+    process::signal(worker, Signal::SIGSTOP);
+    process::signal(chorus.pid(), Signal::SIGTERM);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let draining = loop {
+        let response = chorus.anonymous(Method::GET, "/readyz").send().await?;
+        if response.status() == 503 {
+            break response.json::<serde_json::Value>().await?;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "/readyz still {} 10 s after SIGTERM",
+            response.status()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(draining["ready"], false);
+    assert!(
+        draining["problems"][0]
+            .as_str()
+            .is_some_and(|p| p.contains("shutting down")),
+        "{draining}"
+    );
+    let thread = chorus.send_message("a", "Still there?").await?;
+    process::signal(worker, Signal::SIGCONT);
+    assert!(chorus.stop().await?.success());
+
+    model.push(chorus_test_support::fake_model::text("Yes, still here."));
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .data_dir(&data)
+        .start()
+        .await?;
+    let done = chorus
+        .wait_thread_finished("a", thread, Duration::from_secs(30))
+        .await?;
+    assert_eq!(done["status"], "completed", "{done:#}");
+    let messages = done["messages"].as_array().expect("messages");
+    assert_eq!(messages[0]["content"], "Still there?");
+    assert_eq!(
+        messages.last().expect("an answer")["content"],
+        "Yes, still here."
+    );
+    Ok(())
+}
