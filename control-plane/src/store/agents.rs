@@ -1,7 +1,7 @@
 //! The agent registry table.
 
 use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
+use sqlx::any::AnyRow;
 
 use super::{AgentPolicy, Store, StoreError, now};
 
@@ -72,7 +72,7 @@ pub struct AgentUpdate {
     pub discord_channel_id: Option<Option<String>>,
 }
 
-fn agent_from_row(row: &SqliteRow) -> Result<AgentRecord, StoreError> {
+fn agent_from_row(row: &AnyRow) -> Result<AgentRecord, StoreError> {
     let status: String = row.try_get("status")?;
     let status = match status.as_str() {
         "active" => AgentStatus::Active,

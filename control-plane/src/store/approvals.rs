@@ -1,7 +1,7 @@
 //! Requests for a person's answer to a tool call (SPEC D2).
 
 use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
+use sqlx::any::AnyRow;
 
 use super::{Store, StoreError, now};
 
@@ -73,7 +73,7 @@ pub struct ApprovalRecord {
 const COLUMNS: &str = "SELECT id, agent_name, thread_id, call_id, tool, action, detail, status, \
     requested_by, requested_at, expires_at, decided_at, decided_by FROM approvals";
 
-fn approval_from_row(row: &SqliteRow) -> Result<ApprovalRecord, StoreError> {
+fn approval_from_row(row: &AnyRow) -> Result<ApprovalRecord, StoreError> {
     let status: String = row.try_get("status")?;
     let actions: String = row.try_get("action")?;
     Ok(ApprovalRecord {

@@ -94,7 +94,7 @@ impl Store {
 /// Records how an audited tool call went, once its result is in (with the tool's
 /// message, in its transaction).
 pub(super) async fn record_result(
-    tx: &mut sqlx::SqliteConnection,
+    tx: &mut sqlx::AnyConnection,
     agent: &str,
     thread_id: u64,
     call_id: &str,

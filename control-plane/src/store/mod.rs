@@ -1,8 +1,9 @@
-//! Storage: the only module that talks SQL. SQLite through sqlx, WAL mode,
-//! migrations embedded in the binary.
+//! Storage: the only module that talks SQL. sqlx's `Any` driver (SQLite today, in
+//! WAL mode), migrations embedded in the binary.
 //!
-//! Invariant: every query uses `$N` placeholders and portable SQL, so the Postgres
-//! backend is a second migration set, not a second store. Every write is a job of
+//! Invariant: every query uses `$N` placeholders, portable SQL and only the types
+//! every backend shares (`i64`, `String`, options of them), so the Postgres
+//! backend is a second migration set and a connection set-up, not a second store. Every write is a job of
 //! the one writer (`writer`: one connection, jobs committed in order, what has
 //! queued committed together); reads use a pool and never wait for the write
 //! lock. A busy database (another process, a checkpoint) makes the writer wait
@@ -23,17 +24,14 @@ mod writer;
 
 use std::borrow::Cow;
 use std::path::Path;
-use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
 use futures::future::BoxFuture;
+use sqlx::any::AnyPoolOptions;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
-};
-use sqlx::{ConnectOptions, SqlSafeStr};
+use sqlx::{AnyConnection, AnyPool};
+use sqlx::{Connection, SqlSafeStr};
 
 pub use agents::{AgentRecord, AgentStatus, AgentUpdate, NewAgent};
 pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval};
@@ -68,10 +66,11 @@ pub enum Durability {
 }
 
 impl Durability {
-    fn synchronous(self) -> SqliteSynchronous {
+    /// SQLite's `synchronous` pragma for it.
+    fn synchronous(self) -> &'static str {
         match self {
-            Durability::Normal => SqliteSynchronous::Normal,
-            Durability::Full => SqliteSynchronous::Full,
+            Durability::Normal => "NORMAL",
+            Durability::Full => "FULL",
         }
     }
 }
@@ -79,7 +78,7 @@ impl Durability {
 #[derive(Clone)]
 pub struct Store {
     /// Readers.
-    pool: SqlitePool,
+    pool: AnyPool,
     /// The one writer.
     writer: Writer,
     /// What the gate reads of each agent on every tool call.
@@ -194,15 +193,29 @@ impl Store {
             crate::private::file(Path::new(&side), false)
                 .map_err(|e| StoreError::open_file(Path::new(&side), e))?;
         }
-        let options = SqliteConnectOptions::from_str("sqlite://")?
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(durability.synchronous())
-            .foreign_keys(true)
-            .busy_timeout(BUSY_TIMEOUT);
-        let pool = SqlitePoolOptions::new()
+        sqlx::any::install_default_drivers();
+        let url = sqlite_url(path)?;
+        // The writer's connection first: it puts the file in WAL mode (a setting the
+        // file keeps) before any reader opens it.
+        let mut writing = AnyConnection::connect(&url).await?;
+        sqlx::raw_sql("PRAGMA journal_mode = WAL")
+            .execute(&mut writing)
+            .await?;
+        let pragmas = connection_pragmas(durability);
+        sqlx::raw_sql(sqlx::AssertSqlSafe(pragmas.clone()))
+            .execute(&mut writing)
+            .await?;
+        let pool = AnyPoolOptions::new()
             .max_connections(8)
+            .after_connect(move |conn, _meta| {
+                let pragmas = pragmas.clone();
+                Box::pin(async move {
+                    sqlx::raw_sql(sqlx::AssertSqlSafe(pragmas))
+                        .execute(conn)
+                        .await?;
+                    Ok(())
+                })
+            })
             // sqlx counts transactions itself. When SQLite ends a transaction on its
             // own (it rolls back on SQLITE_FULL), the ROLLBACK sqlx sends fails and
             // its count stays at 1: the connection would go back to the pool
@@ -218,10 +231,10 @@ impl Store {
                     Ok(clean)
                 })
             })
-            .connect_with(options.clone())
+            .connect(&url)
             .await?;
         migrator().run(&pool).await?;
-        let writer = Writer::start(options.connect().await?);
+        let writer = Writer::start(writing);
         Ok(Store {
             pool,
             writer,
@@ -234,7 +247,7 @@ impl Store {
     async fn write<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T, StoreError>>
+        F: for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Result<T, StoreError>>
             + Send
             + 'static,
     {
@@ -244,8 +257,8 @@ impl Store {
     /// Runs one statement as a write (see [`Store::write`]).
     async fn execute(
         &self,
-        query: sqlx::query::Query<'static, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
-    ) -> Result<sqlx::sqlite::SqliteQueryResult, StoreError> {
+        query: sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments>,
+    ) -> Result<sqlx::any::AnyQueryResult, StoreError> {
         self.write(move |tx| Box::pin(async move { Ok(query.execute(&mut *tx).await?) }))
             .await
     }
@@ -266,6 +279,40 @@ impl Store {
         self.flush().await;
         self.pool.close().await;
     }
+}
+
+/// The connection URL of the SQLite file at `path` (created if missing). Every byte
+/// but the plainest is percent-encoded, so any file name survives the URL.
+fn sqlite_url(path: &Path) -> Result<String, StoreError> {
+    let Some(text) = path.to_str() else {
+        return Err(StoreError::open_file(
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the database path is not UTF-8; choose a data directory whose path is",
+            ),
+        ));
+    };
+    let mut url = String::from("sqlite://");
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"/._-~".contains(&byte) {
+            url.push(byte as char);
+        } else {
+            url.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    url.push_str("?mode=rwc");
+    Ok(url)
+}
+
+/// What every connection to the SQLite file is set to: how long it waits for a
+/// busy database, and what a commit waits for.
+fn connection_pragmas(durability: Durability) -> String {
+    format!(
+        "PRAGMA busy_timeout = {}; PRAGMA synchronous = {}; PRAGMA foreign_keys = ON;",
+        BUSY_TIMEOUT.as_millis(),
+        durability.synchronous()
+    )
 }
 
 /// Timestamps are stored as RFC 3339 UTC text with milliseconds: sortable as text and

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 
 use chorus_proto::domain::{ChatMessage, Role, StepEnded, StepStarted};
-use sqlx::SqliteConnection;
+use sqlx::AnyConnection;
 
 use super::runs::Mark;
 use super::threads::insert_message;
@@ -43,7 +43,7 @@ pub(super) struct ThreadEvent {
 /// Writes `events` in order inside the writer's open transaction; says for each
 /// whether it was stored (false: a replay, or a run the store does not know).
 pub(super) async fn write(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     events: &[&ThreadEvent],
 ) -> Result<Vec<bool>, StoreError> {
     // Each run's stored mark, read once: None when the run is not known.
@@ -164,7 +164,7 @@ pub(super) async fn write(
 
 /// Inserts a step; with its end when that came in the same batch.
 async fn insert_step(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     agent: &str,
     thread: u64,
     step: &StepStarted,
@@ -194,7 +194,7 @@ async fn insert_step(
 
 /// Completes a step stored earlier.
 async fn end_step(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     agent: &str,
     thread: u64,
     step: &StepEnded,

@@ -4,7 +4,7 @@
 //! it already there and changes nothing.
 
 use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
+use sqlx::any::AnyRow;
 
 use super::{Store, StoreError, now};
 
@@ -88,7 +88,7 @@ pub struct RunMark<'a> {
     pub seq: u64,
 }
 
-fn run_from_row(row: &SqliteRow) -> Result<RunRecord, StoreError> {
+fn run_from_row(row: &AnyRow) -> Result<RunRecord, StoreError> {
     let status: String = row.try_get("status")?;
     Ok(RunRecord {
         id: row.try_get("id")?,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use chorus_proto::domain::ChatMessage;
 use chrono::{DateTime, Utc};
 use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
+use sqlx::any::AnyRow;
 
 use super::threads::{insert_message, message_columns};
 use super::{Store, StoreError, format_time, now};
@@ -44,7 +44,7 @@ pub struct SessionRecord {
     pub file_name: String,
 }
 
-fn session_from_row(row: &SqliteRow) -> Result<SessionRecord, StoreError> {
+fn session_from_row(row: &AnyRow) -> Result<SessionRecord, StoreError> {
     Ok(SessionRecord {
         id: row.try_get("id")?,
         agent_name: row.try_get("agent_name")?,

@@ -155,7 +155,7 @@ impl Store {
                     worker_generation: row.try_get::<i64, _>("generation")? as u64,
                     command: row.try_get("command")?,
                     pid: row.try_get::<i64, _>("pid")? as u32,
-                    verified: row.try_get("verified")?,
+                    verified: row.try_get::<i64, _>("verified")? != 0,
                     status: row.try_get("status")?,
                     exit_code: row
                         .try_get::<Option<i64>, _>("exit_code")?

@@ -4,7 +4,7 @@ use chorus_proto::domain::{
     ChatMessage, Failure, FailureKind, Role, StepEnded, StepKind, StepStarted, ToolCall, Usage,
 };
 use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
+use sqlx::any::AnyRow;
 
 use super::run_events::{RunEvent, ThreadEvent};
 use super::runs::RunMark;
@@ -123,7 +123,7 @@ pub struct StepRecord {
     pub output_tokens: Option<u64>,
 }
 
-fn thread_from_row(row: &SqliteRow) -> Result<ThreadRecord, StoreError> {
+fn thread_from_row(row: &AnyRow) -> Result<ThreadRecord, StoreError> {
     let status: String = row.try_get("status")?;
     let failure_kind = match row.try_get::<Option<String>, _>("failure_kind")? {
         Some(kind) => Some(FailureKind::parse(&kind).ok_or(StoreError::Corrupt {
@@ -152,7 +152,7 @@ fn thread_from_row(row: &SqliteRow) -> Result<ThreadRecord, StoreError> {
     })
 }
 
-pub(super) fn message_from_row(row: &SqliteRow) -> Result<StoredMessage, StoreError> {
+pub(super) fn message_from_row(row: &AnyRow) -> Result<StoredMessage, StoreError> {
     let role: String = row.try_get("role")?;
     let tool_calls: Option<String> = row.try_get("tool_calls")?;
     let tool_calls: Vec<ToolCall> = match tool_calls {
@@ -180,7 +180,7 @@ pub(super) fn message_from_row(row: &SqliteRow) -> Result<StoredMessage, StoreEr
     })
 }
 
-fn step_from_row(row: &SqliteRow) -> Result<StepRecord, StoreError> {
+fn step_from_row(row: &AnyRow) -> Result<StepRecord, StoreError> {
     let kind: String = row.try_get("kind")?;
     let opt_u64 = |col: &str| -> Result<Option<u64>, StoreError> {
         Ok(row.try_get::<Option<i64>, _>(col)?.map(|v| v as u64))
@@ -846,7 +846,7 @@ impl Store {
 /// Creates a thread row, its id the next of the agent's counter (bumping it is
 /// atomic on both SQLite and Postgres, so concurrent creates never collide).
 async fn new_thread(
-    tx: &mut sqlx::SqliteConnection,
+    tx: &mut sqlx::AnyConnection,
     agent: &str,
     status: ThreadStatus,
     at: &str,
@@ -879,7 +879,7 @@ async fn new_thread(
 }
 
 pub(super) async fn insert_message(
-    tx: &mut sqlx::SqliteConnection,
+    tx: &mut sqlx::AnyConnection,
     agent: &str,
     thread: u64,
     message: &ChatMessage,
@@ -923,10 +923,10 @@ pub(super) async fn insert_message(
 /// one at a time (the query asks for `limit + 1`), so a page of huge rows stops at
 /// the budget instead of loading them all.
 async fn read_page<T>(
-    mut rows: impl futures::Stream<Item = Result<sqlx::sqlite::SqliteRow, sqlx::Error>> + Unpin,
+    mut rows: impl futures::Stream<Item = Result<sqlx::any::AnyRow, sqlx::Error>> + Unpin,
     limit: u32,
     max_bytes: usize,
-    convert: impl Fn(&sqlx::sqlite::SqliteRow) -> Result<(T, usize), StoreError>,
+    convert: impl Fn(&sqlx::any::AnyRow) -> Result<(T, usize), StoreError>,
 ) -> Result<(Vec<T>, bool), StoreError> {
     use futures::TryStreamExt;
     let mut page = Vec::new();

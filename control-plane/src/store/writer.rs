@@ -18,7 +18,7 @@
 use std::time::Instant;
 
 use futures::future::BoxFuture;
-use sqlx::SqliteConnection;
+use sqlx::AnyConnection;
 use tokio::sync::{mpsc, oneshot};
 
 use super::StoreError;
@@ -65,7 +65,7 @@ fn finish_with<T: Send + 'static>(
 trait Queued: Send {
     /// Runs on the writer's connection inside the batch's transaction; says
     /// whether it succeeded (a failed one is rolled back to its savepoint).
-    fn run<'c>(self: Box<Self>, conn: &'c mut SqliteConnection) -> BoxFuture<'c, (bool, Finish)>;
+    fn run<'c>(self: Box<Self>, conn: &'c mut AnyConnection) -> BoxFuture<'c, (bool, Finish)>;
     /// Fails without running: its transaction could not begin.
     fn fail(self: Box<Self>, failed: CommitFailed);
 }
@@ -78,11 +78,11 @@ struct OpJob<T, F> {
 impl<T, F> Queued for OpJob<T, F>
 where
     T: Send + 'static,
-    F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T, StoreError>>
+    F: for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Result<T, StoreError>>
         + Send
         + 'static,
 {
-    fn run<'c>(self: Box<Self>, conn: &'c mut SqliteConnection) -> BoxFuture<'c, (bool, Finish)> {
+    fn run<'c>(self: Box<Self>, conn: &'c mut AnyConnection) -> BoxFuture<'c, (bool, Finish)> {
         let OpJob { op, answer } = *self;
         Box::pin(async move {
             let result = op(conn).await;
@@ -159,7 +159,7 @@ fn stopped() -> StoreError {
 
 impl Writer {
     /// Starts the writer task on `conn`; it ends when every handle is dropped.
-    pub(crate) fn start(conn: SqliteConnection) -> Writer {
+    pub(crate) fn start(conn: AnyConnection) -> Writer {
         let (jobs, queue) = mpsc::channel(QUEUE);
         tokio::spawn(run(conn, queue));
         Writer { jobs }
@@ -170,7 +170,7 @@ impl Writer {
     pub(crate) async fn submit<T, F>(&self, op: F) -> Pending<T>
     where
         T: Send + 'static,
-        F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T, StoreError>>
+        F: for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Result<T, StoreError>>
             + Send
             + 'static,
     {
@@ -194,7 +194,7 @@ impl Writer {
     }
 }
 
-async fn run(mut conn: SqliteConnection, mut queue: mpsc::Receiver<Job>) {
+async fn run(mut conn: AnyConnection, mut queue: mpsc::Receiver<Job>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let started = Instant::now();
@@ -205,7 +205,7 @@ async fn run(mut conn: SqliteConnection, mut queue: mpsc::Receiver<Job>) {
 }
 
 /// Runs one batch as one transaction and tells every job how it ended.
-async fn commit_batch(conn: &mut SqliteConnection, batch: Vec<Job>) {
+async fn commit_batch(conn: &mut AnyConnection, batch: Vec<Job>) {
     // The write lock is taken up front: a deferred BEGIN that reads first cannot
     // wait for it later (SQLITE_BUSY_SNAPSHOT). Only this connection writes, so
     // any wait is for a checkpoint or an outside process.
@@ -261,11 +261,7 @@ async fn commit_batch(conn: &mut SqliteConnection, batch: Vec<Job>) {
 }
 
 /// Runs one job, in a savepoint when the batch has others.
-async fn run_op(
-    conn: &mut SqliteConnection,
-    job: Box<dyn Queued>,
-    savepoint: bool,
-) -> (bool, Finish) {
+async fn run_op(conn: &mut AnyConnection, job: Box<dyn Queued>, savepoint: bool) -> (bool, Finish) {
     if savepoint && let Err(e) = execute(conn, "SAVEPOINT job").await {
         let failed = CommitFailed::from(&e);
         return (false, Box::new(move |_| job.fail(failed)));
@@ -280,7 +276,7 @@ async fn run_op(
 /// Writes consecutive events of a run (of any runs) together; when that fails,
 /// writes them again one by one, so only a failing event is lost.
 async fn write_events(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     events: Vec<EventJob>,
     savepoint: bool,
     finishes: &mut Vec<(bool, Finish)>,
@@ -329,7 +325,7 @@ async fn write_events(
 struct AloneEvent(EventJob);
 
 impl Queued for AloneEvent {
-    fn run<'c>(self: Box<Self>, conn: &'c mut SqliteConnection) -> BoxFuture<'c, (bool, Finish)> {
+    fn run<'c>(self: Box<Self>, conn: &'c mut AnyConnection) -> BoxFuture<'c, (bool, Finish)> {
         Box::pin(async move {
             let EventJob { event, answer } = self.0;
             let result = run_events::write(conn, &[&event])
@@ -345,7 +341,7 @@ impl Queued for AloneEvent {
 }
 
 /// Ends a job's savepoint: kept when the job succeeded, undone when it failed.
-async fn end_savepoint(conn: &mut SqliteConnection, ok: bool) {
+async fn end_savepoint(conn: &mut AnyConnection, ok: bool) {
     let end = if ok {
         execute(conn, "RELEASE job").await
     } else {
@@ -359,38 +355,32 @@ async fn end_savepoint(conn: &mut SqliteConnection, ok: bool) {
     }
 }
 
-async fn execute(conn: &mut SqliteConnection, sql: &'static str) -> Result<(), sqlx::Error> {
+async fn execute(conn: &mut AnyConnection, sql: &'static str) -> Result<(), sqlx::Error> {
     sqlx::raw_sql(sql).execute(conn).await.map(drop)
 }
 
 /// Ends whatever transaction is left. SQLite may have rolled it back itself (a
 /// full disk); then ROLLBACK fails with "no transaction is active", which is fine.
-async fn rollback(conn: &mut SqliteConnection) {
+async fn rollback(conn: &mut AnyConnection) {
     let _ = execute(conn, "ROLLBACK").await;
 }
 
 #[cfg(test)]
 mod tests {
-    use std::str::FromStr;
-
-    use sqlx::ConnectOptions;
-    use sqlx::sqlite::SqliteConnectOptions;
-
     use super::*;
 
-    async fn writer() -> (Writer, sqlx::SqlitePool, tempfile::TempDir) {
+    async fn writer() -> (Writer, sqlx::AnyPool, tempfile::TempDir) {
+        sqlx::any::install_default_drivers();
         let dir = tempfile::tempdir().expect("temp dir");
-        let options = SqliteConnectOptions::from_str("sqlite://")
-            .expect("options")
-            .filename(dir.path().join("w.db"))
-            .create_if_missing(true)
-            .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
-        let mut conn = options.connect().await.expect("connect");
-        sqlx::raw_sql("CREATE TABLE t (v TEXT UNIQUE)")
+        let url = super::super::sqlite_url(&dir.path().join("w.db")).expect("url");
+        let mut conn = <AnyConnection as sqlx::Connection>::connect(&url)
+            .await
+            .expect("connect");
+        sqlx::raw_sql("PRAGMA journal_mode = WAL; CREATE TABLE t (v TEXT UNIQUE)")
             .execute(&mut conn)
             .await
             .expect("table");
-        let pool = sqlx::SqlitePool::connect_with(options).await.expect("pool");
+        let pool = sqlx::AnyPool::connect(&url).await.expect("pool");
         (Writer::start(conn), pool, dir)
     }
 
@@ -408,7 +398,7 @@ mod tests {
             .await
     }
 
-    async fn rows(pool: &sqlx::SqlitePool) -> Vec<String> {
+    async fn rows(pool: &sqlx::AnyPool) -> Vec<String> {
         sqlx::query_scalar("SELECT v FROM t ORDER BY rowid")
             .fetch_all(pool)
             .await
