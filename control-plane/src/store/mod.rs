@@ -360,3 +360,51 @@ pub(crate) async fn test_store() -> (Store, tempfile::TempDir) {
         .expect("open store");
     (store, dir)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A data directory whose path holds URL syntax (space, `?`, `#`, `%`) opens the
+    /// file it names, created private, and keeps what was written across a reopen.
+    #[tokio::test]
+    async fn any_file_name_survives_the_connection_url() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let odd = dir.path().join("a b?c#d%41 é");
+        std::fs::create_dir(&odd).expect("odd dir");
+        let path = odd.join("chorus.db");
+        let store = Store::open(&path).await.expect("open");
+        store
+            .register_agent(&NewAgent {
+                discord_channel_id: None,
+                name: "a".into(),
+                model: None,
+                system_prompt: "p".into(),
+                permissions: "standard".into(),
+                on_ask: "prompt".into(),
+                network: "on".into(),
+                idle_timeout_secs: None,
+            })
+            .await
+            .expect("write");
+        store.close().await;
+        let mode = std::fs::metadata(&path)
+            .expect("the file")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let entries: Vec<_> = std::fs::read_dir(&odd)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert!(
+            entries
+                .iter()
+                .all(|name| name.to_string_lossy().starts_with("chorus.db")),
+            "nothing is created beside it under another name: {entries:?}"
+        );
+        let again = Store::open(&path).await.expect("reopen");
+        assert!(again.active_agent("a").await.expect("read").is_some());
+    }
+}
