@@ -75,6 +75,24 @@ impl Durability {
     }
 }
 
+/// Which database the store is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    /// How the writer opens its transaction: SQLite takes its write lock up front
+    /// (a deferred `BEGIN` that reads first cannot wait for it later).
+    fn begin(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "BEGIN IMMEDIATE",
+            Backend::Postgres => "BEGIN",
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct Store {
     /// Readers.
@@ -85,93 +103,120 @@ pub struct Store {
     policies: std::sync::Arc<policies::Policies>,
 }
 
-fn migrator() -> Migrator {
-    let migrations = vec![
-        Migration::new(
-            1,
-            Cow::Borrowed("initial"),
-            MigrationType::Simple,
-            include_str!("../../migrations/sqlite/0001_initial.sql").into_sql_str(),
-            false,
-        ),
-        Migration::new(
-            2,
-            Cow::Borrowed("permissions"),
-            MigrationType::Simple,
-            include_str!("../../migrations/sqlite/0002_permissions.sql").into_sql_str(),
-            false,
-        ),
-        Migration::new(
-            3,
-            Cow::Borrowed("tasks"),
-            MigrationType::Simple,
-            include_str!("../../migrations/sqlite/0003_tasks.sql").into_sql_str(),
-            false,
-        ),
-        Migration::new(
-            4,
-            Cow::Borrowed("destroy"),
-            MigrationType::Simple,
-            include_str!("../../migrations/sqlite/0004_destroy.sql").into_sql_str(),
-            false,
-        ),
-        Migration::new(
-            5,
-            Cow::Borrowed("task verified"),
-            MigrationType::Simple,
-            include_str!("../../migrations/sqlite/0005_task_verified.sql").into_sql_str(),
-            false,
-        ),
-        Migration::new(
-            6,
-            Cow::Borrowed("agent network"),
-            MigrationType::Simple,
-            include_str!("../../migrations/sqlite/0006_agent_network.sql").into_sql_str(),
-            false,
-        ),
-        Migration::new(
-            7,
-            Cow::Borrowed("failure kind"),
-            MigrationType::Simple,
-            include_str!("../../migrations/sqlite/0007_failure_kind.sql").into_sql_str(),
-            false,
-        ),
-        Migration::new(
-            8,
-            Cow::Borrowed("runs"),
-            MigrationType::Simple,
-            include_str!("../../migrations/sqlite/0008_runs.sql").into_sql_str(),
-            false,
-        ),
-        Migration::new(
-            9,
-            Cow::Borrowed("sessions"),
-            MigrationType::Simple,
-            include_str!("../../migrations/sqlite/0009_sessions.sql").into_sql_str(),
-            false,
-        ),
-        Migration::new(
-            10,
-            Cow::Borrowed("discord channels"),
-            MigrationType::Simple,
-            include_str!("../../migrations/sqlite/0010_discord_channels.sql").into_sql_str(),
-            false,
-        ),
-        Migration::new(
-            11,
-            Cow::Borrowed("answers owed"),
-            MigrationType::Simple,
-            include_str!("../../migrations/sqlite/0011_answers_owed.sql").into_sql_str(),
-            false,
-        ),
-        Migration::new(
-            12,
-            Cow::Borrowed("run trace"),
-            MigrationType::Simple,
-            include_str!("../../migrations/sqlite/0012_run_trace.sql").into_sql_str(),
-            false,
-        ),
-    ];
+/// The migrations of one backend: the same versions and names, each backend's
+/// own SQL (`migrations/<backend>/`).
+macro_rules! migration_set {
+    ($backend:literal) => {
+        [
+            (
+                1,
+                "initial",
+                include_str!(concat!("../../migrations/", $backend, "/0001_initial.sql")),
+            ),
+            (
+                2,
+                "permissions",
+                include_str!(concat!(
+                    "../../migrations/",
+                    $backend,
+                    "/0002_permissions.sql"
+                )),
+            ),
+            (
+                3,
+                "tasks",
+                include_str!(concat!("../../migrations/", $backend, "/0003_tasks.sql")),
+            ),
+            (
+                4,
+                "destroy",
+                include_str!(concat!("../../migrations/", $backend, "/0004_destroy.sql")),
+            ),
+            (
+                5,
+                "task verified",
+                include_str!(concat!(
+                    "../../migrations/",
+                    $backend,
+                    "/0005_task_verified.sql"
+                )),
+            ),
+            (
+                6,
+                "agent network",
+                include_str!(concat!(
+                    "../../migrations/",
+                    $backend,
+                    "/0006_agent_network.sql"
+                )),
+            ),
+            (
+                7,
+                "failure kind",
+                include_str!(concat!(
+                    "../../migrations/",
+                    $backend,
+                    "/0007_failure_kind.sql"
+                )),
+            ),
+            (
+                8,
+                "runs",
+                include_str!(concat!("../../migrations/", $backend, "/0008_runs.sql")),
+            ),
+            (
+                9,
+                "sessions",
+                include_str!(concat!("../../migrations/", $backend, "/0009_sessions.sql")),
+            ),
+            (
+                10,
+                "discord channels",
+                include_str!(concat!(
+                    "../../migrations/",
+                    $backend,
+                    "/0010_discord_channels.sql"
+                )),
+            ),
+            (
+                11,
+                "answers owed",
+                include_str!(concat!(
+                    "../../migrations/",
+                    $backend,
+                    "/0011_answers_owed.sql"
+                )),
+            ),
+            (
+                12,
+                "run trace",
+                include_str!(concat!(
+                    "../../migrations/",
+                    $backend,
+                    "/0012_run_trace.sql"
+                )),
+            ),
+        ]
+    };
+}
+
+fn migrator(backend: Backend) -> Migrator {
+    let set: [(i64, &'static str, &'static str); 12] = match backend {
+        Backend::Sqlite => migration_set!("sqlite"),
+        Backend::Postgres => migration_set!("postgres"),
+    };
+    let migrations = set
+        .into_iter()
+        .map(|(version, name, sql)| {
+            Migration::new(
+                version,
+                Cow::Borrowed(name),
+                MigrationType::Simple,
+                sql.into_sql_str(),
+                false,
+            )
+        })
+        .collect();
     Migrator::with_migrations(migrations)
 }
 
@@ -233,11 +278,31 @@ impl Store {
             })
             .connect(&url)
             .await?;
-        migrator().run(&pool).await?;
-        let writer = Writer::start(writing);
+        migrator(Backend::Sqlite).run(&pool).await?;
+        let writer = Writer::start(writing, Backend::Sqlite.begin());
         Ok(Store {
             pool,
             writer,
+            policies: Default::default(),
+        })
+    }
+
+    /// Opens a Postgres database (`postgres://…`) and brings its schema up to
+    /// date. Its durability is the server's (`synchronous_commit`).
+    pub async fn open_postgres(url: &str) -> Result<Store, StoreError> {
+        sqlx::any::install_default_drivers();
+        let writing = AnyConnection::connect(url).await?;
+        let pool = AnyPoolOptions::new()
+            .max_connections(8)
+            .before_acquire(|conn, _meta| {
+                Box::pin(async move { Ok(!sqlx::Connection::is_in_transaction(conn)) })
+            })
+            .connect(url)
+            .await?;
+        migrator(Backend::Postgres).run(&pool).await?;
+        Ok(Store {
+            pool,
+            writer: Writer::start(writing, Backend::Postgres.begin()),
             policies: Default::default(),
         })
     }
@@ -352,12 +417,31 @@ pub(crate) async fn test_store_with_agent() -> (Store, tempfile::TempDir) {
     (store, dir)
 }
 
+/// A store for a test: a SQLite file in a temporary directory; or, when
+/// `CHORUS_TEST_POSTGRES` names a Postgres server (`postgres://user@host:port`),
+/// a fresh database of its own there.
 #[cfg(test)]
 pub(crate) async fn test_store() -> (Store, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = Store::open(&dir.path().join("chorus.db"))
-        .await
-        .expect("open store");
+    let store = match std::env::var("CHORUS_TEST_POSTGRES") {
+        Ok(server) => {
+            sqlx::any::install_default_drivers();
+            let name = format!("chorus_test_{}", uuid::Uuid::new_v4().simple());
+            let mut admin = AnyConnection::connect(&format!("{server}/postgres"))
+                .await
+                .expect("connect to the test Postgres server");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                .execute(&mut admin)
+                .await
+                .expect("create a test database");
+            Store::open_postgres(&format!("{server}/{name}"))
+                .await
+                .expect("open store on Postgres")
+        }
+        Err(_) => Store::open(&dir.path().join("chorus.db"))
+            .await
+            .expect("open store"),
+    };
     (store, dir)
 }
 

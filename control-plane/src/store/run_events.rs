@@ -321,7 +321,9 @@ mod tests {
         }
         assert_eq!(answers[..3], [Ok(true), Ok(true), Ok(true)]);
         assert!(
-            answers[3].as_ref().is_err_and(|e| e.contains("UNIQUE")),
+            answers[3]
+                .as_ref()
+                .is_err_and(|e| e.to_lowercase().contains("unique")),
             "{:?}",
             answers[3]
         );

@@ -800,11 +800,12 @@ impl Store {
         agent: &str,
         thread: Option<u64>,
     ) -> Result<Option<Usage>, StoreError> {
-        // Two statements rather than `$2 IS NULL OR …`, which Postgres cannot type.
+        // Two statements rather than `$2 IS NULL OR …`; the sums cast back to
+        // BIGINT (Postgres sums integers as NUMERIC).
         let (input, output): (Option<i64>, Option<i64>) = match thread {
             Some(thread) => {
                 sqlx::query_as(
-                    "SELECT SUM(input_tokens), SUM(output_tokens) FROM thread_steps \
+                    "SELECT CAST(SUM(input_tokens) AS BIGINT), CAST(SUM(output_tokens) AS BIGINT) FROM thread_steps \
                      WHERE agent_name = $1 AND thread_id = $2",
                 )
                 .bind(agent)
@@ -814,7 +815,7 @@ impl Store {
             }
             None => {
                 sqlx::query_as(
-                    "SELECT SUM(input_tokens), SUM(output_tokens) FROM thread_steps WHERE agent_name = $1",
+                    "SELECT CAST(SUM(input_tokens) AS BIGINT), CAST(SUM(output_tokens) AS BIGINT) FROM thread_steps WHERE agent_name = $1",
                 )
                 .bind(agent)
                 .fetch_one(&self.pool)

@@ -128,6 +128,9 @@ pub(crate) struct Writer {
     jobs: mpsc::Sender<Job>,
 }
 
+/// The statement that opens a batch's transaction (the backend's).
+type Begin = &'static str;
+
 /// A write queued to the writer: resolves once its transaction is committed.
 pub struct Pending<T>(oneshot::Receiver<Result<T, StoreError>>);
 
@@ -159,9 +162,9 @@ fn stopped() -> StoreError {
 
 impl Writer {
     /// Starts the writer task on `conn`; it ends when every handle is dropped.
-    pub(crate) fn start(conn: AnyConnection) -> Writer {
+    pub(crate) fn start(conn: AnyConnection, begin: Begin) -> Writer {
         let (jobs, queue) = mpsc::channel(QUEUE);
-        tokio::spawn(run(conn, queue));
+        tokio::spawn(run(conn, begin, queue));
         Writer { jobs }
     }
 
@@ -194,22 +197,23 @@ impl Writer {
     }
 }
 
-async fn run(mut conn: AnyConnection, mut queue: mpsc::Receiver<Job>) {
+async fn run(mut conn: AnyConnection, begin: Begin, mut queue: mpsc::Receiver<Job>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let started = Instant::now();
-        commit_batch(&mut conn, std::mem::take(&mut batch)).await;
+        commit_batch(&mut conn, begin, std::mem::take(&mut batch)).await;
         crate::metrics::db_write(started.elapsed());
     }
     let _ = sqlx::Connection::close(conn).await;
 }
 
 /// Runs one batch as one transaction and tells every job how it ended.
-async fn commit_batch(conn: &mut AnyConnection, batch: Vec<Job>) {
-    // The write lock is taken up front: a deferred BEGIN that reads first cannot
-    // wait for it later (SQLITE_BUSY_SNAPSHOT). Only this connection writes, so
-    // any wait is for a checkpoint or an outside process.
-    if let Err(e) = execute(conn, "BEGIN IMMEDIATE").await {
+async fn commit_batch(conn: &mut AnyConnection, begin: Begin, batch: Vec<Job>) {
+    // `begin` is the backend's: on SQLite it takes the write lock up front (a
+    // deferred BEGIN that reads first cannot wait for it later,
+    // SQLITE_BUSY_SNAPSHOT). Only this connection writes, so any wait is for a
+    // checkpoint or an outside process.
+    if let Err(e) = execute(conn, begin).await {
         let failed = CommitFailed::from(&e);
         tracing::error!(error = %e, "cannot begin a write transaction");
         for job in batch {
@@ -381,7 +385,7 @@ mod tests {
             .await
             .expect("table");
         let pool = sqlx::AnyPool::connect(&url).await.expect("pool");
-        (Writer::start(conn), pool, dir)
+        (Writer::start(conn, "BEGIN IMMEDIATE"), pool, dir)
     }
 
     async fn insert(writer: &Writer, v: &'static str) -> Pending<()> {
