@@ -183,8 +183,7 @@ mod tests {
     /// losing the worker does not signal that process.
     #[tokio::test]
     async fn a_pid_outside_the_workers_tree_is_unverified_and_never_signalled() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("chorus.db")).await.unwrap();
+        let (store, _dir) = crate::store::test_store().await;
         let registry = Arc::new(Registry::default());
         let feed = ThreadFeed::default();
         let mut live = feed.subscribe();

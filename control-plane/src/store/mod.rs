@@ -104,106 +104,37 @@ pub struct Store {
 }
 
 /// The migrations of one backend: the same versions and names, each backend's
-/// own SQL (`migrations/<backend>/`).
+/// own SQL (`migrations/<backend>/`; a file missing for one backend fails the build).
 macro_rules! migration_set {
+    ($backend:literal: $(($version:literal, $name:literal, $file:literal)),* $(,)?) => {
+        [$(($version, $name, include_str!(concat!("../../migrations/", $backend, "/", $file)))),*]
+    };
+}
+
+/// Every backend's list, one row per migration.
+macro_rules! migrations {
     ($backend:literal) => {
-        [
-            (
-                1,
-                "initial",
-                include_str!(concat!("../../migrations/", $backend, "/0001_initial.sql")),
-            ),
-            (
-                2,
-                "permissions",
-                include_str!(concat!(
-                    "../../migrations/",
-                    $backend,
-                    "/0002_permissions.sql"
-                )),
-            ),
-            (
-                3,
-                "tasks",
-                include_str!(concat!("../../migrations/", $backend, "/0003_tasks.sql")),
-            ),
-            (
-                4,
-                "destroy",
-                include_str!(concat!("../../migrations/", $backend, "/0004_destroy.sql")),
-            ),
-            (
-                5,
-                "task verified",
-                include_str!(concat!(
-                    "../../migrations/",
-                    $backend,
-                    "/0005_task_verified.sql"
-                )),
-            ),
-            (
-                6,
-                "agent network",
-                include_str!(concat!(
-                    "../../migrations/",
-                    $backend,
-                    "/0006_agent_network.sql"
-                )),
-            ),
-            (
-                7,
-                "failure kind",
-                include_str!(concat!(
-                    "../../migrations/",
-                    $backend,
-                    "/0007_failure_kind.sql"
-                )),
-            ),
-            (
-                8,
-                "runs",
-                include_str!(concat!("../../migrations/", $backend, "/0008_runs.sql")),
-            ),
-            (
-                9,
-                "sessions",
-                include_str!(concat!("../../migrations/", $backend, "/0009_sessions.sql")),
-            ),
-            (
-                10,
-                "discord channels",
-                include_str!(concat!(
-                    "../../migrations/",
-                    $backend,
-                    "/0010_discord_channels.sql"
-                )),
-            ),
-            (
-                11,
-                "answers owed",
-                include_str!(concat!(
-                    "../../migrations/",
-                    $backend,
-                    "/0011_answers_owed.sql"
-                )),
-            ),
-            (
-                12,
-                "run trace",
-                include_str!(concat!(
-                    "../../migrations/",
-                    $backend,
-                    "/0012_run_trace.sql"
-                )),
-            ),
-        ]
+        migration_set!($backend:
+            (1, "initial", "0001_initial.sql"),
+            (2, "permissions", "0002_permissions.sql"),
+            (3, "tasks", "0003_tasks.sql"),
+            (4, "destroy", "0004_destroy.sql"),
+            (5, "task verified", "0005_task_verified.sql"),
+            (6, "agent network", "0006_agent_network.sql"),
+            (7, "failure kind", "0007_failure_kind.sql"),
+            (8, "runs", "0008_runs.sql"),
+            (9, "sessions", "0009_sessions.sql"),
+            (10, "discord channels", "0010_discord_channels.sql"),
+            (11, "answers owed", "0011_answers_owed.sql"),
+            (12, "run trace", "0012_run_trace.sql"),
+        )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
     let set: [(i64, &'static str, &'static str); 12] = match backend {
-        Backend::Sqlite => migration_set!("sqlite"),
-        Backend::Postgres => migration_set!("postgres"),
+        Backend::Sqlite => migrations!("sqlite"),
+        Backend::Postgres => migrations!("postgres"),
     };
     let migrations = set
         .into_iter()
@@ -261,21 +192,7 @@ impl Store {
                     Ok(())
                 })
             })
-            // sqlx counts transactions itself. When SQLite ends a transaction on its
-            // own (it rolls back on SQLITE_FULL), the ROLLBACK sqlx sends fails and
-            // its count stays at 1: the connection would go back to the pool
-            // believing it is in a transaction. Such a connection is closed instead
-            // of reused. (Only migrations and reads use the pool; the writer manages
-            // its own transactions.)
-            .before_acquire(|conn, _meta| {
-                Box::pin(async move {
-                    let clean = !sqlx::Connection::is_in_transaction(conn);
-                    if !clean {
-                        tracing::warn!("closing a database connection left inside a transaction");
-                    }
-                    Ok(clean)
-                })
-            })
+            .before_acquire(|conn, _meta| Box::pin(async move { Ok(outside_transaction(conn)) }))
             .connect(&url)
             .await?;
         migrator(Backend::Sqlite).run(&pool).await?;
@@ -294,9 +211,7 @@ impl Store {
         let writing = AnyConnection::connect(url).await?;
         let pool = AnyPoolOptions::new()
             .max_connections(8)
-            .before_acquire(|conn, _meta| {
-                Box::pin(async move { Ok(!sqlx::Connection::is_in_transaction(conn)) })
-            })
+            .before_acquire(|conn, _meta| Box::pin(async move { Ok(outside_transaction(conn)) }))
             .connect(url)
             .await?;
         migrator(Backend::Postgres).run(&pool).await?;
@@ -344,6 +259,20 @@ impl Store {
         self.flush().await;
         self.pool.close().await;
     }
+}
+
+/// Whether a pooled connection may be reused. sqlx counts transactions itself:
+/// when the database ends one on its own (SQLite rolls back on SQLITE_FULL), the
+/// ROLLBACK sqlx sends fails and its count stays at 1, so the connection would go
+/// back to the pool believing it is in a transaction. Such a connection is closed
+/// instead. (Only migrations and reads use the pool; the writer manages its own
+/// transactions.)
+fn outside_transaction(conn: &mut AnyConnection) -> bool {
+    let clean = !sqlx::Connection::is_in_transaction(conn);
+    if !clean {
+        tracing::warn!("closing a database connection left inside a transaction");
+    }
+    clean
 }
 
 /// The connection URL of the SQLite file at `path` (created if missing). Every byte

@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::threads::{insert_message, message_columns};
+use super::threads::{ThreadStatus, insert_message, message_columns, new_thread};
 use super::{Store, StoreError, format_time, now};
 
 /// Where an agent's context starts: the later of its last clear and `now - window`.
@@ -241,38 +241,22 @@ impl Store {
         let summary = summary.to_owned();
         self.write(move |tx| {
             Box::pin(async move {
-                let id: Option<i64> = sqlx::query_scalar(
-                    "UPDATE agents SET next_thread_id = next_thread_id + 1 \
-                     WHERE name = $1 AND status = 'active' RETURNING next_thread_id - 1",
-                )
-                .bind(&agent)
-                .fetch_optional(&mut *tx)
-                .await?;
+                let summary = super::threads::summary_of(&summary);
                 let id =
-                    id.ok_or_else(|| StoreError::NotFound(format!("no active agent named '{agent}'")))?;
+                    new_thread(tx, &agent, ThreadStatus::Idle, &at, &user, &summary, None).await?;
                 sqlx::query(
-                    "INSERT INTO threads (agent_name, id, status, created_at, updated_at, created_by, \
-                     restored_from, summary) VALUES ($1, $2, 'idle', $3, $3, $4, $5, $6)",
+                    "UPDATE threads SET restored_from = $3 WHERE agent_name = $1 AND id = $2",
                 )
                 .bind(&agent)
-                .bind(id)
-                .bind(&at)
-                .bind(&user)
+                .bind(id as i64)
                 .bind(&session_id)
-                .bind(super::threads::summary_of(&summary))
                 .execute(&mut *tx)
                 .await?;
+                let mut last = 0;
                 for message in messages {
-                    insert_message(tx, &agent, id as u64, &message, &at, true).await?;
+                    last = insert_message(tx, &agent, id, &message, &at, true).await?;
                 }
-                let last: i64 = sqlx::query_scalar(
-                    "SELECT MAX(id) FROM messages WHERE agent_name = $1 AND thread_id = $2",
-                )
-                .bind(&agent)
-                .bind(id)
-                .fetch_one(&mut *tx)
-                .await?;
-                Ok((id as u64, last))
+                Ok((id, last as i64))
             })
         })
         .await

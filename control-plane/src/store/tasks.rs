@@ -52,7 +52,7 @@ impl Store {
         .bind(&task.command)
         .bind(i64::from(task.pid))
         .bind(now())
-        .bind(verified)
+        .bind(i64::from(verified))
         )
         .await?;
         Ok(())

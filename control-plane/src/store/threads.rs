@@ -846,7 +846,7 @@ impl Store {
 
 /// Creates a thread row, its id the next of the agent's counter (bumping it is
 /// atomic on both SQLite and Postgres, so concurrent creates never collide).
-async fn new_thread(
+pub(super) async fn new_thread(
     tx: &mut sqlx::AnyConnection,
     agent: &str,
     status: ThreadStatus,
