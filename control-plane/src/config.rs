@@ -144,6 +144,9 @@ pub struct FileStore {
     /// commit flushed to the disk: a power loss loses nothing committed).
     #[serde(default)]
     pub durability: crate::store::Durability,
+    /// A Postgres database (`postgres://user:password@host:port/name`) instead of
+    /// SQLite in the data directory; `DATABASE_URL` wins over it.
+    pub database_url: Option<Secret>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -459,10 +462,113 @@ pub struct Settings {
     pub metrics_open: bool,
     /// What a database commit waits for (`[store] durability`).
     pub durability: crate::store::Durability,
+    /// Where the store lives (`DATABASE_URL`, `[store] database_url`).
+    pub database: Database,
     /// Model calls' messages go on their spans (`[telemetry] record_content`).
     pub trace_content: bool,
     /// How log lines look; in JSON, workers' lines are re-emitted as ours.
     pub log_format: crate::telemetry::json_log::LogFormat,
+}
+
+/// Where the store lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Database {
+    /// `chorus.db` in the data directory (the default).
+    Sqlite,
+    /// A Postgres server. The URL may hold a password: it is a secret.
+    Postgres(Secret),
+}
+
+impl Database {
+    /// `DATABASE_URL` (or `[store] database_url`): Postgres for `postgres://` or
+    /// `postgresql://`; anything else is refused without echoing the URL (it may hold
+    /// a password).
+    pub fn from_url(url: Option<Secret>) -> Result<Database, ConfigError> {
+        let Some(url) = url else {
+            return Ok(Database::Sqlite);
+        };
+        let invalid = |message: String| ConfigError::Invalid {
+            name: "DATABASE_URL",
+            message,
+        };
+        let parsed = reqwest::Url::parse(url.expose().trim()).map_err(|e| {
+            invalid(format!(
+                "not a URL ({e}); expected postgres://user:password@host:port/database"
+            ))
+        })?;
+        match parsed.scheme() {
+            "postgres" | "postgresql" if parsed.host_str().is_some_and(|h| !h.is_empty()) => {
+                Ok(Database::Postgres(Secret::new(url.expose().trim())))
+            }
+            "postgres" | "postgresql" => Err(invalid(
+                "names no host; expected postgres://user:password@host:port/database".into(),
+            )),
+            other => Err(invalid(format!(
+                "'{other}:' is not supported: give a postgres:// URL, or leave it unset for \
+                 SQLite in the data directory"
+            ))),
+        }
+    }
+
+    /// Where the store is, for people: never the password.
+    pub fn describe(&self, data_dir: &Path) -> String {
+        match self {
+            Database::Sqlite => format!("SQLite, {}", data_dir.join("chorus.db").display()),
+            Database::Postgres(url) => match reqwest::Url::parse(url.expose()) {
+                Ok(u) => format!(
+                    "Postgres, {}{}{}{}",
+                    match u.username() {
+                        "" => String::new(),
+                        user => format!("{user}@"),
+                    },
+                    u.host_str().unwrap_or(""),
+                    u.port().map(|p| format!(":{p}")).unwrap_or_default(),
+                    u.path()
+                ),
+                Err(_) => "Postgres".to_string(),
+            },
+        }
+    }
+
+    /// The values a log line, a tool result or a model answer must never show: the
+    /// URL and its password (as written and percent-decoded).
+    pub fn secrets(&self) -> Vec<String> {
+        let Database::Postgres(url) = self else {
+            return Vec::new();
+        };
+        let mut secrets = vec![url.expose().to_string()];
+        if let Ok(u) = reqwest::Url::parse(url.expose())
+            && let Some(password) = u.password()
+        {
+            secrets.push(password.to_string());
+            if let Ok(decoded) = percent_decode(password) {
+                secrets.push(decoded);
+            }
+        }
+        secrets
+    }
+}
+
+/// `%XX` sequences decoded (a URL's userinfo is percent-encoded).
+fn percent_decode(text: &str) -> Result<String, std::string::FromUtf8Error> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Some(byte) = std::str::from_utf8(&bytes[i + 1..i + 3])
+                .ok()
+                .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+        {
+            out.push(byte);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -609,6 +715,11 @@ impl Settings {
             discord: DiscordSettings::resolve(file.discord, &env)?,
             metrics_open: file.metrics.open,
             durability: file.store.durability,
+            database: Database::from_url(
+                non_empty("DATABASE_URL")?
+                    .map(Secret::new)
+                    .or(file.store.database_url),
+            )?,
             trace_content: file.telemetry.record_content,
             log_format: args.log_format,
             trace_export: crate::telemetry::config::from_env(&env).map_err(|message| {
@@ -746,6 +857,57 @@ mod tests {
         assert_eq!(s.default_role, Role::Operator);
         assert_eq!(s.context.window, Duration::from_secs(24 * 3600));
         assert_eq!(s.context.idle_timeout, Some(Duration::from_secs(1800)));
+    }
+
+    #[test]
+    fn database_url_selects_postgres_and_its_password_stays_secret() {
+        let resolve = |file: &str, env: &[(&str, &str)]| {
+            Settings::resolve(
+                ServeArgs::default(),
+                toml::from_str(file).unwrap(),
+                env_of(env),
+            )
+        };
+        assert_eq!(resolve("", &[]).unwrap().database, Database::Sqlite);
+        let url = "postgres://chorus:p%40ss%20word@db.internal:5433/chorus";
+        let s = resolve("", &[("DATABASE_URL", url)]).unwrap();
+        assert_eq!(s.database, Database::Postgres(Secret::new(url)));
+        let shown = s.database.describe(Path::new("/d"));
+        assert_eq!(shown, "Postgres, chorus@db.internal:5433/chorus");
+        assert!(!format!("{s:?}").contains("p%40ss"), "Debug hides it");
+        let secrets = s.database.secrets();
+        assert!(secrets.contains(&"p@ss word".to_string()), "{secrets:?}");
+        assert!(secrets.contains(&"p%40ss%20word".to_string()));
+        assert!(secrets.contains(&url.to_string()));
+        // The environment wins over the file.
+        let file = "[store]\ndatabase_url = \"postgresql://a@file-host/x\"\n";
+        let s = resolve(file, &[]).unwrap();
+        assert_eq!(
+            s.database.describe(Path::new("/d")),
+            "Postgres, a@file-host/x"
+        );
+        let s = resolve(file, &[("DATABASE_URL", url)]).unwrap();
+        assert_eq!(s.database, Database::Postgres(Secret::new(url)));
+        assert_eq!(
+            resolve("", &[]).unwrap().database.describe(Path::new("/d")),
+            "SQLite, /d/chorus.db"
+        );
+        // Refusals name the variable and never echo the URL.
+        for bad in [
+            "mysql://root:hunter22@h/db",
+            "postgres://:hunter22@/db",
+            "hunter22 no url",
+        ] {
+            let err = resolve("", &[("DATABASE_URL", bad)])
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with("DATABASE_URL"), "{err}");
+            assert!(!err.contains("hunter22"), "{err}");
+        }
+        assert!(matches!(
+            resolve("", &[("DATABASE_URL", " ")]),
+            Err(ConfigError::EmptyVariable { .. })
+        ));
     }
 
     #[test]

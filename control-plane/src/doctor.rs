@@ -25,6 +25,8 @@ pub enum ProviderState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diagnosis {
     pub data_dir: PathBuf,
+    /// Where the store is (never a password).
+    pub database: String,
     pub http_addr: SocketAddr,
     pub grpc_addr: SocketAddr,
     pub providers: Vec<(ProviderKind, ProviderState)>,
@@ -106,6 +108,7 @@ pub fn diagnosis_from(
     });
     Diagnosis {
         data_dir: settings.data_dir.clone(),
+        database: settings.database.describe(&settings.data_dir),
         http_addr: settings.http_addr,
         grpc_addr: settings.grpc_addr,
         providers,
@@ -172,6 +175,7 @@ impl Diagnosis {
     pub fn render(&self) -> String {
         let mut out = format!("Chorus {}\n", env!("CARGO_PKG_VERSION"));
         out.push_str(&format!("  data dir:       {}\n", self.data_dir.display()));
+        out.push_str(&format!("  database:       {}\n", self.database));
         out.push_str(&format!(
             "  listening:      http://{} (API), {} (workers){}\n",
             self.http_addr,

@@ -12,6 +12,10 @@ use std::os::unix::fs::FileExt;
 
 /// Whether a variable holds a secret by its name.
 pub fn is_secret_name(name: &[u8]) -> bool {
+    // DATABASE_URL holds the database's password.
+    if name == b"DATABASE_URL" {
+        return true;
+    }
     // `_HEADERS`: OTEL_EXPORTER_OTLP_HEADERS carries a collector's API key.
     const ENDINGS: &[&[u8]] = &[b"_KEY", b"_TOKEN", b"_SECRET", b"_PASSWORD", b"_HEADERS"];
     ENDINGS.iter().any(|end| name.ends_with(end))
@@ -79,6 +83,7 @@ mod tests {
         assert_eq!(values, [&b"abc"[..], &b"sk-1"[..]]);
         assert!(is_secret_name(b"OTEL_EXPORTER_OTLP_HEADERS"));
         assert!(!is_secret_name(b"OTEL_EXPORTER_OTLP_ENDPOINT"));
+        assert!(is_secret_name(b"DATABASE_URL"));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::agents::AgentService;
-use crate::config::{Secret, Settings};
+use crate::config::{Database, Secret, Settings};
 use crate::gate::approvals::Approvals;
 use crate::gate::profiles::ProfileCache;
 use crate::gate::{GateSettings, ToolGate};
@@ -65,9 +65,7 @@ pub async fn start(
     let agents_root = data_dir.join("agents");
     crate::private::create_dir(&agents_root)
         .with_context(|| format!("cannot create {}", agents_root.display()))?;
-    let store = Store::open_with(&data_dir.join("chorus.db"), settings.durability)
-        .await
-        .with_context(|| format!("cannot open the database in {}", data_dir.display()))?;
+    let store = open_store(&settings, &data_dir).await?;
     let api_token = api_token(&settings, &data_dir)?;
 
     let grpc_listener = TcpListener::bind(settings.grpc_addr)
@@ -130,6 +128,7 @@ pub async fn start(
             .iter()
             .filter_map(|p| p.api_key.as_ref().map(|k| k.expose().to_string()))
             .chain([api_token.expose().to_string()])
+            .chain(settings.database.secrets())
             // A collector's credentials (OTLP headers) are secrets too.
             .chain(
                 settings
@@ -437,6 +436,23 @@ impl Running {
         tracing::info!("chorus stopped");
         Ok(())
     }
+}
+
+/// Opens the store the settings name. An error names where the store is but never
+/// the Postgres URL itself (it may hold a password).
+async fn open_store(settings: &Settings, data_dir: &Path) -> anyhow::Result<Store> {
+    let opened = match &settings.database {
+        Database::Sqlite => {
+            Store::open_with(&data_dir.join("chorus.db"), settings.durability).await
+        }
+        Database::Postgres(url) => Store::open_postgres(url.expose()).await,
+    };
+    opened.with_context(|| {
+        format!(
+            "cannot open the database ({})",
+            settings.database.describe(data_dir)
+        )
+    })
 }
 
 /// An address a local worker can dial: a wildcard bind is reached over loopback.

@@ -44,7 +44,9 @@ impl From<sqlx::Error> for StoreError {
             StoreError::DiskFull(e.to_string())
         } else if let sqlx::Error::Database(db) = &e
             && db.is_unique_violation()
-            && db.message().contains("discord_channel_id")
+            // SQLite names the column; Postgres the constraint.
+            && (db.message().contains("discord_channel_id")
+                || db.constraint() == Some("agents_discord_channel"))
         {
             StoreError::Conflict(
                 "that Discord channel already belongs to another agent; unbind it there first \
@@ -57,15 +59,20 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
-/// SQLite's result codes for "no room": SQLITE_FULL (13, in the low byte of any
-/// extended code) and SQLITE_IOERR_SHMSIZE (4874, the WAL index cannot grow); or
-/// an I/O error that is ENOSPC / EDQUOT itself.
+/// The codes for "no room": Postgres's disk_full (SQLSTATE 53100); SQLite's SQLITE_FULL (13,
+/// in the low byte of any extended code) and SQLITE_IOERR_SHMSIZE (4874, the WAL
+/// index cannot grow); or an I/O error that is ENOSPC / EDQUOT itself.
 pub(super) fn is_disk_full(e: &sqlx::Error) -> bool {
     match e {
-        sqlx::Error::Database(db) => db
-            .code()
-            .and_then(|code| code.parse::<i32>().ok())
-            .is_some_and(|code| code & 0xff == 13 || code == 4874),
+        // A SQLSTATE is five characters; SQLite's codes have at most four digits.
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            if code.len() == 5 {
+                code == "53100"
+            } else {
+                code.parse::<i32>()
+                    .is_ok_and(|code| code & 0xff == 13 || code == 4874)
+            }
+        }),
         sqlx::Error::Io(io) => is_no_space(io),
         _ => false,
     }

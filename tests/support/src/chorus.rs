@@ -36,13 +36,61 @@ pub struct ChorusBuilder {
     data_dir: Option<PathBuf>,
     api_token: Option<String>,
     config: Option<String>,
+    /// Keep the store in SQLite even when the suite runs on Postgres (a test that
+    /// looks at the database file itself).
+    sqlite: bool,
 }
+
+/// The Postgres server the suite runs against (`CHORUS_TEST_POSTGRES`, e.g.
+/// `postgres://chorus@127.0.0.1:55432`), when it does; otherwise every chorus keeps
+/// its store in SQLite in its data directory.
+pub fn test_postgres() -> Option<String> {
+    std::env::var("CHORUS_TEST_POSTGRES")
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.trim().trim_end_matches('/').to_string())
+}
+
+/// The URL of the Postgres database that belongs to `data_dir` on `server`, created
+/// on first use: a chorus restarted on the same data directory finds its store again.
+async fn database_for(server: &str, data_dir: &Path) -> anyhow::Result<String> {
+    use sqlx::Connection;
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    data_dir.hash(&mut hasher);
+    let name = format!("chorus_e2e_{:016x}", hasher.finish());
+    let mut admin = sqlx::PgConnection::connect(&format!("{server}/postgres"))
+        .await
+        .with_context(|| format!("connect to the test Postgres server {server}"))?;
+    let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1")
+        .bind(&name)
+        .fetch_optional(&mut admin)
+        .await?;
+    if exists.is_none() {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await
+            .with_context(|| format!("create database {name}"))?;
+    }
+    // The test server trusts loopback and ignores a password; one is given anyway so
+    // tests can check it never shows (logs, tool results, agents' environments).
+    let mut url = reqwest::Url::parse(&format!("{server}/{name}"))?;
+    url.set_password(Some(TEST_DB_PASSWORD))
+        .map_err(|_| anyhow::anyhow!("{server}: cannot carry a password"))?;
+    Ok(url.to_string())
+}
+
+/// The password in the `DATABASE_URL` of every chorus on the test Postgres server.
+pub const TEST_DB_PASSWORD: &str = "pg-password-e2e-0123";
 
 pub struct Chorus {
     child: Child,
     pub http_url: String,
     pub grpc_url: String,
     pub data_dir: PathBuf,
+    /// The Postgres database this chorus keeps its store in; `None`: SQLite in the
+    /// data directory.
+    pub database_url: Option<String>,
     client: reqwest::Client,
     token: Option<String>,
     /// Everything chorus (and its workers, which share its stderr) printed so far.
@@ -89,6 +137,12 @@ impl ChorusBuilder {
         self
     }
 
+    /// Keeps this chorus on SQLite even when the suite runs on Postgres.
+    pub fn sqlite(mut self) -> Self {
+        self.sqlite = true;
+        self
+    }
+
     pub async fn start(self) -> anyhow::Result<Chorus> {
         let (data_dir, temp) = match self.data_dir {
             Some(dir) => (dir, None),
@@ -120,6 +174,13 @@ impl ChorusBuilder {
             .kill_on_drop(true);
         if let Some(token) = &self.api_token {
             command.env("CHORUS_API_TOKEN", token);
+        }
+        let database_url = match test_postgres().filter(|_| !self.sqlite) {
+            Some(server) => Some(database_for(&server, &data_dir).await?),
+            None => None,
+        };
+        if let Some(url) = &database_url {
+            command.env("DATABASE_URL", url);
         }
         if let Some(toml) = &self.config {
             let parent = data_dir.parent().unwrap_or(&data_dir).to_path_buf();
@@ -198,6 +259,7 @@ impl ChorusBuilder {
             http_url: field("http")?,
             grpc_url: field("grpc")?,
             data_dir: PathBuf::from(field("data_dir")?),
+            database_url,
             child,
             client: reqwest::Client::new(),
             token,
@@ -214,6 +276,7 @@ impl Chorus {
             data_dir: None,
             api_token: Some(TEST_TOKEN.to_string()),
             config: None,
+            sqlite: false,
         }
     }
 
@@ -244,6 +307,48 @@ impl Chorus {
     pub fn anonymous(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         self.client
             .request(method, format!("{}{}", self.http_url, path))
+    }
+
+    /// Runs a read-only query on chorus's store, whichever database holds it, and
+    /// gives the rows the way `sqlite3` prints them: columns joined by `|`, one row
+    /// per line, NULL as empty, booleans as 0/1.
+    pub async fn query_store(&self, sql: &str) -> anyhow::Result<String> {
+        use sqlx::{Connection, Row};
+        sqlx::any::install_default_drivers();
+        let url = match &self.database_url {
+            Some(url) => url.clone(),
+            None => format!(
+                "sqlite://{}?mode=ro",
+                self.data_dir.join("chorus.db").display()
+            ),
+        };
+        let mut conn = sqlx::AnyConnection::connect(&url).await?;
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
+            .fetch_all(&mut conn)
+            .await?;
+        let mut out = String::new();
+        for row in rows {
+            let cells: Vec<String> = (0..row.columns().len())
+                .map(|i| {
+                    if let Ok(v) = row.try_get::<Option<i64>, _>(i) {
+                        v.map(|v| v.to_string()).unwrap_or_default()
+                    } else if let Ok(v) = row.try_get::<Option<bool>, _>(i) {
+                        v.map(|v| u8::from(v).to_string()).unwrap_or_default()
+                    } else if let Ok(v) = row.try_get::<Option<f64>, _>(i) {
+                        v.map(|v| v.to_string()).unwrap_or_default()
+                    } else {
+                        row.try_get::<Option<String>, _>(i)
+                            .ok()
+                            .flatten()
+                            .unwrap_or_default()
+                    }
+                })
+                .collect();
+            out.push_str(&cells.join("|"));
+            out.push('\n');
+        }
+        let _ = conn.close().await;
+        Ok(out)
     }
 
     pub fn agent_dir(&self, name: &str) -> PathBuf {

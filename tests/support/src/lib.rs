@@ -9,7 +9,7 @@ pub mod otlp;
 pub mod process;
 pub mod wire_rules;
 
-pub use chorus::{Chorus, EventStream, TEST_TOKEN, bin_path};
+pub use chorus::{Chorus, EventStream, TEST_DB_PASSWORD, TEST_TOKEN, bin_path, test_postgres};
 pub use fake_discord::FakeDiscord;
 pub use fake_model::{FakeAnthropic, FakeModel, FakeOpenAi, Hold, Quirks, Reply};
 pub use otlp::OtlpReceiver;

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use anyhow::Context;
+
 use chorus_test_support::{Chorus, FakeOpenAi, process};
 use reqwest::Method;
 use serde_json::json;
@@ -232,5 +234,43 @@ async fn sigterm_drains_readiness_turns_503_and_a_late_message_is_kept() -> anyh
         messages.last().expect("an answer")["content"],
         "Yes, still here."
     );
+    Ok(())
+}
+
+/// A Postgres that cannot be reached stops `chorus serve` with an error that says
+/// which database, without its password; a URL of another kind is refused by name.
+#[tokio::test]
+async fn an_unreachable_postgres_is_a_clear_error_without_the_password() -> anyhow::Result<()> {
+    // Port 1 on loopback: nothing listens there.
+    let refused = Chorus::builder()
+        .env(
+            "DATABASE_URL",
+            "postgres://chorus:hunter2-db-secret@127.0.0.1:1/chorus",
+        )
+        .start()
+        .await
+        .err()
+        .context("chorus started without its database")?
+        .to_string();
+    assert!(
+        refused.contains("cannot open the database (Postgres, chorus@127.0.0.1:1/chorus)"),
+        "{refused}"
+    );
+    assert!(!refused.contains("hunter2-db-secret"), "{refused}");
+    let refused = Chorus::builder()
+        .env(
+            "DATABASE_URL",
+            "mysql://root:hunter2-db-secret@127.0.0.1/chorus",
+        )
+        .start()
+        .await
+        .err()
+        .context("chorus started on a mysql:// URL")?
+        .to_string();
+    assert!(
+        refused.contains("DATABASE_URL: 'mysql:' is not supported"),
+        "{refused}"
+    );
+    assert!(!refused.contains("hunter2-db-secret"), "{refused}");
     Ok(())
 }

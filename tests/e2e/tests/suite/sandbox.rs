@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chorus_test_support::chorus::tool_results;
 use chorus_test_support::fake_model::{text, tool_call};
-use chorus_test_support::{Chorus, FakeModel, FakeOpenAi};
+use chorus_test_support::{Chorus, FakeModel, FakeOpenAi, TEST_DB_PASSWORD, test_postgres};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -81,11 +81,16 @@ async fn an_open_agent_cannot_reach_secrets_other_agents_or_anything_outside_its
         // hold a secret are printed, and whether the read worked.
         "p=$$; while [ \"$p\" -gt 1 ]; do \
            if e=$(tr '\\0' '\\n' < /proc/$p/environ 2>&1); then echo \"$p readable\"; \
-             echo \"$e\" | grep -E 'TOKEN|_KEY|SECRET' || true; \
+             echo \"$e\" | grep -E 'TOKEN|_KEY|SECRET|DATABASE_URL' || true; \
            else echo \"$p: $e\"; fi; \
            p=$(awk '/^PPid/{print $2}' /proc/$p/status); done"
             .to_string(),
-        format!("head -c 100 {d}/chorus.db"),
+        // The store: its file, or (on Postgres) whatever else lies in the data dir.
+        if test_postgres().is_some() {
+            format!("head -c 100 {d}/tool-mark-instance")
+        } else {
+            format!("head -c 100 {d}/chorus.db")
+        },
         format!("ls {d}/agents/victim/workspace"),
         format!("cat {d}/agents/victim/workspace/secret.txt"),
         format!("cat {d}/available_models.json"),
@@ -121,6 +126,10 @@ async fn an_open_agent_cannot_reach_secrets_other_agents_or_anything_outside_its
             !content.contains("victim's secret"),
             "attack {i} read another agent"
         );
+        assert!(
+            !content.contains(TEST_DB_PASSWORD),
+            "attack {i} saw the database's password"
+        );
         if i != 1 && i != attacks.len() - 1 {
             assert!(*is_error, "attack {i} succeeded: {content}");
             assert!(
@@ -135,11 +144,20 @@ async fn an_open_agent_cannot_reach_secrets_other_agents_or_anything_outside_its
         !walk.contains("CHORUS_API_TOKEN=") || walk.contains("CHORUS_API_TOKEN=*"),
         "{walk}"
     );
-    // The chain found no token to use: no PATCH was even authorised.
+    // The chain found no token to use: no PATCH was even authorised (curl prints
+    // each status alone on a line; a long stderr is cut mid-line, so only a whole
+    // three-digit line counts).
     let chain = &results[attacks.len() - 1].1;
     assert!(
-        chain.lines().all(|line| !line.trim().starts_with('2')),
+        chain.lines().all(|line| {
+            let line = line.trim();
+            !(line.len() == 3 && line.starts_with('2') && line.bytes().all(|b| b.is_ascii_digit()))
+        }),
         "a PATCH was authorised: {chain}"
+    );
+    assert!(
+        !walk.contains("DATABASE_URL=") || walk.contains("DATABASE_URL=*"),
+        "{walk}"
     );
 
     assert!(!outside.exists(), "wrote outside the workspace");
@@ -175,6 +193,10 @@ async fn an_open_agent_cannot_reach_secrets_other_agents_or_anything_outside_its
         })
         .collect();
     assert!(changes.is_empty(), "configuration changed: {changes:?}");
+    assert!(
+        !chorus.output().contains(TEST_DB_PASSWORD),
+        "the database's password is in chorus's output"
+    );
     Ok(())
 }
 

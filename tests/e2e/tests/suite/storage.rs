@@ -223,6 +223,8 @@ async fn a_full_disk_is_a_clear_error_and_writes_work_again_once_space_is_freed(
     let model = FakeOpenAi::start().await;
     model.push(text("after the disk was freed"));
     let chorus = Chorus::builder()
+        // The database file itself is under test.
+        .sqlite()
         .data_dir(&disk.path.join("data"))
         .env("OPENAI_BASE_URL", &model.base_url())
         .env("OPENAI_API_KEY", "sk-test")
@@ -331,6 +333,8 @@ async fn a_create_that_fails_at_any_step_leaves_no_agent_and_no_directory() -> a
     write(&template.join("docs/README.md"), "docs\n");
     write(&template.join("workspace/.gitkeep"), "");
     let chorus = Chorus::builder()
+        // The database file itself is under test.
+        .sqlite()
         .data_dir(&tmp.path().join("data"))
         .env("CHORUS_TEMPLATE_DIR", template.to_str().unwrap())
         .start()
@@ -419,7 +423,7 @@ fn undeletable(dir: &Path) -> Result<Tmpfs, String> {
 async fn a_destroy_that_fails_at_any_step_is_finished_or_undone() -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
     let data = tmp.path().join("data");
-    let chorus = Chorus::builder().data_dir(&data).start().await?;
+    let chorus = Chorus::builder().sqlite().data_dir(&data).start().await?;
     let db = chorus.data_dir.join("chorus.db");
     if let Err(reason) = sqlite(&db, "SELECT 1") {
         println!("SKIPPED: {reason}");
@@ -488,7 +492,7 @@ async fn a_destroy_that_fails_at_any_step_is_finished_or_undone() -> anyhow::Res
     );
     // The next start deletes what is left of the other one.
     chorus.stop().await?;
-    let chorus = Chorus::builder().data_dir(&data).start().await?;
+    let chorus = Chorus::builder().sqlite().data_dir(&data).start().await?;
     assert!(
         !chorus.agent_dir("restarted").exists(),
         "the destroyed agent's files survived the restart"
@@ -538,6 +542,8 @@ async fn the_data_directory_is_private_whatever_the_umask() -> anyhow::Result<()
     std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755))?;
     let model = FakeOpenAi::start().await;
     let chorus = Chorus::builder()
+        // The database file itself is under test.
+        .sqlite()
         .data_dir(&data)
         .env("OPENAI_BASE_URL", &model.base_url())
         .env("OPENAI_API_KEY", "sk-test")

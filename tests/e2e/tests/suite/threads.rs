@@ -58,24 +58,15 @@ async fn killing_a_thread_ends_its_command_and_keeps_its_history() -> anyhow::Re
     // the command started and not yet ended.
     // (The command can start a moment before the control plane has stored the
     // worker's report of it: wait for the row, with a deadline.)
-    let db = chorus.agent_dir("busy").join("../../chorus.db");
-    let read_steps = || -> anyhow::Result<String> {
-        let steps = std::process::Command::new("sqlite3")
-            .arg("-readonly")
-            .arg(&db)
-            .arg(format!(
-                "SELECT step_number, kind, ended_at IS NOT NULL FROM thread_steps \
-                 WHERE agent_name = 'busy' AND thread_id = {id} ORDER BY step_number"
-            ))
-            .output()?;
-        anyhow::ensure!(steps.status.success(), "{steps:?}");
-        Ok(String::from_utf8_lossy(&steps.stdout).into_owned())
-    };
+    let query = format!(
+        "SELECT step_number, kind, ended_at IS NOT NULL FROM thread_steps \
+         WHERE agent_name = 'busy' AND thread_id = {id} ORDER BY step_number"
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut steps = read_steps()?;
+    let mut steps = chorus.query_store(&query).await?;
     while steps != "1|llm_call|1\n2|tool|0\n" && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        steps = read_steps()?;
+        steps = chorus.query_store(&query).await?;
     }
     assert_eq!(steps, "1|llm_call|1\n2|tool|0\n");
 
