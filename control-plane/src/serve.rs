@@ -152,7 +152,7 @@ pub async fn start(
         profiles.clone(),
         approvals.clone(),
         summaries.clone(),
-        RunSettings::from_settings(&settings, agents_root.clone()),
+        RunSettings::from_settings(&settings),
     ));
     let (lost_tx, mut lost_rx) = mpsc::unbounded_channel::<WorkerLost>();
     let lost_forwarder = {
@@ -191,6 +191,7 @@ pub async fn start(
     let launcher = LocalLauncher {
         worker_bin,
         control_plane_url: format!("http://{}", dialable(grpc_addr)),
+        data_dir: data_dir.clone(),
         bash_timeout: settings.workers.bash_timeout,
         file_lock_timeout: settings.workers.file_lock_timeout,
         tool_marks,

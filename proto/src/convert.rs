@@ -38,8 +38,6 @@ impl From<SandboxPolicy> for pb::Sandbox {
             read_only: s.read_only,
             read_write: s.read_write,
             run_unsandboxed: s.run_unsandboxed,
-            home_dir: s.home_dir,
-            tmp_dir: s.tmp_dir,
             cpu_secs: s.limits.cpu_secs,
             file_size_bytes: s.limits.file_size_bytes,
             open_files: s.limits.open_files,
@@ -55,8 +53,6 @@ impl From<pb::Sandbox> for SandboxPolicy {
             read_only: s.read_only,
             read_write: s.read_write,
             run_unsandboxed: s.run_unsandboxed,
-            home_dir: s.home_dir,
-            tmp_dir: s.tmp_dir,
             limits: ResourceLimits {
                 cpu_secs: s.cpu_secs,
                 file_size_bytes: s.file_size_bytes,
@@ -243,8 +239,6 @@ impl From<ControlCommand> for pb::ControlMessage {
                     name: run.agent.name,
                     system_prompt: run.agent.system_prompt,
                     model: run.agent.model,
-                    workspace: run.agent.workspace,
-                    docs_dir: run.agent.docs_dir,
                     tools: run.agent.tools,
                     sandbox: Some(run.agent.sandbox.into()),
                 }),
@@ -344,8 +338,6 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                         name: agent.name,
                         system_prompt: agent.system_prompt,
                         model: agent.model,
-                        workspace: agent.workspace,
-                        docs_dir: agent.docs_dir,
                         tools: agent.tools,
                         sandbox: agent
                             .sandbox
@@ -873,16 +865,12 @@ mod tests {
                     name: "a".into(),
                     system_prompt: "be brief".into(),
                     model: "m".into(),
-                    workspace: "/data/agents/a/workspace".into(),
-                    docs_dir: "/data/agents/a/docs".into(),
                     tools: vec!["view".into(), "bash".into()],
                     sandbox: SandboxPolicy {
                         network: false,
                         read_only: vec!["/srv/ro".into()],
                         read_write: vec!["/srv/rw".into()],
                         run_unsandboxed: true,
-                        home_dir: "/data/agents/a/home".into(),
-                        tmp_dir: "/data/agents/a/tmp".into(),
                         limits: ResourceLimits {
                             cpu_secs: 60,
                             file_size_bytes: 1 << 30,

@@ -129,10 +129,6 @@ pub struct AgentSettings {
     pub name: String,
     pub system_prompt: String,
     pub model: String,
-    /// Absolute path of the agent's workspace on the worker's filesystem.
-    pub workspace: String,
-    /// Absolute path of the agent's docs directory (its files follow the system prompt).
-    pub docs_dir: String,
     /// The tools the model may be offered (the profile may allow or ask for them).
     pub tools: Vec<String>,
     /// How the agent's tool processes are confined.
@@ -151,10 +147,6 @@ pub struct SandboxPolicy {
     pub read_write: Vec<String>,
     /// Where Landlock cannot be enforced: run unconfined with a warning instead of refusing.
     pub run_unsandboxed: bool,
-    /// HOME of tool processes (outside the workspace).
-    pub home_dir: String,
-    /// TMPDIR of tool processes.
-    pub tmp_dir: String,
     pub limits: ResourceLimits,
 }
 

@@ -24,6 +24,8 @@ pub struct ConnectOptions {
     pub control_plane: String,
     pub agent: String,
     pub credential: String,
+    /// The worker's data directory: agents' directories are `<data_dir>/agents/<name>/`.
+    pub data_dir: std::path::PathBuf,
     /// How long to keep trying to reach the control plane at start.
     pub dial_timeout: Duration,
     pub tools: WorkerToolSettings,
@@ -45,6 +47,25 @@ pub enum ConnectionError {
     Refused(String),
     #[error("the control plane broke protocol: {0}")]
     Protocol(String),
+}
+
+/// The directory of `agent` under `data_dir`; the name must be one plain path
+/// component (the control plane allows letters, digits, `-` and `_`).
+pub fn agent_dir(
+    data_dir: &std::path::Path,
+    agent: &str,
+) -> Result<std::path::PathBuf, ConnectionError> {
+    let plain = !agent.is_empty()
+        && agent != "."
+        && agent != ".."
+        && !agent.contains('/')
+        && !agent.contains('\0');
+    if !plain {
+        return Err(ConnectionError::Protocol(format!(
+            "the agent name {agent:?} is not a plain directory name"
+        )));
+    }
+    Ok(data_dir.join("agents").join(agent))
 }
 
 /// How long in-flight runs get to wind down when the worker stops.
@@ -162,6 +183,7 @@ pub async fn serve(
         &options.control_plane,
         &options.credential,
         &options.tools,
+        agent_dir(&options.data_dir, &options.agent)?,
     );
     let mut heartbeat = tokio::time::interval(heartbeat_every);
     heartbeat.tick().await; // the first tick is immediate

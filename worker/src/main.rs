@@ -24,6 +24,10 @@ struct Args {
     #[arg(long, env = "CHORUS_AGENT")]
     agent: String,
 
+    /// The worker's data directory; the agent's files are in `<dir>/agents/<name>/`.
+    #[arg(long, env = "CHORUS_DATA_DIR")]
+    data_dir: std::path::PathBuf,
+
     /// Read the credential from the first line of stdin.
     #[arg(long)]
     credential_stdin: bool,
@@ -116,6 +120,7 @@ async fn main() -> ExitCode {
         control_plane: args.control_plane,
         agent: args.agent,
         credential,
+        data_dir: args.data_dir,
         dial_timeout: Duration::from_secs(args.dial_timeout_secs),
         tools: WorkerToolSettings {
             bash_timeout: Duration::from_secs(args.bash_timeout_secs.max(1)),

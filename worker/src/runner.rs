@@ -2,6 +2,7 @@
 //! runner starts them, cancels them, switches their model, and reports how each ended.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -45,6 +46,9 @@ pub struct Runner {
     tasks: TaskTracker,
     /// Cancels the summaries in progress when the worker stops (runs have their own).
     stopping: CancellationToken,
+    /// The agent's directory on this worker's disk: `workspace/`, `docs/`, `home/`,
+    /// `tmp/` (no path comes from the control plane).
+    agent_dir: PathBuf,
 }
 
 /// What the runner holds of a run in progress.
@@ -79,12 +83,14 @@ impl Default for WorkerToolSettings {
 
 impl Runner {
     /// `control_plane` is the base URL of the control plane (model requests go to its
-    /// relay); `credential` is this worker's, which the relay accepts.
+    /// relay); `credential` is this worker's, which the relay accepts; `agent_dir` the
+    /// agent's directory on this worker's disk.
     pub fn new(
         sink: EventSink,
         control_plane: &str,
         credential: &str,
         settings: &WorkerToolSettings,
+        agent_dir: PathBuf,
     ) -> Self {
         // No read timeout here: each model call carries its own silence limit and
         // deadline (`AssignRun.retry`), so the error names the provider and the setting.
@@ -108,6 +114,7 @@ impl Runner {
             board: Arc::new(Board::default()),
             tasks: TaskTracker::new(),
             stopping: CancellationToken::new(),
+            agent_dir,
         }
     }
 
@@ -191,7 +198,7 @@ impl Runner {
             },
             system_prompt: run.agent.system_prompt.clone(),
             tools: Some(run.agent.tools.clone()),
-            docs_dir: (!run.agent.docs_dir.is_empty()).then(|| run.agent.docs_dir.clone().into()),
+            docs_dir: Some(self.agent_dir.join("docs")),
         });
         let inbox = Inbox::default();
         self.board.join(
@@ -213,16 +220,13 @@ impl Runner {
         let gate = self.gate.clone();
         // Every tool process of this run is confined as the control plane says.
         let mut config = self.tools.clone();
-        config.bash.sandbox = Some(Sandbox {
-            policy: run.agent.sandbox.clone(),
-            workspace: run.agent.workspace.clone().into(),
-        });
-        let mut tools = ToolBox::new(Workspace::new(&run.agent.workspace), self.locks.clone())
+        let sandbox = Sandbox::for_agent(run.agent.sandbox.clone(), &self.agent_dir);
+        let workspace = Workspace::new(&sandbox.workspace);
+        config.bash.sandbox = Some(sandbox);
+        let tools = ToolBox::new(workspace, self.locks.clone())
             .with_tasks(self.background.clone())
-            .with_config(config);
-        if !run.agent.docs_dir.is_empty() {
-            tools = tools.with_docs(Workspace::new(&run.agent.docs_dir));
-        }
+            .with_config(config)
+            .with_docs(Workspace::new(self.agent_dir.join("docs")));
         let sink = self.sink.clone();
         let clients = self.clients.clone();
         let runs = self.runs.clone();

@@ -12,7 +12,14 @@ fn worker() -> Command {
 #[test]
 fn without_a_credential_it_says_how_to_give_one() {
     let output = worker()
-        .args(["--control-plane", "http://127.0.0.1:9", "--agent", "a"])
+        .args([
+            "--control-plane",
+            "http://127.0.0.1:9",
+            "--agent",
+            "a",
+            "--data-dir",
+            "/nonexistent",
+        ])
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
@@ -30,6 +37,8 @@ fn an_unreachable_control_plane_is_reported_after_the_dial_timeout() {
             "http://127.0.0.1:9",
             "--agent",
             "a",
+            "--data-dir",
+            "/nonexistent",
             "--dial-timeout-secs",
             "1",
         ])

@@ -44,7 +44,7 @@ fn fast() -> RetryPolicy {
     }
 }
 
-fn assignment(run_id: &str, thread_id: u64, summary: &str, workspace: &str) -> ControlCommand {
+fn assignment(run_id: &str, thread_id: u64, summary: &str) -> ControlCommand {
     ControlCommand::AssignRun(Box::new(RunAssignment {
         run_id: run_id.into(),
         thread_id,
@@ -52,8 +52,6 @@ fn assignment(run_id: &str, thread_id: u64, summary: &str, workspace: &str) -> C
             name: "helper".into(),
             system_prompt: "be brief".into(),
             model: "m".into(),
-            workspace: workspace.into(),
-            docs_dir: String::new(),
             tools: vec!["view".into()],
             sandbox: Default::default(),
         },
@@ -70,16 +68,26 @@ fn assignment(run_id: &str, thread_id: u64, summary: &str, workspace: &str) -> C
     }))
 }
 
-/// A runner whose model calls go to `model`, and the events it sends.
-fn runner(model: &FakeModel) -> (Runner, mpsc::UnboundedReceiver<Sequenced>) {
+/// A runner whose model calls go to `model`, the events it sends, and the agent's
+/// directory (a temporary one, with an empty workspace).
+fn runner(
+    model: &FakeModel,
+) -> (
+    Runner,
+    mpsc::UnboundedReceiver<Sequenced>,
+    tempfile::TempDir,
+) {
     let (tx, rx) = mpsc::unbounded_channel();
+    let agent_dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(agent_dir.path().join("workspace")).unwrap();
     let runner = Runner::new(
         EventSink::new(tx),
         &model.host_url(),
         "worker-credential",
         &WorkerToolSettings::default(),
+        agent_dir.path().to_path_buf(),
     );
-    (runner, rx)
+    (runner, rx, agent_dir)
 }
 
 /// Events until one matches `last` (included), or the test fails at the deadline.
@@ -137,10 +145,8 @@ async fn a_message_injected_into_a_running_run_reaches_its_next_model_call() {
         Box::new(fake_model::text("first")),
     ));
     model.push(fake_model::text("second"));
-    let (runner, mut events) = runner(&model);
-    let workspace = tempfile::tempdir().unwrap();
-    let workspace = workspace.path().to_str().unwrap();
-    runner.handle(assignment("r1", 1, "", workspace));
+    let (runner, mut events, _agent_dir) = runner(&model);
+    runner.handle(assignment("r1", 1, ""));
     model.wait_for_requests(1, WAIT).await;
     // Arrives while the model answers: the run takes it and goes on.
     runner.handle(ControlCommand::InjectMessage {
@@ -194,12 +200,10 @@ async fn two_runs_tell_their_models_about_each_other_and_number_their_own_events
     let hold = Hold::new();
     model.push(Reply::Held(hold.clone(), Box::new(fake_model::text("one"))));
     model.push(fake_model::text("two"));
-    let (runner, mut events) = runner(&model);
-    let workspace = tempfile::tempdir().unwrap();
-    let workspace = workspace.path().to_str().unwrap();
-    runner.handle(assignment("r1", 1, "Refactoring auth", workspace));
+    let (runner, mut events, _agent_dir) = runner(&model);
+    runner.handle(assignment("r1", 1, "Refactoring auth"));
     model.wait_for_requests(1, WAIT).await;
-    runner.handle(assignment("r2", 2, "", workspace));
+    runner.handle(assignment("r2", 2, ""));
     let mut seen = Vec::new();
     until(&mut events, &mut seen, completed("r2")).await;
     hold.release();
@@ -232,7 +236,7 @@ async fn two_runs_tell_their_models_about_each_other_and_number_their_own_events
 
     // Ended runs leave the board: a run alone again sees no block.
     model.push(fake_model::text("three"));
-    runner.handle(assignment("r3", 3, "", workspace));
+    runner.handle(assignment("r3", 3, ""));
     until(&mut events, &mut seen, completed("r3")).await;
     assert_eq!(system_of(&model.requests()[2].body), "be brief");
     runner.cancel_all(Duration::from_secs(5)).await;
@@ -248,7 +252,7 @@ async fn every_summary_request_gets_exactly_one_answer_over_either_wire() {
             "authentication_error",
             "invalid x-api-key",
         ));
-        let (runner, mut events) = runner(&model);
+        let (runner, mut events, _agent_dir) = runner(&model);
         let call = chorus_proto::domain::ToolCall {
             id: "call_1".into(),
             name: "bash".into(),

@@ -2,7 +2,7 @@
 //! the thread's stored conversation, checked against the link limit.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use chorus_proto::domain::{
@@ -22,7 +22,6 @@ pub struct RunSettings {
     pub default_model: Option<String>,
     pub max_iterations: u32,
     pub retry: RetryPolicy,
-    pub agents_root: PathBuf,
     pub sandbox: SandboxSettings,
     pub threads: ThreadSettings,
     /// The rolling context window (`[context] window_hours`).
@@ -30,12 +29,11 @@ pub struct RunSettings {
 }
 
 impl RunSettings {
-    pub fn from_settings(settings: &Settings, agents_root: PathBuf) -> Self {
+    pub fn from_settings(settings: &Settings) -> Self {
         RunSettings {
             default_model: settings.default_model.clone(),
             max_iterations: settings.max_iterations,
             retry: settings.retry,
-            agents_root,
             sandbox: settings.sandbox.clone(),
             threads: settings.threads,
             context_window: settings.context.window,
@@ -150,9 +148,6 @@ impl Builder<'_> {
             })
             .collect();
         let first_step_number = self.store.next_step_number(&agent.name, thread.id).await?;
-        let agent_dir = self.settings.agents_root.join(&agent.name);
-        let workspace = agent_dir.join("workspace");
-        let docs_dir = agent_dir.join("docs");
         let run = RunAssignment {
             run_id: uuid::Uuid::new_v4().to_string(),
             thread_id: thread.id,
@@ -160,10 +155,8 @@ impl Builder<'_> {
                 name: agent.name.clone(),
                 system_prompt: agent.system_prompt.clone(),
                 model,
-                workspace: workspace.to_string_lossy().into_owned(),
-                docs_dir: docs_dir.to_string_lossy().into_owned(),
                 tools,
-                sandbox: sandbox_policy(&self.settings.sandbox, agent, &agent_dir),
+                sandbox: sandbox_policy(&self.settings.sandbox, agent),
             },
             model: route,
             messages,
@@ -183,11 +176,7 @@ impl Builder<'_> {
 }
 
 /// How the agent's tool processes are confined: `[sandbox]` and its network switch.
-fn sandbox_policy(
-    sandbox: &SandboxSettings,
-    agent: &AgentRecord,
-    agent_dir: &Path,
-) -> SandboxPolicy {
+fn sandbox_policy(sandbox: &SandboxSettings, agent: &AgentRecord) -> SandboxPolicy {
     let text = |paths: &[PathBuf]| {
         paths
             .iter()
@@ -199,8 +188,6 @@ fn sandbox_policy(
         read_only: text(&sandbox.read_only),
         read_write: text(&sandbox.read_write),
         run_unsandboxed: sandbox.run_unsandboxed(&agent.permissions),
-        home_dir: agent_dir.join("home").to_string_lossy().into_owned(),
-        tmp_dir: agent_dir.join("tmp").to_string_lossy().into_owned(),
         limits: sandbox.limits,
     }
 }
@@ -218,8 +205,6 @@ mod tests {
                 name: "a".into(),
                 system_prompt: "be brief".into(),
                 model: "m".into(),
-                workspace: "/w".into(),
-                docs_dir: "/d".into(),
                 tools: vec!["view".into()],
                 sandbox: SandboxPolicy::default(),
             },

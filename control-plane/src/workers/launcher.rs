@@ -53,6 +53,9 @@ pub struct LocalLauncher {
     pub worker_bin: PathBuf,
     /// URL the worker dials, e.g. `http://127.0.0.1:50051`.
     pub control_plane_url: String,
+    /// The data directory the worker finds the agent's directory in (ours: a local
+    /// worker shares our disk).
+    pub data_dir: PathBuf,
     pub bash_timeout: Duration,
     pub file_lock_timeout: Duration,
     /// The marks its tool processes carry (see `procs`).
@@ -83,6 +86,8 @@ impl LocalLauncher {
             .arg(&self.control_plane_url)
             .arg("--agent")
             .arg(agent)
+            .arg("--data-dir")
+            .arg(&self.data_dir)
             .arg("--credential-stdin")
             .arg("--bash-timeout-secs")
             .arg(self.bash_timeout.as_secs().to_string())

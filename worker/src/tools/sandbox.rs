@@ -142,6 +142,10 @@ fn probe() -> Support {
 pub struct Sandbox {
     pub policy: SandboxPolicy,
     pub workspace: PathBuf,
+    /// HOME and TMPDIR of tool processes: the agent directory's `home/` and `tmp/`
+    /// (outside the workspace, so the file tools cannot write them).
+    pub home: PathBuf,
+    pub tmp: PathBuf,
 }
 
 /// Everything a spawn needs, built before the fork.
@@ -175,23 +179,29 @@ pub fn paths(sandbox: &Sandbox, worker_home: Option<&Path>) -> (Vec<PathBuf>, Ve
     read_only.extend(policy.read_only.iter().map(PathBuf::from));
     let mut read_write: Vec<PathBuf> = DEVICES.iter().map(PathBuf::from).collect();
     read_write.push(sandbox.workspace.clone());
-    read_write.extend(
-        [&policy.home_dir, &policy.tmp_dir]
-            .into_iter()
-            .filter(|dir| !dir.is_empty())
-            .map(PathBuf::from),
-    );
+    read_write.extend([sandbox.home.clone(), sandbox.tmp.clone()]);
     read_write.extend(policy.read_write.iter().map(PathBuf::from));
     (read_only, read_write)
 }
 
 impl Sandbox {
+    /// The sandbox of the agent whose directory is `agent_dir` (`workspace/`,
+    /// `home/`, `tmp/` inside it).
+    pub fn for_agent(policy: SandboxPolicy, agent_dir: &Path) -> Self {
+        Sandbox {
+            policy,
+            workspace: agent_dir.join("workspace"),
+            home: agent_dir.join("home"),
+            tmp: agent_dir.join("tmp"),
+        }
+    }
+
     /// Builds the ruleset for one spawn; `Err` is what the model reads when the
     /// command is refused because the sandbox cannot be enforced.
     pub fn prepare(&self) -> Result<Prepared, String> {
         let policy = &self.policy;
-        let home = self.private_dir(&policy.home_dir, "home")?;
-        let tmp = self.private_dir(&policy.tmp_dir, "temp")?;
+        let home = private_dir(&self.home, "home")?;
+        let tmp = private_dir(&self.tmp, "temp")?;
         let unenforceable = match support() {
             Support::Unavailable(why) => Some(format!("the sandbox is unavailable: {why}")),
             Support::Landlock { abi } if !policy.network && abi < 4 => Some(format!(
@@ -234,30 +244,24 @@ impl Sandbox {
             warning: None,
         })
     }
+}
 
-    /// The agent's home or temp dir, created private (0700) when missing.
-    fn private_dir(&self, dir: &str, what: &str) -> Result<PathBuf, String> {
-        if dir.is_empty() {
-            return Err(format!(
-                "refused: the control plane gave no {what} directory for tool processes"
-            ));
-        }
-        let dir = PathBuf::from(dir);
-        if !dir.is_dir() {
-            use std::os::unix::fs::DirBuilderExt;
-            std::fs::DirBuilder::new()
-                .mode(0o700)
-                .recursive(true)
-                .create(&dir)
-                .map_err(|e| {
-                    format!(
-                        "refused: cannot create the {what} directory {}: {e}",
-                        dir.display()
-                    )
-                })?;
-        }
-        Ok(dir)
+/// The agent's home or temp dir, created private (0700) when missing.
+fn private_dir(dir: &Path, what: &str) -> Result<PathBuf, String> {
+    if !dir.is_dir() {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .recursive(true)
+            .create(dir)
+            .map_err(|e| {
+                format!(
+                    "refused: cannot create the {what} directory {}: {e}",
+                    dir.display()
+                )
+            })?;
     }
+    Ok(dir.to_path_buf())
 }
 
 /// With `HOME` moved to the agent's own directory, toolchains installed in the

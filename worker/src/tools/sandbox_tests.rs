@@ -6,18 +6,13 @@ fn policy() -> SandboxPolicy {
         read_only: vec!["/srv/data".into()],
         read_write: vec!["/srv/scratch".into()],
         run_unsandboxed: false,
-        home_dir: "/d/agents/a/home".into(),
-        tmp_dir: "/d/agents/a/tmp".into(),
         limits: ResourceLimits::default(),
     }
 }
 
 #[test]
 fn the_data_dir_is_reachable_only_through_the_agents_own_directories() {
-    let sandbox = Sandbox {
-        policy: policy(),
-        workspace: "/d/agents/a/workspace".into(),
-    };
+    let sandbox = Sandbox::for_agent(policy(), Path::new("/d/agents/a"));
     let (ro, rw) = paths(&sandbox, Some(Path::new("/home/u")));
     let under_data: Vec<_> = ro
         .iter()
@@ -70,18 +65,16 @@ fn sandboxed(limits: ResourceLimits, network: bool) -> (tempfile::TempDir, crate
     let workspace = agent.join("workspace");
     std::fs::create_dir_all(&workspace).unwrap();
     std::fs::write(data.path().join("api-token"), "secret-token").unwrap();
-    let sandbox = Sandbox {
-        policy: SandboxPolicy {
+    let sandbox = Sandbox::for_agent(
+        SandboxPolicy {
             network,
             read_only: vec![],
             read_write: vec![],
             run_unsandboxed: false,
-            home_dir: agent.join("home").to_string_lossy().into_owned(),
-            tmp_dir: agent.join("tmp").to_string_lossy().into_owned(),
             limits,
         },
-        workspace: workspace.clone(),
-    };
+        &agent,
+    );
     let config = crate::tools::ToolConfig {
         bash: crate::tools::bash::BashConfig {
             sandbox: Some(sandbox),
@@ -222,12 +215,8 @@ async fn sandbox_cost() {
         println!("{name}: {:?} per call", started.elapsed() / n);
     }
     let sandbox = Sandbox {
-        policy: SandboxPolicy {
-            home_dir: dir.path().join("home").to_string_lossy().into_owned(),
-            tmp_dir: dir.path().join("tmp").to_string_lossy().into_owned(),
-            ..policy()
-        },
         workspace: dir.path().to_path_buf(),
+        ..Sandbox::for_agent(policy(), dir.path())
     };
     let started = std::time::Instant::now();
     for _ in 0..1000 {

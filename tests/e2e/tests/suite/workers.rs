@@ -265,6 +265,8 @@ async fn a_worker_cannot_speak_for_another_agent() -> anyhow::Result<()> {
                 &chorus.grpc_url,
                 "--agent",
                 agent,
+                "--data-dir",
+                &chorus.data_dir.to_string_lossy(),
                 "--dial-timeout-secs",
                 "5",
             ])
