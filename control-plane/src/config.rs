@@ -79,6 +79,11 @@ pub struct ServeArgs {
     #[arg(long, env = "CHORUS_MAX_ITERATIONS")]
     pub max_iterations: Option<u32>,
 
+    /// Where workers come from: `local` children, or `remote` workers that dial in
+    /// with CHORUS_JOIN_TOKEN. [default: local]
+    #[arg(long, env = "CHORUS_LAUNCHER", value_enum)]
+    pub launcher: Option<LauncherKind>,
+
     /// Bearer token for /api. [default: generated into <data-dir>/api-token]
     #[arg(long = "api-token", env = "CHORUS_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
@@ -340,7 +345,25 @@ pub struct FileWorkers {
     pub heartbeat_interval_ms: Option<u64>,
     /// How long a launched worker has to attach before it is killed and restarted.
     pub attach_timeout_ms: Option<u64>,
+    /// `local` (workers are our children) or `remote` (dial-in workers).
+    pub launcher: Option<LauncherKind>,
 }
+
+/// Where workers come from (`[workers] launcher`, `--launcher`, `CHORUS_LAUNCHER`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LauncherKind {
+    /// One child process per agent, on this machine (the default).
+    #[default]
+    Local,
+    /// Workers started elsewhere (containers, pods) dial in with CHORUS_JOIN_TOKEN
+    /// and are given agents.
+    Remote,
+}
+
+/// The shortest join token accepted: it admits workers that are then trusted with
+/// agents' work, so it must not be guessable.
+pub const MIN_JOIN_TOKEN_LEN: usize = 16;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -584,8 +607,12 @@ pub struct WorkerSettings {
     /// How often workers send a heartbeat (at least 500 ms).
     pub heartbeat_interval: Duration,
     /// How long a launched worker has to attach (at least 100 ms); one that does not
-    /// is killed and restarted.
+    /// is killed and restarted. With remote workers, also how long an agent waits
+    /// for a free one.
     pub attach_timeout: Duration,
+    pub launcher: LauncherKind,
+    /// What dial-in workers present (`CHORUS_JOIN_TOKEN`); required by `remote`.
+    pub join_token: Option<Secret>,
 }
 
 impl WorkerSettings {
@@ -687,7 +714,27 @@ impl Settings {
             attach_timeout: Duration::from_millis(
                 file.workers.attach_timeout_ms.unwrap_or(30_000).max(100),
             ),
+            launcher: args.launcher.or(file.workers.launcher).unwrap_or_default(),
+            join_token: non_empty("CHORUS_JOIN_TOKEN")?.map(Secret::new),
         };
+        if let Some(token) = &workers.join_token
+            && token.expose().trim().len() < MIN_JOIN_TOKEN_LEN
+        {
+            return Err(ConfigError::Invalid {
+                name: "CHORUS_JOIN_TOKEN",
+                message: format!(
+                    "is shorter than {MIN_JOIN_TOKEN_LEN} characters; use a random one (e.g. openssl rand -hex 32)"
+                ),
+            });
+        }
+        if workers.launcher == LauncherKind::Remote && workers.join_token.is_none() {
+            return Err(ConfigError::Invalid {
+                name: "CHORUS_JOIN_TOKEN",
+                message: "the remote launcher needs it: dial-in workers present it to join; \
+                          set the same random value on the control plane and the workers"
+                    .into(),
+            });
+        }
         Ok(Settings {
             data_dir: args
                 .data_dir
@@ -857,6 +904,45 @@ mod tests {
         assert_eq!(s.default_role, Role::Operator);
         assert_eq!(s.context.window, Duration::from_secs(24 * 3600));
         assert_eq!(s.context.idle_timeout, Some(Duration::from_secs(1800)));
+    }
+
+    #[test]
+    fn the_remote_launcher_needs_a_long_join_token_and_the_flag_wins() {
+        let resolve = |args: ServeArgs, file: &str, env: &[(&str, &str)]| {
+            Settings::resolve(args, toml::from_str(file).unwrap(), env_of(env))
+        };
+        let s = resolve(ServeArgs::default(), "", &[]).unwrap();
+        assert_eq!(s.workers.launcher, LauncherKind::Local);
+        let remote = "[workers]\nlauncher = \"remote\"\n";
+        let err = resolve(ServeArgs::default(), remote, &[]).unwrap_err();
+        assert!(err.to_string().starts_with("CHORUS_JOIN_TOKEN"), "{err}");
+        let err = resolve(
+            ServeArgs::default(),
+            remote,
+            &[("CHORUS_JOIN_TOKEN", "short")],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("shorter than 16"), "{err}");
+        assert!(
+            !err.to_string().contains("short\""),
+            "the value is not echoed"
+        );
+        let token = [("CHORUS_JOIN_TOKEN", "0123456789abcdef-join")];
+        let s = resolve(ServeArgs::default(), remote, &token).unwrap();
+        assert_eq!(s.workers.launcher, LauncherKind::Remote);
+        assert_eq!(
+            s.workers.join_token.as_ref().map(Secret::expose),
+            Some("0123456789abcdef-join")
+        );
+        let flag = ServeArgs {
+            launcher: Some(LauncherKind::Local),
+            ..ServeArgs::default()
+        };
+        assert_eq!(
+            resolve(flag, remote, &[]).unwrap().workers.launcher,
+            LauncherKind::Local,
+            "--launcher wins over the file"
+        );
     }
 
     #[test]

@@ -7,23 +7,27 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chorus_proto::AGENT_METADATA_KEY;
-use chorus_proto::domain::{ControlCommand, Sequenced, TraceExport, WorkerEvent};
+use chorus_proto::domain::{
+    ControlCommand, Credential, DialIn, Sequenced, TemplateFile, TraceExport, WorkerEvent,
+};
 use chorus_proto::limits::MAX_LINK_MESSAGE_BYTES;
 use chorus_proto::wire::{ControlMessage, WorkerLink, WorkerLinkServer, WorkerMessage};
+use chorus_proto::{AGENT_METADATA_KEY, WORKER_NAME_METADATA_KEY};
 use futures::{Stream, StreamExt};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::agents::name;
+use crate::config::Secret;
 use crate::config::WorkerSettings;
 use crate::gate::{Check, ToolGate};
 use crate::reports::{RateLimits, WorkerRate};
 use crate::runs::Runs;
-use crate::secrets::{KnownSecrets, bearer_token};
+use crate::secrets::{KnownSecrets, bearer_token, constant_time_eq};
 use crate::summaries::WorkerSummarizer;
 use crate::tasks::TaskLog;
+use crate::workers::pool::Pool;
 use crate::workers::registry::{AttachError, Registry};
 
 /// What a worker's events are handed to.
@@ -50,6 +54,16 @@ pub struct WorkerLinkService {
     /// supervisor then kills and restarts it.
     silence_limit: Duration,
     trace_export: Option<TraceExport>,
+    /// `Some` with the remote launcher: who may dial in, and where they wait.
+    dial_in: Option<DialInService>,
+}
+
+/// Dial-in workers: the pool they wait in, the token they present, and the
+/// template of a new agent's directory they are given with an agent.
+pub struct DialInService {
+    pub pool: Arc<Pool>,
+    pub join_token: Secret,
+    pub template: Arc<Vec<TemplateFile>>,
 }
 
 impl WorkerLinkService {
@@ -77,7 +91,14 @@ impl WorkerLinkService {
             heartbeat_interval: workers.heartbeat_interval,
             silence_limit: workers.silence_limit(),
             trace_export: None,
+            dial_in: None,
         }
+    }
+
+    /// Takes dial-in workers (the remote launcher).
+    pub fn with_dial_in(mut self, dial_in: Option<DialInService>) -> Self {
+        self.dial_in = dial_in;
+        self
     }
 
     /// Workers are told to export their spans (through this control plane),
@@ -96,23 +117,203 @@ impl WorkerLinkService {
     }
 }
 
+/// Who is attaching: a worker launched for an agent with that generation's
+/// credential, or a dial-in worker with the join token and no agent.
+enum Caller {
+    Agent { agent: String, credential: String },
+    DialIn { token: String },
+}
+
 /// Reads who the caller claims to be and the credential it presents.
-fn identify<T>(request: &Request<T>) -> Result<(String, String), Status> {
+fn identify<T>(request: &Request<T>) -> Result<Caller, Status> {
     let metadata = request.metadata();
-    let agent = metadata
-        .get(AGENT_METADATA_KEY)
-        .and_then(|v| v.to_str().ok())
-        .ok_or_else(|| Status::unauthenticated(format!("missing {AGENT_METADATA_KEY} metadata")))?;
-    name::validate(agent).map_err(|e| Status::invalid_argument(e.to_string()))?;
     let token = metadata
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .and_then(bearer_token)
-        .ok_or_else(|| Status::unauthenticated("missing bearer credential"))?;
-    Ok((agent.to_string(), token.to_string()))
+        .ok_or_else(|| Status::unauthenticated("missing bearer credential"))?
+        .to_string();
+    let Some(agent) = metadata.get(AGENT_METADATA_KEY) else {
+        return Ok(Caller::DialIn { token });
+    };
+    let agent = agent
+        .to_str()
+        .map_err(|_| Status::invalid_argument(format!("{AGENT_METADATA_KEY} is not text")))?;
+    name::validate(agent).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    Ok(Caller::Agent {
+        agent: agent.to_string(),
+        credential: token,
+    })
 }
 
 type ControlStream = Pin<Box<dyn Stream<Item = Result<ControlMessage, Status>> + Send>>;
+
+/// Commands as the worker receives them: each checked against the link's size
+/// limit. Commands are bounded where they are made (a run's assignment is checked
+/// when it is built); one over the limit would end the stream of every run of this
+/// agent, so it is never sent.
+fn outbound(commands: impl Stream<Item = ControlCommand> + Send + 'static) -> ControlStream {
+    Box::pin(commands.filter_map(|command| {
+        let message = ControlMessage::from(command);
+        let len = chorus_proto::limits::encoded_len(&message);
+        if len > MAX_LINK_MESSAGE_BYTES {
+            tracing::error!(
+                len,
+                limit = MAX_LINK_MESSAGE_BYTES,
+                "command too large for the worker link; not sent"
+            );
+            return std::future::ready(None);
+        }
+        std::future::ready(Some(Ok(message)))
+    }))
+}
+
+impl WorkerLinkService {
+    fn link(&self) -> Link {
+        Link {
+            registry: self.registry.clone(),
+            runs: self.runs.clone(),
+            gate: self.gate.clone(),
+            tasks: self.tasks.clone(),
+            summaries: self.summaries.clone(),
+            secrets: self.secrets.clone(),
+            checks: self.connections.clone(),
+            silence_limit: self.silence_limit,
+        }
+    }
+
+    /// A dial-in worker: it waits in the pool, reading only its own keep-alives,
+    /// until a supervisor assigns it an agent; then it is that agent's link.
+    fn join(
+        &self,
+        token: &str,
+        request: Request<Streaming<WorkerMessage>>,
+    ) -> Result<ControlStream, Status> {
+        let Some(dial_in) = &self.dial_in else {
+            return Err(Status::unauthenticated(
+                "this control plane takes no dial-in workers (it launches its own: [workers] launcher = \"local\")",
+            ));
+        };
+        if !constant_time_eq(dial_in.join_token.expose().as_bytes(), token.as_bytes()) {
+            tracing::warn!(peer = ?request.remote_addr(), "dial-in worker refused: wrong join token");
+            return Err(Status::unauthenticated("the join token is not valid"));
+        }
+        // The name it gives itself, for the logs only: printable, bounded.
+        let peer = request
+            .metadata()
+            .get(WORKER_NAME_METADATA_KEY)
+            .and_then(|v| v.to_str().ok())
+            .map(|name| {
+                name.chars()
+                    .filter(|c| c.is_ascii_graphic() || *c == ' ')
+                    .take(100)
+                    .collect::<String>()
+            })
+            .filter(|name| !name.is_empty())
+            .unwrap_or_else(|| "an unnamed worker".into());
+        let membership = dial_in.pool.join(peer.clone());
+        tracing::info!(%peer, idle = dial_in.pool.idle_count(), "dial-in worker joined the pool");
+        let (start, started) = tokio::sync::oneshot::channel::<(
+            ControlCommand,
+            tokio::sync::mpsc::UnboundedReceiver<ControlCommand>,
+        )>();
+        let commands = futures::stream::once(started)
+            .filter_map(|started| std::future::ready(started.ok()))
+            .flat_map(|(welcome, commands)| {
+                futures::stream::once(std::future::ready(welcome))
+                    .chain(UnboundedReceiverStream::new(commands))
+            });
+        let mut inbound = request.into_inner();
+        let pool = dial_in.pool.clone();
+        let template = dial_in.template.clone();
+        let registry = self.registry.clone();
+        let link = self.link();
+        let this = self.welcome_parts();
+        self.connections.spawn(async move {
+            let mut assigned = membership.assigned;
+            let assignment = loop {
+                tokio::select! {
+                    assignment = &mut assigned => match assignment {
+                        Ok(assignment) => break assignment,
+                        Err(_) => return,
+                    },
+                    message = inbound.message() => match message {
+                        // Hello and keep-alives while idle.
+                        Ok(Some(_)) => {}
+                        Ok(None) | Err(_) => {
+                            pool.leave(membership.id);
+                            tracing::info!(%peer, "idle dial-in worker left the pool");
+                            return;
+                        }
+                    },
+                }
+            };
+            let agent = assignment.agent;
+            let attachment = match registry.attach(&agent, &assignment.credential) {
+                Ok(attachment) => attachment,
+                Err(e) => {
+                    // Revoked meanwhile (the agent was stopped): the worker
+                    // reconnects and joins again.
+                    tracing::info!(%agent, %peer, error = %e, "assignment withdrawn");
+                    return;
+                }
+            };
+            let generation = attachment.generation;
+            tracing::info!(%agent, generation, %peer, "dial-in worker assigned");
+            let welcome = this.welcome(
+                &agent,
+                generation,
+                Some(DialIn {
+                    credential: Credential(assignment.credential),
+                    template: template.as_ref().clone(),
+                    fresh: assignment.fresh,
+                }),
+            );
+            if start.send((welcome, attachment.commands)).is_err() {
+                registry.detach(
+                    &agent,
+                    generation,
+                    Some("its connection closed as it was assigned".into()),
+                );
+                return;
+            }
+            link.serve(agent, generation, inbound).await;
+        });
+        Ok(outbound(commands))
+    }
+
+    fn welcome_parts(&self) -> WelcomeParts {
+        WelcomeParts {
+            heartbeat_interval: self.heartbeat_interval,
+            trace_export: self.trace_export.clone(),
+        }
+    }
+}
+
+/// What a Welcome is made of, for a task that outlives the handler's `&self`.
+struct WelcomeParts {
+    heartbeat_interval: Duration,
+    trace_export: Option<TraceExport>,
+}
+
+impl WelcomeParts {
+    fn welcome(&self, agent: &str, generation: u64, dial_in: Option<DialIn>) -> ControlCommand {
+        ControlCommand::Welcome {
+            agent: agent.to_string(),
+            connection_id: format!("{agent}#{generation}"),
+            heartbeat_interval_ms: u32::try_from(self.heartbeat_interval.as_millis())
+                .unwrap_or(u32::MAX),
+            trace_export: self.trace_export.clone().map(|mut export| {
+                export.resource_attributes.insert(
+                    crate::telemetry::relay::AGENT_ATTRIBUTE.into(),
+                    agent.to_string(),
+                );
+                export
+            }),
+            dial_in,
+        }
+    }
+}
 
 #[tonic::async_trait]
 impl WorkerLink for WorkerLinkService {
@@ -122,7 +323,10 @@ impl WorkerLink for WorkerLinkService {
         &self,
         request: Request<Streaming<WorkerMessage>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
-        let (agent, token) = identify(&request)?;
+        let (agent, token) = match identify(&request)? {
+            Caller::Agent { agent, credential } => (agent, credential),
+            Caller::DialIn { token } => return self.join(&token, request).map(Response::new),
+        };
         let attachment = self.registry.attach(&agent, &token).map_err(|e| {
             tracing::warn!(%agent, error = %e, "worker refused");
             match e {
@@ -134,121 +338,123 @@ impl WorkerLink for WorkerLinkService {
         })?;
         let generation = attachment.generation;
         tracing::info!(%agent, generation, "worker attached");
+        let welcome = self.welcome_parts().welcome(&agent, generation, None);
+        let commands = futures::stream::once(async move { welcome })
+            .chain(UnboundedReceiverStream::new(attachment.commands));
+        let inbound = request.into_inner();
+        let link = self.link();
+        self.connections
+            .spawn(async move { link.serve(agent, generation, inbound).await });
+        Ok(Response::new(outbound(commands)))
+    }
+}
 
-        let welcome = ControlCommand::Welcome {
-            agent: agent.clone(),
-            connection_id: format!("{agent}#{generation}"),
-            heartbeat_interval_ms: u32::try_from(self.heartbeat_interval.as_millis())
-                .unwrap_or(u32::MAX),
-            trace_export: self.trace_export.clone().map(|mut export| {
-                export.resource_attributes.insert(
-                    crate::telemetry::relay::AGENT_ATTRIBUTE.into(),
-                    agent.clone(),
-                );
-                export
-            }),
-        };
-        let outbound = futures::stream::once(async move { welcome })
-            .chain(UnboundedReceiverStream::new(attachment.commands))
-            .filter_map(move |command| {
-                let message = ControlMessage::from(command);
-                // Commands are bounded where they are made (a run's assignment is
-                // checked when it is built); one over the limit would end the
-                // stream of every run of this agent, so it is never sent.
-                let len = chorus_proto::limits::encoded_len(&message);
-                if len > MAX_LINK_MESSAGE_BYTES {
-                    tracing::error!(
-                        len,
-                        limit = MAX_LINK_MESSAGE_BYTES,
-                        "command too large for the worker link; not sent"
-                    );
-                    return std::future::ready(None);
-                }
-                std::future::ready(Some(Ok(message)))
-            });
+/// One attached worker's connection, as the task that reads it sees the services.
+struct Link {
+    registry: Arc<Registry>,
+    runs: Arc<Runs>,
+    gate: Arc<ToolGate>,
+    tasks: Arc<TaskLog>,
+    summaries: Arc<WorkerSummarizer>,
+    secrets: KnownSecrets,
+    checks: TaskTracker,
+    silence_limit: Duration,
+}
 
-        let mut inbound = request.into_inner();
-        let registry = self.registry.clone();
-        let runs = self.runs.clone();
-        let gate = self.gate.clone();
-        let tasks = self.tasks.clone();
-        let summaries = self.summaries.clone();
-        let secrets = self.secrets.clone();
-        let checks = self.connections.clone();
-        let silence_limit = self.silence_limit;
-        self.connections.spawn(async move {
-            runs.deliver_pending(&agent).await;
-            let mut rate = WorkerRate::new(RateLimits::default(), Instant::now());
-            let mut throttled = false;
-            let hung = loop {
-                let message = match tokio::time::timeout(silence_limit, inbound.message()).await {
-                    Ok(Ok(Some(message))) => message,
-                    Ok(Ok(None)) => break None,
-                    Ok(Err(status)) => {
-                        tracing::info!(%agent, generation, %status, "worker stream ended");
-                        break None;
-                    }
-                    Err(_) => {
-                        tracing::warn!(%agent, generation, ?silence_limit, "worker sent nothing, not even a heartbeat; treating it as hung");
-                        break Some(format!(
-                            "stopped responding (no heartbeat for {:.1} s)",
-                            silence_limit.as_secs_f64()
-                        ));
-                    }
-                };
-                // A flood is read no faster than the rate: the worker's sends wait
-                // (flow control), nothing piles up here.
-                let len = chorus_proto::limits::encoded_len(&message);
-                match rate.admit(Instant::now(), len) {
-                    Some(wait) => {
-                        if !throttled {
-                            tracing::warn!(%agent, generation, ?wait, "worker reports faster than the allowed rate; slowing it down");
-                        }
-                        throttled = true;
-                        tokio::time::sleep(wait).await;
-                    }
-                    None => throttled = false,
+impl Link {
+    /// Reads the worker's events until its stream ends or it goes silent, then
+    /// detaches it (its supervisor hears of it).
+    async fn serve(self, agent: String, generation: u64, mut inbound: Streaming<WorkerMessage>) {
+        let Link {
+            registry,
+            runs,
+            gate,
+            tasks,
+            summaries,
+            secrets,
+            checks,
+            silence_limit,
+        } = self;
+        runs.deliver_pending(&agent).await;
+        let mut rate = WorkerRate::new(RateLimits::default(), Instant::now());
+        let mut throttled = false;
+        let hung = loop {
+            let message = match tokio::time::timeout(silence_limit, inbound.message()).await {
+                Ok(Ok(Some(message))) => message,
+                Ok(Ok(None)) => break None,
+                Ok(Err(status)) => {
+                    tracing::info!(%agent, generation, %status, "worker stream ended");
+                    break None;
                 }
-                let Sequenced { seq, event } = match Sequenced::try_from(message) {
-                    Ok(sequenced) => sequenced,
-                    Err(e) => {
-                        tracing::warn!(%agent, generation, error = %e, "malformed message from worker");
-                        continue;
-                    }
-                };
-                if let WorkerEvent::Hello { worker_version, pid } = &event {
-                    tracing::info!(%agent, generation, %worker_version, pid, "worker ready");
-                }
-                if let WorkerEvent::ToolCheck { request_id, run_id, call, trace_context } = event {
-                    let check = Check {
-                        agent: agent.clone(),
-                        generation,
-                        request_id,
-                        run_id,
-                        call,
-                        trace_context,
-                    };
-                    gate.handle(check, &checks);
-                    continue;
-                }
-                match secrets.scrub_event(event) {
-                    event @ (WorkerEvent::TaskStarted(_) | WorkerEvent::TaskEnded { .. }) => {
-                        tasks.apply(&agent, generation, event).await
-                    }
-                    WorkerEvent::Summary { request_id, result } => {
-                        summaries.answered(request_id, result)
-                    }
-                    event => {
-                        if let Err(e) = runs.apply(&agent, generation, seq, event).await {
-                            tracing::warn!(%agent, generation, error = %e, "worker event refused");
-                        }
-                    }
+                Err(_) => {
+                    tracing::warn!(%agent, generation, ?silence_limit, "worker sent nothing, not even a heartbeat; treating it as hung");
+                    break Some(format!(
+                        "stopped responding (no heartbeat for {:.1} s)",
+                        silence_limit.as_secs_f64()
+                    ));
                 }
             };
-            registry.detach(&agent, generation, hung);
-            tasks.worker_gone(&agent, generation).await;
-            tracing::info!(%agent, generation, "worker detached");
-        });
-        Ok(Response::new(Box::pin(outbound)))
+            // A flood is read no faster than the rate: the worker's sends wait
+            // (flow control), nothing piles up here.
+            let len = chorus_proto::limits::encoded_len(&message);
+            match rate.admit(Instant::now(), len) {
+                Some(wait) => {
+                    if !throttled {
+                        tracing::warn!(%agent, generation, ?wait, "worker reports faster than the allowed rate; slowing it down");
+                    }
+                    throttled = true;
+                    tokio::time::sleep(wait).await;
+                }
+                None => throttled = false,
+            }
+            let Sequenced { seq, event } = match Sequenced::try_from(message) {
+                Ok(sequenced) => sequenced,
+                Err(e) => {
+                    tracing::warn!(%agent, generation, error = %e, "malformed message from worker");
+                    continue;
+                }
+            };
+            if let WorkerEvent::Hello {
+                worker_version,
+                pid,
+            } = &event
+            {
+                tracing::info!(%agent, generation, %worker_version, pid, "worker ready");
+            }
+            if let WorkerEvent::ToolCheck {
+                request_id,
+                run_id,
+                call,
+                trace_context,
+            } = event
+            {
+                let check = Check {
+                    agent: agent.clone(),
+                    generation,
+                    request_id,
+                    run_id,
+                    call,
+                    trace_context,
+                };
+                gate.handle(check, &checks);
+                continue;
+            }
+            match secrets.scrub_event(event) {
+                event @ (WorkerEvent::TaskStarted(_) | WorkerEvent::TaskEnded { .. }) => {
+                    tasks.apply(&agent, generation, event).await
+                }
+                WorkerEvent::Summary { request_id, result } => {
+                    summaries.answered(request_id, result)
+                }
+                event => {
+                    if let Err(e) = runs.apply(&agent, generation, seq, event).await {
+                        tracing::warn!(%agent, generation, error = %e, "worker event refused");
+                    }
+                }
+            }
+        };
+        registry.detach(&agent, generation, hung);
+        tasks.worker_gone(&agent, generation).await;
+        tracing::info!(%agent, generation, "worker detached");
     }
 }

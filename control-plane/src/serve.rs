@@ -16,11 +16,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::agents::AgentService;
+use crate::config::LauncherKind;
 use crate::config::{Database, Secret, Settings};
 use crate::gate::approvals::Approvals;
 use crate::gate::profiles::ProfileCache;
 use crate::gate::{GateSettings, ToolGate};
-use crate::grpc::{LinkServices, WorkerLinkService};
+use crate::grpc::{DialInService, LinkServices, WorkerLinkService};
 use crate::http::{self, AppState};
 use crate::llm_relay::{self, RelayState};
 use crate::providers::catalog::Catalog;
@@ -30,7 +31,8 @@ use crate::sessions::Sessions;
 use crate::store::Store;
 use crate::summaries::WorkerSummarizer;
 use crate::tasks::TaskLog;
-use crate::workers::launcher::LocalLauncher;
+use crate::workers::launcher::{Launcher, LocalLauncher};
+use crate::workers::pool::Pool;
 use crate::workers::procs::{ToolMarks, end_marked};
 use crate::workers::registry::Registry;
 use crate::workers::{WorkerLost, WorkerManager};
@@ -129,6 +131,13 @@ pub async fn start(
             .filter_map(|p| p.api_key.as_ref().map(|k| k.expose().to_string()))
             .chain([api_token.expose().to_string()])
             .chain(settings.database.secrets())
+            .chain(
+                settings
+                    .workers
+                    .join_token
+                    .iter()
+                    .map(|t| t.expose().to_string()),
+            )
             // A collector's credentials (OTLP headers) are secrets too.
             .chain(
                 settings
@@ -181,21 +190,42 @@ pub async fn start(
             "ended tool processes a previous control plane left running"
         );
     }
-    let worker_bin = worker_bin(&settings)?;
     let sandbox = tokio::task::spawn_blocking(crate::sandbox_probe::describe).await?;
     if sandbox.starts_with("landlock") {
         tracing::info!(%sandbox, "agents' tool processes are sandboxed");
     } else {
         tracing::warn!(%sandbox, "agents' tool processes cannot be sandboxed: bash is refused unless [sandbox] when_unavailable = \"warn\" (default: only under the open preset)");
     }
-    let launcher = LocalLauncher {
-        worker_bin,
-        control_plane_url: format!("http://{}", dialable(grpc_addr)),
-        data_dir: data_dir.clone(),
-        bash_timeout: settings.workers.bash_timeout,
-        file_lock_timeout: settings.workers.file_lock_timeout,
-        tool_marks,
-        json_logs: settings.log_format == crate::telemetry::json_log::LogFormat::Json,
+    let (launcher, dial_in) = match (settings.workers.launcher, &settings.workers.join_token) {
+        (LauncherKind::Remote, Some(join_token)) => {
+            let pool = Arc::new(Pool::default());
+            let template =
+                crate::agents::files::template_files(settings.template_dir.as_deref())
+                    .context("cannot read the agents' template to send to dial-in workers")?;
+            tracing::info!(
+                "workers dial in: start them with chorus-worker --control-plane <this address> --data-dir <their volume> and CHORUS_JOIN_TOKEN"
+            );
+            (
+                Launcher::Remote(pool.clone()),
+                Some(DialInService {
+                    pool,
+                    join_token: join_token.clone(),
+                    template: Arc::new(template),
+                }),
+            )
+        }
+        _ => (
+            Launcher::Local(LocalLauncher {
+                worker_bin: worker_bin(&settings)?,
+                control_plane_url: format!("http://{}", dialable(grpc_addr)),
+                data_dir: data_dir.clone(),
+                bash_timeout: settings.workers.bash_timeout,
+                file_lock_timeout: settings.workers.file_lock_timeout,
+                tool_marks,
+                json_logs: settings.log_format == crate::telemetry::json_log::LogFormat::Json,
+            }),
+            None,
+        ),
     };
     let workers = Arc::new(WorkerManager::new(
         registry.clone(),
@@ -271,6 +301,7 @@ pub async fn start(
             connections.clone(),
             &settings.workers,
         )
+        .with_dial_in(dial_in)
         .with_trace_export(settings.trace_export.as_ref().map(|t| TraceExport {
             service_name: format!("{}-worker", t.service_name),
             resource_attributes: t.resource_attributes.clone(),

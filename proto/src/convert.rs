@@ -4,10 +4,10 @@
 //! required part is a [`ProtocolError`], never a silently defaulted value.
 
 use crate::domain::{
-    AgentChange, AgentSettings, ChatMessage, ControlCommand, FailureKind, Input, ModelRoute,
-    ResourceLimits, RetryPolicy, Role, RunAssignment, SandboxPolicy, Sequenced, StepEnded,
-    StepKind, StepStarted, SummaryRequest, TaskEnd, TaskReport, ToolCall, ToolDecision, ToolResult,
-    TraceExport, Usage, WorkerEvent,
+    AgentChange, AgentSettings, ChatMessage, ControlCommand, Credential, DialIn, FailureKind,
+    Input, ModelRoute, ResourceLimits, RetryPolicy, Role, RunAssignment, SandboxPolicy, Sequenced,
+    StepEnded, StepKind, StepStarted, SummaryRequest, TaskEnd, TaskReport, TemplateFile, ToolCall,
+    ToolDecision, ToolResult, TraceExport, Usage, WorkerEvent,
 };
 use crate::generated as pb;
 use pb::control_message::Body as ControlBody;
@@ -222,6 +222,7 @@ impl From<ControlCommand> for pb::ControlMessage {
                 connection_id,
                 heartbeat_interval_ms,
                 trace_export,
+                dial_in,
             } => ControlBody::Welcome(pb::Welcome {
                 agent,
                 connection_id,
@@ -230,6 +231,19 @@ impl From<ControlCommand> for pb::ControlMessage {
                     service_name: t.service_name,
                     resource_attributes: t.resource_attributes.into_iter().collect(),
                     record_content: t.record_content,
+                }),
+                dial_in: dial_in.map(|d| pb::DialIn {
+                    credential: d.credential.0,
+                    template: d
+                        .template
+                        .into_iter()
+                        .map(|f| pb::TemplateFile {
+                            path: f.path,
+                            content: f.content,
+                            executable: f.executable,
+                        })
+                        .collect(),
+                    fresh: d.fresh,
                 }),
             }),
             ControlCommand::AssignRun(run) => ControlBody::AssignRun(pb::AssignRun {
@@ -321,6 +335,19 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                     service_name: t.service_name,
                     resource_attributes: t.resource_attributes.into_iter().collect(),
                     record_content: t.record_content,
+                }),
+                dial_in: w.dial_in.map(|d| DialIn {
+                    credential: Credential(d.credential),
+                    template: d
+                        .template
+                        .into_iter()
+                        .map(|f| TemplateFile {
+                            path: f.path,
+                            content: f.content,
+                            executable: f.executable,
+                        })
+                        .collect(),
+                    fresh: d.fresh,
                 }),
             },
             ControlBody::AssignRun(run) => {
@@ -847,6 +874,15 @@ mod tests {
                 connection_id: "c".into(),
                 heartbeat_interval_ms: 5000,
                 trace_export: None,
+                dial_in: Some(DialIn {
+                    credential: Credential("c-1".into()),
+                    template: vec![TemplateFile {
+                        path: "docs/README.md".into(),
+                        content: b"hi".to_vec(),
+                        executable: true,
+                    }],
+                    fresh: true,
+                }),
             },
             ControlCommand::Welcome {
                 agent: "a".into(),
@@ -857,6 +893,7 @@ mod tests {
                     resource_attributes: [("chorus.agent".to_string(), "a".to_string())].into(),
                     record_content: true,
                 }),
+                dial_in: None,
             },
             ControlCommand::AssignRun(Box::new(RunAssignment {
                 run_id: "r".into(),

@@ -4,6 +4,34 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+/// A credential on the link: `Debug` never shows it (commands are logged).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credential(pub String);
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Credential(***)")
+    }
+}
+
+/// What a dial-in worker is given with its agent (see `Welcome`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DialIn {
+    pub credential: Credential,
+    /// Laid out only where the worker's volume has no directory for the agent yet.
+    pub template: Vec<TemplateFile>,
+    /// A new agent: what a destroyed one of the same name left is deleted first.
+    pub fresh: bool,
+}
+
+/// One file of an agent's template, by relative path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateFile {
+    pub path: String,
+    pub content: Vec<u8>,
+    pub executable: bool,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
@@ -268,6 +296,8 @@ pub enum ControlCommand {
         heartbeat_interval_ms: u32,
         /// `Some`: export spans through the control plane, labelled so.
         trace_export: Option<TraceExport>,
+        /// `Some` for a dial-in worker: its credential and the agent's template.
+        dial_in: Option<DialIn>,
     },
     AssignRun(Box<RunAssignment>),
     /// A user message for a run in progress: taken before its next model call.

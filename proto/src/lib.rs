@@ -30,3 +30,7 @@ pub use convert::ProtocolError;
 
 /// Request metadata key that names the agent a worker speaks for.
 pub const AGENT_METADATA_KEY: &str = "x-chorus-agent";
+
+/// Metadata naming a dial-in worker for the control plane's logs (its host and
+/// pid); informational only, never trusted.
+pub const WORKER_NAME_METADATA_KEY: &str = "x-chorus-worker";

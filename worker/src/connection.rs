@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use chorus_proto::AGENT_METADATA_KEY;
 use chorus_proto::domain::{ControlCommand, Sequenced, WorkerEvent};
 use chorus_proto::limits::MAX_LINK_MESSAGE_BYTES;
 use chorus_proto::wire::{WorkerLinkClient, WorkerMessage};
+use chorus_proto::{AGENT_METADATA_KEY, WORKER_NAME_METADATA_KEY};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -22,8 +22,7 @@ use crate::tool_loop::EventSink;
 pub struct ConnectOptions {
     /// e.g. `http://127.0.0.1:50051`
     pub control_plane: String,
-    pub agent: String,
-    pub credential: String,
+    pub identity: Identity,
     /// The worker's data directory: agents' directories are `<data_dir>/agents/<name>/`.
     pub data_dir: std::path::PathBuf,
     /// How long to keep trying to reach the control plane at start.
@@ -68,6 +67,19 @@ pub fn agent_dir(
     Ok(data_dir.join("agents").join(agent))
 }
 
+/// Who this worker is to the control plane.
+#[derive(Clone)]
+pub enum Identity {
+    /// Launched for one agent with that launch's credential.
+    Agent { agent: String, credential: String },
+    /// Started on its own: joins with the join token and is given an agent.
+    DialIn { join_token: String },
+}
+
+/// How long a dial-in worker waits for the agent's directory to be let go by a
+/// worker that has not yet noticed it lost the agent.
+const DIRECTORY_WAIT: Duration = Duration::from_secs(20);
+
 /// How long in-flight runs get to wind down when the worker stops.
 const WIND_DOWN: Duration = Duration::from_secs(3);
 
@@ -75,7 +87,12 @@ async fn dial(options: &ConnectOptions) -> Result<Channel, ConnectionError> {
     let endpoint = Endpoint::from_shared(options.control_plane.clone())
         .map_err(|e| ConnectionError::BadUrl(options.control_plane.clone(), e.to_string()))?
         .connect_timeout(Duration::from_secs(2))
-        .tcp_nodelay(true);
+        .tcp_nodelay(true)
+        // A control plane that vanished without closing the connection (a lost
+        // host, a partition) is noticed within a minute, not at the next write.
+        .http2_keep_alive_interval(Duration::from_secs(20))
+        .keep_alive_timeout(Duration::from_secs(20))
+        .keep_alive_while_idle(true);
     let started = Instant::now();
     let mut delay = Duration::from_millis(50);
     loop {
@@ -99,10 +116,10 @@ async fn dial(options: &ConnectOptions) -> Result<Channel, ConnectionError> {
 
 /// Attaches and serves until the control plane closes the link or `shutdown` fires.
 pub async fn serve(
-    options: ConnectOptions,
+    options: &ConnectOptions,
     shutdown: CancellationToken,
 ) -> Result<(), ConnectionError> {
-    let channel = dial(&options).await?;
+    let channel = dial(options).await?;
     // The same limits as the control plane's end; events are measured before they
     // are queued (`outbound`), so the encoding limit is only a backstop.
     let mut client = WorkerLinkClient::new(channel.clone())
@@ -120,15 +137,28 @@ pub async fn serve(
     let outbound = UnboundedReceiverStream::new(events_rx).map(WorkerMessage::from);
     let mut request = tonic::Request::new(outbound);
     let metadata = request.metadata_mut();
-    metadata.insert(
-        AGENT_METADATA_KEY,
-        MetadataValue::try_from(options.agent.as_str()).map_err(|_| {
-            ConnectionError::Refused(format!("agent name {:?} cannot be sent", options.agent))
-        })?,
-    );
+    let bearer = match &options.identity {
+        Identity::Agent { agent, credential } => {
+            metadata.insert(
+                AGENT_METADATA_KEY,
+                MetadataValue::try_from(agent.as_str()).map_err(|_| {
+                    ConnectionError::Refused(format!("agent name {agent:?} cannot be sent"))
+                })?,
+            );
+            credential
+        }
+        Identity::DialIn { join_token } => {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            let name = format!("{} pid {}", host.trim(), std::process::id());
+            if let Ok(value) = MetadataValue::try_from(name.as_str()) {
+                metadata.insert(WORKER_NAME_METADATA_KEY, value);
+            }
+            join_token
+        }
+    };
     metadata.insert(
         "authorization",
-        MetadataValue::try_from(format!("Bearer {}", options.credential)).map_err(|_| {
+        MetadataValue::try_from(format!("Bearer {bearer}")).map_err(|_| {
             ConnectionError::Refused("the credential has characters that cannot be sent".into())
         })?,
     );
@@ -148,20 +178,50 @@ pub async fn serve(
             },
         })?;
     let mut inbound = response.into_inner();
+    if matches!(options.identity, Identity::DialIn { .. }) {
+        tracing::info!("joined the control plane's pool; waiting for an agent");
+    }
 
-    let heartbeat_every = match inbound.message().await {
+    // A dial-in worker waits here, idle, until it is given an agent.
+    let first = tokio::select! {
+        first = inbound.message() => first,
+        _ = shutdown.cancelled() => return Ok(()),
+    };
+    let (agent, credential, dial_in, heartbeat_every) = match first {
         Ok(Some(first)) => match ControlCommand::try_from(first) {
             Ok(ControlCommand::Welcome {
+                agent,
                 connection_id,
                 heartbeat_interval_ms,
                 trace_export,
-                ..
+                dial_in,
             }) => {
                 tracing::info!(%connection_id, "attached to the control plane");
-                if let (Some(export), Some(telemetry)) = (&trace_export, &options.telemetry) {
-                    telemetry.export(channel.clone(), &options.agent, &options.credential, export);
+                let credential = match (&options.identity, &dial_in) {
+                    (Identity::Agent { credential, .. }, _) => credential.clone(),
+                    (Identity::DialIn { .. }, Some(dial_in)) => dial_in.credential.0.clone(),
+                    (Identity::DialIn { .. }, None) => {
+                        return Err(ConnectionError::Protocol(
+                            "a dial-in worker's Welcome carries no credential".into(),
+                        ));
+                    }
+                };
+                if let Identity::Agent { agent: ours, .. } = &options.identity
+                    && *ours != agent
+                {
+                    return Err(ConnectionError::Protocol(format!(
+                        "launched for agent {ours:?}, welcomed as {agent:?}"
+                    )));
                 }
-                Duration::from_millis(u64::from(heartbeat_interval_ms.max(500)))
+                if let (Some(export), Some(telemetry)) = (&trace_export, &options.telemetry) {
+                    telemetry.export(channel.clone(), &agent, &credential, export);
+                }
+                (
+                    agent,
+                    credential,
+                    dial_in,
+                    Duration::from_millis(u64::from(heartbeat_interval_ms.max(500))),
+                )
             }
             Ok(other) => {
                 return Err(ConnectionError::Protocol(format!(
@@ -177,13 +237,40 @@ pub async fn serve(
         }
         Err(status) => return Err(ConnectionError::Refused(status.message().to_string())),
     };
+    let agent_dir = agent_dir(&options.data_dir, &agent)?;
+    // A dial-in worker holds the agent's directory (laid out from the template if
+    // its volume has none) for as long as it serves the agent.
+    let _held = match &dial_in {
+        Some(dial_in) => {
+            let taken = crate::agent_dir::take(
+                &agent_dir,
+                &dial_in.template,
+                dial_in.fresh,
+                DIRECTORY_WAIT,
+            );
+            match taken.await {
+                Ok((held, laid_out)) => {
+                    tracing::info!(%agent, dir = %agent_dir.display(), laid_out, "serving agent");
+                    Some(held)
+                }
+                Err(message) => {
+                    // Ending the link tells the control plane, which assigns the
+                    // agent again.
+                    return Err(ConnectionError::Protocol(format!(
+                        "cannot take agent {agent}'s directory: {message}"
+                    )));
+                }
+            }
+        }
+        None => None,
+    };
 
     let runner = Runner::new(
         events.clone(),
         &options.control_plane,
-        &options.credential,
+        &credential,
         &options.tools,
-        agent_dir(&options.data_dir, &options.agent)?,
+        agent_dir,
     );
     let mut heartbeat = tokio::time::interval(heartbeat_every);
     heartbeat.tick().await; // the first tick is immediate

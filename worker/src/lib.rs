@@ -2,6 +2,7 @@
 //! plane, runs the tool loop for each thread it is assigned, executes tools in the
 //! agent's workspace and streams every step back. See ARCHITECTURE.md.
 
+pub mod agent_dir;
 pub mod awareness;
 pub mod connection;
 pub mod context;

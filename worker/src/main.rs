@@ -8,11 +8,14 @@ use clap::Parser;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use chorus_worker::connection::{self, ConnectOptions, ConnectionError};
+use chorus_worker::connection::{self, ConnectOptions, ConnectionError, Identity};
 use chorus_worker::runner::WorkerToolSettings;
 
-/// Runs one Chorus agent's tool loops. Normally started by `chorus serve`; the
-/// credential comes on stdin (--credential-stdin) or in CHORUS_WORKER_CREDENTIAL.
+/// Runs one Chorus agent's tool loops. Either started by `chorus serve` for one
+/// agent (--agent; the credential on stdin with --credential-stdin, or in
+/// CHORUS_WORKER_CREDENTIAL), or started on its own as a dial-in worker (no --agent;
+/// CHORUS_JOIN_TOKEN): it joins the control plane's pool, is given an agent, and
+/// reconnects (capped backoff) whenever the link drops.
 #[derive(Parser)]
 #[command(name = "chorus-worker", version)]
 struct Args {
@@ -20,9 +23,14 @@ struct Args {
     #[arg(long, env = "CHORUS_CONTROL_PLANE")]
     control_plane: String,
 
-    /// The agent this worker serves.
+    /// The agent this worker serves; without it the worker dials in with
+    /// CHORUS_JOIN_TOKEN and is given one.
     #[arg(long, env = "CHORUS_AGENT")]
-    agent: String,
+    agent: Option<String>,
+
+    /// Dial-in only: how many agents this worker serves at once (one link each).
+    #[arg(long, env = "CHORUS_WORKER_AGENTS", default_value_t = 1)]
+    agents: u16,
 
     /// The worker's data directory; the agent's files are in `<dir>/agents/<name>/`.
     #[arg(long, env = "CHORUS_DATA_DIR")]
@@ -73,16 +81,84 @@ fn read_credential(from_stdin: bool) -> Result<String, String> {
     Ok(credential)
 }
 
+/// The join token, from CHORUS_JOIN_TOKEN (never a flag: command lines are visible
+/// to every process). Tool processes start with a cleared environment, and this
+/// process is non-dumpable, so they cannot read it from us either.
+fn read_join_token() -> Result<String, String> {
+    let token = std::env::var("CHORUS_JOIN_TOKEN").unwrap_or_default();
+    if token.trim().is_empty() {
+        return Err(
+            "no --agent and no CHORUS_JOIN_TOKEN: a worker started on its own dials in \
+             with the control plane's join token (set CHORUS_JOIN_TOKEN to it)"
+                .into(),
+        );
+    }
+    Ok(token.trim().to_string())
+}
+
+/// A dial-in worker's life: join, serve the agent it is given, and join again when
+/// the link ends; an unreachable control plane is retried with a capped backoff
+/// (250 ms doubling to 30 s). Only a refused join token, or SIGTERM, ends it.
+async fn serve_dialing_in(
+    options: &ConnectOptions,
+    shutdown: &CancellationToken,
+) -> Result<(), ConnectionError> {
+    const FIRST: Duration = Duration::from_millis(250);
+    const MAX: Duration = Duration::from_secs(30);
+    let mut delay = FIRST;
+    while !shutdown.is_cancelled() {
+        let started = std::time::Instant::now();
+        let served = connection::serve(options, shutdown.clone()).await;
+        let wait = match served {
+            Ok(()) if shutdown.is_cancelled() => break,
+            // Served an agent until the link closed: join again at once, unless it
+            // closed at once (then back off as for an error).
+            Ok(()) => {
+                tracing::info!("the link ended; joining the pool again");
+                if started.elapsed() > Duration::from_secs(5) {
+                    delay = FIRST;
+                }
+                delay
+            }
+            Err(ConnectionError::Refused(message)) => {
+                return Err(ConnectionError::Refused(message));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?delay, "cannot serve through the control plane; retrying");
+                delay
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = shutdown.cancelled() => break,
+        }
+        delay = (delay * 2).min(MAX);
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
     let telemetry = std::sync::Arc::new(chorus_worker::telemetry::init(args.log_format == "json"));
-    let credential = match read_credential(args.credential_stdin) {
-        Ok(credential) => credential,
-        Err(message) => {
-            tracing::error!("{message}");
-            return ExitCode::from(2);
-        }
+    let identity = match &args.agent {
+        Some(agent) => match read_credential(args.credential_stdin) {
+            Ok(credential) => Identity::Agent {
+                agent: agent.clone(),
+                credential,
+            },
+            Err(message) => {
+                tracing::error!("{message}");
+                return ExitCode::from(2);
+            }
+        },
+        None => match read_join_token() {
+            Ok(join_token) => Identity::DialIn { join_token },
+            Err(message) => {
+                tracing::error!("{message}");
+                return ExitCode::from(2);
+            }
+        },
     };
     // Processes of the same user (tools included) may not read our memory or
     // /proc/<pid>/environ.
@@ -115,11 +191,14 @@ async fn main() -> ExitCode {
             shutdown.cancel();
         });
     }
-    let span = tracing::info_span!("worker", agent = %args.agent);
+    let span = match &args.agent {
+        Some(agent) => tracing::info_span!("worker", agent = %agent),
+        None => tracing::info_span!("worker", mode = "dial-in"),
+    };
+    let dial_in = matches!(identity, Identity::DialIn { .. });
     let options = ConnectOptions {
         control_plane: args.control_plane,
-        agent: args.agent,
-        credential,
+        identity,
         data_dir: args.data_dir,
         dial_timeout: Duration::from_secs(args.dial_timeout_secs),
         tools: WorkerToolSettings {
@@ -128,7 +207,29 @@ async fn main() -> ExitCode {
         },
         telemetry: Some(telemetry.clone()),
     };
-    let served = connection::serve(options, shutdown).instrument(span).await;
+    let served = if dial_in {
+        // One link per agent it may serve, each joining the pool on its own.
+        let options = std::sync::Arc::new(options);
+        let mut slots = tokio::task::JoinSet::new();
+        for slot in 0..args.agents.max(1) {
+            let options = options.clone();
+            let shutdown = shutdown.clone();
+            let span = tracing::info_span!(parent: &span, "slot", slot);
+            slots
+                .spawn(async move { serve_dialing_in(&options, &shutdown).instrument(span).await });
+        }
+        let mut served = Ok(());
+        while let Some(ended) = slots.join_next().await {
+            if let Ok(Err(e)) = ended {
+                // A refused join token refuses every slot: stop them all.
+                shutdown.cancel();
+                served = Err(e);
+            }
+        }
+        served
+    } else {
+        connection::serve(&options, shutdown).instrument(span).await
+    };
     // What is still buffered goes out before the process ends.
     telemetry.shutdown(Duration::from_secs(2)).await;
     match served {

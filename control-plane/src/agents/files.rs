@@ -166,6 +166,83 @@ impl AgentDir {
     }
 }
 
+/// The most a template may hold in all when it is sent to dial-in workers (it goes
+/// in one message, with every new agent's assignment).
+pub const MAX_TEMPLATE_BYTES: u64 = 8 << 20;
+
+/// The template as files, by relative path, for dial-in workers (they lay out a new
+/// agent's directory on their own volume). Symlinks and other special files are
+/// refused, as when copying.
+pub fn template_files(
+    template_dir: Option<&Path>,
+) -> Result<Vec<chorus_proto::domain::TemplateFile>, FilesError> {
+    use chorus_proto::domain::TemplateFile;
+    use std::os::unix::fs::PermissionsExt;
+    let Some(root) = template_dir else {
+        return Ok([
+            ("agent.json", TEMPLATE_AGENT_JSON),
+            ("docs/README.md", TEMPLATE_DOCS_README),
+            ("workspace/.gitkeep", ""),
+        ]
+        .into_iter()
+        .map(|(path, text)| TemplateFile {
+            path: path.into(),
+            content: text.as_bytes().to_vec(),
+            executable: false,
+        })
+        .collect());
+    };
+    let mut files = Vec::new();
+    let mut total = 0u64;
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let entries =
+            std::fs::read_dir(&dir).map_err(io("cannot read template directory", &dir))?;
+        for entry in entries {
+            let entry = entry.map_err(io("cannot read template directory", &dir))?;
+            let path = entry.path();
+            let kind = entry.file_type().map_err(io("cannot inspect", &path))?;
+            if kind.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            let relative = path
+                .strip_prefix(root)
+                .ok()
+                .and_then(|p| p.to_str())
+                .map(str::to_string);
+            let (true, Some(relative)) = (kind.is_file(), relative) else {
+                return Err(FilesError::Io {
+                    action: "refusing to send",
+                    path,
+                    source: std::io::Error::other(
+                        "templates may hold only files and directories with UTF-8 names",
+                    ),
+                });
+            };
+            let meta = entry.metadata().map_err(io("cannot inspect", &path))?;
+            total += meta.len();
+            if total > MAX_TEMPLATE_BYTES {
+                return Err(FilesError::Io {
+                    action: "refusing to send",
+                    path: root.to_path_buf(),
+                    source: std::io::Error::other(format!(
+                        "the template holds more than {} MiB; dial-in workers are sent it whole",
+                        MAX_TEMPLATE_BYTES >> 20
+                    )),
+                });
+            }
+            files.push(TemplateFile {
+                path: relative,
+                content: std::fs::read(&path).map_err(io("cannot read", &path))?,
+                executable: meta.permissions().mode() & 0o111 != 0,
+            });
+        }
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(files)
+}
+
 async fn write_new(path: &Path, contents: &str) -> Result<(), FilesError> {
     if let Some(parent) = path.parent() {
         tokio::fs::create_dir_all(parent)

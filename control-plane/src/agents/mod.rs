@@ -311,7 +311,11 @@ impl AgentService {
             )),
         )
         .await;
-        self.workers.start(&record.name);
+        if reused {
+            self.workers.start(&record.name);
+        } else {
+            self.workers.start_fresh(&record.name);
+        }
         tracing::info!(agent = %record.name, reused, "agent created");
         Ok(record)
     }

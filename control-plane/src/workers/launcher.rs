@@ -46,6 +46,10 @@ pub enum LaunchError {
     Credential(std::io::Error),
     #[error("the worker {0} before it took its credential")]
     ExitedEarly(String),
+    #[error(
+        "no dial-in worker was free within {0:?}: start more (chorus-worker --control-plane <url> --data-dir <dir>, with CHORUS_JOIN_TOKEN) or raise [workers] attach_timeout_ms"
+    )]
+    NoFreeWorker(Duration),
 }
 
 #[derive(Debug, Clone)]
@@ -241,5 +245,125 @@ pub fn describe_exit(status: ExitStatus) -> String {
         format!("was killed by {name}")
     } else {
         "ended".to_string()
+    }
+}
+
+/// How workers come to be: launched here as children, or dial-in workers that joined
+/// the pool (`[workers] launcher`).
+#[derive(Clone)]
+pub enum Launcher {
+    Local(LocalLauncher),
+    Remote(std::sync::Arc<super::pool::Pool>),
+}
+
+/// One generation's worker, however it came.
+pub enum Worker {
+    Local(LocalWorker),
+    Remote(RemoteWorker),
+}
+
+/// A dial-in worker serving one agent: all we hold of it is its connection (the
+/// registry's slot). It is let go by closing that connection; the worker then winds
+/// its runs down, ends its tool processes and joins the pool again.
+pub struct RemoteWorker {
+    peer: String,
+    released: tokio_util::sync::CancellationToken,
+}
+
+impl Launcher {
+    /// A worker for `agent`'s generation `generation` holding `credential`. A remote
+    /// one is the oldest free dial-in worker; with none free within `wait_free`, the
+    /// launch fails saying so. `fresh`: the agent is new (see `pool::Assignment`).
+    pub async fn launch(
+        &self,
+        agent: &str,
+        generation: Generation,
+        credential: &str,
+        wait_free: Duration,
+        fresh: bool,
+    ) -> Result<Worker, LaunchError> {
+        match self {
+            Launcher::Local(local) => local
+                .launch(agent, generation, credential)
+                .await
+                .map(Worker::Local),
+            Launcher::Remote(pool) => {
+                let assignment = super::pool::Assignment {
+                    agent: agent.to_string(),
+                    credential: credential.to_string(),
+                    fresh,
+                };
+                match tokio::time::timeout(wait_free, pool.assign(assignment)).await {
+                    Ok(peer) => Ok(Worker::Remote(RemoteWorker {
+                        peer,
+                        released: Default::default(),
+                    })),
+                    Err(_) => Err(LaunchError::NoFreeWorker(wait_free)),
+                }
+            }
+        }
+    }
+
+    /// The marks of local workers' tool processes; `None` for remote workers, which
+    /// end their own.
+    pub fn tool_marks(&self) -> Option<&ToolMarks> {
+        match self {
+            Launcher::Local(local) => Some(&local.tool_marks),
+            Launcher::Remote(_) => None,
+        }
+    }
+}
+
+impl Worker {
+    /// The process id, for a worker launched here.
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            Worker::Local(w) => Some(w.pid()),
+            Worker::Remote(_) => None,
+        }
+    }
+
+    /// Who it is, for the logs: `pid N`, or where a dial-in worker dialled from.
+    pub fn describe(&self) -> String {
+        match self {
+            Worker::Local(w) => format!("pid {}", w.pid()),
+            Worker::Remote(w) => format!("dial-in worker from {}", w.peer),
+        }
+    }
+
+    /// Until it ends: a local process exits; a remote worker is released.
+    pub async fn wait(&mut self) -> String {
+        match self {
+            Worker::Local(w) => w.wait().await,
+            Worker::Remote(w) => {
+                w.released.cancelled().await;
+                "was released".to_string()
+            }
+        }
+    }
+
+    pub async fn wait_for(&mut self, limit: Duration) -> Option<String> {
+        tokio::time::timeout(limit, self.wait()).await.ok()
+    }
+
+    /// SIGKILL for a local process; a remote worker is released (its connection is
+    /// closed by revoking its generation, which the supervisor does next).
+    pub fn kill(&mut self) {
+        match self {
+            Worker::Local(w) => w.kill(),
+            Worker::Remote(w) => w.released.cancel(),
+        }
+    }
+
+    /// Stops it: SIGTERM then SIGKILL for a local process; a remote worker is
+    /// released at once (its runs wind down on its side when the link closes).
+    pub async fn stop(&mut self, grace: Duration) -> String {
+        match self {
+            Worker::Local(w) => w.stop(grace).await,
+            Worker::Remote(w) => {
+                w.released.cancel();
+                "was released".to_string()
+            }
+        }
     }
 }

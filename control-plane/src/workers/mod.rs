@@ -2,6 +2,7 @@
 //! here. Only this module starts or signals worker processes.
 
 pub mod launcher;
+pub mod pool;
 pub mod procs;
 pub mod registry;
 
@@ -16,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::WorkerSettings;
 use crate::secrets::random_token;
-use launcher::{LocalLauncher, LocalWorker};
+use launcher::{Launcher, Worker};
 use registry::{Generation, LinkState, Registry};
 
 /// A worker that ended (or never started). The run dispatcher fails the runs that
@@ -71,7 +72,7 @@ struct Supervised {
 
 pub struct WorkerManager {
     registry: Arc<Registry>,
-    launcher: LocalLauncher,
+    launcher: Launcher,
     settings: WorkerSettings,
     lost: mpsc::UnboundedSender<WorkerLost>,
     supervised: Mutex<HashMap<String, Supervised>>,
@@ -96,7 +97,7 @@ const SETTLE: Duration = Duration::from_secs(1);
 impl WorkerManager {
     pub fn new(
         registry: Arc<Registry>,
-        launcher: LocalLauncher,
+        launcher: Launcher,
         settings: WorkerSettings,
         lost: mpsc::UnboundedSender<WorkerLost>,
     ) -> Self {
@@ -115,6 +116,16 @@ impl WorkerManager {
 
     /// Starts supervising `agent`'s worker; does nothing if it is already supervised.
     pub fn start(&self, agent: &str) {
+        self.supervise(agent, false);
+    }
+
+    /// Starts supervising a new agent's worker: a dial-in worker deletes whatever a
+    /// destroyed agent of the same name left on its volume before laying it out.
+    pub fn start_fresh(&self, agent: &str) {
+        self.supervise(agent, true);
+    }
+
+    fn supervise(&self, agent: &str, fresh: bool) {
         let mut supervised = self.supervised();
         if supervised.contains_key(agent) {
             return;
@@ -132,6 +143,7 @@ impl WorkerManager {
             lost: self.lost.clone(),
             status: status_tx,
             stop: stop.clone(),
+            fresh: std::sync::atomic::AtomicBool::new(fresh),
         };
         let task = tokio::spawn(supervisor.run());
         supervised.insert(agent.to_string(), Supervised { stop, task, status });
@@ -199,11 +211,13 @@ impl WorkerManager {
 struct Supervisor {
     agent: String,
     registry: Arc<Registry>,
-    launcher: LocalLauncher,
+    launcher: Launcher,
     settings: WorkerSettings,
     lost: mpsc::UnboundedSender<WorkerLost>,
     status: watch::Sender<WorkerStatus>,
     stop: CancellationToken,
+    /// The agent is new: its first worker starts from a clean directory.
+    fresh: std::sync::atomic::AtomicBool,
 }
 
 enum Ended {
@@ -278,11 +292,20 @@ impl Supervisor {
             Err(e) => return Ended::Exited(format!("could not create a credential: {e}")),
         };
         let (generation, detached) = self.registry.expect(&self.agent, credential.clone());
-        let mut worker = match self
-            .launcher
-            .launch(&self.agent, generation, &credential)
-            .await
-        {
+        let launched = tokio::select! {
+            launched = self.launcher.launch(
+                &self.agent,
+                generation,
+                &credential,
+                self.settings.attach_timeout,
+                self.fresh.load(std::sync::atomic::Ordering::Relaxed),
+            ) => launched,
+            _ = self.stop.cancelled() => {
+                self.registry.revoke(&self.agent, generation);
+                return Ended::Stopped;
+            }
+        };
+        let mut worker = match launched {
             Ok(worker) => worker,
             Err(e) => {
                 self.registry.revoke(&self.agent, generation);
@@ -298,11 +321,17 @@ impl Supervisor {
             }
         };
         drop(credential);
-        self.registry.set_pid(&self.agent, generation, worker.pid());
-        tracing::info!(agent = %self.agent, pid = worker.pid(), generation, "worker launched");
+        // Only the first worker of a new agent starts clean; later ones keep its files.
+        self.fresh
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        if let Some(pid) = worker.pid() {
+            self.registry.set_pid(&self.agent, generation, pid);
+        }
+        let who = worker.describe();
+        tracing::info!(agent = %self.agent, worker = %who, generation, "worker launched");
         self.status.send_replace(WorkerStatus {
             state: WorkerState::Starting,
-            pid: Some(worker.pid()),
+            pid: worker.pid(),
             restarts,
             last_exit,
         });
@@ -320,7 +349,7 @@ impl Supervisor {
                     {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
-                    break format!("the worker process (pid {}) {report}", worker.pid());
+                    break format!("the worker ({who}) {report}");
                 }
                 () = tokio::time::sleep_until(attach_by), if awaiting_attach => {
                     awaiting_attach = false;
@@ -334,10 +363,9 @@ impl Supervisor {
                     *missed_attaches += 1;
                     break format!(
                         "the agent's worker did not attach within the attach deadline of {} ([workers] attach_timeout_ms); \
-                         {} launch(es) in a row missed it, the last (pid {}) was killed and {report}",
+                         {} launch(es) in a row missed it, the last ({who}) was killed and {report}",
                         seconds(self.settings.attach_timeout),
                         missed_attaches,
-                        worker.pid(),
                     );
                 }
                 _ = detached.notified() => {
@@ -350,7 +378,7 @@ impl Supervisor {
                         None => { worker.kill(); worker.wait().await }
                     };
                     let why = why.unwrap_or_else(|| "lost its connection".into());
-                    break format!("the worker process (pid {}) {why} and {report}", worker.pid());
+                    break format!("the worker ({who}) {why} and {report}");
                 }
                 _ = self.stop.cancelled() => {
                     self.shut_down(&mut worker, generation).await;
@@ -384,7 +412,12 @@ impl Supervisor {
     /// The worker `generation` is gone (its tool shells died with it): ends whatever
     /// its tool processes left, found by their mark.
     async fn end_tool_processes(&self, generation: Generation) {
-        let mark = self.launcher.tool_marks.for_generation(generation);
+        // A dial-in worker ends its own when its link closes: its processes are
+        // not ours to find (another machine, another pid namespace).
+        let Some(marks) = self.launcher.tool_marks() else {
+            return;
+        };
+        let mark = marks.for_generation(generation);
         let ended = tokio::task::spawn_blocking(move || procs::end_marked(&|m| m == mark))
             .await
             .unwrap_or(0);
@@ -393,10 +426,10 @@ impl Supervisor {
         }
     }
 
-    async fn shut_down(&self, worker: &mut LocalWorker, generation: Generation) {
+    async fn shut_down(&self, worker: &mut Worker, generation: Generation) {
         let report = worker.stop(self.settings.stop_grace).await;
         self.registry.revoke(&self.agent, generation);
-        tracing::info!(agent = %self.agent, pid = worker.pid(), %report, "worker stopped");
+        tracing::info!(agent = %self.agent, worker = %worker.describe(), %report, "worker stopped");
     }
 }
 

@@ -2,6 +2,7 @@ mod api;
 mod architecture;
 mod cli;
 mod concurrent;
+mod dial_in;
 mod discord;
 mod discord_commands;
 mod feed;

@@ -1,0 +1,144 @@
+//! Dial-in workers waiting for an agent (`--launcher remote`).
+//!
+//! A worker started on its own (a container, a pod) attaches with the join token and
+//! no agent; its connection waits here, idle, until a supervisor takes it for an
+//! agent. Placement is "any free worker", oldest first: the machines, restarts and
+//! scaling are the platform's (Kubernetes, compose), not ours.
+//!
+//! Invariant: an idle connection is handed to at most one supervisor, and a
+//! supervisor gets a connection whose task is alive to receive it (a connection
+//! that went away between being taken and being told is skipped).
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use tokio::sync::{Notify, oneshot};
+
+/// What a supervisor hands the idle connection it takes: the agent it now serves,
+/// and the credential of this generation (the connection attaches with it).
+#[derive(Debug)]
+pub struct Assignment {
+    pub agent: String,
+    pub credential: String,
+    /// A new agent: the worker deletes what a destroyed one of its name left.
+    pub fresh: bool,
+}
+
+struct Idle {
+    id: u64,
+    /// Where the worker dialled from, for the logs.
+    peer: String,
+    offer: oneshot::Sender<Assignment>,
+}
+
+#[derive(Default)]
+pub struct Pool {
+    idle: Mutex<VecDeque<Idle>>,
+    next_id: Mutex<u64>,
+    /// Signalled when a worker joins.
+    joined: Notify,
+}
+
+/// An idle connection's place in the pool.
+pub struct Membership {
+    pub id: u64,
+    /// Resolves when a supervisor assigns this connection an agent.
+    pub assigned: oneshot::Receiver<Assignment>,
+}
+
+impl Pool {
+    fn idle(&self) -> std::sync::MutexGuard<'_, VecDeque<Idle>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A dial-in worker's connection joins the pool.
+    pub fn join(&self, peer: String) -> Membership {
+        let id = {
+            let mut next = self.next_id.lock().unwrap_or_else(|e| e.into_inner());
+            *next += 1;
+            *next
+        };
+        let (offer, assigned) = oneshot::channel();
+        self.idle().push_back(Idle { id, peer, offer });
+        self.joined.notify_waiters();
+        Membership { id, assigned }
+    }
+
+    /// An idle connection ended (the worker went away before it got an agent).
+    pub fn leave(&self, id: u64) {
+        self.idle().retain(|idle| idle.id != id);
+    }
+
+    /// How many dial-in workers wait for an agent.
+    pub fn idle_count(&self) -> usize {
+        self.idle().len()
+    }
+
+    /// Gives `assignment` to the oldest idle worker whose connection is still there,
+    /// waiting for one to join if none is; returns where that worker dialled from.
+    /// Cancel-safe: dropping the future assigns nothing.
+    pub async fn assign(&self, assignment: Assignment) -> String {
+        let mut assignment = assignment;
+        loop {
+            // Registered before looking, so a join between the look and the wait
+            // still wakes us.
+            let joined = self.joined.notified();
+            tokio::pin!(joined);
+            joined.as_mut().enable();
+            loop {
+                let Some(idle) = self.idle().pop_front() else {
+                    break;
+                };
+                match idle.offer.send(assignment) {
+                    Ok(()) => return idle.peer,
+                    // Its connection's task is gone: the next one.
+                    Err(back) => assignment = back,
+                }
+            }
+            joined.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn assignment(agent: &str) -> Assignment {
+        Assignment {
+            agent: agent.into(),
+            credential: "c".into(),
+            fresh: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_oldest_live_worker_gets_the_agent_and_a_late_one_is_waited_for() {
+        let pool = Pool::default();
+        let gone = pool.join("gone".into());
+        let first = pool.join("first".into());
+        let second = pool.join("second".into());
+        drop(gone.assigned); // its connection ended without leaving: skipped
+        assert_eq!(pool.assign(assignment("a")).await, "first");
+        assert_eq!(first.assigned.await.unwrap().agent, "a");
+        pool.leave(second.id);
+        assert_eq!(pool.idle_count(), 0);
+
+        // No one idle: the assignment waits for the next worker to join.
+        let pool = std::sync::Arc::new(pool);
+        let waiting = tokio::spawn({
+            let pool = pool.clone();
+            async move { pool.assign(assignment("b")).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "nobody to take it yet");
+        let late = pool.join("late".into());
+        let peer = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("assigned once a worker joined")
+            .unwrap();
+        assert_eq!(peer, "late");
+        assert_eq!(late.assigned.await.unwrap().agent, "b");
+    }
+}

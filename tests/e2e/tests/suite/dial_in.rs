@@ -1,0 +1,272 @@
+//! Dial-in workers (`--launcher remote`): workers started by hand, as containers
+//! would be, share one data directory (the shared-volume layout); the control plane
+//! places agents on free ones and moves an agent when its worker dies.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chorus_test_support::chorus::tool_results;
+use chorus_test_support::fake_model::{text, tool_call};
+use chorus_test_support::{Chorus, FakeOpenAi, Reply, bin_path};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const JOIN_TOKEN: &str = "join-token-0123456789abcdef";
+
+/// A `chorus-worker` started on its own, and what it has logged so far.
+struct DialInWorker {
+    child: tokio::process::Child,
+    log: Arc<Mutex<String>>,
+}
+
+impl DialInWorker {
+    fn start(control_plane: &str, data_dir: &Path, agents: u16, token: &str) -> Self {
+        let mut child = tokio::process::Command::new(bin_path("chorus-worker"))
+            .args(["--control-plane", control_plane, "--data-dir"])
+            .arg(data_dir)
+            .args(["--agents", &agents.to_string()])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env(
+                "HOME",
+                std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()),
+            )
+            .env("RUST_LOG", "info")
+            .env("CHORUS_JOIN_TOKEN", token)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start chorus-worker");
+        let log = Arc::new(Mutex::new(String::new()));
+        let stderr = child.stderr.take().expect("stderr");
+        tokio::spawn({
+            let log = log.clone();
+            async move {
+                let mut lines = BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    eprintln!("[worker] {line}");
+                    let mut log = log.lock().unwrap();
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            }
+        });
+        DialInWorker { child, log }
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Whether it has taken `agent`'s directory (and whether it laid it out then).
+    fn served(&self, agent: &str) -> Option<bool> {
+        let log = self.log();
+        let line = log
+            .lines()
+            .rfind(|l| l.contains(&format!("serving agent agent={agent} ")))?;
+        Some(line.contains("laid_out=true"))
+    }
+}
+
+/// The model writes a note, then says so.
+fn write_a_note(body: &Value) -> Reply {
+    let last = body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .cloned()
+        .unwrap_or_default();
+    if last["role"] == "tool" {
+        text("The note is written.")
+    } else {
+        tool_call(
+            "w1",
+            "create_file",
+            json!({"path": "note.txt", "content": "written by the agent"}),
+        )
+    }
+}
+
+async fn wait_running(chorus: &Chorus, agent: &str, limit: Duration) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let state = chorus.agent(agent).await?["worker"]["state"].clone();
+        if state == "running" {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "{agent}'s worker is {state} after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn agents_run_on_dial_in_workers_and_move_with_their_files_when_theirs_is_killed()
+-> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.set_fallback(write_a_note);
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .env("CHORUS_LAUNCHER", "remote")
+        .env("CHORUS_JOIN_TOKEN", JOIN_TOKEN)
+        .config("[threads]\ntitles = false\n")
+        .start()
+        .await?;
+    let shared = tempfile::tempdir()?;
+    let workers: Vec<DialInWorker> = (0..3)
+        .map(|_| DialInWorker::start(&chorus.grpc_url, shared.path(), 3, JOIN_TOKEN))
+        .collect();
+    // A worker with the wrong token is refused and says so.
+    let mut stranger =
+        DialInWorker::start(&chorus.grpc_url, shared.path(), 1, "not-the-join-token");
+    let status = tokio::time::timeout(Duration::from_secs(20), stranger.child.wait()).await??;
+    assert_eq!(status.code(), Some(3), "{}", stranger.log());
+    assert!(
+        stranger.log().contains("the join token is not valid"),
+        "{}",
+        stranger.log()
+    );
+
+    let agents = ["a1", "a2", "a3", "a4", "a5"];
+    for agent in agents {
+        chorus
+            .create_agent_with(json!({"name": agent, "permissions": "open"}))
+            .await?;
+    }
+    for agent in agents {
+        wait_running(&chorus, agent, Duration::from_secs(30)).await?;
+    }
+    let mut threads = Vec::new();
+    for agent in agents {
+        threads.push((agent, chorus.send_message(agent, "write a note").await?));
+    }
+    for (agent, id) in threads {
+        let thread = chorus
+            .wait_thread_finished(agent, id, Duration::from_secs(60))
+            .await?;
+        assert_eq!(thread["status"], "completed", "{agent}: {thread:#}");
+        // The file is on the workers' volume, in the agent's own workspace.
+        let note = shared
+            .path()
+            .join(format!("agents/{agent}/workspace/note.txt"));
+        assert_eq!(std::fs::read_to_string(&note)?, "written by the agent");
+        let holders: Vec<usize> = (0..workers.len())
+            .filter(|&i| workers[i].served(agent).is_some())
+            .collect();
+        assert_eq!(holders.len(), 1, "{agent} is held by {holders:?}");
+        assert_eq!(
+            workers[holders[0]].served(agent),
+            Some(true),
+            "laid out once"
+        );
+    }
+
+    // The move: a1's thread waits on its model call when its worker is SIGKILLed.
+    let holder = (0..workers.len())
+        .find(|&i| workers[i].served("a1").is_some())
+        .unwrap();
+    model.push(Reply::Delayed(
+        Duration::from_secs(60),
+        Box::new(text("too late")),
+    ));
+    model.push(tool_call("v1", "view", json!({"path": "note.txt"})));
+    model.push(text("Finished after the move."));
+    let before = model.requests().len();
+    let id = chorus.send_message("a1", "read your note").await?;
+    model
+        .wait_for_requests(before + 1, Duration::from_secs(30))
+        .await;
+    let pid = workers[holder].child.id().expect("worker pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )?;
+    let thread = chorus
+        .wait_thread_finished("a1", id, Duration::from_secs(60))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let results = tool_results(&thread);
+    assert!(
+        results
+            .iter()
+            .any(|(error, content)| !error && content.contains("written by the agent")),
+        "the moved agent reads the note it wrote before the move: {results:?}"
+    );
+    let now = (0..workers.len())
+        .filter(|&i| i != holder && workers[i].served("a1").is_some())
+        .collect::<Vec<_>>();
+    assert_eq!(now.len(), 1, "a1 moved to exactly one other worker");
+    assert_eq!(
+        workers[now[0]].served("a1"),
+        Some(false),
+        "the moved agent's directory was kept, not laid out again"
+    );
+    // Every agent is served again, the killed worker's others included.
+    for agent in agents {
+        wait_running(&chorus, agent, Duration::from_secs(30)).await?;
+    }
+
+    // A destroyed agent's name, created again, starts from a clean directory on
+    // the workers' volume, not from the old agent's files.
+    let destroyed = chorus
+        .api(reqwest::Method::DELETE, "/api/agents/a5")
+        .send()
+        .await?;
+    assert!(destroyed.status().is_success(), "{destroyed:?}");
+    chorus
+        .create_agent_with(json!({"name": "a5", "permissions": "open"}))
+        .await?;
+    let old_note = shared.path().join("agents/a5/workspace/note.txt");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while old_note.exists() {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the new a5 still has the old a5's note"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_running(&chorus, "a5", Duration::from_secs(30)).await?;
+    let new_git = shared.path().join("agents/a5/workspace/.git");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !new_git.is_dir() {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "a5 was not laid out again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// With no dial-in worker free, a message's thread fails after the wait with a
+/// reason that says what to do, instead of hanging.
+#[tokio::test]
+async fn without_a_free_worker_a_thread_fails_saying_what_to_start() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .env("CHORUS_LAUNCHER", "remote")
+        .env("CHORUS_JOIN_TOKEN", JOIN_TOKEN)
+        .config("[threads]\ntitles = false\n[workers]\nattach_timeout_ms = 500\n")
+        .start()
+        .await?;
+    chorus.create_agent("lonely").await?;
+    let id = chorus.send_message("lonely", "anyone there?").await?;
+    let thread = chorus
+        .wait_thread_finished("lonely", id, Duration::from_secs(30))
+        .await?;
+    assert_eq!(thread["status"], "failed", "{thread:#}");
+    let error = thread["error"].as_str().unwrap_or_default();
+    assert!(error.contains("no dial-in worker was free"), "{error}");
+    assert!(error.contains("CHORUS_JOIN_TOKEN"), "{error}");
+    assert!(
+        model.requests().is_empty(),
+        "no model call without a worker"
+    );
+    Ok(())
+}

@@ -1,0 +1,274 @@
+//! A dial-in worker's hold on an agent's directory, `<data-dir>/agents/<name>/`.
+//!
+//! The directory lives on the worker's volume. On the shared-volume layout every
+//! worker mounts the same volume, so the agent's files are there whichever worker
+//! holds the agent; a new agent's directory is laid out from the template the
+//! control plane sends, once. Invariant: **one worker at a time works in an agent's
+//! directory** — the control plane assigns an agent to one connection at a time,
+//! and the worker also holds an exclusive lock (`flock`) on `<dir>/.chorus-lock`
+//! while it serves the agent, so a worker that has not yet noticed it lost the agent
+//! (a partition) keeps the next one out until it lets go.
+
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use chorus_proto::domain::TemplateFile;
+use nix::fcntl::{Flock, FlockArg};
+use tokio::process::Command;
+
+/// The lock a worker holds on the agent's directory while it serves the agent.
+pub struct Held {
+    _lock: Flock<std::fs::File>,
+    pub dir: PathBuf,
+}
+
+/// Takes the agent's directory: waits up to `wait` for the lock, then lays the
+/// directory out from `template` if the volume has none yet (a moved agent keeps its
+/// files). `fresh` (a new agent): whatever a destroyed agent of the same name left
+/// is deleted first. Returns whether it was laid out now.
+pub async fn take(
+    dir: &Path,
+    template: &[TemplateFile],
+    fresh: bool,
+    wait: Duration,
+) -> Result<(Held, bool), String> {
+    private_dirs(dir)?;
+    let lock_path = dir.join(".chorus-lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&lock_path)
+        .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
+    let deadline = Instant::now() + wait;
+    let mut file = file;
+    let lock = loop {
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => break lock,
+            Err((back, nix::errno::Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
+                file = back;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err((_, errno)) => {
+                return Err(format!(
+                    "the agent's directory {} is held by another worker (lock: {errno}); it is let go when that worker notices it lost the agent",
+                    dir.display()
+                ));
+            }
+        }
+    };
+    let held = Held {
+        _lock: lock,
+        dir: dir.to_path_buf(),
+    };
+    if fresh {
+        clear(dir)?;
+    }
+    if dir.join("workspace/.git").exists() {
+        return Ok((held, false));
+    }
+    lay_out(dir, template).await?;
+    Ok((held, true))
+}
+
+/// Deletes everything in the agent's directory but the lock.
+fn clear(dir: &Path) -> Result<(), String> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+        if entry.file_name() == ".chorus-lock" {
+            continue;
+        }
+        let path = entry.path();
+        let removed = if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        removed.map_err(|e| format!("cannot delete {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The agent's directory and its parents up to the data directory, private (0700).
+fn private_dirs(dir: &Path) -> Result<(), String> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))
+}
+
+/// A template path as a relative path of plain components, or `None`.
+fn relative(path: &str) -> Option<PathBuf> {
+    let path = Path::new(path);
+    let plain = !path.as_os_str().is_empty()
+        && path.components().all(|c| matches!(c, Component::Normal(_)));
+    plain.then(|| path.to_path_buf())
+}
+
+/// Writes the template's files (those not there yet), the parts every agent needs,
+/// and commits the workspace.
+async fn lay_out(dir: &Path, template: &[TemplateFile]) -> Result<(), String> {
+    for file in template {
+        let Some(path) = relative(&file.path) else {
+            return Err(format!(
+                "the template names {:?}, which is not a plain relative path",
+                file.path
+            ));
+        };
+        let target = dir.join(path);
+        if target.exists() {
+            continue;
+        }
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        }
+        std::fs::write(&target, &file.content)
+            .map_err(|e| format!("cannot write {}: {e}", target.display()))?;
+        if file.executable {
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))
+                .map_err(|e| format!("cannot make {} executable: {e}", target.display()))?;
+        }
+    }
+    for part in ["docs", "sessions", "workspace"] {
+        let path = dir.join(part);
+        std::fs::create_dir_all(&path)
+            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    }
+    let workspace = dir.join("workspace");
+    git(
+        &workspace,
+        &["init", "--quiet", "--initial-branch=main", "--template="],
+    )
+    .await?;
+    git(&workspace, &["add", "--all"]).await?;
+    git(
+        &workspace,
+        &[
+            "-c",
+            "user.name=Chorus",
+            "-c",
+            "user.email=chorus@localhost",
+            "-c",
+            "commit.gpgsign=false",
+            "commit",
+            "--quiet",
+            "--allow-empty",
+            "--no-verify",
+            "-m",
+            "Initial commit",
+        ],
+    )
+    .await
+}
+
+async fn git(dir: &Path, args: &[&str]) -> Result<(), String> {
+    let output = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .await
+        .map_err(|e| format!("cannot run git in {}: {e}", dir.display()))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "git {} failed in {}: {}",
+            args.join(" "),
+            dir.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template() -> Vec<TemplateFile> {
+        vec![
+            TemplateFile {
+                path: "docs/README.md".into(),
+                content: b"read me".to_vec(),
+                executable: false,
+            },
+            TemplateFile {
+                path: "workspace/run.sh".into(),
+                content: b"#!/bin/sh\n".to_vec(),
+                executable: true,
+            },
+        ]
+    }
+
+    #[tokio::test]
+    async fn a_new_directory_is_laid_out_once_and_a_second_holder_is_kept_out() {
+        let data = tempfile::tempdir().unwrap();
+        let dir = data.path().join("agents/a");
+        let (held, laid_out) = take(&dir, &template(), false, Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(laid_out);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("docs/README.md")).unwrap(),
+            "read me"
+        );
+        let mode = std::fs::metadata(dir.join("workspace/run.sh"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o111, 0o111);
+        assert!(dir.join("workspace/.git").is_dir());
+        assert!(dir.join("sessions").is_dir());
+        // Another worker cannot take it while this one holds it.
+        let refused = take(&dir, &template(), false, Duration::from_millis(200))
+            .await
+            .err()
+            .unwrap();
+        assert!(refused.contains("held by another worker"), "{refused}");
+        // Once let go, the next holder finds the files and lays nothing out.
+        std::fs::write(dir.join("workspace/kept.txt"), "kept").unwrap();
+        drop(held);
+        let (held, laid_out) = take(&dir, &template(), false, Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(!laid_out);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("workspace/kept.txt")).unwrap(),
+            "kept"
+        );
+        drop(held);
+        // A new agent of the same name starts clean.
+        let (_held, laid_out) = take(&dir, &template(), true, Duration::ZERO).await.unwrap();
+        assert!(laid_out);
+        assert!(!dir.join("workspace/kept.txt").exists());
+        assert!(dir.join("workspace/run.sh").is_file());
+    }
+
+    #[tokio::test]
+    async fn a_template_path_that_leaves_the_directory_is_refused() {
+        let data = tempfile::tempdir().unwrap();
+        for bad in ["../escape", "/etc/passwd", "docs/../../x", ""] {
+            let template = vec![TemplateFile {
+                path: bad.into(),
+                content: b"x".to_vec(),
+                executable: false,
+            }];
+            let dir = data.path().join("agents/b");
+            let error = take(&dir, &template, false, Duration::ZERO)
+                .await
+                .err()
+                .unwrap();
+            assert!(
+                error.contains("not a plain relative path"),
+                "{bad}: {error}"
+            );
+        }
+        assert!(!data.path().join("escape").exists());
+    }
+}
