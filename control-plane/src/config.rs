@@ -347,6 +347,11 @@ pub struct FileWorkers {
     pub attach_timeout_ms: Option<u64>,
     /// `local` (workers are our children) or `remote` (dial-in workers).
     pub launcher: Option<LauncherKind>,
+    /// TLS on the worker link (remote launcher): our certificate chain and key
+    /// (PEM), and the CA whose certificates workers must present (mutual TLS).
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 /// Where workers come from (`[workers] launcher`, `--launcher`, `CHORUS_LAUNCHER`).
@@ -613,6 +618,8 @@ pub struct WorkerSettings {
     pub launcher: LauncherKind,
     /// What dial-in workers present (`CHORUS_JOIN_TOKEN`); required by `remote`.
     pub join_token: Option<Secret>,
+    /// `Some`: the worker link speaks only TLS.
+    pub tls: Option<crate::link_tls::LinkTlsFiles>,
 }
 
 impl WorkerSettings {
@@ -716,7 +723,40 @@ impl Settings {
             ),
             launcher: args.launcher.or(file.workers.launcher).unwrap_or_default(),
             join_token: non_empty("CHORUS_JOIN_TOKEN")?.map(Secret::new),
+            tls: {
+                let path = |var: &'static str, from_file: Option<PathBuf>| {
+                    non_empty(var).map(|v| v.map(PathBuf::from).or(from_file))
+                };
+                let cert = path("CHORUS_TLS_CERT", file.workers.tls_cert)?;
+                let key = path("CHORUS_TLS_KEY", file.workers.tls_key)?;
+                let client_ca = path("CHORUS_TLS_CLIENT_CA", file.workers.tls_client_ca)?;
+                match (cert, key) {
+                    (Some(cert), Some(key)) => Some(crate::link_tls::LinkTlsFiles {
+                        cert,
+                        key,
+                        client_ca,
+                    }),
+                    (None, None) if client_ca.is_none() => None,
+                    _ => {
+                        return Err(ConfigError::Invalid {
+                            name: "CHORUS_TLS_CERT",
+                            message: "TLS on the worker link needs both a certificate \
+                                      (CHORUS_TLS_CERT, [workers] tls_cert) and its key \
+                                      (CHORUS_TLS_KEY, [workers] tls_key)"
+                                .into(),
+                        });
+                    }
+                }
+            },
         };
+        if workers.tls.is_some() && workers.launcher == LauncherKind::Local {
+            return Err(ConfigError::Invalid {
+                name: "CHORUS_TLS_CERT",
+                message: "TLS on the worker link is for dial-in workers (--launcher remote); \
+                          local workers dial over loopback"
+                    .into(),
+            });
+        }
         if let Some(token) = &workers.join_token
             && token.expose().trim().len() < MIN_JOIN_TOKEN_LEN
         {
@@ -943,6 +983,25 @@ mod tests {
             LauncherKind::Local,
             "--launcher wins over the file"
         );
+        // TLS on the link: a certificate needs its key; local workers take none.
+        let tls = [
+            token[0],
+            ("CHORUS_TLS_CERT", "/c.pem"),
+            ("CHORUS_TLS_KEY", "/k.pem"),
+        ];
+        let s = resolve(ServeArgs::default(), remote, &tls).unwrap();
+        assert_eq!(
+            s.workers.tls,
+            Some(crate::link_tls::LinkTlsFiles {
+                cert: "/c.pem".into(),
+                key: "/k.pem".into(),
+                client_ca: None,
+            })
+        );
+        let err = resolve(ServeArgs::default(), remote, &tls[..2]).unwrap_err();
+        assert!(err.to_string().contains("both a certificate"), "{err}");
+        let err = resolve(ServeArgs::default(), "", &tls).unwrap_err();
+        assert!(err.to_string().contains("for dial-in workers"), "{err}");
     }
 
     #[test]

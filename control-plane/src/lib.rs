@@ -11,6 +11,7 @@ pub mod feed;
 pub mod gate;
 pub mod grpc;
 pub mod http;
+pub mod link_tls;
 pub mod llm_relay;
 pub mod metrics;
 pub mod permissions;

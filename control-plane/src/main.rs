@@ -131,8 +131,9 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             let running = serve::start(settings, telemetry.collector().cloned()).await?;
             // The one line chorus prints on stdout: where to find it.
             println!(
-                "chorus ready http=http://{} grpc=http://{} data_dir={}",
+                "chorus ready http=http://{} grpc={}://{} data_dir={}",
                 running.http_addr,
+                if running.grpc_tls { "https" } else { "http" },
                 running.grpc_addr,
                 running.data_dir.display()
             );

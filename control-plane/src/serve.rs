@@ -44,6 +44,8 @@ const SHUTDOWN_SAVE_TIME: Duration = Duration::from_secs(10);
 pub struct Running {
     pub http_addr: SocketAddr,
     pub grpc_addr: SocketAddr,
+    /// Whether the worker link speaks TLS (workers dial `https://`).
+    pub grpc_tls: bool,
     pub data_dir: PathBuf,
     shutdown: CancellationToken,
     servers: Vec<JoinHandle<std::io::Result<()>>>,
@@ -87,6 +89,14 @@ pub async fn start(
             )
         })?;
     let grpc_addr = grpc_listener.local_addr()?;
+    // Read before anything starts, so a bad certificate stops chorus at once.
+    let link_tls = match &settings.workers.tls {
+        Some(files) => Some(
+            crate::link_tls::acceptor(files)
+                .map_err(|e| anyhow::anyhow!("TLS on the worker link: {e}"))?,
+        ),
+        None => None,
+    };
     let http_addr = http_listener.local_addr()?;
 
     let catalog = Arc::new(Catalog::new(
@@ -352,8 +362,21 @@ pub async fn start(
         None => None,
     };
     let api_router = http::router(api_state);
+    let grpc_tls = link_tls.is_some();
+    let worker_server = match link_tls {
+        Some(acceptor) => {
+            let listener = crate::link_tls::TlsListener::new(grpc_listener, acceptor)?;
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                axum::serve(listener, worker_router)
+                    .with_graceful_shutdown(async move { shutdown.cancelled().await })
+                    .await
+            })
+        }
+        None => spawn_server(grpc_listener, worker_router, shutdown.clone()),
+    };
     let servers = vec![
-        spawn_server(grpc_listener, worker_router, shutdown.clone()),
+        worker_server,
         spawn_server(http_listener, api_router, shutdown.clone()),
     ];
 
@@ -385,6 +408,7 @@ pub async fn start(
     Ok(Running {
         http_addr,
         grpc_addr,
+        grpc_tls,
         data_dir,
         shutdown,
         servers,

@@ -8,7 +8,7 @@ use clap::Parser;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use chorus_worker::connection::{self, ConnectOptions, ConnectionError, Identity};
+use chorus_worker::connection::{self, ConnectOptions, ConnectionError, Identity, LinkTls};
 use chorus_worker::runner::WorkerToolSettings;
 
 /// Runs one Chorus agent's tool loops. Either started by `chorus serve` for one
@@ -27,6 +27,19 @@ struct Args {
     /// CHORUS_JOIN_TOKEN and is given one.
     #[arg(long, env = "CHORUS_AGENT")]
     agent: Option<String>,
+
+    /// TLS: the CA (PEM) that signed the control plane's certificate; dial https://.
+    #[arg(long, env = "CHORUS_TLS_CA")]
+    tls_ca: Option<std::path::PathBuf>,
+
+    /// Mutual TLS: this worker's certificate (PEM), signed by the CA the control
+    /// plane requires ([workers] tls_client_ca).
+    #[arg(long, env = "CHORUS_TLS_CERT")]
+    tls_cert: Option<std::path::PathBuf>,
+
+    /// Mutual TLS: the key of --tls-cert (PEM).
+    #[arg(long, env = "CHORUS_TLS_KEY")]
+    tls_key: Option<std::path::PathBuf>,
 
     /// Dial-in only: how many agents this worker serves at once (one link each).
     #[arg(long, env = "CHORUS_WORKER_AGENTS", default_value_t = 1)]
@@ -196,6 +209,25 @@ async fn main() -> ExitCode {
         None => tracing::info_span!("worker", mode = "dial-in"),
     };
     let dial_in = matches!(identity, Identity::DialIn { .. });
+    let link_tls = match (&args.tls_ca, &args.tls_cert, &args.tls_key) {
+        (None, None, None) => None,
+        (Some(ca), cert, key) if cert.is_some() == key.is_some() => {
+            let identity = cert.as_deref().zip(key.as_deref());
+            match LinkTls::load(ca, identity) {
+                Ok(tls) => Some(tls),
+                Err(message) => {
+                    tracing::error!("TLS on the link: {message}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        _ => {
+            tracing::error!(
+                "TLS on the link: give --tls-ca, and --tls-cert with --tls-key together (for mutual TLS)"
+            );
+            return ExitCode::from(2);
+        }
+    };
     let options = ConnectOptions {
         control_plane: args.control_plane,
         identity,
@@ -204,6 +236,7 @@ async fn main() -> ExitCode {
         tools: WorkerToolSettings {
             bash_timeout: Duration::from_secs(args.bash_timeout_secs.max(1)),
             file_lock_timeout: Duration::from_secs(args.file_lock_timeout_secs),
+            link_tls,
         },
         telemetry: Some(telemetry.clone()),
     };

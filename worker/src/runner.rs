@@ -70,6 +70,8 @@ pub struct WorkerToolSettings {
     pub bash_timeout: Duration,
     /// How long a writer waits for a file another thread is writing.
     pub file_lock_timeout: Duration,
+    /// TLS of the link to the control plane: model calls to its relay use it too.
+    pub link_tls: Option<crate::connection::LinkTls>,
 }
 
 impl Default for WorkerToolSettings {
@@ -77,6 +79,7 @@ impl Default for WorkerToolSettings {
         WorkerToolSettings {
             bash_timeout: BashConfig::default().default_timeout,
             file_lock_timeout: Duration::from_secs(30),
+            link_tls: None,
         }
     }
 }
@@ -94,10 +97,14 @@ impl Runner {
     ) -> Self {
         // No read timeout here: each model call carries its own silence limit and
         // deadline (`AssignRun.retry`), so the error names the provider and the setting.
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .unwrap_or_default();
+        let mut http = reqwest::Client::builder().connect_timeout(Duration::from_secs(10));
+        if let Some(tls) = &settings.link_tls {
+            http = tls.configure(http);
+        }
+        let http = http.build().unwrap_or_else(|e| {
+            tracing::error!(error = %e, "cannot build the model relay client with the link's TLS");
+            reqwest::Client::default()
+        });
         Runner {
             gate: Arc::new(RelayGate::new(sink.clone())),
             background: Arc::new(BackgroundTasks::new(Some(sink.clone()))),

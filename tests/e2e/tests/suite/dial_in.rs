@@ -23,10 +23,21 @@ struct DialInWorker {
 
 impl DialInWorker {
     fn start(control_plane: &str, data_dir: &Path, agents: u16, token: &str) -> Self {
+        Self::start_with(control_plane, data_dir, agents, token, &[])
+    }
+
+    fn start_with(
+        control_plane: &str,
+        data_dir: &Path,
+        agents: u16,
+        token: &str,
+        extra: &[&str],
+    ) -> Self {
         let mut child = tokio::process::Command::new(bin_path("chorus-worker"))
             .args(["--control-plane", control_plane, "--data-dir"])
             .arg(data_dir)
             .args(["--agents", &agents.to_string()])
+            .args(extra)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env(
@@ -267,6 +278,110 @@ async fn without_a_free_worker_a_thread_fails_saying_what_to_start() -> anyhow::
     assert!(
         model.requests().is_empty(),
         "no model call without a worker"
+    );
+    Ok(())
+}
+
+/// A test CA, a certificate for the control plane (127.0.0.1) and one for a worker,
+/// made with the openssl command line.
+fn make_certificates(dir: &Path) -> anyhow::Result<()> {
+    let script = r#"
+set -e
+key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
+key ca.key
+openssl req -x509 -new -key ca.key -out ca.pem -days 2 -subj /CN=chorus-test-ca \
+  -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign
+sign() { # name, extended key usage, subjectAltName line
+  key "$1.key"
+  openssl req -new -key "$1.key" -out "$1.csr" -subj "/CN=$1"
+  printf 'basicConstraints=CA:FALSE\nextendedKeyUsage=%s\n%s\n' "$2" "$3" > "$1.ext"
+  openssl x509 -req -in "$1.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+    -out "$1.pem" -extfile "$1.ext" 2>/dev/null
+}
+sign server serverAuth 'subjectAltName=IP:127.0.0.1,DNS:localhost'
+sign worker clientAuth ''
+"#;
+    let output = std::process::Command::new("bash")
+        .args(["-c", script])
+        .current_dir(dir)
+        .output()?;
+    anyhow::ensure!(output.status.success(), "openssl: {output:?}");
+    Ok(())
+}
+
+/// The worker link over mutual TLS: a worker with a certificate the control plane's
+/// client CA signed serves an agent (its model calls go through the relay over the
+/// same TLS); one without is refused at the handshake and never gets an agent.
+#[tokio::test]
+async fn over_mutual_tls_only_workers_with_a_certificate_get_agents() -> anyhow::Result<()> {
+    let certs = tempfile::tempdir()?;
+    make_certificates(certs.path())?;
+    let file = |name: &str| certs.path().join(name).to_string_lossy().into_owned();
+    let model = FakeOpenAi::start().await;
+    model.set_fallback(write_a_note);
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .env("CHORUS_LAUNCHER", "remote")
+        .env("CHORUS_JOIN_TOKEN", JOIN_TOKEN)
+        .env("CHORUS_TLS_CERT", &file("server.pem"))
+        .env("CHORUS_TLS_KEY", &file("server.key"))
+        .env("CHORUS_TLS_CLIENT_CA", &file("ca.pem"))
+        .config("[threads]\ntitles = false\n")
+        .start()
+        .await?;
+    assert!(
+        chorus.grpc_url.starts_with("https://"),
+        "{}",
+        chorus.grpc_url
+    );
+    let shared = tempfile::tempdir()?;
+    let ca = file("ca.pem");
+    let without_certificate = DialInWorker::start_with(
+        &chorus.grpc_url,
+        shared.path(),
+        1,
+        JOIN_TOKEN,
+        &["--tls-ca", &ca],
+    );
+    let plaintext = DialInWorker::start(
+        &chorus.grpc_url.replace("https://", "http://"),
+        shared.path(),
+        1,
+        JOIN_TOKEN,
+    );
+    // Both are turned away before the one with a certificate comes.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while chorus.output().matches("TLS handshake refused").count() < 2 {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no refused handshakes: {}",
+            chorus.output()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (cert, key) = (file("worker.pem"), file("worker.key"));
+    let with_certificate = DialInWorker::start_with(
+        &chorus.grpc_url,
+        shared.path(),
+        1,
+        JOIN_TOKEN,
+        &["--tls-ca", &ca, "--tls-cert", &cert, "--tls-key", &key],
+    );
+    chorus
+        .create_agent_with(json!({"name": "secure", "permissions": "open"}))
+        .await?;
+    wait_running(&chorus, "secure", Duration::from_secs(30)).await?;
+    let id = chorus.send_message("secure", "write a note").await?;
+    let thread = chorus
+        .wait_thread_finished("secure", id, Duration::from_secs(60))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    assert_eq!(with_certificate.served("secure"), Some(true));
+    assert_eq!(without_certificate.served("secure"), None);
+    assert_eq!(plaintext.served("secure"), None);
+    assert_eq!(
+        std::fs::read_to_string(shared.path().join("agents/secure/workspace/note.txt"))?,
+        "written by the agent"
     );
     Ok(())
 }
