@@ -201,6 +201,8 @@ pub struct Gauges {
     pub workers: BTreeMap<String, u64>,
     pub feed_subscribers: u64,
     pub agents: u64,
+    /// Dial-in worker links waiting for an agent (remote launcher; else 0).
+    pub idle_dial_in: u64,
 }
 
 /// `value` as a Prometheus label value (backslash, quote and newline escaped).
@@ -328,6 +330,12 @@ pub fn render(gauges: &Gauges) -> String {
         "chorus_agents",
         "Active agents",
         &[(String::new(), gauges.agents)],
+    );
+    gauge(
+        &mut out,
+        "chorus_dial_in_links_idle",
+        "Dial-in worker links waiting for an agent (free capacity; remote launcher)",
+        &[(String::new(), gauges.idle_dial_in)],
     );
     gauge(
         &mut out,

@@ -93,6 +93,7 @@ async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
         workers: state.workers.counts(),
         feed_subscribers: state.runs.feed().subscribers() as u64,
         agents: state.store.active_agents().await?.len() as u64,
+        idle_dial_in: state.workers.idle_dial_in() as u64,
     };
     Ok((
         [(

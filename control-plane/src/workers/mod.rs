@@ -173,6 +173,14 @@ impl WorkerManager {
         }
     }
 
+    /// Dial-in worker links waiting for an agent (0 with the local launcher).
+    pub fn idle_dial_in(&self) -> usize {
+        match &self.launcher {
+            Launcher::Remote(pool) => pool.idle_count(),
+            Launcher::Local(_) => 0,
+        }
+    }
+
     /// How many workers are in each state (for `/metrics`).
     pub fn counts(&self) -> std::collections::BTreeMap<String, u64> {
         let agents: Vec<String> = self.supervised().keys().cloned().collect();
