@@ -94,10 +94,26 @@ fn read_credential(from_stdin: bool) -> Result<String, String> {
     Ok(credential)
 }
 
+/// The variable naming the descriptor the join token arrives on after the re-exec.
+const JOIN_TOKEN_FD: &str = "CHORUS_JOIN_TOKEN_FD";
+
 /// The join token, from CHORUS_JOIN_TOKEN (never a flag: command lines are visible
-/// to every process). Tool processes start with a cleared environment, and this
-/// process is non-dumpable, so they cannot read it from us either.
+/// to every process). `/proc/<pid>/environ` shows the environment a process was
+/// started with whatever it does to its variables later, and root can read it even
+/// from a non-dumpable process (a tool process of a worker run as root could). So a
+/// worker given the token in its environment starts itself again without it, handing
+/// the token over a pipe (`CHORUS_JOIN_TOKEN_FD`); the new image reads it from there.
 fn read_join_token() -> Result<String, String> {
+    if let Ok(fd) = std::env::var(JOIN_TOKEN_FD) {
+        let fd: i32 = fd
+            .parse()
+            .map_err(|_| format!("{JOIN_TOKEN_FD} is not a descriptor"))?;
+        let token = std::fs::read_to_string(format!("/proc/self/fd/{fd}"))
+            .map_err(|e| format!("cannot read the join token from descriptor {fd}: {e}"))?;
+        // Not inherited by anything we start.
+        let _ = nix::unistd::close(fd);
+        return Ok(token.trim().to_string());
+    }
     let token = std::env::var("CHORUS_JOIN_TOKEN").unwrap_or_default();
     if token.trim().is_empty() {
         return Err(
@@ -106,7 +122,34 @@ fn read_join_token() -> Result<String, String> {
                 .into(),
         );
     }
-    Ok(token.trim().to_string())
+    Err(reexec_without(&token))
+}
+
+/// Replaces this process with itself minus CHORUS_JOIN_TOKEN in its environment, the
+/// token written to a pipe it inherits. Returns only on failure, saying why.
+fn reexec_without(token: &str) -> String {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let (read, write) = match nix::unistd::pipe() {
+        Ok(pair) => pair,
+        Err(e) => return format!("cannot make a pipe for the join token: {e}"),
+    };
+    let mut write = std::fs::File::from(write);
+    if let Err(e) = write.write_all(token.trim().as_bytes()) {
+        return format!("cannot hand the join token over: {e}");
+    }
+    drop(write);
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return format!("cannot find our own executable to start again: {e}"),
+    };
+    let error = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env_remove("CHORUS_JOIN_TOKEN")
+        .env(JOIN_TOKEN_FD, read.as_raw_fd().to_string())
+        .exec();
+    format!("cannot start again without the join token in the environment: {error}")
 }
 
 /// A dial-in worker's life: join, serve the agent it is given, and join again when

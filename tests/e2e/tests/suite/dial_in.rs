@@ -152,6 +152,20 @@ async fn agents_run_on_dial_in_workers_and_move_with_their_files_when_theirs_is_
     for agent in agents {
         wait_running(&chorus, agent, Duration::from_secs(30)).await?;
     }
+    // The join token is not in any worker's environment block, where root (even a
+    // tool process run as root) could read it; it was handed over a pipe.
+    for worker in &workers {
+        let pid = worker.child.id().expect("worker pid");
+        match std::fs::read(format!("/proc/{pid}/environ")) {
+            Ok(environ) => {
+                let environ = String::from_utf8_lossy(&environ);
+                assert!(!environ.contains(JOIN_TOKEN), "{environ}");
+                assert!(!environ.contains("CHORUS_JOIN_TOKEN="), "{environ}");
+            }
+            // Not root: the worker is non-dumpable, so this is closed to us anyway.
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied),
+        }
+    }
     // Free capacity is a gauge operators can scale on: 3 workers × 3 links, 5 taken.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
