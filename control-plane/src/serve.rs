@@ -243,15 +243,21 @@ pub async fn start(
         settings.workers.clone(),
         lost_tx,
     ));
-    let agents = Arc::new(AgentService::new(
-        store.clone(),
-        workers.clone(),
-        runs.clone(),
-        catalog.clone(),
-        agents_root,
-        settings.template_dir.clone(),
-        settings.default_model.clone(),
-    ));
+    let agents = Arc::new(
+        AgentService::new(
+            store.clone(),
+            workers.clone(),
+            runs.clone(),
+            catalog.clone(),
+            agents_root,
+            settings.template_dir.clone(),
+            settings.default_model.clone(),
+        )
+        .with_layout(match settings.workers.launcher {
+            LauncherKind::Local => crate::agents::files::Layout::Full,
+            LauncherKind::Remote => crate::agents::files::Layout::Records,
+        }),
+    );
 
     let cancelled = store.cancel_pending_approvals().await?;
     if cancelled > 0 {

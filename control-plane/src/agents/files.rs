@@ -57,13 +57,33 @@ fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Files
 #[derive(Debug, Clone)]
 pub struct AgentDir {
     pub root: PathBuf,
+    /// Whether the agent's files (workspace, docs) live here or on a dial-in
+    /// worker's volume.
+    pub layout: Layout,
+}
+
+/// What the control plane's copy of an agent's directory holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layout {
+    /// Everything: local workers work in it.
+    #[default]
+    Full,
+    /// Only the control plane's records (`agent.json`, `sessions/`): dial-in workers
+    /// keep the workspace and docs on their own volume.
+    Records,
 }
 
 impl AgentDir {
     pub fn new(agents_root: &Path, name: &str) -> Self {
         AgentDir {
             root: agents_root.join(name),
+            layout: Layout::Full,
         }
+    }
+
+    pub fn with_layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
     }
 
     pub fn config_path(&self) -> PathBuf {
@@ -86,7 +106,18 @@ impl AgentDir {
     ) -> Result<(), FilesError> {
         self.make_root()?;
         match template_dir {
+            Some(dir) if self.layout == Layout::Records => {
+                let config = dir.join("agent.json");
+                if config.is_file() {
+                    tokio::fs::copy(&config, self.config_path())
+                        .await
+                        .map_err(io("cannot copy", &config))?;
+                }
+            }
             Some(dir) => copy_dir(dir, &self.root).await?,
+            None if self.layout == Layout::Records => {
+                write_new(&self.config_path(), TEMPLATE_AGENT_JSON).await?;
+            }
             None => {
                 write_new(&self.config_path(), TEMPLATE_AGENT_JSON).await?;
                 write_new(&self.root.join("docs/README.md"), TEMPLATE_DOCS_README).await?;
@@ -105,6 +136,12 @@ impl AgentDir {
     /// Makes sure the parts every agent needs exist; safe to run over kept files.
     pub async fn ensure_layout(&self) -> Result<(), FilesError> {
         self.make_root()?;
+        if self.layout == Layout::Records {
+            let sessions = self.root.join("sessions");
+            return tokio::fs::create_dir_all(&sessions)
+                .await
+                .map_err(io("cannot create", &sessions));
+        }
         for dir in [
             self.root.join("docs"),
             self.root.join("sessions"),
@@ -178,9 +215,10 @@ pub fn template_files(
 ) -> Result<Vec<chorus_proto::domain::TemplateFile>, FilesError> {
     use chorus_proto::domain::TemplateFile;
     use std::os::unix::fs::PermissionsExt;
+    // agent.json is the control plane's record of the agent's settings; workers get
+    // the settings over the link.
     let Some(root) = template_dir else {
         return Ok([
-            ("agent.json", TEMPLATE_AGENT_JSON),
             ("docs/README.md", TEMPLATE_DOCS_README),
             ("workspace/.gitkeep", ""),
         ]
@@ -239,6 +277,7 @@ pub fn template_files(
             });
         }
     }
+    files.retain(|f| f.path != "agent.json");
     files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(files)
 }

@@ -24,7 +24,7 @@ use crate::runs::Runs;
 use crate::store::{AgentRecord, AgentUpdate, AuditEntry, NewAgent, Store, StoreError};
 use crate::workers::WorkerManager;
 use chorus_proto::domain::{AgentChange, Failure, FailureKind};
-use files::{AgentDir, FilesError};
+use files::{AgentDir, FilesError, Layout};
 use name::NameError;
 
 pub const DEFAULT_PERMISSIONS: &str = "standard";
@@ -154,6 +154,8 @@ pub struct AgentService {
     agents_root: PathBuf,
     template_dir: Option<PathBuf>,
     default_model: Option<String>,
+    /// What our copy of each agent's directory holds (less with dial-in workers).
+    layout: Layout,
     /// Names being created right now, so two creates of one name cannot interleave.
     creating: Mutex<HashSet<String>>,
 }
@@ -200,7 +202,26 @@ impl AgentService {
             agents_root,
             template_dir,
             default_model,
+            layout: Layout::Full,
             creating: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Dial-in workers keep the agents' workspaces and docs: our copy holds only
+    /// the records.
+    pub fn with_layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// Where the agent's workspace is, for people: a path on this machine, or for
+    /// dial-in workers the path under their `--data-dir`.
+    pub fn workspace_shown(&self, name: &str) -> String {
+        match self.layout {
+            Layout::Full => self.dir(name).workspace().to_string_lossy().into_owned(),
+            Layout::Records => {
+                format!("agents/{name}/workspace (under the dial-in workers' --data-dir)")
+            }
         }
     }
 
@@ -209,7 +230,7 @@ impl AgentService {
     }
 
     pub fn dir(&self, name: &str) -> AgentDir {
-        AgentDir::new(&self.agents_root, name)
+        AgentDir::new(&self.agents_root, name).with_layout(self.layout)
     }
 
     /// Starts the workers of every active agent (control plane start-up).

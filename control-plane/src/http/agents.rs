@@ -61,12 +61,7 @@ async fn view(state: &AppState, agent: AgentRecord) -> Result<AgentView, ApiErro
         idle_timeout_secs: agent.idle_timeout_secs,
         context_cleared_at: agent.context_cleared_at,
         discord_channel_id: agent.discord_channel_id,
-        workspace: state
-            .agents
-            .dir(&agent.name)
-            .workspace()
-            .to_string_lossy()
-            .into_owned(),
+        workspace: state.agents.workspace_shown(&agent.name),
         worker: state.workers.status(&agent.name),
         status: agent.status.as_str(),
         name: agent.name,

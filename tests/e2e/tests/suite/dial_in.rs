@@ -203,6 +203,22 @@ async fn agents_run_on_dial_in_workers_and_move_with_their_files_when_theirs_is_
             .path()
             .join(format!("agents/{agent}/workspace/note.txt"));
         assert_eq!(std::fs::read_to_string(&note)?, "written by the agent");
+        // The workspace is the worker's alone: the control plane keeps only its
+        // records (settings, saved sessions), and the worker no settings file.
+        let ours = chorus.data_dir.join("agents").join(agent);
+        assert!(ours.join("agent.json").is_file());
+        assert!(!ours.join("workspace").exists());
+        assert!(
+            !shared
+                .path()
+                .join(format!("agents/{agent}/agent.json"))
+                .exists()
+        );
+        let shown = chorus.agent(agent).await?["workspace"].clone();
+        assert_eq!(
+            shown,
+            format!("agents/{agent}/workspace (under the dial-in workers' --data-dir)")
+        );
         let holders: Vec<usize> = (0..workers.len())
             .filter(|&i| workers[i].served(agent).is_some())
             .collect();
