@@ -177,9 +177,45 @@ impl Messages {
         // member's Discord roles.
         self.gate
             .vouch(&user, self.roles.role_of(&incoming.role_ids));
+        // The user's own message routes to its thread too, and its answer is owed:
+        // both recorded before a run it starts reaches the worker, so a restart from
+        // the moment the model is asked still answers it.
+        let then: crate::runs::OnReceived = {
+            let store = self.store.clone();
+            let agent_name = agent.name.clone();
+            let channel = incoming.channel_id.to_string();
+            let message = incoming.message_id.to_string();
+            Box::new(move |received: crate::runs::Received| {
+                Box::pin(async move {
+                    let thread = received.thread_id;
+                    if let Err(e) = store
+                        .record_message_ref(
+                            FRONTEND,
+                            &message,
+                            &agent_name,
+                            thread,
+                            Some(received.message_id),
+                        )
+                        .await
+                    {
+                        tracing::warn!(agent = %agent_name, thread, error = %e, "cannot record a Discord message");
+                    }
+                    let owed = OwedAnswer {
+                        frontend: FRONTEND.into(),
+                        agent_name: agent_name.clone(),
+                        thread_id: thread,
+                        channel,
+                        reply_to: message,
+                    };
+                    if let Err(e) = store.owe_answer(&owed).await {
+                        tracing::warn!(agent = %agent_name, thread, error = %e, "cannot record the answer owed");
+                    }
+                })
+            })
+        };
         let received = match self
             .runs
-            .receive(&agent, &incoming.content, reply_to, &user)
+            .receive_then(&agent, &incoming.content, reply_to, &user, then)
             .await
         {
             Ok(received) => received,
@@ -198,31 +234,6 @@ impl Messages {
             }
         };
         let thread = received.thread_id;
-        // The user's own message routes to its thread too.
-        if let Err(e) = self
-            .store
-            .record_message_ref(
-                FRONTEND,
-                &incoming.message_id.to_string(),
-                &agent.name,
-                thread,
-                Some(received.message_id),
-            )
-            .await
-        {
-            tracing::warn!(agent = %agent.name, thread, error = %e, "cannot record a Discord message");
-        }
-        // Owed before it is followed: a restart from here on still answers it.
-        let owed = OwedAnswer {
-            frontend: FRONTEND.into(),
-            agent_name: agent.name.clone(),
-            thread_id: thread,
-            channel: incoming.channel_id.to_string(),
-            reply_to: incoming.message_id.to_string(),
-        };
-        if let Err(e) = self.store.owe_answer(&owed).await {
-            tracing::warn!(agent = %agent.name, thread, error = %e, "cannot record the answer owed");
-        }
         self.follow(
             events,
             &agent.name,

@@ -66,6 +66,9 @@ pub(super) enum Command {
         user: String,
         /// The caller's W3C trace context: a run it starts joins that trace.
         trace: HashMap<String, String>,
+        /// Run once the message is stored and before any run it starts is handed to
+        /// the worker (a front end's records of it: see [`super::Runs::receive_then`]).
+        then: Option<super::OnReceived>,
         reply: oneshot::Sender<Result<Received, StoreError>>,
     },
     Event {
@@ -212,6 +215,8 @@ pub(super) struct AgentActor {
     /// The trace the next queued run continues (set by the command being handled:
     /// a caller's trace, or the interrupted attempt's), and why, for a resumption.
     next_trace: Option<(HashMap<String, String>, Option<String>)>,
+    /// Runs are not handed to the worker while set (a receipt hook runs first).
+    holding: bool,
     /// Publishes the worker events this actor queued to the store once they are
     /// committed.
     publisher: Publisher,
@@ -239,6 +244,7 @@ impl AgentActor {
             itself,
             idle: IdleClock::new(Instant::now()),
             next_trace: None,
+            holding: false,
             publisher,
             unflushed: false,
         }
@@ -299,11 +305,19 @@ impl AgentActor {
                 reply_to,
                 user,
                 trace,
+                then,
                 reply,
             } => {
                 self.next_trace = (!trace.is_empty()).then_some((trace, None));
+                self.holding = then.is_some();
                 let received = self.receive(&agent, &content, reply_to, &user).await;
                 self.next_trace = None;
+                if let (Ok(received), Some(then)) = (&received, then) {
+                    then(received.clone()).await;
+                }
+                if std::mem::take(&mut self.holding) {
+                    self.deliver().await;
+                }
                 let _ = reply.send(received);
             }
             Command::Event {
@@ -807,10 +821,12 @@ impl AgentActor {
     /// Hands queued runs to the agent's worker, if one is connected.
     async fn deliver(&mut self) {
         // Shutting down: queued runs stay queued (in the store too) for the next start.
-        if self
-            .shared
-            .draining
-            .load(std::sync::atomic::Ordering::Relaxed)
+        // Holding: a receipt hook runs first; delivery follows it.
+        if self.holding
+            || self
+                .shared
+                .draining
+                .load(std::sync::atomic::Ordering::Relaxed)
         {
             return;
         }

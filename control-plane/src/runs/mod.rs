@@ -90,6 +90,11 @@ impl ReplyTo {
     }
 }
 
+/// What a front end records about a message it passed in, run by the thread's actor
+/// after the message is stored and before a run it starts reaches the worker: so a
+/// crash can never leave a run going whose answer nobody knows is owed.
+pub type OnReceived = Box<dyn FnOnce(Received) -> futures::future::BoxFuture<'static, ()> + Send>;
+
 /// A user message, received: its thread, its id, and how it was routed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Received {
@@ -232,6 +237,33 @@ impl Runs {
             .await
     }
 
+    /// [`Runs::receive`], with `then` run once the message is stored and before a
+    /// run it starts is handed to the worker.
+    pub async fn receive_then(
+        &self,
+        agent: &AgentRecord,
+        content: &str,
+        reply_to: Option<ReplyTo>,
+        user: &str,
+        then: OnReceived,
+    ) -> Result<Received, StoreError> {
+        self.ask(&agent.name, |reply| actor::Command::Receive {
+            agent: Box::new(agent.clone()),
+            content: content.to_string(),
+            reply_to,
+            user: user.to_string(),
+            trace: HashMap::new(),
+            then: Some(then),
+            reply,
+        })
+        .await
+        .unwrap_or_else(|| {
+            Err(StoreError::Conflict(
+                "the agent's run queue has stopped; restart chorus".into(),
+            ))
+        })
+    }
+
     /// [`Runs::receive`], with the caller's W3C trace context (an HTTP request's
     /// `traceparent`): a run the message starts is a child of that trace.
     pub async fn receive_traced(
@@ -248,6 +280,7 @@ impl Runs {
             reply_to,
             user: user.to_string(),
             trace,
+            then: None,
             reply,
         })
         .await
