@@ -380,7 +380,12 @@ impl Supervisor {
                     // A worker without its connection is of no use: give it a moment to
                     // exit by itself, then make sure. A hung one is killed at once.
                     let why = self.registry.detach_reason(&self.agent, generation);
-                    let settle = if why.is_some() { Duration::ZERO } else { SETTLE };
+                    // A dial-in worker is its connection: nothing left to wait for.
+                    let settle = if why.is_some() || worker.pid().is_none() {
+                        Duration::ZERO
+                    } else {
+                        SETTLE
+                    };
                     let report = match worker.wait_for(settle).await {
                         Some(report) => report,
                         None => { worker.kill(); worker.wait().await }
