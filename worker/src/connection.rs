@@ -48,6 +48,22 @@ pub enum ConnectionError {
     Protocol(String),
 }
 
+/// A refusal (the credential or join token is not accepted: retrying cannot help)
+/// or a broken connection (retrying may).
+fn refused_or_unreachable(status: tonic::Status, url: &str) -> ConnectionError {
+    match status.code() {
+        Code::Unauthenticated
+        | Code::PermissionDenied
+        | Code::FailedPrecondition
+        | Code::InvalidArgument => ConnectionError::Refused(status.message().to_string()),
+        _ => ConnectionError::Unreachable {
+            url: url.to_string(),
+            waited: Duration::ZERO,
+            message: status.to_string(),
+        },
+    }
+}
+
 /// The directory of `agent` under `data_dir`; the name must be one plain path
 /// component (the control plane allows letters, digits, `-` and `_`).
 pub fn agent_dir(
@@ -263,17 +279,7 @@ pub async fn serve(
     let response = client
         .attach(request)
         .await
-        .map_err(|status| match status.code() {
-            Code::Unauthenticated
-            | Code::PermissionDenied
-            | Code::FailedPrecondition
-            | Code::InvalidArgument => ConnectionError::Refused(status.message().to_string()),
-            _ => ConnectionError::Unreachable {
-                url: options.control_plane.clone(),
-                waited: Duration::ZERO,
-                message: status.to_string(),
-            },
-        })?;
+        .map_err(|status| refused_or_unreachable(status, &options.control_plane))?;
     let mut inbound = response.into_inner();
     if matches!(options.identity, Identity::DialIn { .. }) {
         tracing::info!("joined the control plane's pool; waiting for an agent");
@@ -327,12 +333,18 @@ pub async fn serve(
             }
             Err(e) => return Err(ConnectionError::Protocol(e.to_string())),
         },
+        // A dial-in worker's link can end while it waits (the control plane shuts
+        // down or restarts): it joins again. A launched worker's never should.
+        Ok(None) if matches!(options.identity, Identity::DialIn { .. }) => {
+            tracing::info!("the control plane closed the link before giving an agent");
+            return Ok(());
+        }
         Ok(None) => {
             return Err(ConnectionError::Refused(
                 "the control plane closed the link at once".into(),
             ));
         }
-        Err(status) => return Err(ConnectionError::Refused(status.message().to_string())),
+        Err(status) => return Err(refused_or_unreachable(status, &options.control_plane)),
     };
     let agent_dir = agent_dir(&options.data_dir, &agent)?;
     // A dial-in worker holds the agent's directory (laid out from the template if

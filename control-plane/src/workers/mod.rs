@@ -162,6 +162,10 @@ impl WorkerManager {
     }
 
     pub async fn stop_all(&self) {
+        // Idle dial-in links end too: they would hold the shutdown open.
+        if let Launcher::Remote(pool) = &self.launcher {
+            pool.close();
+        }
         let entries: Vec<(String, Supervised)> = self.supervised().drain().collect();
         for (_, entry) in &entries {
             entry.stop.cancel();

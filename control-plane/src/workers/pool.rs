@@ -37,6 +37,8 @@ pub struct Pool {
     next_id: Mutex<u64>,
     /// Signalled when a worker joins.
     joined: Notify,
+    /// Shutting down: idle links are let go and no new one waits.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// An idle connection's place in the pool.
@@ -59,9 +61,21 @@ impl Pool {
             *next
         };
         let (offer, assigned) = oneshot::channel();
-        self.idle().push_back(Idle { id, peer, offer });
-        self.joined.notify_waiters();
+        // Closed: the offer is dropped at once, so the link ends and the worker
+        // joins again later (a control plane that restarts).
+        if !self.closed.load(std::sync::atomic::Ordering::Relaxed) {
+            self.idle().push_back(Idle { id, peer, offer });
+            self.joined.notify_waiters();
+        }
         Membership { id, assigned }
+    }
+
+    /// Shutting down: every idle link ends (its worker joins again, with backoff,
+    /// wherever the control plane comes back) and none waits from now on.
+    pub fn close(&self) {
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.idle().clear();
     }
 
     /// An idle connection ended (the worker went away before it got an agent).
@@ -124,6 +138,14 @@ mod tests {
         assert_eq!(first.assigned.await.unwrap().agent, "a");
         pool.leave(second.id);
         assert_eq!(pool.idle_count(), 0);
+        // Closing lets idle links go; a link that joins after waits for nothing.
+        let closing = Pool::default();
+        let idle = closing.join("idle".into());
+        closing.close();
+        assert!(idle.assigned.await.is_err(), "its link ends");
+        let late = closing.join("late".into());
+        assert!(late.assigned.await.is_err());
+        assert_eq!(closing.idle_count(), 0);
 
         // No one idle: the assignment waits for the next worker to join.
         let pool = std::sync::Arc::new(pool);

@@ -39,6 +39,8 @@ pub struct ChorusBuilder {
     /// Keep the store in SQLite even when the suite runs on Postgres (a test that
     /// looks at the database file itself).
     sqlite: bool,
+    /// Where workers dial (`--grpc-addr`); by default any free port.
+    grpc_addr: Option<String>,
 }
 
 /// The Postgres server the suite runs against (`CHORUS_TEST_POSTGRES`, e.g.
@@ -137,6 +139,12 @@ impl ChorusBuilder {
         self
     }
 
+    /// Listens for workers on `addr` (to restart on the same address workers dial).
+    pub fn grpc_addr(mut self, addr: &str) -> Self {
+        self.grpc_addr = Some(addr.to_string());
+        self
+    }
+
     /// Keeps this chorus on SQLite even when the suite runs on Postgres.
     pub fn sqlite(mut self) -> Self {
         self.sqlite = true;
@@ -156,7 +164,8 @@ impl ChorusBuilder {
             .arg("serve")
             .arg("--data-dir")
             .arg(&data_dir)
-            .args(["--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"])
+            .args(["--http-addr", "127.0.0.1:0", "--grpc-addr"])
+            .arg(self.grpc_addr.as_deref().unwrap_or("127.0.0.1:0"))
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env(
@@ -277,11 +286,17 @@ impl Chorus {
             api_token: Some(TEST_TOKEN.to_string()),
             config: None,
             sqlite: false,
+            grpc_addr: None,
         }
     }
 
     pub fn pid(&self) -> u32 {
         self.child.id().unwrap_or_default()
+    }
+
+    /// Everything chorus prints, also after it is stopped (`stop` consumes it).
+    pub fn output_handle(&self) -> std::sync::Arc<std::sync::Mutex<String>> {
+        self.output.clone()
     }
 
     /// What chorus and its workers have printed so far (stdout and stderr).

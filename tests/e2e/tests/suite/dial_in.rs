@@ -438,3 +438,69 @@ async fn over_mutual_tls_only_workers_with_a_certificate_get_agents() -> anyhow:
     );
     Ok(())
 }
+
+/// The control plane stops (SIGTERM) and starts again on the same address: the
+/// stop does not wait on dial-in links, busy or idle, and the workers, which keep
+/// trying with backoff, join again and get their agents back.
+#[tokio::test]
+async fn dial_in_workers_rejoin_a_restarted_control_plane() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.set_fallback(write_a_note);
+    let data = tempfile::tempdir()?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let grpc_addr = format!("127.0.0.1:{port}");
+    let start = || {
+        Chorus::builder()
+            .openai_fake(&model)
+            .data_dir(&data.path().join("control-plane"))
+            .grpc_addr(&grpc_addr)
+            .env("CHORUS_LAUNCHER", "remote")
+            .env("CHORUS_JOIN_TOKEN", JOIN_TOKEN)
+            .config("[threads]\ntitles = false\n")
+            .start()
+    };
+    let chorus = start().await?;
+    let shared = data.path().join("shared");
+    // Two links: one serves the agent, one stays idle.
+    let worker = DialInWorker::start(&chorus.grpc_url, &shared, 2, JOIN_TOKEN);
+    chorus
+        .create_agent_with(json!({"name": "steady", "permissions": "open"}))
+        .await?;
+    wait_running(&chorus, "steady", Duration::from_secs(30)).await?;
+    let output = chorus.output_handle();
+    let status = chorus.stop().await?;
+    assert!(status.success(), "{status:?}");
+    // Its last words are in once the stream ends.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !output.lock().unwrap().contains("chorus stopped") {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no 'chorus stopped'"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let said = output.lock().unwrap().clone();
+    assert!(
+        !said.contains("did not close"),
+        "the stop waited on a link: {said}"
+    );
+
+    let chorus = start().await?;
+    wait_running(&chorus, "steady", Duration::from_secs(60)).await?;
+    let id = chorus.send_message("steady", "write a note").await?;
+    let thread = chorus
+        .wait_thread_finished("steady", id, Duration::from_secs(60))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    assert!(shared.join("agents/steady/workspace/note.txt").is_file());
+    let log = worker.log();
+    assert!(log.contains("joining the pool again"), "{log}");
+    assert_eq!(
+        log.matches("serving agent agent=steady ").count(),
+        2,
+        "served before and after the restart: {log}"
+    );
+    Ok(())
+}
