@@ -21,6 +21,10 @@ use tokio_rustls::server::TlsStream;
 /// How long a client has to finish its handshake.
 const HANDSHAKE_TIME: Duration = Duration::from_secs(10);
 
+/// Handshakes in progress at most: past this, a new connection is closed at once,
+/// so a flood of silent connections costs at most this many tasks for 10 s each.
+const MAX_HANDSHAKES: usize = 256;
+
 /// The certificate files of the worker link (`[workers] tls_*`, `CHORUS_TLS_*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinkTlsFiles {
@@ -93,6 +97,7 @@ impl TlsListener {
     pub fn new(tcp: TcpListener, acceptor: TlsAcceptor) -> std::io::Result<Self> {
         let local = tcp.local_addr()?;
         let (tx, ready) = mpsc::channel(64);
+        let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
         tokio::spawn(async move {
             loop {
                 let (stream, peer) = match tcp.accept().await {
@@ -107,10 +112,15 @@ impl TlsListener {
                 if tx.is_closed() {
                     return;
                 }
+                let Ok(permit) = handshakes.clone().try_acquire_owned() else {
+                    tracing::warn!(%peer, "worker link: too many TLS handshakes at once; connection closed");
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
                 let acceptor = acceptor.clone();
                 let tx = tx.clone();
                 tokio::spawn(async move {
+                    let _permit = permit;
                     match tokio::time::timeout(HANDSHAKE_TIME, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => {
                             let _ = tx.send((tls, peer)).await;
@@ -143,5 +153,88 @@ impl axum::serve::Listener for TlsListener {
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
         Ok(self.local)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::serve::Listener;
+    use tokio::io::AsyncReadExt;
+
+    /// A self-signed certificate for 127.0.0.1, made with the openssl command line.
+    fn certificate(dir: &Path) -> LinkTlsFiles {
+        let status = std::process::Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=127.0.0.1",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+                "-keyout",
+                "key.pem",
+                "-out",
+                "cert.pem",
+            ])
+            .current_dir(dir)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("openssl");
+        assert!(status.success());
+        LinkTlsFiles {
+            cert: dir.join("cert.pem"),
+            key: dir.join("key.pem"),
+            client_ca: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn silent_connections_beyond_the_handshake_bound_are_closed_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let acceptor = acceptor(&certificate(dir.path())).unwrap();
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = TlsListener::new(tcp, acceptor).unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Silent clients: each holds a handshake open.
+        let mut silent = Vec::new();
+        for _ in 0..MAX_HANDSHAKES {
+            silent.push(TcpStream::connect(addr).await.unwrap());
+        }
+        // The next is closed without waiting for its handshake...
+        let mut over = TcpStream::connect(addr).await.unwrap();
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(5), over.read(&mut byte))
+            .await
+            .expect("closed at once, not after the handshake time");
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        // ...while the ones within the bound still wait for theirs.
+        let waiting =
+            tokio::time::timeout(Duration::from_millis(200), silent[0].read(&mut byte)).await;
+        assert!(
+            waiting.is_err(),
+            "a handshake within the bound was not cut short"
+        );
+        drop(listener);
+    }
+
+    #[test]
+    fn a_key_that_is_not_a_key_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = certificate(dir.path());
+        std::fs::write(dir.path().join("bad.pem"), "not a key").unwrap();
+        files.key = dir.path().join("bad.pem");
+        let error = acceptor(&files).err().unwrap();
+        assert!(
+            error.contains("bad.pem") && error.contains("no private key"),
+            "{error}"
+        );
     }
 }
