@@ -419,7 +419,9 @@ async fn a_ten_turn_run_survives_its_worker_killed_while_a_command_runs() -> any
     let id = chorus.send_message("long", "ten steps, please").await?;
     let log = chorus.agent_dir("long").join("workspace/ran.log");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !log.exists() {
+    // Its line written, not just the file created (`>>` creates it first: a kill
+    // between the two would leave it empty).
+    while std::fs::read_to_string(&log).unwrap_or_default() != "ran\n" {
         anyhow::ensure!(Instant::now() < deadline, "the command never started");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
