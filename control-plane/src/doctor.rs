@@ -27,6 +27,8 @@ pub struct Diagnosis {
     pub data_dir: PathBuf,
     /// Where the store is (never a password).
     pub database: String,
+    /// Where workers come from, and whether their link is TLS.
+    pub workers: String,
     pub http_addr: SocketAddr,
     pub grpc_addr: SocketAddr,
     pub providers: Vec<(ProviderKind, ProviderState)>,
@@ -109,6 +111,19 @@ pub fn diagnosis_from(
     Diagnosis {
         data_dir: settings.data_dir.clone(),
         database: settings.database.describe(&settings.data_dir),
+        workers: match (&settings.workers.launcher, &settings.workers.tls) {
+            (crate::config::LauncherKind::Local, _) => {
+                "launched here, one process per agent".to_string()
+            }
+            (crate::config::LauncherKind::Remote, tls) => format!(
+                "dial in with CHORUS_JOIN_TOKEN (chorus-worker --control-plane <url> --data-dir <dir>); link {}",
+                match tls {
+                    Some(t) if t.client_ca.is_some() => "TLS, client certificates required",
+                    Some(_) => "TLS",
+                    None => "plaintext: keep it on a private network",
+                }
+            ),
+        },
         http_addr: settings.http_addr,
         grpc_addr: settings.grpc_addr,
         providers,
@@ -176,6 +191,7 @@ impl Diagnosis {
         let mut out = format!("Chorus {}\n", env!("CARGO_PKG_VERSION"));
         out.push_str(&format!("  data dir:       {}\n", self.data_dir.display()));
         out.push_str(&format!("  database:       {}\n", self.database));
+        out.push_str(&format!("  workers:        {}\n", self.workers));
         out.push_str(&format!(
             "  listening:      http://{} (API), {} (workers){}\n",
             self.http_addr,

@@ -56,11 +56,30 @@ fn refused_or_unreachable(status: tonic::Status, url: &str) -> ConnectionError {
         | Code::PermissionDenied
         | Code::FailedPrecondition
         | Code::InvalidArgument => ConnectionError::Refused(status.message().to_string()),
+        // Connected, then cut off before any answer: most often the two ends do
+        // not agree on TLS. Say what to check.
+        Code::Unknown | Code::Cancelled | Code::Internal | Code::Unavailable => {
+            ConnectionError::Unreachable {
+                url: url.to_string(),
+                waited: Duration::ZERO,
+                message: format!("{} ({})", status.message(), tls_hint(url)),
+            }
+        }
         _ => ConnectionError::Unreachable {
             url: url.to_string(),
             waited: Duration::ZERO,
             message: status.to_string(),
         },
+    }
+}
+
+/// What to check when a link is cut off right after connecting.
+fn tls_hint(url: &str) -> &'static str {
+    if url.starts_with("https://") {
+        "if the control plane requires client certificates, give --tls-cert and --tls-key \
+         signed by its client CA; --tls-ca must be the CA that signed its certificate"
+    } else {
+        "if the control plane's worker link speaks TLS, dial https:// with --tls-ca"
     }
 }
 

@@ -387,6 +387,26 @@ async fn over_mutual_tls_only_workers_with_a_certificate_get_agents() -> anyhow:
         "{}",
         chorus.grpc_url
     );
+    // The start-up block says how workers come and how their link is protected.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !chorus
+        .output()
+        .contains("workers:        dial in with CHORUS_JOIN_TOKEN")
+    {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "{}",
+            chorus.output()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        chorus
+            .output()
+            .contains("link TLS, client certificates required"),
+        "{}",
+        chorus.output()
+    );
     let shared = tempfile::tempdir()?;
     let ca = file("ca.pem");
     let without_certificate = DialInWorker::start_with(
@@ -432,6 +452,19 @@ async fn over_mutual_tls_only_workers_with_a_certificate_get_agents() -> anyhow:
     assert_eq!(with_certificate.served("secure"), Some(true));
     assert_eq!(without_certificate.served("secure"), None);
     assert_eq!(plaintext.served("secure"), None);
+    // Each says what to check.
+    assert!(
+        without_certificate
+            .log()
+            .contains("give --tls-cert and --tls-key"),
+        "{}",
+        without_certificate.log()
+    );
+    assert!(
+        plaintext.log().contains("dial https:// with --tls-ca"),
+        "{}",
+        plaintext.log()
+    );
     assert_eq!(
         std::fs::read_to_string(shared.path().join("agents/secure/workspace/note.txt"))?,
         "written by the agent"
