@@ -251,7 +251,11 @@ pub async fn serve(
     options: &ConnectOptions,
     shutdown: CancellationToken,
 ) -> Result<(), ConnectionError> {
-    let channel = dial(options).await?;
+    // A stop while the control plane cannot be reached ends the dialling too.
+    let channel = tokio::select! {
+        channel = dial(options) => channel?,
+        _ = shutdown.cancelled() => return Ok(()),
+    };
     // The same limits as the control plane's end; events are measured before they
     // are queued (`outbound`), so the encoding limit is only a backstop.
     let mut client = WorkerLinkClient::new(channel.clone())

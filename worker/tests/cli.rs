@@ -52,3 +52,59 @@ fn an_unreachable_control_plane_is_reported_after_the_dial_timeout() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_dial_in_worker_stops_at_once_on_sigterm_while_the_control_plane_is_unreachable() {
+    use std::io::BufRead;
+    use std::time::{Duration, Instant};
+    // Port 9 (discard) is closed on loopback: the worker keeps dialling (30 s per
+    // attempt by default, then backoff); SIGTERM must end that at once.
+    let data = tempfile::tempdir().unwrap();
+    let mut child = worker()
+        .args(["--control-plane", "http://127.0.0.1:9", "--data-dir"])
+        .arg(data.path())
+        .env("CHORUS_JOIN_TOKEN", "a-join-token-0123456789")
+        .env("RUST_LOG", "debug")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, dialling) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines.send(line);
+        }
+    });
+    // In its dial loop (after the re-exec that moves the token to a pipe).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(line) = dialling.recv_timeout(left) else {
+            let _ = child.kill();
+            panic!("never started dialling");
+        };
+        if line.contains("control plane not reachable yet") {
+            break;
+        }
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "{status:?}");
+            break;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("still dialling 10 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
