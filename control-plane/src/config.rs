@@ -569,34 +569,11 @@ impl Database {
             && let Some(password) = u.password()
         {
             secrets.push(password.to_string());
-            if let Ok(decoded) = percent_decode(password) {
-                secrets.push(decoded);
-            }
+            // A URL's userinfo is percent-encoded.
+            secrets.push(crate::telemetry::config::percent_decode(password));
         }
         secrets
     }
-}
-
-/// `%XX` sequences decoded (a URL's userinfo is percent-encoded).
-fn percent_decode(text: &str) -> Result<String, std::string::FromUtf8Error> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let Some(byte) = std::str::from_utf8(&bytes[i + 1..i + 3])
-                .ok()
-                .and_then(|hex| u8::from_str_radix(hex, 16).ok())
-        {
-            out.push(byte);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -40,20 +40,9 @@ pub struct LinkServices {
 }
 
 pub struct WorkerLinkService {
-    registry: Arc<Registry>,
-    runs: Arc<Runs>,
-    gate: Arc<ToolGate>,
-    tasks: Arc<TaskLog>,
-    summaries: Arc<WorkerSummarizer>,
-    /// Scrubbed from every event as it arrives.
-    secrets: KnownSecrets,
-    connections: TaskTracker,
-    /// How often workers send a heartbeat.
-    heartbeat_interval: Duration,
-    /// A worker silent this long is hung: its connection is ended, and its
-    /// supervisor then kills and restarts it.
-    silence_limit: Duration,
-    trace_export: Option<TraceExport>,
+    /// What each connection's task is handed.
+    link: Link,
+    welcome: WelcomeParts,
     /// `Some` with the remote launcher: who may dial in, and where they wait.
     dial_in: Option<DialInService>,
 }
@@ -81,16 +70,20 @@ impl WorkerLinkService {
             summaries,
         } = services;
         WorkerLinkService {
-            registry,
-            runs,
-            gate,
-            tasks,
-            summaries,
-            secrets,
-            connections,
-            heartbeat_interval: workers.heartbeat_interval,
-            silence_limit: workers.silence_limit(),
-            trace_export: None,
+            link: Link {
+                registry,
+                runs,
+                gate,
+                tasks,
+                summaries,
+                secrets,
+                connections,
+                silence_limit: workers.silence_limit(),
+            },
+            welcome: WelcomeParts {
+                heartbeat_interval: workers.heartbeat_interval,
+                trace_export: None,
+            },
             dial_in: None,
         }
     }
@@ -104,7 +97,7 @@ impl WorkerLinkService {
     /// Workers are told to export their spans (through this control plane),
     /// labelled with `export`'s resource and their agent.
     pub fn with_trace_export(mut self, export: Option<TraceExport>) -> Self {
-        self.trace_export = export;
+        self.welcome.trace_export = export;
         self
     }
 
@@ -169,19 +162,6 @@ fn outbound(commands: impl Stream<Item = ControlCommand> + Send + 'static) -> Co
 }
 
 impl WorkerLinkService {
-    fn link(&self) -> Link {
-        Link {
-            registry: self.registry.clone(),
-            runs: self.runs.clone(),
-            gate: self.gate.clone(),
-            tasks: self.tasks.clone(),
-            summaries: self.summaries.clone(),
-            secrets: self.secrets.clone(),
-            checks: self.connections.clone(),
-            silence_limit: self.silence_limit,
-        }
-    }
-
     /// A dial-in worker: it waits in the pool, reading only its own keep-alives,
     /// until a supervisor assigns it an agent; then it is that agent's link.
     fn join(
@@ -226,10 +206,10 @@ impl WorkerLinkService {
         let mut inbound = request.into_inner();
         let pool = dial_in.pool.clone();
         let template = dial_in.template.clone();
-        let registry = self.registry.clone();
-        let link = self.link();
-        let this = self.welcome_parts();
-        self.connections.spawn(async move {
+        let registry = self.link.registry.clone();
+        let link = self.link.clone();
+        let this = self.welcome.clone();
+        self.link.connections.spawn(async move {
             let mut assigned = membership.assigned;
             let assignment = loop {
                 tokio::select! {
@@ -281,17 +261,12 @@ impl WorkerLinkService {
         });
         Ok(outbound(commands))
     }
-
-    fn welcome_parts(&self) -> WelcomeParts {
-        WelcomeParts {
-            heartbeat_interval: self.heartbeat_interval,
-            trace_export: self.trace_export.clone(),
-        }
-    }
 }
 
 /// What a Welcome is made of, for a task that outlives the handler's `&self`.
+#[derive(Clone)]
 struct WelcomeParts {
+    /// How often workers send a heartbeat.
     heartbeat_interval: Duration,
     trace_export: Option<TraceExport>,
 }
@@ -327,7 +302,7 @@ impl WorkerLink for WorkerLinkService {
             Caller::Agent { agent, credential } => (agent, credential),
             Caller::DialIn { token } => return self.join(&token, request).map(Response::new),
         };
-        let attachment = self.registry.attach(&agent, &token).map_err(|e| {
+        let attachment = self.link.registry.attach(&agent, &token).map_err(|e| {
             tracing::warn!(%agent, error = %e, "worker refused");
             match e {
                 AttachError::BadCredential(_) => Status::unauthenticated(e.to_string()),
@@ -338,26 +313,32 @@ impl WorkerLink for WorkerLinkService {
         })?;
         let generation = attachment.generation;
         tracing::info!(%agent, generation, "worker attached");
-        let welcome = self.welcome_parts().welcome(&agent, generation, None);
+        let welcome = self.welcome.welcome(&agent, generation, None);
         let commands = futures::stream::once(async move { welcome })
             .chain(UnboundedReceiverStream::new(attachment.commands));
         let inbound = request.into_inner();
-        let link = self.link();
-        self.connections
+        let link = self.link.clone();
+        self.link
+            .connections
             .spawn(async move { link.serve(agent, generation, inbound).await });
         Ok(Response::new(outbound(commands)))
     }
 }
 
-/// One attached worker's connection, as the task that reads it sees the services.
+/// What the task that reads one worker's connection works with.
+#[derive(Clone)]
 struct Link {
     registry: Arc<Registry>,
     runs: Arc<Runs>,
     gate: Arc<ToolGate>,
     tasks: Arc<TaskLog>,
     summaries: Arc<WorkerSummarizer>,
+    /// Scrubbed from every event as it arrives.
     secrets: KnownSecrets,
-    checks: TaskTracker,
+    /// Connection tasks and the tool checks they start (shutdown waits for them).
+    connections: TaskTracker,
+    /// A worker silent this long is hung: its connection is ended, and its
+    /// supervisor then kills and restarts it.
     silence_limit: Duration,
 }
 
@@ -372,7 +353,7 @@ impl Link {
             tasks,
             summaries,
             secrets,
-            checks,
+            connections: checks,
             silence_limit,
         } = self;
         runs.deliver_pending(&agent).await;

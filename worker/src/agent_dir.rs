@@ -63,14 +63,27 @@ pub async fn take(
         _lock: lock,
         dir: dir.to_path_buf(),
     };
-    if fresh {
-        clear(dir)?;
+    // Deleting and writing files can take a while on a large directory: off the
+    // runtime's threads.
+    let laid_out = {
+        let (dir, template) = (dir.to_path_buf(), template.to_vec());
+        tokio::task::spawn_blocking(move || -> Result<bool, String> {
+            if fresh {
+                clear(&dir)?;
+            }
+            if dir.join("workspace/.git").exists() {
+                return Ok(false);
+            }
+            write_template(&dir, &template)?;
+            Ok(true)
+        })
+        .await
+        .map_err(|e| format!("laying out the agent's directory failed: {e}"))??
+    };
+    if laid_out {
+        commit_workspace(&dir.join("workspace")).await?;
     }
-    if dir.join("workspace/.git").exists() {
-        return Ok((held, false));
-    }
-    lay_out(dir, template).await?;
-    Ok((held, true))
+    Ok((held, laid_out))
 }
 
 /// Deletes everything in the agent's directory but the lock.
@@ -110,9 +123,8 @@ fn relative(path: &str) -> Option<PathBuf> {
     plain.then(|| path.to_path_buf())
 }
 
-/// Writes the template's files (those not there yet), the parts every agent needs,
-/// and commits the workspace.
-async fn lay_out(dir: &Path, template: &[TemplateFile]) -> Result<(), String> {
+/// Writes the template's files (those not there yet) and the parts every agent needs.
+fn write_template(dir: &Path, template: &[TemplateFile]) -> Result<(), String> {
     for file in template {
         let Some(path) = relative(&file.path) else {
             return Err(format!(
@@ -140,15 +152,19 @@ async fn lay_out(dir: &Path, template: &[TemplateFile]) -> Result<(), String> {
         std::fs::create_dir_all(&path)
             .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
     }
-    let workspace = dir.join("workspace");
+    Ok(())
+}
+
+/// `git init` and a first commit of what the template put in the workspace.
+async fn commit_workspace(workspace: &Path) -> Result<(), String> {
     git(
-        &workspace,
+        workspace,
         &["init", "--quiet", "--initial-branch=main", "--template="],
     )
     .await?;
-    git(&workspace, &["add", "--all"]).await?;
+    git(workspace, &["add", "--all"]).await?;
     git(
-        &workspace,
+        workspace,
         &[
             "-c",
             "user.name=Chorus",

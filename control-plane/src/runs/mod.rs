@@ -247,21 +247,8 @@ impl Runs {
         user: &str,
         then: OnReceived,
     ) -> Result<Received, StoreError> {
-        self.ask(&agent.name, |reply| actor::Command::Receive {
-            agent: Box::new(agent.clone()),
-            content: content.to_string(),
-            reply_to,
-            user: user.to_string(),
-            trace: HashMap::new(),
-            then: Some(then),
-            reply,
-        })
-        .await
-        .unwrap_or_else(|| {
-            Err(StoreError::Conflict(
-                "the agent's run queue has stopped; restart chorus".into(),
-            ))
-        })
+        self.receive_with(agent, content, reply_to, user, HashMap::new(), Some(then))
+            .await
     }
 
     /// [`Runs::receive`], with the caller's W3C trace context (an HTTP request's
@@ -274,13 +261,26 @@ impl Runs {
         user: &str,
         trace: HashMap<String, String>,
     ) -> Result<Received, StoreError> {
+        self.receive_with(agent, content, reply_to, user, trace, None)
+            .await
+    }
+
+    async fn receive_with(
+        &self,
+        agent: &AgentRecord,
+        content: &str,
+        reply_to: Option<ReplyTo>,
+        user: &str,
+        trace: HashMap<String, String>,
+        then: Option<OnReceived>,
+    ) -> Result<Received, StoreError> {
         self.ask(&agent.name, |reply| actor::Command::Receive {
             agent: Box::new(agent.clone()),
             content: content.to_string(),
             reply_to,
             user: user.to_string(),
             trace,
-            then: None,
+            then,
             reply,
         })
         .await

@@ -157,7 +157,8 @@ fn parse_headers(text: &str) -> Result<Vec<(String, String)>, String> {
         .collect()
 }
 
-fn percent_decode(text: &str) -> String {
+/// `%XX` sequences decoded (OTLP header values, a URL's userinfo).
+pub(crate) fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
