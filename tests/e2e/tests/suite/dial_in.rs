@@ -19,6 +19,8 @@ const JOIN_TOKEN: &str = "join-token-0123456789abcdef";
 struct DialInWorker {
     child: tokio::process::Child,
     log: Arc<Mutex<String>>,
+    /// Copies its stderr into `log`; done at end of file, once the worker exited.
+    reader: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl DialInWorker {
@@ -54,7 +56,7 @@ impl DialInWorker {
             .expect("start chorus-worker");
         let log = Arc::new(Mutex::new(String::new()));
         let stderr = child.stderr.take().expect("stderr");
-        tokio::spawn({
+        let reader = tokio::spawn({
             let log = log.clone();
             async move {
                 let mut lines = BufReader::new(stderr).lines();
@@ -66,11 +68,40 @@ impl DialInWorker {
                 }
             }
         });
-        DialInWorker { child, log }
+        DialInWorker {
+            child,
+            log,
+            reader: Some(reader),
+        }
     }
 
     fn log(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    /// Waits for the worker to exit and for its last lines to be read: the exit is
+    /// seen before the reader has drained the pipe.
+    async fn exited(&mut self, limit: Duration) -> anyhow::Result<std::process::ExitStatus> {
+        let status = tokio::time::timeout(limit, self.child.wait()).await??;
+        if let Some(reader) = self.reader.take() {
+            tokio::time::timeout(limit, reader).await??;
+        }
+        Ok(status)
+    }
+
+    /// Waits until the worker has logged `needle` (lines arrive through a pipe, so
+    /// after whatever the worker did next).
+    async fn wait_log(&self, needle: &str, limit: Duration) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + limit;
+        while !self.log().contains(needle) {
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "the worker never logged {needle:?}: {}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
     }
 
     /// Whether it has taken `agent`'s directory (and whether it laid it out then).
@@ -80,6 +111,30 @@ impl DialInWorker {
             .lines()
             .rfind(|l| l.contains(&format!("serving agent agent={agent} ")))?;
         Some(line.contains("laid_out=true"))
+    }
+}
+
+/// The workers (but `except`) that have taken `agent`'s directory, once at least one
+/// has said so: a worker logs it before it serves the agent, but the line reaches us
+/// through a pipe, possibly after the thread's answer came over HTTP.
+async fn holders(
+    workers: &[DialInWorker],
+    agent: &str,
+    except: Option<usize>,
+) -> anyhow::Result<Vec<usize>> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let held: Vec<usize> = (0..workers.len())
+            .filter(|&i| Some(i) != except && workers[i].served(agent).is_some())
+            .collect();
+        if !held.is_empty() {
+            return Ok(held);
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no worker says it serves {agent}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -135,7 +190,7 @@ async fn agents_run_on_dial_in_workers_and_move_with_their_files_when_theirs_is_
     // A worker with the wrong token is refused and says so.
     let mut stranger =
         DialInWorker::start(&chorus.grpc_url, shared.path(), 1, "not-the-join-token");
-    let status = tokio::time::timeout(Duration::from_secs(20), stranger.child.wait()).await??;
+    let status = stranger.exited(Duration::from_secs(20)).await?;
     assert_eq!(status.code(), Some(3), "{}", stranger.log());
     assert!(
         stranger.log().contains("the join token is not valid"),
@@ -219,9 +274,7 @@ async fn agents_run_on_dial_in_workers_and_move_with_their_files_when_theirs_is_
             shown,
             format!("agents/{agent}/workspace (under the dial-in workers' --data-dir)")
         );
-        let holders: Vec<usize> = (0..workers.len())
-            .filter(|&i| workers[i].served(agent).is_some())
-            .collect();
+        let holders = holders(&workers, agent, None).await?;
         assert_eq!(holders.len(), 1, "{agent} is held by {holders:?}");
         assert_eq!(
             workers[holders[0]].served(agent),
@@ -231,9 +284,7 @@ async fn agents_run_on_dial_in_workers_and_move_with_their_files_when_theirs_is_
     }
 
     // The move: a1's thread waits on its model call when its worker is SIGKILLed.
-    let holder = (0..workers.len())
-        .find(|&i| workers[i].served("a1").is_some())
-        .unwrap();
+    let holder = holders(&workers, "a1", None).await?[0];
     model.push(Reply::Delayed(
         Duration::from_secs(60),
         Box::new(text("too late")),
@@ -261,9 +312,7 @@ async fn agents_run_on_dial_in_workers_and_move_with_their_files_when_theirs_is_
             .any(|(error, content)| !error && content.contains("written by the agent")),
         "the moved agent reads the note it wrote before the move: {results:?}"
     );
-    let now = (0..workers.len())
-        .filter(|&i| i != holder && workers[i].served("a1").is_some())
-        .collect::<Vec<_>>();
+    let now = holders(&workers, "a1", Some(holder)).await?;
     assert_eq!(now.len(), 1, "a1 moved to exactly one other worker");
     assert_eq!(
         workers[now[0]].served("a1"),
@@ -449,22 +498,19 @@ async fn over_mutual_tls_only_workers_with_a_certificate_get_agents() -> anyhow:
         .wait_thread_finished("secure", id, Duration::from_secs(60))
         .await?;
     assert_eq!(thread["status"], "completed", "{thread:#}");
+    with_certificate
+        .wait_log("serving agent agent=secure ", Duration::from_secs(10))
+        .await?;
     assert_eq!(with_certificate.served("secure"), Some(true));
     assert_eq!(without_certificate.served("secure"), None);
     assert_eq!(plaintext.served("secure"), None);
     // Each says what to check.
-    assert!(
-        without_certificate
-            .log()
-            .contains("give --tls-cert and --tls-key"),
-        "{}",
-        without_certificate.log()
-    );
-    assert!(
-        plaintext.log().contains("dial https:// with --tls-ca"),
-        "{}",
-        plaintext.log()
-    );
+    without_certificate
+        .wait_log("give --tls-cert and --tls-key", Duration::from_secs(10))
+        .await?;
+    plaintext
+        .wait_log("dial https:// with --tls-ca", Duration::from_secs(10))
+        .await?;
     assert_eq!(
         std::fs::read_to_string(shared.path().join("agents/secure/workspace/note.txt"))?,
         "written by the agent"
