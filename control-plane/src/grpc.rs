@@ -27,7 +27,7 @@ use crate::runs::Runs;
 use crate::secrets::{KnownSecrets, bearer_token, constant_time_eq};
 use crate::summaries::WorkerSummarizer;
 use crate::tasks::TaskLog;
-use crate::workers::pool::Pool;
+use crate::workers::pool::{Deletion, Job, Pool};
 use crate::workers::registry::{AttachError, Registry};
 
 /// What a worker's events are handed to.
@@ -211,10 +211,10 @@ impl WorkerLinkService {
         let this = self.welcome.clone();
         self.link.connections.spawn(async move {
             let mut assigned = membership.assigned;
-            let assignment = loop {
+            let job = loop {
                 tokio::select! {
-                    assignment = &mut assigned => match assignment {
-                        Ok(assignment) => break assignment,
+                    job = &mut assigned => match job {
+                        Ok(job) => break job,
                         Err(_) => return,
                     },
                     message = inbound.message() => match message {
@@ -226,6 +226,13 @@ impl WorkerLinkService {
                             return;
                         }
                     },
+                }
+            };
+            let assignment = match job {
+                Job::Serve(assignment) => assignment,
+                Job::Delete(deletion) => {
+                    delete_files(deletion, start, inbound, &peer).await;
+                    return;
                 }
             };
             let agent = assignment.agent;
@@ -246,7 +253,7 @@ impl WorkerLinkService {
                 Some(DialIn {
                     credential: Credential(assignment.credential),
                     template: template.as_ref().clone(),
-                    fresh: assignment.fresh,
+                    incarnation: assignment.incarnation,
                 }),
             );
             if start.send((welcome, attachment.commands)).is_err() {
@@ -260,6 +267,56 @@ impl WorkerLinkService {
             link.serve(agent, generation, inbound).await;
         });
         Ok(outbound(commands))
+    }
+}
+
+/// How long an idle dial-in worker gets to delete a destroyed agent's files (a large
+/// workspace takes a while) before its connection is ended and the deletion tried
+/// again later.
+const DELETE_ANSWER_WAIT: Duration = Duration::from_secs(300);
+
+/// An idle dial-in connection lent for one deletion: the command goes out as the
+/// first message, the answer is passed on, and then the stream ends (dropping the
+/// command channel's sender) so the worker joins the pool again.
+async fn delete_files(
+    deletion: Deletion,
+    start: tokio::sync::oneshot::Sender<(
+        ControlCommand,
+        tokio::sync::mpsc::UnboundedReceiver<ControlCommand>,
+    )>,
+    mut inbound: Streaming<WorkerMessage>,
+    peer: &str,
+) {
+    let Deletion {
+        agent,
+        incarnation,
+        done,
+    } = deletion;
+    let (_open, commands) = tokio::sync::mpsc::unbounded_channel();
+    let command = ControlCommand::DeleteAgentFiles {
+        agent: agent.clone(),
+        incarnation,
+    };
+    if start.send((command, commands)).is_err() {
+        return; // `done` dropped: the caller hears the connection ended
+    }
+    tracing::info!(%agent, %peer, "dial-in worker asked to delete a destroyed agent's files");
+    let answer = tokio::time::timeout(DELETE_ANSWER_WAIT, async {
+        loop {
+            let message = inbound.message().await.ok().flatten()?;
+            match Sequenced::try_from(message).map(|s| s.event) {
+                Ok(WorkerEvent::AgentFilesDeleted {
+                    agent: answered,
+                    result,
+                }) if answered == agent => return Some(result),
+                // Hello, keep-alives.
+                _ => continue,
+            }
+        }
+    })
+    .await;
+    if let Ok(Some(result)) = answer {
+        let _ = done.send(result);
     }
 }
 

@@ -87,12 +87,16 @@ impl KnownSecrets {
                 result: Ok(text) | Err(text),
                 ..
             } => self.scrub(text),
+            WorkerEvent::AgentFilesDeleted {
+                result: Err(error), ..
+            } => self.scrub(error),
             // A tool check is left as the model gave it: the gate decides on the real
             // call and redacts what it records itself.
             WorkerEvent::ToolCheck { .. }
             | WorkerEvent::Hello { .. }
             | WorkerEvent::Heartbeat { .. }
             | WorkerEvent::InputTaken { .. }
+            | WorkerEvent::AgentFilesDeleted { result: Ok(_), .. }
             | WorkerEvent::StepEnded(_) => {}
         }
         event

@@ -243,7 +243,7 @@ impl From<ControlCommand> for pb::ControlMessage {
                             executable: f.executable,
                         })
                         .collect(),
-                    fresh: d.fresh,
+                    incarnation: d.incarnation,
                 }),
             }),
             ControlCommand::AssignRun(run) => ControlBody::AssignRun(pb::AssignRun {
@@ -280,6 +280,9 @@ impl From<ControlCommand> for pb::ControlMessage {
                 messages: request.messages.into_iter().map(Into::into).collect(),
                 retry: Some(request.retry.into()),
             }),
+            ControlCommand::DeleteAgentFiles { agent, incarnation } => {
+                ControlBody::DeleteAgentFiles(pb::DeleteAgentFiles { agent, incarnation })
+            }
             ControlCommand::CancelRun { run_id, reason } => {
                 ControlBody::CancelRun(pb::CancelRun { run_id, reason })
             }
@@ -347,7 +350,7 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                             executable: f.executable,
                         })
                         .collect(),
-                    fresh: d.fresh,
+                    incarnation: d.incarnation,
                 }),
             },
             ControlBody::AssignRun(run) => {
@@ -406,6 +409,10 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                     retry: retry_policy(request.retry)?,
                 }))
             }
+            ControlBody::DeleteAgentFiles(d) => ControlCommand::DeleteAgentFiles {
+                agent: d.agent,
+                incarnation: d.incarnation,
+            },
             ControlBody::CancelRun(c) => ControlCommand::CancelRun {
                 run_id: c.run_id,
                 reason: c.reason,
@@ -652,6 +659,17 @@ impl From<Sequenced> for pb::WorkerMessage {
                     error,
                 })
             }
+            WorkerEvent::AgentFilesDeleted { agent, result } => {
+                let (deleted, error) = match result {
+                    Ok(deleted) => (deleted, String::new()),
+                    Err(error) => (false, error),
+                };
+                WorkerBody::AgentFilesDeleted(pb::AgentFilesDeleted {
+                    agent,
+                    deleted,
+                    error,
+                })
+            }
         };
         pb::WorkerMessage {
             body: Some(body),
@@ -737,6 +755,14 @@ impl TryFrom<pb::WorkerMessage> for WorkerEvent {
                     Ok(s.text)
                 } else {
                     Err(s.error)
+                },
+            },
+            WorkerBody::AgentFilesDeleted(d) => WorkerEvent::AgentFilesDeleted {
+                agent: d.agent,
+                result: if d.error.is_empty() {
+                    Ok(d.deleted)
+                } else {
+                    Err(d.error)
                 },
             },
         })
@@ -846,6 +872,14 @@ mod tests {
                 request_id: 5,
                 result: Err("no provider".into()),
             },
+            WorkerEvent::AgentFilesDeleted {
+                agent: "a".into(),
+                result: Ok(true),
+            },
+            WorkerEvent::AgentFilesDeleted {
+                agent: "a".into(),
+                result: Err("held by another worker".into()),
+            },
         ]);
         for (seq, event) in events.into_iter().enumerate() {
             let sequenced = Sequenced {
@@ -881,8 +915,12 @@ mod tests {
                         content: b"hi".to_vec(),
                         executable: true,
                     }],
-                    fresh: true,
+                    incarnation: "0f3a".into(),
                 }),
+            },
+            ControlCommand::DeleteAgentFiles {
+                agent: "a".into(),
+                incarnation: "0f3a".into(),
             },
             ControlCommand::Welcome {
                 agent: "a".into(),

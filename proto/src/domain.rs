@@ -20,8 +20,9 @@ pub struct DialIn {
     pub credential: Credential,
     /// Laid out only where the worker's volume has no directory for the agent yet.
     pub template: Vec<TemplateFile>,
-    /// A new agent: what a destroyed one of the same name left is deleted first.
-    pub fresh: bool,
+    /// Which creation of the agent this is: a directory laid out for another one is
+    /// deleted and laid out again.
+    pub incarnation: String,
 }
 
 /// One file of an agent's template, by relative path.
@@ -307,6 +308,12 @@ pub enum ControlCommand {
     },
     /// Answered by exactly one [`WorkerEvent::Summary`].
     Summarize(Box<SummaryRequest>),
+    /// To an idle dial-in worker: delete a destroyed agent's files if they are that
+    /// incarnation's. Answered by [`WorkerEvent::AgentFilesDeleted`].
+    DeleteAgentFiles {
+        agent: String,
+        incarnation: String,
+    },
     CancelRun {
         run_id: String,
         reason: String,
@@ -537,6 +544,12 @@ pub enum WorkerEvent {
         request_id: u64,
         result: Result<String, String>,
     },
+    /// The answer to [`ControlCommand::DeleteAgentFiles`]: whether there was
+    /// anything of that incarnation to delete, or why it could not be done.
+    AgentFilesDeleted {
+        agent: String,
+        result: Result<bool, String>,
+    },
 }
 
 /// A worker event with its place in its run: `seq` counts a run's events from 1 in
@@ -574,7 +587,8 @@ impl WorkerEvent {
             | WorkerEvent::Heartbeat { .. }
             | WorkerEvent::TaskStarted(_)
             | WorkerEvent::TaskEnded { .. }
-            | WorkerEvent::Summary { .. } => None,
+            | WorkerEvent::Summary { .. }
+            | WorkerEvent::AgentFilesDeleted { .. } => None,
             WorkerEvent::StepStarted(s) => Some(&s.run_id),
             WorkerEvent::StepEnded(s) => Some(&s.run_id),
             WorkerEvent::MessageAppended { run_id, .. }

@@ -106,6 +106,9 @@ fn upper_bound(event: &WorkerEvent) -> usize {
         WorkerEvent::Summary { result, .. } => match result {
             Ok(t) | Err(t) => t.len(),
         },
+        WorkerEvent::AgentFilesDeleted { agent, result } => {
+            agent.len() + result.as_ref().err().map_or(0, String::len)
+        }
     };
     let detail = match event {
         WorkerEvent::TaskEnded { end, .. } => end.status.len() + end.detail.len(),

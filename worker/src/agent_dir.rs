@@ -3,11 +3,17 @@
 //! The directory lives on the worker's volume. On the shared-volume layout every
 //! worker mounts the same volume, so the agent's files are there whichever worker
 //! holds the agent; a new agent's directory is laid out from the template the
-//! control plane sends, once. Invariant: **one worker at a time works in an agent's
-//! directory** — the control plane assigns an agent to one connection at a time,
-//! and the worker also holds an exclusive lock (`flock`) on `<dir>/.chorus-lock`
-//! while it serves the agent, so a worker that has not yet noticed it lost the agent
-//! (a partition) keeps the next one out until it lets go.
+//! control plane sends, once per **incarnation** (each creation of the name without
+//! kept files gets a new one, recorded in `.chorus-incarnation` when the layout is
+//! finished). Invariants: **one worker at a time works in an agent's directory** —
+//! the control plane assigns an agent to one connection at a time, and the worker
+//! also holds an exclusive lock (`flock`) on `<dir>/.chorus-lock` while it serves
+//! the agent or deletes its files, so a worker that has not yet noticed it lost the
+//! agent (a partition) keeps the next one out until it lets go; and **an agent
+//! never works in another incarnation's files**: a directory laid out for another
+//! one (a destroyed agent of the same name), or never finished, is deleted before
+//! the layout, and a deletion asked for a destroyed incarnation leaves a newer one's
+//! directory alone.
 
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
@@ -23,19 +29,115 @@ pub struct Held {
     pub dir: PathBuf,
 }
 
-/// Takes the agent's directory: waits up to `wait` for the lock, then lays the
-/// directory out from `template` if the volume has none yet (a moved agent keeps its
-/// files). `fresh` (a new agent): whatever a destroyed agent of the same name left
-/// is deleted first. Returns whether it was laid out now.
+/// The file that says which incarnation of the agent the directory was laid out for;
+/// written last, so a layout that never finished has none.
+const INCARNATION_FILE: &str = ".chorus-incarnation";
+/// The file a worker holds `flock` on while it works in the directory; never deleted
+/// (a worker waiting on a deleted lock file would hold a lock no one else sees).
+const LOCK_FILE: &str = ".chorus-lock";
+
+/// Takes the agent's directory: waits up to `wait` for the lock, then keeps the
+/// files if they were laid out for this `incarnation` (a moved agent keeps its
+/// files), or deletes what is there (a destroyed agent of the same name's files, a
+/// layout that never finished) and lays the directory out from `template`. Returns
+/// whether it was laid out now.
 pub async fn take(
     dir: &Path,
     template: &[TemplateFile],
-    fresh: bool,
+    incarnation: &str,
     wait: Duration,
 ) -> Result<(Held, bool), String> {
+    check_incarnation(incarnation)?;
     private_dirs(dir)?;
-    let lock_path = dir.join(".chorus-lock");
-    let file = std::fs::OpenOptions::new()
+    let lock = lock(dir, wait).await?;
+    let held = Held {
+        _lock: lock,
+        dir: dir.to_path_buf(),
+    };
+    // Deleting and writing files can take a while on a large directory: off the
+    // runtime's threads.
+    let laid_out = {
+        let (dir, template, incarnation) = (
+            dir.to_path_buf(),
+            template.to_vec(),
+            incarnation.to_string(),
+        );
+        tokio::task::spawn_blocking(move || -> Result<bool, String> {
+            if laid_out_for(&dir)?.as_deref() == Some(incarnation.as_str()) {
+                return Ok(false);
+            }
+            clear(&dir)?;
+            write_template(&dir, &template)?;
+            Ok(true)
+        })
+        .await
+        .map_err(|e| format!("laying out the agent's directory failed: {e}"))??
+    };
+    if laid_out {
+        commit_workspace(&dir.join("workspace")).await?;
+        let marker = dir.join(INCARNATION_FILE);
+        std::fs::write(&marker, incarnation)
+            .map_err(|e| format!("cannot write {}: {e}", marker.display()))?;
+    }
+    Ok((held, laid_out))
+}
+
+/// Deletes a destroyed agent's files if they are `incarnation`'s (or a layout that
+/// never finished); a newer agent of the same name keeps its own. Waits up to `wait`
+/// for the lock: a worker serving an agent of that name holds it. Everything but the
+/// lock file goes. Returns whether anything was deleted.
+pub async fn delete(dir: &Path, incarnation: &str, wait: Duration) -> Result<bool, String> {
+    check_incarnation(incarnation)?;
+    if !dir.is_dir() {
+        return Ok(false);
+    }
+    let lock = lock(dir, wait).await?;
+    let dir = dir.to_path_buf();
+    let incarnation = incarnation.to_string();
+    let deleted = tokio::task::spawn_blocking(move || -> Result<bool, String> {
+        match laid_out_for(&dir)? {
+            Some(other) if other != incarnation => Ok(false),
+            _ => {
+                clear(&dir)?;
+                Ok(true)
+            }
+        }
+    })
+    .await
+    .map_err(|e| format!("deleting the agent's files failed: {e}"))??;
+    drop(lock);
+    Ok(deleted)
+}
+
+/// An incarnation is a short token of letters and digits (it names nothing on disk,
+/// but it is written into a file and compared).
+fn check_incarnation(incarnation: &str) -> Result<(), String> {
+    let plain = !incarnation.is_empty()
+        && incarnation.len() <= 64
+        && incarnation.chars().all(|c| c.is_ascii_alphanumeric());
+    if plain {
+        Ok(())
+    } else {
+        Err(format!(
+            "the control plane sent {incarnation:?} as the agent's incarnation, which is not a token of letters and digits (is it an older chorus?)"
+        ))
+    }
+}
+
+/// Which incarnation the directory was laid out for; `None`: no finished layout.
+fn laid_out_for(dir: &Path) -> Result<Option<String>, String> {
+    let marker = dir.join(INCARNATION_FILE);
+    match std::fs::read_to_string(&marker) {
+        Ok(text) => Ok(Some(text.trim().to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("cannot read {}: {e}", marker.display())),
+    }
+}
+
+/// The exclusive lock on `<dir>/.chorus-lock`, waiting up to `wait` for it.
+async fn lock(dir: &Path, wait: Duration) -> Result<Flock<std::fs::File>, String> {
+    let lock_path = dir.join(LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
@@ -43,10 +145,9 @@ pub async fn take(
         .open(&lock_path)
         .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
     let deadline = Instant::now() + wait;
-    let mut file = file;
-    let lock = loop {
+    loop {
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => break lock,
+            Ok(lock) => return Ok(lock),
             Err((back, nix::errno::Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
                 file = back;
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -58,32 +159,7 @@ pub async fn take(
                 ));
             }
         }
-    };
-    let held = Held {
-        _lock: lock,
-        dir: dir.to_path_buf(),
-    };
-    // Deleting and writing files can take a while on a large directory: off the
-    // runtime's threads.
-    let laid_out = {
-        let (dir, template) = (dir.to_path_buf(), template.to_vec());
-        tokio::task::spawn_blocking(move || -> Result<bool, String> {
-            if fresh {
-                clear(&dir)?;
-            }
-            if dir.join("workspace/.git").exists() {
-                return Ok(false);
-            }
-            write_template(&dir, &template)?;
-            Ok(true)
-        })
-        .await
-        .map_err(|e| format!("laying out the agent's directory failed: {e}"))??
-    };
-    if laid_out {
-        commit_workspace(&dir.join("workspace")).await?;
     }
-    Ok((held, laid_out))
 }
 
 /// Deletes everything in the agent's directory but the lock.
@@ -92,7 +168,7 @@ fn clear(dir: &Path) -> Result<(), String> {
         std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
     for entry in entries {
         let entry = entry.map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
-        if entry.file_name() == ".chorus-lock" {
+        if entry.file_name() == LOCK_FILE {
             continue;
         }
         let path = entry.path();
@@ -226,7 +302,7 @@ mod tests {
     async fn a_new_directory_is_laid_out_once_and_a_second_holder_is_kept_out() {
         let data = tempfile::tempdir().unwrap();
         let dir = data.path().join("agents/a");
-        let (held, laid_out) = take(&dir, &template(), false, Duration::ZERO)
+        let (held, laid_out) = take(&dir, &template(), "one", Duration::ZERO)
             .await
             .unwrap();
         assert!(laid_out);
@@ -241,16 +317,21 @@ mod tests {
         assert_eq!(mode & 0o111, 0o111);
         assert!(dir.join("workspace/.git").is_dir());
         assert!(dir.join("sessions").is_dir());
-        // Another worker cannot take it while this one holds it.
-        let refused = take(&dir, &template(), false, Duration::from_millis(200))
+        // Another worker cannot take it, nor delete it, while this one holds it.
+        let refused = take(&dir, &template(), "one", Duration::from_millis(200))
             .await
             .err()
             .unwrap();
         assert!(refused.contains("held by another worker"), "{refused}");
-        // Once let go, the next holder finds the files and lays nothing out.
+        let refused = delete(&dir, "one", Duration::from_millis(200))
+            .await
+            .err()
+            .unwrap();
+        assert!(refused.contains("held by another worker"), "{refused}");
+        // Once let go, the next holder of the same incarnation finds the files.
         std::fs::write(dir.join("workspace/kept.txt"), "kept").unwrap();
         drop(held);
-        let (held, laid_out) = take(&dir, &template(), false, Duration::ZERO)
+        let (held, laid_out) = take(&dir, &template(), "one", Duration::ZERO)
             .await
             .unwrap();
         assert!(!laid_out);
@@ -259,11 +340,60 @@ mod tests {
             "kept"
         );
         drop(held);
-        // A new agent of the same name starts clean.
-        let (_held, laid_out) = take(&dir, &template(), true, Duration::ZERO).await.unwrap();
+        // A new agent of the same name starts clean, however many tries it took.
+        let (held, laid_out) = take(&dir, &template(), "two", Duration::ZERO)
+            .await
+            .unwrap();
         assert!(laid_out);
         assert!(!dir.join("workspace/kept.txt").exists());
         assert!(dir.join("workspace/run.sh").is_file());
+        std::fs::write(dir.join("workspace/new.txt"), "new").unwrap();
+        drop(held);
+        let (held, laid_out) = take(&dir, &template(), "two", Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(!laid_out);
+        drop(held);
+        // Deleting the destroyed first incarnation's files leaves the second's alone;
+        // deleting the second's leaves only the lock file.
+        assert!(!delete(&dir, "one", Duration::ZERO).await.unwrap());
+        assert!(dir.join("workspace/new.txt").is_file());
+        assert!(delete(&dir, "two", Duration::ZERO).await.unwrap());
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, [LOCK_FILE]);
+        assert!(
+            !delete(&data.path().join("agents/never"), "x", Duration::ZERO)
+                .await
+                .unwrap()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_layout_that_never_finished_is_done_again() {
+        let data = tempfile::tempdir().unwrap();
+        let dir = data.path().join("agents/c");
+        // Files but no incarnation: a worker died while laying it out.
+        std::fs::create_dir_all(dir.join("workspace/.git")).unwrap();
+        std::fs::write(dir.join("workspace/half.txt"), "half").unwrap();
+        let (_held, laid_out) = take(&dir, &template(), "one", Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(laid_out);
+        assert!(!dir.join("workspace/half.txt").exists());
+        assert_eq!(
+            std::fs::read_to_string(dir.join(INCARNATION_FILE)).unwrap(),
+            "one"
+        );
+        for bad in ["", "../x", "a b", &"x".repeat(65)] {
+            let error = take(&dir, &template(), bad, Duration::ZERO)
+                .await
+                .err()
+                .unwrap();
+            assert!(error.contains("incarnation"), "{bad}: {error}");
+        }
     }
 
     #[tokio::test]
@@ -276,7 +406,7 @@ mod tests {
                 executable: false,
             }];
             let dir = data.path().join("agents/b");
-            let error = take(&dir, &template, false, Duration::ZERO)
+            let error = take(&dir, &template, "one", Duration::ZERO)
                 .await
                 .err()
                 .unwrap();

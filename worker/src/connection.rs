@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use chorus_proto::domain::{ControlCommand, Sequenced, WorkerEvent};
 use chorus_proto::limits::MAX_LINK_MESSAGE_BYTES;
-use chorus_proto::wire::{WorkerLinkClient, WorkerMessage};
+use chorus_proto::wire::{ControlMessage, WorkerLinkClient, WorkerMessage};
 use chorus_proto::{AGENT_METADATA_KEY, WORKER_NAME_METADATA_KEY};
 use futures::StreamExt;
 use tokio::sync::mpsc;
@@ -189,6 +189,11 @@ pub enum Identity {
 /// worker that has not yet noticed it lost the agent.
 const DIRECTORY_WAIT: Duration = Duration::from_secs(20);
 
+/// How long a dial-in worker waits for a destroyed agent's directory before it says
+/// it is busy: whoever holds it may be serving a new agent of that name, and the
+/// control plane asks again later if the deletion is still wanted.
+const DELETE_WAIT: Duration = Duration::from_secs(2);
+
 /// How long in-flight runs get to wind down when the worker stops.
 const WIND_DOWN: Duration = Duration::from_secs(3);
 
@@ -349,6 +354,12 @@ pub async fn serve(
                     Duration::from_millis(u64::from(heartbeat_interval_ms.max(500))),
                 )
             }
+            Ok(ControlCommand::DeleteAgentFiles { agent, incarnation })
+                if matches!(options.identity, Identity::DialIn { .. }) =>
+            {
+                delete_agent_files(options, &events, &mut inbound, &agent, &incarnation).await;
+                return Ok(());
+            }
             Ok(other) => {
                 return Err(ConnectionError::Protocol(format!(
                     "expected Welcome first, got {other:?}"
@@ -377,7 +388,7 @@ pub async fn serve(
             let taken = crate::agent_dir::take(
                 &agent_dir,
                 &dial_in.template,
-                dial_in.fresh,
+                &dial_in.incarnation,
                 DIRECTORY_WAIT,
             );
             match taken.await {
@@ -437,4 +448,32 @@ pub async fn serve(
     }
     runner.cancel_all(WIND_DOWN).await;
     Ok(())
+}
+
+/// An idle dial-in worker asked to delete a destroyed agent's files: does it, says
+/// how it went, and waits for the control plane to end the stream (so the answer is
+/// not cut off by our own end); the caller then joins the pool again.
+async fn delete_agent_files(
+    options: &ConnectOptions,
+    events: &EventSink,
+    inbound: &mut tonic::Streaming<ControlMessage>,
+    agent: &str,
+    incarnation: &str,
+) {
+    let result = match agent_dir(&options.data_dir, agent) {
+        Ok(dir) => crate::agent_dir::delete(&dir, incarnation, DELETE_WAIT).await,
+        Err(e) => Err(e.to_string()),
+    };
+    match &result {
+        Ok(deleted) => tracing::info!(%agent, deleted, "deleted a destroyed agent's files"),
+        Err(error) => tracing::warn!(%agent, %error, "cannot delete a destroyed agent's files"),
+    }
+    events.send(WorkerEvent::AgentFilesDeleted {
+        agent: agent.to_string(),
+        result,
+    });
+    let _ = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Ok(Some(_)) = inbound.message().await {}
+    })
+    .await;
 }

@@ -193,6 +193,10 @@ impl Runner {
                 );
             }
             ControlCommand::Welcome { .. } | ControlCommand::Shutdown { .. } => {}
+            // Only an idle dial-in worker's first message; never on an agent's link.
+            ControlCommand::DeleteAgentFiles { agent, .. } => {
+                tracing::warn!(%agent, "a file deletion came on an agent's link; ignored");
+            }
         }
     }
 

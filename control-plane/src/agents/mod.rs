@@ -7,6 +7,7 @@
 //! until they are gone. Any failure in between leaves a state [`AgentService::repair`]
 //! (run at every start) or the next create of the name completes.
 
+mod deletion;
 pub mod files;
 pub mod name;
 
@@ -158,6 +159,15 @@ pub struct AgentService {
     layout: Layout,
     /// Names being created right now, so two creates of one name cannot interleave.
     creating: Mutex<HashSet<String>>,
+    /// Destroyed agents' files being deleted on the dial-in workers' volume.
+    deletions: deletion::Deletions,
+}
+
+/// How far a purge got.
+enum Purged {
+    Done,
+    /// Our records are gone; a dial-in worker deletes the rest when one is free.
+    OnWorkersVolume,
 }
 
 /// Removes a name from the in-progress set however the create ends.
@@ -173,6 +183,14 @@ impl Drop for CreatingGuard<'_> {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.name);
     }
+}
+
+/// A new agent incarnation: 128 random bits, hex.
+fn new_incarnation() -> Result<String, AgentError> {
+    let mut token = crate::secrets::random_token()
+        .map_err(|e| AgentError::Incomplete(format!("the agent was not created: {e}")))?;
+    token.truncate(32);
+    Ok(token)
 }
 
 fn non_blank(field: &str, value: Option<String>) -> Result<Option<String>, AgentError> {
@@ -204,6 +222,7 @@ impl AgentService {
             default_model,
             layout: Layout::Full,
             creating: Mutex::new(HashSet::new()),
+            deletions: deletion::Deletions::default(),
         }
     }
 
@@ -237,7 +256,7 @@ impl AgentService {
     pub async fn start_all_workers(&self) -> Result<usize, StoreError> {
         let agents = self.store.active_agents().await?;
         for agent in &agents {
-            self.workers.start(&agent.name);
+            self.workers.start(&agent.name, &agent.incarnation);
         }
         Ok(agents.len())
     }
@@ -332,11 +351,7 @@ impl AgentService {
             )),
         )
         .await;
-        if reused {
-            self.workers.start(&record.name);
-        } else {
-            self.workers.start_fresh(&record.name);
-        }
+        self.workers.start(&record.name, &record.incarnation);
         tracing::info!(agent = %record.name, reused, "agent created");
         Ok(record)
     }
@@ -511,6 +526,16 @@ impl AgentService {
             config.insert("created_at".into(), Value::from(at.clone()));
         }
         dir.write_config(&config).await?;
+        // Kept files stay the destroyed agent's incarnation, so dial-in workers keep
+        // them too; anything else is a new one.
+        let kept = match reused {
+            true => self.store.agent(name).await?.map(|old| old.incarnation),
+            false => None,
+        };
+        let incarnation = match kept.filter(|kept| !kept.is_empty()) {
+            Some(kept) => kept,
+            None => new_incarnation()?,
+        };
         Ok(self
             .store
             .register_agent_at(
@@ -523,6 +548,7 @@ impl AgentService {
                     network,
                     idle_timeout_secs,
                     discord_channel_id,
+                    incarnation,
                 },
                 &at,
             )
@@ -667,9 +693,9 @@ impl AgentService {
         keep_files: bool,
         user: &str,
     ) -> Result<(), AgentError> {
-        if self.store.active_agent(name).await?.is_none() {
+        let Some(record) = self.store.active_agent(name).await? else {
             return Err(AgentError::NotFound(format!("no agent named '{name}'")));
-        }
+        };
         self.workers.stop(name).await;
         self.runs
             .fail_agent_runs(
@@ -682,7 +708,7 @@ impl AgentService {
             .await;
         if let Err(e) = self.store.mark_agent_destroyed(name, !keep_files).await {
             // Still active: give it its worker back.
-            self.workers.start(name);
+            self.workers.start(name, &record.incarnation);
             return Err(e.into());
         }
         self.audit(
@@ -694,7 +720,7 @@ impl AgentService {
         .await;
         tracing::info!(agent = name, keep_files, "agent destroyed");
         if !keep_files {
-            self.purge(name).await.map_err(|e| {
+            self.purge(name).await.map(drop).map_err(|e| {
                 AgentError::Incomplete(format!(
                     "agent '{name}' is destroyed, but deleting its files failed ({e}); \
                      chorus finishes deleting them at its next start"
@@ -704,18 +730,30 @@ impl AgentService {
         Ok(())
     }
 
-    /// Deletes a destroyed agent's files and clears its `purge_files` mark.
-    async fn purge(&self, name: &str) -> Result<(), AgentError> {
+    /// Deletes a destroyed agent's files and clears its `purge_files` mark. With
+    /// dial-in workers our copy (the records) goes now, and the workspace and docs
+    /// on the workers' volume in the background (see [`deletion`]); the mark stays
+    /// until a worker has deleted them.
+    async fn purge(&self, name: &str) -> Result<Purged, AgentError> {
         self.dir(name).remove().await?;
-        self.store.files_purged(name).await?;
-        Ok(())
+        match self.layout {
+            Layout::Full => {
+                self.store.files_purged(name).await?;
+                Ok(Purged::Done)
+            }
+            Layout::Records => {
+                self.deletions
+                    .start(self.store.clone(), self.workers.clone(), name);
+                Ok(Purged::OnWorkersVolume)
+            }
+        }
     }
 
     /// Finishes deleting the files of a destroyed agent whose deletion did not finish,
     /// before its name is used again.
     async fn finish_purge(&self, name: &str) -> Result<(), AgentError> {
         match self.store.agent(name).await? {
-            Some(agent) if agent.purge_files => self.purge(name).await,
+            Some(agent) if agent.purge_files => self.purge(name).await.map(drop),
             _ => Ok(()),
         }
     }
@@ -728,8 +766,11 @@ impl AgentService {
         let mut done = Vec::new();
         for name in self.store.agents_to_purge().await? {
             match self.purge(&name).await {
-                Ok(()) => done.push(format!(
+                Ok(Purged::Done) => done.push(format!(
                     "{name}: finished deleting the files of the destroyed agent"
+                )),
+                Ok(Purged::OnWorkersVolume) => done.push(format!(
+                    "{name}: deleting the files of the destroyed agent on the dial-in workers' volume (once a worker is free)"
                 )),
                 Err(e) => {
                     tracing::error!(agent = %name, error = %e, "cannot delete the files of a destroyed agent; trying again at the next start")

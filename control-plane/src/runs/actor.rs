@@ -988,7 +988,8 @@ impl AgentActor {
             | WorkerEvent::Heartbeat { .. }
             | WorkerEvent::TaskStarted(_)
             | WorkerEvent::TaskEnded { .. }
-            | WorkerEvent::Summary { .. } => Ok(()),
+            | WorkerEvent::Summary { .. }
+            | WorkerEvent::AgentFilesDeleted { .. } => Ok(()),
         };
         if let Err(e) = result {
             tracing::error!(agent, thread_id, %run_id, error = %e, "cannot record worker event");

@@ -44,6 +44,9 @@ pub struct AgentRecord {
     pub context_cleared_at: Option<String>,
     /// The Discord channel it is bound to (messages there go to it).
     pub discord_channel_id: Option<String>,
+    /// Which creation of the name this is (see `migrations/*/0013_agent_incarnation.sql`):
+    /// dial-in workers keep a directory only for the incarnation it was laid out for.
+    pub incarnation: String,
 }
 
 #[derive(Debug, Clone)]
@@ -56,6 +59,8 @@ pub struct NewAgent {
     pub network: String,
     pub idle_timeout_secs: Option<u64>,
     pub discord_channel_id: Option<String>,
+    /// New for a new agent; the destroyed row's for an agent revived with its kept files.
+    pub incarnation: String,
 }
 
 /// Fields a configure call may change; `None` leaves the field alone.
@@ -100,10 +105,11 @@ fn agent_from_row(row: &AnyRow) -> Result<AgentRecord, StoreError> {
             .map(|v| v.max(0) as u64),
         context_cleared_at: row.try_get("context_cleared_at")?,
         discord_channel_id: row.try_get("discord_channel_id")?,
+        incarnation: row.try_get("incarnation")?,
     })
 }
 
-const AGENT_COLUMNS: &str = "SELECT name, status, model, system_prompt, permissions, on_ask, network, created_at, updated_at, purge_files, idle_timeout_secs, context_cleared_at, discord_channel_id FROM agents";
+const AGENT_COLUMNS: &str = "SELECT name, status, model, system_prompt, permissions, on_ask, network, created_at, updated_at, purge_files, idle_timeout_secs, context_cleared_at, discord_channel_id, incarnation FROM agents";
 
 impl Store {
     /// Registers an agent, or revives the row of a destroyed agent with that name.
@@ -141,7 +147,7 @@ impl Store {
                             "UPDATE agents SET status = 'active', model = $2, system_prompt = $3, \
                              permissions = $4, created_at = $5, updated_at = $5, destroyed_at = NULL, on_ask = $6, \
                              network = $7, purge_files = 0, idle_timeout_secs = $8, \
-                             context_cleared_at = $5, discord_channel_id = $9 \
+                             context_cleared_at = $5, discord_channel_id = $9, incarnation = $10 \
                              WHERE name = $1",
                         )
                         .bind(&agent.name)
@@ -153,14 +159,15 @@ impl Store {
                         .bind(&agent.network)
                         .bind(agent.idle_timeout_secs.map(|v| v as i64))
                         .bind(&agent.discord_channel_id)
+                        .bind(&agent.incarnation)
                         .execute(&mut *tx)
                         .await?;
                     }
                     None => {
                         sqlx::query(
                             "INSERT INTO agents (name, status, model, system_prompt, permissions, on_ask, network, \
-                             created_at, updated_at, idle_timeout_secs, discord_channel_id) \
-                             VALUES ($1, 'active', $2, $3, $4, $6, $7, $5, $5, $8, $9)",
+                             created_at, updated_at, idle_timeout_secs, discord_channel_id, incarnation) \
+                             VALUES ($1, 'active', $2, $3, $4, $6, $7, $5, $5, $8, $9, $10)",
                         )
                         .bind(&agent.name)
                         .bind(&agent.model)
@@ -171,6 +178,7 @@ impl Store {
                         .bind(&agent.network)
                         .bind(agent.idle_timeout_secs.map(|v| v as i64))
                         .bind(&agent.discord_channel_id)
+                        .bind(&agent.incarnation)
                         .execute(&mut *tx)
                         .await?;
                     }
@@ -342,6 +350,7 @@ mod tests {
     fn new_agent(name: &str) -> NewAgent {
         NewAgent {
             discord_channel_id: None,
+            incarnation: "i1".into(),
             name: name.into(),
             model: Some("m".into()),
             system_prompt: "p".into(),
@@ -409,11 +418,13 @@ mod tests {
         let revived = store
             .register_agent(&NewAgent {
                 model: Some("other".into()),
+                incarnation: "i2".into(),
                 ..new_agent("a")
             })
             .await
             .unwrap();
         assert_eq!(revived.status, AgentStatus::Active);
+        assert_eq!(revived.incarnation, "i2", "a new creation of the name");
         assert_eq!(
             revived.context_cleared_at.as_deref(),
             Some(revived.created_at.as_str()),

@@ -127,12 +127,13 @@ macro_rules! migrations {
             (10, "discord channels", "0010_discord_channels.sql"),
             (11, "answers owed", "0011_answers_owed.sql"),
             (12, "run trace", "0012_run_trace.sql"),
+            (13, "agent incarnation", "0013_agent_incarnation.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 12] = match backend {
+    let set: [(i64, &'static str, &'static str); 13] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };
@@ -333,6 +334,7 @@ pub(crate) async fn test_store_with_agent() -> (Store, tempfile::TempDir) {
     store
         .register_agent(&NewAgent {
             discord_channel_id: None,
+            incarnation: "i1".into(),
             name: "a".into(),
             model: None,
             system_prompt: "p".into(),
@@ -391,6 +393,7 @@ mod tests {
         store
             .register_agent(&NewAgent {
                 discord_channel_id: None,
+                incarnation: "i1".into(),
                 name: "a".into(),
                 model: None,
                 system_prompt: "p".into(),

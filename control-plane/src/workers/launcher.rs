@@ -273,14 +273,14 @@ pub struct RemoteWorker {
 impl Launcher {
     /// A worker for `agent`'s generation `generation` holding `credential`. A remote
     /// one is the oldest free dial-in worker; with none free within `wait_free`, the
-    /// launch fails saying so. `fresh`: the agent is new (see `pool::Assignment`).
+    /// launch fails saying so. `incarnation`: see `pool::Assignment`.
     pub async fn launch(
         &self,
         agent: &str,
         generation: Generation,
         credential: &str,
         wait_free: Duration,
-        fresh: bool,
+        incarnation: &str,
     ) -> Result<Worker, LaunchError> {
         match self {
             Launcher::Local(local) => local
@@ -288,11 +288,11 @@ impl Launcher {
                 .await
                 .map(Worker::Local),
             Launcher::Remote(pool) => {
-                let assignment = super::pool::Assignment {
+                let assignment = super::pool::Job::Serve(super::pool::Assignment {
                     agent: agent.to_string(),
                     credential: credential.to_string(),
-                    fresh,
-                };
+                    incarnation: incarnation.to_string(),
+                });
                 match tokio::time::timeout(wait_free, pool.assign(assignment)).await {
                     Ok(peer) => Ok(Worker::Remote(RemoteWorker {
                         peer,

@@ -115,17 +115,9 @@ impl WorkerManager {
     }
 
     /// Starts supervising `agent`'s worker; does nothing if it is already supervised.
-    pub fn start(&self, agent: &str) {
-        self.supervise(agent, false);
-    }
-
-    /// Starts supervising a new agent's worker: a dial-in worker deletes whatever a
-    /// destroyed agent of the same name left on its volume before laying it out.
-    pub fn start_fresh(&self, agent: &str) {
-        self.supervise(agent, true);
-    }
-
-    fn supervise(&self, agent: &str, fresh: bool) {
+    /// `incarnation`: which creation of the agent this is (a dial-in worker keeps
+    /// its directory only if it was laid out for it).
+    pub fn start(&self, agent: &str, incarnation: &str) {
         let mut supervised = self.supervised();
         if supervised.contains_key(agent) {
             return;
@@ -143,7 +135,7 @@ impl WorkerManager {
             lost: self.lost.clone(),
             status: status_tx,
             stop: stop.clone(),
-            fresh: std::sync::atomic::AtomicBool::new(fresh),
+            incarnation: incarnation.to_string(),
         };
         let task = tokio::spawn(supervisor.run());
         supervised.insert(agent.to_string(), Supervised { stop, task, status });
@@ -174,6 +166,39 @@ impl WorkerManager {
             if let Err(e) = entry.task.await {
                 tracing::error!(agent, error = %e, "worker supervisor panicked");
             }
+        }
+    }
+
+    /// Has a free dial-in worker delete a destroyed agent's files from the workers'
+    /// volume, if they are `incarnation`'s. Returns whether there were any and who
+    /// deleted them, or why it could not be done (no worker free within the attach
+    /// wait, the worker went away, or what the worker said). With the local
+    /// launcher there is no such volume: nothing to do.
+    pub async fn delete_files(
+        &self,
+        agent: &str,
+        incarnation: &str,
+    ) -> Result<(bool, String), String> {
+        let Launcher::Remote(pool) = &self.launcher else {
+            return Ok((false, "this control plane".into()));
+        };
+        let (done, answer) = tokio::sync::oneshot::channel();
+        let job = pool::Job::Delete(pool::Deletion {
+            agent: agent.to_string(),
+            incarnation: incarnation.to_string(),
+            done,
+        });
+        let wait = self.settings.attach_timeout;
+        let peer = tokio::time::timeout(wait, pool.assign(job))
+            .await
+            .map_err(|_| format!("no dial-in worker was free within {}", seconds(wait)))?;
+        // The connection's task answers, or drops `done`, within its own deadline.
+        match answer.await {
+            Ok(Ok(deleted)) => Ok((deleted, format!("the dial-in worker from {peer}"))),
+            Ok(Err(error)) => Err(format!("the dial-in worker from {peer}: {error}")),
+            Err(_) => Err(format!(
+                "the dial-in worker from {peer} did not answer (its connection ended or it took too long)"
+            )),
         }
     }
 
@@ -228,8 +253,8 @@ struct Supervisor {
     lost: mpsc::UnboundedSender<WorkerLost>,
     status: watch::Sender<WorkerStatus>,
     stop: CancellationToken,
-    /// The agent is new: its first worker starts from a clean directory.
-    fresh: std::sync::atomic::AtomicBool,
+    /// Which creation of the agent this is.
+    incarnation: String,
 }
 
 enum Ended {
@@ -310,7 +335,7 @@ impl Supervisor {
                 generation,
                 &credential,
                 self.settings.attach_timeout,
-                self.fresh.load(std::sync::atomic::Ordering::Relaxed),
+                &self.incarnation,
             ) => launched,
             _ = self.stop.cancelled() => {
                 self.registry.revoke(&self.agent, generation);
@@ -333,9 +358,6 @@ impl Supervisor {
             }
         };
         drop(credential);
-        // Only the first worker of a new agent starts clean; later ones keep its files.
-        self.fresh
-            .store(false, std::sync::atomic::Ordering::Relaxed);
         if let Some(pid) = worker.pid() {
             self.registry.set_pid(&self.agent, generation, pid);
         }

@@ -5,9 +5,13 @@
 //! agent. Placement is "any free worker", oldest first: the machines, restarts and
 //! scaling are the platform's (Kubernetes, compose), not ours.
 //!
-//! Invariant: an idle connection is handed to at most one supervisor, and a
-//! supervisor gets a connection whose task is alive to receive it (a connection
-//! that went away between being taken and being told is skipped).
+//! An idle connection can also be lent for one errand: deleting a destroyed agent's
+//! files from the workers' volume (the control plane cannot reach it); the
+//! connection then ends and its worker joins again.
+//!
+//! Invariant: an idle connection is handed to at most one job, and a job goes to a
+//! connection whose task is alive to receive it (a connection that went away
+//! between being taken and being told is skipped).
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -20,15 +24,34 @@ use tokio::sync::{Notify, oneshot};
 pub struct Assignment {
     pub agent: String,
     pub credential: String,
-    /// A new agent: the worker deletes what a destroyed one of its name left.
-    pub fresh: bool,
+    /// Which creation of the agent this is: the worker keeps the agent's directory
+    /// only if it was laid out for this one.
+    pub incarnation: String,
+}
+
+/// Deleting a destroyed agent's files, if they are `incarnation`'s.
+#[derive(Debug)]
+pub struct Deletion {
+    pub agent: String,
+    pub incarnation: String,
+    /// Whether there was anything to delete, or why it could not be done.
+    pub done: oneshot::Sender<Result<bool, String>>,
+}
+
+/// What an idle connection is given.
+#[derive(Debug)]
+pub enum Job {
+    /// Serve an agent from now on.
+    Serve(Assignment),
+    /// Delete a destroyed agent's files, answer, and join again.
+    Delete(Deletion),
 }
 
 struct Idle {
     id: u64,
     /// Where the worker dialled from, for the logs.
     peer: String,
-    offer: oneshot::Sender<Assignment>,
+    offer: oneshot::Sender<Job>,
 }
 
 #[derive(Default)]
@@ -44,8 +67,8 @@ pub struct Pool {
 /// An idle connection's place in the pool.
 pub struct Membership {
     pub id: u64,
-    /// Resolves when a supervisor assigns this connection an agent.
-    pub assigned: oneshot::Receiver<Assignment>,
+    /// Resolves when this connection is given a job.
+    pub assigned: oneshot::Receiver<Job>,
 }
 
 impl Pool {
@@ -88,11 +111,11 @@ impl Pool {
         self.idle().len()
     }
 
-    /// Gives `assignment` to the oldest idle worker whose connection is still there,
+    /// Gives `job` to the oldest idle worker whose connection is still there,
     /// waiting for one to join if none is; returns where that worker dialled from.
     /// Cancel-safe: dropping the future assigns nothing.
-    pub async fn assign(&self, assignment: Assignment) -> String {
-        let mut assignment = assignment;
+    pub async fn assign(&self, job: Job) -> String {
+        let mut assignment = job;
         loop {
             // Registered before looking, so a join between the look and the wait
             // still wakes us.
@@ -119,11 +142,18 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn assignment(agent: &str) -> Assignment {
-        Assignment {
+    fn assignment(agent: &str) -> Job {
+        Job::Serve(Assignment {
             agent: agent.into(),
             credential: "c".into(),
-            fresh: false,
+            incarnation: "i".into(),
+        })
+    }
+
+    fn agent(job: Job) -> String {
+        match job {
+            Job::Serve(assignment) => assignment.agent,
+            Job::Delete(deletion) => deletion.agent,
         }
     }
 
@@ -135,7 +165,7 @@ mod tests {
         let second = pool.join("second".into());
         drop(gone.assigned); // its connection ended without leaving: skipped
         assert_eq!(pool.assign(assignment("a")).await, "first");
-        assert_eq!(first.assigned.await.unwrap().agent, "a");
+        assert_eq!(agent(first.assigned.await.unwrap()), "a");
         pool.leave(second.id);
         assert_eq!(pool.idle_count(), 0);
         // Closing lets idle links go; a link that joins after waits for nothing.
@@ -161,6 +191,6 @@ mod tests {
             .expect("assigned once a worker joined")
             .unwrap();
         assert_eq!(peer, "late");
-        assert_eq!(late.assigned.await.unwrap().agent, "b");
+        assert_eq!(agent(late.assigned.await.unwrap()), "b");
     }
 }

@@ -324,27 +324,50 @@ async fn agents_run_on_dial_in_workers_and_move_with_their_files_when_theirs_is_
         wait_running(&chorus, agent, Duration::from_secs(30)).await?;
     }
 
-    // A destroyed agent's name, created again, starts from a clean directory on
-    // the workers' volume, not from the old agent's files.
+    // Destroyed with its files: a free worker deletes them from the workers' volume
+    // (the control plane cannot reach it), which the audit log records.
     let destroyed = chorus
         .api(reqwest::Method::DELETE, "/api/agents/a5")
         .send()
         .await?;
     assert!(destroyed.status().is_success(), "{destroyed:?}");
-    chorus
-        .create_agent_with(json!({"name": "a5", "permissions": "open"}))
-        .await?;
-    let old_note = shared.path().join("agents/a5/workspace/note.txt");
+    let a5 = shared.path().join("agents/a5");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while old_note.exists() {
+    loop {
+        let left: Vec<String> = std::fs::read_dir(&a5)?
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect::<Result<_, _>>()?;
+        if left == [".chorus-lock"] {
+            break;
+        }
         anyhow::ensure!(
             tokio::time::Instant::now() < deadline,
-            "the new a5 still has the old a5's note"
+            "a5's files are still on the workers' volume: {left:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let audited = chorus
+            .query_store(
+                "SELECT detail FROM audit_log WHERE agent_name = 'a5' AND action_string = 'agent:delete_files'",
+            )
+            .await?;
+        if audited.contains("deleted from the dial-in workers' volume by the dial-in worker from") {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no audit entry for the deletion: {audited:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Created again, the name starts from a fresh layout.
+    chorus
+        .create_agent_with(json!({"name": "a5", "permissions": "open"}))
+        .await?;
     wait_running(&chorus, "a5", Duration::from_secs(30)).await?;
-    let new_git = shared.path().join("agents/a5/workspace/.git");
+    let new_git = a5.join("workspace/.git");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while !new_git.is_dir() {
         anyhow::ensure!(
@@ -353,6 +376,32 @@ async fn agents_run_on_dial_in_workers_and_move_with_their_files_when_theirs_is_
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    assert!(!a5.join("workspace/note.txt").exists());
+
+    // Destroyed keeping its files, and created again: the files are the new agent's.
+    let destroyed = chorus
+        .api(reqwest::Method::DELETE, "/api/agents/a4?keep_files=true")
+        .send()
+        .await?;
+    assert!(destroyed.status().is_success(), "{destroyed:?}");
+    chorus
+        .create_agent_with(json!({"name": "a4", "permissions": "open"}))
+        .await?;
+    wait_running(&chorus, "a4", Duration::from_secs(30)).await?;
+    model.push(tool_call("v2", "view", json!({"path": "note.txt"})));
+    model.push(text("Still here."));
+    let id = chorus.send_message("a4", "read your note").await?;
+    let thread = chorus
+        .wait_thread_finished("a4", id, Duration::from_secs(60))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let results = tool_results(&thread);
+    assert!(
+        results
+            .iter()
+            .any(|(error, content)| !error && content.contains("written by the agent")),
+        "the revived agent reads its kept note: {results:?}"
+    );
     Ok(())
 }
 
