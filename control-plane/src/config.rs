@@ -507,6 +507,25 @@ pub enum Database {
     Postgres(Secret),
 }
 
+/// What TLS the connection to Postgres has, by the URL's `sslmode` (libpq's
+/// meanings; `prefer` when unset), for people.
+fn postgres_tls(url: &reqwest::Url) -> &'static str {
+    let mode = url
+        .query_pairs()
+        .find(|(key, _)| key == "sslmode")
+        .map(|(_, value)| value.to_ascii_lowercase());
+    match mode.as_deref() {
+        Some("disable") => "no TLS",
+        None | Some("allow") | Some("prefer") => {
+            "TLS if the server offers it, unverified (sslmode=verify-full to require a verified server)"
+        }
+        Some("require") => "TLS, server not verified",
+        Some("verify-ca") => "TLS, verifying the server's CA",
+        Some("verify-full") => "TLS, verifying the server",
+        Some(_) => "sslmode not understood",
+    }
+}
+
 impl Database {
     /// `DATABASE_URL` (or `[store] database_url`): Postgres for `postgres://` or
     /// `postgresql://`; anything else is refused without echoing the URL (it may hold
@@ -544,14 +563,15 @@ impl Database {
             Database::Sqlite => format!("SQLite, {}", data_dir.join("chorus.db").display()),
             Database::Postgres(url) => match reqwest::Url::parse(url.expose()) {
                 Ok(u) => format!(
-                    "Postgres, {}{}{}{}",
+                    "Postgres, {}{}{}{}, {}",
                     match u.username() {
                         "" => String::new(),
                         user => format!("{user}@"),
                     },
                     u.host_str().unwrap_or(""),
                     u.port().map(|p| format!(":{p}")).unwrap_or_default(),
-                    u.path()
+                    u.path(),
+                    postgres_tls(&u),
                 ),
                 Err(_) => "Postgres".to_string(),
             },
@@ -995,18 +1015,21 @@ mod tests {
         let s = resolve("", &[("DATABASE_URL", url)]).unwrap();
         assert_eq!(s.database, Database::Postgres(Secret::new(url)));
         let shown = s.database.describe(Path::new("/d"));
-        assert_eq!(shown, "Postgres, chorus@db.internal:5433/chorus");
+        assert_eq!(
+            shown,
+            "Postgres, chorus@db.internal:5433/chorus, TLS if the server offers it, unverified (sslmode=verify-full to require a verified server)"
+        );
         assert!(!format!("{s:?}").contains("p%40ss"), "Debug hides it");
         let secrets = s.database.secrets();
         assert!(secrets.contains(&"p@ss word".to_string()), "{secrets:?}");
         assert!(secrets.contains(&"p%40ss%20word".to_string()));
         assert!(secrets.contains(&url.to_string()));
         // The environment wins over the file.
-        let file = "[store]\ndatabase_url = \"postgresql://a@file-host/x\"\n";
+        let file = "[store]\ndatabase_url = \"postgresql://a@file-host/x?sslmode=verify-full&sslrootcert=/ca.pem\"\n";
         let s = resolve(file, &[]).unwrap();
         assert_eq!(
             s.database.describe(Path::new("/d")),
-            "Postgres, a@file-host/x"
+            "Postgres, a@file-host/x, TLS, verifying the server"
         );
         let s = resolve(file, &[("DATABASE_URL", url)]).unwrap();
         assert_eq!(s.database, Database::Postgres(Secret::new(url)));

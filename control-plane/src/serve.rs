@@ -509,11 +509,21 @@ async fn open_store(settings: &Settings, data_dir: &Path) -> anyhow::Result<Stor
         }
         Database::Postgres(url) => Store::open_postgres(url.expose()).await,
     };
-    opened.with_context(|| {
-        format!(
-            "cannot open the database ({})",
+    opened.map_err(|e| {
+        // A refused certificate is the one failure people cannot guess the fix of.
+        let tls = matches!(settings.database, Database::Postgres(_)) && {
+            let text = format!("{e:#}").to_ascii_lowercase();
+            ["certificate", "tls", "ssl"].iter().any(|w| text.contains(w))
+        };
+        let hint = if tls {
+            "; a TLS problem: with sslmode=verify-full (or verify-ca) name the CA that signed the server's certificate as sslrootcert=<file> in DATABASE_URL"
+        } else {
+            ""
+        };
+        anyhow::Error::new(e).context(format!(
+            "cannot open the database ({}){hint}",
             settings.database.describe(data_dir)
-        )
+        ))
     })
 }
 

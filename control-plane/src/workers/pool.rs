@@ -2,8 +2,10 @@
 //!
 //! A worker started on its own (a container, a pod) attaches with the join token and
 //! no agent; its connection waits here, idle, until a supervisor takes it for an
-//! agent. Placement is "any free worker", oldest first: the machines, restarts and
-//! scaling are the platform's (Kubernetes, compose), not ours.
+//! agent. Placement is "any free worker", spread: the worker (as it names itself,
+//! host and pid) with the most idle links gets the agent, its oldest link first, so
+//! agents spread across workers and one worker's death moves as few as it can. The
+//! machines, restarts and scaling are the platform's (Kubernetes, compose), not ours.
 //!
 //! An idle connection can also be lent for one errand: deleting a destroyed agent's
 //! files from the workers' volume (the control plane cannot reach it); the
@@ -123,7 +125,7 @@ impl Pool {
             tokio::pin!(joined);
             joined.as_mut().enable();
             loop {
-                let Some(idle) = self.idle().pop_front() else {
+                let Some(idle) = take_most_free(&mut self.idle()) else {
                     break;
                 };
                 match idle.offer.send(assignment) {
@@ -135,6 +137,23 @@ impl Pool {
             joined.await;
         }
     }
+}
+
+/// The oldest link of the worker with the most idle links (after dropping links
+/// whose connection is gone).
+fn take_most_free(idle: &mut VecDeque<Idle>) -> Option<Idle> {
+    idle.retain(|link| !link.offer.is_closed());
+    let mut free: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for link in idle.iter() {
+        *free.entry(link.peer.as_str()).or_default() += 1;
+    }
+    // Most free first; among equals the earliest in the queue (the oldest).
+    let chosen = idle
+        .iter()
+        .enumerate()
+        .max_by_key(|(position, link)| (free[link.peer.as_str()], std::cmp::Reverse(*position)))
+        .map(|(position, _)| position)?;
+    idle.remove(chosen)
 }
 
 #[cfg(test)]
@@ -155,6 +174,30 @@ mod tests {
             Job::Serve(assignment) => assignment.agent,
             Job::Delete(deletion) => deletion.agent,
         }
+    }
+
+    #[tokio::test]
+    async fn agents_spread_across_workers() {
+        let pool = Pool::default();
+        // Two workers with three links each, joined one after the other.
+        let links: Vec<(&str, Membership)> = ["w1", "w1", "w1", "w2", "w2", "w2"]
+            .into_iter()
+            .map(|peer| (peer, pool.join(peer.into())))
+            .collect();
+        let mut placed = Vec::new();
+        for agent in ["a", "b", "c", "d"] {
+            placed.push(pool.assign(assignment(agent)).await);
+        }
+        assert_eq!(placed, ["w1", "w2", "w1", "w2"], "spread, not filled up");
+        // The oldest link of a worker goes first.
+        let (_, first) = links.into_iter().next().unwrap();
+        assert_eq!(agent(first.assigned.await.unwrap()), "a");
+        // A worker whose links went away gets nothing.
+        let pool = Pool::default();
+        let gone: Vec<Membership> = (0..3).map(|_| pool.join("gone".into())).collect();
+        let _kept = pool.join("here".into());
+        drop(gone);
+        assert_eq!(pool.assign(assignment("e")).await, "here");
     }
 
     #[tokio::test]

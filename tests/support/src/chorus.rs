@@ -39,6 +39,8 @@ pub struct ChorusBuilder {
     /// Keep the store in SQLite even when the suite runs on Postgres (a test that
     /// looks at the database file itself).
     sqlite: bool,
+    /// Appended to the Postgres `DATABASE_URL` chorus gets, as its query.
+    database_options: Option<String>,
     /// Where workers dial (`--grpc-addr`); by default any free port.
     grpc_addr: Option<String>,
 }
@@ -145,6 +147,13 @@ impl ChorusBuilder {
         self
     }
 
+    /// Connection options for Postgres (e.g. `sslmode=verify-full&sslrootcert=…`),
+    /// appended to the `DATABASE_URL` chorus gets; nothing on SQLite.
+    pub fn database_options(mut self, query: &str) -> Self {
+        self.database_options = Some(query.to_string());
+        self
+    }
+
     /// Keeps this chorus on SQLite even when the suite runs on Postgres.
     pub fn sqlite(mut self) -> Self {
         self.sqlite = true;
@@ -189,7 +198,10 @@ impl ChorusBuilder {
             None => None,
         };
         if let Some(url) = &database_url {
-            command.env("DATABASE_URL", url);
+            match &self.database_options {
+                Some(query) => command.env("DATABASE_URL", format!("{url}?{query}")),
+                None => command.env("DATABASE_URL", url),
+            };
         }
         if let Some(toml) = &self.config {
             let parent = data_dir.parent().unwrap_or(&data_dir).to_path_buf();
@@ -286,6 +298,7 @@ impl Chorus {
             api_token: Some(TEST_TOKEN.to_string()),
             config: None,
             sqlite: false,
+            database_options: None,
             grpc_addr: None,
         }
     }

@@ -253,7 +253,7 @@ async fn an_unreachable_postgres_is_a_clear_error_without_the_password() -> anyh
         .context("chorus started without its database")?
         .to_string();
     assert!(
-        refused.contains("cannot open the database (Postgres, chorus@127.0.0.1:1/chorus)"),
+        refused.contains("cannot open the database (Postgres, chorus@127.0.0.1:1/chorus, TLS if"),
         "{refused}"
     );
     assert!(!refused.contains("hunter2-db-secret"), "{refused}");
@@ -272,5 +272,63 @@ async fn an_unreachable_postgres_is_a_clear_error_without_the_password() -> anyh
         "{refused}"
     );
     assert!(!refused.contains("hunter2-db-secret"), "{refused}");
+    Ok(())
+}
+
+/// With `sslmode=verify-full` and the server's CA in `sslrootcert`, every connection
+/// chorus keeps to Postgres is TLS, and `chorus status` says so; a server chorus
+/// cannot verify is refused at start, saying what to check and without the password.
+/// Runs where the suite runs on Postgres (`.ci/run` starts its server with TLS and
+/// names the CA in `CHORUS_TEST_POSTGRES_CA`).
+#[tokio::test]
+async fn postgres_is_reached_over_verified_tls() -> anyhow::Result<()> {
+    if chorus_test_support::chorus::test_postgres().is_none() {
+        return Ok(()); // on SQLite: no server to reach
+    }
+    let ca = std::env::var("CHORUS_TEST_POSTGRES_CA").context(
+        "CHORUS_TEST_POSTGRES_CA: the CA of the test Postgres server's certificate (.ci/run starts one with TLS)",
+    )?;
+    let chorus = Chorus::builder()
+        .database_options(&format!("sslmode=verify-full&sslrootcert={ca}"))
+        .start()
+        .await?;
+    assert!(
+        chorus.output().contains("/chorus_e2e_")
+            && chorus.output().contains(", TLS, verifying the server"),
+        "{}",
+        chorus.output()
+    );
+    chorus
+        .create_agent_with(json!({"name": "secure", "permissions": "open"}))
+        .await?;
+    let connections = chorus
+        .query_store(
+            "SELECT count(*), count(*) FILTER (WHERE s.ssl) FROM pg_stat_activity a \
+             JOIN pg_stat_ssl s ON s.pid = a.pid \
+             WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()",
+        )
+        .await?;
+    let (all, encrypted) = connections.trim().split_once('|').context("two counts")?;
+    assert!(
+        all.parse::<u32>()? > 0,
+        "chorus holds connections: {connections}"
+    );
+    assert_eq!(all, encrypted, "every connection is TLS: {connections}");
+    drop(chorus);
+
+    // Without the CA the server's certificate is not trusted.
+    let refused = Chorus::builder()
+        .database_options("sslmode=verify-full")
+        .start()
+        .await
+        .err()
+        .context("chorus trusted a certificate it cannot verify")?
+        .to_string();
+    assert!(refused.contains("cannot open the database"), "{refused}");
+    assert!(refused.contains("sslrootcert"), "{refused}");
+    assert!(
+        !refused.contains(chorus_test_support::chorus::TEST_DB_PASSWORD),
+        "{refused}"
+    );
     Ok(())
 }
