@@ -191,8 +191,6 @@ impl WorkerLinkService {
             })
             .filter(|name| !name.is_empty())
             .unwrap_or_else(|| "an unnamed worker".into());
-        let membership = dial_in.pool.join(peer.clone());
-        tracing::info!(%peer, idle = dial_in.pool.idle_count(), "dial-in worker joined the pool");
         let (start, started) = tokio::sync::oneshot::channel::<(
             ControlCommand,
             tokio::sync::mpsc::UnboundedReceiver<ControlCommand>,
@@ -210,6 +208,28 @@ impl WorkerLinkService {
         let link = self.link.clone();
         let this = self.welcome.clone();
         self.link.connections.spawn(async move {
+            // Its Hello names the agents' directories on its volume (placement).
+            let hello = tokio::time::timeout(HELLO_WAIT, inbound.message()).await;
+            let directories = match hello {
+                Ok(Ok(Some(message))) => match Sequenced::try_from(message) {
+                    Ok(Sequenced {
+                        event: WorkerEvent::Hello { directories, .. },
+                        ..
+                    }) => directories,
+                    _ => {
+                        tracing::warn!(%peer, "a dial-in worker's first message was not its Hello; closing its link");
+                        return;
+                    }
+                },
+                Ok(_) => return, // it went away
+                Err(_) => {
+                    tracing::warn!(%peer, "a dial-in worker sent no Hello within {HELLO_WAIT:?}; closing its link");
+                    return;
+                }
+            };
+            let holds = directories.len();
+            let membership = pool.join(peer.clone(), directories);
+            tracing::info!(%peer, idle = pool.idle_count(), directories = holds, "dial-in worker joined the pool");
             let mut assigned = membership.assigned;
             let job = loop {
                 tokio::select! {
@@ -269,6 +289,9 @@ impl WorkerLinkService {
         Ok(outbound(commands))
     }
 }
+
+/// How long a dial-in worker has to send its Hello after connecting.
+const HELLO_WAIT: Duration = Duration::from_secs(10);
 
 /// How long an idle dial-in worker gets to delete a destroyed agent's files (a large
 /// workspace takes a while) before its connection is ended and the deletion tried
@@ -455,6 +478,7 @@ impl Link {
             if let WorkerEvent::Hello {
                 worker_version,
                 pid,
+                ..
             } = &event
             {
                 tracing::info!(%agent, generation, %worker_version, pid, "worker ready");

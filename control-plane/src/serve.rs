@@ -208,7 +208,7 @@ pub async fn start(
     }
     let (launcher, dial_in) = match (settings.workers.launcher, &settings.workers.join_token) {
         (LauncherKind::Remote, Some(join_token)) => {
-            let pool = Arc::new(Pool::default());
+            let pool = Arc::new(Pool::new(crate::workers::pool::REJOIN_GRACE));
             let template =
                 crate::agents::files::template_files(settings.template_dir.as_deref())
                     .context("cannot read the agents' template to send to dial-in workers")?;

@@ -4,10 +4,10 @@
 //! required part is a [`ProtocolError`], never a silently defaulted value.
 
 use crate::domain::{
-    AgentChange, AgentSettings, ChatMessage, ControlCommand, Credential, DialIn, FailureKind,
-    Input, ModelRoute, ResourceLimits, RetryPolicy, Role, RunAssignment, SandboxPolicy, Sequenced,
-    StepEnded, StepKind, StepStarted, SummaryRequest, TaskEnd, TaskReport, TemplateFile, ToolCall,
-    ToolDecision, ToolResult, TraceExport, Usage, WorkerEvent,
+    AgentChange, AgentDirectory, AgentSettings, ChatMessage, ControlCommand, Credential, DialIn,
+    FailureKind, Input, ModelRoute, ResourceLimits, RetryPolicy, Role, RunAssignment,
+    SandboxPolicy, Sequenced, StepEnded, StepKind, StepStarted, SummaryRequest, TaskEnd,
+    TaskReport, TemplateFile, ToolCall, ToolDecision, ToolResult, TraceExport, Usage, WorkerEvent,
 };
 use crate::generated as pb;
 use pb::control_message::Body as ControlBody;
@@ -578,9 +578,17 @@ impl From<Sequenced> for pb::WorkerMessage {
             WorkerEvent::Hello {
                 worker_version,
                 pid,
+                directories,
             } => WorkerBody::Hello(pb::Hello {
                 worker_version,
                 pid,
+                directories: directories
+                    .into_iter()
+                    .map(|d| pb::AgentDirectory {
+                        agent: d.agent,
+                        incarnation: d.incarnation,
+                    })
+                    .collect(),
             }),
             WorkerEvent::Heartbeat { active_runs } => {
                 WorkerBody::Heartbeat(pb::Heartbeat { active_runs })
@@ -689,6 +697,14 @@ impl TryFrom<pb::WorkerMessage> for WorkerEvent {
             WorkerBody::Hello(h) => WorkerEvent::Hello {
                 worker_version: h.worker_version,
                 pid: h.pid,
+                directories: h
+                    .directories
+                    .into_iter()
+                    .map(|d| AgentDirectory {
+                        agent: d.agent,
+                        incarnation: d.incarnation,
+                    })
+                    .collect(),
             },
             WorkerBody::Heartbeat(h) => WorkerEvent::Heartbeat {
                 active_runs: h.active_runs,
@@ -788,6 +804,10 @@ mod tests {
             WorkerEvent::Hello {
                 worker_version: "0.1.0".into(),
                 pid: 42,
+                directories: vec![AgentDirectory {
+                    agent: "a".into(),
+                    incarnation: "0f3a".into(),
+                }],
             },
             WorkerEvent::Heartbeat { active_runs: 2 },
             WorkerEvent::StepStarted(StepStarted {

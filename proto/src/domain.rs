@@ -25,6 +25,13 @@ pub struct DialIn {
     pub incarnation: String,
 }
 
+/// An agent's directory on a dial-in worker's volume, laid out for `incarnation`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AgentDirectory {
+    pub agent: String,
+    pub incarnation: String,
+}
+
 /// One file of an agent's template, by relative path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TemplateFile {
@@ -493,6 +500,8 @@ pub enum WorkerEvent {
     Hello {
         worker_version: String,
         pid: u32,
+        /// A dial-in worker's volume: the agents' directories it holds.
+        directories: Vec<AgentDirectory>,
     },
     Heartbeat {
         active_runs: u32,

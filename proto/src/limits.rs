@@ -70,7 +70,17 @@ fn message_bound(m: &ChatMessage) -> usize {
 /// At least the encoded size of `event`, and never much more.
 fn upper_bound(event: &WorkerEvent) -> usize {
     let text = match event {
-        WorkerEvent::Hello { worker_version, .. } => worker_version.len(),
+        WorkerEvent::Hello {
+            worker_version,
+            directories,
+            ..
+        } => {
+            worker_version.len()
+                + directories
+                    .iter()
+                    .map(|d| d.agent.len() + d.incarnation.len() + 4 * FIELD)
+                    .sum::<usize>()
+        }
         WorkerEvent::Heartbeat { .. } | WorkerEvent::TaskEnded { .. } => 0,
         WorkerEvent::StepStarted(s) => s.run_id.len() + s.description.len(),
         WorkerEvent::StepEnded(s) => s.run_id.len(),

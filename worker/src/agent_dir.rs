@@ -19,7 +19,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use chorus_proto::domain::TemplateFile;
+use chorus_proto::domain::{AgentDirectory, TemplateFile};
 use nix::fcntl::{Flock, FlockArg};
 use tokio::process::Command;
 
@@ -107,6 +107,40 @@ pub async fn delete(dir: &Path, incarnation: &str, wait: Duration) -> Result<boo
     .map_err(|e| format!("deleting the agent's files failed: {e}"))??;
     drop(lock);
     Ok(deleted)
+}
+
+/// At most this many directories are named in a dial-in worker's Hello (the rest
+/// are still used; the control plane only cannot prefer this worker for them).
+const MAX_ADVERTISED: usize = 10_000;
+
+/// The agents' directories on the volume under `data_dir` with a finished layout,
+/// and the incarnation each was laid out for: what a dial-in worker tells the
+/// control plane when it joins, so agents are placed where their files are.
+pub fn directories(data_dir: &Path) -> Vec<AgentDirectory> {
+    let Ok(entries) = std::fs::read_dir(data_dir.join("agents")) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let Some(agent) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let Ok(Some(incarnation)) = laid_out_for(&entry.path()) else {
+            continue;
+        };
+        if check_incarnation(&incarnation).is_err() {
+            continue;
+        }
+        if found.len() == MAX_ADVERTISED {
+            tracing::warn!(
+                limit = MAX_ADVERTISED,
+                "more agents' directories on this volume than a join names; placement by files covers the first"
+            );
+            break;
+        }
+        found.push(AgentDirectory { agent, incarnation });
+    }
+    found
 }
 
 /// An incarnation is a short token of letters and digits (it names nothing on disk,
@@ -368,6 +402,45 @@ mod tests {
             !delete(&data.path().join("agents/never"), "x", Duration::ZERO)
                 .await
                 .unwrap()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_worker_names_the_finished_directories_on_its_volume() {
+        let data = tempfile::tempdir().unwrap();
+        assert!(directories(data.path()).is_empty(), "no agents/ yet");
+        let (_a, _) = take(
+            &data.path().join("agents/a"),
+            &template(),
+            "one",
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+        let (_b, _) = take(
+            &data.path().join("agents/b"),
+            &template(),
+            "two",
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+        // Unfinished: no incarnation yet.
+        std::fs::create_dir_all(data.path().join("agents/c/workspace")).unwrap();
+        let mut found = directories(data.path());
+        found.sort_by(|x, y| x.agent.cmp(&y.agent));
+        assert_eq!(
+            found,
+            [
+                AgentDirectory {
+                    agent: "a".into(),
+                    incarnation: "one".into()
+                },
+                AgentDirectory {
+                    agent: "b".into(),
+                    incarnation: "two".into()
+                },
+            ]
         );
     }
 

@@ -271,9 +271,21 @@ pub async fn serve(
     // each run's events in the order they are queued.
     let (events_tx, events_rx) = mpsc::unbounded_channel::<Sequenced>();
     let events = EventSink::new(events_tx);
+    // A dial-in worker names the agents' directories on its volume, so the control
+    // plane can place agents where their files are.
+    let directories = match options.identity {
+        Identity::DialIn { .. } => {
+            let data_dir = options.data_dir.clone();
+            tokio::task::spawn_blocking(move || crate::agent_dir::directories(&data_dir))
+                .await
+                .unwrap_or_default()
+        }
+        Identity::Agent { .. } => Vec::new(),
+    };
     events.send(WorkerEvent::Hello {
         worker_version: env!("CARGO_PKG_VERSION").to_string(),
         pid: std::process::id(),
+        directories,
     });
     let outbound = UnboundedReceiverStream::new(events_rx).map(WorkerMessage::from);
     let mut request = tonic::Request::new(outbound);

@@ -23,7 +23,7 @@ use crate::permissions::{PermissionsSetting, Profile};
 use crate::providers::catalog::Catalog;
 use crate::runs::Runs;
 use crate::store::{AgentRecord, AgentUpdate, AuditEntry, NewAgent, Store, StoreError};
-use crate::workers::WorkerManager;
+use crate::workers::{AgentFiles, WorkerManager};
 use chorus_proto::domain::{AgentChange, Failure, FailureKind};
 use files::{AgentDir, FilesError, Layout};
 use name::NameError;
@@ -256,7 +256,8 @@ impl AgentService {
     pub async fn start_all_workers(&self) -> Result<usize, StoreError> {
         let agents = self.store.active_agents().await?;
         for agent in &agents {
-            self.workers.start(&agent.name, &agent.incarnation);
+            self.workers
+                .start(&agent.name, &agent.incarnation, AgentFiles::MayExist);
         }
         Ok(agents.len())
     }
@@ -351,7 +352,11 @@ impl AgentService {
             )),
         )
         .await;
-        self.workers.start(&record.name, &record.incarnation);
+        let files = match reused {
+            true => AgentFiles::MayExist,
+            false => AgentFiles::New,
+        };
+        self.workers.start(&record.name, &record.incarnation, files);
         tracing::info!(agent = %record.name, reused, "agent created");
         Ok(record)
     }
@@ -708,7 +713,8 @@ impl AgentService {
             .await;
         if let Err(e) = self.store.mark_agent_destroyed(name, !keep_files).await {
             // Still active: give it its worker back.
-            self.workers.start(name, &record.incarnation);
+            self.workers
+                .start(name, &record.incarnation, AgentFiles::MayExist);
             return Err(e.into());
         }
         self.audit(

@@ -273,7 +273,7 @@ pub struct RemoteWorker {
 impl Launcher {
     /// A worker for `agent`'s generation `generation` holding `credential`. A remote
     /// one is the oldest free dial-in worker; with none free within `wait_free`, the
-    /// launch fails saying so. `incarnation`: see `pool::Assignment`.
+    /// launch fails saying so. `incarnation`, `may_have_files`: see `pool::Assignment`.
     pub async fn launch(
         &self,
         agent: &str,
@@ -281,6 +281,7 @@ impl Launcher {
         credential: &str,
         wait_free: Duration,
         incarnation: &str,
+        may_have_files: bool,
     ) -> Result<Worker, LaunchError> {
         match self {
             Launcher::Local(local) => local
@@ -292,10 +293,14 @@ impl Launcher {
                     agent: agent.to_string(),
                     credential: credential.to_string(),
                     incarnation: incarnation.to_string(),
+                    may_have_files,
                 });
                 match tokio::time::timeout(wait_free, pool.assign(assignment)).await {
-                    Ok(peer) => Ok(Worker::Remote(RemoteWorker {
-                        peer,
+                    Ok((peer, holds)) => Ok(Worker::Remote(RemoteWorker {
+                        peer: match holds {
+                            true => format!("{peer}, where its files are"),
+                            false => peer,
+                        },
                         released: Default::default(),
                     })),
                     Err(_) => Err(LaunchError::NoFreeWorker(wait_free)),

@@ -116,8 +116,10 @@ impl WorkerManager {
 
     /// Starts supervising `agent`'s worker; does nothing if it is already supervised.
     /// `incarnation`: which creation of the agent this is (a dial-in worker keeps
-    /// its directory only if it was laid out for it).
-    pub fn start(&self, agent: &str, incarnation: &str) {
+    /// its directory only if it was laid out for it); `files`: whether a worker's
+    /// volume may hold them already (placement waits a little for that worker right
+    /// after a start).
+    pub fn start(&self, agent: &str, incarnation: &str, files: AgentFiles) {
         let mut supervised = self.supervised();
         if supervised.contains_key(agent) {
             return;
@@ -136,6 +138,7 @@ impl WorkerManager {
             status: status_tx,
             stop: stop.clone(),
             incarnation: incarnation.to_string(),
+            files,
         };
         let task = tokio::spawn(supervisor.run());
         supervised.insert(agent.to_string(), Supervised { stop, task, status });
@@ -189,7 +192,7 @@ impl WorkerManager {
             done,
         });
         let wait = self.settings.attach_timeout;
-        let peer = tokio::time::timeout(wait, pool.assign(job))
+        let (peer, _) = tokio::time::timeout(wait, pool.assign(job))
             .await
             .map_err(|_| format!("no dial-in worker was free within {}", seconds(wait)))?;
         // The connection's task answers, or drops `done`, within its own deadline.
@@ -255,6 +258,16 @@ struct Supervisor {
     stop: CancellationToken,
     /// Which creation of the agent this is.
     incarnation: String,
+    files: AgentFiles,
+}
+
+/// Whether an agent's files may be on a dial-in worker's volume already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentFiles {
+    /// A new incarnation: nothing of it exists anywhere yet.
+    New,
+    /// An agent from before this start, or revived with its kept files.
+    MayExist,
 }
 
 enum Ended {
@@ -336,6 +349,7 @@ impl Supervisor {
                 &credential,
                 self.settings.attach_timeout,
                 &self.incarnation,
+                self.files == AgentFiles::MayExist,
             ) => launched,
             _ = self.stop.cancelled() => {
                 self.registry.revoke(&self.agent, generation);

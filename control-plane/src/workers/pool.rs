@@ -2,23 +2,31 @@
 //!
 //! A worker started on its own (a container, a pod) attaches with the join token and
 //! no agent; its connection waits here, idle, until a supervisor takes it for an
-//! agent. Placement is "any free worker", spread: the worker (as it names itself,
-//! host and pid) with the most idle links gets the agent, its oldest link first, so
-//! agents spread across workers and one worker's death moves as few as it can. The
-//! machines, restarts and scaling are the platform's (Kubernetes, compose), not ours.
+//! agent. Placement is "any free worker", in this order: a worker whose volume
+//! holds the agent's directory for its incarnation (each link names them when it
+//! joins: with a volume per worker, an agent goes back to its files); then the
+//! worker (as it names itself, host and pid) with the most idle links, its oldest
+//! link first, so agents spread across workers and one worker's death moves as few
+//! as it can. The machines, restarts and scaling are the platform's (Kubernetes,
+//! compose), not ours.
 //!
 //! An idle connection can also be lent for one errand: deleting a destroyed agent's
 //! files from the workers' volume (the control plane cannot reach it); the
-//! connection then ends and its worker joins again.
+//! connection then ends and its worker joins again. A deletion waits up to 10 s for
+//! a link whose volume holds the directory (usually the worker that just let the
+//! agent go, joining again).
 //!
 //! Invariant: an idle connection is handed to at most one job, and a job goes to a
 //! connection whose task is alive to receive it (a connection that went away
 //! between being taken and being told is skipped).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
+use std::time::Duration;
 
+use chorus_proto::domain::AgentDirectory;
 use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
 
 /// What a supervisor hands the idle connection it takes: the agent it now serves,
 /// and the credential of this generation (the connection attaches with it).
@@ -29,6 +37,10 @@ pub struct Assignment {
     /// Which creation of the agent this is: the worker keeps the agent's directory
     /// only if it was laid out for this one.
     pub incarnation: String,
+    /// Its directory may be on some worker's volume (an agent from before this
+    /// start, or revived with its files): right after the control plane starts it
+    /// waits a little for that worker to rejoin (see [`Pool::new`]).
+    pub may_have_files: bool,
 }
 
 /// Deleting a destroyed agent's files, if they are `incarnation`'s.
@@ -49,14 +61,40 @@ pub enum Job {
     Delete(Deletion),
 }
 
+impl Job {
+    /// The agent directory this job is best done where.
+    fn directory(&self) -> AgentDirectory {
+        let (agent, incarnation) = match self {
+            Job::Serve(a) => (&a.agent, &a.incarnation),
+            Job::Delete(d) => (&d.agent, &d.incarnation),
+        };
+        AgentDirectory {
+            agent: agent.clone(),
+            incarnation: incarnation.clone(),
+        }
+    }
+}
+
 struct Idle {
     id: u64,
-    /// Where the worker dialled from, for the logs.
+    /// The worker as it names itself (host and pid), for the logs and for spreading.
     peer: String,
+    /// The agents' directories its volume held when it joined.
+    directories: HashSet<AgentDirectory>,
     offer: oneshot::Sender<Job>,
 }
 
-#[derive(Default)]
+/// Right after the control plane starts, dial-in workers are still rejoining, each
+/// on its own backoff (up to 30 s): for this long an agent that may have files on a
+/// worker's volume waits for a link of that worker rather than starting over on the
+/// first free one (which, with a volume per worker, would not have its files).
+pub const REJOIN_GRACE: Duration = Duration::from_secs(10);
+
+/// How long a deletion waits for a link whose volume holds the directory before it
+/// goes to any free worker (with a volume per worker, that one has nothing to
+/// delete; with a shared volume every link holds it).
+const HOLDER_WAIT: Duration = Duration::from_secs(10);
+
 pub struct Pool {
     idle: Mutex<VecDeque<Idle>>,
     next_id: Mutex<u64>,
@@ -64,6 +102,8 @@ pub struct Pool {
     joined: Notify,
     /// Shutting down: idle links are let go and no new one waits.
     closed: std::sync::atomic::AtomicBool,
+    /// Until then, an agent that may have files waits for a link that holds them.
+    patient_until: Instant,
 }
 
 /// An idle connection's place in the pool.
@@ -74,12 +114,25 @@ pub struct Membership {
 }
 
 impl Pool {
+    /// A pool whose agents wait up to `rejoin_grace` from now for the worker that
+    /// holds their files ([`REJOIN_GRACE`] in the control plane).
+    pub fn new(rejoin_grace: Duration) -> Pool {
+        Pool {
+            idle: Mutex::default(),
+            next_id: Mutex::default(),
+            joined: Notify::new(),
+            closed: Default::default(),
+            patient_until: Instant::now() + rejoin_grace,
+        }
+    }
+
     fn idle(&self) -> std::sync::MutexGuard<'_, VecDeque<Idle>> {
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A dial-in worker's connection joins the pool.
-    pub fn join(&self, peer: String) -> Membership {
+    /// A dial-in worker's connection joins the pool, naming the agents' directories
+    /// on its volume.
+    pub fn join(&self, peer: String, directories: Vec<AgentDirectory>) -> Membership {
         let id = {
             let mut next = self.next_id.lock().unwrap_or_else(|e| e.into_inner());
             *next += 1;
@@ -89,7 +142,12 @@ impl Pool {
         // Closed: the offer is dropped at once, so the link ends and the worker
         // joins again later (a control plane that restarts).
         if !self.closed.load(std::sync::atomic::Ordering::Relaxed) {
-            self.idle().push_back(Idle { id, peer, offer });
+            self.idle().push_back(Idle {
+                id,
+                peer,
+                directories: directories.into_iter().collect(),
+                offer,
+            });
             self.joined.notify_waiters();
         }
         Membership { id, assigned }
@@ -113,10 +171,20 @@ impl Pool {
         self.idle().len()
     }
 
-    /// Gives `job` to the oldest idle worker whose connection is still there,
-    /// waiting for one to join if none is; returns where that worker dialled from.
-    /// Cancel-safe: dropping the future assigns nothing.
-    pub async fn assign(&self, job: Job) -> String {
+    /// Gives `job` to an idle worker whose connection is still there (see the
+    /// module's placement order), waiting for one to join if none is; returns the
+    /// worker's name and whether its volume held the agent's directory. Cancel-safe:
+    /// dropping the future assigns nothing.
+    pub async fn assign(&self, job: Job) -> (String, bool) {
+        let wanted = job.directory();
+        // How long to hold out for a link whose volume has the agent's directory.
+        let patient_until = match &job {
+            Job::Serve(a) if a.may_have_files => Some(self.patient_until),
+            Job::Serve(_) => None,
+            // The files' worker is usually the one that just let the agent go, and
+            // is joining again: elsewhere there would be nothing to delete.
+            Job::Delete(_) => Some(Instant::now() + HOLDER_WAIT),
+        };
         let mut assignment = job;
         loop {
             // Registered before looking, so a join between the look and the wait
@@ -124,34 +192,56 @@ impl Pool {
             let joined = self.joined.notified();
             tokio::pin!(joined);
             joined.as_mut().enable();
+            let waiting_for_holder = patient_until.is_some_and(|until| Instant::now() < until);
             loop {
-                let Some(idle) = take_most_free(&mut self.idle()) else {
+                let Some(idle) = take_best(&mut self.idle(), &wanted, waiting_for_holder) else {
                     break;
                 };
+                let holds = idle.directories.contains(&wanted);
                 match idle.offer.send(assignment) {
-                    Ok(()) => return idle.peer,
+                    Ok(()) => return (idle.peer, holds),
                     // Its connection's task is gone: the next one.
                     Err(back) => assignment = back,
                 }
             }
-            joined.await;
+            if waiting_for_holder {
+                tokio::select! {
+                    () = &mut joined => {}
+                    () = tokio::time::sleep_until(patient_until.unwrap_or_else(Instant::now)) => {}
+                }
+            } else {
+                joined.await;
+            }
         }
     }
 }
 
-/// The oldest link of the worker with the most idle links (after dropping links
-/// whose connection is gone).
-fn take_most_free(idle: &mut VecDeque<Idle>) -> Option<Idle> {
+/// The link for a job about `wanted` (after dropping links whose connection is
+/// gone): one whose volume holds that directory if any, then the worker with the
+/// most idle links, then the oldest link.
+fn take_best(
+    idle: &mut VecDeque<Idle>,
+    wanted: &AgentDirectory,
+    holders_only: bool,
+) -> Option<Idle> {
     idle.retain(|link| !link.offer.is_closed());
-    let mut free: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    if holders_only && !idle.iter().any(|link| link.directories.contains(wanted)) {
+        return None;
+    }
+    let mut free: HashMap<&str, usize> = HashMap::new();
     for link in idle.iter() {
         *free.entry(link.peer.as_str()).or_default() += 1;
     }
-    // Most free first; among equals the earliest in the queue (the oldest).
     let chosen = idle
         .iter()
         .enumerate()
-        .max_by_key(|(position, link)| (free[link.peer.as_str()], std::cmp::Reverse(*position)))
+        .max_by_key(|(position, link)| {
+            (
+                link.directories.contains(wanted),
+                free[link.peer.as_str()],
+                std::cmp::Reverse(*position),
+            )
+        })
         .map(|(position, _)| position)?;
     idle.remove(chosen)
 }
@@ -166,6 +256,7 @@ mod tests {
             agent: agent.into(),
             credential: "c".into(),
             incarnation: "i".into(),
+            may_have_files: true,
         })
     }
 
@@ -178,45 +269,111 @@ mod tests {
 
     #[tokio::test]
     async fn agents_spread_across_workers() {
-        let pool = Pool::default();
+        let pool = Pool::new(Duration::ZERO);
         // Two workers with three links each, joined one after the other.
         let links: Vec<(&str, Membership)> = ["w1", "w1", "w1", "w2", "w2", "w2"]
             .into_iter()
-            .map(|peer| (peer, pool.join(peer.into())))
+            .map(|peer| (peer, pool.join(peer.into(), Vec::new())))
             .collect();
         let mut placed = Vec::new();
         for agent in ["a", "b", "c", "d"] {
-            placed.push(pool.assign(assignment(agent)).await);
+            placed.push(pool.assign(assignment(agent)).await.0);
         }
         assert_eq!(placed, ["w1", "w2", "w1", "w2"], "spread, not filled up");
         // The oldest link of a worker goes first.
         let (_, first) = links.into_iter().next().unwrap();
         assert_eq!(agent(first.assigned.await.unwrap()), "a");
         // A worker whose links went away gets nothing.
-        let pool = Pool::default();
-        let gone: Vec<Membership> = (0..3).map(|_| pool.join("gone".into())).collect();
-        let _kept = pool.join("here".into());
+        let pool = Pool::new(Duration::ZERO);
+        let gone: Vec<Membership> = (0..3)
+            .map(|_| pool.join("gone".into(), Vec::new()))
+            .collect();
+        let _kept = pool.join("here".into(), Vec::new());
         drop(gone);
-        assert_eq!(pool.assign(assignment("e")).await, "here");
+        assert_eq!(pool.assign(assignment("e")).await.0, "here");
+    }
+
+    #[tokio::test]
+    async fn an_agent_goes_where_its_directory_is() {
+        let pool = Pool::new(Duration::ZERO);
+        let here = |agent: &str, incarnation: &str| AgentDirectory {
+            agent: agent.into(),
+            incarnation: incarnation.into(),
+        };
+        let _busy: Vec<Membership> = (0..3)
+            .map(|_| pool.join("roomy".into(), Vec::new()))
+            .collect();
+        let _holder = pool.join("holder".into(), vec![here("a", "i")]);
+        // Its files win over free room...
+        assert_eq!(pool.assign(assignment("a")).await, ("holder".into(), true));
+        // ...but only that incarnation's (a re-created name starts anywhere).
+        let _holder = pool.join("holder".into(), vec![here("b", "old")]);
+        assert_eq!(pool.assign(assignment("b")).await, ("roomy".into(), false));
+        // A deletion goes where the files are too.
+        let (done, _answer) = oneshot::channel();
+        let deletion = Job::Delete(Deletion {
+            agent: "b".into(),
+            incarnation: "old".into(),
+            done,
+        });
+        assert_eq!(pool.assign(deletion).await, ("holder".into(), true));
+    }
+
+    #[tokio::test]
+    async fn right_after_a_start_an_agent_waits_a_little_for_the_worker_with_its_files() {
+        let pool = std::sync::Arc::new(Pool::new(Duration::from_secs(60)));
+        let _roomy = pool.join("roomy".into(), Vec::new());
+        // A new agent has no files anywhere: it takes what is free at once.
+        let new = Job::Serve(Assignment {
+            may_have_files: false,
+            ..match assignment("new") {
+                Job::Serve(a) => a,
+                Job::Delete(_) => unreachable!(),
+            }
+        });
+        assert_eq!(pool.assign(new).await.0, "roomy");
+        let _roomy = pool.join("roomy".into(), Vec::new());
+        // One from before the start waits for its worker to rejoin...
+        let waiting = tokio::spawn({
+            let pool = pool.clone();
+            async move { pool.assign(assignment("a")).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "roomy has no files of a");
+        let _holder = pool.join(
+            "holder".into(),
+            vec![AgentDirectory {
+                agent: "a".into(),
+                incarnation: "i".into(),
+            }],
+        );
+        assert_eq!(waiting.await.unwrap(), ("holder".into(), true));
+        // ...but not past the grace: then any free worker.
+        let pool = Pool::new(Duration::from_millis(200));
+        let _roomy = pool.join("roomy".into(), Vec::new());
+        let placed = tokio::time::timeout(Duration::from_secs(10), pool.assign(assignment("b")))
+            .await
+            .expect("placed once the grace is over");
+        assert_eq!(placed, ("roomy".into(), false));
     }
 
     #[tokio::test]
     async fn the_oldest_live_worker_gets_the_agent_and_a_late_one_is_waited_for() {
-        let pool = Pool::default();
-        let gone = pool.join("gone".into());
-        let first = pool.join("first".into());
-        let second = pool.join("second".into());
+        let pool = Pool::new(Duration::ZERO);
+        let gone = pool.join("gone".into(), Vec::new());
+        let first = pool.join("first".into(), Vec::new());
+        let second = pool.join("second".into(), Vec::new());
         drop(gone.assigned); // its connection ended without leaving: skipped
-        assert_eq!(pool.assign(assignment("a")).await, "first");
+        assert_eq!(pool.assign(assignment("a")).await.0, "first");
         assert_eq!(agent(first.assigned.await.unwrap()), "a");
         pool.leave(second.id);
         assert_eq!(pool.idle_count(), 0);
         // Closing lets idle links go; a link that joins after waits for nothing.
-        let closing = Pool::default();
-        let idle = closing.join("idle".into());
+        let closing = Pool::new(Duration::ZERO);
+        let idle = closing.join("idle".into(), Vec::new());
         closing.close();
         assert!(idle.assigned.await.is_err(), "its link ends");
-        let late = closing.join("late".into());
+        let late = closing.join("late".into(), Vec::new());
         assert!(late.assigned.await.is_err());
         assert_eq!(closing.idle_count(), 0);
 
@@ -224,11 +381,11 @@ mod tests {
         let pool = std::sync::Arc::new(pool);
         let waiting = tokio::spawn({
             let pool = pool.clone();
-            async move { pool.assign(assignment("b")).await }
+            async move { pool.assign(assignment("b")).await.0 }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiting.is_finished(), "nobody to take it yet");
-        let late = pool.join("late".into());
+        let late = pool.join("late".into(), Vec::new());
         let peer = tokio::time::timeout(Duration::from_secs(5), waiting)
             .await
             .expect("assigned once a worker joined")

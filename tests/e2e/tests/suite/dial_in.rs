@@ -567,6 +567,99 @@ async fn over_mutual_tls_only_workers_with_a_certificate_get_agents() -> anyhow:
     Ok(())
 }
 
+/// A volume per worker (a StatefulSet): after the control plane restarts, an agent
+/// goes back to the worker whose volume has its files, even though another worker
+/// has more room and may rejoin first; destroying it deletes the files there.
+#[tokio::test]
+async fn with_a_volume_per_worker_an_agent_goes_back_to_its_files() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.set_fallback(write_a_note);
+    let data = tempfile::tempdir()?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let grpc_addr = format!("127.0.0.1:{port}");
+    let start = || {
+        Chorus::builder()
+            .openai_fake(&model)
+            .data_dir(&data.path().join("control-plane"))
+            .grpc_addr(&grpc_addr)
+            .env("CHORUS_LAUNCHER", "remote")
+            .env("CHORUS_JOIN_TOKEN", JOIN_TOKEN)
+            .config("[threads]\ntitles = false\n")
+            .start()
+    };
+    let chorus = start().await?;
+    let (small_volume, roomy_volume) = (data.path().join("small"), data.path().join("roomy"));
+    let small = DialInWorker::start(&chorus.grpc_url, &small_volume, 1, JOIN_TOKEN);
+    chorus
+        .create_agent_with(json!({"name": "home", "permissions": "open"}))
+        .await?;
+    wait_running(&chorus, "home", Duration::from_secs(30)).await?;
+    let id = chorus.send_message("home", "write a note").await?;
+    let thread = chorus
+        .wait_thread_finished("home", id, Duration::from_secs(60))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    assert!(
+        small_volume
+            .join("agents/home/workspace/note.txt")
+            .is_file()
+    );
+
+    // A roomier worker on its own volume joins; then the control plane restarts.
+    let roomy = DialInWorker::start(&chorus.grpc_url, &roomy_volume, 3, JOIN_TOKEN);
+    roomy
+        .wait_log("joined the control plane's pool", Duration::from_secs(30))
+        .await?;
+    let status = chorus.stop().await?;
+    assert!(status.success(), "{status:?}");
+    let chorus = start().await?;
+    wait_running(&chorus, "home", Duration::from_secs(60)).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while small.log().matches("serving agent agent=home ").count() < 2 {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "home is not back on its worker: {}\n{}",
+            small.log(),
+            roomy.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(small.served("home"), Some(false), "its files were there");
+    assert_eq!(roomy.served("home"), None, "{}", roomy.log());
+    model.push(tool_call("v1", "view", json!({"path": "note.txt"})));
+    model.push(text("Found it."));
+    let id = chorus.send_message("home", "read your note").await?;
+    let thread = chorus
+        .wait_thread_finished("home", id, Duration::from_secs(60))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let results = tool_results(&thread);
+    assert!(
+        results
+            .iter()
+            .any(|(error, content)| !error && content.contains("written by the agent")),
+        "back with its files: {results:?}"
+    );
+
+    // Destroyed: the files go from the volume that has them.
+    let destroyed = chorus
+        .api(reqwest::Method::DELETE, "/api/agents/home")
+        .send()
+        .await?;
+    assert!(destroyed.status().is_success(), "{destroyed:?}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while small_volume.join("agents/home/workspace").exists() {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "home's files are still on its worker's volume"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
 /// The control plane stops (SIGTERM) and starts again on the same address: the
 /// stop does not wait on dial-in links, busy or idle, and the workers, which keep
 /// trying with backoff, join again and get their agents back.
