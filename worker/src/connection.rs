@@ -251,15 +251,25 @@ async fn dial(options: &ConnectOptions) -> Result<Channel, ConnectionError> {
     }
 }
 
+/// How a link that ended without an error went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkEnd {
+    /// It served an agent or did an errand (a dial-in worker joins again at once).
+    Worked,
+    /// It ended before it was given anything (the control plane stopping or closing
+    /// its pool), or we were told to stop.
+    Idle,
+}
+
 /// Attaches and serves until the control plane closes the link or `shutdown` fires.
 pub async fn serve(
     options: &ConnectOptions,
     shutdown: CancellationToken,
-) -> Result<(), ConnectionError> {
+) -> Result<LinkEnd, ConnectionError> {
     // A stop while the control plane cannot be reached ends the dialling too.
     let channel = tokio::select! {
         channel = dial(options) => channel?,
-        _ = shutdown.cancelled() => return Ok(()),
+        _ = shutdown.cancelled() => return Ok(LinkEnd::Idle),
     };
     // The same limits as the control plane's end; events are measured before they
     // are queued (`outbound`), so the encoding limit is only a backstop.
@@ -328,7 +338,7 @@ pub async fn serve(
     // A dial-in worker waits here, idle, until it is given an agent.
     let first = tokio::select! {
         first = inbound.message() => first,
-        _ = shutdown.cancelled() => return Ok(()),
+        _ = shutdown.cancelled() => return Ok(LinkEnd::Idle),
     };
     let (agent, credential, dial_in, heartbeat_every) = match first {
         Ok(Some(first)) => match ControlCommand::try_from(first) {
@@ -370,7 +380,7 @@ pub async fn serve(
                 if matches!(options.identity, Identity::DialIn { .. }) =>
             {
                 delete_agent_files(options, &events, &mut inbound, &agent, &incarnation).await;
-                return Ok(());
+                return Ok(LinkEnd::Worked);
             }
             Ok(other) => {
                 return Err(ConnectionError::Protocol(format!(
@@ -383,7 +393,7 @@ pub async fn serve(
         // down or restarts): it joins again. A launched worker's never should.
         Ok(None) if matches!(options.identity, Identity::DialIn { .. }) => {
             tracing::info!("the control plane closed the link before giving an agent");
-            return Ok(());
+            return Ok(LinkEnd::Idle);
         }
         Ok(None) => {
             return Err(ConnectionError::Refused(
@@ -459,7 +469,7 @@ pub async fn serve(
         }
     }
     runner.cancel_all(WIND_DOWN).await;
-    Ok(())
+    Ok(LinkEnd::Worked)
 }
 
 /// An idle dial-in worker asked to delete a destroyed agent's files: does it, says

@@ -8,7 +8,9 @@ use clap::Parser;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use chorus_worker::connection::{self, ConnectOptions, ConnectionError, Identity, LinkTls};
+use chorus_worker::connection::{
+    self, ConnectOptions, ConnectionError, Identity, LinkEnd, LinkTls,
+};
 use chorus_worker::runner::WorkerToolSettings;
 
 /// Runs one Chorus agent's tool loops. Either started by `chorus serve` for one
@@ -163,19 +165,18 @@ async fn serve_dialing_in(
     const MAX: Duration = Duration::from_secs(30);
     let mut delay = FIRST;
     while !shutdown.is_cancelled() {
-        let started = std::time::Instant::now();
         let served = connection::serve(options, shutdown.clone()).await;
         let wait = match served {
-            Ok(()) if shutdown.is_cancelled() => break,
-            // Served an agent until the link closed: join again at once, unless it
-            // closed at once (then back off as for an error).
-            Ok(()) => {
+            Ok(_) if shutdown.is_cancelled() => break,
+            // Served an agent or did an errand: join again at once.
+            Ok(LinkEnd::Worked) => {
                 tracing::info!("the link ended; joining the pool again");
-                if started.elapsed() > Duration::from_secs(5) {
-                    delay = FIRST;
-                }
-                delay
+                delay = FIRST;
+                continue;
             }
+            // Closed before it was given anything (the control plane stopping, or
+            // closing its pool): back off as for an error.
+            Ok(LinkEnd::Idle) => delay,
             Err(ConnectionError::Refused(message)) => {
                 return Err(ConnectionError::Refused(message));
             }
@@ -304,12 +305,15 @@ async fn main() -> ExitCode {
         }
         served
     } else {
-        connection::serve(&options, shutdown).instrument(span).await
+        connection::serve(&options, shutdown)
+            .instrument(span)
+            .await
+            .map(drop)
     };
     // What is still buffered goes out before the process ends.
     telemetry.shutdown(Duration::from_secs(2)).await;
     match served {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
             match e {
