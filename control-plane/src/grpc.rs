@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chorus_proto::domain::{
-    ControlCommand, Credential, DialIn, Sequenced, TemplateFile, TraceExport, WorkerEvent,
+    AgentDirectory, ControlCommand, Credential, DialIn, Sequenced, TemplateFile, TraceExport,
+    WorkerEvent,
 };
 use chorus_proto::limits::MAX_LINK_MESSAGE_BYTES;
 use chorus_proto::wire::{ControlMessage, WorkerLink, WorkerLinkServer, WorkerMessage};
@@ -53,6 +54,10 @@ pub struct DialInService {
     pub pool: Arc<Pool>,
     pub join_token: Secret,
     pub template: Arc<Vec<TemplateFile>>,
+    /// What each joining worker's volume holds, for the clean-up of directories no
+    /// agent can use again (`AgentService::tidy_volume`). Full: skipped (the next
+    /// join names them again).
+    pub volumes: tokio::sync::mpsc::Sender<Vec<AgentDirectory>>,
 }
 
 impl WorkerLinkService {
@@ -204,6 +209,7 @@ impl WorkerLinkService {
         let mut inbound = request.into_inner();
         let pool = dial_in.pool.clone();
         let template = dial_in.template.clone();
+        let volumes = dial_in.volumes.clone();
         let registry = self.link.registry.clone();
         let link = self.link.clone();
         let this = self.welcome.clone();
@@ -228,6 +234,9 @@ impl WorkerLinkService {
                 }
             };
             let holds = directories.len();
+            if holds > 0 {
+                let _ = volumes.try_send(directories.clone());
+            }
             let membership = pool.join(peer.clone(), directories);
             tracing::info!(%peer, idle = pool.idle_count(), directories = holds, "dial-in worker joined the pool");
             let mut assigned = membership.assigned;

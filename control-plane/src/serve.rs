@@ -206,6 +206,8 @@ pub async fn start(
     } else {
         tracing::warn!(%sandbox, "agents' tool processes cannot be sandboxed: bash is refused unless [sandbox] when_unavailable = \"warn\" (default: only under the open preset)");
     }
+    // What joining dial-in workers' volumes hold, checked once the agents are known.
+    let (volumes_tx, mut volumes_rx) = tokio::sync::mpsc::channel(64);
     let (launcher, dial_in) = match (settings.workers.launcher, &settings.workers.join_token) {
         (LauncherKind::Remote, Some(join_token)) => {
             let pool = Arc::new(Pool::new(crate::workers::pool::REJOIN_GRACE));
@@ -221,6 +223,7 @@ pub async fn start(
                     pool,
                     join_token: join_token.clone(),
                     template: Arc::new(template),
+                    volumes: volumes_tx,
                 }),
             )
         }
@@ -258,6 +261,17 @@ pub async fn start(
             LauncherKind::Remote => crate::agents::files::Layout::Records,
         }),
     );
+
+    tokio::spawn({
+        let agents = agents.clone();
+        async move {
+            while let Some(named) = volumes_rx.recv().await {
+                if let Err(e) = agents.tidy_volume(&named).await {
+                    tracing::warn!(error = %e, "cannot check a dial-in worker's directories against the store");
+                }
+            }
+        }
+    });
 
     let cancelled = store.cancel_pending_approvals().await?;
     if cancelled > 0 {

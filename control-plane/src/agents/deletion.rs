@@ -9,63 +9,109 @@
 //! checks the deletion is still wanted: a name created again has a new incarnation
 //! (its worker clears whatever is there itself), and a worker deletes only the
 //! files of the incarnation it is asked about, so a newer agent's are never touched.
-//! At most one deletion per name runs at a time.
+//! At most one deletion per name and target runs at a time.
+//!
+//! Leftovers: a dial-in worker names the agents' directories on its volume when it
+//! joins ([`leftovers`]); a directory laid out for an older creation of the name, or
+//! a copy of an agent destroyed without keeping its files, is one no agent can use
+//! again, and is deleted on that worker (with a volume per worker, a copy a worker
+//! kept while it was away).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::store::{AgentStatus, AuditEntry, Store, StoreError};
+use crate::store::{AgentIncarnation, AgentStatus, AuditEntry, Store, StoreError};
 use crate::workers::WorkerManager;
+use chorus_proto::domain::AgentDirectory;
 
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 const LAST_RETRY: Duration = Duration::from_secs(300);
 
+/// What is to be deleted.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// A destroyed agent's files, while its row owes them (`purge_files`).
+    Destroyed,
+    /// A directory a worker named that no agent can use again.
+    Leftover { incarnation: String },
+}
+
 /// The deletions under way (one owner: the agent service).
 #[derive(Clone, Default)]
 pub struct Deletions {
-    running: Arc<Mutex<HashSet<String>>>,
+    running: Arc<Mutex<HashSet<(String, Target)>>>,
 }
 
 impl Deletions {
     /// Starts deleting `name`'s files on the workers' volume, unless that is under
     /// way already.
-    pub fn start(&self, store: Store, workers: Arc<WorkerManager>, name: &str) {
+    pub fn start(&self, store: Store, workers: Arc<WorkerManager>, name: &str, target: Target) {
+        let key = (name.to_string(), target);
         let fresh = self
             .running
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(name.to_string());
+            .insert(key.clone());
         if !fresh {
             return;
         }
         let running = self.running.clone();
-        let name = name.to_string();
         tokio::spawn(async move {
-            delete_until_done(&store, &workers, &name).await;
+            delete_until_done(&store, &workers, &key.0, &key.1).await;
             running
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .remove(&name);
+                .remove(&key);
         });
     }
 }
 
-async fn delete_until_done(store: &Store, workers: &WorkerManager, name: &str) {
+/// Which of the directories a joining worker named no agent can use again.
+pub fn leftovers(known: &[AgentIncarnation], named: &[AgentDirectory]) -> Vec<AgentDirectory> {
+    let known: HashMap<&str, &AgentIncarnation> =
+        known.iter().map(|k| (k.name.as_str(), k)).collect();
+    named
+        .iter()
+        .filter(|dir| match known.get(dir.agent.as_str()) {
+            // A name this store never had: not ours to judge.
+            None => false,
+            Some(row) => is_leftover(row, &dir.incarnation),
+        })
+        .cloned()
+        .collect()
+}
+
+/// Whether `incarnation`'s directory of the agent `row` describes is of no use: an
+/// older creation of the name, or the current one destroyed without its files kept.
+fn is_leftover(row: &AgentIncarnation, incarnation: &str) -> bool {
+    row.incarnation != incarnation || (row.status == AgentStatus::Destroyed && !row.files_kept)
+}
+
+async fn delete_until_done(store: &Store, workers: &WorkerManager, name: &str, target: &Target) {
     let mut delay = FIRST_RETRY;
     loop {
-        match still_owed(store, name).await {
+        match still_owed(store, name, target).await {
             Ok(None) => return,
             Ok(Some(incarnation)) => match workers.delete_files(name, &incarnation).await {
+                Ok((false, _)) if matches!(target, Target::Leftover { .. }) => return,
                 Ok((deleted, by)) => {
-                    if let Err(e) = store.files_purged(name).await {
+                    if *target == Target::Destroyed
+                        && let Err(e) = store.files_purged(name).await
+                    {
                         // The deletion is done; a later attempt finds nothing left.
                         tracing::error!(agent = %name, error = %e, "cannot record that a destroyed agent's files are deleted");
                     }
-                    let detail = if deleted {
-                        format!("deleted from the dial-in workers' volume by {by}")
-                    } else {
-                        "nothing of it was left on the dial-in workers' volume".to_string()
+                    let detail = match (target, deleted) {
+                        (Target::Destroyed, true) => {
+                            format!("deleted from the dial-in workers' volume by {by}")
+                        }
+                        (Target::Destroyed, false) => {
+                            "nothing of it was left on the dial-in workers' volume".to_string()
+                        }
+                        (Target::Leftover { incarnation }, _) => format!(
+                            "deleted a copy no agent can use again (incarnation {incarnation}) from the volume of {by}"
+                        ),
                     };
                     tracing::info!(agent = %name, %detail, "destroyed agent's files deleted");
                     let entry = AuditEntry {
@@ -96,11 +142,77 @@ async fn delete_until_done(store: &Store, workers: &WorkerManager, name: &str) {
 }
 
 /// The incarnation whose files are still to be deleted; `None` once nothing is owed
-/// (deleted, or the name was created again).
-async fn still_owed(store: &Store, name: &str) -> Result<Option<String>, StoreError> {
-    Ok(store
-        .agent(name)
-        .await?
-        .filter(|agent| agent.status == AgentStatus::Destroyed && agent.purge_files)
-        .map(|agent| agent.incarnation))
+/// (deleted, the name was created again, or a leftover became of use).
+async fn still_owed(
+    store: &Store,
+    name: &str,
+    target: &Target,
+) -> Result<Option<String>, StoreError> {
+    let Some(agent) = store.agent(name).await? else {
+        return Ok(None);
+    };
+    Ok(match target {
+        Target::Destroyed => (agent.status == AgentStatus::Destroyed && agent.purge_files)
+            .then_some(agent.incarnation),
+        Target::Leftover { incarnation } => {
+            let row = AgentIncarnation {
+                name: agent.name,
+                status: agent.status,
+                incarnation: agent.incarnation,
+                files_kept: agent.files_kept,
+            };
+            is_leftover(&row, incarnation).then(|| incarnation.clone())
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(
+        name: &str,
+        status: AgentStatus,
+        incarnation: &str,
+        files_kept: bool,
+    ) -> AgentIncarnation {
+        AgentIncarnation {
+            name: name.into(),
+            status,
+            incarnation: incarnation.into(),
+            files_kept,
+        }
+    }
+
+    fn dir(agent: &str, incarnation: &str) -> AgentDirectory {
+        AgentDirectory {
+            agent: agent.into(),
+            incarnation: incarnation.into(),
+        }
+    }
+
+    #[test]
+    fn only_directories_no_agent_can_use_again_are_leftovers() {
+        let known = [
+            row("live", AgentStatus::Active, "now", false),
+            row("gone", AgentStatus::Destroyed, "last", false),
+            row("kept", AgentStatus::Destroyed, "last", true),
+        ];
+        let named = [
+            dir("live", "now"),    // its own files
+            dir("live", "before"), // an older creation of the name
+            dir("gone", "last"),   // destroyed, files not kept
+            dir("kept", "last"),   // destroyed, files kept for a new agent
+            dir("kept", "older"),  // an older creation of a kept one
+            dir("stranger", "x"),  // a name this store never had
+        ];
+        assert_eq!(
+            leftovers(&known, &named),
+            [
+                dir("live", "before"),
+                dir("gone", "last"),
+                dir("kept", "older")
+            ]
+        );
+    }
 }

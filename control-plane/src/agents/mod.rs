@@ -24,7 +24,7 @@ use crate::providers::catalog::Catalog;
 use crate::runs::Runs;
 use crate::store::{AgentRecord, AgentUpdate, AuditEntry, NewAgent, Store, StoreError};
 use crate::workers::{AgentFiles, WorkerManager};
-use chorus_proto::domain::{AgentChange, Failure, FailureKind};
+use chorus_proto::domain::{AgentChange, AgentDirectory, Failure, FailureKind};
 use files::{AgentDir, FilesError, Layout};
 use name::NameError;
 
@@ -748,11 +748,37 @@ impl AgentService {
                 Ok(Purged::Done)
             }
             Layout::Records => {
-                self.deletions
-                    .start(self.store.clone(), self.workers.clone(), name);
+                self.deletions.start(
+                    self.store.clone(),
+                    self.workers.clone(),
+                    name,
+                    deletion::Target::Destroyed,
+                );
                 Ok(Purged::OnWorkersVolume)
             }
         }
+    }
+
+    /// A dial-in worker joined naming the agents' directories on its volume: those no
+    /// agent can use again (an older creation of a name, a copy of an agent destroyed
+    /// without its files kept) are deleted there, in the background.
+    pub async fn tidy_volume(&self, named: &[AgentDirectory]) -> Result<(), StoreError> {
+        if named.is_empty() {
+            return Ok(());
+        }
+        let known = self.store.agent_incarnations().await?;
+        for leftover in deletion::leftovers(&known, named) {
+            tracing::info!(agent = %leftover.agent, incarnation = %leftover.incarnation, "a dial-in worker holds a directory no agent can use again; deleting it");
+            self.deletions.start(
+                self.store.clone(),
+                self.workers.clone(),
+                &leftover.agent,
+                deletion::Target::Leftover {
+                    incarnation: leftover.incarnation,
+                },
+            );
+        }
+        Ok(())
     }
 
     /// Finishes deleting the files of a destroyed agent whose deletion did not finish,

@@ -37,6 +37,8 @@ pub struct AgentRecord {
     /// Destroyed, and its files are still to be deleted (the deletion failed or was
     /// interrupted); whoever sees this finishes the deletion first.
     pub purge_files: bool,
+    /// Destroyed with its files kept (`keep_files=true`), for a new agent of the name.
+    pub files_kept: bool,
     /// Seconds without activity before its context is saved and cleared; `Some(0)`:
     /// never; `None`: the server's default.
     pub idle_timeout_secs: Option<u64>,
@@ -47,6 +49,17 @@ pub struct AgentRecord {
     /// Which creation of the name this is (see `migrations/*/0013_agent_incarnation.sql`):
     /// dial-in workers keep a directory only for the incarnation it was laid out for.
     pub incarnation: String,
+}
+
+/// Which creation of a name the store knows, and what becomes of a destroyed one's
+/// files: what a dial-in worker's leftover directories are checked against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentIncarnation {
+    pub name: String,
+    pub status: AgentStatus,
+    pub incarnation: String,
+    /// Destroyed with its files kept (for a new agent of the name to pick up).
+    pub files_kept: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -100,6 +113,7 @@ fn agent_from_row(row: &AnyRow) -> Result<AgentRecord, StoreError> {
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
         purge_files: row.try_get::<i64, _>("purge_files")? != 0,
+        files_kept: row.try_get::<i64, _>("files_kept")? != 0,
         idle_timeout_secs: row
             .try_get::<Option<i64>, _>("idle_timeout_secs")?
             .map(|v| v.max(0) as u64),
@@ -109,7 +123,7 @@ fn agent_from_row(row: &AnyRow) -> Result<AgentRecord, StoreError> {
     })
 }
 
-const AGENT_COLUMNS: &str = "SELECT name, status, model, system_prompt, permissions, on_ask, network, created_at, updated_at, purge_files, idle_timeout_secs, context_cleared_at, discord_channel_id, incarnation FROM agents";
+const AGENT_COLUMNS: &str = "SELECT name, status, model, system_prompt, permissions, on_ask, network, created_at, updated_at, purge_files, files_kept, idle_timeout_secs, context_cleared_at, discord_channel_id, incarnation FROM agents";
 
 impl Store {
     /// Registers an agent, or revives the row of a destroyed agent with that name.
@@ -146,7 +160,7 @@ impl Store {
                         sqlx::query(
                             "UPDATE agents SET status = 'active', model = $2, system_prompt = $3, \
                              permissions = $4, created_at = $5, updated_at = $5, destroyed_at = NULL, on_ask = $6, \
-                             network = $7, purge_files = 0, idle_timeout_secs = $8, \
+                             network = $7, purge_files = 0, files_kept = 0, idle_timeout_secs = $8, \
                              context_cleared_at = $5, discord_channel_id = $9, incarnation = $10 \
                              WHERE name = $1",
                         )
@@ -304,7 +318,7 @@ impl Store {
             .execute(
                 sqlx::query(
                     "UPDATE agents SET status = 'destroyed', destroyed_at = $2, updated_at = $2, \
-             purge_files = $3 WHERE name = $1 AND status = 'active'",
+             purge_files = $3, files_kept = 1 - $3 WHERE name = $1 AND status = 'active'",
                 )
                 .bind(name)
                 .bind(&at)
@@ -330,6 +344,33 @@ impl Store {
         )
         .await?;
         Ok(())
+    }
+
+    /// Every name's current incarnation, active or destroyed.
+    pub async fn agent_incarnations(&self) -> Result<Vec<AgentIncarnation>, StoreError> {
+        let rows = sqlx::query("SELECT name, status, incarnation, files_kept FROM agents")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let status: String = row.try_get("status")?;
+                Ok(AgentIncarnation {
+                    name: row.try_get("name")?,
+                    status: match status.as_str() {
+                        "active" => AgentStatus::Active,
+                        "destroyed" => AgentStatus::Destroyed,
+                        _ => {
+                            return Err(StoreError::Corrupt {
+                                column: "agents.status",
+                                value: status,
+                            });
+                        }
+                    },
+                    incarnation: row.try_get("incarnation")?,
+                    files_kept: row.try_get::<i64, _>("files_kept")? != 0,
+                })
+            })
+            .collect()
     }
 
     /// Destroyed agents whose files are still to be deleted.
@@ -425,6 +466,28 @@ mod tests {
             .unwrap();
         assert_eq!(revived.status, AgentStatus::Active);
         assert_eq!(revived.incarnation, "i2", "a new creation of the name");
+        store.register_agent(&new_agent("k")).await.unwrap();
+        store.mark_agent_destroyed("k", false).await.unwrap();
+        let mut known = store.agent_incarnations().await.unwrap();
+        known.sort_by(|a, b| a.name.cmp(&b.name));
+        let summary: Vec<(&str, AgentStatus, &str, bool)> = known
+            .iter()
+            .map(|k| {
+                (
+                    k.name.as_str(),
+                    k.status,
+                    k.incarnation.as_str(),
+                    k.files_kept,
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("a", AgentStatus::Active, "i2", false),
+                ("k", AgentStatus::Destroyed, "i1", true),
+            ]
+        );
         assert_eq!(
             revived.context_cleared_at.as_deref(),
             Some(revived.created_at.as_str()),

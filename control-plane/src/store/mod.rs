@@ -33,7 +33,7 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::{AnyConnection, AnyPool};
 use sqlx::{Connection, SqlSafeStr};
 
-pub use agents::{AgentRecord, AgentStatus, AgentUpdate, NewAgent};
+pub use agents::{AgentIncarnation, AgentRecord, AgentStatus, AgentUpdate, NewAgent};
 pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval};
 pub use audit::{AuditEntry, AuditRecord};
 pub use error::{DISK_FULL, StoreError, is_no_space};
@@ -128,12 +128,13 @@ macro_rules! migrations {
             (11, "answers owed", "0011_answers_owed.sql"),
             (12, "run trace", "0012_run_trace.sql"),
             (13, "agent incarnation", "0013_agent_incarnation.sql"),
+            (14, "files kept", "0014_files_kept.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 13] = match backend {
+    let set: [(i64, &'static str, &'static str); 14] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };

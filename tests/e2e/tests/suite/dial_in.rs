@@ -643,17 +643,43 @@ async fn with_a_volume_per_worker_an_agent_goes_back_to_its_files() -> anyhow::R
         "back with its files: {results:?}"
     );
 
-    // Destroyed: the files go from the volume that has them.
+    // Its worker dies: the agent starts over on the other one (a copy stays behind on
+    // the dead worker's volume).
+    let pid = small.child.id().expect("worker pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )?;
+    roomy
+        .wait_log("serving agent agent=home ", Duration::from_secs(30))
+        .await?;
+    assert_eq!(roomy.served("home"), Some(true), "laid out anew there");
+    // Destroyed: the files go from the volume of the worker that held it last...
     let destroyed = chorus
         .api(reqwest::Method::DELETE, "/api/agents/home")
         .send()
         .await?;
     assert!(destroyed.status().is_success(), "{destroyed:?}");
+    let gone = |volume: &Path| !volume.join("agents/home/workspace").exists();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while small_volume.join("agents/home/workspace").exists() {
+    while !gone(&roomy_volume) {
         anyhow::ensure!(
             tokio::time::Instant::now() < deadline,
-            "home's files are still on its worker's volume"
+            "home's files are still on its last worker's volume"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !gone(&small_volume),
+        "the dead worker's copy is out of reach"
+    );
+    // ...and the copy on the dead worker's volume once it comes back and joins.
+    let _small_again = DialInWorker::start(&chorus.grpc_url, &small_volume, 1, JOIN_TOKEN);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !gone(&small_volume) {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the copy left on the returning worker's volume was not deleted"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
