@@ -216,12 +216,17 @@ impl WorkerLinkService {
         self.link.connections.spawn(async move {
             // Its Hello names the agents' directories on its volume (placement).
             let hello = tokio::time::timeout(HELLO_WAIT, inbound.message()).await;
-            let directories = match hello {
+            let (volume, directories) = match hello {
                 Ok(Ok(Some(message))) => match Sequenced::try_from(message) {
                     Ok(Sequenced {
-                        event: WorkerEvent::Hello { directories, .. },
+                        event:
+                            WorkerEvent::Hello {
+                                volume,
+                                directories,
+                                ..
+                            },
                         ..
-                    }) => directories,
+                    }) => (volume, directories),
                     _ => {
                         tracing::warn!(%peer, "a dial-in worker's first message was not its Hello; closing its link");
                         return;
@@ -237,7 +242,7 @@ impl WorkerLinkService {
             if holds > 0 {
                 let _ = volumes.try_send(directories.clone());
             }
-            let membership = pool.join(peer.clone(), directories);
+            let membership = pool.join(peer.clone(), volume, directories);
             tracing::info!(%peer, idle = pool.idle_count(), directories = holds, "dial-in worker joined the pool");
             let mut assigned = membership.assigned;
             let job = loop {

@@ -579,9 +579,11 @@ impl From<Sequenced> for pb::WorkerMessage {
                 worker_version,
                 pid,
                 directories,
+                volume,
             } => WorkerBody::Hello(pb::Hello {
                 worker_version,
                 pid,
+                volume,
                 directories: directories
                     .into_iter()
                     .map(|d| pb::AgentDirectory {
@@ -697,6 +699,7 @@ impl TryFrom<pb::WorkerMessage> for WorkerEvent {
             WorkerBody::Hello(h) => WorkerEvent::Hello {
                 worker_version: h.worker_version,
                 pid: h.pid,
+                volume: h.volume,
                 directories: h
                     .directories
                     .into_iter()
@@ -808,6 +811,7 @@ mod tests {
                     agent: "a".into(),
                     incarnation: "0f3a".into(),
                 }],
+                volume: "5e1d".into(),
             },
             WorkerEvent::Heartbeat { active_runs: 2 },
             WorkerEvent::StepStarted(StepStarted {

@@ -502,6 +502,8 @@ pub enum WorkerEvent {
         pid: u32,
         /// A dial-in worker's volume: the agents' directories it holds.
         directories: Vec<AgentDirectory>,
+        /// A dial-in worker's volume id (the same for workers sharing a volume).
+        volume: String,
     },
     Heartbeat {
         active_runs: u32,

@@ -73,9 +73,11 @@ fn upper_bound(event: &WorkerEvent) -> usize {
         WorkerEvent::Hello {
             worker_version,
             directories,
+            volume,
             ..
         } => {
             worker_version.len()
+                + volume.len()
                 + directories
                     .iter()
                     .map(|d| d.agent.len() + d.incarnation.len() + 4 * FIELD)

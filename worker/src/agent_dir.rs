@@ -143,6 +143,60 @@ pub fn directories(data_dir: &Path) -> Vec<AgentDirectory> {
     found
 }
 
+/// At the top of a dial-in worker's `--data-dir`: the volume's id.
+const VOLUME_FILE: &str = ".chorus-volume";
+
+/// The id of the volume under `data_dir`, made by the first worker to look (workers
+/// sharing the volume all read that one), so the control plane counts what one of
+/// them names as held by all.
+pub fn volume_id(data_dir: &Path) -> Result<String, String> {
+    private_dirs(data_dir)?;
+    let path = data_dir.join(VOLUME_FILE);
+    for _ in 0..50 {
+        match std::fs::read_to_string(&path) {
+            Ok(id) if check_incarnation(id.trim()).is_ok() => return Ok(id.trim().to_string()),
+            // Empty or damaged: it cannot be half written (see below), so damaged.
+            Ok(_) => {
+                return Err(format!(
+                    "{} does not hold a volume id; delete it and restart the worker",
+                    path.display()
+                ));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // Written whole under a name of our own, then linked into place:
+                // nobody reads half an id, and of two workers racing, one wins.
+                let id = random_hex()?;
+                // Not named by pid: containers sharing a volume may all be pid 1.
+                let ours = data_dir.join(format!("{VOLUME_FILE}.{id}"));
+                std::fs::write(&ours, &id)
+                    .map_err(|e| format!("cannot write {}: {e}", ours.display()))?;
+                let linked = std::fs::hard_link(&ours, &path);
+                let _ = std::fs::remove_file(&ours);
+                match linked {
+                    Ok(()) => return Ok(id),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(format!("cannot create {}: {e}", path.display())),
+                }
+            }
+            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        }
+    }
+    Err(format!(
+        "cannot settle on a volume id in {}",
+        path.display()
+    ))
+}
+
+/// 128 random bits from the OS, hex.
+fn random_hex() -> Result<String, String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| format!("no randomness from the OS: {e}"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// An incarnation is a short token of letters and digits (it names nothing on disk,
 /// but it is written into a file and compared).
 fn check_incarnation(incarnation: &str) -> Result<(), String> {
@@ -442,6 +496,23 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn workers_on_one_volume_share_its_id() {
+        let data = tempfile::tempdir().unwrap();
+        let dir = data.path().join("fresh");
+        let ids: Vec<String> = std::thread::scope(|scope| {
+            let racers: Vec<_> = (0..4)
+                .map(|_| scope.spawn(|| volume_id(&dir).unwrap()))
+                .collect();
+            racers.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+        assert_eq!(ids[0].len(), 32);
+        assert_ne!(volume_id(data.path()).unwrap(), ids[0], "another volume");
+        std::fs::write(dir.join(VOLUME_FILE), "").unwrap();
+        assert!(volume_id(&dir).unwrap_err().contains("delete it"));
     }
 
     #[tokio::test]

@@ -283,19 +283,26 @@ pub async fn serve(
     let events = EventSink::new(events_tx);
     // A dial-in worker names the agents' directories on its volume, so the control
     // plane can place agents where their files are.
-    let directories = match options.identity {
+    let (volume, directories) = match options.identity {
         Identity::DialIn { .. } => {
             let data_dir = options.data_dir.clone();
-            tokio::task::spawn_blocking(move || crate::agent_dir::directories(&data_dir))
-                .await
-                .unwrap_or_default()
+            tokio::task::spawn_blocking(move || {
+                let volume = crate::agent_dir::volume_id(&data_dir).unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "no volume id: agents are placed as if this link had a volume of its own");
+                    String::new()
+                });
+                (volume, crate::agent_dir::directories(&data_dir))
+            })
+            .await
+            .unwrap_or_default()
         }
-        Identity::Agent { .. } => Vec::new(),
+        Identity::Agent { .. } => (String::new(), Vec::new()),
     };
     events.send(WorkerEvent::Hello {
         worker_version: env!("CARGO_PKG_VERSION").to_string(),
         pid: std::process::id(),
         directories,
+        volume,
     });
     let outbound = UnboundedReceiverStream::new(events_rx).map(WorkerMessage::from);
     let mut request = tonic::Request::new(outbound);

@@ -3,8 +3,10 @@
 //! A worker started on its own (a container, a pod) attaches with the join token and
 //! no agent; its connection waits here, idle, until a supervisor takes it for an
 //! agent. Placement is "any free worker", in this order: a worker whose volume
-//! holds the agent's directory for its incarnation (each link names them when it
-//! joins: with a volume per worker, an agent goes back to its files); then the
+//! holds the agent's directory for its incarnation (each link names its volume and
+//! the directories on it when it joins; the latest list from a volume stands for
+//! every link of that volume, so on a shared volume every link holds every agent,
+//! and with a volume per worker an agent goes back to its files); then the
 //! worker (as it names itself, host and pid) with the most idle links, its oldest
 //! link first, so agents spread across workers and one worker's death moves as few
 //! as it can. The machines, restarts and scaling are the platform's (Kubernetes,
@@ -79,8 +81,8 @@ struct Idle {
     id: u64,
     /// The worker as it names itself (host and pid), for the logs and for spreading.
     peer: String,
-    /// The agents' directories its volume held when it joined.
-    directories: HashSet<AgentDirectory>,
+    /// The volume its worker keeps agents' directories on.
+    volume: String,
     offer: oneshot::Sender<Job>,
 }
 
@@ -104,6 +106,8 @@ pub struct Pool {
     closed: std::sync::atomic::AtomicBool,
     /// Until then, an agent that may have files waits for a link that holds them.
     patient_until: Instant,
+    /// Each volume's agent directories, as the last link of it to join named them.
+    volumes: Mutex<HashMap<String, HashSet<AgentDirectory>>>,
 }
 
 /// An idle connection's place in the pool.
@@ -123,21 +127,39 @@ impl Pool {
             joined: Notify::new(),
             closed: Default::default(),
             patient_until: Instant::now() + rejoin_grace,
+            volumes: Mutex::default(),
         }
+    }
+
+    fn volumes(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashSet<AgentDirectory>>> {
+        self.volumes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn idle(&self) -> std::sync::MutexGuard<'_, VecDeque<Idle>> {
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A dial-in worker's connection joins the pool, naming the agents' directories
-    /// on its volume.
-    pub fn join(&self, peer: String, directories: Vec<AgentDirectory>) -> Membership {
+    /// A dial-in worker's connection joins the pool, naming its volume and the
+    /// agents' directories on it (empty `volume`: an older worker; its link counts
+    /// as a volume of its own).
+    pub fn join(
+        &self,
+        peer: String,
+        volume: String,
+        directories: Vec<AgentDirectory>,
+    ) -> Membership {
         let id = {
             let mut next = self.next_id.lock().unwrap_or_else(|e| e.into_inner());
             *next += 1;
             *next
         };
+        let volume = match volume.is_empty() {
+            true => format!("link {id}"),
+            false => volume,
+        };
+        // Not held while the idle queue is locked (`assign` takes both, this first).
+        self.volumes()
+            .insert(volume.clone(), directories.into_iter().collect());
         let (offer, assigned) = oneshot::channel();
         // Closed: the offer is dropped at once, so the link ends and the worker
         // joins again later (a control plane that restarts).
@@ -145,7 +167,7 @@ impl Pool {
             self.idle().push_back(Idle {
                 id,
                 peer,
-                directories: directories.into_iter().collect(),
+                volume,
                 offer,
             });
             self.joined.notify_waiters();
@@ -194,10 +216,17 @@ impl Pool {
             joined.as_mut().enable();
             let waiting_for_holder = patient_until.is_some_and(|until| Instant::now() < until);
             loop {
-                let Some(idle) = take_best(&mut self.idle(), &wanted, waiting_for_holder) else {
+                let (taken, holds) = {
+                    let volumes = self.volumes();
+                    let taken = take_best(&mut self.idle(), &volumes, &wanted, waiting_for_holder);
+                    let holds = taken
+                        .as_ref()
+                        .is_some_and(|idle| holds(&volumes, &idle.volume, &wanted));
+                    (taken, holds)
+                };
+                let Some(idle) = taken else {
                     break;
                 };
-                let holds = idle.directories.contains(&wanted);
                 match idle.offer.send(assignment) {
                     Ok(()) => return (idle.peer, holds),
                     // Its connection's task is gone: the next one.
@@ -221,11 +250,12 @@ impl Pool {
 /// most idle links, then the oldest link.
 fn take_best(
     idle: &mut VecDeque<Idle>,
+    volumes: &HashMap<String, HashSet<AgentDirectory>>,
     wanted: &AgentDirectory,
     holders_only: bool,
 ) -> Option<Idle> {
     idle.retain(|link| !link.offer.is_closed());
-    if holders_only && !idle.iter().any(|link| link.directories.contains(wanted)) {
+    if holders_only && !idle.iter().any(|link| holds(volumes, &link.volume, wanted)) {
         return None;
     }
     let mut free: HashMap<&str, usize> = HashMap::new();
@@ -237,13 +267,24 @@ fn take_best(
         .enumerate()
         .max_by_key(|(position, link)| {
             (
-                link.directories.contains(wanted),
+                holds(volumes, &link.volume, wanted),
                 free[link.peer.as_str()],
                 std::cmp::Reverse(*position),
             )
         })
         .map(|(position, _)| position)?;
     idle.remove(chosen)
+}
+
+/// Whether `volume` holds `wanted`'s directory, as last named.
+fn holds(
+    volumes: &HashMap<String, HashSet<AgentDirectory>>,
+    volume: &str,
+    wanted: &AgentDirectory,
+) -> bool {
+    volumes
+        .get(volume)
+        .is_some_and(|held| held.contains(wanted))
 }
 
 #[cfg(test)]
@@ -273,7 +314,12 @@ mod tests {
         // Two workers with three links each, joined one after the other.
         let links: Vec<(&str, Membership)> = ["w1", "w1", "w1", "w2", "w2", "w2"]
             .into_iter()
-            .map(|peer| (peer, pool.join(peer.into(), Vec::new())))
+            .map(|peer| {
+                (
+                    peer,
+                    pool.join(peer.into(), format!("{peer} volume"), Vec::new()),
+                )
+            })
             .collect();
         let mut placed = Vec::new();
         for agent in ["a", "b", "c", "d"] {
@@ -286,9 +332,9 @@ mod tests {
         // A worker whose links went away gets nothing.
         let pool = Pool::new(Duration::ZERO);
         let gone: Vec<Membership> = (0..3)
-            .map(|_| pool.join("gone".into(), Vec::new()))
+            .map(|_| pool.join("gone".into(), "gone volume".into(), Vec::new()))
             .collect();
-        let _kept = pool.join("here".into(), Vec::new());
+        let _kept = pool.join("here".into(), "here volume".into(), Vec::new());
         drop(gone);
         assert_eq!(pool.assign(assignment("e")).await.0, "here");
     }
@@ -301,13 +347,21 @@ mod tests {
             incarnation: incarnation.into(),
         };
         let _busy: Vec<Membership> = (0..3)
-            .map(|_| pool.join("roomy".into(), Vec::new()))
+            .map(|_| pool.join("roomy".into(), "roomy volume".into(), Vec::new()))
             .collect();
-        let _holder = pool.join("holder".into(), vec![here("a", "i")]);
+        let _holder = pool.join(
+            "holder".into(),
+            "holder volume".into(),
+            vec![here("a", "i")],
+        );
         // Its files win over free room...
         assert_eq!(pool.assign(assignment("a")).await, ("holder".into(), true));
         // ...but only that incarnation's (a re-created name starts anywhere).
-        let _holder = pool.join("holder".into(), vec![here("b", "old")]);
+        let _holder = pool.join(
+            "holder".into(),
+            "holder volume".into(),
+            vec![here("b", "old")],
+        );
         assert_eq!(pool.assign(assignment("b")).await, ("roomy".into(), false));
         // A deletion goes where the files are too.
         let (done, _answer) = oneshot::channel();
@@ -320,9 +374,24 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn on_a_shared_volume_every_link_holds_what_the_last_one_named() {
+        let pool = Pool::new(Duration::from_secs(60));
+        let a = AgentDirectory {
+            agent: "a".into(),
+            incarnation: "i".into(),
+        };
+        // Joined before a was laid out, on the volume a later link names it on.
+        let _early = pool.join("w1".into(), "shared".into(), Vec::new());
+        let _late = pool.join("w2".into(), "shared".into(), vec![a.clone()]);
+        let _elsewhere = pool.join("w3".into(), "own".into(), Vec::new());
+        assert_eq!(pool.assign(assignment("a")).await, ("w1".into(), true));
+        assert_eq!(pool.assign(assignment("a")).await, ("w2".into(), true));
+    }
+
+    #[tokio::test]
     async fn right_after_a_start_an_agent_waits_a_little_for_the_worker_with_its_files() {
         let pool = std::sync::Arc::new(Pool::new(Duration::from_secs(60)));
-        let _roomy = pool.join("roomy".into(), Vec::new());
+        let _roomy = pool.join("roomy".into(), "roomy volume".into(), Vec::new());
         // A new agent has no files anywhere: it takes what is free at once.
         let new = Job::Serve(Assignment {
             may_have_files: false,
@@ -332,7 +401,7 @@ mod tests {
             }
         });
         assert_eq!(pool.assign(new).await.0, "roomy");
-        let _roomy = pool.join("roomy".into(), Vec::new());
+        let _roomy = pool.join("roomy".into(), "roomy volume".into(), Vec::new());
         // One from before the start waits for its worker to rejoin...
         let waiting = tokio::spawn({
             let pool = pool.clone();
@@ -342,6 +411,7 @@ mod tests {
         assert!(!waiting.is_finished(), "roomy has no files of a");
         let _holder = pool.join(
             "holder".into(),
+            "holder volume".into(),
             vec![AgentDirectory {
                 agent: "a".into(),
                 incarnation: "i".into(),
@@ -350,7 +420,7 @@ mod tests {
         assert_eq!(waiting.await.unwrap(), ("holder".into(), true));
         // ...but not past the grace: then any free worker.
         let pool = Pool::new(Duration::from_millis(200));
-        let _roomy = pool.join("roomy".into(), Vec::new());
+        let _roomy = pool.join("roomy".into(), "roomy volume".into(), Vec::new());
         let placed = tokio::time::timeout(Duration::from_secs(10), pool.assign(assignment("b")))
             .await
             .expect("placed once the grace is over");
@@ -360,9 +430,9 @@ mod tests {
     #[tokio::test]
     async fn the_oldest_live_worker_gets_the_agent_and_a_late_one_is_waited_for() {
         let pool = Pool::new(Duration::ZERO);
-        let gone = pool.join("gone".into(), Vec::new());
-        let first = pool.join("first".into(), Vec::new());
-        let second = pool.join("second".into(), Vec::new());
+        let gone = pool.join("gone".into(), "gone volume".into(), Vec::new());
+        let first = pool.join("first".into(), "first volume".into(), Vec::new());
+        let second = pool.join("second".into(), "second volume".into(), Vec::new());
         drop(gone.assigned); // its connection ended without leaving: skipped
         assert_eq!(pool.assign(assignment("a")).await.0, "first");
         assert_eq!(agent(first.assigned.await.unwrap()), "a");
@@ -370,10 +440,10 @@ mod tests {
         assert_eq!(pool.idle_count(), 0);
         // Closing lets idle links go; a link that joins after waits for nothing.
         let closing = Pool::new(Duration::ZERO);
-        let idle = closing.join("idle".into(), Vec::new());
+        let idle = closing.join("idle".into(), "idle volume".into(), Vec::new());
         closing.close();
         assert!(idle.assigned.await.is_err(), "its link ends");
-        let late = closing.join("late".into(), Vec::new());
+        let late = closing.join("late".into(), "late volume".into(), Vec::new());
         assert!(late.assigned.await.is_err());
         assert_eq!(closing.idle_count(), 0);
 
@@ -385,7 +455,7 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiting.is_finished(), "nobody to take it yet");
-        let late = pool.join("late".into(), Vec::new());
+        let late = pool.join("late".into(), "late volume".into(), Vec::new());
         let peer = tokio::time::timeout(Duration::from_secs(5), waiting)
             .await
             .expect("assigned once a worker joined")
