@@ -57,7 +57,7 @@ pub struct DialInService {
     /// What each joining worker's volume holds, for the clean-up of directories no
     /// agent can use again (`AgentService::tidy_volume`). Full: skipped (the next
     /// join names them again).
-    pub volumes: tokio::sync::mpsc::Sender<Vec<AgentDirectory>>,
+    pub volumes: tokio::sync::mpsc::Sender<(String, Vec<AgentDirectory>)>,
 }
 
 impl WorkerLinkService {
@@ -239,8 +239,9 @@ impl WorkerLinkService {
                 }
             };
             let holds = directories.len();
-            if holds > 0 {
-                let _ = volumes.try_send(directories.clone());
+            // An older worker names no volume: nothing to aim a deletion at.
+            if holds > 0 && !volume.is_empty() {
+                let _ = volumes.try_send((volume.clone(), directories.clone()));
             }
             let membership = pool.join(peer.clone(), volume, directories);
             tracing::info!(%peer, idle = pool.idle_count(), directories = holds, "dial-in worker joined the pool");
@@ -328,6 +329,7 @@ async fn delete_files(
         agent,
         incarnation,
         done,
+        ..
     } = deletion;
     let (_open, commands) = tokio::sync::mpsc::unbounded_channel();
     let command = ControlCommand::DeleteAgentFiles {

@@ -265,8 +265,8 @@ pub async fn start(
     tokio::spawn({
         let agents = agents.clone();
         async move {
-            while let Some(named) = volumes_rx.recv().await {
-                if let Err(e) = agents.tidy_volume(&named).await {
+            while let Some((volume, named)) = volumes_rx.recv().await {
+                if let Err(e) = agents.tidy_volume(&volume, &named).await {
                     tracing::warn!(error = %e, "cannot check a dial-in worker's directories against the store");
                 }
             }

@@ -97,10 +97,7 @@ pub async fn delete(dir: &Path, incarnation: &str, wait: Duration) -> Result<boo
     let deleted = tokio::task::spawn_blocking(move || -> Result<bool, String> {
         match laid_out_for(&dir)? {
             Some(other) if other != incarnation => Ok(false),
-            _ => {
-                clear(&dir)?;
-                Ok(true)
-            }
+            _ => clear(&dir),
         }
     })
     .await
@@ -251,9 +248,11 @@ async fn lock(dir: &Path, wait: Duration) -> Result<Flock<std::fs::File>, String
 }
 
 /// Deletes everything in the agent's directory but the lock.
-fn clear(dir: &Path) -> Result<(), String> {
+/// Returns whether there was anything to delete.
+fn clear(dir: &Path) -> Result<bool, String> {
     let entries =
         std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let mut any = false;
     for entry in entries {
         let entry = entry.map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
         if entry.file_name() == LOCK_FILE {
@@ -266,8 +265,9 @@ fn clear(dir: &Path) -> Result<(), String> {
             std::fs::remove_file(&path)
         };
         removed.map_err(|e| format!("cannot delete {}: {e}", path.display()))?;
+        any = true;
     }
-    Ok(())
+    Ok(any)
 }
 
 /// The agent's directory and its parents up to the data directory, private (0700).

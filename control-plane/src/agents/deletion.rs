@@ -33,8 +33,9 @@ const LAST_RETRY: Duration = Duration::from_secs(300);
 pub enum Target {
     /// A destroyed agent's files, while its row owes them (`purge_files`).
     Destroyed,
-    /// A directory a worker named that no agent can use again.
-    Leftover { incarnation: String },
+    /// A directory a worker named that no agent can use again, on that worker's
+    /// volume. Tried once: the next join from that volume names it again.
+    Leftover { incarnation: String, volume: String },
 }
 
 /// The deletions under way (one owner: the agent service).
@@ -67,6 +68,15 @@ impl Deletions {
     }
 }
 
+impl Target {
+    fn volume(&self) -> Option<&str> {
+        match self {
+            Target::Destroyed => None,
+            Target::Leftover { volume, .. } => Some(volume),
+        }
+    }
+}
+
 /// Which of the directories a joining worker named no agent can use again.
 pub fn leftovers(known: &[AgentIncarnation], named: &[AgentDirectory]) -> Vec<AgentDirectory> {
     let known: HashMap<&str, &AgentIncarnation> =
@@ -93,7 +103,10 @@ async fn delete_until_done(store: &Store, workers: &WorkerManager, name: &str, t
     loop {
         match still_owed(store, name, target).await {
             Ok(None) => return,
-            Ok(Some(incarnation)) => match workers.delete_files(name, &incarnation).await {
+            Ok(Some(incarnation)) => match workers
+                .delete_files(name, &incarnation, target.volume())
+                .await
+            {
                 Ok((false, _)) if matches!(target, Target::Leftover { .. }) => return,
                 Ok((deleted, by)) => {
                     if *target == Target::Destroyed
@@ -109,7 +122,7 @@ async fn delete_until_done(store: &Store, workers: &WorkerManager, name: &str, t
                         (Target::Destroyed, false) => {
                             "nothing of it was left on the dial-in workers' volume".to_string()
                         }
-                        (Target::Leftover { incarnation }, _) => format!(
+                        (Target::Leftover { incarnation, .. }, _) => format!(
                             "deleted a copy no agent can use again (incarnation {incarnation}) from the volume of {by}"
                         ),
                     };
@@ -126,6 +139,10 @@ async fn delete_until_done(store: &Store, workers: &WorkerManager, name: &str, t
                     if let Err(e) = store.audit(entry).await {
                         tracing::error!(agent = %name, error = %e, "cannot write audit entry");
                     }
+                    return;
+                }
+                Err(why) if matches!(target, Target::Leftover { .. }) => {
+                    tracing::info!(agent = %name, %why, "cannot delete a leftover copy now; asked again when its worker next joins");
                     return;
                 }
                 Err(why) => {
@@ -154,7 +171,7 @@ async fn still_owed(
     Ok(match target {
         Target::Destroyed => (agent.status == AgentStatus::Destroyed && agent.purge_files)
             .then_some(agent.incarnation),
-        Target::Leftover { incarnation } => {
+        Target::Leftover { incarnation, .. } => {
             let row = AgentIncarnation {
                 name: agent.name,
                 status: agent.status,

@@ -762,7 +762,11 @@ impl AgentService {
     /// A dial-in worker joined naming the agents' directories on its volume: those no
     /// agent can use again (an older creation of a name, a copy of an agent destroyed
     /// without its files kept) are deleted there, in the background.
-    pub async fn tidy_volume(&self, named: &[AgentDirectory]) -> Result<(), StoreError> {
+    pub async fn tidy_volume(
+        &self,
+        volume: &str,
+        named: &[AgentDirectory],
+    ) -> Result<(), StoreError> {
         if named.is_empty() {
             return Ok(());
         }
@@ -775,6 +779,7 @@ impl AgentService {
                 &leftover.agent,
                 deletion::Target::Leftover {
                     incarnation: leftover.incarnation,
+                    volume: volume.to_string(),
                 },
             );
         }

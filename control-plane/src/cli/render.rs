@@ -179,12 +179,11 @@ pub fn agent(a: &Value, style: Style) -> String {
     };
     let worker = &a["worker"];
     let mut worker_line = style.status(&cell(&worker["state"]));
+    let restarts = worker["restarts"].as_u64().unwrap_or(0);
     if let Some(pid) = worker["pid"].as_u64() {
-        worker_line.push_str(&format!(" (pid {pid}"));
-        worker_line.push_str(&format!(
-            ", {} restarts)",
-            worker["restarts"].as_u64().unwrap_or(0)
-        ));
+        worker_line.push_str(&format!(" (pid {pid}, {restarts} restarts)"));
+    } else if let Some(name) = worker["dial_in_worker"].as_str() {
+        worker_line.push_str(&format!(" (on dial-in worker {name}, {restarts} restarts)"));
     }
     let idle = match a["effective_idle_timeout_secs"].as_u64() {
         Some(0) => "never".to_string(),

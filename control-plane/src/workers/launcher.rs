@@ -267,6 +267,8 @@ pub enum Worker {
 /// its runs down, ends its tool processes and joins the pool again.
 pub struct RemoteWorker {
     peer: String,
+    /// Its volume held the agent's directory.
+    where_files_are: bool,
     released: tokio_util::sync::CancellationToken,
 }
 
@@ -297,10 +299,8 @@ impl Launcher {
                 });
                 match tokio::time::timeout(wait_free, pool.assign(assignment)).await {
                     Ok((peer, holds)) => Ok(Worker::Remote(RemoteWorker {
-                        peer: match holds {
-                            true => format!("{peer}, where its files are"),
-                            false => peer,
-                        },
+                        peer,
+                        where_files_are: holds,
                         released: Default::default(),
                     })),
                     Err(_) => Err(LaunchError::NoFreeWorker(wait_free)),
@@ -332,7 +332,18 @@ impl Worker {
     pub fn describe(&self) -> String {
         match self {
             Worker::Local(w) => format!("pid {}", w.pid()),
-            Worker::Remote(w) => format!("dial-in worker from {}", w.peer),
+            Worker::Remote(w) if w.where_files_are => {
+                format!("dial-in worker {}, where its files are", w.peer)
+            }
+            Worker::Remote(w) => format!("dial-in worker {}", w.peer),
+        }
+    }
+
+    /// A dial-in worker's name for itself (host and pid).
+    pub fn dial_in_name(&self) -> Option<String> {
+        match self {
+            Worker::Local(_) => None,
+            Worker::Remote(w) => Some(w.peer.clone()),
         }
     }
 

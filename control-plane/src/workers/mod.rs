@@ -48,6 +48,8 @@ pub enum WorkerState {
 pub struct WorkerStatus {
     pub state: WorkerState,
     pub pid: Option<u32>,
+    /// The dial-in worker serving it, as the worker names itself (host and pid).
+    pub dial_in_worker: Option<String>,
     pub restarts: u32,
     /// How the previous worker process ended, or why it could not start.
     pub last_exit: Option<String>,
@@ -58,6 +60,7 @@ impl WorkerStatus {
         WorkerStatus {
             state: WorkerState::Stopped,
             pid: None,
+            dial_in_worker: None,
             restarts: 0,
             last_exit: None,
         }
@@ -173,7 +176,7 @@ impl WorkerManager {
     }
 
     /// Has a free dial-in worker delete a destroyed agent's files from the workers'
-    /// volume, if they are `incarnation`'s. Returns whether there were any and who
+    /// volume (only `volume`, if given), if they are `incarnation`'s. Returns whether there were any and who
     /// deleted them, or why it could not be done (no worker free within the attach
     /// wait, the worker went away, or what the worker said). With the local
     /// launcher there is no such volume: nothing to do.
@@ -181,6 +184,7 @@ impl WorkerManager {
         &self,
         agent: &str,
         incarnation: &str,
+        volume: Option<&str>,
     ) -> Result<(bool, String), String> {
         let Launcher::Remote(pool) = &self.launcher else {
             return Ok((false, "this control plane".into()));
@@ -189,6 +193,7 @@ impl WorkerManager {
         let job = pool::Job::Delete(pool::Deletion {
             agent: agent.to_string(),
             incarnation: incarnation.to_string(),
+            volume: volume.map(str::to_string),
             done,
         });
         let wait = self.settings.attach_timeout;
@@ -314,6 +319,7 @@ impl Supervisor {
             self.status.send_replace(WorkerStatus {
                 state: WorkerState::Restarting,
                 pid: None,
+                dial_in_worker: None,
                 restarts,
                 last_exit: Some(reason.clone()),
             });
@@ -380,6 +386,7 @@ impl Supervisor {
         self.status.send_replace(WorkerStatus {
             state: WorkerState::Starting,
             pid: worker.pid(),
+            dial_in_worker: worker.dial_in_name(),
             restarts,
             last_exit,
         });

@@ -50,6 +50,9 @@ pub struct Assignment {
 pub struct Deletion {
     pub agent: String,
     pub incarnation: String,
+    /// Only on this volume (a leftover copy a worker of it named); `None`: wherever
+    /// the directory is.
+    pub volume: Option<String>,
     /// Whether there was anything to delete, or why it could not be done.
     pub done: oneshot::Sender<Result<bool, String>>,
 }
@@ -199,6 +202,10 @@ impl Pool {
     /// dropping the future assigns nothing.
     pub async fn assign(&self, job: Job) -> (String, bool) {
         let wanted = job.directory();
+        let only_on = match &job {
+            Job::Delete(d) => d.volume.clone(),
+            Job::Serve(_) => None,
+        };
         // How long to hold out for a link whose volume has the agent's directory.
         let patient_until = match &job {
             Job::Serve(a) if a.may_have_files => Some(self.patient_until),
@@ -218,7 +225,17 @@ impl Pool {
             loop {
                 let (taken, holds) = {
                     let volumes = self.volumes();
-                    let taken = take_best(&mut self.idle(), &volumes, &wanted, waiting_for_holder);
+                    let mut idle = self.idle();
+                    let taken = match &only_on {
+                        // A copy on one volume: only a link of it will do.
+                        Some(volume) => {
+                            idle.retain(|link| !link.offer.is_closed());
+                            idle.iter()
+                                .position(|link| link.volume == *volume)
+                                .and_then(|position| idle.remove(position))
+                        }
+                        None => take_best(&mut idle, &volumes, &wanted, waiting_for_holder),
+                    };
                     let holds = taken
                         .as_ref()
                         .is_some_and(|idle| holds(&volumes, &idle.volume, &wanted));
@@ -368,9 +385,28 @@ mod tests {
         let deletion = Job::Delete(Deletion {
             agent: "b".into(),
             incarnation: "old".into(),
+            volume: None,
             done,
         });
         assert_eq!(pool.assign(deletion).await, ("holder".into(), true));
+        // A leftover copy's deletion goes to a link of its volume only.
+        let (done, _answer) = oneshot::channel();
+        let leftover = Job::Delete(Deletion {
+            agent: "z".into(),
+            incarnation: "old".into(),
+            volume: Some("holder volume".into()),
+            done,
+        });
+        let pending = pool.assign(leftover);
+        tokio::pin!(pending);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), &mut pending)
+                .await
+                .is_err(),
+            "roomy links are of another volume"
+        );
+        let _holder = pool.join("holder".into(), "holder volume".into(), Vec::new());
+        assert_eq!(pending.await, ("holder".into(), false));
     }
 
     #[tokio::test]

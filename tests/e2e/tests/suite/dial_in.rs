@@ -297,6 +297,14 @@ async fn agents_run_on_dial_in_workers_and_move_with_their_files_when_theirs_is_
         .wait_for_requests(before + 1, Duration::from_secs(30))
         .await;
     let pid = workers[holder].child.id().expect("worker pid");
+    // The API says which worker serves it (as the worker names itself).
+    let shown = chorus.agent("a1").await?["worker"]["dial_in_worker"].clone();
+    assert!(
+        shown
+            .as_str()
+            .is_some_and(|name| name.ends_with(&format!(" pid {pid}"))),
+        "{shown}"
+    );
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
         nix::sys::signal::Signal::SIGKILL,
@@ -353,7 +361,11 @@ async fn agents_run_on_dial_in_workers_and_move_with_their_files_when_theirs_is_
                 "SELECT detail FROM audit_log WHERE agent_name = 'a5' AND action_string = 'agent:delete_files'",
             )
             .await?;
-        if audited.contains("deleted from the dial-in workers' volume by the dial-in worker from") {
+        // By the destroy's own deletion, or by the check of the directories the
+        // destroyed agent's worker named when it joined again: whichever came first.
+        if audited.contains("deleted from the dial-in workers' volume by the dial-in worker from")
+            || audited.contains("deleted a copy no agent can use again")
+        {
             break;
         }
         anyhow::ensure!(
