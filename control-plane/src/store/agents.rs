@@ -90,18 +90,21 @@ pub struct AgentUpdate {
     pub discord_channel_id: Option<Option<String>>,
 }
 
-fn agent_from_row(row: &AnyRow) -> Result<AgentRecord, StoreError> {
+/// A row's `status` column.
+fn status_of(row: &AnyRow) -> Result<AgentStatus, StoreError> {
     let status: String = row.try_get("status")?;
-    let status = match status.as_str() {
-        "active" => AgentStatus::Active,
-        "destroyed" => AgentStatus::Destroyed,
-        _ => {
-            return Err(StoreError::Corrupt {
-                column: "agents.status",
-                value: status,
-            });
-        }
-    };
+    match status.as_str() {
+        "active" => Ok(AgentStatus::Active),
+        "destroyed" => Ok(AgentStatus::Destroyed),
+        _ => Err(StoreError::Corrupt {
+            column: "agents.status",
+            value: status,
+        }),
+    }
+}
+
+fn agent_from_row(row: &AnyRow) -> Result<AgentRecord, StoreError> {
+    let status = status_of(row)?;
     Ok(AgentRecord {
         name: row.try_get("name")?,
         status,
@@ -353,19 +356,9 @@ impl Store {
             .await?;
         rows.iter()
             .map(|row| {
-                let status: String = row.try_get("status")?;
                 Ok(AgentIncarnation {
                     name: row.try_get("name")?,
-                    status: match status.as_str() {
-                        "active" => AgentStatus::Active,
-                        "destroyed" => AgentStatus::Destroyed,
-                        _ => {
-                            return Err(StoreError::Corrupt {
-                                column: "agents.status",
-                                value: status,
-                            });
-                        }
-                    },
+                    status: status_of(row)?,
                     incarnation: row.try_get("incarnation")?,
                     files_kept: row.try_get::<i64, _>("files_kept")? != 0,
                 })

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chorus_test_support::chorus::tool_results;
 use chorus_test_support::fake_model::{text, tool_call};
-use chorus_test_support::{Chorus, FakeOpenAi, Reply, bin_path};
+use chorus_test_support::{Chorus, FakeModel, FakeOpenAi, Reply, bin_path};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -92,16 +92,12 @@ impl DialInWorker {
     /// Waits until the worker has logged `needle` (lines arrive through a pipe, so
     /// after whatever the worker did next).
     async fn wait_log(&self, needle: &str, limit: Duration) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + limit;
-        while !self.log().contains(needle) {
-            anyhow::ensure!(
-                tokio::time::Instant::now() < deadline,
-                "the worker never logged {needle:?}: {}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Ok(())
+        eventually(
+            limit,
+            || self.log().contains(needle),
+            || format!("the worker never logged {needle:?}: {}", self.log()),
+        )
+        .await
     }
 
     /// Whether it has taken `agent`'s directory (and whether it laid it out then).
@@ -112,6 +108,47 @@ impl DialInWorker {
             .rfind(|l| l.contains(&format!("serving agent agent={agent} ")))?;
         Some(line.contains("laid_out=true"))
     }
+}
+
+/// Waits until `done` holds, checking every 20 ms; past `limit`, fails saying `what`.
+async fn eventually(
+    limit: Duration,
+    mut done: impl FnMut() -> bool,
+    what: impl Fn() -> String,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !done() {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "{}", what());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+/// A loopback address for workers to dial that stays the same across restarts of
+/// the control plane.
+fn fixed_grpc_addr() -> anyhow::Result<String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    Ok(format!("127.0.0.1:{port}"))
+}
+
+/// A control plane for dial-in workers on `grpc_addr`, keeping its data in
+/// `data_dir`: started again with the same arguments, it is the same one.
+async fn remote_chorus(
+    model: &FakeModel,
+    data_dir: &Path,
+    grpc_addr: &str,
+) -> anyhow::Result<Chorus> {
+    Chorus::builder()
+        .openai_fake(model)
+        .data_dir(data_dir)
+        .grpc_addr(grpc_addr)
+        .env("CHORUS_LAUNCHER", "remote")
+        .env("CHORUS_JOIN_TOKEN", JOIN_TOKEN)
+        .config("[threads]\ntitles = false\n")
+        .start()
+        .await
 }
 
 /// The workers (but `except`) that have taken `agent`'s directory, once at least one
@@ -379,15 +416,12 @@ async fn agents_run_on_dial_in_workers_and_move_with_their_files_when_theirs_is_
         .create_agent_with(json!({"name": "a5", "permissions": "open"}))
         .await?;
     wait_running(&chorus, "a5", Duration::from_secs(30)).await?;
-    let new_git = a5.join("workspace/.git");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !new_git.is_dir() {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "a5 was not laid out again"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(30),
+        || a5.join("workspace/.git").is_dir(),
+        || "a5 was not laid out again".into(),
+    )
+    .await?;
     assert!(!a5.join("workspace/note.txt").exists());
 
     // Destroyed keeping its files, and created again: the files are the new agent's.
@@ -587,20 +621,9 @@ async fn with_a_volume_per_worker_an_agent_goes_back_to_its_files() -> anyhow::R
     let model = FakeOpenAi::start().await;
     model.set_fallback(write_a_note);
     let data = tempfile::tempdir()?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let grpc_addr = format!("127.0.0.1:{port}");
-    let start = || {
-        Chorus::builder()
-            .openai_fake(&model)
-            .data_dir(&data.path().join("control-plane"))
-            .grpc_addr(&grpc_addr)
-            .env("CHORUS_LAUNCHER", "remote")
-            .env("CHORUS_JOIN_TOKEN", JOIN_TOKEN)
-            .config("[threads]\ntitles = false\n")
-            .start()
-    };
+    let grpc_addr = fixed_grpc_addr()?;
+    let control_plane = data.path().join("control-plane");
+    let start = || remote_chorus(&model, &control_plane, &grpc_addr);
     let chorus = start().await?;
     let (small_volume, roomy_volume) = (data.path().join("small"), data.path().join("roomy"));
     let small = DialInWorker::start(&chorus.grpc_url, &small_volume, 1, JOIN_TOKEN);
@@ -628,16 +651,18 @@ async fn with_a_volume_per_worker_an_agent_goes_back_to_its_files() -> anyhow::R
     assert!(status.success(), "{status:?}");
     let chorus = start().await?;
     wait_running(&chorus, "home", Duration::from_secs(60)).await?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while small.log().matches("serving agent agent=home ").count() < 2 {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "home is not back on its worker: {}\n{}",
-            small.log(),
-            roomy.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        || small.log().matches("serving agent agent=home ").count() >= 2,
+        || {
+            format!(
+                "home is not back on its worker: {}\n{}",
+                small.log(),
+                roomy.log()
+            )
+        },
+    )
+    .await?;
     assert_eq!(small.served("home"), Some(false), "its files were there");
     assert_eq!(roomy.served("home"), None, "{}", roomy.log());
     model.push(tool_call("v1", "view", json!({"path": "note.txt"})));
@@ -673,28 +698,24 @@ async fn with_a_volume_per_worker_an_agent_goes_back_to_its_files() -> anyhow::R
         .await?;
     assert!(destroyed.status().is_success(), "{destroyed:?}");
     let gone = |volume: &Path| !volume.join("agents/home/workspace").exists();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !gone(&roomy_volume) {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "home's files are still on its last worker's volume"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(30),
+        || gone(&roomy_volume),
+        || "home's files are still on its last worker's volume".into(),
+    )
+    .await?;
     assert!(
         !gone(&small_volume),
         "the dead worker's copy is out of reach"
     );
     // ...and the copy on the dead worker's volume once it comes back and joins.
     let _small_again = DialInWorker::start(&chorus.grpc_url, &small_volume, 1, JOIN_TOKEN);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !gone(&small_volume) {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the copy left on the returning worker's volume was not deleted"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(30),
+        || gone(&small_volume),
+        || "the copy left on the returning worker's volume was not deleted".into(),
+    )
+    .await?;
     Ok(())
 }
 
@@ -706,20 +727,9 @@ async fn dial_in_workers_rejoin_a_restarted_control_plane() -> anyhow::Result<()
     let model = FakeOpenAi::start().await;
     model.set_fallback(write_a_note);
     let data = tempfile::tempdir()?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let grpc_addr = format!("127.0.0.1:{port}");
-    let start = || {
-        Chorus::builder()
-            .openai_fake(&model)
-            .data_dir(&data.path().join("control-plane"))
-            .grpc_addr(&grpc_addr)
-            .env("CHORUS_LAUNCHER", "remote")
-            .env("CHORUS_JOIN_TOKEN", JOIN_TOKEN)
-            .config("[threads]\ntitles = false\n")
-            .start()
-    };
+    let grpc_addr = fixed_grpc_addr()?;
+    let control_plane = data.path().join("control-plane");
+    let start = || remote_chorus(&model, &control_plane, &grpc_addr);
     let chorus = start().await?;
     let shared = data.path().join("shared");
     // Two links: one serves the agent, one stays idle.
