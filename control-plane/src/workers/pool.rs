@@ -225,17 +225,13 @@ impl Pool {
             loop {
                 let (taken, holds) = {
                     let volumes = self.volumes();
-                    let mut idle = self.idle();
-                    let taken = match &only_on {
-                        // A copy on one volume: only a link of it will do.
-                        Some(volume) => {
-                            idle.retain(|link| !link.offer.is_closed());
-                            idle.iter()
-                                .position(|link| link.volume == *volume)
-                                .and_then(|position| idle.remove(position))
-                        }
-                        None => take_best(&mut idle, &volumes, &wanted, waiting_for_holder),
-                    };
+                    let taken = take_best(
+                        &mut self.idle(),
+                        &volumes,
+                        &wanted,
+                        only_on.as_deref(),
+                        waiting_for_holder,
+                    );
                     let holds = taken
                         .as_ref()
                         .is_some_and(|idle| holds(&volumes, &idle.volume, &wanted));
@@ -263,15 +259,21 @@ impl Pool {
 }
 
 /// The link for a job about `wanted` (after dropping links whose connection is
-/// gone): one whose volume holds that directory if any, then the worker with the
-/// most idle links, then the oldest link.
+/// gone): the oldest of `only_on`'s volume if given (nothing else will do);
+/// otherwise one whose volume holds that directory if any (only such a one when
+/// `holders_only`), then the worker with the most idle links, then the oldest link.
 fn take_best(
     idle: &mut VecDeque<Idle>,
     volumes: &HashMap<String, HashSet<AgentDirectory>>,
     wanted: &AgentDirectory,
+    only_on: Option<&str>,
     holders_only: bool,
 ) -> Option<Idle> {
     idle.retain(|link| !link.offer.is_closed());
+    if let Some(volume) = only_on {
+        let position = idle.iter().position(|link| link.volume == volume)?;
+        return idle.remove(position);
+    }
     if holders_only && !idle.iter().any(|link| holds(volumes, &link.volume, wanted)) {
         return None;
     }
