@@ -2,7 +2,8 @@
 //! nothing behind.
 //!
 //! - The command runs as `/bin/bash -c <command>` (`/bin/sh` where there is no bash),
-//!   with cwd = the workspace, stdin = /dev/null, in its own process group.
+//!   with cwd = the workspace, stdin = /dev/null, in a new session (its own process
+//!   group, no controlling terminal).
 //! - The environment is cleared and rebuilt from an allow-list (`environment`), so
 //!   the worker's credential, provider keys and any other `CHORUS_*` or `*_API_KEY`
 //!   variable are never visible to the command.
@@ -266,6 +267,12 @@ pub async fn run(root: &Path, args: BashArgs, config: &BashConfig) -> ToolOutcom
     if out.total == 0 && err.total == 0 {
         text.push_str("(no output)\n");
     }
+    if config.sandbox.is_some()
+        && let Some(note) = super::sandbox::terminal_note(&text)
+    {
+        text.push_str(note);
+        text.push('\n');
+    }
     if left_behind {
         text.push_str("note: processes the command left running in the background were stopped; a bash call ends everything it started\n");
     }
@@ -279,8 +286,8 @@ pub async fn run(root: &Path, args: BashArgs, config: &BashConfig) -> ToolOutcom
     }
 }
 
-/// A shell running `script` in the workspace, in a process group of its own, with
-/// the allow-listed environment, no stdin and stdout piped.
+/// A shell running `script` in the workspace, in a session (and process group) of its
+/// own with no terminal, with the allow-listed environment, no stdin and stdout piped.
 pub fn shell_command(root: &Path, script: &str) -> Command {
     let mut command = Command::new(shell());
     command
@@ -290,13 +297,30 @@ pub fn shell_command(root: &Path, script: &str) -> Command {
         .env_clear()
         .envs(environment(root))
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .process_group(0);
+        .stdout(Stdio::piped());
     if let Some(mark) = super::procs::mark() {
         command.env(super::procs::MARK_VAR, mark);
     }
+    own_session(&mut command);
     die_with_the_worker(&mut command);
     command
+}
+
+/// `setsid`: the shell leads a new session and process group, with no controlling
+/// terminal (the worker's session may have the terminal `chorus` was started from; a
+/// tool process must not be able to open `/dev/tty` or signal that session). Its
+/// group id is its pid, as with `process_group(0)`, which it replaces (a group leader
+/// cannot call `setsid`).
+#[allow(unsafe_code)]
+fn own_session(command: &mut Command) {
+    // SAFETY: the closure runs between fork and exec and makes one async-signal-safe
+    // system call (setsid); it allocates nothing.
+    unsafe {
+        command.pre_exec(|| {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
 }
 
 /// Puts `command` in `sandbox` (when there is one): the warning to show when it runs

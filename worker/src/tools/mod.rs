@@ -6,6 +6,7 @@
 //! off the async threads; `bash` runs as its own process group (`bash`).
 
 pub mod bash;
+pub mod caps;
 pub mod edit;
 pub mod files;
 pub mod jail;
@@ -15,6 +16,7 @@ pub mod procs;
 pub mod safe_env;
 pub mod sandbox;
 mod schemas;
+pub mod seccomp;
 pub mod tasks;
 pub mod walk;
 

@@ -29,11 +29,15 @@ use std::sync::OnceLock;
 
 use chorus_proto::domain::{ResourceLimits, SandboxPolicy};
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, Ruleset,
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, Ruleset,
     RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
 };
+use nix::libc::sock_filter;
 use nix::sys::resource::{Resource, setrlimit};
 use tokio::process::Command;
+
+use super::caps::CapDrop;
+use super::seccomp;
 
 /// The Landlock ABI whose rights we ask for (best effort below it): every filesystem
 /// right including device ioctls (5), TCP (4), signal and socket scopes (6).
@@ -56,17 +60,15 @@ pub const SYSTEM_READ_ONLY: &[&str] = &[
     "/run/systemd/resolve",
 ];
 
-/// Device files tool processes may read and write.
+/// Device files tool processes may read and write. No terminal (`/dev/tty`,
+/// `/dev/ptmx`, `/dev/pts`: a pty of the host's is a way to type into its shells) and
+/// no `/dev/shm` (shared with the host and every agent).
 pub const DEVICES: &[&str] = &[
     "/dev/null",
     "/dev/zero",
     "/dev/full",
     "/dev/random",
     "/dev/urandom",
-    "/dev/tty",
-    "/dev/ptmx",
-    "/dev/pts",
-    "/dev/shm",
 ];
 
 /// Toolchain directories in the worker's own `$HOME`, readable when they exist.
@@ -151,6 +153,9 @@ pub struct Sandbox {
 /// Everything a spawn needs, built before the fork.
 pub struct Prepared {
     ruleset: Option<RulesetCreated>,
+    /// The seccomp filter, when the kernel takes it.
+    filter: Option<&'static [sock_filter]>,
+    caps: CapDrop,
     limits: ResourceLimits,
     pub home: PathBuf,
     pub tmp: PathBuf,
@@ -164,6 +169,8 @@ impl std::fmt::Debug for Prepared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Prepared")
             .field("landlock", &self.ruleset.is_some())
+            .field("seccomp", &self.filter.is_some())
+            .field("caps", &self.caps)
             .field("limits", &self.limits)
             .finish()
     }
@@ -202,48 +209,81 @@ impl Sandbox {
         let policy = &self.policy;
         let home = private_dir(&self.home, "home")?;
         let tmp = private_dir(&self.tmp, "temp")?;
-        let unenforceable = match support() {
+        let landlock_missing = match support() {
             Support::Unavailable(why) => Some(format!("the sandbox is unavailable: {why}")),
             Support::Landlock { abi } if !policy.network && abi < 4 => Some(format!(
                 "network = \"off\" needs Landlock ABI 4 (Linux 6.7) and the kernel has ABI {abi}"
             )),
             Support::Landlock { .. } => None,
         };
-        if let Some(why) = unenforceable {
-            if !policy.run_unsandboxed {
-                return Err(format!(
-                    "refused: {why}, and this agent's tool processes may not run unconfined; an operator can allow it with [sandbox] when_unavailable = \"warn\" in chorus.toml"
-                ));
-            }
-            let env = toolchain_env(
-                std::env::var_os("HOME").map(PathBuf::from).as_deref(),
-                &home,
-            );
-            return Ok(Prepared {
-                ruleset: None,
-                limits: policy.limits,
-                env,
-                home,
-                tmp,
-                warning: Some(format!(
-                    "warning: {why}; this command ran without a sandbox ([sandbox] when_unavailable = \"warn\")"
-                )),
-            });
+        let filter = filter();
+        let seccomp_missing = filter
+            .err()
+            .map(|why| format!("the seccomp filter is unavailable: {why}"));
+        let missing: Vec<String> = landlock_missing
+            .iter()
+            .chain(&seccomp_missing)
+            .cloned()
+            .collect();
+        if !missing.is_empty() && !policy.run_unsandboxed {
+            return Err(format!(
+                "refused: {}, and this agent's tool processes may not run unconfined; an operator can allow it with [sandbox] when_unavailable = \"warn\" in chorus.toml",
+                missing.join("; ")
+            ));
         }
         let worker_home = std::env::var_os("HOME").map(PathBuf::from);
-        let (read_only, read_write) = paths(self, worker_home.as_deref());
-        let ruleset = build(&read_only, &read_write, policy.network)
-            .map_err(|e| format!("refused: the sandbox could not be built: {e}"))?;
-        let env = toolchain_env(worker_home.as_deref(), &home);
+        let ruleset = if landlock_missing.is_none() {
+            let (read_only, read_write) = paths(self, worker_home.as_deref());
+            Some(
+                build(&read_only, &read_write, policy.network)
+                    .map_err(|e| format!("refused: the sandbox could not be built: {e}"))?,
+            )
+        } else {
+            None
+        };
+        let warning = (!missing.is_empty()).then(|| {
+            let without = if ruleset.is_some() {
+                "without its seccomp filter"
+            } else {
+                "without a sandbox"
+            };
+            format!(
+                "warning: {}; this command ran {without} ([sandbox] when_unavailable = \"warn\")",
+                missing.join("; ")
+            )
+        });
         Ok(Prepared {
-            ruleset: Some(ruleset),
+            ruleset,
+            filter: filter.ok(),
+            caps: CapDrop::prepare(),
             limits: policy.limits,
-            env,
+            env: toolchain_env(worker_home.as_deref(), &home),
             home,
             tmp,
-            warning: None,
+            warning,
         })
     }
+}
+
+/// The seccomp filter of tool processes, built and tried on this kernel once; `Err`
+/// says why the kernel refuses it.
+pub fn filter() -> Result<&'static [sock_filter], &'static str> {
+    static FILTER: OnceLock<Result<Vec<sock_filter>, String>> = OnceLock::new();
+    FILTER
+        .get_or_init(|| {
+            let program = seccomp::program();
+            seccomp::probe(&program).map(|()| program)
+        })
+        .as_ref()
+        .map(Vec::as_slice)
+        .map_err(String::as_str)
+}
+
+/// The rights on read-write paths: everything but creating device nodes, which no
+/// path grants (a block device or `/dev/mem` made in the workspace would bypass
+/// every file rule).
+pub fn read_write_access() -> BitFlags<AccessFs> {
+    AccessFs::from_all(TARGET_ABI) & !(AccessFs::MakeChar | AccessFs::MakeBlock)
 }
 
 /// The agent's home or temp dir, created private (0700) when missing.
@@ -301,14 +341,12 @@ fn build(
             read_only,
             AccessFs::from_read(TARGET_ABI),
         ))?
-        .add_rules(path_beneath_rules(
-            read_write,
-            AccessFs::from_all(TARGET_ABI),
-        ))
+        .add_rules(path_beneath_rules(read_write, read_write_access()))
 }
 
-/// Applies `prepared` to `command` in the child, between fork and exec: limits first,
-/// then Landlock (which also sets `no_new_privs`).
+/// Applies `prepared` to `command` in the child, between fork and exec: limits, then
+/// every capability dropped and `no_new_privs` (`caps`), then Landlock, then the
+/// seccomp filter last (it refuses calls the steps before it make).
 #[allow(unsafe_code)]
 pub fn apply(command: &mut Command, prepared: Prepared) {
     command
@@ -316,23 +354,62 @@ pub fn apply(command: &mut Command, prepared: Prepared) {
         .env("TMPDIR", &prepared.tmp)
         .envs(prepared.env.iter().map(|(k, v)| (k, v)));
     let limits = prepared.limits;
+    let caps = prepared.caps;
+    let filter = prepared.filter;
     let mut ruleset = prepared.ruleset;
     // SAFETY: the closure runs between fork and exec and makes only async-signal-safe
-    // system calls (setrlimit, prctl, landlock_restrict_self, close); the ruleset was
-    // built before the fork, and its success path allocates nothing.
+    // system calls (setrlimit, prctl, capset, landlock_restrict_self, seccomp, close);
+    // the ruleset and the filter were built before the fork, and the success paths
+    // allocate nothing. (std passes only the errno of a failure to the parent.)
     unsafe {
         command.pre_exec(move || {
             set_limit(Resource::RLIMIT_CPU, limits.cpu_secs, 1)?;
             set_limit(Resource::RLIMIT_FSIZE, limits.file_size_bytes, 0)?;
             set_limit(Resource::RLIMIT_NOFILE, limits.open_files, 0)?;
+            caps.apply()?;
             if let Some(ruleset) = ruleset.take() {
                 ruleset
                     .restrict_self()
-                    .map_err(|_| std::io::Error::other("Landlock restrict_self failed"))?;
+                    .map_err(|_| std::io::Error::from_raw_os_error(nix::libc::EPERM))?;
+            }
+            if let Some(filter) = filter {
+                seccomp::install(filter)?;
             }
             Ok(())
         });
     }
+}
+
+/// What to add to a bash result whose output shows a command failing to open a
+/// terminal; `None` otherwise. Pure.
+pub fn terminal_note(output: &str) -> Option<&'static str> {
+    const TERMINALS: &[&str] = &[
+        "/dev/tty",
+        "/dev/ptmx",
+        "/dev/pts",
+        "pseudo-terminal",
+        "openpty",
+    ];
+    const FAILURES: &[&str] = &[
+        "Permission denied",
+        "No such device",
+        "not permitted",
+        "No such file",
+        "Inappropriate ioctl",
+        "not a tty",
+        "failed",
+        "cannot",
+        "can't",
+        "unable",
+    ];
+    let found = output.lines().any(|line| {
+        let lower = line.to_lowercase();
+        TERMINALS.iter().any(|t| lower.contains(&t.to_lowercase()))
+            && FAILURES.iter().any(|f| lower.contains(&f.to_lowercase()))
+    });
+    found.then_some(
+        "note: tool processes have no terminal: /dev/tty, /dev/ptmx and /dev/pts cannot be opened and stdin is empty; run the command non-interactively (flags or environment variables that turn prompts off)",
+    )
 }
 
 /// Soft limit `value`, hard limit `value + slack` (CPU: SIGXCPU first, SIGKILL a second

@@ -224,3 +224,130 @@ async fn sandbox_cost() {
     }
     println!("prepare (ruleset build): {:?}", started.elapsed() / 1000);
 }
+
+/// The `Cap*:`, `NoNewPrivs:` and `Seccomp:` lines of a tool process's status.
+const STATUS: &str = "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status";
+
+#[tokio::test]
+async fn a_tool_process_has_no_capability_terminal_or_device_node_even_as_root() {
+    let (data, tools) = sandboxed(ResourceLimits::default(), true);
+    let status = run(&tools, STATUS).await;
+    assert!(!status.is_error, "{}", status.content);
+    for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert!(
+            status
+                .content
+                .contains(&format!("{cap}:\t0000000000000000")),
+            "{cap}: {}",
+            status.content
+        );
+    }
+    assert!(
+        status.content.contains("NoNewPrivs:\t1"),
+        "{}",
+        status.content
+    );
+    assert!(status.content.contains("Seccomp:\t2"), "{}", status.content);
+    // The positive control: the same command unconfined, as root, has capabilities.
+    if nix::unistd::geteuid().is_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = crate::tools::ToolBox::new(
+            crate::tools::jail::Workspace::new(dir.path()),
+            std::sync::Arc::default(),
+        );
+        let unconfined = run(&open, STATUS).await;
+        assert!(
+            !unconfined.content.contains("CapEff:\t0000000000000000"),
+            "{}",
+            unconfined.content
+        );
+    }
+
+    // A session of its own (sid = its pid) with no controlling terminal (tty_nr 0).
+    let session = run(&tools, "echo $$; cat /proc/$$/stat").await;
+    let mut lines = session
+        .content
+        .lines()
+        .skip_while(|l| !l.starts_with("--- stdout"));
+    let pid = lines.nth(1).unwrap_or_default().trim().to_string();
+    let stat = lines.next().unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    assert_eq!(
+        fields.get(3),
+        Some(&pid.as_str()),
+        "session: {}",
+        session.content
+    );
+    assert_eq!(fields.get(4), Some(&"0"), "tty: {}", session.content);
+
+    for (command, what) in [
+        ("exec 3</dev/tty && echo opened", "/dev/tty"),
+        ("exec 3<>/dev/ptmx && echo opened", "/dev/ptmx"),
+        ("ls /dev/pts", "/dev/pts"),
+        (
+            "echo x > /dev/shm/chorus-sandbox-test && echo wrote",
+            "/dev/shm",
+        ),
+        ("mknod loop b 7 0 && echo made", "a block device"),
+        ("mknod mem c 1 1 && echo made", "a char device"),
+        ("unshare -U true && echo unshared", "a user namespace"),
+    ] {
+        let out = run(&tools, command).await;
+        assert!(out.is_error, "{what}: {}", out.content);
+        assert!(
+            out.content.contains("Permission denied")
+                || out.content.contains("Operation not permitted"),
+            "{what}: {}",
+            out.content
+        );
+        if what.starts_with("/dev/tty") || what.starts_with("/dev/ptmx") {
+            assert!(
+                out.content
+                    .contains("note: tool processes have no terminal"),
+                "{}",
+                out.content
+            );
+        }
+    }
+    let workspace = data.path().join("agents/a/workspace");
+    assert!(!workspace.join("loop").exists() && !workspace.join("mem").exists());
+    assert!(!Path::new("/dev/shm/chorus-sandbox-test").exists());
+    // A pipe (a FIFO) is not a device: still allowed.
+    let fifo = run(&tools, "mkfifo p && test -p p && echo fifo").await;
+    assert!(!fifo.is_error, "{}", fifo.content);
+}
+
+#[test]
+fn a_failed_terminal_open_gets_a_note_and_other_output_does_not() {
+    for failed in [
+        "bash: /dev/tty: Permission denied",
+        "script: failed to create pseudo-terminal: Permission denied",
+        "open /dev/ptmx: Permission denied",
+    ] {
+        assert!(terminal_note(failed).is_some(), "{failed}");
+    }
+    for fine in [
+        "ls: /tmp/x: Permission denied",
+        "/dev/tty is a terminal",
+        "ok",
+    ] {
+        assert_eq!(terminal_note(fine), None, "{fine}");
+    }
+}
+
+#[test]
+fn no_right_creates_a_device_node_and_no_terminal_or_shm_is_reachable() {
+    let rw = read_write_access();
+    assert!(!rw.contains(AccessFs::MakeChar) && !rw.contains(AccessFs::MakeBlock));
+    assert!(rw.contains(AccessFs::MakeFifo) && rw.contains(AccessFs::WriteFile));
+    let sandbox = Sandbox::for_agent(policy(), Path::new("/d/agents/a"));
+    let (ro, rw) = paths(&sandbox, None);
+    for path in ro.iter().chain(&rw) {
+        for closed in ["/dev/tty", "/dev/ptmx", "/dev/pts", "/dev/shm", "/dev"] {
+            assert_ne!(path, Path::new(closed));
+        }
+    }
+}

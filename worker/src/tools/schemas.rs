@@ -57,7 +57,8 @@ pub fn all(bash: &BashConfig) -> Vec<ToolSchema> {
          are killed when it times out (default {default_timeout} s) or ends: background \
          processes do not outlive the call. For a long-running command (a dev server, a \
          long build, a watcher) set run_in_background: it then runs on as a background task, \
-         and you read its output with task_output and stop it with task_stop."
+         and you read its output with task_output and stop it with task_stop. There is no \
+         terminal (no /dev/tty or pty): run commands non-interactively."
     );
     vec![
         schema(
