@@ -215,16 +215,43 @@ async fn ordinary_work_runs_in_the_sandbox() -> anyhow::Result<()> {
         "if command -v cargo >/dev/null; then cargo --version; else echo no cargo; fi",
         "python3 -c 'print(40 + 2)'",
         "ls /usr/bin | head -3 && echo $HOME && touch $HOME/.dotfile $TMPDIR/scratch && echo wrote",
+        "if command -v cc >/dev/null; then printf '#include <stdio.h>\\nint main(void){puts(\"compiled\");return 0;}\\n' > t.c \
+         && cc t.c -o t && ./t; else echo no cc; fi",
+        "python3 -c 'import subprocess, threading; t = threading.Thread(target=print, args=(\"thread\",)); t.start(); t.join(); subprocess.run([\"true\"], check=True); print(\"forked\")'",
     ];
     for (i, command) in work.iter().enumerate() {
         model.push(bash(&format!("w{i}"), command));
     }
+    model.push(tool_call(
+        "bg",
+        "bash",
+        json!({"command": "echo task-started; sleep 0.2; echo task-done", "run_in_background": true}),
+    ));
+    model.push(tool_call(
+        "out",
+        "task_output",
+        json!({"task_id": 1, "wait": 30}),
+    ));
     model.push(text("done"));
     let results = run(&chorus, "dev").await?;
     for (i, (is_error, content)) in results.iter().enumerate() {
-        eprintln!("--- work {i}: {}\n{content}", work[i]);
+        eprintln!(
+            "--- work {i}: {}\n{content}",
+            work.get(i).unwrap_or(&"(task)")
+        );
         assert!(!is_error, "work {i} failed: {content}");
     }
+    assert!(
+        results[4].1.contains("compiled") || results[4].1.contains("no cc"),
+        "{}",
+        results[4].1
+    );
+    assert!(results[5].1.contains("thread") && results[5].1.contains("forked"));
+    let task = &results[work.len() + 1].1;
+    assert!(
+        task.contains("task-started") && task.contains("task-done"),
+        "{task}"
+    );
     assert!(results[0].1.contains("\n1\n"), "{}", results[0].1);
     assert!(results[1].1.contains("cargo ") || results[1].1.contains("no cargo"));
     assert!(results[2].1.contains("42"));
@@ -323,6 +350,353 @@ async fn network_off_forbids_tcp_and_on_allows_it() -> anyhow::Result<()> {
         bad.text()
             .await?
             .contains("network must be \\\"on\\\" or \\\"off\\\"")
+    );
+    Ok(())
+}
+
+/// Types `touch <marker>` into each terminal named after the marker (when none is
+/// named: every `/dev/pts/*` it can list or guess, and `/dev/tty`) with `TIOCSTI`,
+/// saying what each attempt did.
+const INJECT: &str = r#"
+import fcntl, glob, os, sys, termios
+marker = sys.argv[1]
+guessed = set(glob.glob('/dev/pts/[0-9]*')) | {f'/dev/pts/{n}' for n in range(64)}
+targets = sys.argv[2:] or sorted(guessed) + ['/dev/tty']
+for path in targets:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOCTTY)
+    except FileNotFoundError:
+        continue
+    except OSError as e:
+        print(path, 'open:', e)
+        continue
+    try:
+        for byte in f'touch {marker}\n'.encode():
+            fcntl.ioctl(fd, termios.TIOCSTI, bytes([byte]))
+        print(path, 'injected')
+    except OSError as e:
+        print(path, 'ioctl:', e)
+"#;
+
+/// An interactive shell whose controlling terminal is a fresh pty, as a person's
+/// login would be; killed on drop.
+struct TerminalShell {
+    shell: std::process::Child,
+    master: std::fs::File,
+    slave: std::path::PathBuf,
+}
+
+impl TerminalShell {
+    fn start(cwd: &Path) -> anyhow::Result<Self> {
+        use std::os::fd::AsRawFd;
+        let pty = nix::pty::openpty(None, None)?;
+        let slave = std::fs::read_link(format!("/proc/self/fd/{}", pty.slave.as_raw_fd()))?;
+        let io = || -> anyhow::Result<std::process::Stdio> { Ok(pty.slave.try_clone()?.into()) };
+        // `setsid -c`: a new session that takes the pty as its controlling terminal.
+        let shell = std::process::Command::new("setsid")
+            .args(["-c", "sh", "-i"])
+            .current_dir(cwd)
+            .env("PS1", "$ ")
+            .stdin(io()?)
+            .stdout(io()?)
+            .stderr(io()?)
+            .spawn()?;
+        let master = std::fs::File::from(pty.master);
+        // What the shell echoes must be read, or a full pty would block it.
+        let mut reader = master.try_clone()?;
+        std::thread::spawn(move || {
+            let mut sink = [0u8; 4096];
+            while matches!(std::io::Read::read(&mut reader, &mut sink), Ok(n) if n > 0) {}
+        });
+        Ok(TerminalShell {
+            shell,
+            master,
+            slave,
+        })
+    }
+
+    /// Types `line` as a person would.
+    fn type_line(&mut self, line: &str) -> anyhow::Result<()> {
+        std::io::Write::write_all(&mut self.master, format!("{line}\n").as_bytes())?;
+        Ok(())
+    }
+}
+
+impl Drop for TerminalShell {
+    fn drop(&mut self) {
+        let _ = self.shell.kill();
+        let _ = self.shell.wait();
+    }
+}
+
+async fn wait_for_file(path: &Path, timeout: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while tokio::time::Instant::now() < deadline {
+        if path.exists() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    path.exists()
+}
+
+#[tokio::test]
+async fn an_open_agent_cannot_type_into_a_terminal_on_the_host() -> anyhow::Result<()> {
+    let scratch = tempfile::tempdir()?;
+    let mut terminal = TerminalShell::start(scratch.path())?;
+    let injected_by_test = scratch.path().join("injected-by-the-test");
+    let injected_by_agent = scratch.path().join("injected-by-the-agent");
+    let typed = scratch.path().join("typed");
+
+    // The attack works without the sandbox: the test (root) types into the shell.
+    let control = std::process::Command::new("python3")
+        .args(["-c", INJECT])
+        .arg(&injected_by_test)
+        .arg(&terminal.slave)
+        .output()?;
+    eprintln!("control: {}", String::from_utf8_lossy(&control.stdout));
+    assert!(
+        wait_for_file(&injected_by_test, Duration::from_secs(20)).await,
+        "the test's own injection did not run: {control:?}"
+    );
+
+    let model = FakeOpenAi::start().await;
+    let chorus = start(&model).await?;
+    create(&chorus, json!({"name": "typist", "permissions": "open"})).await?;
+    model.push(bash(
+        "t1",
+        &format!(
+            "python3 - {} <<'PY'\n{INJECT}\nPY",
+            injected_by_agent.display()
+        ),
+    ));
+    model.push(bash("t2", "script -qec true /dev/null"));
+    model.push(text("done"));
+    let results = run(&chorus, "typist").await?;
+    for (is_error, content) in &results {
+        eprintln!("--- error: {is_error}\n{content}");
+    }
+    let attack = &results[0].1;
+    assert!(!attack.contains("injected"), "{attack}");
+    assert!(
+        attack.contains(&format!(
+            "{} open: [Errno 13] Permission denied",
+            terminal.slave.display()
+        )),
+        "{attack}"
+    );
+    assert!(
+        attack.contains("/dev/tty open: [Errno 13] Permission denied"),
+        "{attack}"
+    );
+    // A command that wants a pty fails with a note that says why.
+    let (is_error, pty) = &results[1];
+    assert!(*is_error, "{pty}");
+    assert!(
+        pty.contains("note: tool processes have no terminal"),
+        "{pty}"
+    );
+
+    // The shell is still listening: a line typed now runs, and anything the agent had
+    // typed would have run before it.
+    terminal.type_line(&format!("touch {}", typed.display()))?;
+    assert!(
+        wait_for_file(&typed, Duration::from_secs(20)).await,
+        "the shell stopped reading its terminal"
+    );
+    assert!(
+        !injected_by_agent.exists(),
+        "the agent typed a command into the host's terminal"
+    );
+    Ok(())
+}
+
+/// Creates a bpf map (an array of one u32) through the raw system call; prints `map`
+/// or why not.
+fn bpf_map_script() -> String {
+    let nr = if cfg!(target_arch = "aarch64") {
+        280
+    } else {
+        321
+    };
+    format!(
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n\
+         attr = (ctypes.c_uint32 * 12)(2, 4, 4, 1)\n\
+         fd = libc.syscall({nr}, 0, attr, ctypes.sizeof(attr))\n\
+         print('map' if fd >= 0 else f'bpf: {{os.strerror(ctypes.get_errno())}}')\n\
+         raise SystemExit(0 if fd >= 0 else 1)"
+    )
+}
+
+/// The host's view: `lo`'s addresses, the routes, the host name.
+fn host_state() -> anyhow::Result<(String, String, String)> {
+    let run = |args: &[&str]| -> anyhow::Result<String> {
+        let out = std::process::Command::new("ip").args(args).output()?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    Ok((
+        run(&["-o", "addr", "show", "dev", "lo"])?,
+        run(&["route", "show", "table", "all"])?,
+        std::fs::read_to_string("/proc/sys/kernel/hostname")?,
+    ))
+}
+
+#[tokio::test]
+async fn a_root_agent_changes_nothing_on_the_host() -> anyhow::Result<()> {
+    let addr = "10.213.7.9";
+    let route = "10.213.8.0/24";
+    let shm = format!("/dev/shm/chorus-sandbox-{}", std::process::id());
+    let attacks = [
+        format!("ip addr add {addr}/32 dev lo"),
+        format!("ip route add {route} dev lo"),
+        "hostname chorus-sandbox-escape".to_string(),
+        format!("python3 - <<'PY'\n{}\nPY", bpf_map_script()),
+        "mknod loop0 b 7 0".to_string(),
+        "mknod mem c 1 1".to_string(),
+        "unshare -U true".to_string(),
+        "unshare -r id".to_string(),
+        format!("echo planted > {shm}"),
+    ];
+    // Each attack works for root without the sandbox (in namespaces of its own, so
+    // this control changes nothing on the host either).
+    let scratch = tempfile::tempdir()?;
+    let control = format!(
+        "set -e; ip link set lo up; {}; {}; {}; python3 -c \"$BPF\"; {}; {}; {}; {}",
+        attacks[0], attacks[1], attacks[2], attacks[4], attacks[5], attacks[6], attacks[7]
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["--net", "--uts", "sh", "-c", &control])
+        .env("BPF", bpf_map_script())
+        .current_dir(scratch.path())
+        .output()?;
+    assert!(
+        out.status.success(),
+        "the attacks do not work as root here, so their failing below would prove nothing: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let before = host_state()?;
+
+    let model = FakeOpenAi::start().await;
+    let chorus = start(&model).await?;
+    create(&chorus, json!({"name": "root", "permissions": "open"})).await?;
+    create(&chorus, json!({"name": "neighbour", "permissions": "open"})).await?;
+    for (i, attack) in attacks.iter().enumerate() {
+        model.push(bash(&format!("h{i}"), attack));
+    }
+    model.push(bash(
+        "status",
+        "id -u; grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status",
+    ));
+    model.push(text("done"));
+    let results = run(&chorus, "root").await?;
+    model.push(bash("n", &format!("cat {shm}; ls /dev/shm")));
+    model.push(text("done"));
+    let neighbour = run(&chorus, "neighbour").await?;
+
+    let after = host_state()?;
+    // Undo whatever got through before asserting, so a failure leaves the host as it was.
+    if after != before {
+        let _ = std::process::Command::new("ip")
+            .args(["addr", "del", &format!("{addr}/32"), "dev", "lo"])
+            .status();
+        let _ = std::process::Command::new("ip")
+            .args(["route", "del", route])
+            .status();
+        let _ = std::fs::write("/proc/sys/kernel/hostname", before.2.trim());
+    }
+    let _ = std::fs::remove_file(&shm);
+    for (i, (is_error, content)) in results.iter().enumerate().take(attacks.len()) {
+        eprintln!("--- attack {i}: {}\n{content}", attacks[i]);
+        assert!(*is_error, "attack {i} succeeded: {content}");
+        assert!(
+            [
+                "Operation not permitted",
+                "Permission denied",
+                "must be root"
+            ]
+            .iter()
+            .any(|refusal| content.contains(refusal)),
+            "attack {i}: {content}"
+        );
+    }
+    assert!(
+        results[3].1.contains("bpf: Operation not permitted"),
+        "{}",
+        results[3].1
+    );
+    let status = &results[attacks.len()].1;
+    eprintln!("--- status\n{status}");
+    assert!(status.contains("\n0\n"), "not root: {status}");
+    for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert!(
+            status.contains(&format!("{cap}:\t0000000000000000")),
+            "{status}"
+        );
+    }
+    assert!(
+        status.contains("NoNewPrivs:\t1") && status.contains("Seccomp:\t2"),
+        "{status}"
+    );
+    assert_eq!(after, before, "the host changed");
+    let workspace = chorus.agent_dir("root").join("workspace");
+    assert!(!workspace.join("loop0").exists() && !workspace.join("mem").exists());
+    assert!(!Path::new(&shm).exists());
+    let (is_error, seen) = &neighbour[0];
+    eprintln!("--- neighbour\n{seen}");
+    assert!(*is_error && !seen.contains("planted"), "{seen}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_open_agent_cannot_read_the_environment_or_memory_of_chorus_or_its_worker()
+-> anyhow::Result<()> {
+    // A secret under a name no blanking knows: only the closed /proc files keep it.
+    let secret = "unblanked-secret-value-4711";
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .generated_token()
+        .config(CONFIG)
+        .env("CHORUS_SANDBOX_TEST_VALUE", secret)
+        .start()
+        .await?;
+    let pid = chorus.pid();
+    // The positive control: a capable root reads it.
+    let environ = std::fs::read(format!("/proc/{pid}/environ"))?;
+    assert!(
+        String::from_utf8_lossy(&environ).contains(secret),
+        "the secret is not in chorus's environment, so not reading it would prove nothing"
+    );
+    create(&chorus, json!({"name": "reader", "permissions": "open"})).await?;
+    let reads = [
+        format!("tr '\\0' '\\n' < /proc/{pid}/environ"),
+        format!("head -c 64 /proc/{pid}/mem"),
+        "echo worker=$PPID; tr '\\0' '\\n' < /proc/$PPID/environ".to_string(),
+        "head -c 64 /proc/$PPID/mem".to_string(),
+    ];
+    for (i, read) in reads.iter().enumerate() {
+        model.push(bash(&format!("r{i}"), read));
+    }
+    model.push(text("done"));
+    let results = run(&chorus, "reader").await?;
+    let worker = chorus
+        .wait_worker_running("reader", Duration::from_secs(30))
+        .await?;
+    for (i, (is_error, content)) in results.iter().enumerate() {
+        eprintln!("--- read {i}: {}\n{content}", reads[i]);
+        assert!(*is_error, "read {i} worked: {content}");
+        assert!(content.contains("Permission denied"), "read {i}: {content}");
+        for hidden in [secret, chorus.token(), "sk-openai-test", TEST_DB_PASSWORD] {
+            assert!(
+                !content.contains(hidden),
+                "read {i} saw a secret: {content}"
+            );
+        }
+    }
+    assert!(
+        results[2].1.contains(&format!("worker={worker}\n")),
+        "$PPID is not the worker {worker}: {}",
+        results[2].1
     );
     Ok(())
 }
