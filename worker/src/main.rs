@@ -224,6 +224,7 @@ async fn main() -> ExitCode {
     }
     tracing::info!(
         sandbox = %chorus_worker::tools::sandbox::support().describe(),
+        seccomp = chorus_worker::tools::sandbox::filter().err().unwrap_or("on"),
         "tool processes' sandbox"
     );
     // Before any tool runs: orphans of tool processes come to us, not to pid 1.

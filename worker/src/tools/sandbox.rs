@@ -1,26 +1,40 @@
 //! The sandbox of tool processes: what a bash call or background task may touch once
 //! the permission gate has let it run.
 //!
+//! - **A session of its own** (`bash::shell_command`): no controlling terminal, stdin
+//!   from /dev/null.
+//! - **No capability** (`caps`): bounding, ambient, inheritable, permitted and
+//!   effective sets emptied, securebits locked, `no_new_privs`, so a worker running
+//!   as root starts tool processes that are uid 0 but powerless (no routes, addresses,
+//!   host name or device nodes; and non-dumpable processes' `/proc/<pid>/environ` and
+//!   `mem`, `chorus`'s and the worker's, are closed to them).
 //! - **Landlock** (filesystem, TCP, scopes). The ruleset is built in the worker before
 //!   the fork (opening paths allocates); the child only calls `restrict_self` (two
 //!   system calls, no allocation) between fork and exec. Read-write: the workspace,
-//!   the agent's private home and temp dir, and `[sandbox] read_write`. Read-only: the
+//!   the agent's private home and temp dir, `DEVICES`, and `[sandbox] read_write`,
+//!   with every right but creating device nodes, which nothing grants. Read-only: the
 //!   system (`SYSTEM_READ_ONLY`), the toolchains in the worker's own `$HOME`
-//!   (`.cargo`, `.rustup`, …) and `[sandbox] read_only`. Everything else, the data
-//!   directory's own files included, cannot be opened. With `network = off` and ABI
-//!   ≥ 4, TCP connect and bind are denied. With ABI ≥ 6, signals to and abstract
+//!   (`.cargo`, `.rustup`, …) and `[sandbox] read_only`. Everything else cannot be
+//!   opened: the data directory's own files, every terminal (`/dev/tty`, `/dev/ptmx`,
+//!   `/dev/pts/*`) and `/dev/shm` (so POSIX shared memory and semaphores, e.g.
+//!   Python's `multiprocessing` locks, are not available). With `network = off` and
+//!   ABI ≥ 4, TCP connect and bind are denied. With ABI ≥ 6, signals to and abstract
 //!   sockets of processes outside the sandbox are denied too. Landlock also denies
-//!   ptrace and `/proc/<pid>/mem`/`cwd` of every process outside the sandbox, root
-//!   included. It does not refuse `/proc/<pid>/environ` (measured on 6.18): the
-//!   control plane and worker are non-dumpable (closed to other users' and same-user
-//!   unprivileged processes), and the control plane blanks the secrets in its own
-//!   environment block at start, which is what root could still read.
+//!   ptrace and `/proc/<pid>/mem`/`cwd` of every process outside the sandbox. It does
+//!   not refuse `/proc/<pid>/environ` (measured on 6.18): with no capability, the
+//!   kernel's own check (non-dumpable: `CAP_SYS_PTRACE` needed) refuses it for
+//!   `chorus` and the worker, root included.
+//! - **seccomp** (`seccomp`), installed last: what Landlock cannot see (terminal
+//!   injection ioctls, eBPF, the keyring, modules, kexec, reboot, mounts, new
+//!   namespaces, …). Built and tried on the kernel once per worker (`filter`).
 //! - **Resource limits** (`setrlimit` in the child): CPU seconds, file size and open
 //!   files per process. The number of processes is bounded by the spawner's watchdog
 //!   (`procs`), not by `RLIMIT_NPROC`, which counts every process of the user (the
 //!   control plane's too) and does not bind root.
-//! - Where Landlock cannot be enforced, a policy with `run_unsandboxed` runs the command
-//!   with a warning in its result; otherwise the call is refused with the reason.
+//! - Where Landlock or the seccomp filter cannot be enforced, a policy with
+//!   `run_unsandboxed` runs the command with what can be (capabilities are dropped
+//!   regardless) and a warning in its result; otherwise the call is refused with the
+//!   reason.
 //!
 //! Pure choices (which paths, what the result says) are separate from the system calls.
 

@@ -261,6 +261,8 @@ async fn a_tool_process_has_no_capability_terminal_or_device_node_even_as_root()
             "{}",
             unconfined.content
         );
+        let environ = run(&open, "tr '\\0' '\\n' < /proc/$PPID/environ | grep -c =").await;
+        assert!(!environ.is_error, "{}", environ.content);
     }
 
     // A session of its own (sid = its pid) with no controlling terminal (tty_nr 0).
@@ -312,6 +314,13 @@ async fn a_tool_process_has_no_capability_terminal_or_device_node_even_as_root()
             );
         }
     }
+    // The environment of a dumpable process outside the sandbox (this test, root).
+    let environ = run(&tools, "tr '\\0' '\\n' < /proc/$PPID/environ").await;
+    assert!(
+        environ.is_error && environ.content.contains("Permission denied"),
+        "{}",
+        environ.content
+    );
     let workspace = data.path().join("agents/a/workspace");
     assert!(!workspace.join("loop").exists() && !workspace.join("mem").exists());
     assert!(!Path::new("/dev/shm/chorus-sandbox-test").exists());
