@@ -157,4 +157,44 @@ mod tests {
         assert_eq!(effective_caps(status), Some(0x1fffeffffff));
         assert_eq!(effective_caps("Name:\tbash\n"), None);
     }
+
+    /// Runs `grep Cap|NoNewPrivs` as `nobody` (dropped to by std before the hook), with
+    /// `drop` applied in the hook: what a worker that is not root sees.
+    #[allow(unsafe_code)]
+    fn as_nobody(drop: CapDrop) -> std::io::Result<std::process::Output> {
+        use std::os::unix::process::CommandExt;
+        let mut command = std::process::Command::new("grep");
+        command
+            .args(["-E", "^(CapEff|CapBnd|NoNewPrivs):", "/proc/self/status"])
+            .uid(65534)
+            .gid(65534);
+        // SAFETY: CapDrop::apply is async-signal-safe (system calls on locals only).
+        unsafe {
+            command.pre_exec(move || drop.apply());
+        }
+        command.output()
+    }
+
+    #[test]
+    fn a_worker_that_is_not_root_drops_what_it_can_and_root_must_drop_everything() {
+        if !nix::unistd::geteuid().is_root() {
+            return; // switching to nobody needs root; CI runs as root.
+        }
+        let last_cap = CapDrop::prepare().last_cap;
+        let out = as_nobody(CapDrop {
+            last_cap,
+            privileged: false,
+        })
+        .expect("an unprivileged worker's drop is not an error");
+        let status = String::from_utf8_lossy(&out.stdout);
+        assert!(status.contains("CapEff:\t0000000000000000"), "{status}");
+        assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+        // The same EPERM from a process that should have been able to drop is an error.
+        let refused = as_nobody(CapDrop {
+            last_cap,
+            privileged: true,
+        })
+        .expect_err("a privileged worker's failed drop is an error");
+        assert_eq!(refused.raw_os_error(), Some(libc::EPERM), "{refused}");
+    }
 }
