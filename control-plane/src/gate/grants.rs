@@ -37,9 +37,32 @@ pub fn may_grant(role: Role, target: Option<&str>) -> bool {
     )
 }
 
+/// What an agent with the permissions named `permissions` (`None`: a custom
+/// profile) and this `on_ask` amounts to, for [`may_grant`]: with `on_ask = "allow"`
+/// everything its profile would ask a person about runs unasked (`standard` then
+/// behaves like `open`), so that counts as `open` whatever the profile.
+pub fn granted<'a>(permissions: Option<&'a str>, on_ask: &str) -> Option<&'a str> {
+    if on_ask == "allow" {
+        Some("open")
+    } else {
+        permissions
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn answering_every_ask_unasked_is_granting_open() {
+        assert_eq!(granted(Some("standard"), "allow"), Some("open"));
+        assert_eq!(granted(None, "allow"), Some("open"));
+        assert_eq!(granted(Some("standard"), "prompt"), Some("standard"));
+        assert_eq!(granted(None, "deny"), None);
+        assert!(!may_grant(Role::Operator, granted(Some("locked"), "allow")));
+        assert!(may_grant(Role::Operator, granted(Some("standard"), "deny")));
+        assert!(may_grant(Role::Admin, granted(Some("standard"), "allow")));
+    }
 
     #[test]
     fn nobody_grants_above_their_role() {

@@ -10,6 +10,7 @@
 pub mod actions;
 pub mod approvals;
 pub mod grants;
+pub mod policy;
 pub mod profiles;
 pub mod redact;
 
@@ -452,11 +453,11 @@ impl ToolGate {
         &self,
         agent: &str,
         update: AgentUpdate,
-        user: &str,
+        (user, role): (&str, Role),
         done: String,
     ) -> Result<String, String> {
         self.agents
-            .configure(agent, update, user)
+            .configure(agent, update, user, role)
             .await
             .map(|_| done)
             .map_err(|e| e.to_string())
@@ -482,7 +483,7 @@ impl ToolGate {
                         system_prompt: Some(prompt),
                         ..AgentUpdate::default()
                     };
-                    self.configure(&check.agent, update, user, done).await
+                    self.configure(&check.agent, update, (user, role), done).await
                 }
                 None => Err("self_edit_system_prompt needs {\"new_prompt\": \"…\"}".to_string()),
             },
@@ -493,7 +494,7 @@ impl ToolGate {
                         model: Some(model),
                         ..AgentUpdate::default()
                     };
-                    self.configure(&check.agent, update, user, done).await
+                    self.configure(&check.agent, update, (user, role), done).await
                 }
                 None => Err("self_edit_model needs {\"new_model\": \"…\"}".to_string()),
             },

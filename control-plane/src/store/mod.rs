@@ -20,6 +20,7 @@ mod runs;
 mod sessions;
 mod tasks;
 mod threads;
+mod user_tokens;
 mod writer;
 
 use std::borrow::Cow;
@@ -43,6 +44,7 @@ pub use runs::{NewRun, RunMark, RunRecord, RunStatus};
 pub use sessions::{Cleared, SessionRecord, context_cutoff};
 pub use tasks::{OrphanTask, TaskRecord};
 pub use threads::{StepRecord, StoredMessage, ThreadRecord, ThreadStatus, summary_of};
+pub use user_tokens::{NewUserToken, UserTokenRecord};
 pub use writer::Pending;
 use writer::Writer;
 
