@@ -383,23 +383,30 @@ impl AgentService {
         role: Role,
         user: &str,
     ) -> Result<String, AgentError> {
-        if !may_grant(role, granted(setting_name(setting), on_ask)) {
-            let what = match setting_name(setting) {
-                _ if on_ask == "allow" => {
-                    "on_ask = \"allow\" (every ask answered without a person: \
-                     what the 'open' preset grants)"
-                        .to_string()
-                }
-                Some(name) => format!("the '{name}' preset"),
-                None => "a custom profile".to_string(),
-            };
-            return Err(AgentError::Forbidden(format!(
+        let refused = |what: String| {
+            AgentError::Forbidden(format!(
                 "{user} (role {}) may not grant {what}; an admin can",
                 role.as_str()
+            ))
+        };
+        // The role first: a refused grant says so, whatever else is wrong with it.
+        let name = setting_name(setting);
+        if !may_grant(role, name) {
+            return Err(refused(match name {
+                Some(name) => format!("the '{name}' preset"),
+                None => "a custom profile".to_string(),
+            }));
+        }
+        let profile = Profile::from_setting(setting)
+            .map_err(|e| AgentError::InvalidInput(format!("permissions: {e}")))?;
+        let asks = !profile.spec().ask.is_empty();
+        if !may_grant(role, granted(name, on_ask, asks)) {
+            return Err(refused(format!(
+                "on_ask = \"allow\" with the '{}' preset (every ask answered without a \
+                 person: what the 'open' preset grants)",
+                name.unwrap_or("custom")
             )));
         }
-        Profile::from_setting(setting)
-            .map_err(|e| AgentError::InvalidInput(format!("permissions: {e}")))?;
         Ok(to_stored(setting))
     }
 

@@ -131,12 +131,13 @@ macro_rules! migrations {
             (12, "run trace", "0012_run_trace.sql"),
             (13, "agent incarnation", "0013_agent_incarnation.sql"),
             (14, "files kept", "0014_files_kept.sql"),
+            (15, "user tokens", "0015_user_tokens.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 14] = match backend {
+    let set: [(i64, &'static str, &'static str); 15] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };
