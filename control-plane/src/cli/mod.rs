@@ -133,7 +133,10 @@ pub enum ClientCommand {
 #[derive(Debug, Subcommand)]
 pub enum UserCommand {
     /// A user's API tokens.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  chorus user token create alice --label laptop\n  chorus user token list alice\n  chorus user token revoke alice 3f2a9c1b7d0e"
+    )]
     Token(TokenCommand),
 }
 
