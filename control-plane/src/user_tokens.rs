@@ -131,3 +131,61 @@ mod tests {
         assert!(check_label("two\nlines").is_err());
     }
 }
+
+#[cfg(test)]
+mod store_tests {
+    use super::*;
+    use crate::store::test_store;
+
+    #[tokio::test]
+    async fn an_issued_token_is_found_by_its_hash_until_revoked() {
+        let (store, _dir) = test_store().await;
+        let issued = issue(&store, "alice", "laptop", "api").await.unwrap();
+        assert!(issued.token.starts_with(PREFIX) && issued.token.len() == PREFIX.len() + 64);
+        assert_eq!(issued.record.user, "alice");
+        assert_eq!(issued.record.created_by, "api");
+        // Found, and its use recorded; anything else (another token, the hash
+        // itself, no prefix) is not.
+        assert_eq!(
+            verify(&store, &issued.token).await.unwrap().as_deref(),
+            Some("alice")
+        );
+        for wrong in [
+            format!("{PREFIX}{}", "0".repeat(64)),
+            hash(&issued.token),
+            issued.token[PREFIX.len()..].to_string(),
+        ] {
+            assert_eq!(verify(&store, &wrong).await.unwrap(), None, "{wrong}");
+        }
+        let listed = store.user_tokens(Some("alice")).await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert!(listed[0].last_used_at.is_some());
+        assert!(store.user_tokens(Some("bob")).await.unwrap().is_empty());
+
+        // Revoking needs the right user; then the token is refused, the row stays.
+        assert!(
+            store
+                .revoke_user_token("bob", &issued.record.id)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let revoked = store
+            .revoke_user_token("alice", &issued.record.id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(revoked.revoked_at.is_some());
+        assert_eq!(verify(&store, &issued.token).await.unwrap(), None);
+        let again = store
+            .revoke_user_token("alice", &issued.record.id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            again.revoked_at, revoked.revoked_at,
+            "the first revocation counts"
+        );
+        assert_eq!(store.user_tokens(None).await.unwrap().len(), 1);
+    }
+}
