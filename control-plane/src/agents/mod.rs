@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
-use crate::gate::grants::{Role, may_grant};
+use crate::gate::grants::{Role, granted, may_grant};
 use crate::gate::profiles::{offered_tools, setting_name, to_stored};
 use crate::permissions::{PermissionsSetting, Profile};
 use crate::providers::catalog::Catalog;
@@ -133,6 +133,12 @@ fn check_on_ask(value: Option<String>) -> Result<Option<String>, AgentError> {
         ))),
         other => Ok(other),
     }
+}
+
+/// An agent's stored permissions as a setting.
+fn stored_setting(stored: &str) -> Result<PermissionsSetting, AgentError> {
+    crate::gate::profiles::from_stored(stored)
+        .map_err(|e| AgentError::InvalidInput(format!("the agent's stored permissions: {e}")))
 }
 
 /// The values of an agent's network switch.
@@ -283,9 +289,15 @@ impl AgentService {
                 owner.name
             )));
         }
-        if let Some(setting) = &request.permissions {
-            self.check_grant(setting, role, user)?;
-        }
+        // What the request names is checked here, before anything is made; what the
+        // agent ends up with (kept files, the template) once it is known, in register.
+        let default = PermissionsSetting::Preset(DEFAULT_PERMISSIONS.into());
+        self.check_grant(
+            request.permissions.as_ref().unwrap_or(&default),
+            on_ask.as_deref().unwrap_or("prompt"),
+            role,
+            user,
+        )?;
         let permissions = request.permissions;
         match &model {
             Some(model) => self.check_model(model, "model").await?,
@@ -329,6 +341,7 @@ impl AgentService {
                     discord_channel_id,
                 },
                 reused,
+                (role, user),
             )
             .await
         }
@@ -361,26 +374,70 @@ impl AgentService {
         Ok(record)
     }
 
-    /// A permissions setting that compiles and that `role` may grant; its stored form.
+    /// A permissions setting that compiles and that `role` may grant together with
+    /// `on_ask` (see [`granted`]); its stored form.
     fn check_grant(
         &self,
         setting: &PermissionsSetting,
+        on_ask: &str,
         role: Role,
         user: &str,
     ) -> Result<String, AgentError> {
-        if !may_grant(role, setting_name(setting)) {
-            let what = match setting_name(setting) {
-                Some(name) => format!("the '{name}' preset"),
-                None => "a custom profile".to_string(),
-            };
-            return Err(AgentError::Forbidden(format!(
+        let refused = |what: String| {
+            AgentError::Forbidden(format!(
                 "{user} (role {}) may not grant {what}; an admin can",
                 role.as_str()
+            ))
+        };
+        // The role first: a refused grant says so, whatever else is wrong with it.
+        let name = setting_name(setting);
+        if !may_grant(role, name) {
+            return Err(refused(match name {
+                Some(name) => format!("the '{name}' preset"),
+                None => "a custom profile".to_string(),
+            }));
+        }
+        let profile = Profile::from_setting(setting)
+            .map_err(|e| AgentError::InvalidInput(format!("permissions: {e}")))?;
+        let asks = !profile.spec().ask.is_empty();
+        if !may_grant(role, granted(name, on_ask, asks)) {
+            return Err(refused(format!(
+                "on_ask = \"allow\" with the '{}' preset (every ask answered without a \
+                 person: what the 'open' preset grants)",
+                name.unwrap_or("custom")
             )));
         }
-        Profile::from_setting(setting)
-            .map_err(|e| AgentError::InvalidInput(format!("permissions: {e}")))?;
         Ok(to_stored(setting))
+    }
+
+    /// Whether `role` may change agent `name`'s `permissions` and `on_ask` (either
+    /// may be absent: unchanged) as [`Self::set_permissions`] and
+    /// [`Self::configure`] will check them one by one; checked before a change that
+    /// sets both, so that a refused one changes nothing. A new profile is granted
+    /// together with the `on_ask` it will have; `on_ask = "allow"` grants `open`.
+    pub async fn check_change(
+        &self,
+        name: &str,
+        permissions: Option<&PermissionsSetting>,
+        on_ask: Option<&str>,
+        role: Role,
+        user: &str,
+    ) -> Result<(), AgentError> {
+        if let Some(value) = on_ask {
+            check_on_ask(Some(value.to_string()))?;
+        }
+        if permissions.is_none() && on_ask != Some("allow") {
+            return Ok(());
+        }
+        let before = self
+            .store
+            .active_agent(name)
+            .await?
+            .ok_or_else(|| AgentError::NotFound(format!("no agent named '{name}'")))?;
+        let current = stored_setting(&before.permissions)?;
+        let setting = permissions.unwrap_or(&current);
+        self.check_grant(setting, on_ask.unwrap_or(&before.on_ask), role, user)?;
+        Ok(())
     }
 
     /// Changes an agent's permissions, never beyond what `role` may grant. Runs in
@@ -393,14 +450,14 @@ impl AgentService {
         role: Role,
         user: &str,
     ) -> Result<String, AgentError> {
-        let stored = self.check_grant(&setting, role, user)?;
-        let profile = Profile::from_setting(&setting)
-            .map_err(|e| AgentError::InvalidInput(format!("permissions: {e}")))?;
         let before = self
             .store
             .active_agent(name)
             .await?
             .ok_or_else(|| AgentError::NotFound(format!("no agent named '{name}'")))?;
+        let stored = self.check_grant(&setting, &before.on_ask, role, user)?;
+        let profile = Profile::from_setting(&setting)
+            .map_err(|e| AgentError::InvalidInput(format!("permissions: {e}")))?;
         self.store
             .update_agent(
                 name,
@@ -467,6 +524,7 @@ impl AgentService {
         name: &str,
         given: Given,
         reused: bool,
+        (role, user): (Role, &str),
     ) -> Result<AgentRecord, AgentError> {
         let Given {
             system_prompt,
@@ -509,6 +567,18 @@ impl AgentService {
             .or_else(|| text(&config, "network"))
             .unwrap_or_else(|| "on".into());
         check_network(Some(network.clone()))?;
+        check_on_ask(Some(on_ask.clone()))?;
+        // The creator grants what the agent starts with, from wherever it came (kept
+        // files of a destroyed agent, a template), not only what the request named.
+        self.check_grant(&permissions, &on_ask, role, user)
+            .map_err(|e| match e {
+                AgentError::Forbidden(m) => AgentError::Forbidden(format!(
+                    "{m} (the agent would start with it{}; name \"permissions\" and \"on_ask\" \
+                     in the request to start it with less)",
+                    if reused { ", from its kept files" } else { "" }
+                )),
+                other => other,
+            })?;
         let idle_timeout_secs = check_idle_timeout(
             idle_timeout_secs.or_else(|| config.get("idle_timeout_secs").and_then(Value::as_u64)),
         )?;
@@ -565,6 +635,7 @@ impl AgentService {
         name: &str,
         update: AgentUpdate,
         user: &str,
+        role: Role,
     ) -> Result<AgentRecord, AgentError> {
         let update = AgentUpdate {
             model: non_blank("model", update.model)?,
@@ -595,6 +666,10 @@ impl AgentService {
             .active_agent(name)
             .await?
             .ok_or_else(|| AgentError::NotFound(format!("no agent named '{name}'")))?;
+        // Answering every ask unasked grants `open`; any other on_ask grants nothing.
+        if let Some(on_ask) = update.on_ask.as_deref().filter(|v| *v == "allow") {
+            self.check_grant(&stored_setting(&before.permissions)?, on_ask, role, user)?;
+        }
         let after = self.store.update_agent(name, &update).await?;
         let dir = self.dir(name);
         let mut config = dir.read_config().await?;

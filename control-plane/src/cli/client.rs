@@ -155,7 +155,8 @@ pub fn api_error(status: StatusCode, body: &Value) -> anyhow::Error {
         .unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_string());
     match status {
         StatusCode::UNAUTHORIZED => anyhow!(
-            "the token was refused ({message}); use the api-token chorus serve wrote in its data directory"
+            "the token was refused ({message}); use the api-token chorus serve wrote in its data directory, \
+             or a token an admin issued you (chorus user token create)"
         ),
         _ => anyhow!("{message} (HTTP {})", status.as_u16()),
     }

@@ -110,6 +110,54 @@ pub enum ClientCommand {
         #[command(subcommand)]
         command: ContextCommand,
     },
+    /// Issue, list and revoke API tokens of people and automation (admins only).
+    #[command(
+        after_help = "Examples:\n  chorus user token create alice --label laptop\n  chorus user token list\n  chorus user token revoke alice 3f2a9c1b7d0e\n\n\
+        A token acts as its user, with the role chorus.toml's [roles] gives that user\n\
+        (else [roles] default). It is shown once, at create."
+    )]
+    User {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+    /// Who the token you use acts as, and its role.
+    #[command(after_help = "Example:\n  CHORUS_API_TOKEN=chorus_… chorus whoami")]
+    Whoami {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// A user's API tokens.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  chorus user token create alice --label laptop\n  chorus user token list alice\n  chorus user token revoke alice 3f2a9c1b7d0e"
+    )]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Issue a token for a user and print it (this once: only its hash is kept).
+    #[command(
+        after_help = "Example:\n  chorus user token create ci-bot --label \"nightly builds\""
+    )]
+    Create {
+        user: String,
+        /// What the token is for, shown in lists.
+        #[arg(long)]
+        label: Option<String>,
+    },
+    /// The tokens of a user, or of everyone (revoked ones too).
+    #[command(after_help = "Examples:\n  chorus user token list\n  chorus user token list alice")]
+    List { user: Option<String> },
+    /// Revoke a token: it is refused from the next request on.
+    #[command(after_help = "Example:\n  chorus user token revoke alice 3f2a9c1b7d0e")]
+    Revoke { user: String, id: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -375,6 +423,62 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<bool> {
             })
         }
         Cmd::Context(command) => context(&client, command, out).await,
+        Cmd::User(UserCommand::Token(command)) => token(&client, command, out, style).await,
+        Cmd::Whoami => {
+            let me = client.get("/api/whoami").await?;
+            out.show(&me, |m| {
+                format!(
+                    "{} ({})\n",
+                    m["user"].as_str().unwrap_or("?"),
+                    m["role"].as_str().unwrap_or("?")
+                )
+            })
+        }
+    }
+}
+
+async fn token(
+    client: &Client,
+    command: TokenCommand,
+    out: Printer,
+    style: Style,
+) -> anyhow::Result<bool> {
+    match command {
+        TokenCommand::Create { user, label } => {
+            let body = match label {
+                Some(label) => json!({ "label": label }),
+                None => json!({}),
+            };
+            let issued = client
+                .post(&format!("/api/users/{user}/tokens"), &body)
+                .await?;
+            out.show(&issued, |t| {
+                format!(
+                    "Token {} for {user} (role {}):\n{}\nIt is shown this once; give it to its holder as CHORUS_API_TOKEN.\n",
+                    t["id"].as_str().unwrap_or("?"),
+                    t["role"].as_str().unwrap_or("?"),
+                    t["token"].as_str().unwrap_or("?"),
+                )
+            })
+        }
+        TokenCommand::List { user } => {
+            let path = match user {
+                Some(user) => format!("/api/users/{user}/tokens"),
+                None => "/api/tokens".to_string(),
+            };
+            let list = client.get(&path).await?;
+            out.show(&list, |l| render::tokens(l, style))
+        }
+        TokenCommand::Revoke { user, id } => {
+            let revoked = client
+                .call(
+                    Method::DELETE,
+                    &format!("/api/users/{user}/tokens/{id}"),
+                    None,
+                )
+                .await?;
+            out.show(&revoked, |_| format!("Token {id} of {user} revoked.\n"))
+        }
     }
 }
 
@@ -474,6 +578,8 @@ enum Cmd {
         approve: bool,
     },
     Context(ContextCommand),
+    User(UserCommand),
+    Whoami,
 }
 
 fn split(command: ClientCommand) -> (ClientArgs, Cmd) {
@@ -500,5 +606,7 @@ fn split(command: ClientCommand) -> (ClientArgs, Cmd) {
         ClientCommand::Approve { client, id } => (client, Cmd::Answer { id, approve: true }),
         ClientCommand::Deny { client, id } => (client, Cmd::Answer { id, approve: false }),
         ClientCommand::Context { client, command } => (client, Cmd::Context(command)),
+        ClientCommand::User { client, command } => (client, Cmd::User(command)),
+        ClientCommand::Whoami { client } => (client, Cmd::Whoami),
     }
 }

@@ -352,6 +352,47 @@ pub fn approvals(list: &Value, style: Style) -> String {
     out
 }
 
+/// Issued API tokens (never their secrets): a revoked one says since when.
+pub fn tokens(list: &Value, style: Style) -> String {
+    let rows: Vec<Vec<String>> = list["tokens"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            vec![
+                cell(&t["id"]),
+                cell(&t["user"]),
+                cell(&t["role"]),
+                one_line(t["label"].as_str().unwrap_or(""), 40),
+                cell(&t["created_at"]),
+                cell(&t["last_used_at"]),
+                match t["revoked_at"].as_str() {
+                    Some(at) => format!("revoked {at}"),
+                    None => "good".to_string(),
+                },
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "No API tokens issued.\n".into();
+    }
+    table(
+        &[
+            "ID",
+            "USER",
+            "ROLE",
+            "LABEL",
+            "CREATED",
+            "LAST USED",
+            "STATE",
+        ],
+        &rows,
+        |i, c| {
+            if i == 0 { style.bold(c) } else { c.to_string() }
+        },
+    )
+}
+
 pub fn sessions(history: &Value) -> String {
     let rows: Vec<Vec<String>> = history["sessions"]
         .as_array()

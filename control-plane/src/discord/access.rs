@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use crate::gate::grants::Role;
+use crate::gate::policy::{Act, allowed};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DiscordRoles {
@@ -28,7 +29,7 @@ impl DiscordRoles {
 
     /// Whether a member with these roles may approve or deny a tool call.
     pub fn may_approve<S: AsRef<str>>(&self, member_roles: &[S]) -> bool {
-        matches!(self.role_of(member_roles), Role::Admin | Role::Operator)
+        allowed(self.role_of(member_roles), Act::AnswerApprovals)
     }
 }
 

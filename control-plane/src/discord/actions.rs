@@ -8,10 +8,11 @@ use std::sync::Arc;
 use super::access::{self, DiscordRoles};
 use super::messages::FRONTEND;
 use super::outbox::Outbox;
-use super::slash::{Invocation, KillWhat, allowed};
+use super::slash::{Invocation, KillWhat};
 use crate::agents::{CreateAgent, DEFAULT_PERMISSIONS};
 use crate::config::Settings;
 use crate::gate::grants::Role;
+use crate::gate::policy::{Act, allowed};
 use crate::http::AppState;
 use crate::permissions::PermissionsSetting;
 use crate::sessions::file::Trigger;
@@ -65,25 +66,29 @@ fn line(text: &str, max: usize) -> String {
     crate::cli::render::one_line(text, max)
 }
 
-fn role_name(role: Role) -> &'static str {
-    match role {
-        Role::Admin => "admin",
-        Role::Operator => "operator",
-        Role::Viewer => "viewer",
+/// Who may do `act`, in words.
+fn who_may(act: Act) -> &'static str {
+    match act.needs() {
+        Role::Admin => "an admin",
+        Role::Operator => "an operator or an admin",
+        Role::Viewer => "anyone",
     }
 }
 
 impl Actions {
     pub async fn run(&self, invocation: Invocation, caller: &Caller, guild: &dyn Guild) -> Reply {
         let role = self.roles.role_of(&caller.role_ids);
-        if !allowed(role, invocation.needs()) {
+        let user = access::user_id(caller.user_id);
+        let act = invocation.act();
+        if !allowed(role, act) {
             return Reply::private(format!(
-                "Only an operator or an admin may do that; your Discord roles make you a {}. \
+                "Only {} may {}; your Discord roles make you a {}. \
                  An admin maps Discord roles to Chorus roles in `[discord.roles]`.",
-                role_name(role)
+                who_may(act),
+                act.describe(),
+                role.as_str()
             ));
         }
-        let user = access::user_id(caller.user_id);
         let agent = if invocation.needs_channel_agent() {
             match self
                 .api
@@ -214,6 +219,7 @@ impl Actions {
                     ..AgentUpdate::default()
                 },
                 user,
+                role,
             )
             .await
             .map_err(|e| format!("the channel <#{channel}> was created but not bound: {e}"))?;
@@ -331,7 +337,7 @@ impl Actions {
             }
         }
         let agent = agents
-            .configure(name, update, user)
+            .configure(name, update, user, role)
             .await
             .map_err(|e| e.to_string())?;
         self.api.runs.idle_configured(&agent.name).await;

@@ -1,9 +1,9 @@
 //! A slash command as Chorus understands it (pure): the adapter hands over the
 //! command's name and option tree without serenity types, [`parse`] turns it into an
-//! [`Invocation`] or a sentence saying what is wrong, and [`needs`] says which
-//! Discord role may run it.
+//! [`Invocation`] or a sentence saying what is wrong, and [`Invocation::act`] says
+//! what it is in the one policy every front end checks ([`crate::gate::policy`]).
 
-use crate::gate::grants::Role;
+use crate::gate::policy::Act;
 
 /// One option's value, as Discord sent it.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,18 +75,23 @@ impl Invocation {
         )
     }
 
-    /// The least trusted Chorus role that may run it: looking is for everyone,
-    /// changing anything is for operators and admins.
-    pub fn needs(&self) -> Role {
+    /// What it does, for who may: the same acts the HTTP API's routes declare.
+    pub fn act(&self) -> Act {
         match self {
+            Invocation::AgentInit { .. } => Act::CreateAgents,
+            Invocation::AgentDestroy { .. } => Act::DestroyAgents,
+            Invocation::AgentConfigure { .. } => Act::ConfigureAgents,
+            Invocation::ThreadKill(_) => Act::StopThreads,
+            Invocation::ContextSave { .. }
+            | Invocation::ContextClear
+            | Invocation::ContextRestore { .. } => Act::ManageContext,
             Invocation::AgentList
             | Invocation::ThreadList
             | Invocation::ThreadHistory(_)
             | Invocation::ContextHistory
             | Invocation::Status
             | Invocation::Tasks
-            | Invocation::Settings => Role::Viewer,
-            _ => Role::Operator,
+            | Invocation::Settings => Act::Look,
         }
     }
 
@@ -98,11 +103,6 @@ impl Invocation {
             Invocation::Status | Invocation::Settings | Invocation::ThreadHistory(_)
         )
     }
-}
-
-/// Whether `role` is trusted at least as much as `needed`.
-pub fn allowed(role: Role, needed: Role) -> bool {
-    role <= needed // Admin < Operator < Viewer
 }
 
 fn text(options: &[(String, OptionValue)], name: &str) -> Option<String> {
@@ -187,6 +187,8 @@ pub fn parse(command: &str, options: &[(String, OptionValue)]) -> Result<Invocat
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gate::grants::Role;
+    use crate::gate::policy::allowed;
 
     fn sub(name: &str, options: &[(&str, OptionValue)]) -> Vec<(String, OptionValue)> {
         vec![(
@@ -286,16 +288,16 @@ mod tests {
 
     #[test]
     fn viewers_look_and_operators_change() {
-        assert!(allowed(Role::Viewer, Invocation::AgentList.needs()));
+        assert!(allowed(Role::Viewer, Invocation::AgentList.act()));
         assert!(!allowed(
             Role::Viewer,
-            Invocation::ThreadKill(KillWhat::All).needs()
+            Invocation::ThreadKill(KillWhat::All).act()
         ));
         assert!(allowed(
             Role::Operator,
-            Invocation::ThreadKill(KillWhat::All).needs()
+            Invocation::ThreadKill(KillWhat::All).act()
         ));
-        assert!(allowed(Role::Admin, Invocation::ContextClear.needs()));
+        assert!(allowed(Role::Admin, Invocation::ContextClear.act()));
         assert!(Invocation::ContextClear.needs_channel_agent());
         assert!(!Invocation::AgentList.needs_channel_agent());
     }

@@ -37,9 +37,46 @@ pub fn may_grant(role: Role, target: Option<&str>) -> bool {
     )
 }
 
+/// What an agent with the permissions named `permissions` (`None`: a custom
+/// profile) and this `on_ask` amounts to, for [`may_grant`]: with `on_ask = "allow"`
+/// everything its profile would ask a person about runs unasked (`standard` then
+/// behaves like `open`), so a profile that `asks` anything counts as `open`.
+pub fn granted<'a>(permissions: Option<&'a str>, on_ask: &str, asks: bool) -> Option<&'a str> {
+    if on_ask == "allow" && asks {
+        Some("open")
+    } else {
+        permissions
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn answering_every_ask_unasked_is_granting_open() {
+        assert_eq!(granted(Some("standard"), "allow", true), Some("open"));
+        assert_eq!(granted(None, "allow", true), Some("open"));
+        assert_eq!(granted(Some("standard"), "prompt", true), Some("standard"));
+        assert_eq!(granted(None, "deny", true), None);
+        // A profile that never asks is what it is, whatever on_ask says.
+        assert!(may_grant(
+            Role::Operator,
+            granted(Some("locked"), "allow", false)
+        ));
+        assert!(!may_grant(
+            Role::Operator,
+            granted(Some("standard"), "allow", true)
+        ));
+        assert!(may_grant(
+            Role::Operator,
+            granted(Some("standard"), "deny", true)
+        ));
+        assert!(may_grant(
+            Role::Admin,
+            granted(Some("standard"), "allow", true)
+        ));
+    }
 
     #[test]
     fn nobody_grants_above_their_role() {

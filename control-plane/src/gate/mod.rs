@@ -10,6 +10,7 @@
 pub mod actions;
 pub mod approvals;
 pub mod grants;
+pub mod policy;
 pub mod profiles;
 pub mod redact;
 
@@ -229,11 +230,20 @@ impl ToolGate {
         // What people see of the actions (audit, approvals): the decision uses the
         // real ones, the record never holds a known secret.
         let shown_actions: Vec<String> = actions.iter().map(|a| secrets.scrubbed(a)).collect();
-        let audit = |decision: &'static str, explanations: Option<&[Explanation]>| {
+        // `answered_by`: who answered an ask (the row's user is the thread's).
+        let audit = |decision: &'static str,
+                     explanations: Option<&[Explanation]>,
+                     answered_by: Option<&str>| {
             let mut detail = match explanations {
-                Some(explanations) => json!({"arguments": detail, "why": explanations.iter().map(|e| &e.reason).collect::<Vec<_>>()}).to_string(),
-                None => json!({"arguments": detail}).to_string(),
+                Some(explanations) => {
+                    json!({"arguments": detail, "why": explanations.iter().map(|e| &e.reason).collect::<Vec<_>>()})
+                }
+                None => json!({"arguments": detail}),
             };
+            if let Some(by) = answered_by {
+                detail["answered_by"] = json!(by);
+            }
+            let mut detail = detail.to_string();
             secrets.scrub(&mut detail);
             let action = shown_actions.join("\n");
             let store = self.store.clone();
@@ -259,7 +269,7 @@ impl ToolGate {
         let profile = match self.profiles.get(&record.permissions) {
             Ok(profile) => profile,
             Err(e) => {
-                audit("deny", None).await;
+                audit("deny", None, None).await;
                 return deny(format!(
                     "the agent's permission profile cannot be used ({e}); every tool call is denied until it is fixed"
                 ));
@@ -269,15 +279,15 @@ impl ToolGate {
         // Every arm either audits an allow and falls through to execution, or audits
         // a deny and returns it.
         match decision {
-            Decision::Allow => audit("allow", Some(&explanations)).await,
+            Decision::Allow => audit("allow", Some(&explanations), None).await,
             Decision::Deny => {
-                audit("deny", Some(&explanations)).await;
+                audit("deny", Some(&explanations), None).await;
                 return deny(denial(&profile_label(&record.permissions), &explanations));
             }
             Decision::Ask => match record.on_ask.as_str() {
-                "allow" => audit("ask_auto_allowed", Some(&explanations)).await,
+                "allow" => audit("ask_auto_allowed", Some(&explanations), None).await,
                 "deny" => {
-                    audit("ask_auto_denied", Some(&explanations)).await;
+                    audit("ask_auto_denied", Some(&explanations), None).await;
                     return deny(format!(
                         "Permission denied: {} needs a person's approval and this agent does not ask (on_ask = deny)",
                         asked(&explanations)
@@ -296,10 +306,10 @@ impl ToolGate {
                         .await;
                     match answer {
                         Ok(Outcome::Answered(answer)) if answer.approved => {
-                            audit("ask_approved", Some(&explanations)).await
+                            audit("ask_approved", Some(&explanations), Some(&answer.by)).await
                         }
                         Ok(Outcome::Answered(answer)) => {
-                            audit("ask_denied", Some(&explanations)).await;
+                            audit("ask_denied", Some(&explanations), Some(&answer.by)).await;
                             return deny(format!(
                                 "Permission denied by {}: {} was not approved",
                                 answer.by,
@@ -307,7 +317,7 @@ impl ToolGate {
                             ));
                         }
                         Ok(Outcome::Expired) => {
-                            audit("ask_expired", Some(&explanations)).await;
+                            audit("ask_expired", Some(&explanations), None).await;
                             return deny(format!(
                                 "Permission denied: nobody approved {} within {:.0?}",
                                 asked(&explanations),
@@ -315,7 +325,7 @@ impl ToolGate {
                             ));
                         }
                         Err(message) => {
-                            audit("deny", Some(&explanations)).await;
+                            audit("deny", Some(&explanations), None).await;
                             return deny(message);
                         }
                     }
@@ -452,11 +462,11 @@ impl ToolGate {
         &self,
         agent: &str,
         update: AgentUpdate,
-        user: &str,
+        (user, role): (&str, Role),
         done: String,
     ) -> Result<String, String> {
         self.agents
-            .configure(agent, update, user)
+            .configure(agent, update, user, role)
             .await
             .map(|_| done)
             .map_err(|e| e.to_string())
@@ -482,7 +492,7 @@ impl ToolGate {
                         system_prompt: Some(prompt),
                         ..AgentUpdate::default()
                     };
-                    self.configure(&check.agent, update, user, done).await
+                    self.configure(&check.agent, update, (user, role), done).await
                 }
                 None => Err("self_edit_system_prompt needs {\"new_prompt\": \"…\"}".to_string()),
             },
@@ -493,7 +503,7 @@ impl ToolGate {
                         model: Some(model),
                         ..AgentUpdate::default()
                     };
-                    self.configure(&check.agent, update, user, done).await
+                    self.configure(&check.agent, update, (user, role), done).await
                 }
                 None => Err("self_edit_model needs {\"new_model\": \"…\"}".to_string()),
             },

@@ -1,25 +1,17 @@
 //! `/api/agents`: create, list, show, configure, destroy.
 
 use axum::Json;
-use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::get;
 use serde::{Deserialize, Serialize};
 
-use super::{API_USER, ApiError, ApiJson, AppState};
+use super::{ApiError, ApiJson, AppState, Caller};
 use crate::agents::CreateAgent;
 use crate::permissions::PermissionsSetting;
 use crate::store::{AgentRecord, AgentUpdate};
 use crate::workers::WorkerStatus;
 use chorus_proto::domain::Usage;
-
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/agents", get(list).post(create))
-        .route("/agents/{name}", get(show).patch(configure).delete(destroy))
-}
 
 #[derive(Serialize)]
 pub struct AgentView {
@@ -81,7 +73,7 @@ async fn view(state: &AppState, agent: AgentRecord) -> Result<AgentView, ApiErro
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CreateBody {
+pub(super) struct CreateBody {
     name: String,
     system_prompt: Option<String>,
     model: Option<String>,
@@ -92,8 +84,9 @@ struct CreateBody {
     discord_channel_id: Option<String>,
 }
 
-async fn create(
+pub(super) async fn create(
     State(state): State<AppState>,
+    caller: Caller,
     ApiJson(body): ApiJson<CreateBody>,
 ) -> Result<impl IntoResponse, ApiError> {
     let record = state
@@ -109,15 +102,15 @@ async fn create(
                 idle_timeout_secs: body.idle_timeout_secs,
                 discord_channel_id: body.discord_channel_id,
             },
-            API_USER,
-            state.gate.role_of(Some(API_USER)),
+            &caller.user,
+            caller.role,
         )
         .await?;
     state.runs.idle_configured(&record.name).await;
     Ok((StatusCode::CREATED, Json(view(&state, record).await?)))
 }
 
-async fn list(State(state): State<AppState>) -> Result<Json<Vec<AgentView>>, ApiError> {
+pub(super) async fn list(State(state): State<AppState>) -> Result<Json<Vec<AgentView>>, ApiError> {
     let mut views = Vec::new();
     for agent in state.store.active_agents().await? {
         views.push(view(&state, agent).await?);
@@ -133,7 +126,7 @@ pub(super) async fn active_agent(state: &AppState, name: &str) -> Result<AgentRe
         .ok_or_else(|| ApiError::not_found(format!("no agent named '{name}'")))
 }
 
-async fn show(
+pub(super) async fn show(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<AgentView>, ApiError> {
@@ -143,7 +136,7 @@ async fn show(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ConfigureBody {
+pub(super) struct ConfigureBody {
     system_prompt: Option<String>,
     model: Option<String>,
     permissions: Option<PermissionsSetting>,
@@ -166,19 +159,26 @@ where
     Option::<T>::deserialize(d).map(Some)
 }
 
-async fn configure(
+pub(super) async fn configure(
     State(state): State<AppState>,
+    caller: Caller,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<ConfigureBody>,
 ) -> Result<Json<AgentView>, ApiError> {
-    if let Some(setting) = body.permissions {
-        let role = state.gate.role_of(Some(API_USER));
-        state
-            .agents
-            .set_permissions(&name, setting, role, API_USER)
-            .await?;
-    }
-    let record = state
+    let Caller { user, role } = &caller;
+    // What the change grants, as a whole, before any of it is made: a refused
+    // change changes nothing.
+    state
+        .agents
+        .check_change(
+            &name,
+            body.permissions.as_ref(),
+            body.on_ask.as_deref(),
+            *role,
+            user,
+        )
+        .await?;
+    let mut record = state
         .agents
         .configure(
             &name,
@@ -191,29 +191,40 @@ async fn configure(
                 idle_timeout_secs: body.idle_timeout_secs,
                 discord_channel_id: body.discord_channel_id,
             },
-            API_USER,
+            user,
+            *role,
         )
         .await?;
+    // After `on_ask`, so that leaving `allow` and setting the profile in one
+    // request is checked against the new `on_ask`.
+    if let Some(setting) = body.permissions {
+        state
+            .agents
+            .set_permissions(&name, setting, *role, user)
+            .await?;
+        record = active_agent(&state, &name).await?;
+    }
     state.runs.idle_configured(&name).await;
     Ok(Json(view(&state, record).await?))
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct DestroyQuery {
+pub(super) struct DestroyQuery {
     #[serde(default)]
     keep_files: bool,
 }
 
-async fn destroy(
+pub(super) async fn destroy(
     State(state): State<AppState>,
+    caller: Caller,
     Path(name): Path<String>,
     query: Result<Query<DestroyQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<StatusCode, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     state
         .agents
-        .destroy(&name, query.keep_files, API_USER)
+        .destroy(&name, query.keep_files, &caller.user)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }

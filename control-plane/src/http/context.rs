@@ -1,31 +1,21 @@
 //! `/api/agents/{name}/context/…`: save, clear and restore an agent's context, and
-//! list its saved sessions (SPEC F2–F4). A viewer may only list.
+//! list its saved sessions (SPEC F2–F4).
 
 use axum::Json;
-use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::agents::active_agent;
-use super::{API_USER, ApiError, ApiJson, AppState};
+use super::{ApiError, ApiJson, AppState, Caller};
 use crate::sessions::SessionError;
 use crate::sessions::file::Trigger;
 use crate::store::{DISK_FULL, SessionRecord};
-
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/agents/{name}/context/save", post(save))
-        .route("/agents/{name}/context/clear", post(clear))
-        .route("/agents/{name}/context/restore", post(restore))
-        .route("/agents/{name}/context/history", get(history))
-}
 
 impl From<SessionError> for ApiError {
     fn from(e: SessionError) -> Self {
@@ -81,18 +71,6 @@ impl From<SessionRecord> for SessionView {
     }
 }
 
-/// Changing a context is for those who may run agents: a `viewer` may only look.
-fn may_change(state: &AppState) -> Result<(), ApiError> {
-    if state.gate.role_of(Some(API_USER)) == crate::gate::grants::Role::Viewer {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "a viewer may only list saved sessions; ask an operator or an admin",
-        ));
-    }
-    Ok(())
-}
-
 /// A JSON body that may also be left out entirely (as `{}`).
 fn optional_body<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
@@ -109,13 +87,12 @@ struct SaveBody {
 }
 
 /// `POST …/context/save {description?}`: 201 with the session; the context is kept.
-async fn save(
+pub(super) async fn save(
     State(state): State<AppState>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<impl IntoResponse, ApiError> {
     let agent = active_agent(&state, &name).await?;
-    may_change(&state)?;
     let body: SaveBody = optional_body(&body)?;
     let session = state
         .sessions
@@ -129,12 +106,11 @@ async fn save(
 
 /// `POST …/context/clear`: the context is saved (trigger `context_clear`) when there
 /// is one, then cleared; idle threads end `completed`.
-async fn clear(
+pub(super) async fn clear(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let agent = active_agent(&state, &name).await?;
-    may_change(&state)?;
     let outcome = state.sessions.clear(&agent).await?;
     Ok(Json(json!({
         "cleared_at": outcome.cleared.cleared_at,
@@ -145,22 +121,22 @@ async fn clear(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RestoreBody {
+pub(super) struct RestoreBody {
     session_id: String,
 }
 
 /// `POST …/context/restore {session_id}`: the current context is saved and cleared,
 /// and one new idle thread holds the session; reply to `message_id` to continue.
-async fn restore(
+pub(super) async fn restore(
     State(state): State<AppState>,
+    caller: Caller,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<RestoreBody>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let agent = active_agent(&state, &name).await?;
-    may_change(&state)?;
     let restored = state
         .sessions
-        .restore(&agent, body.session_id.trim(), API_USER)
+        .restore(&agent, body.session_id.trim(), &caller.user)
         .await?;
     // A restored context waits for the user: its idle timer starts now.
     state.runs.touch(&agent.name).await;
@@ -178,7 +154,7 @@ const MAX_LIMIT: u32 = 1000;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct HistoryQuery {
+pub(super) struct HistoryQuery {
     /// The cursor from a page's `next`.
     after: Option<String>,
     limit: Option<String>,
@@ -186,7 +162,7 @@ struct HistoryQuery {
 
 /// `GET …/context/history`: saved sessions, newest first, a page at a time (`next`
 /// is the URL of the following page while there is one).
-async fn history(
+pub(super) async fn history(
     State(state): State<AppState>,
     Path(name): Path<String>,
     query: Result<Query<HistoryQuery>, QueryRejection>,

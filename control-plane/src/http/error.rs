@@ -38,7 +38,8 @@ impl ApiError {
         Self::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
-            "send 'Authorization: Bearer <token>'; the token is CHORUS_API_TOKEN or the file <data-dir>/api-token",
+            "send 'Authorization: Bearer <token>' with a good token: CHORUS_API_TOKEN or the file \
+             <data-dir>/api-token, or one an admin issued you (revoked ones are refused)",
         )
     }
 

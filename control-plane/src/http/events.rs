@@ -5,12 +5,10 @@
 
 use std::convert::Infallible;
 
-use axum::Router;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::routing::get;
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -21,13 +19,9 @@ use super::agents::active_agent;
 use super::{ApiError, AppState};
 use crate::feed::{Replay, ThreadEvent};
 
-pub fn routes() -> Router<AppState> {
-    Router::new().route("/events", get(events))
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct EventsQuery {
+pub(super) struct EventsQuery {
     agent: Option<String>,
     last_event_id: Option<String>,
 }
@@ -53,7 +47,7 @@ fn reset(reason: String) -> Event {
         .data(json!({ "reason": reason }).to_string())
 }
 
-async fn events(
+pub(super) async fn events(
     State(state): State<AppState>,
     headers: HeaderMap,
     query: Result<Query<EventsQuery>, QueryRejection>,

@@ -1,7 +1,11 @@
-//! The HTTP API. Each resource module exposes `routes() -> Router<AppState>`; this
-//! module merges them behind the token check. Only this module tree uses axum for
-//! the API (the model relay has its own router).
+//! The HTTP API. [`table`] is every `/api` route with what it is (an [`Act`] of the
+//! one role policy, `gate::policy`), and the router is built from it and nothing
+//! else: a route cannot exist without its act. Each request is authenticated
+//! (`access::authenticate`: the token's user and role), then checked against its
+//! route's act before the handler runs. Handlers live in one module per resource.
+//! Only this module tree uses axum for the API (the model relay has its own router).
 
+pub mod access;
 mod agents;
 mod context;
 mod error;
@@ -11,29 +15,186 @@ mod models;
 mod permissions;
 mod tasks;
 mod threads;
+mod users;
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::header;
+use axum::handler::Handler;
+use axum::http::{Method, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::get;
+use axum::routing::{MethodFilter, MethodRouter, get};
 
 use crate::agents::AgentService;
 use crate::config::Secret;
 use crate::gate::ToolGate;
+use crate::gate::policy::Act;
 use crate::providers::catalog::Catalog;
 use crate::runs::Runs;
-use crate::secrets::{bearer_token, constant_time_eq};
 use crate::sessions::Sessions;
 use crate::store::Store;
 use crate::workers::WorkerManager;
+pub use access::Caller;
 pub use error::{ApiError, ApiJson};
 
-/// Who the audit log names for actions taken through the API.
+/// The user the one API token (`CHORUS_API_TOKEN`, `<data-dir>/api-token`) acts as.
 pub const API_USER: &str = "api";
+
+/// One `/api` route: its method and path and what it is, which decides the least
+/// role that may call it (`Act::needs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub method: Method,
+    pub path: &'static str,
+    pub act: Act,
+}
+
+fn declare<H, T>(
+    method: Method,
+    path: &'static str,
+    act: Act,
+    handler: H,
+) -> (Route, MethodRouter<AppState>)
+where
+    H: Handler<T, AppState>,
+    T: 'static,
+{
+    let filter = MethodFilter::try_from(method.clone()).unwrap_or(MethodFilter::GET);
+    let endpoint = axum::routing::on(filter, handler).route_layer(middleware::from_fn(
+        move |request: Request, next: Next| access::authorize(act, request, next),
+    ));
+    (Route { method, path, act }, endpoint)
+}
+
+/// Every `/api` route, and what it is. Looking and talking are for every role;
+/// changing agents, their threads and contexts, and answering approvals are for
+/// operators and admins; tokens are for admins (`gate::policy` says who may do what).
+fn table() -> Vec<(Route, MethodRouter<AppState>)> {
+    use Act::*;
+    const GET: Method = Method::GET;
+    const POST: Method = Method::POST;
+    const PATCH: Method = Method::PATCH;
+    const DELETE: Method = Method::DELETE;
+    vec![
+        declare(GET, "/api/whoami", Look, users::whoami),
+        // Agents.
+        declare(GET, "/api/agents", Look, agents::list),
+        declare(POST, "/api/agents", CreateAgents, agents::create),
+        declare(GET, "/api/agents/{name}", Look, agents::show),
+        declare(
+            PATCH,
+            "/api/agents/{name}",
+            ConfigureAgents,
+            agents::configure,
+        ),
+        declare(DELETE, "/api/agents/{name}", DestroyAgents, agents::destroy),
+        declare(GET, "/api/agents/{name}/tasks", Look, tasks::list_tasks),
+        declare(GET, "/api/agents/{name}/audit", Look, permissions::audit),
+        // Threads.
+        declare(
+            POST,
+            "/api/agents/{name}/messages",
+            Talk,
+            threads::send_message,
+        ),
+        declare(
+            GET,
+            "/api/agents/{name}/threads",
+            Look,
+            threads::list_threads,
+        ),
+        declare(
+            DELETE,
+            "/api/agents/{name}/threads",
+            StopThreads,
+            threads::kill_all,
+        ),
+        declare(
+            GET,
+            "/api/agents/{name}/threads/{id}",
+            Look,
+            threads::show_thread,
+        ),
+        declare(
+            DELETE,
+            "/api/agents/{name}/threads/{id}",
+            StopThreads,
+            threads::kill_thread,
+        ),
+        declare(
+            GET,
+            "/api/agents/{name}/threads/{id}/events",
+            Look,
+            threads::thread_events,
+        ),
+        declare(GET, "/api/events", Look, events::events),
+        // Contexts.
+        declare(
+            POST,
+            "/api/agents/{name}/context/save",
+            ManageContext,
+            context::save,
+        ),
+        declare(
+            POST,
+            "/api/agents/{name}/context/clear",
+            ManageContext,
+            context::clear,
+        ),
+        declare(
+            POST,
+            "/api/agents/{name}/context/restore",
+            ManageContext,
+            context::restore,
+        ),
+        declare(
+            GET,
+            "/api/agents/{name}/context/history",
+            Look,
+            context::history,
+        ),
+        // Approvals and permissions.
+        declare(GET, "/api/approvals", Look, permissions::list_approvals),
+        declare(GET, "/api/approvals/{id}", Look, permissions::show_approval),
+        declare(
+            POST,
+            "/api/approvals/{id}",
+            AnswerApprovals,
+            permissions::answer_approval,
+        ),
+        declare(POST, "/api/permissions/explain", Look, permissions::explain),
+        // Models.
+        declare(GET, "/api/models", Look, models::list),
+        declare(POST, "/api/models/refresh", RefreshModels, models::refresh),
+        // Who may use the API.
+        declare(GET, "/api/tokens", ManageTokens, users::list_tokens),
+        declare(
+            GET,
+            "/api/users/{user}/tokens",
+            ManageTokens,
+            users::list_user_tokens,
+        ),
+        declare(
+            POST,
+            "/api/users/{user}/tokens",
+            ManageTokens,
+            users::create_token,
+        ),
+        declare(
+            DELETE,
+            "/api/users/{user}/tokens/{id}",
+            ManageTokens,
+            users::revoke_token,
+        ),
+    ]
+}
+
+/// The route table without its handlers: what each `/api` route is.
+pub fn routes() -> Vec<Route> {
+    table().into_iter().map(|(route, _)| route).collect()
+}
 
 #[derive(Clone)]
 pub struct AppState {
@@ -53,15 +214,19 @@ pub struct AppState {
     pub metrics_open: bool,
 }
 
+/// The `/api` routes of [`table`], each behind its act's check (not yet behind
+/// authentication). Two declarations of one method and path panic here.
+fn api_routes() -> Router<AppState> {
+    let mut api = Router::new();
+    for (route, endpoint) in table() {
+        let path = route.path.strip_prefix("/api").unwrap_or(route.path);
+        api = api.route(path, endpoint);
+    }
+    api
+}
+
 pub fn router(state: AppState) -> Router {
-    let api = Router::new()
-        .merge(agents::routes())
-        .merge(context::routes())
-        .merge(events::routes())
-        .merge(models::routes())
-        .merge(permissions::routes())
-        .merge(threads::routes())
-        .merge(tasks::routes())
+    let api = api_routes()
         .fallback(|| async { ApiError::not_found("no such API endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -70,12 +235,19 @@ pub fn router(state: AppState) -> Router {
                 "this endpoint does not take that method",
             )
         })
-        .layer(middleware::from_fn_with_state(state.clone(), require_token));
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            access::authenticate,
+        ));
+    // Any good token may read the metrics (they are what `Look` shows, counted).
     let metrics = Router::new().route("/metrics", get(metrics));
     let metrics = if state.metrics_open {
         metrics
     } else {
-        metrics.layer(middleware::from_fn_with_state(state.clone(), require_token))
+        metrics.layer(middleware::from_fn_with_state(
+            state.clone(),
+            access::authenticate,
+        ))
     };
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -105,20 +277,27 @@ async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
         .into_response())
 }
 
-async fn require_token(
-    State(state): State<AppState>,
-    request: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(bearer_token);
-    match presented {
-        Some(token) if constant_time_eq(token.as_bytes(), state.api_token.expose().as_bytes()) => {
-            Ok(next.run(request).await)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_is_under_api_and_declared_once() {
+        let routes = routes();
+        let mut seen = std::collections::HashSet::new();
+        for route in &routes {
+            assert!(route.path.starts_with("/api/"), "{route:?}");
+            assert!(
+                seen.insert((route.method.clone(), route.path)),
+                "declared twice: {route:?}"
+            );
         }
-        _ => Err(ApiError::unauthorized()),
+        // Builds (a duplicate would panic) with what the table says.
+        let _ = api_routes();
+        let tokens: Vec<_> = routes.iter().filter(|r| r.path.contains("token")).collect();
+        assert!(
+            tokens.iter().all(|r| r.act == Act::ManageTokens),
+            "{tokens:?}"
+        );
     }
 }

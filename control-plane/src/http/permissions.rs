@@ -1,36 +1,26 @@
 //! `/api/approvals`, `/api/agents/{name}/audit` and `/api/permissions/explain`.
 
 use axum::Json;
-use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::agents::active_agent;
-use super::{API_USER, ApiError, ApiJson, AppState};
+use super::{ApiError, ApiJson, AppState, Caller};
 use crate::gate::AnswerError;
 use crate::gate::actions::actions_for;
 use crate::permissions::{PermissionsSetting, Profile, bash_actions};
 use crate::store::{ApprovalRecord, AuditRecord};
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/approvals", get(list_approvals))
-        .route("/approvals/{id}", get(show_approval).post(answer_approval))
-        .route("/agents/{name}/audit", get(audit))
-        .route("/permissions/explain", post(explain))
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ApprovalsQuery {
+pub(super) struct ApprovalsQuery {
     agent: Option<String>,
 }
 
 /// Pending approval requests, oldest first.
-async fn list_approvals(
+pub(super) async fn list_approvals(
     State(state): State<AppState>,
     query: Result<Query<ApprovalsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<ApprovalRecord>>, ApiError> {
@@ -43,7 +33,7 @@ async fn list_approvals(
     ))
 }
 
-async fn show_approval(
+pub(super) async fn show_approval(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<ApprovalRecord>, ApiError> {
@@ -57,13 +47,14 @@ async fn show_approval(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct AnswerBody {
+pub(super) struct AnswerBody {
     /// `approve` or `deny`.
     decision: String,
 }
 
-async fn answer_approval(
+pub(super) async fn answer_approval(
     State(state): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<AnswerBody>,
 ) -> Result<Json<ApprovalRecord>, ApiError> {
@@ -76,7 +67,12 @@ async fn answer_approval(
             )));
         }
     };
-    match state.gate.approvals().answer(&id, approved, API_USER).await {
+    match state
+        .gate
+        .approvals()
+        .answer(&id, approved, &caller.user)
+        .await
+    {
         Ok(record) => Ok(Json(record)),
         Err(AnswerError::NotFound(_)) => {
             Err(ApiError::not_found(format!("no approval request '{id}'")))
@@ -92,14 +88,14 @@ async fn answer_approval(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct AuditQuery {
+pub(super) struct AuditQuery {
     /// Entries older than this id (for the next page).
     before: Option<i64>,
     limit: Option<u32>,
 }
 
 /// The agent's audit log, newest first, a page at a time.
-async fn audit(
+pub(super) async fn audit(
     State(state): State<AppState>,
     Path(name): Path<String>,
     query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
@@ -126,7 +122,7 @@ async fn audit(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ExplainBody {
+pub(super) struct ExplainBody {
     /// A preset name or a custom profile.
     profile: PermissionsSetting,
     /// An action string (`tool:bash:git status`), or give `tool` and `arguments` to
@@ -137,7 +133,7 @@ struct ExplainBody {
 }
 
 /// Which rule decides an action, and why.
-async fn explain(ApiJson(body): ApiJson<ExplainBody>) -> Result<Json<Value>, ApiError> {
+pub(super) async fn explain(ApiJson(body): ApiJson<ExplainBody>) -> Result<Json<Value>, ApiError> {
     let profile =
         Profile::from_setting(&body.profile).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let actions = match (body.action, body.tool) {

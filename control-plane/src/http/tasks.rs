@@ -2,9 +2,7 @@
 //! with `run_in_background`), running ones first.
 
 use axum::Json;
-use axum::Router;
 use axum::extract::{Path, State};
-use axum::routing::get;
 use serde_json::{Value, json};
 
 use super::agents::active_agent;
@@ -13,11 +11,7 @@ use super::{ApiError, AppState};
 /// Ended tasks listed after the running ones, at most.
 const LISTED: u32 = 100;
 
-pub fn routes() -> Router<AppState> {
-    Router::new().route("/agents/{name}/tasks", get(list_tasks))
-}
-
-async fn list_tasks(
+pub(super) async fn list_tasks(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {

@@ -1,7 +1,6 @@
 //! `/api/agents/{name}/messages` and `/api/agents/{name}/threads`.
 
 use axum::Json;
-use axum::Router;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -15,40 +14,29 @@ use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
 use crate::feed::ThreadEvent;
-use axum::routing::{get, post};
 use chorus_proto::domain::{ChatMessage, FailureKind, StepKind, Usage};
 use serde::{Deserialize, Serialize};
 
 use super::agents::active_agent;
-use super::{API_USER, ApiError, ApiJson, AppState};
+use super::{ApiError, ApiJson, AppState, Caller};
 use crate::runs::ReplyTo;
 use crate::store::{StepRecord, StoredMessage, ThreadRecord};
 
 /// Longest user message accepted, in bytes.
 const MAX_MESSAGE_BYTES: usize = 256 * 1024;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/agents/{name}/messages", post(send_message))
-        .route("/agents/{name}/threads", get(list_threads).delete(kill_all))
-        .route(
-            "/agents/{name}/threads/{id}",
-            get(show_thread).delete(kill_thread),
-        )
-        .route("/agents/{name}/threads/{id}/events", get(thread_events))
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct MessageBody {
+pub(super) struct MessageBody {
     content: String,
     /// The id of a message this one answers: routes it into that message's thread.
     #[serde(default)]
     reply_to: Option<u64>,
 }
 
-async fn send_message(
+pub(super) async fn send_message(
     State(state): State<AppState>,
+    caller: Caller,
     Path(name): Path<String>,
     headers: axum::http::HeaderMap,
     ApiJson(body): ApiJson<MessageBody>,
@@ -70,7 +58,7 @@ async fn send_message(
             &agent,
             &body.content,
             body.reply_to.map(ReplyTo::Message),
-            API_USER,
+            &caller.user,
             crate::telemetry::trace_headers(&headers),
         )
         .await?;
@@ -88,7 +76,7 @@ async fn send_message(
 }
 
 #[derive(Serialize)]
-struct ThreadSummary {
+pub(super) struct ThreadSummary {
     id: u64,
     status: &'static str,
     created_at: String,
@@ -155,7 +143,7 @@ impl From<ThreadRecord> for ThreadSummary {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ListQuery {
+pub(super) struct ListQuery {
     /// `true`: every thread the agent ever had, not only the active and recently ended.
     #[serde(default)]
     all: bool,
@@ -163,7 +151,7 @@ struct ListQuery {
 
 /// `GET …/threads`: the active threads and those ended within `[threads]
 /// retention_secs` (all of them with `?all=true`), with their metrics.
-async fn list_threads(
+pub(super) async fn list_threads(
     State(state): State<AppState>,
     Path(name): Path<String>,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -257,7 +245,7 @@ impl From<StepRecord> for StepView {
 }
 
 #[derive(Serialize)]
-struct ThreadView {
+pub(super) struct ThreadView {
     agent: String,
     #[serde(flatten)]
     summary: ThreadSummary,
@@ -280,7 +268,7 @@ const MAX_PAGE_BYTES: usize = 8 * 1024 * 1024;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ThreadQuery {
+pub(super) struct ThreadQuery {
     /// The cursor from a page's `next`: `<message id>.<step number>`.
     after: Option<String>,
     limit: Option<String>,
@@ -330,7 +318,7 @@ impl ThreadQuery {
 /// `GET …/threads/{id}`: the thread with a page of its messages and steps, oldest
 /// first. `next` (a URL) is set while either list has more; following it until it
 /// is null reads both lists whole, each item once.
-async fn show_thread(
+pub(super) async fn show_thread(
     State(state): State<AppState>,
     Path((name, id)): Path<(String, String)>,
     query: Result<Query<ThreadQuery>, QueryRejection>,
@@ -386,29 +374,21 @@ async fn find_thread(state: &AppState, agent: &str, id: &str) -> Result<ThreadRe
     state.store.thread(agent, id).await?.ok_or_else(not_found)
 }
 
-/// Killing a thread is for those who may run agents: a `viewer` may only look.
-fn may_kill(state: &AppState) -> Result<(), ApiError> {
-    if state.gate.role_of(Some(API_USER)) == crate::gate::grants::Role::Viewer {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "a viewer may not kill threads; ask an operator or an admin",
-        ));
-    }
-    Ok(())
-}
-
 /// `DELETE …/threads/{id}`: kills a thread that is still going (E4). 200 with its
 /// new status; 409 when it had ended already (nothing changes); 404 when unknown.
-async fn kill_thread(
+pub(super) async fn kill_thread(
     State(state): State<AppState>,
+    caller: Caller,
     Path((name, id)): Path<(String, String)>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let agent = active_agent(&state, &name).await?;
-    may_kill(&state)?;
     let thread = find_thread(&state, &agent.name, &id).await?;
     let id = thread.id;
-    if !state.runs.kill_thread(&agent.name, id, API_USER).await? {
+    if !state
+        .runs
+        .kill_thread(&agent.name, id, &caller.user)
+        .await?
+    {
         let status = state
             .store
             .thread(&agent.name, id)
@@ -429,15 +409,19 @@ async fn kill_thread(
 }
 
 /// `DELETE …/threads`: kills every thread of the agent that is still going.
-async fn kill_all(
+pub(super) async fn kill_all(
     State(state): State<AppState>,
+    caller: Caller,
     Path(name): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let agent = active_agent(&state, &name).await?;
-    may_kill(&state)?;
     let mut killed = Vec::new();
     for id in state.runs.active_threads(&agent.name).await {
-        if state.runs.kill_thread(&agent.name, id, API_USER).await? {
+        if state
+            .runs
+            .kill_thread(&agent.name, id, &caller.user)
+            .await?
+        {
             killed.push(id);
         }
     }
@@ -447,7 +431,7 @@ async fn kill_all(
 /// `GET …/threads/{id}/events`: the thread live, as server-sent events. First its
 /// current `status`; then `step_started`, `step_ended`, `text` (model output as it
 /// streams), `message` and, last, the final `status`, after which the stream ends.
-async fn thread_events(
+pub(super) async fn thread_events(
     State(state): State<AppState>,
     Path((name, id)): Path<(String, String)>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {

@@ -621,3 +621,80 @@ async fn completions_help_and_suggestions() -> anyhow::Result<()> {
     assert!(help.contains("Examples:\n  chorus send"), "{help}");
     Ok(())
 }
+
+/// `chorus <args>` with `token` instead of the API token.
+async fn client_as(chorus: &Chorus, token: &str, args: &[&str]) -> Output {
+    tokio::process::Command::new(bin_path("chorus"))
+        .args(args)
+        .env("CHORUS_URL", &chorus.http_url)
+        .env("CHORUS_API_TOKEN", token)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("run chorus")
+}
+
+#[tokio::test]
+async fn user_tokens_are_issued_listed_and_revoked_from_the_terminal_client() -> anyhow::Result<()>
+{
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .config("[roles]\nbob = \"operator\"\n")
+        .start()
+        .await?;
+
+    let created = client(
+        &chorus,
+        &[
+            "user", "token", "create", "bob", "--label", "laptop", "--json",
+        ],
+    )
+    .await;
+    assert!(created.status.success(), "{}", stderr(&created));
+    let issued: Value = serde_json::from_slice(&created.stdout)?;
+    let token = issued["token"].as_str().unwrap().to_string();
+    let id = issued["id"].as_str().unwrap().to_string();
+    assert_eq!(issued["role"], "operator");
+    // As text it says the token is shown once.
+    let text_out = stdout(&client(&chorus, &["user", "token", "create", "bob"]).await);
+    assert!(
+        text_out.contains("for bob (role operator)") && text_out.contains("chorus_"),
+        "{text_out}"
+    );
+
+    let me = client_as(&chorus, &token, &["whoami"]).await;
+    assert_eq!(stdout(&me), "bob (operator)\n", "{}", stderr(&me));
+
+    let listed = stdout(&client(&chorus, &["user", "token", "list", "bob"]).await);
+    assert!(
+        listed.starts_with("ID") && listed.contains(&id) && listed.contains("laptop"),
+        "{listed}"
+    );
+    assert!(
+        !listed.contains(&token),
+        "a list never shows a token: {listed}"
+    );
+    // Only an admin manages tokens: bob (an operator) is told so.
+    let refused = client_as(&chorus, &token, &["user", "token", "list"]).await;
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr(&refused).contains("needs the role admin"),
+        "{}",
+        stderr(&refused)
+    );
+
+    let revoked = client(&chorus, &["user", "token", "revoke", "bob", &id]).await;
+    assert!(revoked.status.success(), "{}", stderr(&revoked));
+    assert_eq!(stdout(&revoked), format!("Token {id} of bob revoked.\n"));
+    let after = client_as(&chorus, &token, &["whoami"]).await;
+    assert_eq!(after.status.code(), Some(1));
+    assert!(
+        stderr(&after).contains("token was refused"),
+        "{}",
+        stderr(&after)
+    );
+    let listed = stdout(&client(&chorus, &["user", "token", "list"]).await);
+    assert!(listed.contains("revoked "), "{listed}");
+    Ok(())
+}

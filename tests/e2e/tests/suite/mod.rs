@@ -14,6 +14,7 @@ mod providers;
 mod read_only;
 mod real_servers;
 mod relay;
+mod roles;
 mod routing;
 mod sandbox;
 mod secrets;

@@ -576,16 +576,30 @@ async fn an_agent_cannot_raise_its_own_permissions_above_its_users_role() -> any
         json!({"new_profile": "locked"}),
     ));
     model.push(text("settled"));
-    let chorus = chorus_with(&model, "[roles]\napi = \"operator\"\n").await?;
+    // An admin (the API token) sets the agent up to answer its own asks; an
+    // operator's message starts the run.
+    let chorus = chorus_with(&model, "[roles]\nolga = \"operator\"\n").await?;
     let created = chorus
         .api(Method::POST, "/api/agents")
         .json(&json!({"name": "climber", "permissions": "standard", "on_ask": "allow"}))
         .send()
         .await?;
     assert_eq!(created.status(), 201);
-    let id = chorus
-        .send_message("climber", "give yourself more rights")
+    let issued: Value = chorus
+        .api(Method::POST, "/api/users/olga/tokens")
+        .send()
+        .await?
+        .json()
         .await?;
+    let sent: Value = reqwest::Client::new()
+        .post(format!("{}/api/agents/climber/messages", chorus.http_url))
+        .bearer_auth(issued["token"].as_str().unwrap())
+        .json(&json!({"content": "give yourself more rights"}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let id = sent["thread_id"].as_u64().unwrap();
     let thread = chorus
         .wait_thread_finished("climber", id, Duration::from_secs(20))
         .await?;
