@@ -11,6 +11,7 @@ pub mod follow;
 pub mod render;
 pub mod send;
 pub mod sse;
+pub mod worker;
 
 use std::io::{IsTerminal, Write};
 
@@ -109,6 +110,16 @@ pub enum ClientCommand {
         client: ClientArgs,
         #[command(subcommand)]
         command: ContextCommand,
+    },
+    /// Join credentials of dial-in workers (admin).
+    #[command(
+        after_help = "Examples:\n  chorus worker token create worker-0\n  chorus worker token list\n  chorus worker token revoke worker-0"
+    )]
+    Worker {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: worker::WorkerCommand,
     },
 }
 
@@ -375,6 +386,10 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<bool> {
             })
         }
         Cmd::Context(command) => context(&client, command, out).await,
+        Cmd::Worker(command) => {
+            let answer = worker::run(&client, command, args.json).await?;
+            out.show(&answer, worker::text)
+        }
     }
 }
 
@@ -474,6 +489,7 @@ enum Cmd {
         approve: bool,
     },
     Context(ContextCommand),
+    Worker(worker::WorkerCommand),
 }
 
 fn split(command: ClientCommand) -> (ClientArgs, Cmd) {
@@ -500,5 +516,6 @@ fn split(command: ClientCommand) -> (ClientArgs, Cmd) {
         ClientCommand::Approve { client, id } => (client, Cmd::Answer { id, approve: true }),
         ClientCommand::Deny { client, id } => (client, Cmd::Answer { id, approve: false }),
         ClientCommand::Context { client, command } => (client, Cmd::Context(command)),
+        ClientCommand::Worker { client, command } => (client, Cmd::Worker(command)),
     }
 }

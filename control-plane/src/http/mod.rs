@@ -11,6 +11,7 @@ mod models;
 mod permissions;
 mod tasks;
 mod threads;
+mod worker_tokens;
 
 use std::sync::Arc;
 
@@ -51,6 +52,8 @@ pub struct AppState {
     pub thread_retention: std::time::Duration,
     /// `GET /metrics` is served without the token.
     pub metrics_open: bool,
+    /// Dial-in workers' join credentials (`/api/workers/tokens`).
+    pub worker_credentials: Arc<crate::workers::credentials::JoinCredentials>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -62,6 +65,7 @@ pub fn router(state: AppState) -> Router {
         .merge(permissions::routes())
         .merge(threads::routes())
         .merge(tasks::routes())
+        .merge(worker_tokens::routes())
         .fallback(|| async { ApiError::not_found("no such API endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(

@@ -20,6 +20,7 @@ mod runs;
 mod sessions;
 mod tasks;
 mod threads;
+mod worker_trust;
 mod writer;
 
 use std::borrow::Cow;
@@ -43,6 +44,7 @@ pub use runs::{NewRun, RunMark, RunRecord, RunStatus};
 pub use sessions::{Cleared, SessionRecord, context_cutoff};
 pub use tasks::{OrphanTask, TaskRecord};
 pub use threads::{StepRecord, StoredMessage, ThreadRecord, ThreadStatus, summary_of};
+pub use worker_trust::{CredentialLookup, Placed, WorkerCredentialRecord};
 pub use writer::Pending;
 use writer::Writer;
 
@@ -129,12 +131,13 @@ macro_rules! migrations {
             (12, "run trace", "0012_run_trace.sql"),
             (13, "agent incarnation", "0013_agent_incarnation.sql"),
             (14, "files kept", "0014_files_kept.sql"),
+            (16, "worker credentials", "0016_worker_credentials.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 14] = match backend {
+    let set: [(i64, &'static str, &'static str); 15] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };
