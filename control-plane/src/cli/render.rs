@@ -219,7 +219,13 @@ pub fn agent(a: &Value, style: Style) -> String {
     if let Some(pid) = worker["pid"].as_u64() {
         worker_line.push_str(&format!(" (pid {pid}, {restarts} restarts)"));
     } else if let Some(name) = worker["dial_in_worker"].as_str() {
-        worker_line.push_str(&format!(" (on dial-in worker {name}, {restarts} restarts)"));
+        let credential = worker["dial_in_credential"]
+            .as_str()
+            .map(|c| format!(" joined as {c}"))
+            .unwrap_or_default();
+        worker_line.push_str(&format!(
+            " (on dial-in worker {name}{credential}, {restarts} restarts)"
+        ));
     }
     let idle = match a["effective_idle_timeout_secs"].as_u64() {
         Some(0) => "never".to_string(),
