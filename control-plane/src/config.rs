@@ -80,7 +80,8 @@ pub struct ServeArgs {
     pub max_iterations: Option<u32>,
 
     /// Where workers come from: `local` children, or `remote` workers that dial in
-    /// with CHORUS_JOIN_TOKEN. [default: local]
+    /// with a join credential (`chorus worker token create`, or the shared
+    /// CHORUS_JOIN_TOKEN). [default: local]
     #[arg(long, env = "CHORUS_LAUNCHER", value_enum)]
     pub launcher: Option<LauncherKind>,
 
@@ -361,8 +362,8 @@ pub enum LauncherKind {
     /// One child process per agent, on this machine (the default).
     #[default]
     Local,
-    /// Workers started elsewhere (containers, pods) dial in with CHORUS_JOIN_TOKEN
-    /// and are given agents.
+    /// Workers started elsewhere (containers, pods) dial in with a join credential
+    /// (a per-worker one, or the shared CHORUS_JOIN_TOKEN) and are given agents.
     Remote,
 }
 
@@ -613,7 +614,8 @@ pub struct WorkerSettings {
     /// for a free one.
     pub attach_timeout: Duration,
     pub launcher: LauncherKind,
-    /// What dial-in workers present (`CHORUS_JOIN_TOKEN`); required by `remote`.
+    /// The shared token any dial-in worker may present (`CHORUS_JOIN_TOKEN`);
+    /// optional: per-worker credentials (`chorus worker token create`) need none.
     pub join_token: Option<Secret>,
     /// `Some`: the worker link speaks only TLS.
     pub tls: Option<crate::link_tls::LinkTlsFiles>,
@@ -762,14 +764,6 @@ impl Settings {
                 message: format!(
                     "is shorter than {MIN_JOIN_TOKEN_LEN} characters; use a random one (e.g. openssl rand -hex 32)"
                 ),
-            });
-        }
-        if workers.launcher == LauncherKind::Remote && workers.join_token.is_none() {
-            return Err(ConfigError::Invalid {
-                name: "CHORUS_JOIN_TOKEN",
-                message: "the remote launcher needs it: dial-in workers present it to join; \
-                          set the same random value on the control plane and the workers"
-                    .into(),
             });
         }
         Ok(Settings {
@@ -944,15 +938,17 @@ mod tests {
     }
 
     #[test]
-    fn the_remote_launcher_needs_a_long_join_token_and_the_flag_wins() {
+    fn a_shared_join_token_is_optional_but_long_and_the_flag_wins() {
         let resolve = |args: ServeArgs, file: &str, env: &[(&str, &str)]| {
             Settings::resolve(args, toml::from_str(file).unwrap(), env_of(env))
         };
         let s = resolve(ServeArgs::default(), "", &[]).unwrap();
         assert_eq!(s.workers.launcher, LauncherKind::Local);
         let remote = "[workers]\nlauncher = \"remote\"\n";
-        let err = resolve(ServeArgs::default(), remote, &[]).unwrap_err();
-        assert!(err.to_string().starts_with("CHORUS_JOIN_TOKEN"), "{err}");
+        // Per-worker credentials only: no shared token.
+        let s = resolve(ServeArgs::default(), remote, &[]).unwrap();
+        assert_eq!(s.workers.launcher, LauncherKind::Remote);
+        assert!(s.workers.join_token.is_none());
         let err = resolve(
             ServeArgs::default(),
             remote,

@@ -116,7 +116,13 @@ pub fn diagnosis_from(
                 "launched here, one process per agent".to_string()
             }
             (crate::config::LauncherKind::Remote, tls) => format!(
-                "dial in with CHORUS_JOIN_TOKEN (chorus-worker --control-plane <url> --data-dir <dir>); link {}",
+                "dial in with {} (chorus-worker --control-plane <url> --data-dir <dir>); link {}",
+                match &settings.workers.join_token {
+                    Some(_) =>
+                        "CHORUS_JOIN_TOKEN (shared: every holder may serve any agent) or a worker credential (chorus worker token create <name>)",
+                    None =>
+                        "a worker credential each (chorus worker token create <name>, given to the worker as CHORUS_JOIN_TOKEN)",
+                },
                 match tls {
                     Some(t) if t.client_ca.is_some() => "TLS, client certificates required",
                     Some(_) => "TLS",

@@ -16,18 +16,19 @@ use chorus_proto::wire::{ControlMessage, WorkerLink, WorkerLinkServer, WorkerMes
 use chorus_proto::{AGENT_METADATA_KEY, WORKER_NAME_METADATA_KEY};
 use futures::{Stream, StreamExt};
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::agents::name;
-use crate::config::Secret;
 use crate::config::WorkerSettings;
 use crate::gate::{Check, ToolGate};
 use crate::reports::{RateLimits, WorkerRate};
 use crate::runs::Runs;
-use crate::secrets::{KnownSecrets, bearer_token, constant_time_eq};
+use crate::secrets::{KnownSecrets, bearer_token};
 use crate::summaries::WorkerSummarizer;
 use crate::tasks::TaskLog;
+use crate::workers::credentials::{Admitted, JoinCredentials, Refused};
 use crate::workers::pool::{Deletion, Job, Pool};
 use crate::workers::registry::{AttachError, Registry};
 
@@ -48,11 +49,12 @@ pub struct WorkerLinkService {
     dial_in: Option<DialInService>,
 }
 
-/// Dial-in workers: the pool they wait in, the token they present, and the
-/// template of a new agent's directory they are given with an agent.
+/// Dial-in workers: the pool they wait in, the credentials they may join with, and
+/// the template of a new agent's directory they are given with an agent.
 pub struct DialInService {
     pub pool: Arc<Pool>,
-    pub join_token: Secret,
+    /// Who may join, which volumes each may serve, where agents were placed.
+    pub credentials: Arc<JoinCredentials>,
     pub template: Arc<Vec<TemplateFile>>,
     /// What each joining worker's volume holds, for the clean-up of directories no
     /// agent can use again (`AgentService::tidy_volume`). Full: skipped (the next
@@ -116,7 +118,7 @@ impl WorkerLinkService {
 }
 
 /// Who is attaching: a worker launched for an agent with that generation's
-/// credential, or a dial-in worker with the join token and no agent.
+/// credential, or a dial-in worker with a join credential and no agent.
 enum Caller {
     Agent { agent: String, credential: String },
     DialIn { token: String },
@@ -166,10 +168,44 @@ fn outbound(commands: impl Stream<Item = ControlCommand> + Send + 'static) -> Co
     }))
 }
 
+/// What a dial-in link's task sends its stream first: the Welcome (or an errand)
+/// and the commands after it, or why the worker is refused.
+type Start = Result<
+    (
+        ControlCommand,
+        tokio::sync::mpsc::UnboundedReceiver<ControlCommand>,
+    ),
+    Status,
+>;
+
+/// A refusal as the worker hears it: a wrong or revoked credential and a volume of
+/// another credential end it (retrying cannot help); a store that cannot answer
+/// is retried.
+fn refusal(refused: &Refused) -> Status {
+    match refused {
+        Refused::Unknown | Refused::Revoked(_) => Status::unauthenticated(refused.to_string()),
+        Refused::VolumeTaken { .. } => Status::permission_denied(refused.to_string()),
+        Refused::Unavailable(_) => Status::unavailable(refused.to_string()),
+    }
+}
+
+/// `stream`, ended the moment `revoked` fires with `why` as the last word (the
+/// worker logs it and stops).
+fn until_revoked(stream: ControlStream, revoked: CancellationToken, why: Status) -> ControlStream {
+    let ended = revoked.clone();
+    Box::pin(
+        stream.take_until(revoked.cancelled_owned()).chain(
+            futures::stream::once(async move { ended.is_cancelled().then_some(Err(why)) })
+                .filter_map(std::future::ready),
+        ),
+    )
+}
+
 impl WorkerLinkService {
     /// A dial-in worker: it waits in the pool, reading only its own keep-alives,
-    /// until a supervisor assigns it an agent; then it is that agent's link.
-    fn join(
+    /// until a supervisor assigns it an agent; then it is that agent's link. Every
+    /// step ends at once when its credential is revoked.
+    async fn join(
         &self,
         token: &str,
         request: Request<Streaming<WorkerMessage>>,
@@ -179,10 +215,11 @@ impl WorkerLinkService {
                 "this control plane takes no dial-in workers (it launches its own: [workers] launcher = \"local\")",
             ));
         };
-        if !constant_time_eq(dial_in.join_token.expose().as_bytes(), token.as_bytes()) {
-            tracing::warn!(peer = ?request.remote_addr(), "dial-in worker refused: wrong join token");
-            return Err(Status::unauthenticated("the join token is not valid"));
-        }
+        let Admitted { principal, revoked } =
+            dial_in.credentials.admit(token).await.map_err(|refused| {
+                tracing::warn!(peer = ?request.remote_addr(), reason = %refused, "dial-in worker refused");
+                refusal(&refused)
+            })?;
         // The name it gives itself, for the logs only: printable, bounded.
         let peer = request
             .metadata()
@@ -196,26 +233,35 @@ impl WorkerLinkService {
             })
             .filter(|name| !name.is_empty())
             .unwrap_or_else(|| "an unnamed worker".into());
-        let (start, started) = tokio::sync::oneshot::channel::<(
-            ControlCommand,
-            tokio::sync::mpsc::UnboundedReceiver<ControlCommand>,
-        )>();
-        let commands = futures::stream::once(started)
-            .filter_map(|started| std::future::ready(started.ok()))
-            .flat_map(|(welcome, commands)| {
-                futures::stream::once(std::future::ready(welcome))
-                    .chain(UnboundedReceiverStream::new(commands))
-            });
+        let (start, started) = tokio::sync::oneshot::channel::<Start>();
+        let commands = futures::stream::once(started).flat_map(|started| match started {
+            Ok(Ok((first, commands))) => outbound(
+                futures::stream::once(std::future::ready(first))
+                    .chain(UnboundedReceiverStream::new(commands)),
+            ),
+            Ok(Err(status)) => Box::pin(futures::stream::once(std::future::ready(Err(status)))),
+            Err(_) => Box::pin(futures::stream::empty()) as ControlStream,
+        });
+        let commands = until_revoked(
+            Box::pin(commands),
+            revoked.clone(),
+            refusal(&Refused::Revoked(principal.label().to_string())),
+        );
         let mut inbound = request.into_inner();
         let pool = dial_in.pool.clone();
+        let credentials = dial_in.credentials.clone();
         let template = dial_in.template.clone();
         let volumes = dial_in.volumes.clone();
         let registry = self.link.registry.clone();
         let link = self.link.clone();
         let this = self.welcome.clone();
         self.link.connections.spawn(async move {
-            // Its Hello names the agents' directories on its volume (placement).
-            let hello = tokio::time::timeout(HELLO_WAIT, inbound.message()).await;
+            let worker = principal.label().to_string();
+            // Its Hello names its volume and the agents' directories on it (placement).
+            let hello = tokio::select! {
+                () = revoked.cancelled() => return,
+                hello = tokio::time::timeout(HELLO_WAIT, inbound.message()) => hello,
+            };
             let (volume, directories) = match hello {
                 Ok(Ok(Some(message))) => match Sequenced::try_from(message) {
                     Ok(Sequenced {
@@ -238,16 +284,31 @@ impl WorkerLinkService {
                     return;
                 }
             };
+            if let Err(refused) = credentials.check_volume(&principal, &volume).await {
+                tracing::warn!(%peer, %worker, reason = %refused, "dial-in worker refused");
+                let _ = start.send(Err(refusal(&refused)));
+                return;
+            }
+            // Only what the store placed on this volume counts.
+            let directories = credentials
+                .placed_directories(&volume, directories, &peer)
+                .await;
             let holds = directories.len();
             // An older worker names no volume: nothing to aim a deletion at.
             if holds > 0 && !volume.is_empty() {
                 let _ = volumes.try_send((volume.clone(), directories.clone()));
             }
-            let membership = pool.join(peer.clone(), volume, directories);
-            tracing::info!(%peer, idle = pool.idle_count(), directories = holds, "dial-in worker joined the pool");
+            let membership = pool.join(peer.clone(), worker.clone(), volume.clone(), directories);
+            tracing::info!(%peer, %worker, idle = pool.idle_count(), directories = holds, "dial-in worker joined the pool");
             let mut assigned = membership.assigned;
             let job = loop {
                 tokio::select! {
+                    biased;
+                    () = revoked.cancelled() => {
+                        pool.leave(membership.id);
+                        tracing::warn!(%peer, %worker, "idle dial-in link ended: its join credential was revoked");
+                        return;
+                    }
                     job = &mut assigned => match job {
                         Ok(job) => break job,
                         Err(_) => return,
@@ -266,11 +327,20 @@ impl WorkerLinkService {
             let assignment = match job {
                 Job::Serve(assignment) => assignment,
                 Job::Delete(deletion) => {
-                    delete_files(deletion, start, inbound, &peer).await;
+                    // Revoked meanwhile: `done` is dropped, the deletion tried again.
+                    tokio::select! {
+                        () = revoked.cancelled() => {}
+                        () = delete_files(deletion, start, inbound, &peer) => {}
+                    }
                     return;
                 }
             };
             let agent = assignment.agent;
+            // Before its Welcome: the directory it lays out counts on this volume
+            // when a worker of it joins again.
+            credentials
+                .placed(&agent, &assignment.incarnation, &volume)
+                .await;
             let attachment = match registry.attach(&agent, &assignment.credential) {
                 Ok(attachment) => attachment,
                 Err(e) => {
@@ -281,7 +351,8 @@ impl WorkerLinkService {
                 }
             };
             let generation = attachment.generation;
-            tracing::info!(%agent, generation, %peer, "dial-in worker assigned");
+            registry.set_credential(&agent, generation, &worker);
+            tracing::info!(%agent, generation, %peer, %worker, "dial-in worker assigned");
             let welcome = this.welcome(
                 &agent,
                 generation,
@@ -291,7 +362,7 @@ impl WorkerLinkService {
                     incarnation: assignment.incarnation,
                 }),
             );
-            if start.send((welcome, attachment.commands)).is_err() {
+            if start.send(Ok((welcome, attachment.commands))).is_err() {
                 registry.detach(
                     &agent,
                     generation,
@@ -299,9 +370,9 @@ impl WorkerLinkService {
                 );
                 return;
             }
-            link.serve(agent, generation, inbound).await;
+            link.serve(agent, generation, inbound, revoked).await;
         });
-        Ok(outbound(commands))
+        Ok(commands)
     }
 }
 
@@ -318,10 +389,7 @@ const DELETE_ANSWER_WAIT: Duration = Duration::from_secs(300);
 /// command channel's sender) so the worker joins the pool again.
 async fn delete_files(
     deletion: Deletion,
-    start: tokio::sync::oneshot::Sender<(
-        ControlCommand,
-        tokio::sync::mpsc::UnboundedReceiver<ControlCommand>,
-    )>,
+    start: tokio::sync::oneshot::Sender<Start>,
     mut inbound: Streaming<WorkerMessage>,
     peer: &str,
 ) {
@@ -336,7 +404,7 @@ async fn delete_files(
         agent: agent.clone(),
         incarnation,
     };
-    if start.send((command, commands)).is_err() {
+    if start.send(Ok((command, commands))).is_err() {
         return; // `done` dropped: the caller hears the connection ended
     }
     tracing::info!(%agent, %peer, "dial-in worker asked to delete a destroyed agent's files");
@@ -396,7 +464,7 @@ impl WorkerLink for WorkerLinkService {
     ) -> Result<Response<Self::AttachStream>, Status> {
         let (agent, token) = match identify(&request)? {
             Caller::Agent { agent, credential } => (agent, credential),
-            Caller::DialIn { token } => return self.join(&token, request).map(Response::new),
+            Caller::DialIn { token } => return self.join(&token, request).await.map(Response::new),
         };
         let attachment = self.link.registry.attach(&agent, &token).map_err(|e| {
             tracing::warn!(%agent, error = %e, "worker refused");
@@ -414,9 +482,11 @@ impl WorkerLink for WorkerLinkService {
             .chain(UnboundedReceiverStream::new(attachment.commands));
         let inbound = request.into_inner();
         let link = self.link.clone();
-        self.link
-            .connections
-            .spawn(async move { link.serve(agent, generation, inbound).await });
+        // A worker launched here has no join credential to revoke.
+        self.link.connections.spawn(async move {
+            link.serve(agent, generation, inbound, CancellationToken::new())
+                .await
+        });
         Ok(Response::new(outbound(commands)))
     }
 }
@@ -439,9 +509,15 @@ struct Link {
 }
 
 impl Link {
-    /// Reads the worker's events until its stream ends or it goes silent, then
-    /// detaches it (its supervisor hears of it).
-    async fn serve(self, agent: String, generation: u64, mut inbound: Streaming<WorkerMessage>) {
+    /// Reads the worker's events until its stream ends, it goes silent or its join
+    /// credential is `revoked`, then detaches it (its supervisor hears of it).
+    async fn serve(
+        self,
+        agent: String,
+        generation: u64,
+        mut inbound: Streaming<WorkerMessage>,
+        revoked: CancellationToken,
+    ) {
         let Link {
             registry,
             runs,
@@ -456,7 +532,15 @@ impl Link {
         let mut rate = WorkerRate::new(RateLimits::default(), Instant::now());
         let mut throttled = false;
         let hung = loop {
-            let message = match tokio::time::timeout(silence_limit, inbound.message()).await {
+            let next = tokio::select! {
+                biased;
+                () = revoked.cancelled() => {
+                    tracing::warn!(%agent, generation, "the worker's join credential was revoked; its link ends now");
+                    break Some("was cut off: its join credential was revoked".to_string());
+                }
+                next = tokio::time::timeout(silence_limit, inbound.message()) => next,
+            };
+            let message = match next {
                 Ok(Ok(Some(message))) => message,
                 Ok(Ok(None)) => break None,
                 Ok(Err(status)) => {

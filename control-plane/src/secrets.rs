@@ -111,6 +111,17 @@ pub fn random_token() -> std::io::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// The stored form of an issued token (a person's API token, a worker's join
+/// credential): its SHA-256, hex. The tokens are 32 random bytes, so the hash
+/// cannot be searched back, and a presented token is found by its hash.
+pub fn token_hash(token: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// Compares two secrets in time that depends only on their lengths, so a caller
 /// cannot learn a token byte by byte from response times.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

@@ -31,6 +31,7 @@ use crate::sessions::Sessions;
 use crate::store::Store;
 use crate::summaries::WorkerSummarizer;
 use crate::tasks::TaskLog;
+use crate::workers::credentials::JoinCredentials;
 use crate::workers::launcher::{Launcher, LocalLauncher};
 use crate::workers::pool::Pool;
 use crate::workers::procs::{ToolMarks, end_marked};
@@ -208,26 +209,33 @@ pub async fn start(
     }
     // What joining dial-in workers' volumes hold, checked once the agents are known.
     let (volumes_tx, mut volumes_rx) = tokio::sync::mpsc::channel(64);
-    let (launcher, dial_in) = match (settings.workers.launcher, &settings.workers.join_token) {
-        (LauncherKind::Remote, Some(join_token)) => {
+    // Per-worker join credentials are managed through the API whichever the
+    // launcher; only the remote one takes joins.
+    let join_credentials = Arc::new(JoinCredentials::new(
+        store.clone(),
+        settings.workers.join_token.clone(),
+    ));
+    let (launcher, dial_in) = match settings.workers.launcher {
+        LauncherKind::Remote => {
             let pool = Arc::new(Pool::new(crate::workers::pool::REJOIN_GRACE));
             let template =
                 crate::agents::files::template_files(settings.template_dir.as_deref())
                     .context("cannot read the agents' template to send to dial-in workers")?;
             tracing::info!(
-                "workers dial in: start them with chorus-worker --control-plane <this address> --data-dir <their volume> and CHORUS_JOIN_TOKEN"
+                shared_join_token = join_credentials.shared_token_set(),
+                "workers dial in: start them with chorus-worker --control-plane <this address> --data-dir <their volume> and CHORUS_JOIN_TOKEN set to a worker credential (chorus worker token create <name>) or the shared join token"
             );
             (
                 Launcher::Remote(pool.clone()),
                 Some(DialInService {
                     pool,
-                    join_token: join_token.clone(),
+                    credentials: join_credentials.clone(),
                     template: Arc::new(template),
                     volumes: volumes_tx,
                 }),
             )
         }
-        _ => (
+        LauncherKind::Local => (
             Launcher::Local(LocalLauncher {
                 worker_bin: worker_bin(&settings)?,
                 control_plane_url: format!("http://{}", dialable(grpc_addr)),
@@ -366,6 +374,7 @@ pub async fn start(
         sandbox,
         thread_retention: settings.threads.retention,
         metrics_open: settings.metrics_open,
+        worker_credentials: join_credentials,
     };
     // Discord is one more front end: if it cannot start, the HTTP API still runs.
     let discord = match settings.discord.clone() {

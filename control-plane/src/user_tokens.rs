@@ -6,8 +6,6 @@
 
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
 use crate::store::{NewUserToken, Store, StoreError, UserTokenRecord};
 
 /// What every issued token starts with, so people (and secret scanners) know one.
@@ -21,14 +19,6 @@ const TOUCH_EVERY: Duration = Duration::from_secs(60);
 pub struct Issued {
     pub record: UserTokenRecord,
     pub token: String,
-}
-
-/// The hex SHA-256 of a presented token.
-pub fn hash(token: &str) -> String {
-    Sha256::digest(token.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// A user name a token may be issued to: 1–64 of `A-Z a-z 0-9 . _ - @`, starting
@@ -72,7 +62,7 @@ pub async fn issue(store: &Store, user: &str, label: &str, by: &str) -> Result<I
             id,
             user: user.to_string(),
             label: label.to_string(),
-            token_hash: hash(&token),
+            token_hash: crate::secrets::token_hash(&token),
             created_by: by.to_string(),
         })
         .await?;
@@ -85,7 +75,10 @@ pub async fn verify(store: &Store, presented: &str) -> Result<Option<String>, St
     if !presented.starts_with(PREFIX) {
         return Ok(None);
     }
-    let Some(record) = store.live_user_token(&hash(presented)).await? else {
+    let Some(record) = store
+        .live_user_token(&crate::secrets::token_hash(presented))
+        .await?
+    else {
         return Ok(None);
     };
     let now = chrono::Utc::now();
@@ -114,7 +107,7 @@ mod tests {
     fn hashes_are_sha256_hex() {
         // SHA-256("abc"), FIPS 180-2's first example.
         assert_eq!(
-            hash("abc"),
+            crate::secrets::token_hash("abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
     }
@@ -152,7 +145,7 @@ mod store_tests {
         );
         for wrong in [
             format!("{PREFIX}{}", "0".repeat(64)),
-            hash(&issued.token),
+            crate::secrets::token_hash(&issued.token),
             issued.token[PREFIX.len()..].to_string(),
         ] {
             assert_eq!(verify(&store, &wrong).await.unwrap(), None, "{wrong}");

@@ -446,6 +446,8 @@ pub async fn serve(
     );
     let mut heartbeat = tokio::time::interval(heartbeat_every);
     heartbeat.tick().await; // the first tick is immediate
+    // Set when the control plane ends the link refusing us (a revoked credential).
+    let mut refused = None;
     loop {
         tokio::select! {
             message = inbound.message() => match message {
@@ -459,6 +461,11 @@ pub async fn serve(
                 },
                 Ok(None) => {
                     tracing::info!("the control plane closed the link");
+                    break;
+                }
+                Err(status) if matches!(status.code(), Code::Unauthenticated | Code::PermissionDenied) => {
+                    tracing::error!(reason = %status.message(), "the control plane ended this worker's link");
+                    refused = Some(status.message().to_string());
                     break;
                 }
                 Err(status) => {
@@ -476,7 +483,10 @@ pub async fn serve(
         }
     }
     runner.cancel_all(WIND_DOWN).await;
-    Ok(LinkEnd::Worked)
+    match refused {
+        Some(message) => Err(ConnectionError::Refused(message)),
+        None => Ok(LinkEnd::Worked),
+    }
 }
 
 /// An idle dial-in worker asked to delete a destroyed agent's files: does it, says

@@ -16,8 +16,9 @@ use chorus_worker::runner::WorkerToolSettings;
 /// Runs one Chorus agent's tool loops. Either started by `chorus serve` for one
 /// agent (--agent; the credential on stdin with --credential-stdin, or in
 /// CHORUS_WORKER_CREDENTIAL), or started on its own as a dial-in worker (no --agent;
-/// CHORUS_JOIN_TOKEN): it joins the control plane's pool, is given an agent, and
-/// reconnects (capped backoff) whenever the link drops.
+/// CHORUS_JOIN_TOKEN: its own worker credential or the shared join token): it joins
+/// the control plane's pool, is given an agent, and reconnects (capped backoff)
+/// whenever the link drops. A refused or revoked credential ends it (exit 3).
 #[derive(Parser)]
 #[command(name = "chorus-worker", version)]
 struct Args {
@@ -120,7 +121,8 @@ fn read_join_token() -> Result<String, String> {
     if token.trim().is_empty() {
         return Err(
             "no --agent and no CHORUS_JOIN_TOKEN: a worker started on its own dials in \
-             with the control plane's join token (set CHORUS_JOIN_TOKEN to it)"
+             with a join credential (set CHORUS_JOIN_TOKEN to the token of `chorus worker \
+             token create <name>`, or to the control plane's shared join token)"
                 .into(),
         );
     }

@@ -108,7 +108,8 @@ async fn delete_until_done(store: &Store, workers: &WorkerManager, name: &str, t
                 .await
             {
                 Ok((false, _)) if matches!(target, Target::Leftover { .. }) => return,
-                Ok((deleted, by)) => {
+                Ok((deleted, deleted_by)) => {
+                    let by = &deleted_by.who;
                     if *target == Target::Destroyed
                         && let Err(e) = store.files_purged(name).await
                     {
@@ -135,6 +136,7 @@ async fn delete_until_done(store: &Store, workers: &WorkerManager, name: &str, t
                         detail: Some(detail),
                         thread_id: None,
                         call_id: None,
+                        worker: deleted_by.credential.as_deref(),
                     };
                     if let Err(e) = store.audit(entry).await {
                         tracing::error!(agent = %name, error = %e, "cannot write audit entry");

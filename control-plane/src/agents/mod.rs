@@ -918,6 +918,7 @@ impl AgentService {
             detail,
             thread_id: None,
             call_id: None,
+            worker: None,
         };
         if let Err(e) = self.store.audit(entry).await {
             tracing::error!(agent, action, error = %e, "cannot write audit entry");

@@ -11,6 +11,7 @@ pub mod follow;
 pub mod render;
 pub mod send;
 pub mod sse;
+pub mod worker;
 
 use std::io::{IsTerminal, Write};
 
@@ -127,6 +128,16 @@ pub enum ClientCommand {
     Whoami {
         #[command(flatten)]
         client: ClientArgs,
+    },
+    /// Join credentials of dial-in workers (admin).
+    #[command(
+        after_help = "Examples:\n  chorus worker token create worker-0\n  chorus worker token list\n  chorus worker token revoke worker-0"
+    )]
+    Worker {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: worker::WorkerCommand,
     },
 }
 
@@ -434,6 +445,10 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<bool> {
                 )
             })
         }
+        Cmd::Worker(command) => {
+            let answer = worker::run(&client, command, args.json).await?;
+            out.show(&answer, worker::text)
+        }
     }
 }
 
@@ -580,6 +595,7 @@ enum Cmd {
     Context(ContextCommand),
     User(UserCommand),
     Whoami,
+    Worker(worker::WorkerCommand),
 }
 
 fn split(command: ClientCommand) -> (ClientArgs, Cmd) {
@@ -608,5 +624,6 @@ fn split(command: ClientCommand) -> (ClientArgs, Cmd) {
         ClientCommand::Context { client, command } => (client, Cmd::Context(command)),
         ClientCommand::User { client, command } => (client, Cmd::User(command)),
         ClientCommand::Whoami { client } => (client, Cmd::Whoami),
+        ClientCommand::Worker { client, command } => (client, Cmd::Worker(command)),
     }
 }

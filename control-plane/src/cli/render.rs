@@ -128,6 +128,42 @@ pub fn duration_ms(ms: u64) -> String {
     }
 }
 
+/// `GET /api/workers/tokens` as a table: name, state, volumes, when made.
+pub fn worker_tokens(list: &Value) -> String {
+    let rows: Vec<Vec<String>> = list["tokens"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            let volumes: Vec<&str> = t["volumes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            vec![
+                cell(&t["name"]),
+                match t["revoked_at"].as_str() {
+                    Some(at) => format!("revoked {at}"),
+                    None => "active".into(),
+                },
+                if volumes.is_empty() {
+                    "-".into()
+                } else {
+                    volumes.join(",")
+                },
+                cell(&t["created_at"]),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "No worker credentials yet. Make one: chorus worker token create <name>\n".into();
+    }
+    table(&["NAME", "STATE", "VOLUMES", "CREATED"], &rows, |_, c| {
+        c.to_string()
+    })
+}
+
 pub fn agents(list: &Value, style: Style) -> String {
     let rows: Vec<Vec<String>> = list
         .as_array()
@@ -183,7 +219,13 @@ pub fn agent(a: &Value, style: Style) -> String {
     if let Some(pid) = worker["pid"].as_u64() {
         worker_line.push_str(&format!(" (pid {pid}, {restarts} restarts)"));
     } else if let Some(name) = worker["dial_in_worker"].as_str() {
-        worker_line.push_str(&format!(" (on dial-in worker {name}, {restarts} restarts)"));
+        let credential = worker["dial_in_credential"]
+            .as_str()
+            .map(|c| format!(" joined as {c}"))
+            .unwrap_or_default();
+        worker_line.push_str(&format!(
+            " (on dial-in worker {name}{credential}, {restarts} restarts)"
+        ));
     }
     let idle = match a["effective_idle_timeout_secs"].as_u64() {
         Some(0) => "never".to_string(),

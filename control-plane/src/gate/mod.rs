@@ -230,6 +230,8 @@ impl ToolGate {
         // What people see of the actions (audit, approvals): the decision uses the
         // real ones, the record never holds a known secret.
         let shown_actions: Vec<String> = actions.iter().map(|a| secrets.scrubbed(a)).collect();
+        // A dial-in worker asked: the audit row names its credential.
+        let worker = self.registry.credential_of(&check.agent, check.generation);
         // `answered_by`: who answered an ask (the row's user is the thread's).
         let audit = |decision: &'static str,
                      explanations: Option<&[Explanation]>,
@@ -250,6 +252,7 @@ impl ToolGate {
             let agent = check.agent.clone();
             let user = user.clone();
             let call_id = call.id.clone();
+            let worker = worker.clone();
             async move {
                 let entry = AuditEntry {
                     agent_name: &agent,
@@ -259,6 +262,7 @@ impl ToolGate {
                     detail: Some(detail),
                     thread_id: Some(thread_id),
                     call_id: Some(&call_id),
+                    worker: worker.as_deref(),
                 };
                 if let Err(e) = store.audit(entry).await {
                     tracing::error!(%agent, error = %e, "cannot write audit entry");

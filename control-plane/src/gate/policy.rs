@@ -33,6 +33,8 @@ pub enum Act {
     RefreshModels,
     /// Issue, list and revoke API tokens of people and automation.
     ManageTokens,
+    /// Issue, list and revoke dial-in workers' join credentials.
+    ManageWorkers,
 }
 
 impl Act {
@@ -47,7 +49,7 @@ impl Act {
             | Act::CreateAgents
             | Act::DestroyAgents
             | Act::RefreshModels => Role::Operator,
-            Act::ManageTokens => Role::Admin,
+            Act::ManageTokens | Act::ManageWorkers => Role::Admin,
         }
     }
 
@@ -64,6 +66,7 @@ impl Act {
             Act::DestroyAgents => "destroy agents",
             Act::RefreshModels => "refresh the model list",
             Act::ManageTokens => "manage API tokens",
+            Act::ManageWorkers => "manage worker credentials",
         }
     }
 }
@@ -92,7 +95,7 @@ mod tests {
     #[test]
     fn viewers_look_and_talk_operators_change_admins_manage_access() {
         let viewer_may = [Act::Look, Act::Talk];
-        let admin_only = [Act::ManageTokens];
+        let admin_only = [Act::ManageTokens, Act::ManageWorkers];
         let all = [
             Act::Look,
             Act::Talk,
@@ -104,6 +107,7 @@ mod tests {
             Act::DestroyAgents,
             Act::RefreshModels,
             Act::ManageTokens,
+            Act::ManageWorkers,
         ];
         for act in all {
             assert!(allowed(Role::Admin, act), "{act:?}");

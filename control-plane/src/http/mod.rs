@@ -16,6 +16,7 @@ mod permissions;
 mod tasks;
 mod threads;
 mod users;
+mod worker_tokens;
 
 use std::sync::Arc;
 
@@ -188,6 +189,25 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
             ManageTokens,
             users::revoke_token,
         ),
+        // Who may serve agents.
+        declare(
+            GET,
+            "/api/workers/tokens",
+            ManageWorkers,
+            worker_tokens::list,
+        ),
+        declare(
+            POST,
+            "/api/workers/tokens",
+            ManageWorkers,
+            worker_tokens::create,
+        ),
+        declare(
+            DELETE,
+            "/api/workers/tokens/{name}",
+            ManageWorkers,
+            worker_tokens::revoke,
+        ),
     ]
 }
 
@@ -212,6 +232,8 @@ pub struct AppState {
     pub thread_retention: std::time::Duration,
     /// `GET /metrics` is served without the token.
     pub metrics_open: bool,
+    /// Dial-in workers' join credentials (`/api/workers/tokens`).
+    pub worker_credentials: Arc<crate::workers::credentials::JoinCredentials>,
 }
 
 /// The `/api` routes of [`table`], each behind its act's check (not yet behind

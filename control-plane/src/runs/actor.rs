@@ -954,6 +954,11 @@ impl AgentActor {
             }
             return Ok(());
         }
+        if let WorkerEvent::RunCompleted { .. } | WorkerEvent::RunFailed { .. } = &event
+            && let Some(worker) = self.shared.registry.credential_of(agent, generation)
+        {
+            self.audit_answer(thread_id, &run_id, &event, &worker).await;
+        }
         let result = match &event {
             WorkerEvent::RunCompleted { .. } => self.run_completed(&run_id, thread_id).await,
             WorkerEvent::RunFailed { kind, error, .. } => {
@@ -1043,6 +1048,29 @@ impl AgentActor {
                 }
             }
         });
+    }
+
+    /// A dial-in worker ended a run: the audit log says which worker wrote the
+    /// thread's answer (the messages themselves carry no worker).
+    async fn audit_answer(&self, thread_id: u64, run_id: &str, event: &WorkerEvent, worker: &str) {
+        let (decision, outcome) = match event {
+            WorkerEvent::RunCompleted { .. } => ("done", "completed"),
+            _ => ("failed", "failed"),
+        };
+        let detail = json!({"run_id": run_id, "outcome": outcome}).to_string();
+        let entry = crate::store::AuditEntry {
+            agent_name: &self.agent,
+            action: "thread:answer",
+            decision,
+            user_id: None,
+            detail: Some(detail),
+            thread_id: Some(thread_id),
+            call_id: None,
+            worker: Some(worker),
+        };
+        if let Err(e) = self.shared.store.audit(entry).await {
+            tracing::error!(agent = %self.agent, thread_id, error = %e, "cannot write audit entry");
+        }
     }
 
     /// The model ended its turn. A user message that reached the thread too late

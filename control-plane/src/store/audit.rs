@@ -18,6 +18,9 @@ pub struct AuditEntry<'a> {
     /// For tool calls: the thread and the model's call id (the result is added later).
     pub thread_id: Option<u64>,
     pub call_id: Option<&'a str>,
+    /// The dial-in worker whose report this row records (its credential's name,
+    /// `join-token` for the shared one); `None` for the control plane's own.
+    pub worker: Option<&'a str>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -33,13 +36,15 @@ pub struct AuditRecord {
     pub call_id: Option<String>,
     /// How the tool call went: `ok` or `error` (absent until it ran, or if it never did).
     pub result: Option<String>,
+    /// The dial-in worker whose report the row records (see [`AuditEntry::worker`]).
+    pub worker: Option<String>,
 }
 
 impl Store {
     pub async fn audit(&self, entry: AuditEntry<'_>) -> Result<(), StoreError> {
         self.execute(sqlx::query(
             "INSERT INTO audit_log (agent_name, timestamp, action_string, decision, user_id, detail, \
-             thread_id, call_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+             thread_id, call_id, worker) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(entry.agent_name)
         .bind(now())
@@ -49,6 +54,7 @@ impl Store {
         .bind(entry.detail)
         .bind(entry.thread_id.map(|t| t as i64))
         .bind(entry.call_id)
+        .bind(entry.worker),
         )
         .await?;
         Ok(())
@@ -63,7 +69,7 @@ impl Store {
     ) -> Result<Vec<AuditRecord>, StoreError> {
         let rows = sqlx::query(
             "SELECT id, agent_name, timestamp, action_string, decision, user_id, detail, thread_id, \
-             call_id, result FROM audit_log WHERE agent_name = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
+             call_id, result, worker FROM audit_log WHERE agent_name = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
         )
         .bind(agent)
         .bind(before_id.unwrap_or(i64::MAX))
@@ -85,6 +91,7 @@ impl Store {
                         .map(|t| t as u64),
                     call_id: row.try_get("call_id")?,
                     result: row.try_get("result")?,
+                    worker: row.try_get("worker")?,
                 })
             })
             .collect()

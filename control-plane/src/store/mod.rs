@@ -21,6 +21,7 @@ mod sessions;
 mod tasks;
 mod threads;
 mod user_tokens;
+mod worker_trust;
 mod writer;
 
 use std::borrow::Cow;
@@ -45,6 +46,7 @@ pub use sessions::{Cleared, SessionRecord, context_cutoff};
 pub use tasks::{OrphanTask, TaskRecord};
 pub use threads::{StepRecord, StoredMessage, ThreadRecord, ThreadStatus, summary_of};
 pub use user_tokens::{NewUserToken, UserTokenRecord};
+pub use worker_trust::{CredentialLookup, Placed, WorkerCredentialRecord};
 pub use writer::Pending;
 use writer::Writer;
 
@@ -132,12 +134,13 @@ macro_rules! migrations {
             (13, "agent incarnation", "0013_agent_incarnation.sql"),
             (14, "files kept", "0014_files_kept.sql"),
             (15, "user tokens", "0015_user_tokens.sql"),
+            (16, "worker credentials", "0016_worker_credentials.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 15] = match backend {
+    let set: [(i64, &'static str, &'static str); 16] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };

@@ -47,7 +47,7 @@ pub enum LaunchError {
     #[error("the worker {0} before it took its credential")]
     ExitedEarly(String),
     #[error(
-        "no dial-in worker was free within {0:?}: start more (chorus-worker --control-plane <url> --data-dir <dir>, with CHORUS_JOIN_TOKEN) or raise [workers] attach_timeout_ms"
+        "no dial-in worker was free within {0:?}: start more (chorus-worker --control-plane <url> --data-dir <dir>, with CHORUS_JOIN_TOKEN set to a worker credential or the shared join token) or raise [workers] attach_timeout_ms"
     )]
     NoFreeWorker(Duration),
 }
@@ -267,6 +267,8 @@ pub enum Worker {
 /// its runs down, ends its tool processes and joins the pool again.
 pub struct RemoteWorker {
     peer: String,
+    /// The credential it joined with.
+    credential: String,
     /// Its volume held the agent's directory.
     where_files_are: bool,
     released: tokio_util::sync::CancellationToken,
@@ -298,9 +300,10 @@ impl Launcher {
                     may_have_files,
                 });
                 match tokio::time::timeout(wait_free, pool.assign(assignment)).await {
-                    Ok((peer, holds)) => Ok(Worker::Remote(RemoteWorker {
-                        peer,
-                        where_files_are: holds,
+                    Ok(taken) => Ok(Worker::Remote(RemoteWorker {
+                        peer: taken.peer,
+                        credential: taken.worker,
+                        where_files_are: taken.holds,
                         released: Default::default(),
                     })),
                     Err(_) => Err(LaunchError::NoFreeWorker(wait_free)),
@@ -344,6 +347,14 @@ impl Worker {
         match self {
             Worker::Local(_) => None,
             Worker::Remote(w) => Some(w.peer.clone()),
+        }
+    }
+
+    /// The join credential of a dial-in worker (`join-token` for the shared one).
+    pub fn dial_in_credential(&self) -> Option<String> {
+        match self {
+            Worker::Local(_) => None,
+            Worker::Remote(w) => Some(w.credential.clone()),
         }
     }
 

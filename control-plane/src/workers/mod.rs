@@ -1,6 +1,7 @@
 //! Worker processes: one per active agent, launched, watched, restarted and stopped
 //! here. Only this module starts or signals worker processes.
 
+pub mod credentials;
 pub mod launcher;
 pub mod pool;
 pub mod procs;
@@ -50,6 +51,8 @@ pub struct WorkerStatus {
     pub pid: Option<u32>,
     /// The dial-in worker serving it, as the worker names itself (host and pid).
     pub dial_in_worker: Option<String>,
+    /// The join credential that worker joined with (`join-token`: the shared one).
+    pub dial_in_credential: Option<String>,
     pub restarts: u32,
     /// How the previous worker process ended, or why it could not start.
     pub last_exit: Option<String>,
@@ -61,6 +64,7 @@ impl WorkerStatus {
             state: WorkerState::Stopped,
             pid: None,
             dial_in_worker: None,
+            dial_in_credential: None,
             restarts: 0,
             last_exit: None,
         }
@@ -176,18 +180,24 @@ impl WorkerManager {
     }
 
     /// Has a free dial-in worker delete a destroyed agent's files from the workers'
-    /// volume (only `volume`, if given), if they are `incarnation`'s. Returns whether there were any and who
-    /// deleted them, or why it could not be done (no worker free within the attach
-    /// wait, the worker went away, or what the worker said). With the local
-    /// launcher there is no such volume: nothing to do.
+    /// volume (only `volume`, if given), if they are `incarnation`'s. Returns whether
+    /// there were any and who deleted them, or why it could not be done (no worker
+    /// free within the attach wait, the worker went away, or what the worker said).
+    /// With the local launcher there is no such volume: nothing to do.
     pub async fn delete_files(
         &self,
         agent: &str,
         incarnation: &str,
         volume: Option<&str>,
-    ) -> Result<(bool, String), String> {
+    ) -> Result<(bool, DeletedBy), String> {
         let Launcher::Remote(pool) = &self.launcher else {
-            return Ok((false, "this control plane".into()));
+            return Ok((
+                false,
+                DeletedBy {
+                    who: "this control plane".into(),
+                    credential: None,
+                },
+            ));
         };
         let (done, answer) = tokio::sync::oneshot::channel();
         let job = pool::Job::Delete(pool::Deletion {
@@ -197,12 +207,19 @@ impl WorkerManager {
             done,
         });
         let wait = self.settings.attach_timeout;
-        let (peer, _) = tokio::time::timeout(wait, pool.assign(job))
+        let taken = tokio::time::timeout(wait, pool.assign(job))
             .await
             .map_err(|_| format!("no dial-in worker was free within {}", seconds(wait)))?;
+        let peer = &taken.peer;
         // The connection's task answers, or drops `done`, within its own deadline.
         match answer.await {
-            Ok(Ok(deleted)) => Ok((deleted, format!("the dial-in worker from {peer}"))),
+            Ok(Ok(deleted)) => Ok((
+                deleted,
+                DeletedBy {
+                    who: format!("the dial-in worker from {peer}"),
+                    credential: Some(taken.worker.clone()),
+                },
+            )),
             Ok(Err(error)) => Err(format!("the dial-in worker from {peer}: {error}")),
             Err(_) => Err(format!(
                 "the dial-in worker from {peer} did not answer (its connection ended or it took too long)"
@@ -250,6 +267,15 @@ impl WorkerManager {
             _ => status,
         }
     }
+}
+
+/// Who deleted a destroyed agent's files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeletedBy {
+    /// For people: "the dial-in worker from <host> pid <n>".
+    pub who: String,
+    /// The join credential of the dial-in worker that did (for the audit log).
+    pub credential: Option<String>,
 }
 
 /// Owns one agent's worker process for as long as the agent is active.
@@ -320,6 +346,7 @@ impl Supervisor {
                 state: WorkerState::Restarting,
                 pid: None,
                 dial_in_worker: None,
+                dial_in_credential: None,
                 restarts,
                 last_exit: Some(reason.clone()),
             });
@@ -387,6 +414,7 @@ impl Supervisor {
             state: WorkerState::Starting,
             pid: worker.pid(),
             dial_in_worker: worker.dial_in_name(),
+            dial_in_credential: worker.dial_in_credential(),
             restarts,
             last_exit,
         });

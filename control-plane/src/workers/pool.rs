@@ -84,6 +84,8 @@ struct Idle {
     id: u64,
     /// The worker as it names itself (host and pid), for the logs and for spreading.
     peer: String,
+    /// The credential it joined with (`join-token` for the shared one).
+    worker: String,
     /// The volume its worker keeps agents' directories on.
     volume: String,
     offer: oneshot::Sender<Job>,
@@ -111,6 +113,17 @@ pub struct Pool {
     patient_until: Instant,
     /// Each volume's agent directories, as the last link of it to join named them.
     volumes: Mutex<HashMap<String, HashSet<AgentDirectory>>>,
+}
+
+/// The link a job went to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taken {
+    /// Its worker as it names itself (host and pid).
+    pub peer: String,
+    /// The credential it joined with.
+    pub worker: String,
+    /// Its volume held the job's agent directory.
+    pub holds: bool,
 }
 
 /// An idle connection's place in the pool.
@@ -144,10 +157,11 @@ impl Pool {
 
     /// A dial-in worker's connection joins the pool, naming its volume and the
     /// agents' directories on it (empty `volume`: an older worker; its link counts
-    /// as a volume of its own).
+    /// as a volume of its own). `worker`: the credential it joined with.
     pub fn join(
         &self,
         peer: String,
+        worker: String,
         volume: String,
         directories: Vec<AgentDirectory>,
     ) -> Membership {
@@ -170,6 +184,7 @@ impl Pool {
             self.idle().push_back(Idle {
                 id,
                 peer,
+                worker,
                 volume,
                 offer,
             });
@@ -198,9 +213,8 @@ impl Pool {
 
     /// Gives `job` to an idle worker whose connection is still there (see the
     /// module's placement order), waiting for one to join if none is; returns the
-    /// worker's name and whether its volume held the agent's directory. Cancel-safe:
-    /// dropping the future assigns nothing.
-    pub async fn assign(&self, job: Job) -> (String, bool) {
+    /// link it went to. Cancel-safe: dropping the future assigns nothing.
+    pub async fn assign(&self, job: Job) -> Taken {
         let wanted = job.directory();
         let only_on = match &job {
             Job::Delete(d) => d.volume.clone(),
@@ -241,7 +255,13 @@ impl Pool {
                     break;
                 };
                 match idle.offer.send(assignment) {
-                    Ok(()) => return (idle.peer, holds),
+                    Ok(()) => {
+                        return Taken {
+                            peer: idle.peer,
+                            worker: idle.worker,
+                            holds,
+                        };
+                    }
                     // Its connection's task is gone: the next one.
                     Err(back) => assignment = back,
                 }
@@ -320,6 +340,11 @@ mod tests {
         })
     }
 
+    /// Where a job went, and whether its files were there.
+    fn placed(taken: Taken) -> (String, bool) {
+        (taken.peer, taken.holds)
+    }
+
     fn agent(job: Job) -> String {
         match job {
             Job::Serve(assignment) => assignment.agent,
@@ -336,26 +361,31 @@ mod tests {
             .map(|peer| {
                 (
                     peer,
-                    pool.join(peer.into(), format!("{peer} volume"), Vec::new()),
+                    pool.join(
+                        peer.into(),
+                        "w".into(),
+                        format!("{peer} volume"),
+                        Vec::new(),
+                    ),
                 )
             })
             .collect();
-        let mut placed = Vec::new();
+        let mut peers = Vec::new();
         for agent in ["a", "b", "c", "d"] {
-            placed.push(pool.assign(assignment(agent)).await.0);
+            peers.push(pool.assign(assignment(agent)).await.peer);
         }
-        assert_eq!(placed, ["w1", "w2", "w1", "w2"], "spread, not filled up");
+        assert_eq!(peers, ["w1", "w2", "w1", "w2"], "spread, not filled up");
         // The oldest link of a worker goes first.
         let (_, first) = links.into_iter().next().unwrap();
         assert_eq!(agent(first.assigned.await.unwrap()), "a");
         // A worker whose links went away gets nothing.
         let pool = Pool::new(Duration::ZERO);
         let gone: Vec<Membership> = (0..3)
-            .map(|_| pool.join("gone".into(), "gone volume".into(), Vec::new()))
+            .map(|_| pool.join("gone".into(), "w".into(), "gone volume".into(), Vec::new()))
             .collect();
-        let _kept = pool.join("here".into(), "here volume".into(), Vec::new());
+        let _kept = pool.join("here".into(), "w".into(), "here volume".into(), Vec::new());
         drop(gone);
-        assert_eq!(pool.assign(assignment("e")).await.0, "here");
+        assert_eq!(pool.assign(assignment("e")).await.peer, "here");
     }
 
     #[tokio::test]
@@ -366,22 +396,37 @@ mod tests {
             incarnation: incarnation.into(),
         };
         let _busy: Vec<Membership> = (0..3)
-            .map(|_| pool.join("roomy".into(), "roomy volume".into(), Vec::new()))
+            .map(|_| {
+                pool.join(
+                    "roomy".into(),
+                    "w".into(),
+                    "roomy volume".into(),
+                    Vec::new(),
+                )
+            })
             .collect();
         let _holder = pool.join(
             "holder".into(),
+            "w".into(),
             "holder volume".into(),
             vec![here("a", "i")],
         );
         // Its files win over free room...
-        assert_eq!(pool.assign(assignment("a")).await, ("holder".into(), true));
+        assert_eq!(
+            placed(pool.assign(assignment("a")).await),
+            ("holder".into(), true)
+        );
         // ...but only that incarnation's (a re-created name starts anywhere).
         let _holder = pool.join(
             "holder".into(),
+            "w".into(),
             "holder volume".into(),
             vec![here("b", "old")],
         );
-        assert_eq!(pool.assign(assignment("b")).await, ("roomy".into(), false));
+        assert_eq!(
+            placed(pool.assign(assignment("b")).await),
+            ("roomy".into(), false)
+        );
         // A deletion goes where the files are too.
         let (done, _answer) = oneshot::channel();
         let deletion = Job::Delete(Deletion {
@@ -390,7 +435,7 @@ mod tests {
             volume: None,
             done,
         });
-        assert_eq!(pool.assign(deletion).await, ("holder".into(), true));
+        assert_eq!(placed(pool.assign(deletion).await), ("holder".into(), true));
         // A leftover copy's deletion goes to a link of its volume only.
         let (done, _answer) = oneshot::channel();
         let leftover = Job::Delete(Deletion {
@@ -407,8 +452,13 @@ mod tests {
                 .is_err(),
             "roomy links are of another volume"
         );
-        let _holder = pool.join("holder".into(), "holder volume".into(), Vec::new());
-        assert_eq!(pending.await, ("holder".into(), false));
+        let _holder = pool.join(
+            "holder".into(),
+            "w".into(),
+            "holder volume".into(),
+            Vec::new(),
+        );
+        assert_eq!(placed(pending.await), ("holder".into(), false));
     }
 
     #[tokio::test]
@@ -419,17 +469,28 @@ mod tests {
             incarnation: "i".into(),
         };
         // Joined before a was laid out, on the volume a later link names it on.
-        let _early = pool.join("w1".into(), "shared".into(), Vec::new());
-        let _late = pool.join("w2".into(), "shared".into(), vec![a.clone()]);
-        let _elsewhere = pool.join("w3".into(), "own".into(), Vec::new());
-        assert_eq!(pool.assign(assignment("a")).await, ("w1".into(), true));
-        assert_eq!(pool.assign(assignment("a")).await, ("w2".into(), true));
+        let _early = pool.join("w1".into(), "w".into(), "shared".into(), Vec::new());
+        let _late = pool.join("w2".into(), "w".into(), "shared".into(), vec![a.clone()]);
+        let _elsewhere = pool.join("w3".into(), "w".into(), "own".into(), Vec::new());
+        assert_eq!(
+            placed(pool.assign(assignment("a")).await),
+            ("w1".into(), true)
+        );
+        assert_eq!(
+            placed(pool.assign(assignment("a")).await),
+            ("w2".into(), true)
+        );
     }
 
     #[tokio::test]
     async fn right_after_a_start_an_agent_waits_a_little_for_the_worker_with_its_files() {
         let pool = std::sync::Arc::new(Pool::new(Duration::from_secs(60)));
-        let _roomy = pool.join("roomy".into(), "roomy volume".into(), Vec::new());
+        let _roomy = pool.join(
+            "roomy".into(),
+            "w".into(),
+            "roomy volume".into(),
+            Vec::new(),
+        );
         // A new agent has no files anywhere: it takes what is free at once.
         let new = Job::Serve(Assignment {
             may_have_files: false,
@@ -438,8 +499,13 @@ mod tests {
                 Job::Delete(_) => unreachable!(),
             }
         });
-        assert_eq!(pool.assign(new).await.0, "roomy");
-        let _roomy = pool.join("roomy".into(), "roomy volume".into(), Vec::new());
+        assert_eq!(pool.assign(new).await.peer, "roomy");
+        let _roomy = pool.join(
+            "roomy".into(),
+            "w".into(),
+            "roomy volume".into(),
+            Vec::new(),
+        );
         // One from before the start waits for its worker to rejoin...
         let waiting = tokio::spawn({
             let pool = pool.clone();
@@ -449,39 +515,55 @@ mod tests {
         assert!(!waiting.is_finished(), "roomy has no files of a");
         let _holder = pool.join(
             "holder".into(),
+            "w".into(),
             "holder volume".into(),
             vec![AgentDirectory {
                 agent: "a".into(),
                 incarnation: "i".into(),
             }],
         );
-        assert_eq!(waiting.await.unwrap(), ("holder".into(), true));
+        assert_eq!(placed(waiting.await.unwrap()), ("holder".into(), true));
         // ...but not past the grace: then any free worker.
         let pool = Pool::new(Duration::from_millis(200));
-        let _roomy = pool.join("roomy".into(), "roomy volume".into(), Vec::new());
-        let placed = tokio::time::timeout(Duration::from_secs(10), pool.assign(assignment("b")))
+        let _roomy = pool.join(
+            "roomy".into(),
+            "w".into(),
+            "roomy volume".into(),
+            Vec::new(),
+        );
+        let taken = tokio::time::timeout(Duration::from_secs(10), pool.assign(assignment("b")))
             .await
             .expect("placed once the grace is over");
-        assert_eq!(placed, ("roomy".into(), false));
+        assert_eq!(placed(taken), ("roomy".into(), false));
     }
 
     #[tokio::test]
     async fn the_oldest_live_worker_gets_the_agent_and_a_late_one_is_waited_for() {
         let pool = Pool::new(Duration::ZERO);
-        let gone = pool.join("gone".into(), "gone volume".into(), Vec::new());
-        let first = pool.join("first".into(), "first volume".into(), Vec::new());
-        let second = pool.join("second".into(), "second volume".into(), Vec::new());
+        let gone = pool.join("gone".into(), "w".into(), "gone volume".into(), Vec::new());
+        let first = pool.join(
+            "first".into(),
+            "w".into(),
+            "first volume".into(),
+            Vec::new(),
+        );
+        let second = pool.join(
+            "second".into(),
+            "w".into(),
+            "second volume".into(),
+            Vec::new(),
+        );
         drop(gone.assigned); // its connection ended without leaving: skipped
-        assert_eq!(pool.assign(assignment("a")).await.0, "first");
+        assert_eq!(pool.assign(assignment("a")).await.peer, "first");
         assert_eq!(agent(first.assigned.await.unwrap()), "a");
         pool.leave(second.id);
         assert_eq!(pool.idle_count(), 0);
         // Closing lets idle links go; a link that joins after waits for nothing.
         let closing = Pool::new(Duration::ZERO);
-        let idle = closing.join("idle".into(), "idle volume".into(), Vec::new());
+        let idle = closing.join("idle".into(), "w".into(), "idle volume".into(), Vec::new());
         closing.close();
         assert!(idle.assigned.await.is_err(), "its link ends");
-        let late = closing.join("late".into(), "late volume".into(), Vec::new());
+        let late = closing.join("late".into(), "w".into(), "late volume".into(), Vec::new());
         assert!(late.assigned.await.is_err());
         assert_eq!(closing.idle_count(), 0);
 
@@ -489,11 +571,11 @@ mod tests {
         let pool = std::sync::Arc::new(pool);
         let waiting = tokio::spawn({
             let pool = pool.clone();
-            async move { pool.assign(assignment("b")).await.0 }
+            async move { pool.assign(assignment("b")).await.peer }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiting.is_finished(), "nobody to take it yet");
-        let late = pool.join("late".into(), "late volume".into(), Vec::new());
+        let late = pool.join("late".into(), "w".into(), "late volume".into(), Vec::new());
         let peer = tokio::time::timeout(Duration::from_secs(5), waiting)
             .await
             .expect("assigned once a worker joined")

@@ -62,6 +62,8 @@ struct Slot {
     detach_reason: Option<String>,
     /// The worker process, as the launcher started it (never as the worker says).
     pid: Option<u32>,
+    /// A dial-in worker's join credential (what the audit log names it by).
+    join_credential: Option<String>,
 }
 
 #[derive(Default)]
@@ -107,6 +109,7 @@ impl Registry {
                 detached: detached.clone(),
                 detach_reason: None,
                 pid: None,
+                join_credential: None,
             },
         );
         (generation, detached)
@@ -161,6 +164,26 @@ impl Registry {
         {
             slot.pid = Some(pid);
         }
+    }
+
+    /// Records the join credential the dial-in worker of `generation` joined with.
+    pub fn set_credential(&self, agent: &str, generation: Generation, credential: &str) {
+        if let Some(slot) = self
+            .slots()
+            .get_mut(agent)
+            .filter(|s| s.generation == generation)
+        {
+            slot.join_credential = Some(credential.to_string());
+        }
+    }
+
+    /// The join credential of `agent`'s dial-in worker `generation`, while it is
+    /// current; `None` for a worker launched here.
+    pub fn credential_of(&self, agent: &str, generation: Generation) -> Option<String> {
+        self.slots()
+            .get(agent)
+            .filter(|s| s.generation == generation)
+            .and_then(|s| s.join_credential.clone())
     }
 
     /// The pid of `agent`'s worker `generation`, while it is current.

@@ -320,6 +320,15 @@ async fn agents_run_on_dial_in_workers_and_move_with_their_files_when_theirs_is_
         );
     }
 
+    // Through the shared token every worker is one principal, and the audit log
+    // says so.
+    let rows = audit_rows(&chorus, "a1").await?;
+    assert!(
+        rows.iter()
+            .any(|r| r["action"] == "thread:answer" && r["worker"] == "join-token"),
+        "{rows:#?}"
+    );
+
     // The move: a1's thread waits on its model call when its worker is SIGKILLed.
     let holder = holders(&workers, "a1", None).await?[0];
     model.push(Reply::Delayed(
@@ -771,5 +780,361 @@ async fn dial_in_workers_rejoin_a_restarted_control_plane() -> anyhow::Result<()
         2,
         "served before and after the restart: {log}"
     );
+    Ok(())
+}
+
+/// Runs `chorus <args>` (the terminal client) against `chorus`.
+async fn cli(chorus: &Chorus, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(bin_path("chorus"))
+        .args(args)
+        .env("CHORUS_URL", &chorus.http_url)
+        .env("CHORUS_API_TOKEN", chorus.token())
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("run chorus")
+}
+
+/// A control plane for dial-in workers that takes per-worker credentials only.
+async fn chorus_without_a_shared_token(model: &FakeModel) -> anyhow::Result<Chorus> {
+    Chorus::builder()
+        .openai_fake(model)
+        .env("CHORUS_LAUNCHER", "remote")
+        .config("[threads]\ntitles = false\n")
+        .start()
+        .await
+}
+
+/// A per-worker credential made through the API; its token.
+async fn worker_token(chorus: &Chorus, name: &str) -> anyhow::Result<String> {
+    let made = chorus
+        .api(reqwest::Method::POST, "/api/workers/tokens")
+        .json(&json!({ "name": name }))
+        .send()
+        .await?;
+    anyhow::ensure!(made.status() == 201, "{made:?}");
+    let made: Value = made.json().await?;
+    Ok(made["token"].as_str().unwrap_or_default().to_string())
+}
+
+/// Waits until `n` dial-in links wait for an agent.
+async fn wait_idle_links(chorus: &Chorus, n: usize) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let metrics = chorus
+            .api(reqwest::Method::GET, "/metrics")
+            .send()
+            .await?
+            .text()
+            .await?;
+        if metrics.contains(&format!("\nchorus_dial_in_links_idle {n}\n")) {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "idle links never {n}: {}",
+            metrics
+                .lines()
+                .filter(|l| l.contains("dial_in"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The audit rows of `agent` as the API lists them.
+async fn audit_rows(chorus: &Chorus, agent: &str) -> anyhow::Result<Vec<Value>> {
+    let page: Value = chorus
+        .api(
+            reqwest::Method::GET,
+            &format!("/api/agents/{agent}/audit?limit=1000"),
+        )
+        .send()
+        .await?
+        .json()
+        .await?;
+    Ok(page["entries"].as_array().cloned().unwrap_or_default())
+}
+
+/// Per-worker credentials from the terminal client, with no shared join token: the
+/// audit log names the worker that wrote an agent's answer; revoking its credential
+/// ends its links within a second (the worker hears why and stops), its agent
+/// moves to another worker, and the revoked token joins nothing.
+#[tokio::test]
+async fn a_revoked_worker_credential_ends_its_links_at_once_and_joins_nothing() -> anyhow::Result<()>
+{
+    let model = FakeOpenAi::start().await;
+    model.set_fallback(write_a_note);
+    let chorus = chorus_without_a_shared_token(&model).await?;
+    eventually(
+        Duration::from_secs(30),
+        || {
+            chorus
+                .output()
+                .contains("dial in with a worker credential each")
+        },
+        || {
+            format!(
+                "the start-up text does not say how workers join: {}",
+                chorus.output()
+            )
+        },
+    )
+    .await?;
+
+    let made = cli(&chorus, &["worker", "token", "create", "w1"]).await;
+    assert!(made.status.success(), "{made:?}");
+    let w1 = String::from_utf8(made.stdout)?.trim().to_string();
+    assert_eq!(w1.len(), 64, "the token alone on stdout: {w1:?}");
+    assert!(String::from_utf8_lossy(&made.stderr).contains("printed below, once"));
+    let made = cli(&chorus, &["worker", "token", "create", "w2", "--json"]).await;
+    assert!(made.status.success(), "{made:?}");
+    let w2 = serde_json::from_slice::<Value>(&made.stdout)?["token"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let taken = cli(&chorus, &["worker", "token", "create", "w1"]).await;
+    assert_eq!(taken.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&taken.stderr).contains("revoke it first"),
+        "{taken:?}"
+    );
+    // Kept hashed: neither token is in the database.
+    let stored = chorus
+        .query_store("SELECT name, token_sha256 FROM worker_credentials")
+        .await?;
+    assert!(stored.contains("w1") && !stored.contains(&w1) && !stored.contains(&w2));
+
+    let volumes = tempfile::tempdir()?;
+    // Two links for w1's worker, one for w2's: the agent goes to the roomier one.
+    let mut first = DialInWorker::start(&chorus.grpc_url, &volumes.path().join("v1"), 2, &w1);
+    let second = DialInWorker::start(&chorus.grpc_url, &volumes.path().join("v2"), 1, &w2);
+    wait_idle_links(&chorus, 3).await?;
+    let listed = cli(&chorus, &["worker", "token", "list"]).await;
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(listed.starts_with("NAME"), "{listed}");
+    let w1_line = listed
+        .lines()
+        .find(|l| l.starts_with("w1 "))
+        .unwrap_or_default();
+    assert!(w1_line.contains("active"), "{listed}");
+    assert!(
+        !w1_line.contains(" - "),
+        "w1's volume is listed once its worker joined: {listed}"
+    );
+
+    chorus
+        .create_agent_with(json!({"name": "busy", "permissions": "open"}))
+        .await?;
+    wait_running(&chorus, "busy", Duration::from_secs(30)).await?;
+    let shown = chorus.agent("busy").await?;
+    assert_eq!(shown["worker"]["dial_in_credential"], "w1", "{shown:#}");
+    let id = chorus.send_message("busy", "write a note").await?;
+    let thread = chorus
+        .wait_thread_finished("busy", id, Duration::from_secs(60))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    // The audit log names the worker behind the tool call and the answer.
+    let rows = audit_rows(&chorus, "busy").await?;
+    let by = |action: &str| -> Vec<Value> {
+        rows.iter()
+            .filter(|r| r["action"].as_str().is_some_and(|a| a.starts_with(action)))
+            .map(|r| r["worker"].clone())
+            .collect()
+    };
+    assert_eq!(by("tool:create_file"), [json!("w1")], "{rows:#?}");
+    assert_eq!(by("thread:answer"), [json!("w1")], "{rows:#?}");
+
+    // Revoked: the links end at once, the idle one and the one serving `busy`.
+    let started = std::time::Instant::now();
+    let revoked = cli(&chorus, &["worker", "token", "revoke", "w1"]).await;
+    let answered = started.elapsed();
+    assert!(revoked.status.success(), "{revoked:?}");
+    assert!(String::from_utf8_lossy(&revoked.stdout).contains("revoked"));
+    let control_plane_let_go = async {
+        loop {
+            let worker = chorus.agent("busy").await?["worker"].clone();
+            if worker["dial_in_credential"] != "w1" {
+                return anyhow::Ok(started.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let let_go = tokio::time::timeout(Duration::from_secs(10), control_plane_let_go).await??;
+    let status = first.exited(Duration::from_secs(10)).await?;
+    let worker_gone = started.elapsed();
+    eprintln!(
+        "revocation: API answered after {answered:?} (the CLI process included), the agent let go after {let_go:?}, the worker exited after {worker_gone:?}"
+    );
+    assert_eq!(status.code(), Some(3), "{}", first.log());
+    assert!(
+        first
+            .log()
+            .contains("the join token is not valid: worker credential 'w1' was revoked"),
+        "{}",
+        first.log()
+    );
+    assert!(
+        let_go < Duration::from_secs(1),
+        "the serving link ended {let_go:?} after the revocation"
+    );
+    assert!(
+        worker_gone < Duration::from_secs(1),
+        "the worker heard of it {worker_gone:?} after the revocation"
+    );
+
+    // Its agent moves to the other worker and answers there, labelled so.
+    wait_running(&chorus, "busy", Duration::from_secs(30)).await?;
+    assert_eq!(
+        chorus.agent("busy").await?["worker"]["dial_in_credential"],
+        "w2"
+    );
+    second
+        .wait_log("serving agent agent=busy ", Duration::from_secs(10))
+        .await?;
+    let id = chorus.send_message("busy", "write a note").await?;
+    let thread = chorus
+        .wait_thread_finished("busy", id, Duration::from_secs(60))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let rows = audit_rows(&chorus, "busy").await?;
+    assert!(
+        rows.iter()
+            .any(|r| r["action"] == "thread:answer" && r["worker"] == "w2"),
+        "{rows:#?}"
+    );
+
+    // The revoked token joins nothing, and the worker says why.
+    let mut again = DialInWorker::start(&chorus.grpc_url, &volumes.path().join("v1"), 1, &w1);
+    let status = again.exited(Duration::from_secs(20)).await?;
+    assert_eq!(status.code(), Some(3), "{}", again.log());
+    assert!(again.log().contains("was revoked"), "{}", again.log());
+    let listed = cli(&chorus, &["worker", "token", "list", "--json"]).await;
+    let listed: Value = serde_json::from_slice(&listed.stdout)?;
+    let w1_row = listed["tokens"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["name"] == "w1").cloned())
+        .unwrap_or_default();
+    assert!(w1_row["revoked_at"].is_string(), "{listed:#}");
+    Ok(())
+}
+
+/// A volume belongs to the credential that presented it first: a worker with
+/// another credential is refused on it; and a directory counts only on the volume
+/// its agent was placed on, so a copy another credential's worker names wins it
+/// nothing (the agent goes to the roomiest worker, as if the copy were not
+/// there) and is not deleted either.
+#[tokio::test]
+async fn a_worker_cannot_claim_another_credentials_volume_or_directories() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.set_fallback(write_a_note);
+    let chorus = chorus_without_a_shared_token(&model).await?;
+    let (a, b, c) = (
+        worker_token(&chorus, "a").await?,
+        worker_token(&chorus, "b").await?,
+        worker_token(&chorus, "c").await?,
+    );
+    let volumes = tempfile::tempdir()?;
+    let (va, vb, vc) = (
+        volumes.path().join("va"),
+        volumes.path().join("vb"),
+        volumes.path().join("vc"),
+    );
+    let first = DialInWorker::start(&chorus.grpc_url, &va, 1, &a);
+    chorus
+        .create_agent_with(json!({"name": "alpha", "permissions": "open"}))
+        .await?;
+    wait_running(&chorus, "alpha", Duration::from_secs(30)).await?;
+    let id = chorus.send_message("alpha", "write a note").await?;
+    let thread = chorus
+        .wait_thread_finished("alpha", id, Duration::from_secs(60))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    assert!(va.join("agents/alpha/workspace/note.txt").is_file());
+
+    // b on a's volume: refused, saying whose it is.
+    let mut intruder = DialInWorker::start(&chorus.grpc_url, &va, 1, &b);
+    let status = intruder.exited(Duration::from_secs(20)).await?;
+    assert_eq!(status.code(), Some(3), "{}", intruder.log());
+    assert!(
+        intruder
+            .log()
+            .contains("belongs to worker credential 'a', and this worker joined as 'b'"),
+        "{}",
+        intruder.log()
+    );
+
+    // b on a volume of its own, holding a copy of alpha's directory (incarnation
+    // and all); c on an empty one, roomier.
+    std::fs::create_dir_all(&vb)?;
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(va.join("agents"))
+        .arg(&vb)
+        .status()?;
+    assert!(copied.success());
+    assert!(vb.join("agents/alpha/workspace/note.txt").is_file());
+    let second = DialInWorker::start(&chorus.grpc_url, &vb, 1, &b);
+    let third = DialInWorker::start(&chorus.grpc_url, &vc, 3, &c);
+    wait_idle_links(&chorus, 4).await?;
+    // alpha's worker dies: alpha goes to the roomiest worker, c, not to b's copy.
+    let pid = first.child.id().expect("worker pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )?;
+    third
+        .wait_log("serving agent agent=alpha ", Duration::from_secs(30))
+        .await?;
+    assert_eq!(third.served("alpha"), Some(true), "laid out anew on c");
+    assert_eq!(second.served("alpha"), None, "{}", second.log());
+    assert_eq!(
+        chorus.agent("alpha").await?["worker"]["dial_in_credential"],
+        "c"
+    );
+    // The control plane said why.
+    eventually(
+        Duration::from_secs(10),
+        || {
+            chorus
+                .output()
+                .contains("named an agent's directory that was never placed on its volume")
+        },
+        || format!("b's claim was not noticed: {}", chorus.output()),
+    )
+    .await?;
+
+    // b's copy was ignored, not deleted.
+    assert!(vb.join("agents/alpha/workspace/note.txt").is_file());
+    Ok(())
+}
+
+/// Worker credentials are an admin's: an operator's token is refused (403) and
+/// nothing is made.
+#[tokio::test]
+async fn only_an_admin_manages_worker_credentials() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .config("[roles]\napi = \"operator\"\n")
+        .start()
+        .await?;
+    for (method, path) in [
+        (reqwest::Method::POST, "/api/workers/tokens"),
+        (reqwest::Method::GET, "/api/workers/tokens"),
+        (reqwest::Method::DELETE, "/api/workers/tokens/w1"),
+    ] {
+        let answer = chorus
+            .api(method.clone(), path)
+            .json(&json!({"name": "w1"}))
+            .send()
+            .await?;
+        assert_eq!(answer.status(), 403, "{method} {path}");
+    }
+    let made = chorus
+        .query_store("SELECT COUNT(*) FROM worker_credentials")
+        .await?;
+    assert_eq!(made.trim(), "0");
     Ok(())
 }

@@ -247,6 +247,19 @@ fn case(route: &Route, s: &Subjects) -> Option<Case> {
             req("/api/users/vera/tokens/none", None),
             404,
         ),
+        ("GET", "/api/workers/tokens") => same(Admin, req("/api/workers/tokens", None), 200),
+        ("POST", "/api/workers/tokens") => two(
+            Admin,
+            req("/api/workers/tokens", Some(json!({"name": "w-mallory"}))),
+            req("/api/workers/tokens", Some(json!({"name": "bad name"}))),
+            400,
+        ),
+        ("DELETE", "/api/workers/tokens/{name}") => two(
+            Admin,
+            req("/api/workers/tokens/w-real", None),
+            req("/api/workers/tokens/none", None),
+            404,
+        ),
         _ => None,
     }
 }
@@ -279,6 +292,12 @@ async fn snapshot(chorus: &Chorus, thread: u64, approval: &str) -> anyhow::Resul
         .iter()
         .map(|t| json!([t["user"], t["revoked_at"]]))
         .collect();
+    let workers: Vec<Value> = get("/api/workers/tokens".into()).await?["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| json!([t["name"], t["revoked_at"]]))
+        .collect();
     let changes: Vec<Value> = get("/api/agents/subject/audit?limit=1000".into()).await?["entries"]
         .as_array()
         .unwrap()
@@ -294,6 +313,7 @@ async fn snapshot(chorus: &Chorus, thread: u64, approval: &str) -> anyhow::Resul
         "approval": get(format!("/api/approvals/{approval}")).await?["status"],
         "sessions": get("/api/agents/subject/context/history".into()).await?["sessions"],
         "tokens": tokens,
+        "workers": workers,
         "changes": changes,
         "ran": chorus.agent_dir("subject").join("workspace/approved.txt").exists(),
     }))
@@ -325,8 +345,14 @@ async fn every_route_with_every_role_and_a_refusal_changes_nothing() -> anyhow::
             .to_string()
     };
 
-    // The things a refused request would change: an agent with a thread waiting for
-    // a person to approve a command.
+    // The things a refused request would change: a worker credential, and an agent
+    // with a thread waiting for a person to approve a command.
+    let made = chorus
+        .api(Method::POST, "/api/workers/tokens")
+        .json(&json!({"name": "w-real"}))
+        .send()
+        .await?;
+    assert_eq!(made.status(), 201);
     chorus
         .create_agent_with(json!({"name": "subject", "system_prompt": "You help."}))
         .await?;
@@ -356,7 +382,7 @@ async fn every_route_with_every_role_and_a_refusal_changes_nothing() -> anyhow::
 
     // Every route the server declares has a case here, and agrees on who may.
     let table = routes();
-    assert!(table.len() >= 29, "{table:?}");
+    assert!(table.len() >= 32, "{table:?}");
     let mut cases = Vec::new();
     for route in &table {
         let Some(case) = case(route, &subjects) else {
@@ -409,6 +435,7 @@ async fn every_route_with_every_role_and_a_refusal_changes_nothing() -> anyhow::
         "a refused request changed something"
     );
     assert!(before["agents"] == json!(["subject"]) && before["approval"] == "pending");
+    assert_eq!(before["workers"], json!([["w-real", null]]));
     assert_eq!(before["thread"], "waiting_for_permission");
     assert_eq!(before["ran"], false);
 
