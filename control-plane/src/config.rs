@@ -492,6 +492,9 @@ pub struct Settings {
     pub durability: crate::store::Durability,
     /// Where the store lives (`DATABASE_URL`, `[store] database_url`).
     pub database: Database,
+    /// `PGPASSWORD`: the Postgres driver uses it when the URL has no password, so it
+    /// is a secret whether or not the store is on Postgres.
+    pub pg_password: Option<Secret>,
     /// Model calls' messages go on their spans (`[telemetry] record_content`).
     pub trace_content: bool,
     /// How log lines look; in JSON, workers' lines are re-emitted as ours.
@@ -665,6 +668,29 @@ pub fn load_file(explicit: Option<&Path>) -> Result<(FileSettings, Option<PathBu
 }
 
 impl Settings {
+    /// Every secret these settings hold, by value: provider keys, the API token when
+    /// given, the join token, the database's URL and password, `PGPASSWORD`, the OTLP
+    /// headers (a collector's key) and the Discord token. The one list
+    /// [`KnownSecrets`](crate::secrets::KnownSecrets) is made from (with a generated
+    /// API token), so whatever holds one of them is scrubbed and blanked alike.
+    pub fn secrets(&self) -> Vec<String> {
+        let exposed = |s: &Secret| s.expose().to_string();
+        self.providers
+            .iter()
+            .filter_map(|p| p.api_key.as_ref().map(exposed))
+            .chain(self.api_token.as_ref().map(exposed))
+            .chain(self.workers.join_token.as_ref().map(exposed))
+            .chain(self.database.secrets())
+            .chain(self.pg_password.as_ref().map(exposed))
+            .chain(
+                self.trace_export
+                    .iter()
+                    .flat_map(|t| t.headers.iter().map(|(_, v)| v.clone())),
+            )
+            .chain(self.discord.as_ref().map(|d| exposed(&d.token)))
+            .collect()
+    }
+
     /// Merges the layers. `env` looks up the ecosystem's own variables.
     pub fn resolve(
         args: ServeArgs,
@@ -804,6 +830,7 @@ impl Settings {
                     .map(Secret::new)
                     .or(file.store.database_url),
             )?,
+            pg_password: env("PGPASSWORD").filter(|p| !p.is_empty()).map(Secret::new),
             trace_content: file.telemetry.record_content,
             log_format: args.log_format,
             trace_export: crate::telemetry::config::from_env(&env).map_err(|message| {
@@ -1194,6 +1221,41 @@ mod tests {
     fn unknown_fields_in_the_file_are_reported() {
         let err = toml::from_str::<FileSettings>("dta_dir = \"x\"").unwrap_err();
         assert!(err.to_string().contains("dta_dir"), "{err}");
+    }
+
+    #[test]
+    fn every_secret_the_settings_hold_is_listed() {
+        let s = Settings::resolve(
+            ServeArgs {
+                api_token: Some("api-token-given".into()),
+                ..ServeArgs::default()
+            },
+            FileSettings::default(),
+            env_of(&[
+                ("OPENAI_API_KEY", "sk-openai-key"),
+                ("CHORUS_JOIN_TOKEN", "join-token-0123456789abcdef0123456789"),
+                ("DATABASE_URL", "postgres://u:url%2Fpass@db/x"),
+                ("PGPASSWORD", "pg-env-password"),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"),
+                ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=collector-key"),
+                ("DISCORD_TOKEN", "discord-bot-token"),
+            ]),
+        )
+        .unwrap();
+        let secrets = s.secrets();
+        for expected in [
+            "sk-openai-key",
+            "api-token-given",
+            "join-token-0123456789abcdef0123456789",
+            "postgres://u:url%2Fpass@db/x",
+            "url%2Fpass",
+            "url/pass",
+            "pg-env-password",
+            "collector-key",
+            "discord-bot-token",
+        ] {
+            assert!(secrets.iter().any(|s| s == expected), "{expected} missing");
+        }
     }
 
     #[test]

@@ -27,4 +27,5 @@ pub mod store;
 pub mod summaries;
 pub mod tasks;
 pub mod telemetry;
+pub mod token_bucket;
 pub mod workers;

@@ -136,26 +136,21 @@ pub async fn start(
     let approvals = Arc::new(Approvals::new(store.clone()));
     let known_secrets = KnownSecrets::new(
         settings
-            .providers
-            .iter()
-            .filter_map(|p| p.api_key.as_ref().map(|k| k.expose().to_string()))
-            .chain([api_token.expose().to_string()])
-            .chain(settings.database.secrets())
-            .chain(
-                settings
-                    .workers
-                    .join_token
-                    .iter()
-                    .map(|t| t.expose().to_string()),
-            )
-            // A collector's credentials (OTLP headers) are secrets too.
-            .chain(
-                settings
-                    .trace_export
-                    .iter()
-                    .flat_map(|t| t.headers.iter().map(|(_, v)| v.clone())),
-            ),
+            .secrets()
+            .into_iter()
+            .chain([api_token.expose().to_string()]),
     );
+    // Before any worker (and so any tool process) starts: no variable of ours shows
+    // a secret in /proc/<pid>/environ, whatever its name (see `environ`).
+    match crate::environ::blank_own_secrets(&known_secrets) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            variables = n,
+            "secret values blanked in our own environment block"
+        ),
+        Err(e) => tracing::warn!("cannot blank the secrets in our environment block: {e}"),
+    }
+    let run_traces = Arc::new(crate::telemetry::run_traces::RunTraces::default());
     // Summaries (a session's description, a long continuation's start) are
     // written by the agent's own worker.
     let summaries = Arc::new(WorkerSummarizer::new(
@@ -171,6 +166,7 @@ pub async fn start(
         profiles.clone(),
         approvals.clone(),
         summaries.clone(),
+        run_traces.clone(),
         RunSettings::from_settings(&settings),
     ));
     let (lost_tx, mut lost_rx) = mpsc::unbounded_channel::<WorkerLost>();
@@ -345,6 +341,7 @@ pub async fn start(
             registry.clone(),
             collector.clone(),
             known_secrets.clone(),
+            run_traces.clone(),
         ));
     }
     let worker_router = worker_routes

@@ -137,6 +137,8 @@ pub(crate) struct Shared {
     run_limits: RunLimits,
     /// Writes the summary a long continuation starts from.
     summarizer: Arc<dyn Summarizer>,
+    /// The traces each agent's workers are given (a run's), for the trace relay.
+    traces: Arc<crate::telemetry::run_traces::RunTraces>,
     /// Set once at start; without it no agent is idle-saved.
     idle_saver: OnceLock<Arc<dyn IdleSaver>>,
     /// Set at shutdown: what workers still report is not applied (their runs stay
@@ -166,6 +168,7 @@ impl Runs {
         profiles: Arc<ProfileCache>,
         approvals: Arc<Approvals>,
         summarizer: Arc<dyn Summarizer>,
+        traces: Arc<crate::telemetry::run_traces::RunTraces>,
         settings: RunSettings,
     ) -> Self {
         Runs {
@@ -179,6 +182,7 @@ impl Runs {
                 feed: ThreadFeed::default(),
                 run_limits: RunLimits::default(),
                 summarizer,
+                traces,
                 idle_saver: OnceLock::new(),
                 stopping: AtomicBool::new(false),
                 draining: AtomicBool::new(false),

@@ -10,6 +10,8 @@ pub mod collector;
 pub mod config;
 pub mod json_log;
 pub mod relay;
+pub mod run_traces;
+pub mod span_batch;
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
