@@ -150,7 +150,6 @@ pub async fn start(
         ),
         Err(e) => tracing::warn!("cannot blank the secrets in our environment block: {e}"),
     }
-    let run_traces = Arc::new(crate::telemetry::run_traces::RunTraces::default());
     // Summaries (a session's description, a long continuation's start) are
     // written by the agent's own worker.
     let summaries = Arc::new(WorkerSummarizer::new(
@@ -166,9 +165,9 @@ pub async fn start(
         profiles.clone(),
         approvals.clone(),
         summaries.clone(),
-        run_traces.clone(),
         RunSettings::from_settings(&settings),
     ));
+    let run_traces = runs.traces().clone();
     let (lost_tx, mut lost_rx) = mpsc::unbounded_channel::<WorkerLost>();
     let lost_forwarder = {
         let runs = runs.clone();
@@ -350,6 +349,7 @@ pub async fn start(
             registry.clone(),
             settings.providers.clone(),
             known_secrets.clone(),
+            run_traces.clone(),
         )?));
     let api_state = AppState {
         store: store.clone(),

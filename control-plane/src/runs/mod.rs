@@ -168,7 +168,6 @@ impl Runs {
         profiles: Arc<ProfileCache>,
         approvals: Arc<Approvals>,
         summarizer: Arc<dyn Summarizer>,
-        traces: Arc<crate::telemetry::run_traces::RunTraces>,
         settings: RunSettings,
     ) -> Self {
         Runs {
@@ -182,13 +181,19 @@ impl Runs {
                 feed: ThreadFeed::default(),
                 run_limits: RunLimits::default(),
                 summarizer,
-                traces,
+                traces: Arc::default(),
                 idle_saver: OnceLock::new(),
                 stopping: AtomicBool::new(false),
                 draining: AtomicBool::new(false),
             }),
             agents: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The traces each agent's workers were given (for the trace and model relays,
+    /// and the gate).
+    pub fn traces(&self) -> &Arc<crate::telemetry::run_traces::RunTraces> {
+        &self.shared.traces
     }
 
     /// The actor of `agent`, started on first use.

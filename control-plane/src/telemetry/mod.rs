@@ -43,12 +43,6 @@ pub fn context_of(span: &tracing::Span) -> HashMap<String, String> {
     carrier
 }
 
-/// Makes `span` a child of the trace named by a request's `traceparent` header
-/// (a worker's model call, or an API caller); nothing happens without one.
-pub fn continue_from_headers(span: &tracing::Span, headers: &axum::http::HeaderMap) {
-    continue_trace(span, &trace_headers(headers));
-}
-
 /// A request's W3C trace context headers (`traceparent`, `tracestate`).
 pub fn trace_headers(headers: &axum::http::HeaderMap) -> HashMap<String, String> {
     ["traceparent", "tracestate"]

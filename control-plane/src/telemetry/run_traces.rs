@@ -86,14 +86,6 @@ impl RunTraces {
         }
     }
 
-    /// Forgets an agent (destroyed).
-    pub fn forget(&self, agent: &str) {
-        self.given
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(agent);
-    }
-
     /// The trace id a span `agent`'s worker sent under `claimed` goes out under:
     /// `claimed` itself when the agent was given that trace, else its re-rooted id.
     pub fn admit(&self, agent: &str, claimed: &[u8]) -> TraceId {
@@ -189,8 +181,6 @@ mod tests {
         assert_ne!(traces.admit("a", &own), traces.admit("b", &own));
         // Not 16 bytes: still a valid id.
         assert_ne!(traces.admit("a", b"short"), [0; 16]);
-        traces.forget("a");
-        assert_ne!(traces.admit("a", &run_a), run_a);
     }
 
     #[test]
