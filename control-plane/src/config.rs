@@ -123,6 +123,8 @@ pub struct FileSettings {
     #[serde(default)]
     pub metrics: FileMetrics,
     #[serde(default)]
+    pub http: FileHttp,
+    #[serde(default)]
     pub telemetry: FileTelemetry,
     #[serde(default)]
     pub store: FileStore,
@@ -152,6 +154,15 @@ pub struct FileStore {
     /// A Postgres database (`postgres://user:password@host:port/name`) instead of
     /// SQLite in the data directory; `DATABASE_URL` wins over it.
     pub database_url: Option<Secret>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileHttp {
+    /// How long a client has to send a whole request head (request line and
+    /// headers) on the HTTP API and the worker link before its connection is
+    /// closed; 60 by default, at least 1.
+    pub header_timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -488,6 +499,8 @@ pub struct Settings {
     pub trace_export: Option<crate::telemetry::config::ExportSettings>,
     /// `GET /metrics` needs no token (`[metrics] open`).
     pub metrics_open: bool,
+    /// How long a client has to send a request head (`[http] header_timeout_secs`).
+    pub header_deadline: Duration,
     /// What a database commit waits for (`[store] durability`).
     pub durability: crate::store::Durability,
     /// Where the store lives (`DATABASE_URL`, `[store] database_url`).
@@ -824,6 +837,11 @@ impl Settings {
             context: ContextSettings::from_file(&file.context),
             discord: DiscordSettings::resolve(file.discord, &env)?,
             metrics_open: file.metrics.open,
+            header_deadline: file
+                .http
+                .header_timeout_secs
+                .map(|secs| Duration::from_secs(secs.max(1)))
+                .unwrap_or(crate::listener::HEADER_DEADLINE),
             durability: file.store.durability,
             database: Database::from_url(
                 non_empty("DATABASE_URL")?

@@ -12,6 +12,7 @@ pub mod gate;
 pub mod grpc;
 pub mod http;
 pub mod link_tls;
+pub mod listener;
 pub mod llm_relay;
 pub mod metrics;
 pub mod permissions;

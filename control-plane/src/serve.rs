@@ -383,18 +383,27 @@ pub async fn start(
     let worker_server = match link_tls {
         Some(acceptor) => {
             let listener = crate::link_tls::TlsListener::new(grpc_listener, acceptor)?;
-            let shutdown = shutdown.clone();
+            let (shutdown, deadline) = (shutdown.clone(), settings.header_deadline);
             tokio::spawn(async move {
-                axum::serve(listener, worker_router)
-                    .with_graceful_shutdown(async move { shutdown.cancelled().await })
-                    .await
+                crate::listener::serve(listener, worker_router, shutdown, deadline).await;
+                Ok(())
             })
         }
-        None => spawn_server(grpc_listener, worker_router, shutdown.clone()),
+        None => spawn_server(
+            grpc_listener,
+            worker_router,
+            shutdown.clone(),
+            settings.header_deadline,
+        ),
     };
     let servers = vec![
         worker_server,
-        spawn_server(http_listener, api_router, shutdown.clone()),
+        spawn_server(
+            http_listener,
+            api_router,
+            shutdown.clone(),
+            settings.header_deadline,
+        ),
     ];
 
     // Finish what a failed or interrupted destroy left, before any worker starts.
@@ -444,6 +453,7 @@ fn spawn_server(
     listener: TcpListener,
     router: axum::Router,
     shutdown: CancellationToken,
+    header_deadline: Duration,
 ) -> JoinHandle<std::io::Result<()>> {
     use axum::serve::ListenerExt;
     // Without TCP_NODELAY a streamed answer's second small write waits for the
@@ -455,9 +465,8 @@ fn spawn_server(
         }
     });
     tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await
+        crate::listener::serve(listener, router, shutdown, header_deadline).await;
+        Ok(())
     })
 }
 
