@@ -911,14 +911,15 @@ mod relayed {
             "{accepted} accepted in {took:.1} s"
         );
         assert!(accepted >= 5_000, "{accepted} accepted");
-        // What was accepted reaches the collector; nothing else does.
+        // What was accepted reaches the collector (the worker's own spans share the
+        // budget, so a few more of ours may have been the ones kept), and no more.
         let received = receiver
             .wait_for("the accepted spans", Duration::from_secs(30), |spans| {
                 let n = spans.iter().filter(|s| s.name == "flood").count() as u64;
                 (n >= accepted).then_some(n)
             })
             .await?;
-        assert_eq!(received, accepted);
+        assert!(received as f64 <= bound + 1.0, "{received} received");
         Ok(())
     }
 }
