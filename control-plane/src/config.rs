@@ -124,6 +124,8 @@ pub struct FileSettings {
     #[serde(default)]
     pub metrics: FileMetrics,
     #[serde(default)]
+    pub http: FileHttp,
+    #[serde(default)]
     pub telemetry: FileTelemetry,
     #[serde(default)]
     pub store: FileStore,
@@ -153,6 +155,15 @@ pub struct FileStore {
     /// A Postgres database (`postgres://user:password@host:port/name`) instead of
     /// SQLite in the data directory; `DATABASE_URL` wins over it.
     pub database_url: Option<Secret>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileHttp {
+    /// How long a client has to send a whole request head (request line and
+    /// headers) on the HTTP API and the worker link before its connection is
+    /// closed; 60 by default, at least 1.
+    pub header_timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -489,10 +500,15 @@ pub struct Settings {
     pub trace_export: Option<crate::telemetry::config::ExportSettings>,
     /// `GET /metrics` needs no token (`[metrics] open`).
     pub metrics_open: bool,
+    /// How long a client has to send a request head (`[http] header_timeout_secs`).
+    pub header_deadline: Duration,
     /// What a database commit waits for (`[store] durability`).
     pub durability: crate::store::Durability,
     /// Where the store lives (`DATABASE_URL`, `[store] database_url`).
     pub database: Database,
+    /// `PGPASSWORD`: the Postgres driver uses it when the URL has no password, so it
+    /// is a secret whether or not the store is on Postgres.
+    pub pg_password: Option<Secret>,
     /// Model calls' messages go on their spans (`[telemetry] record_content`).
     pub trace_content: bool,
     /// How log lines look; in JSON, workers' lines are re-emitted as ours.
@@ -667,6 +683,29 @@ pub fn load_file(explicit: Option<&Path>) -> Result<(FileSettings, Option<PathBu
 }
 
 impl Settings {
+    /// Every secret these settings hold, by value: provider keys, the API token when
+    /// given, the join token, the database's URL and password, `PGPASSWORD`, the OTLP
+    /// headers (a collector's key) and the Discord token. The one list
+    /// [`KnownSecrets`](crate::secrets::KnownSecrets) is made from (with a generated
+    /// API token), so whatever holds one of them is scrubbed and blanked alike.
+    pub fn secrets(&self) -> Vec<String> {
+        let exposed = |s: &Secret| s.expose().to_string();
+        self.providers
+            .iter()
+            .filter_map(|p| p.api_key.as_ref().map(exposed))
+            .chain(self.api_token.as_ref().map(exposed))
+            .chain(self.workers.join_token.as_ref().map(exposed))
+            .chain(self.database.secrets())
+            .chain(self.pg_password.as_ref().map(exposed))
+            .chain(
+                self.trace_export
+                    .iter()
+                    .flat_map(|t| t.headers.iter().map(|(_, v)| v.clone())),
+            )
+            .chain(self.discord.as_ref().map(|d| exposed(&d.token)))
+            .collect()
+    }
+
     /// Merges the layers. `env` looks up the ecosystem's own variables.
     pub fn resolve(
         args: ServeArgs,
@@ -792,12 +831,18 @@ impl Settings {
             context: ContextSettings::from_file(&file.context),
             discord: DiscordSettings::resolve(file.discord, &env)?,
             metrics_open: file.metrics.open,
+            header_deadline: file
+                .http
+                .header_timeout_secs
+                .map(|secs| Duration::from_secs(secs.max(1)))
+                .unwrap_or(crate::listener::HEADER_DEADLINE),
             durability: file.store.durability,
             database: Database::from_url(
                 non_empty("DATABASE_URL")?
                     .map(Secret::new)
                     .or(file.store.database_url),
             )?,
+            pg_password: env("PGPASSWORD").filter(|p| !p.is_empty()).map(Secret::new),
             trace_content: file.telemetry.record_content,
             log_format: args.log_format,
             trace_export: crate::telemetry::config::from_env(&env).map_err(|message| {
@@ -1190,6 +1235,41 @@ mod tests {
     fn unknown_fields_in_the_file_are_reported() {
         let err = toml::from_str::<FileSettings>("dta_dir = \"x\"").unwrap_err();
         assert!(err.to_string().contains("dta_dir"), "{err}");
+    }
+
+    #[test]
+    fn every_secret_the_settings_hold_is_listed() {
+        let s = Settings::resolve(
+            ServeArgs {
+                api_token: Some("api-token-given".into()),
+                ..ServeArgs::default()
+            },
+            FileSettings::default(),
+            env_of(&[
+                ("OPENAI_API_KEY", "sk-openai-key"),
+                ("CHORUS_JOIN_TOKEN", "join-token-0123456789abcdef0123456789"),
+                ("DATABASE_URL", "postgres://u:url%2Fpass@db/x"),
+                ("PGPASSWORD", "pg-env-password"),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"),
+                ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=collector-key"),
+                ("DISCORD_TOKEN", "discord-bot-token"),
+            ]),
+        )
+        .unwrap();
+        let secrets = s.secrets();
+        for expected in [
+            "sk-openai-key",
+            "api-token-given",
+            "join-token-0123456789abcdef0123456789",
+            "postgres://u:url%2Fpass@db/x",
+            "url%2Fpass",
+            "url/pass",
+            "pg-env-password",
+            "collector-key",
+            "discord-bot-token",
+        ] {
+            assert!(secrets.iter().any(|s| s == expected), "{expected} missing");
+        }
     }
 
     #[test]

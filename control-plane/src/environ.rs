@@ -6,14 +6,20 @@
 //! root: a tool process of a control plane run as root could still read it (Landlock
 //! does not refuse it). So once the settings have been read, the values of secret
 //! variables are overwritten in place, through `/proc/self/mem` (no unsafe code).
+//!
+//! A variable is secret by its name (`*_KEY`, `*_TOKEN` …, below) or by its value:
+//! one that contains any [`KnownSecrets`] value (the API token under a name of the
+//! operator's choosing, a URL with the database's password in it) is blanked too.
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 
+use crate::secrets::KnownSecrets;
+
 /// Whether a variable holds a secret by its name.
 pub fn is_secret_name(name: &[u8]) -> bool {
-    // DATABASE_URL holds the database's password.
-    if name == b"DATABASE_URL" {
+    // DATABASE_URL holds the database's password; PGPASSWORD is libpq's own.
+    if name == b"DATABASE_URL" || name == b"PGPASSWORD" {
         return true;
     }
     // `_HEADERS`: OTEL_EXPORTER_OTLP_HEADERS carries a collector's API key.
@@ -21,14 +27,15 @@ pub fn is_secret_name(name: &[u8]) -> bool {
     ENDINGS.iter().any(|end| name.ends_with(end))
 }
 
-/// The byte ranges (within `block`) of the values of secret variables. Pure.
-pub fn secret_values(block: &[u8]) -> Vec<std::ops::Range<usize>> {
+/// The byte ranges (within `block`) of the values of secret variables, by name or
+/// by value. Pure.
+pub fn secret_values(block: &[u8], known: &KnownSecrets) -> Vec<std::ops::Range<usize>> {
     let mut ranges = Vec::new();
     let mut start = 0;
     for entry in block.split(|b| *b == 0) {
         if let Some(eq) = entry.iter().position(|b| *b == b'=')
-            && is_secret_name(&entry[..eq])
             && eq + 1 < entry.len()
+            && (is_secret_name(&entry[..eq]) || known.found_in(&entry[eq + 1..]))
         {
             ranges.push(start + eq + 1..start + entry.len());
         }
@@ -39,7 +46,7 @@ pub fn secret_values(block: &[u8]) -> Vec<std::ops::Range<usize>> {
 
 /// Overwrites the values of secret variables in our environment block with `*`;
 /// returns how many were blanked.
-pub fn blank_own_secrets() -> std::io::Result<usize> {
+pub fn blank_own_secrets(known: &KnownSecrets) -> std::io::Result<usize> {
     let stat = std::fs::read_to_string("/proc/self/stat")?;
     // Fields after the command name: state is field 3; env_start and env_end are 50, 51.
     let fields: Vec<&str> = stat
@@ -62,7 +69,7 @@ pub fn blank_own_secrets() -> std::io::Result<usize> {
         .open("/proc/self/mem")?;
     let mut block = vec![0u8; (end - start) as usize];
     mem.read_exact_at(&mut block, start)?;
-    let ranges = secret_values(&block);
+    let ranges = secret_values(&block, known);
     for range in &ranges {
         let stars = vec![b'*'; range.len()];
         mem.write_all_at(&stars, start + range.start as u64)?;
@@ -78,12 +85,36 @@ mod tests {
     fn only_secret_values_are_found() {
         let block =
             b"PATH=/bin\0CHORUS_API_TOKEN=abc\0OPENAI_API_KEY=sk-1\0EMPTY_TOKEN=\0HOME=/h\0";
-        let ranges = secret_values(block);
+        let ranges = secret_values(block, &KnownSecrets::default());
         let values: Vec<&[u8]> = ranges.iter().map(|r| &block[r.clone()]).collect();
         assert_eq!(values, [&b"abc"[..], &b"sk-1"[..]]);
         assert!(is_secret_name(b"OTEL_EXPORTER_OTLP_HEADERS"));
         assert!(!is_secret_name(b"OTEL_EXPORTER_OTLP_ENDPOINT"));
         assert!(is_secret_name(b"DATABASE_URL"));
+        assert!(is_secret_name(b"PGPASSWORD"));
+    }
+
+    #[test]
+    fn a_known_secret_is_found_under_any_name_and_inside_a_longer_value() {
+        let known = KnownSecrets::new([
+            "tok-0123456789abcdef".to_string(),
+            "pg-pass-word-42".to_string(),
+        ]);
+        let block = b"TOKEN=tok-0123456789abcdef\0MY_SECRET_VALUE=tok-0123456789abcdef\0\
+                      PATH=/bin\0DSN=postgres://u:pg-pass-word-42@db/x\0SHORT=tok-0123\0\
+                      EDITOR=vi\0";
+        let values: Vec<String> = secret_values(block, &known)
+            .into_iter()
+            .map(|r| String::from_utf8_lossy(&block[r]).to_string())
+            .collect();
+        assert_eq!(
+            values,
+            [
+                "tok-0123456789abcdef",
+                "tok-0123456789abcdef",
+                "postgres://u:pg-pass-word-42@db/x"
+            ]
+        );
     }
 
     #[test]
@@ -97,12 +128,16 @@ mod tests {
             ])
             .env("CHORUS_TEST_CHILD", "1")
             .env("SOME_API_KEY", "sk-very-secret")
+            .env("CHORUS_TEST_KNOWN", "known-by-value-only")
+            .env("ANY_NAME", "known-by-value-only")
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("blanked="), "{text}");
         assert!(!text.contains("sk-very-secret"), "{text}");
         assert!(text.contains("SOME_API_KEY=**************"), "{text}");
+        assert!(!text.contains("known-by-value-only"), "{text}");
+        assert!(text.contains("ANY_NAME=*******************"), "{text}");
     }
 
     #[test]
@@ -110,7 +145,8 @@ mod tests {
         if std::env::var_os("CHORUS_TEST_CHILD").is_none() {
             return;
         }
-        let blanked = blank_own_secrets().unwrap();
+        let known = KnownSecrets::new(std::env::var("CHORUS_TEST_KNOWN"));
+        let blanked = blank_own_secrets(&known).unwrap();
         let environ = std::fs::read("/proc/self/environ").unwrap();
         let environ = String::from_utf8_lossy(&environ).replace('\0', "\n");
         println!("blanked={blanked}\n{environ}");

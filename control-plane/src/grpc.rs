@@ -444,7 +444,7 @@ impl WelcomeParts {
                 .unwrap_or(u32::MAX),
             trace_export: self.trace_export.clone().map(|mut export| {
                 export.resource_attributes.insert(
-                    crate::telemetry::relay::AGENT_ATTRIBUTE.into(),
+                    crate::telemetry::span_batch::AGENT_ATTRIBUTE.into(),
                     agent.to_string(),
                 );
                 export

@@ -115,18 +115,10 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             }
             let settings = Settings::resolve(args, file, |name| std::env::var(name).ok())?;
             // What an agent runs must not read our memory or environment: closed to
-            // other processes of this user, and the secrets blanked in the block root
-            // could still read (see `environ`).
+            // other processes of this user; `serve::start` blanks the secrets in the
+            // block root could still read (see `environ`).
             if let Err(e) = nix::sys::prctl::set_dumpable(false) {
                 tracing::warn!("cannot mark chorus non-dumpable: {e}");
-            }
-            match chorus_control_plane::environ::blank_own_secrets() {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(
-                    variables = n,
-                    "secret values blanked in our own environment block"
-                ),
-                Err(e) => tracing::warn!("cannot blank the secrets in our environment block: {e}"),
             }
             let running = serve::start(settings, telemetry.collector().cloned()).await?;
             // The one line chorus prints on stdout: where to find it.

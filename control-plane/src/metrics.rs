@@ -129,8 +129,8 @@ impl Registry {
             ),
             spans_dropped: Family::new(
                 "chorus_trace_spans_dropped_total",
-                "Trace spans not exported (the collector unreachable, refusing or slow)",
-                &[],
+                "Trace spans not exported, by reason (export: the collector unreachable, refusing or slow; over_budget: a worker sent more than its spans per second)",
+                &["reason"],
             ),
         }
     }
@@ -185,8 +185,26 @@ pub fn worker_restarted() {
     with(|r| *r.worker_restarts.get(&[]) += 1);
 }
 
-pub fn spans_dropped(spans: u64) {
-    with(|r| *r.spans_dropped.get(&[]) += spans);
+/// Why trace spans were not exported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpanDrop {
+    /// The collector was unreachable, refused them, or did not keep up.
+    Export,
+    /// A worker sent more than its budget (the trace relay's token bucket).
+    OverBudget,
+}
+
+impl SpanDrop {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpanDrop::Export => "export",
+            SpanDrop::OverBudget => "over_budget",
+        }
+    }
+}
+
+pub fn spans_dropped(reason: SpanDrop, spans: u64) {
+    with(|r| *r.spans_dropped.get(&[reason.as_str()]) += spans);
 }
 
 pub fn db_write(took: Duration) {

@@ -7,7 +7,8 @@ use chorus_proto::domain::WorkerEvent;
 /// What a secret is replaced with.
 pub const REDACTED: &str = "[redacted]";
 
-/// The secrets Chorus holds (provider keys, the API token), by value, so that text
+/// The secrets Chorus holds (every one [`Settings::secrets`](crate::config::Settings::secrets)
+/// lists, and the API token), by value, so that text
 /// from a worker or a model (a step description, a tool result, an answer) can be
 /// scrubbed before it is stored, shown, sent to a frontend or logged. A model could
 /// meet one in the workspace (a `.env` file) and repeat it.
@@ -57,6 +58,15 @@ impl KnownSecrets {
             }
         }
         found
+    }
+
+    /// Whether `bytes` contain any known secret (an environment variable's value,
+    /// which need not be UTF-8).
+    pub fn found_in(&self, bytes: &[u8]) -> bool {
+        self.0.iter().any(|secret| {
+            let secret = secret.as_bytes();
+            bytes.windows(secret.len()).any(|w| w == secret)
+        })
     }
 
     pub fn scrubbed(&self, text: &str) -> String {

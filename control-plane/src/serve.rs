@@ -137,26 +137,20 @@ pub async fn start(
     let approvals = Arc::new(Approvals::new(store.clone()));
     let known_secrets = KnownSecrets::new(
         settings
-            .providers
-            .iter()
-            .filter_map(|p| p.api_key.as_ref().map(|k| k.expose().to_string()))
-            .chain([api_token.expose().to_string()])
-            .chain(settings.database.secrets())
-            .chain(
-                settings
-                    .workers
-                    .join_token
-                    .iter()
-                    .map(|t| t.expose().to_string()),
-            )
-            // A collector's credentials (OTLP headers) are secrets too.
-            .chain(
-                settings
-                    .trace_export
-                    .iter()
-                    .flat_map(|t| t.headers.iter().map(|(_, v)| v.clone())),
-            ),
+            .secrets()
+            .into_iter()
+            .chain([api_token.expose().to_string()]),
     );
+    // Before any worker (and so any tool process) starts: no variable of ours shows
+    // a secret in /proc/<pid>/environ, whatever its name (see `environ`).
+    match crate::environ::blank_own_secrets(&known_secrets) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            variables = n,
+            "secret values blanked in our own environment block"
+        ),
+        Err(e) => tracing::warn!("cannot blank the secrets in our environment block: {e}"),
+    }
     // Summaries (a session's description, a long continuation's start) are
     // written by the agent's own worker.
     let summaries = Arc::new(WorkerSummarizer::new(
@@ -174,6 +168,7 @@ pub async fn start(
         summaries.clone(),
         RunSettings::from_settings(&settings),
     ));
+    let run_traces = runs.traces().clone();
     let (lost_tx, mut lost_rx) = mpsc::unbounded_channel::<WorkerLost>();
     let lost_forwarder = {
         let runs = runs.clone();
@@ -353,6 +348,7 @@ pub async fn start(
             registry.clone(),
             collector.clone(),
             known_secrets.clone(),
+            run_traces.clone(),
         ));
     }
     let worker_router = worker_routes
@@ -361,6 +357,7 @@ pub async fn start(
             registry.clone(),
             settings.providers.clone(),
             known_secrets.clone(),
+            run_traces.clone(),
         )?));
     let api_state = AppState {
         store: store.clone(),
@@ -395,18 +392,27 @@ pub async fn start(
     let worker_server = match link_tls {
         Some(acceptor) => {
             let listener = crate::link_tls::TlsListener::new(grpc_listener, acceptor)?;
-            let shutdown = shutdown.clone();
+            let (shutdown, deadline) = (shutdown.clone(), settings.header_deadline);
             tokio::spawn(async move {
-                axum::serve(listener, worker_router)
-                    .with_graceful_shutdown(async move { shutdown.cancelled().await })
-                    .await
+                crate::listener::serve(listener, worker_router, shutdown, deadline).await;
+                Ok(())
             })
         }
-        None => spawn_server(grpc_listener, worker_router, shutdown.clone()),
+        None => spawn_server(
+            grpc_listener,
+            worker_router,
+            shutdown.clone(),
+            settings.header_deadline,
+        ),
     };
     let servers = vec![
         worker_server,
-        spawn_server(http_listener, api_router, shutdown.clone()),
+        spawn_server(
+            http_listener,
+            api_router,
+            shutdown.clone(),
+            settings.header_deadline,
+        ),
     ];
 
     // Finish what a failed or interrupted destroy left, before any worker starts.
@@ -456,6 +462,7 @@ fn spawn_server(
     listener: TcpListener,
     router: axum::Router,
     shutdown: CancellationToken,
+    header_deadline: Duration,
 ) -> JoinHandle<std::io::Result<()>> {
     use axum::serve::ListenerExt;
     // Without TCP_NODELAY a streamed answer's second small write waits for the
@@ -467,9 +474,8 @@ fn spawn_server(
         }
     });
     tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await
+        crate::listener::serve(listener, router, shutdown, header_deadline).await;
+        Ok(())
     })
 }
 

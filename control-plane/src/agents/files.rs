@@ -26,6 +26,8 @@ pub enum FilesError {
         args: String,
         dir: PathBuf,
         message: String,
+        /// It failed for want of room (see [`git_had_no_room`]).
+        no_room: bool,
     },
 }
 
@@ -34,11 +36,7 @@ impl FilesError {
     pub fn is_disk_full(&self) -> bool {
         match self {
             FilesError::Io { source, .. } => crate::store::is_no_space(source),
-            // git reports it only in its message (strerror of ENOSPC / EDQUOT).
-            FilesError::Git { message, .. } => {
-                message.contains("No space left on device")
-                    || message.contains("Disk quota exceeded")
-            }
+            FilesError::Git { no_room, .. } => *no_room,
             FilesError::BadConfig { .. } => false,
         }
     }
@@ -332,6 +330,42 @@ async fn copy_dir(from: &Path, to: &Path) -> Result<(), FilesError> {
     Ok(())
 }
 
+/// Below this much free space, a git failure is taken for a full disk.
+const LOW_SPACE_BYTES: u64 = 1 << 20;
+
+/// Whether git's words say it ran out of room. Often they do (`No space left on
+/// device`), sometimes in words of its own (`Out of diskspace`), and sometimes not
+/// at all (`failed to write new configuration file`, `couldn't write
+/// '….lock'`, `unable to write new index file`). Pure.
+pub fn git_says_no_room(message: &str) -> bool {
+    [
+        "No space left on device",
+        "Disk quota exceeded",
+        "Out of diskspace",
+    ]
+    .iter()
+    .any(|words| message.contains(words))
+}
+
+/// Whether a git command that failed in `dir` failed for want of room: by its
+/// words, or else by the filesystem, nearly full (less than 1 MiB free for us) after
+/// the failure.
+fn git_had_no_room(message: &str, dir: &Path) -> bool {
+    if git_says_no_room(message) {
+        return true;
+    }
+    let Ok(stat) = nix::sys::statvfs::statvfs(dir) else {
+        return false;
+    };
+    // Root may use the blocks reserved for it; others only the available ones.
+    let blocks = if rustix::process::geteuid().is_root() {
+        stat.blocks_free()
+    } else {
+        stat.blocks_available()
+    };
+    blocks.saturating_mul(stat.fragment_size()) < LOW_SPACE_BYTES
+}
+
 async fn git(dir: &Path, args: &[&str]) -> Result<(), FilesError> {
     let output = Command::new("git")
         .args(args)
@@ -347,16 +381,18 @@ async fn git(dir: &Path, args: &[&str]) -> Result<(), FilesError> {
             } else {
                 e.to_string()
             },
+            no_room: crate::store::is_no_space(&e),
         })?;
     if output.status.success() {
-        Ok(())
-    } else {
-        Err(FilesError::Git {
-            args: args.join(" "),
-            dir: dir.to_path_buf(),
-            message: String::from_utf8_lossy(&output.stderr).trim().to_string(),
-        })
+        return Ok(());
     }
+    let message = String::from_utf8_lossy(&output.stderr).trim().to_string();
+    Err(FilesError::Git {
+        args: args.join(" "),
+        dir: dir.to_path_buf(),
+        no_room: git_had_no_room(&message, dir),
+        message,
+    })
 }
 
 /// `git init` plus an initial commit of whatever the template put there. Without
@@ -392,6 +428,24 @@ async fn init_git(workspace: &Path) -> Result<(), FilesError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn git_is_understood_when_it_says_it_ran_out_of_room() {
+        for said in [
+            "fatal: unable to write loose object file: No space left on device",
+            "fatal: sha1 file '/d/ws/.git/index.lock' write error. Out of diskspace",
+            "error: unable to create temporary file: Disk quota exceeded",
+        ] {
+            assert!(git_says_no_room(said), "{said}");
+        }
+        assert!(!git_says_no_room("fatal: not a git repository"));
+        // Where it does not say so, the filesystem is asked: this one has room.
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!git_had_no_room(
+            "fatal: cannot update ref 'refs/heads/main': couldn't write '…/main.lock'",
+            dir.path()
+        ));
+    }
 
     #[tokio::test]
     async fn the_built_in_template_gives_a_committed_workspace() {

@@ -165,7 +165,14 @@ impl ToolGate {
                 tool = %check.call.name,
                 decision = tracing::field::Empty,
             );
-            crate::telemetry::continue_trace(&span, &check.trace_context);
+            // Only into a trace the worker may write to (one of its agent's runs').
+            crate::telemetry::continue_trace(
+                &span,
+                &gate
+                    .runs
+                    .traces()
+                    .admit_context(&check.agent, &check.trace_context),
+            );
             crate::telemetry::label(
                 &span,
                 &check.agent,

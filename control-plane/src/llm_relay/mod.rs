@@ -43,6 +43,8 @@ pub struct RelayState {
     registry: Arc<Registry>,
     providers: Arc<Vec<ProviderEndpoint>>,
     secrets: KnownSecrets,
+    /// A worker's trace context is continued only into a trace it may write to.
+    traces: Arc<crate::telemetry::run_traces::RunTraces>,
     client: reqwest::Client,
 }
 
@@ -51,6 +53,7 @@ impl RelayState {
         registry: Arc<Registry>,
         providers: Vec<ProviderEndpoint>,
         secrets: KnownSecrets,
+        traces: Arc<crate::telemetry::run_traces::RunTraces>,
     ) -> reqwest::Result<Self> {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
@@ -61,6 +64,7 @@ impl RelayState {
             registry,
             providers: Arc::new(providers),
             secrets,
+            traces,
             client,
         })
     }
@@ -144,7 +148,12 @@ async fn relay(
         upstream = upstream.header(name, value);
     }
     let span = tracing::info_span!("llm_relay", %agent, %provider, %path);
-    crate::telemetry::continue_from_headers(&span, &headers);
+    crate::telemetry::continue_trace(
+        &span,
+        &state
+            .traces
+            .admit_context(&agent, &crate::telemetry::trace_headers(&headers)),
+    );
     let response = match upstream.send().instrument(span.clone()).await {
         Ok(response) => response,
         Err(e) => {

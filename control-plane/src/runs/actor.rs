@@ -777,8 +777,10 @@ impl AgentActor {
                 crate::telemetry::KeyValue::new("gen_ai.agent.name", agent.name.clone()),
             ],
         );
-        // The worker's spans of this run continue its trace.
+        // The worker's spans of this run continue its trace (and only this agent's
+        // workers may write to it).
         run.trace_context = crate::telemetry::context_of(&span);
+        self.shared.traces.give(&agent.name, &run.trace_context);
         self.queue.push_back(run.run_id.clone());
         self.runs.insert(
             run.run_id.clone(),

@@ -137,6 +137,8 @@ pub(crate) struct Shared {
     run_limits: RunLimits,
     /// Writes the summary a long continuation starts from.
     summarizer: Arc<dyn Summarizer>,
+    /// The traces each agent's workers are given (a run's), for the trace relay.
+    traces: Arc<crate::telemetry::run_traces::RunTraces>,
     /// Set once at start; without it no agent is idle-saved.
     idle_saver: OnceLock<Arc<dyn IdleSaver>>,
     /// Set at shutdown: what workers still report is not applied (their runs stay
@@ -179,12 +181,19 @@ impl Runs {
                 feed: ThreadFeed::default(),
                 run_limits: RunLimits::default(),
                 summarizer,
+                traces: Arc::default(),
                 idle_saver: OnceLock::new(),
                 stopping: AtomicBool::new(false),
                 draining: AtomicBool::new(false),
             }),
             agents: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The traces each agent's workers were given (for the trace and model relays,
+    /// and the gate).
+    pub fn traces(&self) -> &Arc<crate::telemetry::run_traces::RunTraces> {
+        &self.shared.traces
     }
 
     /// The actor of `agent`, started on first use.

@@ -14,6 +14,7 @@ use prost::Message;
 use tokio::sync::mpsc;
 
 use super::config::{ExportSettings, Protocol};
+use super::span_batch::span_count;
 
 /// Batches waiting to be sent; past this, new ones are dropped.
 const QUEUE_BATCHES: usize = 256;
@@ -27,7 +28,7 @@ struct Dropped {
 
 impl Dropped {
     fn add(&self, spans: u64, why: &str) {
-        crate::metrics::spans_dropped(spans);
+        crate::metrics::spans_dropped(crate::metrics::SpanDrop::Export, spans);
         if !self.logged.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 spans,
@@ -35,15 +36,6 @@ impl Dropped {
             );
         }
     }
-}
-
-fn span_count(request: &ExportTraceServiceRequest) -> u64 {
-    request
-        .resource_spans
-        .iter()
-        .flat_map(|r| &r.scope_spans)
-        .map(|s| s.spans.len() as u64)
-        .sum()
 }
 
 /// A handle to the sending task; cheap to clone.

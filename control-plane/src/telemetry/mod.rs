@@ -10,6 +10,8 @@ pub mod collector;
 pub mod config;
 pub mod json_log;
 pub mod relay;
+pub mod run_traces;
+pub mod span_batch;
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -39,12 +41,6 @@ pub fn context_of(span: &tracing::Span) -> HashMap<String, String> {
     opentelemetry_sdk::propagation::TraceContextPropagator::new()
         .inject_context(&span.context(), &mut carrier);
     carrier
-}
-
-/// Makes `span` a child of the trace named by a request's `traceparent` header
-/// (a worker's model call, or an API caller); nothing happens without one.
-pub fn continue_from_headers(span: &tracing::Span, headers: &axum::http::HeaderMap) {
-    continue_trace(span, &trace_headers(headers));
 }
 
 /// A request's W3C trace context headers (`traceparent`, `tracestate`).

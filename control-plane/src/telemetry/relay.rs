@@ -1,9 +1,15 @@
 //! Workers' spans come in here: an OTLP `TraceService` on the worker link's
-//! address, open only to a connected worker's credential. Each batch is labelled
+//! address, open only to a connected worker's credential. Each batch is bounded
+//! by the agent's span budget (a token bucket; the rest is dropped and counted),
+//! has every known secret scrubbed from every string, every span put in a trace
+//! the agent's worker was given (or one of its own: `run_traces`), and is labelled
 //! with the agent whose credential sent it (a worker cannot pass its spans off as
-//! another agent's) and queued for the collector like the control plane's own.
+//! another agent's); then it is queued for the collector like the control plane's
+//! own.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
@@ -11,21 +17,30 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
-use opentelemetry_proto::tonic::resource::v1::Resource;
 use tonic::{Request, Response, Status};
 
 use super::collector::Collector;
+use super::run_traces::RunTraces;
+use super::span_batch;
+use crate::metrics::SpanDrop;
 use crate::secrets::{KnownSecrets, bearer_token};
+use crate::token_bucket::TokenBucket;
 use crate::workers::registry::Registry;
 
-/// The resource attribute naming the agent a worker's spans belong to.
-pub const AGENT_ATTRIBUTE: &str = "chorus.agent";
+/// Spans one agent's worker may send per second, and at once after a quiet
+/// spell. A busy agent sends some hundreds a second (a run, its model calls and
+/// tools); a worker's exporter hands over at most 2,048 at a time.
+pub const SPANS_PER_SEC: f64 = 1_000.0;
+pub const SPAN_BURST: f64 = 5_000.0;
 
 pub struct TraceRelay {
     registry: Arc<Registry>,
     collector: Collector,
     secrets: KnownSecrets,
+    traces: Arc<RunTraces>,
+    /// Per agent: a worker's budget outlives its connection (a restarted worker
+    /// does not get a fresh one).
+    budgets: Mutex<HashMap<String, TokenBucket>>,
 }
 
 impl TraceRelay {
@@ -33,52 +48,25 @@ impl TraceRelay {
         registry: Arc<Registry>,
         collector: Collector,
         secrets: KnownSecrets,
+        traces: Arc<RunTraces>,
     ) -> TraceServiceServer<TraceRelay> {
         TraceServiceServer::new(TraceRelay {
             registry,
             collector,
             secrets,
+            traces,
+            budgets: Mutex::new(HashMap::new()),
         })
     }
-}
 
-/// Replaces every known secret in the batch's span and event attributes (a
-/// worker's recorded messages may quote a key it was shown).
-pub fn scrub(batch: &mut ExportTraceServiceRequest, secrets: &KnownSecrets) {
-    fn scrub_values(attributes: &mut [KeyValue], secrets: &KnownSecrets) {
-        for kv in attributes {
-            if let Some(AnyValue {
-                value: Some(any_value::Value::StringValue(text)),
-            }) = kv.value.as_mut()
-            {
-                secrets.scrub(text);
-            }
-        }
-    }
-    for resource in &mut batch.resource_spans {
-        for scope in &mut resource.scope_spans {
-            for span in &mut scope.spans {
-                scrub_values(&mut span.attributes, secrets);
-                for event in &mut span.events {
-                    scrub_values(&mut event.attributes, secrets);
-                }
-            }
-        }
-    }
-}
-
-/// Sets `chorus.agent` on every resource of the batch to `agent`.
-pub fn label(batch: &mut ExportTraceServiceRequest, agent: &str) {
-    for spans in &mut batch.resource_spans {
-        let resource = spans.resource.get_or_insert_with(Resource::default);
-        resource.attributes.retain(|kv| kv.key != AGENT_ATTRIBUTE);
-        resource.attributes.push(KeyValue {
-            key: AGENT_ATTRIBUTE.to_string(),
-            value: Some(AnyValue {
-                value: Some(any_value::Value::StringValue(agent.to_string())),
-            }),
-            ..KeyValue::default()
-        });
+    /// How many of `spans` the agent may send now.
+    fn admit(&self, agent: &str, spans: u64) -> u64 {
+        let now = Instant::now();
+        let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
+        budgets
+            .entry(agent.to_string())
+            .or_insert_with(|| TokenBucket::full(SPANS_PER_SEC, SPAN_BURST, now))
+            .take_up_to(spans, now)
     }
 }
 
@@ -98,92 +86,21 @@ impl TraceService for TraceRelay {
                 Status::unauthenticated("spans are taken from connected workers only")
             })?;
         let mut batch = request.into_inner();
-        label(&mut batch, &agent);
-        scrub(&mut batch, &self.secrets);
+        // Bounded first, so a flood costs no more than counting it.
+        let sent = span_batch::span_count(&batch);
+        let admitted = self.admit(&agent, sent);
+        if admitted < sent {
+            span_batch::keep_first(&mut batch, admitted);
+            crate::metrics::spans_dropped(SpanDrop::OverBudget, sent - admitted);
+        }
+        span_batch::scrub(&mut batch, &self.secrets);
+        span_batch::admit_traces(&mut batch, &agent, &self.traces);
+        span_batch::label(&mut batch, &agent);
         self.collector.send(batch);
+        // What was dropped is not the worker's to retry: OTLP's partial success
+        // would only invite it to send again.
         Ok(Response::new(ExportTraceServiceResponse {
             partial_success: None,
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
-
-    #[test]
-    fn a_batch_is_labelled_with_the_sending_agent_whatever_it_claimed() {
-        let claimed = KeyValue {
-            key: AGENT_ATTRIBUTE.into(),
-            value: Some(AnyValue {
-                value: Some(any_value::Value::StringValue("someone-else".into())),
-            }),
-            ..KeyValue::default()
-        };
-        let mut batch = ExportTraceServiceRequest {
-            resource_spans: vec![
-                ResourceSpans {
-                    resource: Some(Resource {
-                        attributes: vec![claimed],
-                        ..Resource::default()
-                    }),
-                    ..ResourceSpans::default()
-                },
-                ResourceSpans::default(),
-            ],
-        };
-        label(&mut batch, "helper");
-        for spans in &batch.resource_spans {
-            let agents: Vec<_> = spans
-                .resource
-                .as_ref()
-                .unwrap()
-                .attributes
-                .iter()
-                .filter(|kv| kv.key == AGENT_ATTRIBUTE)
-                .collect();
-            assert_eq!(agents.len(), 1);
-            assert_eq!(
-                agents[0].value.as_ref().unwrap().value,
-                Some(any_value::Value::StringValue("helper".into()))
-            );
-        }
-    }
-
-    #[test]
-    fn known_secrets_are_scrubbed_from_span_and_event_attributes() {
-        use opentelemetry_proto::tonic::trace::v1::span::Event;
-        use opentelemetry_proto::tonic::trace::v1::{ScopeSpans, Span};
-        let text = |s: &str| KeyValue {
-            key: "gen_ai.input.messages".into(),
-            value: Some(AnyValue {
-                value: Some(any_value::Value::StringValue(s.into())),
-            }),
-            ..KeyValue::default()
-        };
-        let mut batch = ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                scope_spans: vec![ScopeSpans {
-                    spans: vec![Span {
-                        attributes: vec![text("my key is sk-live-0123456789 ok")],
-                        events: vec![Event {
-                            attributes: vec![text("sk-live-0123456789")],
-                            ..Event::default()
-                        }],
-                        ..Span::default()
-                    }],
-                    ..ScopeSpans::default()
-                }],
-                ..ResourceSpans::default()
-            }],
-        };
-        scrub(
-            &mut batch,
-            &KnownSecrets::new(["sk-live-0123456789".to_string()]),
-        );
-        let shown = format!("{batch:?}");
-        assert!(!shown.contains("sk-live-0123456789"), "{shown}");
-        assert!(shown.contains("my key is"), "{shown}");
     }
 }

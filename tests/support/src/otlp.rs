@@ -45,9 +45,14 @@ impl ReceivedSpan {
     }
 }
 
+/// The OTLP messages, for tests that build their own batches.
+pub use opentelemetry_proto as proto;
+
 #[derive(Default)]
 struct Received {
     spans: Vec<ReceivedSpan>,
+    /// Every export as received, encoded: every field, for searches.
+    raw: Vec<Vec<u8>>,
     /// Headers of each export (gRPC metadata or HTTP headers), lower-case names.
     headers: Vec<HashMap<String, String>>,
 }
@@ -104,6 +109,7 @@ fn record(
 ) {
     let mut r = received.lock().unwrap();
     r.headers.push(headers);
+    r.raw.push(request.encode_to_vec());
     for resource_spans in &request.resource_spans {
         let resource = resource_spans
             .resource
@@ -225,6 +231,11 @@ impl OtlpReceiver {
         self.received.lock().unwrap().spans.clone()
     }
 
+    /// Every export received, as protobuf bytes.
+    pub fn raw(&self) -> Vec<Vec<u8>> {
+        self.received.lock().unwrap().raw.clone()
+    }
+
     /// The headers each export came with.
     pub fn headers(&self) -> Vec<HashMap<String, String>> {
         self.received.lock().unwrap().headers.clone()
@@ -251,4 +262,26 @@ impl OtlpReceiver {
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
+}
+
+/// Sends `batch` to an OTLP gRPC trace service (chorus's worker link) as a worker
+/// holding `credential` would.
+pub async fn export_as(
+    url: &str,
+    credential: &str,
+    batch: ExportTraceServiceRequest,
+) -> Result<(), tonic::Status> {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+    let mut client = TraceServiceClient::connect(url.to_string())
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?
+        .max_encoding_message_size(64 << 20);
+    let mut request = tonic::Request::new(batch);
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {credential}")
+            .parse()
+            .map_err(|_| tonic::Status::invalid_argument("credential"))?,
+    );
+    client.export(request).await.map(drop)
 }

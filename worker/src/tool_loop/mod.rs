@@ -291,14 +291,13 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
     // The docs are read again only when their files change.
     let mut docs = crate::context::Docs::default();
     let mut messages = std::mem::take(&mut input.messages);
-    // A history cut by a crash or a kill is made acceptable to the APIs first; the
-    // stored thread is not changed (the repair is repeated if it is sent again).
-    let (added, dropped) = transcript::repair(&mut messages);
-    if added + dropped > 0 {
+    // A history cut by a crash or a kill is made acceptable to the APIs first.
+    let repaired = transcript::repair(&mut messages);
+    if repaired.added + repaired.dropped > 0 {
         tracing::info!(
             run_id = input.run_id,
-            added,
-            dropped,
+            added = repaired.added,
+            dropped = repaired.dropped,
             "repaired the transcript: tool calls without results answered as interrupted"
         );
     }
@@ -317,6 +316,13 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
         })
         .map_err(LoopError::TooLarge)
     };
+    // The results given to the calls the thread ended with are stored with this
+    // run (in their place: nothing of this run precedes them), so a history rebuilt
+    // from the store answers every call. Repairs further back are repeated on each
+    // send instead: their place in the thread is taken.
+    for result in &repaired.at_end {
+        emit(result)?;
+    }
     let mut bad_replies = 0u32;
     // Replies in a row cut off by the output limit (each one continued).
     let mut continuations = 0u32;

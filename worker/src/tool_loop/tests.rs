@@ -761,6 +761,50 @@ async fn a_history_with_an_unanswered_call_is_repaired_before_it_is_sent() {
     assert_eq!(sent[2].content, transcript::INTERRUPTED_RESULT);
 }
 
+#[tokio::test]
+async fn the_result_for_a_call_the_history_ended_with_is_reported_to_be_stored_first() {
+    let model = Scripted::default();
+    model
+        .replies
+        .lock()
+        .unwrap()
+        .push_back(reply("checked", StopReason::EndTurn));
+    let dir = tempfile::tempdir().unwrap();
+    let tools = ToolBox::new(Workspace::new(dir.path()), Default::default());
+    let (_agent_tx, agent_rx) = watch::channel(live_agent());
+    let killed_while_running = ToolCall {
+        id: "c1".into(),
+        name: "bash".into(),
+        arguments: r#"{"command": "make"}"#.into(),
+    };
+    let input = LoopInput {
+        messages: vec![
+            ChatMessage::user("build it"),
+            ChatMessage::assistant("", vec![killed_while_running]),
+        ],
+        max_iterations: 3,
+        ..loop_input(agent_rx)
+    };
+    let outcome = run_input(model, input, &CancellationToken::new(), &tools).await;
+    assert_eq!(outcome.result.unwrap(), "checked");
+    // The first thing the run reports is the result, so it takes its place in the
+    // thread right after the call.
+    match &outcome.events[0] {
+        WorkerEvent::MessageAppended { message, .. } => {
+            assert_eq!(message.role, Role::Tool);
+            assert_eq!(message.tool_call_id.as_deref(), Some("c1"));
+            assert_eq!(message.content, transcript::INTERRUPTED_RESULT);
+        }
+        other => panic!("first event: {other:?}"),
+    }
+    let results = outcome
+        .events
+        .iter()
+        .filter(|e| matches!(e, WorkerEvent::MessageAppended { message, .. } if message.role == Role::Tool))
+        .count();
+    assert_eq!(results, 1, "reported once");
+}
+
 fn user_input(message_id: u64, content: &str) -> Input {
     Input {
         message_id,

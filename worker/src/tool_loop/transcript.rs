@@ -20,8 +20,22 @@ pub const INTERRUPTED_RESULT: &str = "interrupted: this tool call did not finish
      was interrupted while it ran, or before), so its effect is unknown. Check the \
      workspace before running it again.";
 
-/// Repairs `messages` in place; returns how many results were added and dropped.
-pub fn repair(messages: &mut Vec<ChatMessage>) -> (usize, usize) {
+/// What a repair did.
+#[derive(Debug, Default, PartialEq)]
+pub struct Repair {
+    /// Results added where a call had none.
+    pub added: usize,
+    /// Results dropped that answered no call.
+    pub dropped: usize,
+    /// The added results that come after the history's last message: they answer
+    /// the calls it ended with (a worker killed while they ran), so they can be
+    /// stored at the end of the thread, where they belong. The thread's stored
+    /// history then has a result for every call.
+    pub at_end: Vec<ChatMessage>,
+}
+
+/// Repairs `messages` in place.
+pub fn repair(messages: &mut Vec<ChatMessage>) -> Repair {
     let mut out: Vec<ChatMessage> = Vec::with_capacity(messages.len());
     let mut open: Vec<ToolCall> = Vec::new();
     let (mut added, mut dropped) = (0, 0);
@@ -61,9 +75,15 @@ pub fn repair(messages: &mut Vec<ChatMessage>) -> (usize, usize) {
             }
         }
     }
+    let before_end = out.len();
     close(&mut open, &mut out, &mut added);
+    let at_end = out[before_end..].to_vec();
     *messages = out;
-    (added, dropped)
+    Repair {
+        added,
+        dropped,
+        at_end,
+    }
 }
 
 #[cfg(test)]
@@ -114,7 +134,7 @@ mod tests {
             ChatMessage::assistant("done", vec![]),
         ];
         let before = messages.clone();
-        assert_eq!(repair(&mut messages), (0, 0));
+        assert_eq!(repair(&mut messages), Repair::default());
         assert_eq!(messages, before);
     }
 
@@ -129,7 +149,8 @@ mod tests {
             ChatMessage::assistant("", vec![call("c")]),
             // The history ends in a call with no result.
         ];
-        assert_eq!(repair(&mut messages), (2, 0));
+        let repaired = repair(&mut messages);
+        assert_eq!((repaired.added, repaired.dropped), (2, 0));
         assert_eq!(
             shape(&messages),
             [
@@ -145,6 +166,8 @@ mod tests {
         let interrupted = &messages[3];
         assert!(interrupted.is_error);
         assert_eq!(interrupted.tool_call_id.as_deref(), Some("b"));
+        // Only `c`'s result answers the last message; `b`'s belongs mid-history.
+        assert_eq!(repaired.at_end, [messages[6].clone()]);
     }
 
     #[test]
@@ -156,7 +179,9 @@ mod tests {
             ChatMessage::tool_result(&call("a"), "ok", false),
             ChatMessage::tool_result(&call("a"), "twice", false),
         ];
-        assert_eq!(repair(&mut messages), (0, 2));
+        let repaired = repair(&mut messages);
+        assert_eq!((repaired.added, repaired.dropped), (0, 2));
+        assert!(repaired.at_end.is_empty());
         assert_eq!(shape(&messages), ["user", "assistant:a", "tool:a"]);
         assert_eq!(messages[2].content, "ok");
     }

@@ -149,3 +149,73 @@ async fn an_oversized_body_is_refused_as_json() -> anyhow::Result<()> {
     assert_eq!(threads, json!([]), "nothing was started");
     Ok(())
 }
+
+/// A client must send a whole request head within `[http] header_timeout_secs`
+/// (60 s by default; 1 s here), however slowly its bytes trickle: a slow-loris
+/// connection is closed, while ordinary requests and a live feed held open far
+/// longer go on.
+#[tokio::test]
+async fn a_request_head_that_trickles_in_is_cut_off_at_the_deadline() -> anyhow::Result<()> {
+    use chorus_test_support::FakeOpenAi;
+    use chorus_test_support::fake_model::text;
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let model = FakeOpenAi::start().await;
+    model.push(text("still here"));
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .config("[http]\nheader_timeout_secs = 1\n")
+        .start()
+        .await?;
+    chorus.create_agent("steady").await?;
+    let mut feed = chorus.open_events("?agent=steady", None).await?;
+
+    // One byte of header every 100 ms, never the blank line that ends the head.
+    let addr = chorus.http_url.trim_start_matches("http://").to_string();
+    let mut slow = tokio::net::TcpStream::connect(&addr).await?;
+    let started = Instant::now();
+    slow.write_all(b"GET /api/agents HTTP/1.1\r\nHost: x\r\n")
+        .await?;
+    let mut cut_after = None;
+    'trickle: for i in 0..100 {
+        if slow.write_all(&[b'a' + (i % 26) as u8]).await.is_err() {
+            cut_after = Some(started.elapsed());
+            break;
+        }
+        // Closed: the read ends (with an error answer or none) at once.
+        let mut buf = [0u8; 512];
+        match tokio::time::timeout(Duration::from_millis(100), slow.read(&mut buf)).await {
+            Err(_) => {} // still open
+            Ok(_) => {
+                cut_after = Some(started.elapsed());
+                break 'trickle;
+            }
+        }
+    }
+    let cut_after = cut_after.expect("the trickling connection was still open after 10 s");
+    println!("a trickling request head was cut after {cut_after:?}");
+    assert!(
+        cut_after >= Duration::from_millis(900) && cut_after < Duration::from_secs(5),
+        "cut after {cut_after:?}"
+    );
+
+    // An ordinary request works, and the feed opened before the deadline passed
+    // (three times over) still carries what happens now.
+    assert_eq!(
+        chorus
+            .api(Method::GET, "/api/agents")
+            .send()
+            .await?
+            .status(),
+        200
+    );
+    // Time passing is the point here: the feed must outlive the deadline.
+    tokio::time::sleep_until((started + Duration::from_secs(3)).into()).await;
+    chorus.send_message("steady", "are you there?").await?;
+    let (kind, _) = tokio::time::timeout(Duration::from_secs(10), feed.next())
+        .await??
+        .expect("the feed is still open");
+    assert_eq!(kind, "thread_created");
+    Ok(())
+}

@@ -21,7 +21,7 @@ const API_TOKEN: &str = "chorus-RELAYTOKEN-3b8f5a1e6c";
 /// A worker binary that records the credential it is handed in `<dir>/credential`
 /// and the real worker's pid in `<dir>/worker-pid`, runs the real worker as its
 /// child, and outlives it by 30 s: a launched process whose connection has ended.
-fn capturing_worker(dir: &Path) -> anyhow::Result<PathBuf> {
+pub(super) fn capturing_worker(dir: &Path) -> anyhow::Result<PathBuf> {
     let script = dir.join("capturing-worker.sh");
     std::fs::write(
         &script,
@@ -73,7 +73,7 @@ async fn raw_request(
     Ok((status, marked, body.to_string()))
 }
 
-async fn wait_for_file(path: &Path, timeout: Duration) -> anyhow::Result<String> {
+pub(super) async fn wait_for_file(path: &Path, timeout: Duration) -> anyhow::Result<String> {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         if let Ok(text) = std::fs::read_to_string(path)

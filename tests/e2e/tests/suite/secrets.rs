@@ -117,3 +117,50 @@ async fn secrets_stay_out_of_logs_tools_threads_and_the_audit_log() -> anyhow::R
     }
     Ok(())
 }
+
+/// The API token under names of the operator's choosing and Postgres's own
+/// password are blanked in chorus's environment block by their values, not only
+/// by the usual names; read as root from `/proc/<chorus>/environ`, the strongest
+/// reader there is.
+#[tokio::test]
+async fn no_secret_stays_readable_in_the_environment_block_under_any_name() -> anyhow::Result<()> {
+    const PG_PASSWORD: &str = "pg-PASSWORD-e81c4f2a9d";
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        // PGPASSWORD would be used on Postgres; this test is about the block.
+        .sqlite()
+        .api_token(API_TOKEN)
+        .env("MY_SECRET_VALUE", API_TOKEN)
+        .env("TOKEN", API_TOKEN)
+        .env("PGPASSWORD", PG_PASSWORD)
+        .env(
+            "LEGACY_DSN",
+            &format!("postgres://app:{PG_PASSWORD}@db/app"),
+        )
+        .env("HARMLESS", "visible-value")
+        .start()
+        .await?;
+    let block = std::fs::read(format!("/proc/{}/environ", chorus.pid()))?;
+    let environ = String::from_utf8_lossy(&block).replace('\0', "\n");
+    // The right block, read whole: an ordinary value is still there.
+    assert!(environ.contains("HARMLESS=visible-value"), "{environ}");
+    for secret in [API_TOKEN, PG_PASSWORD, PROVIDER_KEY, "sk-openai-test"] {
+        assert!(
+            !environ.contains(secret),
+            "{secret} readable in:\n{environ}"
+        );
+    }
+    // Blanked in place (same length), under every name.
+    for (name, value) in [
+        ("MY_SECRET_VALUE", API_TOKEN.to_string()),
+        ("TOKEN", API_TOKEN.to_string()),
+        ("CHORUS_API_TOKEN", API_TOKEN.to_string()),
+        ("PGPASSWORD", PG_PASSWORD.to_string()),
+        ("LEGACY_DSN", format!("postgres://app:{PG_PASSWORD}@db/app")),
+    ] {
+        let blanked = format!("{name}={}\n", "*".repeat(value.len()));
+        assert!(environ.contains(&blanked), "{name} not blanked:\n{environ}");
+    }
+    Ok(())
+}

@@ -730,3 +730,69 @@ async fn every_event_the_feed_showed_survives_a_sigkill_during_a_burst() -> anyh
     );
     Ok(())
 }
+
+/// Whatever write of an agent's create runs out of room (the template's files,
+/// `git init`, `git add`, `git commit`, or the database), the answer is the same
+/// 507 `disk_full` and nothing is left half-made; git does not always say why it
+/// failed, so the create is tried with every amount of room from none to 96 KiB.
+#[tokio::test]
+async fn a_create_that_runs_out_of_room_anywhere_is_a_507_and_leaves_nothing() -> anyhow::Result<()>
+{
+    let tmp = tempfile::tempdir()?;
+    let disk = match Tmpfs::mount(&tmp.path().join("disk"), "16m") {
+        Ok(disk) => disk,
+        Err(reason) => {
+            println!("SKIPPED: cannot mount a small filesystem here ({reason})");
+            return Ok(());
+        }
+    };
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder()
+        .openai_fake(&model)
+        .data_dir(&disk.path.join("data"))
+        .start()
+        .await?;
+    let mut outcomes = Vec::new();
+    for free_kib in (0..=96u64).step_by(4) {
+        let filler = fill_disk(&disk.path);
+        let full = std::fs::metadata(&filler)?.len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&filler)?
+            .set_len(full.saturating_sub(free_kib * 1024))?;
+        let name = format!("a{free_kib}");
+        let (status, body) =
+            call(&chorus, Method::POST, "/api/agents", json!({"name": name})).await;
+        std::fs::remove_file(&filler)?;
+        match status {
+            201 => outcomes.push(format!("{free_kib} KiB: created")),
+            _ => {
+                assert!(
+                    is_disk_full(status, &body),
+                    "{free_kib} KiB free: {status} {body}"
+                );
+                assert!(
+                    !chorus.agent_dir(&name).exists(),
+                    "{free_kib} KiB free: a create that failed left its directory behind"
+                );
+                let message = body["error"]["message"].as_str().unwrap_or_default();
+                let place = if message.contains("git ") {
+                    "git"
+                } else {
+                    "a file or the store"
+                };
+                outcomes.push(format!("{free_kib} KiB: 507 in {place}"));
+            }
+        }
+    }
+    println!("{outcomes:#?}");
+    assert!(
+        outcomes.iter().any(|o| o.ends_with("507 in git")),
+        "no create ran out of room inside git: {outcomes:#?}"
+    );
+    // With room again, creating works at once.
+    chorus.create_agent("after").await?;
+    drop(chorus);
+    disk.unmount();
+    Ok(())
+}

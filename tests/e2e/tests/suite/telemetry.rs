@@ -604,3 +604,322 @@ async fn message_contents_are_recorded_only_on_opt_in_and_without_secrets() -> a
     assert_eq!(call.attr("output.value"), "The answer is 42.");
     Ok(())
 }
+
+mod relayed {
+    //! What a worker sends the trace relay, sent as a hostile worker would: with
+    //! a connected worker's real credential (captured from the binary's stdin).
+
+    use std::time::{Duration, Instant};
+
+    use chorus_test_support::fake_model::text;
+    use chorus_test_support::otlp::export_as;
+    use chorus_test_support::otlp::proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use chorus_test_support::otlp::proto::tonic::common::v1::{
+        AnyValue, ArrayValue, InstrumentationScope, KeyValue, KeyValueList, any_value,
+    };
+    use chorus_test_support::otlp::proto::tonic::resource::v1::Resource;
+    use chorus_test_support::otlp::proto::tonic::trace::v1::span::{Event, Link};
+    use chorus_test_support::otlp::proto::tonic::trace::v1::{
+        ResourceSpans, ScopeSpans, Span, Status,
+    };
+    use chorus_test_support::{FakeOpenAi, OtlpReceiver};
+
+    use super::super::relay::{capturing_worker, wait_for_file};
+    use super::{exporting, run_one, scrape, value};
+
+    const PROVIDER_KEY: &str = "sk-live-SPANKEY-4e7a1c9b30";
+    const API_TOKEN: &str = "chorus-SPANTOKEN-9a2f6d0e84";
+
+    fn text_value(s: &str) -> AnyValue {
+        AnyValue {
+            value: Some(any_value::Value::StringValue(s.into())),
+        }
+    }
+
+    fn kv(key: &str, value: AnyValue) -> KeyValue {
+        KeyValue {
+            key: key.into(),
+            value: Some(value),
+            ..KeyValue::default()
+        }
+    }
+
+    fn hex_bytes(hex: &str) -> Vec<u8> {
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// A span with both secrets in every string field, nested values included,
+    /// marked `probe = <name>`, in trace `trace_id`, linking to `link_to`.
+    fn leaky_span(probe: &str, trace_id: Vec<u8>, link_to: Vec<u8>) -> Span {
+        let s = || format!("key {PROVIDER_KEY} token {API_TOKEN}");
+        let nested = AnyValue {
+            value: Some(any_value::Value::ArrayValue(ArrayValue {
+                values: vec![
+                    text_value(&s()),
+                    AnyValue {
+                        value: Some(any_value::Value::KvlistValue(KeyValueList {
+                            values: vec![kv(&s(), text_value(&s()))],
+                        })),
+                    },
+                    AnyValue {
+                        value: Some(any_value::Value::BytesValue(s().into_bytes())),
+                    },
+                ],
+            })),
+        };
+        let attrs = || {
+            vec![
+                kv("probe", text_value(probe)),
+                kv(&s(), text_value(&s())),
+                kv("nested", nested.clone()),
+            ]
+        };
+        Span {
+            trace_id,
+            span_id: vec![1, 2, 3, 4, 5, 6, 7, 8],
+            trace_state: format!("k={}", API_TOKEN),
+            name: s(),
+            kind: 1,
+            start_time_unix_nano: 1,
+            end_time_unix_nano: 2,
+            attributes: attrs(),
+            events: vec![Event {
+                name: s(),
+                attributes: attrs(),
+                ..Event::default()
+            }],
+            links: vec![Link {
+                trace_id: link_to,
+                span_id: vec![8, 7, 6, 5, 4, 3, 2, 1],
+                trace_state: s(),
+                attributes: attrs(),
+                ..Link::default()
+            }],
+            status: Some(Status {
+                message: s(),
+                code: 2,
+            }),
+            ..Span::default()
+        }
+    }
+
+    fn batch(spans: Vec<Span>, secret_text: &str) -> ExportTraceServiceRequest {
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(Resource {
+                    attributes: vec![
+                        kv("service.name", text_value("chorus-worker")),
+                        kv("chorus.agent", text_value("victim")),
+                        kv("leak", text_value(secret_text)),
+                    ],
+                    ..Resource::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    scope: Some(InstrumentationScope {
+                        name: secret_text.into(),
+                        version: secret_text.into(),
+                        attributes: vec![kv("leak", text_value(secret_text))],
+                        ..InstrumentationScope::default()
+                    }),
+                    spans,
+                    schema_url: secret_text.into(),
+                }],
+                schema_url: secret_text.into(),
+            }],
+        }
+    }
+
+    /// The trace of the control plane's run span of `agent`.
+    async fn run_trace(receiver: &OtlpReceiver, agent: &str) -> anyhow::Result<String> {
+        receiver
+            .wait_for("the run span", Duration::from_secs(30), |spans| {
+                spans
+                    .iter()
+                    .find(|s| s.name == "run" && s.service == "chorus" && s.attr("agent") == agent)
+                    .map(|s| s.trace_id.clone())
+            })
+            .await
+    }
+
+    #[tokio::test]
+    async fn a_workers_spans_reach_the_collector_scrubbed_and_only_in_its_own_traces()
+    -> anyhow::Result<()> {
+        let receiver = OtlpReceiver::start().await;
+        let model = FakeOpenAi::start().await;
+        let tmp = tempfile::tempdir()?;
+        let chorus = exporting(&model, &receiver.grpc_url, true)
+            .env("OPENAI_API_KEY", PROVIDER_KEY)
+            .env(
+                "CHORUS_WORKER_BIN",
+                &capturing_worker(tmp.path())?.display().to_string(),
+            )
+            .api_token(API_TOKEN)
+            .start()
+            .await?;
+        model.push(text("Hello."));
+        run_one(&chorus, "victim").await?;
+        let victim_trace = run_trace(&receiver, "victim").await?;
+        // The next worker launched is the spy's: its credential is the one captured.
+        std::fs::remove_file(tmp.path().join("credential"))?;
+        model.push(text("Hello."));
+        run_one(&chorus, "spy").await?;
+        let credential =
+            wait_for_file(&tmp.path().join("credential"), Duration::from_secs(10)).await?;
+        let spy_trace = run_trace(&receiver, "spy").await?;
+        assert_ne!(spy_trace, victim_trace);
+
+        let secret_text = format!("{PROVIDER_KEY}/{API_TOKEN}");
+        let sent = batch(
+            vec![
+                leaky_span("own", hex_bytes(&spy_trace), hex_bytes(&victim_trace)),
+                leaky_span("grafted", hex_bytes(&victim_trace), hex_bytes(&spy_trace)),
+            ],
+            &secret_text,
+        );
+        // The control: what is sent holds both secrets, in dozens of places.
+        let encoded = occurrences(&sent, PROVIDER_KEY);
+        assert!(encoded > 20, "{encoded}");
+        export_as(&chorus.grpc_url, &credential, sent).await?;
+
+        let probes = receiver
+            .wait_for("the probe spans", Duration::from_secs(30), |spans| {
+                let probes: Vec<_> = spans
+                    .iter()
+                    .filter(|s| s.attributes.contains_key("probe"))
+                    .cloned()
+                    .collect();
+                (probes.len() == 2).then_some(probes)
+            })
+            .await?;
+        for raw in receiver.raw() {
+            for secret in [PROVIDER_KEY, API_TOKEN] {
+                assert!(
+                    !raw.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                    "{secret} reached the collector"
+                );
+            }
+        }
+        let probe = |name: &str| {
+            probes
+                .iter()
+                .find(|s| s.attr("probe") == name)
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(probe("own").name, "key [redacted] token [redacted]");
+        assert_eq!(
+            probe("own").trace_id,
+            spy_trace,
+            "its own run's trace is kept"
+        );
+        let grafted = probe("grafted");
+        assert_ne!(
+            grafted.trace_id, victim_trace,
+            "grafted into the victim's trace"
+        );
+        assert_ne!(grafted.trace_id, spy_trace);
+        // Labelled with the agent that sent it, whatever it claimed.
+        let labelled = receiver.raw().iter().any(|raw| {
+            let s = String::from_utf8_lossy(raw);
+            s.contains("chorus.agent") && s.contains("spy") && s.contains("probe")
+        });
+        assert!(labelled);
+        // Nothing in the victim's trace but what the control plane and its own
+        // worker made.
+        let in_victim: Vec<_> = receiver
+            .spans()
+            .into_iter()
+            .filter(|s| s.trace_id == victim_trace)
+            .collect();
+        assert!(
+            in_victim
+                .iter()
+                .all(|s| !s.attributes.contains_key("probe")),
+            "{in_victim:#?}"
+        );
+        Ok(())
+    }
+
+    fn occurrences(batch: &ExportTraceServiceRequest, secret: &str) -> usize {
+        let encoded = format!("{batch:?}");
+        encoded.matches(secret).count()
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_spans_from_one_worker_is_bounded_and_counted() -> anyhow::Result<()> {
+        let receiver = OtlpReceiver::start().await;
+        let model = FakeOpenAi::start().await;
+        let tmp = tempfile::tempdir()?;
+        let chorus = exporting(&model, &receiver.grpc_url, true)
+            .env(
+                "CHORUS_WORKER_BIN",
+                &capturing_worker(tmp.path())?.display().to_string(),
+            )
+            .start()
+            .await?;
+        chorus.create_agent("flooder").await?;
+        let credential =
+            wait_for_file(&tmp.path().join("credential"), Duration::from_secs(10)).await?;
+        chorus
+            .wait_worker_running("flooder", Duration::from_secs(15))
+            .await?;
+        let flood = || {
+            let spans = (0..2_000)
+                .map(|i| Span {
+                    trace_id: vec![7; 16],
+                    span_id: (i as u64 + 1).to_be_bytes().to_vec(),
+                    name: "flood".into(),
+                    start_time_unix_nano: 1,
+                    end_time_unix_nano: 2,
+                    ..Span::default()
+                })
+                .collect();
+            batch(spans, "x")
+        };
+        let started = Instant::now();
+        let mut sent = 0u64;
+        while started.elapsed() < Duration::from_secs(5) {
+            export_as(&chorus.grpc_url, &credential, flood()).await?;
+            sent += 2_000;
+        }
+        let took = started.elapsed().as_secs_f64();
+        let dropped_total = |scraped: &prometheus_parse::Scrape| {
+            value(
+                scraped,
+                "chorus_trace_spans_dropped_total",
+                &[("reason", "over_budget")],
+            )
+        };
+        let dropped = dropped_total(&scrape(&chorus, true).await?) as u64;
+        let accepted = sent - dropped;
+        // 5,000 at once, then 1,000 a second.
+        let bound = 5_000.0 + 1_000.0 * took;
+        println!(
+            "flood: sent {sent} spans in {took:.1} s ({:.0}/s); accepted {accepted} ({:.0}/s), dropped {dropped}",
+            sent as f64 / took,
+            accepted as f64 / took
+        );
+        assert!(
+            sent > 2 * bound as u64,
+            "the flood was no flood: {sent} sent"
+        );
+        assert!(
+            accepted as f64 <= bound + 1.0,
+            "{accepted} accepted in {took:.1} s"
+        );
+        assert!(accepted >= 5_000, "{accepted} accepted");
+        // What was accepted reaches the collector (the worker's own spans share the
+        // budget, so a few more of ours may have been the ones kept), and no more.
+        let received = receiver
+            .wait_for("the accepted spans", Duration::from_secs(30), |spans| {
+                let n = spans.iter().filter(|s| s.name == "flood").count() as u64;
+                (n >= accepted).then_some(n)
+            })
+            .await?;
+        assert!(received as f64 <= bound + 1.0, "{received} received");
+        Ok(())
+    }
+}

@@ -478,3 +478,96 @@ async fn a_ten_turn_run_survives_its_worker_killed_while_a_command_runs() -> any
     assert_eq!(bash[0]["failed"], true);
     Ok(())
 }
+
+/// A worker killed while a tool runs leaves a call with no result; the resumed run
+/// tells the model it was interrupted, and that result is stored in the thread right
+/// after the call, so a history rebuilt from the store later (here, a reply that
+/// continues the thread) answers every call, as the model APIs require.
+#[tokio::test]
+async fn the_interrupted_result_a_resumed_run_gives_is_stored_after_its_call() -> anyhow::Result<()>
+{
+    let marker = format!("300.{}{}", std::process::id(), line!());
+    let model = FakeOpenAi::start().await;
+    model.push(tool_call(
+        "c1",
+        "bash",
+        json!({"command": format!("sleep {marker}")}),
+    ));
+    model.push(text(
+        "the build was interrupted; I will check before rerunning",
+    ));
+    model.push(text("nothing was built"));
+    let chorus = chorus_with(&model).await?;
+    chorus
+        .create_agent_with(json!({"name": "builder", "permissions": "open"}))
+        .await?;
+    let pid = chorus
+        .wait_worker_running("builder", Duration::from_secs(15))
+        .await?;
+    let id = chorus.send_message("builder", "build it").await?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while process::with_marker(&marker).is_empty() {
+        anyhow::ensure!(Instant::now() < deadline, "the command never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    process::signal(pid, Signal::SIGKILL);
+    let thread = chorus
+        .wait_thread_finished("builder", id, Duration::from_secs(30))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+
+    // Stored: the call, its result, then the answer of the resumed run.
+    let messages = thread["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["user", "assistant", "tool", "assistant"],
+        "{thread:#}"
+    );
+    assert_eq!(messages[1]["tool_calls"][0]["id"], "c1");
+    assert_eq!(messages[2]["tool_call_id"], "c1");
+    assert!(
+        messages[2]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("interrupted"),
+        "{thread:#}"
+    );
+
+    // A reply continues the thread from what is stored; the request carries the
+    // result once, right after its call (the fake refuses anything else).
+    let answer_id = messages[3]["id"].clone();
+    let reply: serde_json::Value = chorus
+        .api(reqwest::Method::POST, "/api/agents/builder/messages")
+        .json(&json!({"content": "did it build?", "reply_to": answer_id}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let next = reply["thread_id"].as_u64().unwrap();
+    let continued = chorus
+        .wait_thread_finished("builder", next, Duration::from_secs(30))
+        .await?;
+    assert_eq!(continued["status"], "completed", "{continued:#}");
+    let requests = model.requests();
+    let sent = requests.last().unwrap().body["messages"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let results: Vec<usize> = sent
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m["role"] == "tool" && m["tool_call_id"] == "c1")
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(results.len(), 1, "{sent:#?}");
+    assert_eq!(
+        sent[results[0] - 1]["tool_calls"][0]["id"],
+        "c1",
+        "{sent:#?}"
+    );
+    Ok(())
+}
