@@ -12,7 +12,10 @@ use super::render;
 pub enum WorkerCommand {
     /// Join credentials for dial-in workers: one per worker (or per group of
     /// workers sharing a volume).
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  chorus worker token create worker-0\n  chorus worker token list\n  chorus worker token revoke worker-0"
+    )]
     Token(TokenCommand),
 }
 
