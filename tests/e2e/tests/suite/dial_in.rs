@@ -259,28 +259,7 @@ async fn agents_run_on_dial_in_workers_and_move_with_their_files_when_theirs_is_
         }
     }
     // Free capacity is a gauge operators can scale on: 3 workers × 3 links, 5 taken.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let metrics = chorus
-            .api(reqwest::Method::GET, "/metrics")
-            .send()
-            .await?
-            .text()
-            .await?;
-        if metrics.contains("\nchorus_dial_in_links_idle 4\n") {
-            break;
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "idle links never 4: {}",
-            metrics
-                .lines()
-                .filter(|l| l.contains("dial_in"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_idle_links(&chorus, 4).await?;
     let mut threads = Vec::new();
     for agent in agents {
         threads.push((agent, chorus.send_message(agent, "write a note").await?));
