@@ -786,6 +786,7 @@ impl AgentService {
                 ),
             )
             .await;
+        self.runs.traces().forget(name);
         if let Err(e) = self.store.mark_agent_destroyed(name, !keep_files).await {
             // Still active: give it its worker back.
             self.workers

@@ -120,6 +120,15 @@ impl RunTraces {
         HashMap::from([("traceparent".to_string(), rewritten)])
     }
 
+    /// Forgets the traces `agent`'s workers were given (it was destroyed): an agent
+    /// made later under the same name starts with none of them.
+    pub fn forget(&self, agent: &str) {
+        self.given
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(agent);
+    }
+
     fn is_given(&self, agent: &str, id: &TraceId) -> bool {
         self.given
             .lock()
@@ -181,6 +190,9 @@ mod tests {
         assert_ne!(traces.admit("a", &own), traces.admit("b", &own));
         // Not 16 bytes: still a valid id.
         assert_ne!(traces.admit("a", b"short"), [0; 16]);
+        // Destroyed: a new agent of the same name cannot enter the old one's runs.
+        traces.forget("a");
+        assert_ne!(traces.admit("a", &run_a), run_a);
     }
 
     #[test]
