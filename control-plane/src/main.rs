@@ -11,8 +11,8 @@ use chorus_control_plane::{serve, telemetry};
 #[command(
     name = "chorus",
     version,
-    about = "Chorus turns chat channels, a task board and an HTTP API into autonomous LLM agents.",
-    long_about = "Chorus turns chat channels, a task board and an HTTP API into autonomous LLM agents.\n\n\
+    about = "Chorus runs autonomous LLM agents you reach from this terminal, an HTTP API or Discord.",
+    long_about = "Chorus runs autonomous LLM agents you reach from this terminal, an HTTP API or Discord.\n\n\
         Each agent has its own git workspace, tools and model, and runs in its own worker\n\
         process (chorus-worker) that the control plane starts and supervises.\n\n\
         Settings come from built-in defaults, then chorus.toml, then the environment\n\
@@ -268,5 +268,25 @@ mod tests {
         walk(&command, "chorus", &mut missing, &mut leaves);
         assert!(leaves > 20, "only {leaves} commands walked");
         assert!(missing.is_empty(), "no --json on: {missing:?}");
+    }
+
+    /// The help promises nothing that does not exist (no task board, no web UI yet).
+    #[test]
+    fn the_help_promises_only_what_exists() {
+        let mut command = Cli::command();
+        let top = command.render_long_help().to_string();
+        let serve = command
+            .find_subcommand_mut("serve")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        for help in [&top, &serve] {
+            let lower = help.to_lowercase();
+            assert!(
+                !lower.contains("task board") && !lower.contains("web ui"),
+                "{help}"
+            );
+        }
+        assert!(top.contains("Discord"), "{top}");
     }
 }
