@@ -189,14 +189,10 @@ fn explain(profile: &str, action: &str, json: bool) -> anyhow::Result<()> {
     }
     println!("{decision}  ({} profile)", profile.name());
     for e in &explanations {
-        // The reason names the rule, in words when its pattern is long (`--json` has
-        // the whole pattern).
-        let rule = match (e.list, e.rule_index) {
-            (Some(list), Some(index)) => format!("{list}[{index}]"),
-            _ => "no rule".to_string(),
-        };
+        // The reason names the rule (`allow[2]`), in words when its pattern is long
+        // (`--json` has the whole pattern).
         println!(
-            "  {:<5} {}\n        {rule}: {}",
+            "  {:<5} {}\n        {}",
             e.decision.as_str(),
             e.action,
             e.reason
