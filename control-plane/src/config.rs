@@ -46,7 +46,7 @@ pub struct ServeArgs {
     #[arg(long, env = "CHORUS_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
 
-    /// Address of the HTTP API and web UI. [default: 127.0.0.1:8080]
+    /// Address of the HTTP API (and the live event feed). [default: 127.0.0.1:8080]
     #[arg(long, env = "CHORUS_HTTP_ADDR")]
     pub http_addr: Option<SocketAddr>,
 

@@ -2,10 +2,15 @@
 //! prints at start): which model providers are usable and why not, the default
 //! model, where the data and the listeners are, whether Discord is on, and what to
 //! set next. `Diagnosis` is gathered once (`diagnose`); turning it into text and
-//! advice is pure.
+//! advice is pure. A running Chorus serves its own (`GET /api/status`, built by
+//! [`ServerSetup`]) as JSON, which `chorus status` reads back into a `Diagnosis` and
+//! renders with the same code, so the server's view and the start block read alike.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
 
 use crate::config::Settings;
 use crate::providers::catalog::{Catalog, CatalogSnapshot, resolve_in};
@@ -22,8 +27,11 @@ pub enum ProviderState {
     Failed { error: String, reachable: bool },
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Diagnosis {
+    /// The version of the chorus that made it.
+    #[serde(default)]
+    pub version: String,
     pub data_dir: PathBuf,
     /// Where the store is (never a password).
     pub database: String,
@@ -31,9 +39,11 @@ pub struct Diagnosis {
     pub workers: String,
     pub http_addr: SocketAddr,
     pub grpc_addr: SocketAddr,
+    #[serde(with = "provider_list")]
     pub providers: Vec<(ProviderKind, ProviderState)>,
     pub default_model: Option<String>,
     /// Where the default model goes (`provider/model`), or why it cannot be used.
+    #[serde(with = "route")]
     pub default_route: Option<Result<String, String>>,
     /// A model a usable provider lists, to suggest.
     pub example_model: Option<String>,
@@ -41,6 +51,170 @@ pub struct Diagnosis {
     pub discord_token: bool,
     /// `chorus status` only: whether a Chorus answers at the HTTP address.
     pub server_running: Option<bool>,
+    /// What only a running Chorus knows (`GET /api/status`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<Live>,
+}
+
+/// A running Chorus's agents and workers, and when it last checked the providers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Live {
+    pub agents: u64,
+    /// Workers by state (`starting`, `running`, `restarting`).
+    pub workers: BTreeMap<String, u64>,
+    /// When the providers were last checked (`chorus models --refresh` checks again).
+    pub providers_checked_at: Option<String>,
+}
+
+/// What a running Chorus knows of its own set-up, to diagnose itself on request
+/// (`GET /api/status`): its settings, where it actually listens (a port 0 resolved)
+/// and whether it runs the Discord front end.
+#[derive(Clone)]
+pub struct ServerSetup {
+    pub settings: Settings,
+    pub http_addr: SocketAddr,
+    pub grpc_addr: SocketAddr,
+}
+
+impl ServerSetup {
+    /// The server's diagnosis for the catalogue as it last checked it.
+    pub fn diagnosis(&self, snapshot: &CatalogSnapshot, live: Live) -> Diagnosis {
+        let mut diagnosis =
+            diagnosis_from(&self.settings, snapshot, self.settings.discord.is_some());
+        diagnosis.http_addr = self.http_addr;
+        diagnosis.grpc_addr = self.grpc_addr;
+        diagnosis.server_running = Some(true);
+        diagnosis.live = Some(live);
+        diagnosis
+    }
+}
+
+/// The providers as a list of objects (`{"provider", "state", …}`), for API users.
+mod provider_list {
+    use super::*;
+
+    /// A closed set: what a provider's state is called in the API.
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    enum State {
+        NotConfigured,
+        Usable,
+        Refused,
+        Unreachable,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct Entry {
+        provider: ProviderKind,
+        state: State,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        models: Option<usize>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        base_url: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    }
+
+    pub fn serialize<S: serde::Serializer>(
+        providers: &[(ProviderKind, ProviderState)],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let entries: Vec<Entry> = providers
+            .iter()
+            .map(|(kind, state)| {
+                let mut entry = Entry {
+                    provider: *kind,
+                    state: State::NotConfigured,
+                    models: None,
+                    base_url: None,
+                    error: None,
+                };
+                match state {
+                    ProviderState::NotConfigured => {}
+                    ProviderState::Usable { models, base_url } => {
+                        entry.state = State::Usable;
+                        entry.models = Some(*models);
+                        entry.base_url = Some(base_url.clone());
+                    }
+                    ProviderState::Failed { error, reachable } => {
+                        entry.state = if *reachable {
+                            State::Refused
+                        } else {
+                            State::Unreachable
+                        };
+                        entry.error = Some(error.clone());
+                    }
+                }
+                entry
+            })
+            .collect();
+        entries.serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<(ProviderKind, ProviderState)>, D::Error> {
+        let entries = Vec::<Entry>::deserialize(deserializer)?;
+        Ok(entries
+            .into_iter()
+            .map(|e| {
+                let error = e.error.unwrap_or_default();
+                let state = match e.state {
+                    State::NotConfigured => ProviderState::NotConfigured,
+                    State::Usable => ProviderState::Usable {
+                        models: e.models.unwrap_or(0),
+                        base_url: e.base_url.unwrap_or_default(),
+                    },
+                    State::Refused => ProviderState::Failed {
+                        error,
+                        reachable: true,
+                    },
+                    State::Unreachable => ProviderState::Failed {
+                        error,
+                        reachable: false,
+                    },
+                };
+                (e.provider, state)
+            })
+            .collect())
+    }
+}
+
+/// The default model's route as `{"route": "provider/model"}` or `{"error": "…"}`.
+mod route {
+    use super::*;
+
+    #[derive(Serialize, Deserialize)]
+    struct Route {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        route: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    }
+
+    pub fn serialize<S: serde::Serializer>(
+        value: &Option<Result<String, String>>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        value
+            .as_ref()
+            .map(|r| Route {
+                route: r.as_ref().ok().cloned(),
+                error: r.as_ref().err().cloned(),
+            })
+            .serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Result<String, String>>, D::Error> {
+        Ok(
+            Option::<Route>::deserialize(deserializer)?.map(|r| match r.route {
+                Some(route) => Ok(route),
+                None => Err(r.error.unwrap_or_default()),
+            }),
+        )
+    }
 }
 
 /// Whether `DISCORD_TOKEN` is set (and not empty).
@@ -48,24 +222,12 @@ pub fn discord_token_set() -> bool {
     std::env::var_os("DISCORD_TOKEN").is_some_and(|v| !v.is_empty())
 }
 
-/// `chorus status`: the diagnosis for these settings, and whether a Chorus answers
-/// at their HTTP address.
-pub async fn status(settings: &Settings) -> Diagnosis {
+/// `chorus status` when it shows this shell's settings: every provider checked from
+/// here; `server_running`: whether a Chorus answers at the address.
+pub async fn local(settings: &Settings, server_running: bool) -> Diagnosis {
     let catalog = Catalog::uncached(settings.providers.clone());
     let mut diagnosis = diagnose(settings, &catalog, discord_token_set()).await;
-    let health = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(2))
-        .build()
-        .ok();
-    let running = match health {
-        Some(http) => http
-            .get(format!("http://{}/healthz", settings.http_addr))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success()),
-        None => false,
-    };
-    diagnosis.server_running = Some(running);
+    diagnosis.server_running = Some(server_running);
     diagnosis
 }
 
@@ -109,6 +271,7 @@ pub fn diagnosis_from(
         })
     });
     Diagnosis {
+        version: env!("CARGO_PKG_VERSION").to_string(),
         data_dir: settings.data_dir.clone(),
         database: settings.database.describe(&settings.data_dir),
         workers: match (&settings.workers.launcher, &settings.workers.tls) {
@@ -142,6 +305,7 @@ pub fn diagnosis_from(
         example_model,
         discord_token,
         server_running: None,
+        live: None,
     }
 }
 
@@ -194,7 +358,12 @@ impl Diagnosis {
 
     /// The block `chorus status` and `chorus serve` print.
     pub fn render(&self) -> String {
-        let mut out = format!("Chorus {}\n", env!("CARGO_PKG_VERSION"));
+        let version = if self.version.is_empty() {
+            env!("CARGO_PKG_VERSION")
+        } else {
+            &self.version
+        };
+        let mut out = format!("Chorus {version}\n");
         out.push_str(&format!("  data dir:       {}\n", self.data_dir.display()));
         out.push_str(&format!("  database:       {}\n", self.database));
         out.push_str(&format!("  workers:        {}\n", self.workers));
@@ -217,7 +386,29 @@ impl Diagnosis {
                 "off (set DISCORD_TOKEN to connect a bot)"
             }
         ));
-        out.push_str("  providers:\n");
+        if let Some(live) = &self.live {
+            let workers = if live.workers.is_empty() {
+                "none".to_string()
+            } else {
+                live.workers
+                    .iter()
+                    .map(|(state, n)| format!("{n} {state}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            out.push_str(&format!(
+                "  agents:         {}; workers: {workers}\n",
+                live.agents
+            ));
+        }
+        match self
+            .live
+            .as_ref()
+            .and_then(|l| l.providers_checked_at.as_ref())
+        {
+            Some(at) => out.push_str(&format!("  providers:      checked {at}\n")),
+            None => out.push_str("  providers:\n"),
+        }
         for (kind, state) in &self.providers {
             let line = describe_state(*kind, state);
             out.push_str(&format!("    {:<12}{line}\n", kind.name()));
@@ -369,5 +560,39 @@ mod tests {
         );
         let d = diagnosis(&[("openai", ok)], Some("no-such-model"));
         assert!(d.next_steps()[0].starts_with("the default model 'no-such-model' cannot be used"));
+    }
+
+    /// `chorus status` reads the server's diagnosis back from `GET /api/status`.
+    #[test]
+    fn a_diagnosis_survives_json_and_names_each_providers_state() {
+        let ok = provider(true, &["fake-model"], None, true);
+        let refused = provider(false, &[], Some("the key was refused (401)"), true);
+        let mut d = diagnosis(
+            &[("openai", ok), ("anthropic", refused)],
+            Some("fake-model"),
+        );
+        d.live = Some(Live {
+            agents: 2,
+            workers: [("running".to_string(), 2)].into(),
+            providers_checked_at: Some("2026-11-23T00:00:00.000Z".into()),
+        });
+        let json = serde_json::to_value(&d).unwrap();
+        assert_eq!(json["providers"][0]["provider"], "anthropic");
+        assert_eq!(json["providers"][0]["state"], "refused");
+        assert_eq!(json["providers"][1]["state"], "usable");
+        assert_eq!(json["providers"][1]["models"], 1);
+        assert_eq!(json["providers"][2]["state"], "not_configured");
+        assert_eq!(json["default_route"]["route"], "openai/fake-model");
+        let back: Diagnosis = serde_json::from_value(json).unwrap();
+        assert_eq!(back, d);
+        let text = back.render();
+        assert!(
+            text.contains("agents:         2; workers: 2 running"),
+            "{text}"
+        );
+        assert!(
+            text.contains("providers:      checked 2026-11-23"),
+            "{text}"
+        );
     }
 }

@@ -11,8 +11,8 @@ use chorus_control_plane::{serve, telemetry};
 #[command(
     name = "chorus",
     version,
-    about = "Chorus turns chat channels, a task board and an HTTP API into autonomous LLM agents.",
-    long_about = "Chorus turns chat channels, a task board and an HTTP API into autonomous LLM agents.\n\n\
+    about = "Chorus runs autonomous LLM agents you reach from this terminal, an HTTP API or Discord.",
+    long_about = "Chorus runs autonomous LLM agents you reach from this terminal, an HTTP API or Discord.\n\n\
         Each agent has its own git workspace, tools and model, and runs in its own worker\n\
         process (chorus-worker) that the control plane starts and supervises.\n\n\
         Settings come from built-in defaults, then chorus.toml, then the environment\n\
@@ -35,10 +35,14 @@ enum Command {
     #[command(
         visible_alias = "doctor",
         after_help = "Examples:\n  chorus status\n  OPENAI_API_KEY=sk-… chorus status --config ./chorus.toml\n\n\
-            Reads the same settings as chorus serve (flags, CHORUS_* and provider variables,\n\
-            chorus.toml), checks each provider once, and exits 1 when none is usable."
+            When a Chorus answers (at --url, else at the --http-addr chorus serve would use),\n\
+            this is what that server sees: its providers as it last checked them, its default\n\
+            model, agents, workers and Discord. Only when none answers (or its status cannot\n\
+            be read) does it show this shell's settings (flags, CHORUS_* and provider\n\
+            variables, chorus.toml), checking each provider once; the first line says which.\n\
+            Exits 0 when what it shows has a usable model provider, 1 otherwise."
     )]
-    Status(ServeArgs),
+    Status(cli::status::StatusArgs),
     /// Inspect permission profiles.
     #[command(
         subcommand,
@@ -65,6 +69,10 @@ enum PermissionsCommand {
         profile: String,
         /// An action string, e.g. tool:create_file:src/main.rs or tool:bash:ls -la.
         action: String,
+        /// Print JSON: the decision and, for each part of the action, the rule that
+        /// decides it (its whole pattern) and why.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -93,7 +101,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     match cli.command {
         // Clients: none of the server's logging.
         Command::Client(command) => return cli::run(command).await,
-        Command::Status(args) => return status(args).await,
+        Command::Status(args) => return cli::status::run(args).await,
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "chorus", &mut std::io::stdout());
@@ -133,8 +141,12 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             telemetry.shutdown(std::time::Duration::from_secs(5)).await;
             Ok(true)
         }
-        Command::Permissions(PermissionsCommand::Explain { profile, action }) => {
-            explain(&profile, &action)?;
+        Command::Permissions(PermissionsCommand::Explain {
+            profile,
+            action,
+            json,
+        }) => {
+            explain(&profile, &action, json)?;
             Ok(true)
         }
         Command::Client(_) | Command::Status(_) | Command::Completions { .. } => {
@@ -143,16 +155,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     }
 }
 
-/// `chorus status`: exit 0 when a model provider is usable.
-async fn status(args: ServeArgs) -> anyhow::Result<bool> {
-    let (file, _) = config::load_file(args.config.as_deref())?;
-    let settings = Settings::resolve(args, file, |name| std::env::var(name).ok())?;
-    let diagnosis = chorus_control_plane::doctor::status(&settings).await;
-    print!("{}", diagnosis.render());
-    Ok(diagnosis.usable())
-}
-
-fn explain(profile: &str, action: &str) -> anyhow::Result<()> {
+fn explain(profile: &str, action: &str, json: bool) -> anyhow::Result<()> {
     use chorus_control_plane::permissions::{PermissionsSetting, Profile, bash_actions};
     let setting = if PRESETS.contains(&profile) {
         PermissionsSetting::Preset(profile.to_string())
@@ -174,15 +177,22 @@ fn explain(profile: &str, action: &str) -> anyhow::Result<()> {
         None => vec![action.to_string()],
     };
     let (decision, explanations) = profile.decide_all(&actions);
+    if json {
+        // The shape of `POST /api/permissions/explain`'s `profile`, `decision`, `actions`.
+        let answer = serde_json::json!({
+            "profile": profile.name(),
+            "decision": decision,
+            "actions": explanations,
+        });
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+        return Ok(());
+    }
     println!("{decision}  ({} profile)", profile.name());
     for e in &explanations {
-        // The reason names the rule; preset patterns are long, so the index leads.
-        let rule = match (e.list, e.rule_index) {
-            (Some(list), Some(index)) => format!("{list}[{index}]"),
-            _ => "no rule".to_string(),
-        };
+        // The reason names the rule (`allow[2]`), in words when its pattern is long
+        // (`--json` has the whole pattern).
         println!(
-            "  {:<5} {}\n        {rule}: {}",
+            "  {:<5} {}\n        {}",
             e.decision.as_str(),
             e.action,
             e.reason
@@ -217,5 +227,62 @@ mod tests {
         let mut missing = Vec::new();
         walk(&command, "chorus", &mut missing);
         assert!(missing.is_empty(), "no example in the help of: {missing:?}");
+    }
+
+    /// Every command a script may call answers in JSON with `--json`. `serve` (its
+    /// output is its log: `--log-format json`) and `completions` (a shell script) are
+    /// not answers.
+    #[test]
+    fn every_command_takes_json() {
+        fn walk(
+            command: &clap::Command,
+            path: &str,
+            missing: &mut Vec<String>,
+            leaves: &mut usize,
+        ) {
+            for sub in command.get_subcommands() {
+                let name = format!("{path} {}", sub.get_name());
+                if ["chorus serve", "chorus completions"].contains(&name.as_str())
+                    || sub.get_name() == "help"
+                {
+                    continue;
+                }
+                if sub.has_subcommands() {
+                    walk(sub, &name, missing, leaves);
+                    continue;
+                }
+                *leaves += 1;
+                if !sub.get_arguments().any(|a| a.get_long() == Some("json")) {
+                    missing.push(name);
+                }
+            }
+        }
+        let mut command = Cli::command();
+        // Global flags (`--json` of the client's commands) reach the leaves here.
+        command.build();
+        let (mut missing, mut leaves) = (Vec::new(), 0);
+        walk(&command, "chorus", &mut missing, &mut leaves);
+        assert!(leaves > 20, "only {leaves} commands walked");
+        assert!(missing.is_empty(), "no --json on: {missing:?}");
+    }
+
+    /// The help promises nothing that does not exist (no task board, no web UI yet).
+    #[test]
+    fn the_help_promises_only_what_exists() {
+        let mut command = Cli::command();
+        let top = command.render_long_help().to_string();
+        let serve = command
+            .find_subcommand_mut("serve")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        for help in [&top, &serve] {
+            let lower = help.to_lowercase();
+            assert!(
+                !lower.contains("task board") && !lower.contains("web ui"),
+                "{help}"
+            );
+        }
+        assert!(top.contains("Discord"), "{top}");
     }
 }

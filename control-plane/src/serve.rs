@@ -372,6 +372,14 @@ pub async fn start(
         thread_retention: settings.threads.retention,
         metrics_open: settings.metrics_open,
         worker_credentials: join_credentials,
+        setup: Arc::new(crate::doctor::ServerSetup {
+            settings: Settings {
+                data_dir: data_dir.clone(),
+                ..settings.clone()
+            },
+            http_addr,
+            grpc_addr,
+        }),
     };
     // Discord is one more front end: if it cannot start, the HTTP API still runs.
     let discord = match settings.discord.clone() {

@@ -24,6 +24,69 @@ pub enum Action {
     },
 }
 
+/// Keeps a question at the terminal readable while events go on arriving: its prompt
+/// is on a line of its own, and whatever is printed while it waits goes above a fresh
+/// copy of it rather than after it on its line (pure: text in, text to write out).
+#[derive(Debug, Default)]
+pub struct Prompt {
+    /// The prompt shown while a question waits.
+    open: Option<String>,
+    /// The cursor is right after the prompt.
+    at_prompt: bool,
+}
+
+/// What the terminal shows while an approval waits.
+pub const APPROVE_PROMPT: &str = "  approve? [y/n] ";
+
+impl Prompt {
+    /// Asks: the question on its own line, then the prompt.
+    pub fn ask(&mut self, question: &str) -> String {
+        let lead = if self.at_prompt { "\n" } else { "" };
+        self.open = Some(APPROVE_PROMPT.to_string());
+        self.at_prompt = true;
+        format!("{lead}{question}\n{APPROVE_PROMPT}")
+    }
+
+    /// Asks again after an answer it cannot read (the person's line ended the last).
+    pub fn again(&mut self, text: &str) -> String {
+        self.at_prompt = true;
+        text.to_string()
+    }
+
+    /// `text` as it must be written now: below the prompt, then the prompt again.
+    pub fn print(&mut self, text: &str) -> String {
+        let Some(prompt) = &self.open else {
+            return text.to_string();
+        };
+        let mut out = String::new();
+        if self.at_prompt {
+            out.push('\n');
+        }
+        out.push_str(text);
+        self.at_prompt = text.ends_with('\n');
+        if self.at_prompt {
+            out.push_str(prompt);
+        }
+        out
+    }
+
+    /// The person answered at the prompt (their line ended it).
+    pub fn answered_here(&mut self) {
+        self.open = None;
+        self.at_prompt = false;
+    }
+
+    /// Answered elsewhere (or expired): ends the prompt's line.
+    pub fn answered_elsewhere(&mut self) -> String {
+        self.open = None;
+        if std::mem::take(&mut self.at_prompt) {
+            "\n".into()
+        } else {
+            String::new()
+        }
+    }
+}
+
 pub struct Follow {
     thread_id: u64,
     style: Style,
@@ -253,6 +316,27 @@ mod tests {
                 error: None
             })
         );
+    }
+
+    #[test]
+    fn lines_printed_while_a_question_waits_go_above_its_prompt() {
+        let mut p = Prompt::default();
+        assert_eq!(p.print("-> step 1\n"), "-> step 1\n");
+        let mut screen = p.ask("? approval bash wants tool:bash:rm x");
+        screen += &p.print("-> step 2: waiting\n");
+        screen += &p.print("Hel");
+        screen += &p.print("lo\n");
+        assert_eq!(
+            screen,
+            "? approval bash wants tool:bash:rm x\n  approve? [y/n] \n-> step 2: waiting\n  approve? [y/n] \nHello\n  approve? [y/n] "
+        );
+        // Every line of it is whole: no step line glued to a prompt.
+        assert!(screen.lines().all(|l| !l.contains("] -")), "{screen}");
+        assert_eq!(p.answered_elsewhere(), "\n");
+        assert_eq!(p.print("-> step 3\n"), "-> step 3\n");
+        p.ask("?");
+        p.answered_here();
+        assert_eq!(p.print("done\n"), "done\n");
     }
 
     #[test]

@@ -6,11 +6,15 @@
 //! `send` follows a run live. Exit codes: 0 when the command (or the thread it
 //! followed) succeeded, 1 otherwise with the reason on stderr.
 
+pub mod approval_id;
 pub mod client;
+pub mod destroy;
+pub mod events;
 pub mod follow;
 pub mod render;
 pub mod send;
 pub mod sse;
+pub mod status;
 pub mod worker;
 
 use std::io::{IsTerminal, Write};
@@ -91,7 +95,8 @@ pub enum ClientCommand {
     Approve {
         #[command(flatten)]
         client: ClientArgs,
-        /// The approval's id (chorus approvals lists them).
+        /// The approval's id, or the start of it that only one waiting approval has
+        /// (chorus approvals lists them).
         id: String,
     },
     /// Deny a waiting tool call.
@@ -99,7 +104,53 @@ pub enum ClientCommand {
     Deny {
         #[command(flatten)]
         client: ClientArgs,
+        /// The approval's id, or the start of it that only one waiting approval has.
         id: String,
+    },
+    /// What each model provider offers (the names to give --model), and why a
+    /// provider is not usable.
+    #[command(after_help = "Examples:\n  chorus models\n  chorus models --refresh")]
+    Models {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Check every key and list the models again first (operators and admins).
+        #[arg(long)]
+        refresh: bool,
+    },
+    /// An agent's audit log: every tool call, what its profile decided and who, newest first.
+    #[command(
+        after_help = "Examples:\n  chorus audit reviewer\n  chorus audit reviewer --limit 200 --before 1234"
+    )]
+    Audit {
+        #[command(flatten)]
+        client: ClientArgs,
+        agent: String,
+        /// How many entries (1-500).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Only entries older than this id (the next page).
+        #[arg(long)]
+        before: Option<i64>,
+    },
+    /// An agent's background jobs (commands it started to run on): running ones first.
+    #[command(after_help = "Example:\n  chorus jobs reviewer")]
+    Jobs {
+        #[command(flatten)]
+        client: ClientArgs,
+        agent: String,
+    },
+    /// Follow the live feed of every thread (or one agent's) until Ctrl-C.
+    #[command(
+        after_help = "Examples:\n  chorus events\n  chorus events --agent reviewer --json\n\n\
+        A line per event (steps, messages, approvals, threads ending); with --json one\n\
+        JSON object per line: {\"kind\", \"id\", \"data\"}."
+    )]
+    Events {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Only this agent's threads.
+        #[arg(long)]
+        agent: Option<String>,
     },
     /// Save, clear or restore an agent's context, or list its saved sessions.
     #[command(
@@ -198,11 +249,19 @@ pub enum AgentCommand {
         settings: AgentSettingsArgs,
     },
     /// Stop an agent's worker and delete it (its files too, unless --keep-files).
-    #[command(after_help = "Example:\n  chorus agent destroy reviewer --keep-files")]
+    #[command(
+        after_help = "Examples:\n  chorus agent destroy reviewer\n  chorus agent destroy reviewer --keep-files --yes\n\n\
+        On a terminal it says what will be deleted and asks; without one (a script),\n\
+        it refuses unless --yes is given."
+    )]
     Destroy {
         name: String,
+        /// Keep its files (workspace, sessions, docs): a new agent of the name picks them up.
         #[arg(long)]
         keep_files: bool,
+        /// Do not ask.
+        #[arg(long, short = 'y')]
+        yes: bool,
     },
 }
 
@@ -353,14 +412,16 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<bool> {
                 .await?;
             out.show(&agent, |a| render::agent(a, style))
         }
-        Cmd::Agent(AgentCommand::Destroy { name, keep_files }) => {
-            let answer = client
-                .call(
-                    Method::DELETE,
-                    &format!("/api/agents/{name}?keep_files={keep_files}"),
-                    None,
-                )
-                .await?;
+        Cmd::Agent(AgentCommand::Destroy {
+            name,
+            keep_files,
+            yes,
+        }) => {
+            if !yes && !destroy::confirm(&client, &name, keep_files).await? {
+                eprintln!("Not destroyed.");
+                return Ok(false);
+            }
+            let answer = destroy::destroy(&client, &name, keep_files).await?;
             out.show(&answer, |_| {
                 format!(
                     "Agent {name} destroyed{}.\n",
@@ -417,6 +478,7 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<bool> {
             out.show(&list, |l| render::approvals(l, style))
         }
         Cmd::Answer { id, approve } => {
+            let id = approval_id::resolve(&client, &id).await?;
             let decision = if approve { "approve" } else { "deny" };
             let answer = client
                 .post(
@@ -433,6 +495,31 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<bool> {
                 )
             })
         }
+        Cmd::Models { refresh } => {
+            let snapshot = if refresh {
+                client.post("/api/models/refresh", &json!({})).await?
+            } else {
+                client.get("/api/models").await?
+            };
+            out.show(&snapshot, |s| render::models(s, style))
+        }
+        Cmd::Audit {
+            agent,
+            limit,
+            before,
+        } => {
+            let mut path = format!("/api/agents/{agent}/audit?limit={limit}");
+            if let Some(before) = before {
+                path.push_str(&format!("&before={before}"));
+            }
+            let page = client.get(&path).await?;
+            out.show(&page, |p| render::audit(p, style))
+        }
+        Cmd::Jobs { agent } => {
+            let list = client.get(&format!("/api/agents/{agent}/tasks")).await?;
+            out.show(&list, |l| render::jobs(l, style))
+        }
+        Cmd::Events { agent } => events::follow(&client, agent.as_deref(), args.json, style).await,
         Cmd::Context(command) => context(&client, command, out).await,
         Cmd::User(UserCommand::Token(command)) => token(&client, command, out, style).await,
         Cmd::Whoami => {
@@ -592,6 +679,20 @@ enum Cmd {
         id: String,
         approve: bool,
     },
+    Models {
+        refresh: bool,
+    },
+    Audit {
+        agent: String,
+        limit: u32,
+        before: Option<i64>,
+    },
+    Jobs {
+        agent: String,
+    },
+    Events {
+        agent: Option<String>,
+    },
     Context(ContextCommand),
     User(UserCommand),
     Whoami,
@@ -621,6 +722,22 @@ fn split(command: ClientCommand) -> (ClientArgs, Cmd) {
         ClientCommand::Approvals { client, agent } => (client, Cmd::Approvals { agent }),
         ClientCommand::Approve { client, id } => (client, Cmd::Answer { id, approve: true }),
         ClientCommand::Deny { client, id } => (client, Cmd::Answer { id, approve: false }),
+        ClientCommand::Models { client, refresh } => (client, Cmd::Models { refresh }),
+        ClientCommand::Audit {
+            client,
+            agent,
+            limit,
+            before,
+        } => (
+            client,
+            Cmd::Audit {
+                agent,
+                limit,
+                before,
+            },
+        ),
+        ClientCommand::Jobs { client, agent } => (client, Cmd::Jobs { agent }),
+        ClientCommand::Events { client, agent } => (client, Cmd::Events { agent }),
         ClientCommand::Context { client, command } => (client, Cmd::Context(command)),
         ClientCommand::User { client, command } => (client, Cmd::User(command)),
         ClientCommand::Whoami { client } => (client, Cmd::Whoami),

@@ -460,6 +460,217 @@ pub fn sessions(history: &Value) -> String {
     )
 }
 
+/// `GET /api/models`: each provider, whether it is usable, and the names to use.
+pub fn models(snapshot: &Value, style: Style) -> String {
+    let providers = snapshot["providers"].as_object();
+    if providers.is_none_or(|p| p.is_empty()) {
+        return "No model provider is configured: chorus status says what to set.\n".into();
+    }
+    let mut out = String::new();
+    for (name, p) in providers.into_iter().flatten() {
+        let models: Vec<&str> = p["models"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let state = if p["valid"] == true {
+            style.green("usable")
+        } else if p["reachable"] == false {
+            style.red("unreachable")
+        } else {
+            style.red("refused")
+        };
+        out.push_str(&format!(
+            "{} {state} at {}\n",
+            style.bold(name),
+            cell(&p["base_url"])
+        ));
+        if let Some(error) = p["error"].as_str() {
+            out.push_str(&format!("  {error}\n"));
+        }
+        // Local servers' models are named with their provider (`ollama/llama3.2`).
+        let prefix = if matches!(name.as_str(), "ollama" | "lmstudio") {
+            format!("{name}/")
+        } else {
+            String::new()
+        };
+        for model in &models {
+            out.push_str(&format!("  {prefix}{model}\n"));
+        }
+        if models.is_empty() && p["error"].is_null() {
+            out.push_str("  (no models listed)\n");
+        }
+    }
+    if let Some(at) = snapshot["refreshed_at"].as_str() {
+        out.push_str(&style.dim(&format!(
+            "checked {at}; chorus models --refresh checks again\n"
+        )));
+    }
+    out
+}
+
+/// `GET /api/agents/{name}/audit`: newest first.
+pub fn audit(page: &Value, style: Style) -> String {
+    let rows: Vec<Vec<String>> = page["entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            vec![
+                cell(&e["id"]),
+                cell(&e["timestamp"]),
+                cell(&e["thread_id"]),
+                cell(&e["decision"]),
+                cell(&e["result"]),
+                cell(&e["user_id"]),
+                one_line(e["action"].as_str().unwrap_or(""), 70),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "Nothing in the audit log yet.\n".into();
+    }
+    let mut out = table(
+        &["ID", "TIME", "THREAD", "DECISION", "RESULT", "BY", "ACTION"],
+        &rows,
+        |i, c| match (i, c) {
+            (3, "deny" | "denied") => style.red(c),
+            (3, "ask" | "asked") => style.yellow(c),
+            _ => c.to_string(),
+        },
+    );
+    if let Some(before) = page["entries"]
+        .as_array()
+        .and_then(|e| e.last())
+        .and_then(|e| e["id"].as_i64())
+        .filter(|_| page["next"].is_string())
+    {
+        out.push_str(&style.dim(&format!("older: add --before {before}\n")));
+    }
+    out
+}
+
+/// `GET /api/agents/{name}/tasks`: background jobs, running first.
+pub fn jobs(list: &Value, style: Style) -> String {
+    let rows: Vec<Vec<String>> = list["tasks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            vec![
+                cell(&t["id"]),
+                cell(&t["status"]),
+                cell(&t["exit_code"]),
+                cell(&t["pid"]),
+                cell(&t["started_at"]),
+                cell(&t["ended_at"]),
+                one_line(t["command"].as_str().unwrap_or(""), 60),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "No background jobs.\n".into();
+    }
+    table(
+        &["ID", "STATUS", "EXIT", "PID", "STARTED", "ENDED", "COMMAND"],
+        &rows,
+        |i, c| match (i, c) {
+            (1, "running") => style.status(c),
+            (1, "failed" | "lost") => style.red(c),
+            _ => c.to_string(),
+        },
+    )
+}
+
+/// One event of the live feed (`chorus events`) as a line; `None` for what a person
+/// need not see line by line (streamed text: the stored message follows).
+pub fn feed_line(kind: &str, data: &Value, style: Style) -> Option<String> {
+    let agent = data["agent"].as_str().unwrap_or("?");
+    let head = match data["thread_id"].as_u64() {
+        Some(id) => style.bold(&format!("{agent} #{id}")),
+        None => style.bold(agent),
+    };
+    let body = match kind {
+        "text" => return None,
+        "thread_created" => format!(
+            "new thread{}{}",
+            data["user"]
+                .as_str()
+                .map(|u| format!(" from {u}"))
+                .unwrap_or_default(),
+            data["continued_from"]
+                .as_u64()
+                .map(|t| format!(", continuing #{t}"))
+                .unwrap_or_default()
+        ),
+        "status" => {
+            let status = data["status"].as_str().unwrap_or("?");
+            match data["error"].as_str() {
+                Some(error) => format!("{}: {}", style.status(status), one_line(error, 100)),
+                None => style.status(status),
+            }
+        }
+        "step_started" => format!(
+            "step {}: {}",
+            cell(&data["number"]),
+            one_line(data["description"].as_str().unwrap_or(""), 100)
+        ),
+        "step_ended" if data["failed"] == true => {
+            style.red(&format!("step {} failed", cell(&data["number"])))
+        }
+        "step_ended" => return None,
+        "message" => format!(
+            "{}: {}",
+            data["role"].as_str().unwrap_or("?"),
+            one_line(data["content"].as_str().unwrap_or(""), 100)
+        ),
+        "approval" => format!(
+            "{} {} wants {} (chorus approve {})",
+            style.yellow("approval"),
+            data["tool"].as_str().unwrap_or("a tool"),
+            one_line(
+                &data["actions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                80
+            ),
+            data["approval_id"].as_str().unwrap_or("?")
+        ),
+        "approval_answered" => format!(
+            "approval {}{}",
+            data["outcome"].as_str().unwrap_or("answered"),
+            data["by"]
+                .as_str()
+                .map(|b| format!(" by {b}"))
+                .unwrap_or_default()
+        ),
+        "summary" => format!(
+            "titled: {}",
+            one_line(data["summary"].as_str().unwrap_or(""), 100)
+        ),
+        "notification" => one_line(
+            data["text"]
+                .as_str()
+                .or(data["kind"].as_str())
+                .unwrap_or("notification"),
+            120,
+        ),
+        "reset" => {
+            return Some(style.yellow(&format!(
+                "(events were missed: {}; chorus threads <agent> shows where threads are)\n",
+                data["reason"].as_str().unwrap_or("the feed was reset")
+            )));
+        }
+        other => format!("{other}: {}", one_line(&data.to_string(), 100)),
+    };
+    Some(format!("{head} {body}\n"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -494,6 +705,35 @@ mod tests {
              12  failed   -     0.5 s      x                         the model refused\n"
         );
         assert!(threads(&json!([]), PLAIN).starts_with("No threads"));
+    }
+
+    #[test]
+    fn models_name_what_to_use_and_feed_lines_name_the_thread() {
+        let snapshot = json!({"refreshed_at": "2026-01-01T00:00:00Z", "providers": {
+            "ollama": {"valid": true, "base_url": "http://127.0.0.1:11434/v1", "models": ["llama3.2"], "error": null},
+            "openai": {"valid": false, "reachable": true, "base_url": "https://x/v1", "models": [],
+                       "error": "the key was refused (401)"},
+        }});
+        let text = models(&snapshot, PLAIN);
+        assert!(
+            text.contains("ollama usable at http://127.0.0.1:11434/v1\n  ollama/llama3.2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("openai refused at https://x/v1\n  the key was refused (401)\n"),
+            "{text}"
+        );
+        assert!(models(&json!({"providers": {}}), PLAIN).contains("chorus status"));
+        let line = feed_line(
+            "step_started",
+            &json!({"agent": "helper", "thread_id": 3, "number": 2, "description": "view a.md"}),
+            PLAIN,
+        );
+        assert_eq!(line.as_deref(), Some("helper #3 step 2: view a.md\n"));
+        assert_eq!(
+            feed_line("text", &json!({"agent": "h", "thread_id": 1}), PLAIN),
+            None
+        );
     }
 
     #[test]

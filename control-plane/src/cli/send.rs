@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::client::Client;
-use super::follow::{Action, Follow};
+use super::follow::{Action, Follow, Prompt};
 use super::render::{Style, duration_ms};
 use super::sse::SseParser;
 
@@ -69,6 +69,7 @@ pub async fn send(client: &Client, options: SendOptions<'_>) -> anyhow::Result<b
     let interactive = !options.json && std::io::stdin().is_terminal();
     let mut answers = interactive.then(stdin_lines);
     let mut waiting: Option<String> = None;
+    let mut prompt = Prompt::default();
     let mut last_id: Option<String> = None;
     let mut reconnects = 0;
     let mut parser = SseParser::default();
@@ -96,10 +97,12 @@ pub async fn send(client: &Client, options: SendOptions<'_>) -> anyhow::Result<b
                     "y" | "yes" => "approve",
                     "n" | "no" => "deny",
                     _ => {
-                        eprint!("Please answer y or n: ");
+                        write!(out, "{}", prompt.again("Please answer y or n: "))?;
+                        out.flush()?;
                         continue;
                     }
                 };
+                prompt.answered_here();
                 match client
                     .post(
                         &format!("/api/approvals/{id}"),
@@ -164,7 +167,7 @@ pub async fn send(client: &Client, options: SendOptions<'_>) -> anyhow::Result<b
             for action in follow.on_event(&event.event, &data) {
                 match action {
                     Action::Print(text) if !options.json => {
-                        write!(out, "{text}")?;
+                        write!(out, "{}", prompt.print(&text))?;
                         out.flush()?;
                     }
                     Action::Print(_) => {}
@@ -176,20 +179,20 @@ pub async fn send(client: &Client, options: SendOptions<'_>) -> anyhow::Result<b
                             continue;
                         }
                         if answers.is_some() {
-                            write!(out, "{question}\n  approve? [y/n] ")?;
+                            write!(out, "{}", prompt.ask(&question))?;
                             out.flush()?;
                             waiting = Some(approval_id);
                         } else {
-                            writeln!(
-                                out,
-                                "{question}\n  answer with: chorus approve {approval_id}  (or chorus deny {approval_id})"
-                            )?;
+                            let text = format!(
+                                "{question}\n  answer with: chorus approve {approval_id}  (or chorus deny {approval_id})\n"
+                            );
+                            write!(out, "{}", prompt.print(&text))?;
                         }
                     }
                     Action::Answered { approval_id } => {
                         if waiting.as_deref() == Some(approval_id.as_str()) {
                             waiting = None;
-                            writeln!(out)?;
+                            write!(out, "{}", prompt.answered_elsewhere())?;
                         }
                     }
                     Action::Done { status, error } => {

@@ -13,6 +13,7 @@ mod events;
 mod health;
 mod models;
 mod permissions;
+mod status;
 mod tasks;
 mod threads;
 mod users;
@@ -80,6 +81,7 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
     const DELETE: Method = Method::DELETE;
     vec![
         declare(GET, "/api/whoami", Look, users::whoami),
+        declare(GET, "/api/status", Look, status::status),
         // Agents.
         declare(GET, "/api/agents", Look, agents::list),
         declare(POST, "/api/agents", CreateAgents, agents::create),
@@ -234,6 +236,8 @@ pub struct AppState {
     pub metrics_open: bool,
     /// Dial-in workers' join credentials (`/api/workers/tokens`).
     pub worker_credentials: Arc<crate::workers::credentials::JoinCredentials>,
+    /// What `GET /api/status` diagnoses: this server's settings and addresses.
+    pub setup: Arc<crate::doctor::ServerSetup>,
 }
 
 /// The `/api` routes of [`table`], each behind its act's check (not yet behind

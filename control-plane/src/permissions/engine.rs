@@ -48,8 +48,12 @@ pub struct Explanation {
     pub list: Option<&'static str>,
     /// 0-based index of the deciding rule in its list.
     pub rule_index: Option<usize>,
+    /// The deciding rule's whole pattern, as written.
     pub pattern: Option<String>,
-    /// One sentence for a person.
+    /// The deciding rule in words, when it has them (`RuleSpec::about`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub about: Option<String>,
+    /// One sentence for a person: the rule's words, else its pattern.
     pub reason: String,
 }
 
@@ -76,7 +80,18 @@ struct RuleList {
 
 struct CompiledRule {
     pattern: String,
+    about: Option<String>,
     reach: Reach,
+}
+
+impl CompiledRule {
+    /// How a sentence names the rule: its words, else its pattern as written.
+    fn shown(&self) -> String {
+        match &self.about {
+            Some(about) => format!("({about})"),
+            None => format!("`{}`", self.pattern),
+        }
+    }
 }
 
 impl fmt::Debug for Profile {
@@ -148,6 +163,7 @@ impl RuleList {
             }
             compiled.push(CompiledRule {
                 pattern: rule.pattern.clone(),
+                about: rule.about.clone(),
                 reach: reach(&rule.pattern),
             });
             anchored_patterns.push(full);
@@ -242,16 +258,17 @@ impl Profile {
             let Some(index) = list.first_match(action) else {
                 continue;
             };
-            let pattern = list.rules[index].pattern.clone();
+            let rule = &list.rules[index];
+            let shown = rule.shown();
             let (decision, reason) = if list.name == "allow" {
                 (
                     Decision::Allow,
-                    format!("allowed by allow[{index}] `{pattern}`"),
+                    format!("allowed by allow[{index}] {shown}"),
                 )
             } else {
                 (
                     Decision::Ask,
-                    format!("no allow rule matches; ask[{index}] `{pattern}` requires approval"),
+                    format!("no allow rule matches; ask[{index}] {shown} requires approval"),
                 )
             };
             return Explanation {
@@ -259,7 +276,8 @@ impl Profile {
                 decision,
                 list: Some(list.name),
                 rule_index: Some(index),
-                pattern: Some(pattern),
+                pattern: Some(rule.pattern.clone()),
+                about: rule.about.clone(),
                 reason,
             };
         }
@@ -269,6 +287,7 @@ impl Profile {
             list: None,
             rule_index: None,
             pattern: None,
+            about: None,
             reason: self.deny_reason(action),
         }
     }

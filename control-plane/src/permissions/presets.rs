@@ -78,7 +78,8 @@ fn standard() -> ProfileSpec {
                     "tool:create_file:",
                     "tool:file.delete:src/a.rs",
                 ],
-            ),
+            )
+    .about("create_file, str_replace, file.write, file.create or file.patch of a path inside the workspace with no component named .git, .gitattributes, .gitmodules or .envrc"),
             read_only_commands(),
             RuleSpec::with_examples(
                 r"tool:bash:pwd(?:[ \t]+-[LP])*",
@@ -122,7 +123,8 @@ fn standard() -> ProfileSpec {
                     "tool:self_edit:docs:../agent.json",
                     "tool:self_edit:docs:/etc/passwd",
                 ],
-            ),
+            )
+            .about("self_edit of the agent's own docs, or of a path inside them"),
         ],
         ask: vec![
             RuleSpec::with_examples(
@@ -132,7 +134,8 @@ fn standard() -> ProfileSpec {
                     "tool:file.delete:.git/index.lock",
                 ],
                 &["tool:file.delete:../x", "tool:file.delete:/etc/passwd"],
-            ),
+            )
+            .about("file.delete of a path inside the workspace"),
             RuleSpec::with_examples(
                 format!("{write_tools}:{path}"),
                 &[
@@ -142,7 +145,8 @@ fn standard() -> ProfileSpec {
                     "tool:str_replace:.envrc",
                 ],
                 &["tool:create_file:.git/../../x", "tool:create_file:/tmp/x"],
-            ),
+            )
+            .about("writing any path inside the workspace, .git and the like included"),
             RuleSpec::with_examples(
                 r"tool:bash:(?s:.*)",
                 &[
@@ -191,6 +195,7 @@ fn read_files() -> RuleSpec {
             "tool:viewer:a",
         ],
     )
+    .about("view, file.read, file.list or file.search of a path inside the workspace")
 }
 
 /// `ls`, `cat`, `head`, `tail`, `wc`, `grep` on workspace-relative paths. `wc` takes no
@@ -251,6 +256,7 @@ fn read_only_commands() -> RuleSpec {
             "tool:bash:ls -la\\",
         ],
     )
+    .about("ls, cat, head, tail, wc or grep with options and workspace paths, nothing else on the line")
 }
 
 /// `rg`, without `--pre` (runs a program on every file it searches) or `--hostname-bin`
@@ -281,6 +287,7 @@ fn ripgrep() -> RuleSpec {
             "tool:bash:rg x /etc",
         ],
     )
+    .about("rg with options and workspace paths, without --pre or --hostname-bin")
 }
 
 /// `find` with predicates that only read and print (no `-exec`, `-delete`, `-fprint`…).
@@ -309,6 +316,7 @@ fn find() -> RuleSpec {
             "tool:bash:find * -name x",
         ],
     )
+    .about("find in the workspace with predicates that only read and print (no -exec, -delete, -fprint…)")
 }
 
 /// `git status|diff|log|show`, without `--output` (it writes a file), `--no-index` (it
@@ -362,6 +370,7 @@ fn git_read() -> RuleSpec {
             "tool:bash:git commit -m x",
         ],
     )
+    .about("git status, diff, log or show, without --output, --no-index, options before the subcommand or signature checks")
 }
 
 /// `regex` with `%` never followed by `G` inside any character class: a class that
@@ -428,6 +437,7 @@ fn git_branch() -> RuleSpec {
             "tool:bash:git branch -m x",
         ],
     )
+    .about("git branch listing forms only")
 }
 
 /// Blanks between words.
@@ -556,6 +566,31 @@ mod tests {
             assert!(Profile::preset(name).is_some(), "{name}");
         }
         assert!(spec("strict").is_none());
+    }
+
+    /// An explanation names a rule by its words when its pattern is too long to read
+    /// (the bash rules run to a thousand characters).
+    #[test]
+    fn every_long_preset_rule_says_in_words_what_it_accepts() {
+        for name in PRESETS {
+            let spec = spec(name).unwrap();
+            for rule in spec.allow.iter().chain(&spec.ask) {
+                assert!(
+                    rule.pattern.chars().count() <= 80 || rule.about.is_some(),
+                    "preset {name}: a {}-character rule without words: {}",
+                    rule.pattern.chars().count(),
+                    rule.pattern
+                );
+            }
+        }
+        let profile = Profile::preset("standard").unwrap();
+        let e = profile.explain("tool:bash:ls -la src");
+        assert_eq!(
+            e.reason,
+            "allowed by allow[2] (ls, cat, head, tail, wc or grep with options and workspace \
+             paths, nothing else on the line)"
+        );
+        assert!(e.pattern.unwrap().chars().count() > 500);
     }
 
     #[test]

@@ -21,6 +21,9 @@ pub struct RuleSpec {
     pub matches: Vec<String>,
     /// Action strings this rule must not match.
     pub rejects: Vec<String>,
+    /// What the rule accepts, in words: explanations show it instead of a pattern too
+    /// long to read (the presets' are built from pieces and run to a thousand characters).
+    pub about: Option<String>,
 }
 
 impl RuleSpec {
@@ -37,7 +40,14 @@ impl RuleSpec {
             pattern: pattern.into(),
             matches: matches.iter().map(|s| s.to_string()).collect(),
             rejects: rejects.iter().map(|s| s.to_string()).collect(),
+            about: None,
         }
+    }
+
+    /// The rule described in words (the `about` field).
+    pub fn about(mut self, about: &str) -> Self {
+        self.about = Some(about.to_string());
+        self
     }
 }
 
@@ -49,13 +59,16 @@ impl From<&str> for RuleSpec {
 
 impl Serialize for RuleSpec {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        if self.matches.is_empty() && self.rejects.is_empty() {
+        if self.matches.is_empty() && self.rejects.is_empty() && self.about.is_none() {
             return serializer.serialize_str(&self.pattern);
         }
-        let mut map = serializer.serialize_map(Some(3))?;
+        let mut map = serializer.serialize_map(None)?;
         map.serialize_entry("pattern", &self.pattern)?;
         map.serialize_entry("matches", &self.matches)?;
         map.serialize_entry("rejects", &self.rejects)?;
+        if let Some(about) = &self.about {
+            map.serialize_entry("about", about)?;
+        }
         map.end()
     }
 }
@@ -70,6 +83,8 @@ struct RuleSpecObject {
     matches: Vec<String>,
     #[serde(default)]
     rejects: Vec<String>,
+    #[serde(default)]
+    about: Option<String>,
 }
 
 impl<'de> Deserialize<'de> for RuleSpec {
@@ -78,7 +93,7 @@ impl<'de> Deserialize<'de> for RuleSpec {
         impl<'de> Visitor<'de> for RuleVisitor {
             type Value = RuleSpec;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a regex string or {\"pattern\", \"matches\", \"rejects\"}")
+                f.write_str("a regex string or {\"pattern\", \"matches\", \"rejects\", \"about\"}")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<RuleSpec, E> {
                 Ok(RuleSpec::new(v))
@@ -89,6 +104,7 @@ impl<'de> Deserialize<'de> for RuleSpec {
                     pattern: o.pattern,
                     matches: o.matches,
                     rejects: o.rejects,
+                    about: o.about,
                 })
             }
         }

@@ -52,17 +52,20 @@ pub enum ResolveError {
     #[error(
         "no model provider configured: set OPENAI_API_KEY, ANTHROPIC_API_KEY or OPENROUTER_API_KEY \
          (or OPENAI_BASE_URL for a local OpenAI-compatible server), or start Ollama (OLLAMA_BASE_URL) \
-         or LM Studio (LMSTUDIO_BASE_URL), then restart chorus or POST /api/models/refresh{details}"
+         or LM Studio (LMSTUDIO_BASE_URL), then restart chorus or check again with `chorus models \
+         --refresh` (POST /api/models/refresh){details}"
     )]
     NoProviders { details: String },
     #[error(
-        "unknown model '{model}'; known models: {known}. GET /api/models lists them; \
+        "unknown model '{model}'; known models: {known}. `chorus models` (GET /api/models) lists \
+         them; \
          name a local model as ollama/<name> or lmstudio/<name>"
     )]
     Unknown { model: String, known: String },
     #[error(
         "cannot use '{model}': the {provider} server was reached but cannot list its models \
-         ({reason}). Check {setting}, then POST /api/models/refresh"
+         ({reason}). Check {setting}, then check again with `chorus models --refresh` \
+         (POST /api/models/refresh)"
     )]
     Unlisted {
         model: String,

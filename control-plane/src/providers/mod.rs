@@ -5,8 +5,12 @@ pub mod catalog;
 
 use crate::config::Secret;
 
-/// Every provider Chorus knows, in resolution order (first match wins).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Every provider Chorus knows, in resolution order (first match wins). In JSON, its
+/// [`name`](ProviderKind::name).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum ProviderKind {
     Anthropic,
     OpenAi,
@@ -138,6 +142,7 @@ mod tests {
     fn names_round_trip_and_local_servers_need_no_key() {
         for kind in ALL_PROVIDERS {
             assert_eq!(ProviderKind::parse(kind.name()), Some(kind));
+            assert_eq!(serde_json::json!(kind), kind.name());
         }
         assert!(ProviderKind::Ollama.is_local() && ProviderKind::Ollama.key_env().is_none());
         assert_eq!(ProviderKind::Anthropic.api(), API_ANTHROPIC_MESSAGES);

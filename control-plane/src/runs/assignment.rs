@@ -107,9 +107,10 @@ impl Builder<'_> {
                 return config(e.to_string());
             }
             return config(format!(
-                "agent '{}' has no model: set one with PATCH /api/agents/{} {{\"model\": \"…\"}}, \
-                 or start chorus with CHORUS_DEFAULT_MODEL",
-                agent.name, agent.name
+                "agent '{}' has no model: set one with `chorus agent configure {} --model <model>` \
+                 (PATCH /api/agents/{} {{\"model\": \"…\"}}; `chorus models` lists them), or start \
+                 chorus with CHORUS_DEFAULT_MODEL",
+                agent.name, agent.name, agent.name
             ));
         };
         let route = match self.catalog.resolve(&model).await {
@@ -120,8 +121,9 @@ impl Builder<'_> {
             Ok(profile) => offered_tools(&profile),
             Err(e) => {
                 return config(format!(
-                    "the agent's permission profile cannot be used: {e}; fix it with PATCH /api/agents/{}",
-                    agent.name
+                    "the agent's permission profile cannot be used: {e}; fix it with `chorus agent \
+                     configure {} --permissions …` (PATCH /api/agents/{})",
+                    agent.name, agent.name
                 ));
             }
         };

@@ -305,8 +305,9 @@ impl Sessions {
             .await?
             .ok_or_else(|| {
                 SessionError::NotFound(format!(
-                    "agent '{}' has no session '{session_id}'; GET /api/agents/{}/context/history lists them",
-                    agent.name, agent.name
+                    "agent '{}' has no session '{session_id}'; `chorus context history {}` \
+                     (GET /api/agents/{}/context/history) lists them",
+                    agent.name, agent.name, agent.name
                 ))
             })?;
         // Everything that can be wrong with the file is found before the context

@@ -46,3 +46,112 @@ fn only_the_connection_modules_use_generated_protocol_types() {
         "generated protocol types used in {offenders:?}"
     );
 }
+
+/// The anchor GitHub gives a heading: lower case, punctuation but `-` and `_` dropped,
+/// spaces as `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// Every link of a Markdown file: the targets of `[text](target)`.
+fn link_targets(text: &str) -> Vec<String> {
+    let mut targets = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("](") {
+        rest = &rest[at + 2..];
+        if let Some(end) = rest.find(')') {
+            targets.push(rest[..end].trim().to_string());
+        }
+    }
+    targets
+}
+
+/// A newcomer's first page has no dead links: every relative link of README.md (and
+/// deploy/README.md) names a file or directory inside the repository, every `#anchor`
+/// a heading of its file, and no path in backticks points out of the repository.
+#[test]
+fn every_relative_link_in_the_readmes_resolves_inside_the_repository() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap();
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for readme in ["README.md", "deploy/README.md"] {
+        let path = root.join(readme);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let dir = path.parent().unwrap().to_path_buf();
+        let headings = |text: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| l.starts_with('#'))
+                .map(|l| anchor(l.trim_start_matches('#')))
+                .collect()
+        };
+        for target in link_targets(&text) {
+            if target.starts_with("http://") || target.starts_with("https://") {
+                continue;
+            }
+            checked += 1;
+            let (file, fragment) = match target.split_once('#') {
+                Some((file, fragment)) => (file, Some(fragment)),
+                None => (target.as_str(), None),
+            };
+            let resolved = if file.is_empty() {
+                path.clone()
+            } else {
+                match dir.join(file).canonicalize() {
+                    Ok(p) if p.starts_with(&root) => p,
+                    Ok(p) => {
+                        problems.push(format!(
+                            "{readme}: {target} is outside the repository ({})",
+                            p.display()
+                        ));
+                        continue;
+                    }
+                    Err(e) => {
+                        problems.push(format!("{readme}: {target} does not exist ({e})"));
+                        continue;
+                    }
+                }
+            };
+            if let Some(fragment) = fragment {
+                let text = std::fs::read_to_string(&resolved).unwrap_or_default();
+                if !headings(&text).iter().any(|h| h == fragment) {
+                    problems.push(format!(
+                        "{readme}: no heading for #{fragment} in {}",
+                        resolved.display()
+                    ));
+                }
+            }
+        }
+        for (i, span) in text.split('`').enumerate() {
+            if i % 2 == 1 && span.starts_with("../") {
+                match dir.join(span).canonicalize() {
+                    Ok(p) if p.starts_with(&root) => {}
+                    _ => problems.push(format!("{readme}: `{span}` points out of the repository")),
+                }
+            }
+        }
+    }
+    assert!(checked >= 5, "only {checked} relative links found");
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn headings_become_the_anchors_github_gives_them() {
+    assert_eq!(
+        anchor(" Dial-in workers (containers, Kubernetes)"),
+        "dial-in-workers-containers-kubernetes"
+    );
+    assert_eq!(anchor("Deploying (`deploy/`)"), "deploying-deploy");
+    assert_eq!(
+        link_targets("see [a](b.md#c) and [d](#e)"),
+        ["b.md#c", "#e"]
+    );
+}

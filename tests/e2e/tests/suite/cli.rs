@@ -175,7 +175,19 @@ async fn agents_threads_and_context_from_the_terminal_client() -> anyhow::Result
         "{}",
         stderr(&killed)
     );
-    let destroyed = client(&chorus, &["agent", "destroy", "helper"]).await;
+    // A script that does not say --yes destroys nothing.
+    let refused = client(&chorus, &["agent", "destroy", "helper"]).await;
+    assert_eq!(refused.status.code(), Some(1), "{}", stdout(&refused));
+    assert!(
+        stderr(&refused).contains("no terminal to ask at, so pass --yes")
+            && stderr(&refused).contains("--keep-files"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(chorus.agent("helper").await?["name"], "helper");
+    assert!(chorus.agent_dir("helper").join("workspace").is_dir());
+    let destroyed = client(&chorus, &["agent", "destroy", "helper", "--yes"]).await;
+    assert!(!chorus.agent_dir("helper").join("workspace").exists());
     assert_eq!(
         stdout(&destroyed),
         "Agent helper destroyed.\n",
@@ -333,6 +345,13 @@ async fn an_approval_is_answered_at_the_terminal_prompt() -> anyhow::Result<()> 
         screen.contains("approved by api") && screen.contains("Written."),
         "{screen}"
     );
+    // The prompt keeps a line of its own: nothing printed while it waits joins it.
+    assert!(
+        !screen
+            .lines()
+            .any(|l| l.contains("[y/n]") && (l.contains("->") || l.contains("step"))),
+        "{screen}"
+    );
     assert!(
         screen.contains('\x1b'),
         "a terminal gets colour: {screen:?}"
@@ -486,9 +505,17 @@ async fn the_server_log_says_what_agents_do_in_one_line_each() -> anyhow::Result
 
 /// `chorus status` with only the given variables (no keys of this machine's).
 async fn status(vars: &[(&str, &str)]) -> anyhow::Result<(Option<i32>, String)> {
+    status_with(&[], vars).await
+}
+
+async fn status_with(
+    args: &[&str],
+    vars: &[(&str, &str)],
+) -> anyhow::Result<(Option<i32>, String)> {
     let mut command = tokio::process::Command::new(bin_path("chorus"));
     command
         .arg("status")
+        .args(args)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         // Nothing runs here, and no local model server answers.
@@ -562,6 +589,67 @@ async fn status_says_which_providers_are_usable_and_what_to_set_next() -> anyhow
     );
     assert!(text.contains("; running"), "{text}");
     assert!(text.contains("next:           ready:"), "{text}");
+    // Without the server's token, it says it shows this shell's settings, and why.
+    assert!(
+        text.starts_with(&format!(
+            "A Chorus answers at http://{addr}, but its status cannot be read: no API token here"
+        )),
+        "{text}"
+    );
+
+    // A shell with no provider key, against a server that has one: the server's view.
+    let (code, text) = status(&[
+        ("CHORUS_HTTP_ADDR", &addr),
+        ("CHORUS_API_TOKEN", chorus.token()),
+    ])
+    .await?;
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.starts_with(&format!(
+            "The Chorus at http://{addr} (what the server sees):\n"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("openai      usable: 1 model at"), "{text}");
+    assert!(
+        text.contains("default model:  fake-model (via openai/fake-model)"),
+        "{text}"
+    );
+    assert!(text.contains("agents:         0; workers: none"), "{text}");
+    assert!(
+        !text.contains("not configured (set OPENAI_API_KEY)"),
+        "{text}"
+    );
+    // The same for scripts, and through the API.
+    let (code, json_text) = status_with(
+        &["--json"],
+        &[
+            ("CHORUS_HTTP_ADDR", &addr),
+            ("CHORUS_API_TOKEN", chorus.token()),
+        ],
+    )
+    .await?;
+    assert_eq!(code, Some(0), "{json_text}");
+    let shown: Value = serde_json::from_str(&json_text)?;
+    assert_eq!(shown["shown"], "server", "{shown:#}");
+    assert_eq!(shown["status"]["usable"], true, "{shown:#}");
+    let openai = shown["status"]["providers"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["provider"] == "openai"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(openai["state"], "usable", "{shown:#}");
+    let api: Value = chorus
+        .api(reqwest::Method::GET, "/api/status")
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(
+        api["default_route"]["route"], "openai/fake-model",
+        "{api:#}"
+    );
+    assert_eq!(api["data_dir"], shown["status"]["data_dir"]);
     // chorus serve says the same at start: here, with no provider at all.
     let bare = Chorus::builder()
         .env("OLLAMA_BASE_URL", "http://127.0.0.1:9")
@@ -696,5 +784,270 @@ async fn user_tokens_are_issued_listed_and_revoked_from_the_terminal_client() ->
     );
     let listed = stdout(&client(&chorus, &["user", "token", "list"]).await);
     assert!(listed.contains("revoked "), "{listed}");
+    Ok(())
+}
+
+/// Reads `chorus events --json` lines until one satisfies `done`.
+async fn read_events_until(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    done: impl Fn(&Value) -> bool,
+) -> anyhow::Result<Vec<Value>> {
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let line = tokio::time::timeout_at(deadline, lines.next_line())
+            .await
+            .map_err(|_| anyhow::anyhow!("no such event within 30 s: {seen:#?}"))??
+            .ok_or_else(|| anyhow::anyhow!("chorus events ended: {seen:#?}"))?;
+        let event: Value = serde_json::from_str(&line)?;
+        let finished = done(&event);
+        seen.push(event);
+        if finished {
+            return Ok(seen);
+        }
+    }
+}
+
+#[tokio::test]
+async fn models_jobs_audit_events_and_approval_prefixes_from_the_terminal_client()
+-> anyhow::Result<()> {
+    use tokio::io::AsyncBufReadExt;
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder().openai_fake(&model).start().await?;
+
+    // What the providers offer, by the names to use.
+    let models = client(&chorus, &["models"]).await;
+    let text_out = stdout(&models);
+    assert!(models.status.success(), "{}", stderr(&models));
+    assert!(
+        text_out.contains("openai usable at") && text_out.contains("\n  fake-model\n"),
+        "{text_out}"
+    );
+    let listed: Value =
+        serde_json::from_slice(&client(&chorus, &["models", "--json"]).await.stdout)?;
+    assert_eq!(listed["providers"]["openai"]["models"][0], "fake-model");
+    let refreshed = client(&chorus, &["models", "--refresh", "--json"]).await;
+    assert!(refreshed.status.success(), "{}", stderr(&refreshed));
+
+    // The live feed, followed from the start of a run that starts a background job.
+    chorus
+        .create_agent_with(json!({"name": "devops", "permissions": "open"}))
+        .await?;
+    let mut events = tokio::process::Command::new(bin_path("chorus"))
+        .args(["events", "--agent", "devops", "--json"])
+        .env("CHORUS_URL", &chorus.http_url)
+        .env("CHORUS_API_TOKEN", chorus.token())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut lines = tokio::io::BufReader::new(events.stdout.take().unwrap()).lines();
+    let marker = format!("300.{}{}", std::process::id(), line!());
+    model.push(tool_call(
+        "c1",
+        "bash",
+        json!({"command": format!("sleep {marker}"), "run_in_background": true}),
+    ));
+    model.push(text("started"));
+    // The message goes once the feed is open (the server counts its subscribers).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let metrics = chorus
+            .api(reqwest::Method::GET, "/metrics")
+            .send()
+            .await?
+            .text()
+            .await?;
+        if metrics
+            .lines()
+            .any(|l| l.starts_with("chorus_feed_subscribers 1"))
+        {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "chorus events never connected");
+        anyhow::ensure!(events.try_wait()?.is_none(), "chorus events exited");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let thread = chorus.send_message("devops", "start the job").await?;
+    let seen = read_events_until(&mut lines, |e| {
+        e["kind"] == "status" && e["data"]["status"] == "completed"
+    })
+    .await?;
+    assert!(
+        seen.iter().any(|e| e["kind"] == "step_started"
+            && e["data"]["thread_id"] == thread
+            && e["id"].is_string()),
+        "{seen:#?}"
+    );
+    // Ctrl-C ends it quietly.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(events.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )?;
+    let ended = tokio::time::timeout(Duration::from_secs(10), events.wait()).await??;
+    assert_eq!(ended.code(), Some(0));
+
+    // The job it started, and the audit log of it.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let jobs = loop {
+        let jobs = client(&chorus, &["jobs", "devops"]).await;
+        if stdout(&jobs).contains("running") {
+            break stdout(&jobs);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "no job running: {}",
+            stdout(&jobs)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        jobs.starts_with("ID") && jobs.contains(&format!("sleep {marker}")),
+        "{jobs}"
+    );
+    let audit = client(&chorus, &["audit", "devops"]).await;
+    let audit_text = stdout(&audit);
+    assert!(
+        audit_text.contains(&format!("tool:bash:sleep {marker}")) && audit_text.contains("allow"),
+        "{audit_text}{}",
+        stderr(&audit)
+    );
+    let audit: Value = serde_json::from_slice(
+        &client(&chorus, &["audit", "devops", "--limit", "1", "--json"])
+            .await
+            .stdout,
+    )?;
+    assert_eq!(
+        audit["entries"].as_array().map(Vec::len),
+        Some(1),
+        "{audit:#}"
+    );
+    let stopped = client(&chorus, &["thread", "kill", "devops", "all"]).await;
+    assert!(stopped.status.success());
+
+    // An approval answered by the start of its id.
+    chorus
+        .create_agent_with(json!({
+            "name": "careful",
+            "permissions": {"allow": ["tool:view:.*"], "ask": ["tool:create_file:.*"]},
+        }))
+        .await?;
+    model.push(tool_call(
+        "c2",
+        "create_file",
+        json!({"path": "plan.md", "content": "1"}),
+    ));
+    model.push(text("Written."));
+    let id = chorus.send_message("careful", "write the plan").await?;
+    chorus
+        .wait_thread("careful", id, Duration::from_secs(20), |t| {
+            t["status"] == "waiting_for_permission"
+        })
+        .await?;
+    let approvals: Value =
+        serde_json::from_slice(&client(&chorus, &["approvals", "--json"]).await.stdout)?;
+    let approval = approvals[0]["id"].as_str().unwrap().to_string();
+    let wrong = client(&chorus, &["approve", "zz"]).await;
+    assert!(
+        stderr(&wrong).contains("no waiting approval's id starts with 'zz'"),
+        "{}",
+        stderr(&wrong)
+    );
+    let approved = client(&chorus, &["approve", &approval[..6]]).await;
+    assert!(approved.status.success(), "{}", stderr(&approved));
+    assert!(
+        stdout(&approved).contains(&approval),
+        "{}",
+        stdout(&approved)
+    );
+    let thread = chorus
+        .wait_thread_finished("careful", id, Duration::from_secs(20))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    assert!(
+        chorus
+            .agent_dir("careful")
+            .join("workspace/plan.md")
+            .exists()
+    );
+
+    // Errors in the terminal name the command to run.
+    let unknown = client(
+        &chorus,
+        &["agent", "configure", "careful", "--model", "no-such-model"],
+    )
+    .await;
+    assert!(
+        stderr(&unknown).contains("`chorus models`"),
+        "{}",
+        stderr(&unknown)
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn permissions_explain_names_long_rules_in_words_and_gives_the_whole_rule_in_json()
+-> anyhow::Result<()> {
+    let run = |json: bool| {
+        let mut command = Command::new(bin_path("chorus"));
+        command.args(["permissions", "explain", "standard", "tool:bash:ls -la src"]);
+        if json {
+            command.arg("--json");
+        }
+        command.output()
+    };
+    let text_out = stdout(&run(false)?);
+    assert!(
+        text_out.starts_with("allow  (standard profile)"),
+        "{text_out}"
+    );
+    assert!(
+        text_out.contains("allowed by allow[2] (ls, cat, head, tail, wc or grep"),
+        "{text_out}"
+    );
+    assert!(
+        text_out.len() < 400,
+        "{} characters: {text_out}",
+        text_out.len()
+    );
+    let answer: Value = serde_json::from_slice(&run(true)?.stdout)?;
+    assert_eq!(answer["decision"], "allow");
+    assert!(
+        answer["actions"][0]["pattern"].as_str().unwrap().len() > 500,
+        "{answer:#}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn destroy_at_a_terminal_says_what_goes_and_asks() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder().openai_fake(&model).start().await?;
+    chorus.create_agent("doomed").await?;
+    let workspace = chorus.agent_dir("doomed").join("workspace");
+
+    let mut terminal = Terminal::spawn(&chorus, &["agent", "destroy", "doomed"])?;
+    terminal.wait_for("Destroy doomed? [y/N]").await?;
+    assert!(
+        terminal
+            .screen()
+            .contains(&format!("workspace:  {}", workspace.display()))
+            && terminal.screen().contains("--keep-files"),
+        "{}",
+        terminal.screen()
+    );
+    terminal.type_line("")?;
+    let (code, screen) = terminal.exit_code().await?;
+    assert_eq!(code, Some(1), "{screen}");
+    assert!(screen.contains("Not destroyed."), "{screen}");
+    assert!(workspace.is_dir());
+
+    let mut terminal = Terminal::spawn(&chorus, &["agent", "destroy", "doomed"])?;
+    terminal.wait_for("Destroy doomed? [y/N]").await?;
+    terminal.type_line("y")?;
+    let (code, screen) = terminal.exit_code().await?;
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(screen.contains("Agent doomed destroyed."), "{screen}");
+    assert!(!workspace.exists());
     Ok(())
 }

@@ -227,6 +227,7 @@ fn case(route: &Route, s: &Subjects) -> Option<Case> {
             200,
         ),
         ("GET", "/api/models") => same(Viewer, req("/api/models", None), 200),
+        ("GET", "/api/status") => same(Viewer, req("/api/status", None), 200),
         ("POST", "/api/models/refresh") => same(Operator, req("/api/models/refresh", None), 200),
         ("GET", "/api/tokens") => same(Admin, req("/api/tokens", None), 200),
         ("GET", "/api/users/{user}/tokens") => {
