@@ -20,13 +20,15 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+
+use crate::closing::CloseHandle;
 
 /// What the model says next.
 #[derive(Debug, Clone)]
@@ -248,7 +250,9 @@ impl FakeModel {
             .layer(axum::extract::DefaultBodyLimit::max(64 * 1024 * 1024))
             .with_state(script.clone());
         let task = tokio::spawn(async move {
-            crate::serve(listener, app).await;
+            let listener = crate::closing::ClosingListener(listener);
+            let app = app.into_make_service_with_connect_info::<CloseHandle>();
+            let _ = axum::serve(listener, app).await;
         });
         FakeModel { addr, script, task }
     }
@@ -283,8 +287,10 @@ impl FakeModel {
 
     /// Requests whose messages take more than `bytes` of JSON overflow the context
     /// the way llama-cpp-python does: a streaming request gets `200` with an empty
-    /// event stream, a plain one `400 context_length_exceeded`. Such requests use
-    /// no scripted reply.
+    /// event stream, after which the server closes that connection (still
+    /// advertising keep-alive: the next request sent on it gets no answer, see
+    /// [`crate::closing`]); a plain one gets `400 context_length_exceeded`. Such
+    /// requests use no scripted reply.
     pub fn set_context_window(&self, bytes: usize) -> &Self {
         self.script.lock().unwrap().context_window = Some(bytes);
         self
@@ -363,6 +369,7 @@ async fn answer(
     State(script): State<Shared>,
     uri: axum::http::Uri,
     headers: HeaderMap,
+    ConnectInfo(connection): ConnectInfo<CloseHandle>,
     body: String,
 ) -> Response {
     let body: Value = serde_json::from_str(&body).unwrap_or(Value::String(body));
@@ -412,6 +419,9 @@ async fn answer(
         {
             drop(script);
             return if streaming {
+                // llama-cpp-python closes the socket after this, although the
+                // response says keep-alive.
+                connection.close_after_response();
                 sse_response(Vec::new(), Duration::ZERO)
             } else {
                 render_error(

@@ -134,8 +134,16 @@ pub fn classify(
     let message = provider_message(body);
     if from_relay {
         return match status {
+            // The relay's words say what happened (the provider could not be
+            // reached, or closed the connection without answering).
+            502 | 504 if error_code(body).as_deref() == Some("provider_unreachable") => {
+                ModelError::Retryable {
+                    message: format!("the model relay could not reach '{provider}': {message}"),
+                    retry_after,
+                }
+            }
             502 | 504 => ModelError::Retryable {
-                message: format!("the model relay could not reach '{provider}': {message}"),
+                message: format!("the model relay got no answer from '{provider}': {message}"),
                 retry_after,
             },
             _ => ModelError::Fatal(format!(
@@ -529,6 +537,17 @@ mod tests {
         ));
         assert!(
             matches!(classify("openai", 401, "{}", None, true), ModelError::Fatal(m) if m.contains("relay"))
+        );
+        let closed = classify(
+            "openai",
+            502,
+            r#"{"error":{"code":"provider_closed_connection","message":"openai closed the connection"}}"#,
+            None,
+            true,
+        );
+        assert!(
+            matches!(&closed, ModelError::Retryable { message, .. } if !message.contains("reach")),
+            "{closed:?}"
         );
     }
 

@@ -1,7 +1,7 @@
 //! What real third-party servers do that the reference APIs do not, and providers
 //! that misbehave, through the real binaries: llama.cpp-style streams, a context
-//! overflow answered with an empty stream, a server that never answers, one that
-//! never stops. (Every fake also checks each request as the real APIs do.)
+//! overflow answered with an empty stream (and a closed connection), a server that
+//! never answers, one that never stops. (Every fake also checks each request as the real APIs do.)
 
 use std::time::{Duration, Instant};
 
@@ -76,6 +76,12 @@ async fn a_context_overflow_answered_with_an_empty_stream_fails_with_the_real_re
     let error = thread["error"].as_str().unwrap_or_default();
     assert!(error.contains("too long for the model"), "{error}");
     assert!(error.contains("exceed context window"), "{error}");
+    // The server closed the connection after the empty stream: the repeat went out
+    // on a new one, so nothing blames the network.
+    assert!(
+        !error.contains("reach") && !error.contains("closed the connection"),
+        "{error}"
+    );
     // One streamed request, one plain repeat to learn why; no retries.
     let streams: Vec<bool> = model
         .requests()
