@@ -391,7 +391,7 @@ pub struct FileThreads {
     pub stuck_after_secs: Option<u64>,
     /// Resumptions in a row without progress before a thread fails.
     pub max_resumes: Option<u32>,
-    /// Whether the agent's model titles a new thread after its first answer (one
+    /// Whether the agent's model titles a new thread once its first run is over (one
     /// short model call); otherwise the title is the request's first line.
     pub titles: Option<bool>,
 }

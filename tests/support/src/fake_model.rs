@@ -53,6 +53,17 @@ pub enum Reply {
     Malformed,
     /// A streamed answer whose connection drops after some text.
     Disconnect { after_text: String },
+    /// A streamed answer the server cuts off, as llama-cpp-python does when another
+    /// request arrives: the text (maybe none), then `data: [DONE]` and no finish
+    /// reason (Anthropic format: the body just ends, without a stop reason).
+    Cut(String),
+    /// `200` and an event stream carrying an error after some text, as LiteLLM
+    /// sends an upstream error once streaming began (`"code": "400"` as a string).
+    StreamError {
+        after_text: String,
+        code: String,
+        message: String,
+    },
     /// Wait, then answer with the inner reply.
     Delayed(Duration, Box<Reply>),
     /// Wait until the test calls [`Hold::release`], then answer with the inner
@@ -555,6 +566,37 @@ fn render(wire: Wire, reply: Reply, streaming: bool, how: Render) -> Response {
             .collect();
             chunks.push(Err(std::io::Error::other("fake model: connection dropped")));
             sse_response(chunks, how.pause)
+        }
+        Reply::Cut(text) => {
+            let mut chunks = match wire {
+                Wire::OpenAi => openai_events(&Turn::text(text), how, false),
+                Wire::Anthropic => anthropic_events(&Turn::text(text), how, false),
+            };
+            if wire == Wire::OpenAi {
+                chunks.push(Bytes::from("data: [DONE]\n\n"));
+            }
+            sse_response(chunks.into_iter().map(Ok).collect(), how.pause)
+        }
+        Reply::StreamError {
+            after_text,
+            code,
+            message,
+        } => {
+            let mut chunks = match wire {
+                Wire::OpenAi => openai_events(&Turn::text(after_text), how, false),
+                Wire::Anthropic => anthropic_events(&Turn::text(after_text), how, false),
+            };
+            chunks.push(match wire {
+                Wire::OpenAi => sse(
+                    None,
+                    &json!({"error": {"message": message, "type": null, "param": null, "code": code}}),
+                ),
+                Wire::Anthropic => sse(
+                    Some("error"),
+                    &json!({"type": "error", "error": {"type": code, "message": message}}),
+                ),
+            });
+            sse_response(chunks.into_iter().map(Ok).collect(), how.pause)
         }
         Reply::Text(_) | Reply::ToolCalls { .. } | Reply::Truncated(_) => {
             let turn = Turn::from(reply);

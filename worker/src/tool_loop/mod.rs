@@ -177,6 +177,10 @@ pub enum LoopError {
     )]
     CutOff { continuations: u32 },
     #[error(
+        "the server cut the model's answer off {count} times in a row without saying why          (a local server serving several requests at once does); try again, or give the          server more parallel slots"
+    )]
+    Interrupted { count: u32 },
+    #[error(
         "{0}; the run stopped here. Ask for the work in smaller parts (a big file in several pieces)"
     )]
     TooLarge(crate::outbound::TooLarge),
@@ -192,7 +196,8 @@ impl LoopError {
             LoopError::Model(
                 ModelError::Retryable { .. } | ModelError::ContextLength(_) | ModelError::Fatal(_),
             )
-            | LoopError::GaveUp { .. } => FailureKind::ModelError,
+            | LoopError::GaveUp { .. }
+            | LoopError::Interrupted { .. } => FailureKind::ModelError,
             LoopError::BadOutput { .. } => FailureKind::BadOutput,
             LoopError::IterationCap(_) | LoopError::TooLarge(_) | LoopError::CutOff { .. } => {
                 FailureKind::Limit
@@ -273,6 +278,9 @@ pub fn filled_context_window(reply: &ModelReply, max_tokens: u32) -> bool {
 /// Said to the model when its answer was cut off by the output limit.
 const CONTINUE_PROMPT: &str =
     "Your previous answer was cut off by the output limit. Continue exactly where it stopped.";
+/// Said to the model when the server cut its answer off without a reason.
+const RESUME_PROMPT: &str =
+    "Your previous answer was interrupted. Continue exactly where it stopped.";
 /// Said to the model when it replied with nothing at all.
 const EMPTY_REPLY_PROMPT: &str =
     "Your last reply was empty. Continue with the task, or give your final answer if you are done.";
@@ -326,6 +334,8 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
     let mut bad_replies = 0u32;
     // Replies in a row cut off by the output limit (each one continued).
     let mut continuations = 0u32;
+    // Replies in a row the server cut off without a reason (each one continued).
+    let mut interruptions = 0u32;
     let mut shrinks = 0u32;
     // Messages are appended, and only old tool output is ever shortened in place;
     // the cache notices the latter by the changed length.
@@ -431,6 +441,9 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
         if reply.stop != StopReason::MaxTokens {
             continuations = 0;
         }
+        if reply.stop != StopReason::Interrupted {
+            interruptions = 0;
+        }
 
         if reply.tool_calls.is_empty() {
             match reply.stop {
@@ -444,6 +457,17 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
                     }
                     continuations += 1;
                     messages.push(ChatMessage::user(CONTINUE_PROMPT));
+                    continue;
+                }
+                StopReason::Interrupted => {
+                    // Never a final answer: keep what came and ask for the rest.
+                    if interruptions >= MAX_CONTINUATIONS {
+                        return Err(LoopError::Interrupted {
+                            count: interruptions + 1,
+                        });
+                    }
+                    interruptions += 1;
+                    messages.push(ChatMessage::user(RESUME_PROMPT));
                     continue;
                 }
                 _ if reply.content.trim().is_empty() => {

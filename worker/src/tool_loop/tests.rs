@@ -1013,3 +1013,42 @@ async fn the_model_is_told_of_the_agents_other_threads_and_only_then() {
         "{system}"
     );
 }
+
+/// A stream the server cut off without a reason (text, no finish reason) is never
+/// the final answer: it is kept and continued, a bounded number of times in a row.
+#[tokio::test]
+async fn an_interrupted_answer_is_kept_and_continued_never_final() {
+    let script = vec![
+        reply("The first half", StopReason::Interrupted),
+        reply(" and the rest.", StopReason::EndTurn),
+    ];
+    let out = run_script(script, fast()).await;
+    assert_eq!(out.result.unwrap(), " and the rest.");
+    let second = &out.seen[1];
+    assert_eq!(second[second.len() - 2].content, "The first half");
+    assert_eq!(second[second.len() - 1].content, RESUME_PROMPT);
+    let kept: Vec<&str> = out
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            WorkerEvent::MessageAppended { message, .. } => Some(message.content.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kept, ["The first half", " and the rest."]);
+
+    let script = (0..=MAX_CONTINUATIONS)
+        .map(|i| reply(&format!("part {i}"), StopReason::Interrupted))
+        .collect();
+    let out = run_script(script, fast()).await;
+    let error = out.result.unwrap_err();
+    assert!(
+        matches!(error, LoopError::Interrupted { count: 4 }),
+        "{error}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("cut the model's answer off 4 times")
+    );
+}

@@ -273,3 +273,125 @@ async fn an_answer_cut_off_by_the_output_limit_is_continued() -> anyhow::Result<
     );
     Ok(())
 }
+
+/// llama-cpp-python ends a running stream with `data: [DONE]` and no finish reason
+/// when another request arrives. Two agents on one such server: an empty cut is a
+/// failed attempt (retried), a cut after some text is kept and continued; neither
+/// is taken as an answer.
+#[tokio::test]
+async fn two_agents_whose_streams_the_server_cuts_both_complete() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.set_quirks(Quirks {
+        no_usage: true,
+        ..Quirks::default()
+    });
+    for reply in [
+        Reply::Cut(String::new()),
+        Reply::Cut(String::new()),
+        Reply::Cut("The answer is".into()),
+        Reply::Cut("The answer is".into()),
+    ] {
+        model.push(reply);
+    }
+    // Then: the rest of an interrupted answer, or a whole one.
+    model.set_fallback(|body| {
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        let last = messages.last().map(|m| m["content"].to_string());
+        if last.is_some_and(|c| c.contains("interrupted")) {
+            text(" forty-two.")
+        } else {
+            text("Done.")
+        }
+    });
+    let chorus = openai_chorus(&model, "[models]\nretry_base_ms = 50\n").await?;
+    chorus.create_agent("one").await?;
+    chorus.create_agent("two").await?;
+    let (a, b) = tokio::join!(
+        chorus.send_message("one", "what is the answer?"),
+        chorus.send_message("two", "what is the answer?")
+    );
+    let mut failed_attempts = 0;
+    let mut finals = Vec::new();
+    for (agent, id) in [("one", a?), ("two", b?)] {
+        let thread = chorus
+            .wait_thread_finished(agent, id, Duration::from_secs(60))
+            .await?;
+        assert_eq!(thread["status"], "completed", "{thread:#}");
+        let messages = thread["messages"].as_array().unwrap();
+        let answers: Vec<&str> = messages
+            .iter()
+            .filter(|m| m["role"] == "assistant")
+            .map(|m| m["content"].as_str().unwrap_or_default())
+            .collect();
+        assert!(
+            !answers.iter().any(|a| a.is_empty()),
+            "no empty answer: {answers:?}"
+        );
+        finals.push(answers.last().unwrap().to_string());
+        failed_attempts += thread["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["kind"] == "llm_call" && s["failed"] == true)
+            .count();
+        if answers.contains(&"The answer is") {
+            assert_eq!(answers.last(), Some(&" forty-two."), "{answers:?}");
+        }
+    }
+    assert_eq!(failed_attempts, 2, "each empty cut was one failed attempt");
+    assert!(
+        !finals.iter().any(|f| f == "The answer is"),
+        "a cut answer is never final: {finals:?}"
+    );
+    Ok(())
+}
+
+/// LiteLLM sends an upstream context-length error inside a 200 stream; it is the
+/// same error as a 400 with those words: the context is shortened once, not retried.
+#[tokio::test]
+async fn a_context_length_error_sent_mid_stream_shortens_the_context_once() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let big = "a line of the report that matters\n".repeat(100);
+    model.push(tool_call(
+        "c1",
+        "create_file",
+        json!({"path": "report.txt", "content": big}),
+    ));
+    model.push(tool_call("c2", "view", json!({"path": "report.txt"})));
+    model.push(tool_call("c3", "file.list", json!({})));
+    model.push(Reply::StreamError {
+        after_text: String::new(),
+        code: "400".into(),
+        message: "litellm.ContextWindowExceededError: litellm.BadRequestError: prompt is too long: 9000 tokens > 8192 maximum".into(),
+    });
+    model.push(text("It matters."));
+    let chorus = openai_chorus(&model, "[models]\nretry_base_ms = 50\n").await?;
+    let thread = run_one(&chorus, "lite", "summarise report.txt").await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let descriptions: Vec<&str> = thread["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["description"].as_str().unwrap_or_default())
+        .collect();
+    assert!(
+        descriptions
+            .iter()
+            .any(|d| d.contains("too long for the model; shortened 1 old tool results")),
+        "{descriptions:#?}"
+    );
+    assert!(
+        !descriptions.iter().any(|d| d.contains("attempt 2")),
+        "not retried: {descriptions:#?}"
+    );
+    let requests = model.requests();
+    assert_eq!(requests.len(), 5);
+    assert!(
+        requests[4]
+            .body
+            .to_string()
+            .contains("older tool output removed"),
+        "the last request carries the shortened context"
+    );
+    Ok(())
+}
