@@ -195,6 +195,7 @@ mod tests {
                 api: ModelRoute::OPENAI_CHAT.into(),
                 relay_path: "/llm/p".into(),
                 model: "m".into(),
+                limits: Default::default(),
             },
             instruction: "Summarise this conversation in one line.".into(),
             // Cut by a kill: the call has no result.

@@ -93,21 +93,56 @@ async fn a_context_overflow_answered_with_an_empty_stream_fails_with_the_real_re
     Ok(())
 }
 
+/// A server with its own output cap (llama.cpp's `-n 512`) stops a long answer with
+/// `finish_reason: "length"` far below the `max_tokens` asked for: without a known
+/// window that is not taken for a full one; the answer is kept and continued.
 #[tokio::test]
-async fn a_reply_stopped_by_a_full_context_is_not_continued() -> anyhow::Result<()> {
+async fn a_reply_stopped_by_a_servers_output_cap_is_kept_and_continued() -> anyhow::Result<()> {
     let model = FakeOpenAi::start().await;
-    // No usage, finish_reason "length" after a few bytes: the window was full.
     model.set_quirks(Quirks {
         no_usage: true,
         ..Quirks::default()
     });
-    model.push(Reply::Truncated("The answer".into()));
+    model.push(Reply::Truncated("The first half".into()));
+    model.push(text(" and the rest."));
     let chorus = openai_chorus(&model, "").await?;
+    let thread = run_one(&chorus, "capped", "go on").await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let answers: Vec<&str> = thread["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(|m| m["content"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(answers, ["The first half", " and the rest."]);
+    assert_eq!(model.requests().len(), 2);
+    Ok(())
+}
+
+/// With the window known (a setting here; discovery where the provider lists it), a
+/// reply whose input and output fill it fails with that reason, keeping what it
+/// streamed; `max_tokens` is the model's setting.
+#[tokio::test]
+async fn a_reply_stopped_at_the_full_window_fails_keeping_what_was_streamed() -> anyhow::Result<()>
+{
+    let model = FakeOpenAi::start().await;
+    // The fake reports every asked-for token used: 20 in + 4000 out of a 4096 window.
+    model.push(Reply::Truncated("The answer".into()));
+    let chorus = openai_chorus(
+        &model,
+        "[models.limits.\"fake-model\"]\nmax_tokens = 4000\ncontext_window = 4096\n",
+    )
+    .await?;
     let thread = run_one(&chorus, "full", "go on").await?;
     assert_eq!(thread["status"], "failed", "{thread:#}");
     let error = thread["error"].as_str().unwrap_or_default();
     assert!(error.contains("fills the context window"), "{error}");
-    assert_eq!(model.requests().len(), 1, "no 'continue' was asked for");
+    assert!(error.contains("20 + 4000 of 4096 tokens"), "{error}");
+    assert_eq!(thread["messages"][1]["content"], "The answer", "{thread:#}");
+    let requests = model.requests();
+    assert_eq!(requests.len(), 1, "no 'continue' was asked for");
+    assert_eq!(requests[0].body["max_tokens"], 4000);
     Ok(())
 }
 
