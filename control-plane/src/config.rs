@@ -345,6 +345,10 @@ pub struct FileModels {
     pub call_timeout_secs: Option<u64>,
     /// One attempt ends when the provider sends nothing for this many seconds.
     pub silence_timeout_secs: Option<u64>,
+    /// Per model (as agents name it, `ollama/llama3.2`, or as its provider does):
+    /// `max_tokens` to ask for and its `context_window`, over what discovery found.
+    #[serde(default)]
+    pub limits: std::collections::BTreeMap<String, chorus_proto::domain::ModelLimits>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -391,7 +395,7 @@ pub struct FileThreads {
     pub stuck_after_secs: Option<u64>,
     /// Resumptions in a row without progress before a thread fails.
     pub max_resumes: Option<u32>,
-    /// Whether the agent's model titles a new thread after its first answer (one
+    /// Whether the agent's model titles a new thread once its first run is over (one
     /// short model call); otherwise the title is the request's first line.
     pub titles: Option<bool>,
 }
@@ -487,6 +491,8 @@ pub struct Settings {
     pub providers: Vec<ProviderEndpoint>,
     pub workers: WorkerSettings,
     pub retry: RetryPolicy,
+    /// `[models.limits."<model>"]`: what is known of a model's limits.
+    pub model_limits: std::collections::BTreeMap<String, chorus_proto::domain::ModelLimits>,
     pub ask_timeout: Duration,
     /// Roles by user id; see [`FileSettings::roles`].
     pub roles: HashMap<String, Role>,
@@ -859,6 +865,7 @@ impl Settings {
                 roles.entry("api".to_string()).or_insert(Role::Admin);
                 roles
             },
+            model_limits: file.models.limits.clone(),
             retry: RetryPolicy {
                 max_attempts: file.models.retry_attempts.unwrap_or(5).max(1),
                 max_total_ms: file

@@ -486,6 +486,7 @@ mod tests {
             error: error.map(str::to_string),
             reachable,
             checked_at: "2026-11-23T00:00:00.000Z".into(),
+            limits: Default::default(),
         }
     }
 

@@ -100,10 +100,13 @@ pub async fn start(
     };
     let http_addr = http_listener.local_addr()?;
 
-    let catalog = Arc::new(Catalog::new(
-        settings.providers.clone(),
-        data_dir.join("available_models.json"),
-    ));
+    let catalog = Arc::new(
+        Catalog::new(
+            settings.providers.clone(),
+            data_dir.join("available_models.json"),
+        )
+        .with_limits(settings.model_limits.clone()),
+    );
     // Discovery runs beside start-up; whoever needs the catalogue first waits for it.
     let discovery = {
         let catalog = catalog.clone();

@@ -197,6 +197,8 @@ impl From<ModelRoute> for pb::ModelRoute {
             api: r.api,
             relay_path: r.relay_path,
             model: r.model,
+            max_tokens: r.limits.max_tokens.unwrap_or(0),
+            context_window: r.limits.context_window.unwrap_or(0),
         }
     }
 }
@@ -208,6 +210,10 @@ impl From<pb::ModelRoute> for ModelRoute {
             api: r.api,
             relay_path: r.relay_path,
             model: r.model,
+            limits: crate::domain::ModelLimits {
+                max_tokens: (r.max_tokens > 0).then_some(r.max_tokens),
+                context_window: (r.context_window > 0).then_some(r.context_window),
+            },
         }
     }
 }
@@ -921,6 +927,10 @@ mod tests {
             api: ModelRoute::OPENAI_CHAT.into(),
             relay_path: "/llm/openai".into(),
             model: "gpt-4o".into(),
+            limits: crate::domain::ModelLimits {
+                max_tokens: Some(4096),
+                context_window: Some(32768),
+            },
         }
     }
 

@@ -209,6 +209,20 @@ pub struct ModelRoute {
     pub relay_path: String,
     /// The model name as the provider knows it.
     pub model: String,
+    /// What is known of the model's limits (settings, or the provider's list).
+    pub limits: ModelLimits,
+}
+
+/// A model's limits, where known.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelLimits {
+    /// Output tokens to ask for (`max_tokens`); `None`: the worker's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Input plus output tokens the model can hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
 }
 
 impl ModelRoute {

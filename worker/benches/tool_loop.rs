@@ -115,6 +115,7 @@ async fn one_run(tools: &ToolBox, turns: usize) -> Measured {
                 api: ModelRoute::OPENAI_CHAT.into(),
                 relay_path: "/llm/bench".into(),
                 model: "bench".into(),
+                limits: Default::default(),
             },
         },
         system_prompt: "You are a general-purpose AI agent with a workspace. Use your tools."

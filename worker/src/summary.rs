@@ -2,7 +2,7 @@
 //! clients as runs, that writes what the control plane asks for (a saved session's
 //! description, a long thread's context for its continuation).
 //!
-//! Not a run: no tools, no steps, no run id. Invariant: every request is answered
+//! Not a run: no tools (tool calls and results go as text), no steps, no run id. Invariant: every request is answered
 //! by exactly one `Summary` event, the trimmed text or an error that says what went
 //! wrong (the runner sends it; cancellation at shutdown is such an error too).
 
@@ -12,8 +12,8 @@ use chorus_proto::domain::{ChatMessage, SummaryRequest, WorkerEvent};
 use tokio_util::sync::CancellationToken;
 
 use crate::model::http::CallLimits;
-use crate::model::{MessageCache, ModelClient, ModelError, ModelRequest};
-use crate::tool_loop::{ClientFactory, EventSink, retry::backoff, transcript};
+use crate::model::{MessageCache, ModelClient, ModelError, ModelRequest, StopReason};
+use crate::tool_loop::{ClientFactory, EventSink, retry::backoff};
 
 /// Output tokens a summary may use: a summary is short by nature.
 pub const SUMMARY_MAX_TOKENS: u32 = 1024;
@@ -24,6 +24,47 @@ pub const SUMMARY_MAX_TOKENS: u32 = 1024;
 /// Anthropic format merges them.)
 pub const WRITE_IT_NOW: &str =
     "Now write what the system prompt asks for about the conversation above, and nothing else.";
+
+/// The conversation with its tool calls and results written as text: a summary
+/// offers no tools, and the APIs refuse tool blocks in a request without tools
+/// (Anthropic and Bedrock: "Requests which include tool_use or tool_result blocks
+/// must define tools"). As text, a call without a result (a run cut by a crash)
+/// needs no repair, so nothing reads "interrupted" that was not.
+pub fn as_text(messages: &[ChatMessage]) -> Vec<ChatMessage> {
+    use chorus_proto::domain::Role;
+    let mut names = std::collections::HashMap::new();
+    let mut out = Vec::with_capacity(messages.len());
+    for m in messages {
+        match m.role {
+            Role::Assistant if !m.tool_calls.is_empty() => {
+                let mut text = m.content.clone();
+                for call in &m.tool_calls {
+                    names.insert(call.id.as_str(), call.name.as_str());
+                    if !text.is_empty() {
+                        text.push('\n');
+                    }
+                    text.push_str(&format!("[called {} with {}]", call.name, call.arguments));
+                }
+                out.push(ChatMessage::assistant(text, Vec::new()));
+            }
+            Role::Tool => {
+                let name = m
+                    .tool_call_id
+                    .as_deref()
+                    .and_then(|id| names.get(id))
+                    .copied()
+                    .unwrap_or("a tool");
+                let outcome = if m.is_error { "failed" } else { "answered" };
+                out.push(ChatMessage::user(format!(
+                    "[{name} {outcome}:]\n{}",
+                    m.content
+                )));
+            }
+            _ => out.push(m.clone()),
+        }
+    }
+    out
+}
 
 /// Answers `request` with exactly one `Summary` event.
 pub async fn answer<F: ClientFactory>(
@@ -57,9 +98,7 @@ pub async fn summarize<F: ClientFactory>(
     let client = clients
         .client(&request.model)
         .map_err(|e| format!("cannot call the model {model} for the summary: {e}"))?;
-    let mut messages = request.messages.clone();
-    // A history cut by a crash or kill is one the APIs would refuse.
-    transcript::repair(&mut messages);
+    let mut messages = as_text(&request.messages);
     messages.push(ChatMessage::user(WRITE_IT_NOW));
     let cache = MessageCache::default();
     let call = ModelRequest {
@@ -85,6 +124,14 @@ pub async fn summarize<F: ClientFactory>(
             }
         };
         let (message, retry_after) = match result {
+            // A summary cut off by the server is no summary: ask again.
+            Ok(reply) if reply.stop == StopReason::Interrupted => (
+                format!(
+                    "the server cut the summary off after {} bytes",
+                    reply.content.len()
+                ),
+                None,
+            ),
             Ok(reply) => {
                 let text = reply.content.trim();
                 return if text.is_empty() {
@@ -133,7 +180,6 @@ mod tests {
     use tokio::sync::mpsc;
 
     use super::*;
-    use crate::model::StopReason;
     use crate::tool_loop::tests::{Scripted, reply};
 
     fn request() -> SummaryRequest {
@@ -149,6 +195,7 @@ mod tests {
                 api: ModelRoute::OPENAI_CHAT.into(),
                 relay_path: "/llm/p".into(),
                 model: "m".into(),
+                limits: Default::default(),
             },
             instruction: "Summarise this conversation in one line.".into(),
             // Cut by a kill: the call has no result.
@@ -206,11 +253,44 @@ mod tests {
             )]
         );
         let sent = model.seen.lock().unwrap()[0].clone();
+        assert!(
+            sent.iter()
+                .all(|m| m.tool_calls.is_empty() && m.tool_call_id.is_none())
+        );
         let sent: Vec<&str> = sent.iter().map(|m| m.content.as_str()).collect();
         assert_eq!(
             sent,
-            vec!["build it", "", transcript::INTERRUPTED_RESULT, WRITE_IT_NOW],
-            "repaired, and asked for the summary last"
+            vec![
+                "build it",
+                r#"[called bash with {"command":"make"}]"#,
+                WRITE_IT_NOW
+            ],
+            "tool calls as text (nothing made up for the missing result), the ask last"
+        );
+    }
+
+    #[test]
+    fn tool_results_are_written_with_the_name_of_their_call() {
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "file.read".into(),
+            arguments: r#"{"path":"a"}"#.into(),
+        };
+        let text = as_text(&[
+            ChatMessage::user("read a"),
+            ChatMessage::assistant("Reading.", vec![call.clone()]),
+            ChatMessage::tool_result(&call, "hello", false),
+            ChatMessage::assistant("It says hello.", vec![]),
+        ]);
+        let contents: Vec<&str> = text.iter().map(|m| m.content.as_str()).collect();
+        assert_eq!(
+            contents,
+            [
+                "read a",
+                "Reading.\n[called file.read with {\"path\":\"a\"}]",
+                "[file.read answered:]\nhello",
+                "It says hello."
+            ]
         );
     }
 

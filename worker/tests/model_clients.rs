@@ -52,7 +52,14 @@ async fn call(
         cache: &cache,
         limits,
     };
-    let http = reqwest::Client::new();
+    // In Chorus the relay talks to the provider, and sends a request whose pooled
+    // connection the server closed again on a new one (the fake closes it after an
+    // empty stream, as llama-cpp-python does); a client keeping no idle connection
+    // stands in for that.
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
     match wire {
         Wire::OpenAi => {
             OpenAiClient(Endpoint::new(http, model.base_url(), "k", "openai"))

@@ -26,12 +26,14 @@ fn route(wire: Wire) -> ModelRoute {
             api: ModelRoute::OPENAI_CHAT.into(),
             relay_path: "/v1".into(),
             model: "m".into(),
+            limits: Default::default(),
         },
         Wire::Anthropic => ModelRoute {
             provider: "anthropic".into(),
             api: ModelRoute::ANTHROPIC_MESSAGES.into(),
             relay_path: String::new(),
             model: "m".into(),
+            limits: Default::default(),
         },
     }
 }

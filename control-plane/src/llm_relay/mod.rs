@@ -46,6 +46,9 @@ pub struct RelayState {
     /// A worker's trace context is continued only into a trace it may write to.
     traces: Arc<crate::telemetry::run_traces::RunTraces>,
     client: reqwest::Client,
+    /// Keeps no idle connection: a request sent again after the pooled connection
+    /// it went out on turned out closed goes out on a new one.
+    fresh: reqwest::Client,
 }
 
 impl RelayState {
@@ -55,17 +58,19 @@ impl RelayState {
         secrets: KnownSecrets,
         traces: Arc<crate::telemetry::run_traces::RunTraces>,
     ) -> reqwest::Result<Self> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            // A redirect could carry the key somewhere else; providers do not redirect.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()?;
+        let builder = || {
+            reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(10))
+                // A redirect could carry the key somewhere else; providers do not redirect.
+                .redirect(reqwest::redirect::Policy::none())
+        };
         Ok(RelayState {
             registry,
             providers: Arc::new(providers),
             secrets,
             traces,
-            client,
+            client: builder().build()?,
+            fresh: builder().pool_max_idle_per_host(0).build()?,
         })
     }
 }
@@ -138,15 +143,18 @@ async fn relay(
     };
     let url = format!("{}/{path}", endpoint.relay_base());
 
-    let mut upstream = state.client.request(method, &url).body(body);
-    for name in FORWARDED_HEADERS {
-        if let Some(value) = headers.get(*name) {
-            upstream = upstream.header(*name, value);
+    let request = |client: &reqwest::Client| {
+        let mut upstream = client.request(method.clone(), &url).body(body.clone());
+        for name in FORWARDED_HEADERS {
+            if let Some(value) = headers.get(*name) {
+                upstream = upstream.header(*name, value);
+            }
         }
-    }
-    for (name, value) in endpoint.auth_headers() {
-        upstream = upstream.header(name, value);
-    }
+        for (name, value) in endpoint.auth_headers() {
+            upstream = upstream.header(name, value);
+        }
+        upstream
+    };
     let span = tracing::info_span!("llm_relay", %agent, %provider, %path);
     crate::telemetry::continue_trace(
         &span,
@@ -154,8 +162,31 @@ async fn relay(
             .traces
             .admit_context(&agent, &crate::telemetry::trace_headers(&headers)),
     );
-    let response = match upstream.send().instrument(span.clone()).await {
+    let mut sent = request(&state.client).send().instrument(span.clone()).await;
+    if let Err(e) = &sent
+        && closed_before_answering(e)
+    {
+        // A kept-alive connection the server had closed (llama-cpp-python closes
+        // it after an empty stream while saying keep-alive): no byte of an answer
+        // came, so the request is sent once more, on a new connection.
+        tracing::info!(parent: &span, error = %error_chain(e), "pooled connection was closed; sending again on a new one");
+        sent = request(&state.fresh).send().instrument(span.clone()).await;
+    }
+    let response = match sent {
         Ok(response) => response,
+        Err(e) if closed_before_answering(&e) => {
+            tracing::warn!(parent: &span, error = %e, "provider closed the connection without answering");
+            return relay_error(
+                StatusCode::BAD_GATEWAY,
+                "provider_closed_connection",
+                format!(
+                    "{} at {} closed the connection without answering, also on a new connection ({})",
+                    provider,
+                    endpoint.base_url,
+                    error_chain(&e)
+                ),
+            );
+        }
         Err(e) => {
             tracing::warn!(parent: &span, error = %e, "provider unreachable");
             return relay_error(
@@ -206,6 +237,35 @@ fn scrubbed_body(secrets: &KnownSecrets, body: Bytes) -> Result<(Bytes, bool), S
     })?;
     let found = secrets.scrub_found(&mut text);
     Ok((Bytes::from(text), found))
+}
+
+/// Whether a request failed because the server closed (or reset) a connection
+/// that was open, before any byte of a response: not a connection that could not
+/// be made, nor a timeout.
+fn closed_before_answering(e: &reqwest::Error) -> bool {
+    if e.is_connect() || e.is_timeout() {
+        return false;
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if let Some(hyper) = cause.downcast_ref::<hyper::Error>()
+            && hyper.is_incomplete_message()
+        {
+            return true;
+        }
+        if let Some(io) = cause.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+            )
+        {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// The error with its causes, e.g. "error sending request: connection refused".

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::RwLock;
 use std::time::Duration;
 
-use chorus_proto::domain::ModelRoute;
+use chorus_proto::domain::{ModelLimits, ModelRoute};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::watch;
@@ -33,6 +33,10 @@ pub struct ProviderModels {
     #[serde(default = "reachable_by_default")]
     pub reachable: bool,
     pub checked_at: String,
+    /// The limits the list gave, by model (OpenRouter: `context_length` and
+    /// `top_provider.max_completion_tokens`; vLLM: `max_model_len`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, ModelLimits>,
 }
 
 fn reachable_by_default() -> bool {
@@ -79,13 +83,17 @@ pub enum ResolveError {
 /// an explicit `provider/model` first, when that provider lists the model or could
 /// not be listed; then the first provider, in resolution order, that lists it.
 pub fn resolve_in(snapshot: &CatalogSnapshot, model: &str) -> Result<ModelRoute, ResolveError> {
+    let listed = |kind: ProviderKind| snapshot.providers.get(kind.name());
     let route = |kind: ProviderKind, api_model: &str| ModelRoute {
         provider: kind.name().to_string(),
         api: kind.api().to_string(),
         relay_path: format!("/llm/{}", kind.name()),
         model: api_model.to_string(),
+        limits: listed(kind)
+            .and_then(|entry| entry.limits.get(api_model))
+            .copied()
+            .unwrap_or_default(),
     };
-    let listed = |kind: ProviderKind| snapshot.providers.get(kind.name());
     let explicit = model
         .split_once('/')
         .filter(|(_, rest)| !rest.is_empty())
@@ -174,6 +182,27 @@ pub fn resolve_in(snapshot: &CatalogSnapshot, model: &str) -> Result<ModelRoute,
     })
 }
 
+/// A route's limits with the configured ones over them: set for the model as named
+/// (`ollama/llama3.2`), as `provider/model`, or by the provider's own name.
+pub fn with_configured(
+    configured: &BTreeMap<String, ModelLimits>,
+    named: &str,
+    route: &ModelRoute,
+) -> ModelLimits {
+    let set = [
+        named.to_string(),
+        format!("{}/{}", route.provider, route.model),
+        route.model.clone(),
+    ]
+    .iter()
+    .find_map(|key| configured.get(key).copied())
+    .unwrap_or_default();
+    ModelLimits {
+        max_tokens: set.max_tokens.or(route.limits.max_tokens),
+        context_window: set.context_window.or(route.limits.context_window),
+    }
+}
+
 /// The listed name for `wanted`; Ollama lists tags, so `llama3.2` finds `llama3.2:latest`.
 fn find<'a>(kind: ProviderKind, models: &'a [String], wanted: &str) -> Option<&'a str> {
     models
@@ -192,6 +221,8 @@ pub struct Catalog {
     snapshot: RwLock<CatalogSnapshot>,
     refreshed: watch::Sender<bool>,
     refreshing: tokio::sync::Mutex<()>,
+    /// Configured limits by model name, over the listed ones.
+    limits: BTreeMap<String, ModelLimits>,
 }
 
 /// How long a caller waits for the first discovery after start before using the cache.
@@ -221,7 +252,14 @@ impl Catalog {
             snapshot: RwLock::new(snapshot),
             refreshed: watch::Sender::new(false),
             refreshing: tokio::sync::Mutex::new(()),
+            limits: BTreeMap::new(),
         }
+    }
+
+    /// Configured limits (`[models.limits."<model>"]`), which win over listed ones.
+    pub fn with_limits(mut self, limits: BTreeMap<String, ModelLimits>) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// A catalogue that reads and writes no cache (`chorus status`: a one-off check).
@@ -251,7 +289,9 @@ impl Catalog {
     }
 
     pub async fn resolve(&self, model: &str) -> Result<ModelRoute, ResolveError> {
-        resolve_in(&self.snapshot().await, model)
+        let mut route = resolve_in(&self.snapshot().await, model)?;
+        route.limits = with_configured(&self.limits, model, &route);
+        Ok(route)
     }
 
     /// Checks every provider (in parallel), updates the cache file, and returns the
@@ -271,13 +311,14 @@ impl Catalog {
         for (endpoint, result) in results {
             let name = endpoint.kind.name().to_string();
             let entry = match result {
-                Ok(models) => ProviderModels {
+                Ok((models, limits)) => ProviderModels {
                     valid: true,
                     base_url: endpoint.base_url.clone(),
                     models,
                     error: None,
                     reachable: true,
                     checked_at: now(),
+                    limits,
                 },
                 Err(Failure {
                     message,
@@ -300,6 +341,15 @@ impl Catalog {
                         error: Some(message),
                         reachable,
                         checked_at: now(),
+                        limits: if keep_models {
+                            previous
+                                .providers
+                                .get(&name)
+                                .map(|p| p.limits.clone())
+                                .unwrap_or_default()
+                        } else {
+                            BTreeMap::new()
+                        },
                     }
                 }
             };
@@ -338,10 +388,13 @@ struct Failure {
     reachable: bool,
 }
 
+/// A model list: the names, and the limits it gave for some of them.
+type Listed = (Vec<String>, BTreeMap<String, ModelLimits>);
+
 async fn list_models(
     http: &reqwest::Client,
     endpoint: &ProviderEndpoint,
-) -> Result<Vec<String>, Failure> {
+) -> Result<Listed, Failure> {
     let kind = endpoint.kind;
     if kind == ProviderKind::OpenRouter {
         // OpenRouter lists models to anyone; check the key on its own endpoint.
@@ -358,22 +411,53 @@ async fn list_models(
         ProviderKind::Ollama => (body.get("models"), "name"),
         _ => (body.get("data"), "id"),
     };
-    let mut models: Vec<String> = list
-        .and_then(Value::as_array)
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|m| m.get(field).and_then(Value::as_str).map(str::to_string))
-                .collect()
-        })
-        .ok_or_else(|| Failure {
-            message: format!("{url} answered without a model list"),
-            keep_models: true,
-            reachable: true,
-        })?;
+    let items = list.and_then(Value::as_array).ok_or_else(|| Failure {
+        message: format!("{url} answered without a model list"),
+        keep_models: true,
+        reachable: true,
+    })?;
+    let mut models = Vec::new();
+    let mut limits = BTreeMap::new();
+    for item in items {
+        let Some(name) = item.get(field).and_then(Value::as_str) else {
+            continue;
+        };
+        models.push(name.to_string());
+        let listed = listed_limits(item);
+        if listed != ModelLimits::default() {
+            limits.insert(name.to_string(), listed);
+        }
+    }
     models.sort();
     models.dedup();
-    Ok(models)
+    Ok((models, limits))
+}
+
+/// The limits one entry of a model list gives, by the names the servers use.
+pub fn listed_limits(item: &Value) -> ModelLimits {
+    let number = |path: &str| {
+        item.pointer(path)
+            .and_then(Value::as_u64)
+            .filter(|n| *n > 0)
+    };
+    ModelLimits {
+        max_tokens: [
+            "/top_provider/max_completion_tokens",
+            "/max_completion_tokens",
+            "/max_output_tokens",
+        ]
+        .iter()
+        .find_map(|path| number(path))
+        .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+        context_window: [
+            "/context_length",
+            "/max_model_len",
+            "/context_window",
+            "/max_context_length",
+        ]
+        .iter()
+        .find_map(|path| number(path)),
+    }
 }
 
 async fn get_json(
@@ -486,6 +570,7 @@ mod tests {
                             error: models.is_empty().then(|| "cannot reach it".to_string()),
                             reachable: !models.is_empty(),
                             checked_at: String::new(),
+                            limits: Default::default(),
                         },
                     )
                 })
@@ -499,6 +584,50 @@ mod tests {
     }
 
     #[test]
+    fn limits_come_from_the_list_and_settings_win() {
+        let openrouter = serde_json::json!({"id": "m", "context_length": 131072,
+            "top_provider": {"max_completion_tokens": 4096}});
+        assert_eq!(
+            listed_limits(&openrouter),
+            ModelLimits {
+                max_tokens: Some(4096),
+                context_window: Some(131072)
+            }
+        );
+        let vllm = serde_json::json!({"id": "m", "max_model_len": 8192});
+        assert_eq!(listed_limits(&vllm).context_window, Some(8192));
+        assert_eq!(
+            listed_limits(&serde_json::json!({"id": "m"})),
+            ModelLimits::default()
+        );
+
+        let mut s = snapshot(&[("ollama", &["llama3.2:latest"])]);
+        s.providers.get_mut("ollama").unwrap().limits.insert(
+            "llama3.2:latest".into(),
+            ModelLimits {
+                max_tokens: None,
+                context_window: Some(8192),
+            },
+        );
+        let route = resolve_in(&s, "ollama/llama3.2").unwrap();
+        assert_eq!(route.limits.context_window, Some(8192));
+        let configured = BTreeMap::from([(
+            "ollama/llama3.2".to_string(),
+            ModelLimits {
+                max_tokens: Some(512),
+                context_window: None,
+            },
+        )]);
+        assert_eq!(
+            with_configured(&configured, "ollama/llama3.2", &route),
+            ModelLimits {
+                max_tokens: Some(512),
+                context_window: Some(8192)
+            }
+        );
+    }
+
+    #[test]
     fn a_bare_name_goes_to_the_only_provider_when_it_cannot_list_models() {
         let unlisted = ProviderModels {
             valid: false,
@@ -507,6 +636,7 @@ mod tests {
             error: Some("http://x/v1/models answered 404".into()),
             reachable: true,
             checked_at: String::new(),
+            limits: Default::default(),
         };
         let mut s = snapshot(&[("ollama", &[]), ("lmstudio", &[])]);
         s.providers.insert("openai".into(), unlisted.clone());

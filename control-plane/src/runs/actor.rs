@@ -205,6 +205,10 @@ pub(super) struct AgentActor {
     seeding: HashSet<u64>,
     /// New threads to be titled by the model after their first answer.
     untitled: HashSet<u64>,
+    /// Those of them that have it: titled once their run is over, so the title
+    /// request neither competes with the run for a local server (which may cut one
+    /// of the two streams) nor shows a tool call still running as interrupted.
+    answered: HashSet<u64>,
     /// `runs.len() + seeding.len()`, for readers outside the actor.
     active: Arc<AtomicUsize>,
     /// This actor's own queue, for the tasks it starts to report back (weak: the
@@ -240,6 +244,7 @@ impl AgentActor {
             runs: HashMap::new(),
             seeding: HashSet::new(),
             untitled: HashSet::new(),
+            answered: HashSet::new(),
             active,
             itself,
             idle: IdleClock::new(Instant::now()),
@@ -951,8 +956,8 @@ impl AgentActor {
             );
             let answered = matches!(&event, WorkerEvent::MessageAppended { message, .. }
                 if message.role == Role::Assistant);
-            if answered && self.untitled.remove(&thread_id) {
-                self.title(thread_id);
+            if answered && self.untitled.contains(&thread_id) {
+                self.answered.insert(thread_id);
             }
             return Ok(());
         }
@@ -1004,8 +1009,8 @@ impl AgentActor {
         Ok(())
     }
 
-    /// A new thread has its first answer: a task has the agent's model title it
-    /// (the request's first line stays its title if that fails).
+    /// A new thread's first run, which answered, is over: a task has the agent's
+    /// model title it (the request's first line stays its title if that fails).
     fn title(&self, thread_id: u64) {
         let shared = self.shared.clone();
         let agent = self.agent.clone();
@@ -1137,8 +1142,10 @@ impl AgentActor {
             return Ok(());
         };
         self.queue.retain(|id| id != run_id);
-        // Ended before any answer: nothing to title it from.
-        self.untitled.remove(&run.thread_id);
+        // Idle now: titled if it was answered (nothing to title it from otherwise).
+        if self.untitled.remove(&run.thread_id) && self.answered.remove(&run.thread_id) {
+            self.title(run.thread_id);
+        }
         run.span.in_scope(|| {
             tracing::info!(
                 status = status.as_str(),

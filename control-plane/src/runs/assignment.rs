@@ -215,6 +215,7 @@ mod tests {
                 api: ModelRoute::OPENAI_CHAT.into(),
                 relay_path: "/llm/openai".into(),
                 model: "m".into(),
+                limits: Default::default(),
             },
             messages,
             first_step_number: 1,

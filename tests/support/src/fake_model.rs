@@ -20,13 +20,15 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+
+use crate::closing::CloseHandle;
 
 /// What the model says next.
 #[derive(Debug, Clone)]
@@ -51,6 +53,17 @@ pub enum Reply {
     Malformed,
     /// A streamed answer whose connection drops after some text.
     Disconnect { after_text: String },
+    /// A streamed answer the server cuts off, as llama-cpp-python does when another
+    /// request arrives: the text (maybe none), then `data: [DONE]` and no finish
+    /// reason (Anthropic format: the body just ends, without a stop reason).
+    Cut(String),
+    /// `200` and an event stream carrying an error after some text, as LiteLLM
+    /// sends an upstream error once streaming began (`"code": "400"` as a string).
+    StreamError {
+        after_text: String,
+        code: String,
+        message: String,
+    },
     /// Wait, then answer with the inner reply.
     Delayed(Duration, Box<Reply>),
     /// Wait until the test calls [`Hold::release`], then answer with the inner
@@ -248,7 +261,9 @@ impl FakeModel {
             .layer(axum::extract::DefaultBodyLimit::max(64 * 1024 * 1024))
             .with_state(script.clone());
         let task = tokio::spawn(async move {
-            crate::serve(listener, app).await;
+            let listener = crate::closing::ClosingListener(listener);
+            let app = app.into_make_service_with_connect_info::<CloseHandle>();
+            let _ = axum::serve(listener, app).await;
         });
         FakeModel { addr, script, task }
     }
@@ -283,8 +298,10 @@ impl FakeModel {
 
     /// Requests whose messages take more than `bytes` of JSON overflow the context
     /// the way llama-cpp-python does: a streaming request gets `200` with an empty
-    /// event stream, a plain one `400 context_length_exceeded`. Such requests use
-    /// no scripted reply.
+    /// event stream, after which the server closes that connection (still
+    /// advertising keep-alive: the next request sent on it gets no answer, see
+    /// [`crate::closing`]); a plain one gets `400 context_length_exceeded`. Such
+    /// requests use no scripted reply.
     pub fn set_context_window(&self, bytes: usize) -> &Self {
         self.script.lock().unwrap().context_window = Some(bytes);
         self
@@ -363,6 +380,7 @@ async fn answer(
     State(script): State<Shared>,
     uri: axum::http::Uri,
     headers: HeaderMap,
+    ConnectInfo(connection): ConnectInfo<CloseHandle>,
     body: String,
 ) -> Response {
     let body: Value = serde_json::from_str(&body).unwrap_or(Value::String(body));
@@ -412,6 +430,9 @@ async fn answer(
         {
             drop(script);
             return if streaming {
+                // llama-cpp-python closes the socket after this, although the
+                // response says keep-alive.
+                connection.close_after_response();
                 sse_response(Vec::new(), Duration::ZERO)
             } else {
                 render_error(
@@ -545,6 +566,37 @@ fn render(wire: Wire, reply: Reply, streaming: bool, how: Render) -> Response {
             .collect();
             chunks.push(Err(std::io::Error::other("fake model: connection dropped")));
             sse_response(chunks, how.pause)
+        }
+        Reply::Cut(text) => {
+            let mut chunks = match wire {
+                Wire::OpenAi => openai_events(&Turn::text(text), how, false),
+                Wire::Anthropic => anthropic_events(&Turn::text(text), how, false),
+            };
+            if wire == Wire::OpenAi {
+                chunks.push(Bytes::from("data: [DONE]\n\n"));
+            }
+            sse_response(chunks.into_iter().map(Ok).collect(), how.pause)
+        }
+        Reply::StreamError {
+            after_text,
+            code,
+            message,
+        } => {
+            let mut chunks = match wire {
+                Wire::OpenAi => openai_events(&Turn::text(after_text), how, false),
+                Wire::Anthropic => anthropic_events(&Turn::text(after_text), how, false),
+            };
+            chunks.push(match wire {
+                Wire::OpenAi => sse(
+                    None,
+                    &json!({"error": {"message": message, "type": null, "param": null, "code": code}}),
+                ),
+                Wire::Anthropic => sse(
+                    Some("error"),
+                    &json!({"type": "error", "error": {"type": code, "message": message}}),
+                ),
+            });
+            sse_response(chunks.into_iter().map(Ok).collect(), how.pause)
         }
         Reply::Text(_) | Reply::ToolCalls { .. } | Reply::Truncated(_) => {
             let turn = Turn::from(reply);

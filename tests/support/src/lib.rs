@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 pub mod chorus;
+pub mod closing;
 pub mod fake_discord;
 pub mod fake_model;
 pub mod otlp;

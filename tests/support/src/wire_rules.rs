@@ -172,6 +172,28 @@ pub fn anthropic_problems(body: &Value) -> Vec<String> {
     if messages.is_empty() {
         problems.push("messages: at least one message is required".into());
     }
+    // The API (and Bedrock) refuse tool blocks in a request that offers no tools.
+    let has_tools = body
+        .get("tools")
+        .and_then(Value::as_array)
+        .is_some_and(|tools| !tools.is_empty());
+    let tool_blocks = messages.iter().any(|m| {
+        m.get("content")
+            .and_then(Value::as_array)
+            .is_some_and(|blocks| {
+                blocks.iter().any(|b| {
+                    matches!(
+                        b.get("type").and_then(Value::as_str),
+                        Some("tool_use" | "tool_result")
+                    )
+                })
+            })
+    });
+    if tool_blocks && !has_tools {
+        problems.push(
+            "Requests which include `tool_use` or `tool_result` blocks must define tools.".into(),
+        );
+    }
     let mut previous_role = "";
     let mut open: HashSet<String> = HashSet::new();
     for (i, m) in messages.iter().enumerate() {
@@ -305,11 +327,18 @@ mod tests {
             {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "view", "input": {}}]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x"},
                                          {"type": "text", "text": "and?"}]},
-        ]});
+        ], "tools": [{"name": "view", "input_schema": {"type": "object"}}]});
         assert_eq!(anthropic_problems(&good), Vec::<String>::new());
         let mut bad = good.clone();
         bad["messages"][2]["content"] = json!([{"type": "text", "text": ""}]);
         let problems = anthropic_problems(&bad);
         assert_eq!(problems.len(), 2, "{problems:#?}"); // empty text, unanswered tool_use
+        // Tool blocks without tools: what a summary request used to send.
+        let mut bad = good.clone();
+        bad.as_object_mut().unwrap().remove("tools");
+        assert_eq!(
+            anthropic_problems(&bad),
+            ["Requests which include `tool_use` or `tool_result` blocks must define tools."]
+        );
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use chorus_proto::domain::{ChatMessage, ModelRoute, Role, ToolCall, Usage};
 use serde_json::{Map, Value, json};
 
-use super::http::{Endpoint, StreamFormat, exchange};
+use super::http::{Endpoint, StreamFormat, classify_stream_error, cut_stream, exchange};
 use super::sse::SseEvent;
 use super::wire_names::{from_wire, to_wire};
 use super::{ModelClient, ModelError, ModelReply, ModelRequest, StopReason};
@@ -222,7 +222,6 @@ pub struct StreamState {
     input_tokens: u64,
     output_tokens: u64,
     saw_usage: bool,
-    finished: bool,
     /// Bytes of text, tool names and inputs so far.
     bytes: usize,
 }
@@ -336,26 +335,10 @@ impl StreamFormat for StreamState {
                     self.add_usage(usage);
                 }
             }
-            "message_stop" => {
-                self.finished = true;
-                return Ok(true);
-            }
+            "message_stop" => return Ok(true),
             "error" => {
-                let kind = data
-                    .pointer("/error/type")
-                    .and_then(Value::as_str)
-                    .unwrap_or("error");
-                let message = data
-                    .pointer("/error/message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("no details given");
-                let text = format!("'{provider}' reported {kind} mid-stream: {message}");
-                return Err(match kind {
-                    "overloaded_error" | "api_error" | "rate_limit_error" => {
-                        ModelError::retryable(text)
-                    }
-                    _ => ModelError::Fatal(text),
-                });
+                let error = data.get("error").cloned().unwrap_or(Value::Null);
+                return Err(classify_stream_error(provider, &error));
             }
             _ => {} // ping, content_block_stop
         }
@@ -367,11 +350,9 @@ impl StreamFormat for StreamState {
     }
 
     fn finish(self, provider: &str) -> Result<ModelReply, ModelError> {
-        if !self.finished {
-            return Err(ModelError::retryable(format!(
-                "the stream from '{provider}' ended before the message was complete"
-            )));
-        }
+        // A stop reason is what says the message is whole (`message_stop` may be
+        // missing after it).
+        let whole = self.stop.is_some();
         let tool_calls = self
             .blocks
             .into_values()
@@ -388,7 +369,7 @@ impl StreamFormat for StreamState {
                 _ => None,
             })
             .collect();
-        Ok(ModelReply {
+        let reply = ModelReply {
             content: self.content,
             tool_calls,
             stop: stop_reason(self.stop.as_deref()),
@@ -398,7 +379,12 @@ impl StreamFormat for StreamState {
                 input_tokens: self.input_tokens,
                 output_tokens: self.output_tokens,
             }),
-        })
+        };
+        if whole {
+            Ok(reply)
+        } else {
+            cut_stream(provider, reply)
+        }
     }
 }
 

@@ -134,8 +134,16 @@ pub fn classify(
     let message = provider_message(body);
     if from_relay {
         return match status {
+            // The relay's words say what happened (the provider could not be
+            // reached, or closed the connection without answering).
+            502 | 504 if error_code(body).as_deref() == Some("provider_unreachable") => {
+                ModelError::Retryable {
+                    message: format!("the model relay could not reach '{provider}': {message}"),
+                    retry_after,
+                }
+            }
             502 | 504 => ModelError::Retryable {
-                message: format!("the model relay could not reach '{provider}': {message}"),
+                message: format!("the model relay got no answer from '{provider}': {message}"),
                 retry_after,
             },
             _ => ModelError::Fatal(format!(
@@ -175,6 +183,91 @@ pub fn classify(
             "the model provider '{provider}' refused the request ({status}): {message}"
         )),
     }
+}
+
+/// The HTTP status an error object stands for when a server sends it inside a 200
+/// stream: its `code` when that is a status (LiteLLM sends `"code": "400"`), else
+/// its `code` or `type` as the APIs name them. `None`: it does not say.
+fn status_of(error: &Value) -> Option<u16> {
+    let field = |name: &str| {
+        error.get(name).and_then(|v| match v {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        })
+    };
+    for name in ["code", "status", "type"] {
+        let Some(value) = field(name) else { continue };
+        if let Ok(status) = value.parse::<u16>()
+            && (400..=599).contains(&status)
+        {
+            return Some(status);
+        }
+        let status = match value.as_str() {
+            "authentication_error" | "invalid_api_key" => 401,
+            "billing_error" => 402,
+            "permission_error" => 403,
+            "not_found_error" | "model_not_found" => 404,
+            "request_too_large" => 413,
+            "rate_limit_error" | "rate_limit_exceeded" | "insufficient_quota" => 429,
+            "invalid_request_error" | "context_length_exceeded" => 400,
+            "api_error" | "server_error" => 500,
+            "overloaded_error" => 529,
+            _ => continue,
+        };
+        return Some(status);
+    }
+    None
+}
+
+/// An error a server sent in the middle of a 200 stream (`{"error": {…}}`), sorted
+/// exactly as the same error sent as an HTTP status ([`classify`]): a context-length
+/// error shortens the context, a refused key is fatal. One that names no status is
+/// taken as passing unless its words say the context is too long.
+pub fn classify_stream_error(provider: &str, error: &Value) -> ModelError {
+    let body = serde_json::json!({ "error": error }).to_string();
+    let status = status_of(error).or_else(|| {
+        looks_like_context_length(error_code(&body).as_deref(), &provider_message(&body))
+            .then_some(400)
+    });
+    match status {
+        Some(status) => match classify(provider, status, &body, None, false) {
+            ModelError::Retryable {
+                message,
+                retry_after,
+            } => ModelError::Retryable {
+                message: format!("mid-stream, {message}"),
+                retry_after,
+            },
+            other => other,
+        },
+        None => ModelError::retryable(format!(
+            "'{provider}' reported an error mid-stream: {}",
+            provider_message(&body)
+        )),
+    }
+}
+
+/// A streamed reply that ended without a finish reason (`[DONE]` alone, or the end
+/// of the body): the server cut it off. With nothing in it, the attempt failed and is
+/// retried (never an empty answer); with tool calls, their arguments may be cut, so
+/// it failed too; with text only, the text is kept as an [`StopReason::Interrupted`]
+/// answer that the loop continues (never a final one).
+///
+/// [`StopReason::Interrupted`]: super::StopReason::Interrupted
+pub fn cut_stream(provider: &str, mut reply: ModelReply) -> Result<ModelReply, ModelError> {
+    if !reply.tool_calls.is_empty() {
+        return Err(ModelError::retryable(format!(
+            "the stream from '{provider}' ended in the middle of a tool call, without a finish reason"
+        )));
+    }
+    if reply.content.is_empty() {
+        return Err(ModelError::retryable(format!(
+            "the stream from '{provider}' ended without an answer or a finish reason              (the server cut it off; llama-cpp-python does when another request arrives)"
+        )));
+    }
+    reply.stop = super::StopReason::Interrupted;
+    Ok(reply)
 }
 
 /// Sends a JSON POST (`body` is JSON text). Success is the response to read;
@@ -529,6 +622,17 @@ mod tests {
         ));
         assert!(
             matches!(classify("openai", 401, "{}", None, true), ModelError::Fatal(m) if m.contains("relay"))
+        );
+        let closed = classify(
+            "openai",
+            502,
+            r#"{"error":{"code":"provider_closed_connection","message":"openai closed the connection"}}"#,
+            None,
+            true,
+        );
+        assert!(
+            matches!(&closed, ModelError::Retryable { message, .. } if !message.contains("reach")),
+            "{closed:?}"
         );
     }
 

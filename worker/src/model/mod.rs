@@ -130,6 +130,11 @@ pub enum StopReason {
     ToolUse,
     /// The reply was cut off by the output limit; the loop keeps it and asks for more.
     MaxTokens,
+    /// The stream ended (`[DONE]`, or the end of the body) without a finish reason,
+    /// after some text and no tool call: the server cut it off (llama-cpp-python does
+    /// when another request arrives). The loop keeps the text and asks for the rest;
+    /// see [`http::cut_stream`].
+    Interrupted,
     Other,
 }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use chorus_proto::domain::{ChatMessage, ModelRoute, Role, ToolCall, Usage};
 use serde_json::{Value, json};
 
-use super::http::{Endpoint, StreamFormat, exchange};
+use super::http::{Endpoint, StreamFormat, classify_stream_error, cut_stream, exchange};
 use super::sse::SseEvent;
 use super::wire_names::{from_wire, to_wire};
 use super::{ModelClient, ModelError, ModelReply, ModelRequest, StopReason};
@@ -261,7 +261,6 @@ pub struct StreamState {
     calls: ToolCalls,
     finish: Option<String>,
     usage: Option<Usage>,
-    done: bool,
     model: Option<String>,
 }
 
@@ -278,7 +277,6 @@ impl StreamFormat for StreamState {
         on_text: &mut (dyn FnMut(&str) + Send),
     ) -> Result<bool, ModelError> {
         if event.data.trim() == "[DONE]" {
-            self.done = true;
             return Ok(true);
         }
         let chunk: Value = serde_json::from_str(&event.data).map_err(|e| {
@@ -287,13 +285,7 @@ impl StreamFormat for StreamState {
             ))
         })?;
         if let Some(error) = chunk.get("error") {
-            let message = error
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("no details given");
-            return Err(ModelError::retryable(format!(
-                "'{provider}' reported an error mid-stream: {message}"
-            )));
+            return Err(classify_stream_error(provider, error));
         }
         if let Some(usage) = usage_of(&chunk) {
             self.usage = Some(usage);
@@ -339,20 +331,21 @@ impl StreamFormat for StreamState {
     }
 
     fn finish(self, provider: &str) -> Result<ModelReply, ModelError> {
-        // Servers differ on `[DONE]`; a finish reason is enough to know the reply is whole.
-        if !self.done && self.finish.is_none() {
-            return Err(ModelError::retryable(format!(
-                "the stream from '{provider}' ended before the reply was complete"
-            )));
-        }
-        Ok(ModelReply {
+        // Servers differ on `[DONE]`; a finish reason is what says the reply is whole.
+        let whole = self.finish.is_some();
+        let reply = ModelReply {
             content: self.content,
             tool_calls: self.calls.finish(),
             stop: stop_reason(self.finish.as_deref()),
             usage: self.usage,
             model: self.model,
             finish_reason: self.finish,
-        })
+        };
+        if whole {
+            Ok(reply)
+        } else {
+            cut_stream(provider, reply)
+        }
     }
 }
 
@@ -491,20 +484,56 @@ mod tests {
         );
     }
 
+    fn done() -> SseEvent {
+        SseEvent {
+            event: None,
+            data: "[DONE]".into(),
+        }
+    }
+
     #[test]
-    fn a_cut_stream_is_retryable_and_calls_without_ids_get_one() {
-        let mut state = StreamState::default();
-        state
-            .apply(
-                "ollama",
-                &chunk(json!({"choices": [{"delta": {"content": "partial"}}]})),
-                &mut |_| {},
-            )
-            .unwrap();
-        assert!(matches!(
-            state.finish("ollama"),
-            Err(ModelError::Retryable { .. })
-        ));
+    fn a_cut_stream_is_never_a_final_answer_and_calls_without_ids_get_one() {
+        // Text, then the end (with or without `[DONE]`) and no finish reason: kept,
+        // as an interrupted answer.
+        for end in [Some(done()), None] {
+            let mut state = StreamState::default();
+            state
+                .apply(
+                    "ollama",
+                    &chunk(json!({"choices": [{"delta": {"content": "partial"}}]})),
+                    &mut |_| {},
+                )
+                .unwrap();
+            if let Some(end) = &end {
+                assert!(state.apply("ollama", end, &mut |_| {}).unwrap());
+            }
+            let reply = state.finish("ollama").unwrap();
+            assert_eq!(
+                (reply.content.as_str(), reply.stop),
+                ("partial", StopReason::Interrupted)
+            );
+        }
+        // Nothing, or a tool call, then `[DONE]` and no finish reason: a failed attempt.
+        let empty = [
+            chunk(json!({"choices": [{"delta": {"role": "assistant", "content": ""}}]})),
+            done(),
+        ];
+        let call = [
+            chunk(
+                json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c", "function": {"name": "view", "arguments": "{\"pa"}}]}}]}),
+            ),
+            done(),
+        ];
+        for events in [&empty[..], &call[..], &[done()][..]] {
+            let mut state = StreamState::default();
+            for event in events {
+                state.apply("llama", event, &mut |_| {}).unwrap();
+            }
+            assert!(
+                matches!(state.finish("llama"), Err(ModelError::Retryable { .. })),
+                "{events:?}"
+            );
+        }
 
         let mut state = StreamState::default();
         state
@@ -527,6 +556,39 @@ mod tests {
                 &mut |_| {}
             ),
             Err(ModelError::Retryable { .. })
+        ));
+    }
+
+    /// An error inside a 200 stream is sorted as the same error sent as a status.
+    #[test]
+    fn mid_stream_errors_are_classified_as_their_status_would_be() {
+        let error = |value: Value| {
+            StreamState::default()
+                .apply("litellm", &chunk(json!({ "error": value })), &mut |_| {})
+                .unwrap_err()
+        };
+        // LiteLLM's context-window error, mid-stream.
+        assert!(matches!(
+            error(
+                json!({"message": "litellm.ContextWindowExceededError: prompt is too long", "type": null, "param": null, "code": "400"})
+            ),
+            ModelError::ContextLength(_)
+        ));
+        assert!(matches!(
+            error(json!({"message": "This model's maximum context length is 4096 tokens"})),
+            ModelError::ContextLength(_)
+        ));
+        assert!(matches!(
+            error(json!({"message": "invalid key", "code": 401})),
+            ModelError::Fatal(m) if m.contains("refused the credentials")
+        ));
+        assert!(matches!(
+            error(json!({"message": "overloaded", "type": "server_error"})),
+            ModelError::Retryable { .. }
+        ));
+        assert!(matches!(
+            error(json!({"message": "something odd"})),
+            ModelError::Retryable { .. }
         ));
     }
 

@@ -177,6 +177,10 @@ pub enum LoopError {
     )]
     CutOff { continuations: u32 },
     #[error(
+        "the server cut the model's answer off {count} times in a row without saying why          (a local server serving several requests at once does); try again, or give the          server more parallel slots"
+    )]
+    Interrupted { count: u32 },
+    #[error(
         "{0}; the run stopped here. Ask for the work in smaller parts (a big file in several pieces)"
     )]
     TooLarge(crate::outbound::TooLarge),
@@ -192,7 +196,8 @@ impl LoopError {
             LoopError::Model(
                 ModelError::Retryable { .. } | ModelError::ContextLength(_) | ModelError::Fatal(_),
             )
-            | LoopError::GaveUp { .. } => FailureKind::ModelError,
+            | LoopError::GaveUp { .. }
+            | LoopError::Interrupted { .. } => FailureKind::ModelError,
             LoopError::BadOutput { .. } => FailureKind::BadOutput,
             LoopError::IterationCap(_) | LoopError::TooLarge(_) | LoopError::CutOff { .. } => {
                 FailureKind::Limit
@@ -256,23 +261,56 @@ fn reply_bytes(reply: &ModelReply) -> usize {
             .sum::<usize>()
 }
 
-/// Whether a reply that stopped at a length limit stopped at the context window's
-/// end rather than at the `max_tokens` asked for: it produced fewer tokens than
-/// asked (by its usage; without usage, fewer bytes than tokens asked, which no
-/// real output of that many tokens can be).
-pub fn filled_context_window(reply: &ModelReply, max_tokens: u32) -> bool {
-    if reply.stop != StopReason::MaxTokens {
-        return false;
+/// What a reply that stopped at a length limit ran into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LengthStop {
+    /// The output limit (the `max_tokens` asked for, or a server's own lower cap):
+    /// the answer is kept and continued.
+    OutputLimit,
+    /// The end of the context window: continuing would only fill it further.
+    FullWindow,
+    /// Not known: fewer tokens than asked for and no known window (a server with its
+    /// own output cap, or a full window). Continued once; called full only if the
+    /// continuation adds nothing.
+    Unsure,
+}
+
+/// Share of the window at which a reply that stopped at a length limit counts as
+/// having filled it (servers keep a few tokens back).
+const FULL_WINDOW_PERCENT: u64 = 98;
+
+/// Decides what a length stop ran into from what is known: input plus output
+/// tokens against the window where both are known; else a reply that used every
+/// token asked for (or, without usage, at least as many bytes) hit the output limit.
+pub fn length_stop(reply: &ModelReply, max_tokens: u32, window: Option<u64>) -> LengthStop {
+    let usage = reply.usage.filter(|u| u.output_tokens > 0);
+    if let (Some(window), Some(usage)) = (window, usage)
+        && usage.input_tokens > 0
+    {
+        let used = usage.input_tokens + usage.output_tokens;
+        return if used * 100 >= window * FULL_WINDOW_PERCENT {
+            LengthStop::FullWindow
+        } else {
+            LengthStop::OutputLimit
+        };
     }
-    match reply.usage {
-        Some(usage) if usage.output_tokens > 0 => usage.output_tokens < u64::from(max_tokens),
-        _ => reply_bytes(reply) < max_tokens as usize,
+    let reached_max = match usage {
+        Some(usage) => usage.output_tokens >= u64::from(max_tokens),
+        None => reply_bytes(reply) >= max_tokens as usize,
+    };
+    if reached_max {
+        LengthStop::OutputLimit
+    } else {
+        LengthStop::Unsure
     }
 }
 
 /// Said to the model when its answer was cut off by the output limit.
 const CONTINUE_PROMPT: &str =
     "Your previous answer was cut off by the output limit. Continue exactly where it stopped.";
+/// Said to the model when the server cut its answer off without a reason.
+const RESUME_PROMPT: &str =
+    "Your previous answer was interrupted. Continue exactly where it stopped.";
 /// Said to the model when it replied with nothing at all.
 const EMPTY_REPLY_PROMPT: &str =
     "Your last reply was empty. Continue with the task, or give your final answer if you are done.";
@@ -326,7 +364,11 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
     let mut bad_replies = 0u32;
     // Replies in a row cut off by the output limit (each one continued).
     let mut continuations = 0u32;
+    // Replies in a row the server cut off without a reason (each one continued).
+    let mut interruptions = 0u32;
     let mut shrinks = 0u32;
+    // The last reply stopped at a length limit not known to be the output limit.
+    let mut unsure_length_stop = false;
     // Messages are appended, and only old tool output is ever shortened in place;
     // the cache notices the latter by the changed length.
     let cache = MessageCache::default();
@@ -372,12 +414,18 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
             system.push_str("\n\n");
             system.push_str(&block);
         }
+        let max_tokens = selection
+            .route
+            .limits
+            .max_tokens
+            .unwrap_or(DEFAULT_MAX_TOKENS);
+        let window = selection.route.limits.context_window;
         let request = ModelRequest {
             model: &selection.route.model,
             system: &system,
             messages: &messages,
             tools: schemas,
-            max_tokens: DEFAULT_MAX_TOKENS,
+            max_tokens,
             cache: &cache,
             limits: CallLimits::from(&input.retry),
         };
@@ -390,23 +438,6 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
             cancel,
         )
         .await;
-        // A reply stopped by the context window, not by the output limit, is not
-        // cut off: asking it to continue would only fill the window further.
-        let result = match result {
-            Ok(reply) if filled_context_window(&reply, DEFAULT_MAX_TOKENS) => {
-                Err(LoopError::Model(ModelError::ContextLength(format!(
-                    "the conversation fills the context window of {} (its reply stopped at the \
-                     window's end after {}); clear or summarise the context, or use a model with \
-                     a larger window",
-                    selection.display,
-                    match reply.usage {
-                        Some(usage) => format!("{} tokens", usage.output_tokens),
-                        None => format!("{} bytes", reply_bytes(&reply)),
-                    }
-                ))))
-            }
-            other => other,
-        };
         let reply = match result {
             Err(LoopError::Model(ModelError::ContextLength(message))) if shrinks < MAX_SHRINKS => {
                 let trimmed = shrink_context(&mut messages);
@@ -425,11 +456,81 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
             other => other?,
         };
 
-        let assistant = ChatMessage::assistant(reply.content.clone(), reply.tool_calls.clone());
-        emit(&assistant)?;
-        messages.push(assistant);
+        // A continuation after an unsure length stop that adds nothing: the window
+        // was full.
+        let adds_nothing = reply.content.trim().is_empty() && reply.tool_calls.is_empty();
+        let unsure_before = std::mem::take(&mut unsure_length_stop);
+        let length =
+            (reply.stop == StopReason::MaxTokens).then(|| length_stop(&reply, max_tokens, window));
+        let full = match length {
+            Some(LengthStop::FullWindow) => true,
+            Some(LengthStop::Unsure) if unsure_before => true,
+            Some(LengthStop::Unsure) => {
+                unsure_length_stop = true;
+                false
+            }
+            Some(LengthStop::OutputLimit) => false,
+            None => unsure_before && adds_nothing,
+        };
+        // What was streamed is kept, whatever comes next.
+        if !(adds_nothing && full) {
+            let assistant = ChatMessage::assistant(reply.content.clone(), reply.tool_calls.clone());
+            emit(&assistant)?;
+            messages.push(assistant);
+        }
+        if full {
+            // Continuing would only fill the window further: shorten old tool output
+            // and go on, or stop with the reason.
+            let trimmed = if shrinks < MAX_SHRINKS {
+                shrink_context(&mut messages)
+            } else {
+                0
+            };
+            if trimmed == 0 {
+                return Err(LoopError::Model(ModelError::ContextLength(format!(
+                    "the conversation fills the context window of {} (its reply stopped at the \
+                     window's end{}); what it wrote is kept. Clear or summarise the context, or \
+                     use a model with a larger window",
+                    selection.display,
+                    match (reply.usage, window) {
+                        (Some(usage), Some(window)) => format!(
+                            ", {} + {} of {window} tokens",
+                            usage.input_tokens, usage.output_tokens
+                        ),
+                        (Some(usage), None) => {
+                            format!(" after {} tokens", usage.output_tokens)
+                        }
+                        _ => String::new(),
+                    }
+                ))));
+            }
+            shrinks += 1;
+            let step = steps.begin(
+                StepKind::Wait,
+                format!("The conversation fills the model's context window; shortened {trimmed} old tool results and going on"),
+            );
+            steps.end(step, false, None);
+            // Calls in a reply the window stopped are not run, but each needs its
+            // result or the next request is refused.
+            for call in &reply.tool_calls {
+                let result = ChatMessage::tool_result(
+                    call,
+                    "not run: the reply stopped at the end of the context window",
+                    true,
+                );
+                emit(&result)?;
+                messages.push(result);
+            }
+            if !adds_nothing {
+                messages.push(ChatMessage::user(CONTINUE_PROMPT));
+            }
+            continue;
+        }
         if reply.stop != StopReason::MaxTokens {
             continuations = 0;
+        }
+        if reply.stop != StopReason::Interrupted {
+            interruptions = 0;
         }
 
         if reply.tool_calls.is_empty() {
@@ -444,6 +545,17 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
                     }
                     continuations += 1;
                     messages.push(ChatMessage::user(CONTINUE_PROMPT));
+                    continue;
+                }
+                StopReason::Interrupted => {
+                    // Never a final answer: keep what came and ask for the rest.
+                    if interruptions >= MAX_CONTINUATIONS {
+                        return Err(LoopError::Interrupted {
+                            count: interruptions + 1,
+                        });
+                    }
+                    interruptions += 1;
+                    messages.push(ChatMessage::user(RESUME_PROMPT));
                     continue;
                 }
                 _ if reply.content.trim().is_empty() => {

@@ -191,6 +191,7 @@ fn live_agent() -> LiveAgent {
                 api: ModelRoute::OPENAI_CHAT.into(),
                 relay_path: "/llm/p".into(),
                 model: "m".into(),
+                limits: Default::default(),
             },
         },
         system_prompt: "sys".into(),
@@ -565,39 +566,133 @@ fn backoff_grows_and_stays_bounded() {
     }
 }
 
-/// A reply that stopped at a length limit after fewer tokens than asked for stopped
-/// at the end of the context window: it is not continued (that would only fill the
-/// window further) but handled as a context that is too long.
-#[tokio::test]
-async fn a_reply_stopped_by_the_context_window_is_not_continued() {
-    // With usage: 12 of 8192 tokens, finish "length".
-    let mut full = reply("The answer is", StopReason::MaxTokens).unwrap();
-    full.usage = Some(Usage {
-        input_tokens: 4000,
-        output_tokens: 12,
+fn length_reply(text: &str, input: u64, output: u64) -> ModelReply {
+    let mut reply = reply(text, StopReason::MaxTokens).unwrap();
+    reply.usage = Some(Usage {
+        input_tokens: input,
+        output_tokens: output,
     });
-    let out = run_script(vec![Ok(full)], fast()).await;
+    reply
+}
+
+#[test]
+fn a_length_stop_is_judged_by_what_is_known() {
+    // The window known: input plus output against it.
+    let far = length_reply("x", 1000, 512);
+    assert_eq!(
+        length_stop(&far, 8192, Some(32768)),
+        LengthStop::OutputLimit
+    );
+    let full = length_reply("x", 32000, 700);
+    assert_eq!(
+        length_stop(&full, 8192, Some(32768)),
+        LengthStop::FullWindow
+    );
+    // Unknown: every token asked for was used, or not.
+    assert_eq!(
+        length_stop(&length_reply("x", 10, 8192), 8192, None),
+        LengthStop::OutputLimit
+    );
+    assert_eq!(length_stop(&far, 8192, None), LengthStop::Unsure);
+    // Without usage, by bytes (a token is at least one).
+    assert_eq!(
+        length_stop(&reply("The", StopReason::MaxTokens).unwrap(), 8192, None),
+        LengthStop::Unsure
+    );
+}
+
+/// Runs `script` for a model whose limits are `limits`.
+async fn run_script_with_limits(
+    script: Vec<Result<ModelReply, ModelError>>,
+    limits: chorus_proto::domain::ModelLimits,
+) -> Outcome {
+    let model = Scripted {
+        replies: Arc::new(Mutex::new(script.into())),
+        ..Scripted::default()
+    };
+    let mut agent = live_agent();
+    agent.model.route.limits = limits;
+    let (_agent_tx, agent_rx) = watch::channel(agent);
+    let dir = tempfile::tempdir().unwrap();
+    let tools = ToolBox::new(Workspace::new(dir.path()), Default::default());
+    let input = LoopInput {
+        max_iterations: 10,
+        retry: fast(),
+        ..loop_input(agent_rx)
+    };
+    run_input(model, input, &CancellationToken::new(), &tools).await
+}
+
+/// A reply stopped by a server's own output cap (far from the window) is kept and
+/// continued; one stopped at the full window fails with that reason, keeping what
+/// it wrote; with no window known, a length stop is continued once and called full
+/// only when the continuation adds nothing.
+#[tokio::test]
+async fn an_output_cap_is_continued_and_a_full_window_fails_keeping_the_answer() {
+    let limits = chorus_proto::domain::ModelLimits {
+        max_tokens: Some(4096),
+        context_window: Some(32768),
+    };
+    let out = run_script_with_limits(
+        vec![
+            Ok(length_reply("The first half", 1000, 512)),
+            reply(" and the rest.", StopReason::EndTurn),
+        ],
+        limits,
+    )
+    .await;
+    assert_eq!(out.result.unwrap(), " and the rest.");
+    assert_eq!(out.seen[1].last().unwrap().content, CONTINUE_PROMPT);
+    let asked = out.seen.len();
+    assert_eq!(asked, 2);
+
+    let out =
+        run_script_with_limits(vec![Ok(length_reply("The answer is", 32000, 700))], limits).await;
     let error = out.result.unwrap_err().to_string();
     assert!(error.contains("fills the context window of m"), "{error}");
-    assert!(error.contains("after 12 tokens"), "{error}");
+    assert!(error.contains("32000 + 700 of 32768 tokens"), "{error}");
     assert_eq!(out.seen.len(), 1, "no 'continue' request was sent");
+    assert!(
+        out.events.iter().any(|e| matches!(e, WorkerEvent::MessageAppended { message, .. } if message.content == "The answer is")),
+        "what it wrote is kept"
+    );
 
-    // Without usage (llama-cpp-python): a few bytes cannot be 8192 tokens.
-    let out = run_script(vec![reply("The", StopReason::MaxTokens)], fast()).await;
+    // No window known, a server cap (512 of 8192): continued, and it goes on.
+    let out = run_script(
+        vec![
+            Ok(length_reply("The first half", 20, 512)),
+            reply(" and the rest.", StopReason::EndTurn),
+        ],
+        fast(),
+    )
+    .await;
+    assert_eq!(out.result.unwrap(), " and the rest.");
+    // No window known, and the continuation adds nothing: the window was full.
+    let out = run_script(
+        vec![
+            Ok(length_reply("The answer is", 4000, 12)),
+            reply("", StopReason::EndTurn),
+        ],
+        fast(),
+    )
+    .await;
     assert!(matches!(
         out.result,
         Err(LoopError::Model(ModelError::ContextLength(_)))
     ));
+    assert_eq!(out.seen.len(), 2, "continued once");
+    assert!(
+        out.events.iter().any(|e| matches!(e, WorkerEvent::MessageAppended { message, .. } if message.content == "The answer is"))
+    );
 
-    // With old tool output to shorten, it is shortened and the call tried again.
+    // With old tool output to shorten, it is shortened and the run goes on.
     let mut script = long_tool_results(2);
-    script.push(reply("The", StopReason::MaxTokens));
-    script.push(reply("fits now", StopReason::EndTurn));
-    let out = run_script(script, fast()).await;
-    assert_eq!(out.result.unwrap(), "fits now");
+    script.push(Ok(length_reply("The", 32000, 700)));
+    script.push(reply(" fits now", StopReason::EndTurn));
+    let out = run_script_with_limits(script, limits).await;
+    assert_eq!(out.result.unwrap(), " fits now");
     let last = out.seen.last().unwrap();
     assert!(last.iter().any(|m| m.content == TRIMMED_OUTPUT));
-    assert!(!last.iter().any(|m| m.content == CONTINUE_PROMPT));
 }
 
 #[tokio::test]
@@ -1011,5 +1106,44 @@ async fn the_model_is_told_of_the_agents_other_threads_and_only_then() {
              Thread #2: Writing tests — step 3, 0s elapsed, currently: Asking to run bash: make [waiting_for_permission]"
         ),
         "{system}"
+    );
+}
+
+/// A stream the server cut off without a reason (text, no finish reason) is never
+/// the final answer: it is kept and continued, a bounded number of times in a row.
+#[tokio::test]
+async fn an_interrupted_answer_is_kept_and_continued_never_final() {
+    let script = vec![
+        reply("The first half", StopReason::Interrupted),
+        reply(" and the rest.", StopReason::EndTurn),
+    ];
+    let out = run_script(script, fast()).await;
+    assert_eq!(out.result.unwrap(), " and the rest.");
+    let second = &out.seen[1];
+    assert_eq!(second[second.len() - 2].content, "The first half");
+    assert_eq!(second[second.len() - 1].content, RESUME_PROMPT);
+    let kept: Vec<&str> = out
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            WorkerEvent::MessageAppended { message, .. } => Some(message.content.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kept, ["The first half", " and the rest."]);
+
+    let script = (0..=MAX_CONTINUATIONS)
+        .map(|i| reply(&format!("part {i}"), StopReason::Interrupted))
+        .collect();
+    let out = run_script(script, fast()).await;
+    let error = out.result.unwrap_err();
+    assert!(
+        matches!(error, LoopError::Interrupted { count: 4 }),
+        "{error}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("cut the model's answer off 4 times")
     );
 }

@@ -177,6 +177,43 @@ async fn the_tool_task_runs_over_the_anthropic_wire_format_streaming() -> anyhow
     Ok(())
 }
 
+/// The Anthropic API refuses tool blocks in a request without tools; the title of a
+/// thread that used a tool is still written (its request carries the calls as text),
+/// once the run is over, so no finished call reads "interrupted".
+#[tokio::test]
+async fn a_thread_that_used_a_tool_gets_its_title_through_a_strict_anthropic_api()
+-> anyhow::Result<()> {
+    let model = FakeAnthropic::start().await;
+    model.set_title_reply(text("Answer written to a file"));
+    script_tool_task(&model);
+    let chorus = anthropic_chorus(&model, "").await?;
+    let thread = run_tool_task(&chorus).await?;
+    let id = thread["id"].as_u64().expect("thread id");
+    let titled = chorus
+        .wait_thread("worker-bee", id, Duration::from_secs(30), |t| {
+            t["summary"] == "Answer written to a file"
+        })
+        .await?;
+    assert_eq!(titled["status"], "completed");
+    let asked = model.title_requests();
+    assert_eq!(asked.len(), 1, "one title request");
+    let body = asked[0].body.to_string();
+    assert!(
+        !body.contains("tool_use") && !body.contains("tool_result"),
+        "{body}"
+    );
+    assert!(
+        body.contains("forty-two"),
+        "the tool's result is there: {body}"
+    );
+    assert!(
+        body.contains("The file says forty-two."),
+        "asked once the run was over: {body}"
+    );
+    assert!(!body.contains("interrupted"), "{body}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_rate_limit_is_waited_out_as_a_visible_step() -> anyhow::Result<()> {
     let model = FakeOpenAi::start().await;

@@ -1,7 +1,7 @@
 //! What real third-party servers do that the reference APIs do not, and providers
 //! that misbehave, through the real binaries: llama.cpp-style streams, a context
-//! overflow answered with an empty stream, a server that never answers, one that
-//! never stops. (Every fake also checks each request as the real APIs do.)
+//! overflow answered with an empty stream (and a closed connection), a server that
+//! never answers, one that never stops. (Every fake also checks each request as the real APIs do.)
 
 use std::time::{Duration, Instant};
 
@@ -76,6 +76,12 @@ async fn a_context_overflow_answered_with_an_empty_stream_fails_with_the_real_re
     let error = thread["error"].as_str().unwrap_or_default();
     assert!(error.contains("too long for the model"), "{error}");
     assert!(error.contains("exceed context window"), "{error}");
+    // The server closed the connection after the empty stream: the repeat went out
+    // on a new one, so nothing blames the network.
+    assert!(
+        !error.contains("reach") && !error.contains("closed the connection"),
+        "{error}"
+    );
     // One streamed request, one plain repeat to learn why; no retries.
     let streams: Vec<bool> = model
         .requests()
@@ -87,21 +93,56 @@ async fn a_context_overflow_answered_with_an_empty_stream_fails_with_the_real_re
     Ok(())
 }
 
+/// A server with its own output cap (llama.cpp's `-n 512`) stops a long answer with
+/// `finish_reason: "length"` far below the `max_tokens` asked for: without a known
+/// window that is not taken for a full one; the answer is kept and continued.
 #[tokio::test]
-async fn a_reply_stopped_by_a_full_context_is_not_continued() -> anyhow::Result<()> {
+async fn a_reply_stopped_by_a_servers_output_cap_is_kept_and_continued() -> anyhow::Result<()> {
     let model = FakeOpenAi::start().await;
-    // No usage, finish_reason "length" after a few bytes: the window was full.
     model.set_quirks(Quirks {
         no_usage: true,
         ..Quirks::default()
     });
-    model.push(Reply::Truncated("The answer".into()));
+    model.push(Reply::Truncated("The first half".into()));
+    model.push(text(" and the rest."));
     let chorus = openai_chorus(&model, "").await?;
+    let thread = run_one(&chorus, "capped", "go on").await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let answers: Vec<&str> = thread["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(|m| m["content"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(answers, ["The first half", " and the rest."]);
+    assert_eq!(model.requests().len(), 2);
+    Ok(())
+}
+
+/// With the window known (a setting here; discovery where the provider lists it), a
+/// reply whose input and output fill it fails with that reason, keeping what it
+/// streamed; `max_tokens` is the model's setting.
+#[tokio::test]
+async fn a_reply_stopped_at_the_full_window_fails_keeping_what_was_streamed() -> anyhow::Result<()>
+{
+    let model = FakeOpenAi::start().await;
+    // The fake reports every asked-for token used: 20 in + 4000 out of a 4096 window.
+    model.push(Reply::Truncated("The answer".into()));
+    let chorus = openai_chorus(
+        &model,
+        "[models.limits.\"fake-model\"]\nmax_tokens = 4000\ncontext_window = 4096\n",
+    )
+    .await?;
     let thread = run_one(&chorus, "full", "go on").await?;
     assert_eq!(thread["status"], "failed", "{thread:#}");
     let error = thread["error"].as_str().unwrap_or_default();
     assert!(error.contains("fills the context window"), "{error}");
-    assert_eq!(model.requests().len(), 1, "no 'continue' was asked for");
+    assert!(error.contains("20 + 4000 of 4096 tokens"), "{error}");
+    assert_eq!(thread["messages"][1]["content"], "The answer", "{thread:#}");
+    let requests = model.requests();
+    assert_eq!(requests.len(), 1, "no 'continue' was asked for");
+    assert_eq!(requests[0].body["max_tokens"], 4000);
     Ok(())
 }
 
@@ -264,6 +305,128 @@ async fn an_answer_cut_off_by_the_output_limit_is_continued() -> anyhow::Result<
             .unwrap_or_default()
             .contains("Continue exactly where it stopped"),
         "{second:#?}"
+    );
+    Ok(())
+}
+
+/// llama-cpp-python ends a running stream with `data: [DONE]` and no finish reason
+/// when another request arrives. Two agents on one such server: an empty cut is a
+/// failed attempt (retried), a cut after some text is kept and continued; neither
+/// is taken as an answer.
+#[tokio::test]
+async fn two_agents_whose_streams_the_server_cuts_both_complete() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.set_quirks(Quirks {
+        no_usage: true,
+        ..Quirks::default()
+    });
+    for reply in [
+        Reply::Cut(String::new()),
+        Reply::Cut(String::new()),
+        Reply::Cut("The answer is".into()),
+        Reply::Cut("The answer is".into()),
+    ] {
+        model.push(reply);
+    }
+    // Then: the rest of an interrupted answer, or a whole one.
+    model.set_fallback(|body| {
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        let last = messages.last().map(|m| m["content"].to_string());
+        if last.is_some_and(|c| c.contains("interrupted")) {
+            text(" forty-two.")
+        } else {
+            text("Done.")
+        }
+    });
+    let chorus = openai_chorus(&model, "[models]\nretry_base_ms = 50\n").await?;
+    chorus.create_agent("one").await?;
+    chorus.create_agent("two").await?;
+    let (a, b) = tokio::join!(
+        chorus.send_message("one", "what is the answer?"),
+        chorus.send_message("two", "what is the answer?")
+    );
+    let mut failed_attempts = 0;
+    let mut finals = Vec::new();
+    for (agent, id) in [("one", a?), ("two", b?)] {
+        let thread = chorus
+            .wait_thread_finished(agent, id, Duration::from_secs(60))
+            .await?;
+        assert_eq!(thread["status"], "completed", "{thread:#}");
+        let messages = thread["messages"].as_array().unwrap();
+        let answers: Vec<&str> = messages
+            .iter()
+            .filter(|m| m["role"] == "assistant")
+            .map(|m| m["content"].as_str().unwrap_or_default())
+            .collect();
+        assert!(
+            !answers.iter().any(|a| a.is_empty()),
+            "no empty answer: {answers:?}"
+        );
+        finals.push(answers.last().unwrap().to_string());
+        failed_attempts += thread["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["kind"] == "llm_call" && s["failed"] == true)
+            .count();
+        if answers.contains(&"The answer is") {
+            assert_eq!(answers.last(), Some(&" forty-two."), "{answers:?}");
+        }
+    }
+    assert_eq!(failed_attempts, 2, "each empty cut was one failed attempt");
+    assert!(
+        !finals.iter().any(|f| f == "The answer is"),
+        "a cut answer is never final: {finals:?}"
+    );
+    Ok(())
+}
+
+/// LiteLLM sends an upstream context-length error inside a 200 stream; it is the
+/// same error as a 400 with those words: the context is shortened once, not retried.
+#[tokio::test]
+async fn a_context_length_error_sent_mid_stream_shortens_the_context_once() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let big = "a line of the report that matters\n".repeat(100);
+    model.push(tool_call(
+        "c1",
+        "create_file",
+        json!({"path": "report.txt", "content": big}),
+    ));
+    model.push(tool_call("c2", "view", json!({"path": "report.txt"})));
+    model.push(tool_call("c3", "file.list", json!({})));
+    model.push(Reply::StreamError {
+        after_text: String::new(),
+        code: "400".into(),
+        message: "litellm.ContextWindowExceededError: litellm.BadRequestError: prompt is too long: 9000 tokens > 8192 maximum".into(),
+    });
+    model.push(text("It matters."));
+    let chorus = openai_chorus(&model, "[models]\nretry_base_ms = 50\n").await?;
+    let thread = run_one(&chorus, "lite", "summarise report.txt").await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let descriptions: Vec<&str> = thread["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["description"].as_str().unwrap_or_default())
+        .collect();
+    assert!(
+        descriptions
+            .iter()
+            .any(|d| d.contains("too long for the model; shortened 1 old tool results")),
+        "{descriptions:#?}"
+    );
+    assert!(
+        !descriptions.iter().any(|d| d.contains("attempt 2")),
+        "not retried: {descriptions:#?}"
+    );
+    let requests = model.requests();
+    assert_eq!(requests.len(), 5);
+    assert!(
+        requests[4]
+            .body
+            .to_string()
+            .contains("older tool output removed"),
+        "the last request carries the shortened context"
     );
     Ok(())
 }
