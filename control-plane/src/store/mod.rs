@@ -44,7 +44,7 @@ pub use refs::{MessageRef, OwedAnswer};
 pub use runs::{NewRun, RunMark, RunRecord, RunStatus};
 pub use sessions::{Cleared, SessionRecord, context_cutoff};
 pub use tasks::{OrphanTask, TaskRecord};
-pub use threads::{StepRecord, StoredMessage, ThreadRecord, ThreadStatus, summary_of};
+pub use threads::{Progress, StepRecord, StoredMessage, ThreadRecord, ThreadStatus, summary_of};
 pub use user_tokens::{NewUserToken, UserTokenRecord};
 pub use worker_trust::{CredentialLookup, Placed, WorkerCredentialRecord};
 pub use writer::Pending;
