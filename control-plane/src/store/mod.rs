@@ -13,6 +13,7 @@ mod agents;
 mod approvals;
 mod audit;
 mod error;
+mod owner_lock;
 mod policies;
 mod refs;
 mod run_events;
@@ -39,6 +40,7 @@ pub use agents::{AgentIncarnation, AgentRecord, AgentStatus, AgentUpdate, NewAge
 pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval};
 pub use audit::{AuditEntry, AuditRecord};
 pub use error::{DISK_FULL, StoreError, is_no_space};
+pub use owner_lock::{DatabaseLock, Taken};
 pub use policies::AgentPolicy;
 pub use refs::{MessageRef, OwedAnswer};
 pub use runs::{NewRun, RunMark, RunRecord, RunStatus};
