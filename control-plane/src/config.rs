@@ -735,8 +735,13 @@ impl Settings {
                 ProviderKind::Ollama | ProviderKind::LmStudio => from_file.enabled.unwrap_or(true),
             };
             if enabled {
+                let configured = !kind.is_local()
+                    || base.is_some()
+                    || key.is_some()
+                    || from_file.enabled == Some(true);
                 providers.push(ProviderEndpoint {
                     kind,
+                    configured,
                     base_url: base
                         .unwrap_or_else(|| kind.default_base().to_string())
                         .trim_end_matches('/')

@@ -20,6 +20,9 @@ pub enum ProviderState {
     Usable { models: usize, base_url: String },
     /// Configured, but its check failed: why, and whether the server answered.
     Failed { error: String, reachable: bool },
+    /// A local server probed at its default address (nobody configured it) that
+    /// does not run there: no news, one quiet line.
+    NotRunning { base_url: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +94,11 @@ pub fn diagnosis_from(
                     models: p.models.len(),
                     base_url: p.base_url.clone(),
                 },
+                Some(p) if !p.reachable && probed_only(settings, kind) => {
+                    ProviderState::NotRunning {
+                        base_url: p.base_url.clone(),
+                    }
+                }
                 Some(p) => ProviderState::Failed {
                     error: p.error.clone().unwrap_or_else(|| "no answer".into()),
                     reachable: p.reachable,
@@ -143,6 +151,14 @@ pub fn diagnosis_from(
         discord_token,
         server_running: None,
     }
+}
+
+/// Whether `kind` is only probed at its default address: nobody configured it.
+fn probed_only(settings: &Settings, kind: ProviderKind) -> bool {
+    settings
+        .providers
+        .iter()
+        .any(|endpoint| endpoint.kind == kind && !endpoint.configured)
 }
 
 impl Diagnosis {
@@ -252,6 +268,10 @@ pub fn describe_state(kind: ProviderKind, state: &ProviderState) -> String {
             let plural = if *models == 1 { "" } else { "s" };
             format!("usable: {models} model{plural} at {base_url}")
         }
+        ProviderState::NotRunning { base_url } => format!(
+            "not running at {base_url} (probed by default; set {} if it runs elsewhere)",
+            kind.base_env()
+        ),
         ProviderState::Failed { error, reachable } => format!(
             "{}: {error}",
             if *reachable { "refused" } else { "unreachable" }
@@ -265,6 +285,14 @@ mod tests {
     use crate::providers::catalog::ProviderModels;
 
     fn diagnosis(providers: &[(&str, ProviderModels)], default_model: Option<&str>) -> Diagnosis {
+        diagnosis_with(providers, default_model, |_| None)
+    }
+
+    fn diagnosis_with(
+        providers: &[(&str, ProviderModels)],
+        default_model: Option<&str>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Diagnosis {
         let snapshot = CatalogSnapshot {
             refreshed_at: None,
             providers: providers
@@ -275,7 +303,7 @@ mod tests {
         let mut settings = Settings::resolve(
             crate::config::ServeArgs::default(),
             crate::config::FileSettings::default(),
-            |_| None,
+            env,
         )
         .unwrap();
         settings.default_model = default_model.map(str::to_string);
@@ -338,9 +366,22 @@ mod tests {
             Some("cannot reach http://127.0.0.1:11434 (OLLAMA_BASE_URL)"),
             false,
         );
-        let text = diagnosis(&[("ollama", down)], None).render();
+        // Asked for (OLLAMA_BASE_URL set) and down: that is news.
+        let text = diagnosis_with(&[("ollama", down.clone())], None, |name| {
+            (name == "OLLAMA_BASE_URL").then(|| "http://127.0.0.1:9".to_string())
+        })
+        .render();
         assert!(
             text.contains("ollama      unreachable: cannot reach"),
+            "{text}"
+        );
+        // Only probed at its default address: one quiet line.
+        let text = diagnosis(&[("ollama", down)], None).render();
+        assert!(
+            text.contains(
+                "ollama      not running at http://127.0.0.1:9/v1 (probed by default; \
+                 set OLLAMA_BASE_URL if it runs elsewhere)"
+            ),
             "{text}"
         );
     }

@@ -40,11 +40,15 @@ pub use assignment::RunSettings;
 /// Commands an agent's actor takes at once before senders wait.
 const COMMAND_QUEUE: usize = 256;
 
-/// An event a worker is not entitled to send.
+/// An event a worker is not entitled to send (or no longer needs to).
 #[derive(Debug, thiserror::Error)]
 pub enum EventRejected {
     #[error("run '{0}' is not a run of this worker's agent")]
     UnknownRun(String),
+    /// A run of this agent that has ended here (killed, failed, completed): its
+    /// worker's last events cross the end on the wire. Expected, not a forgery.
+    #[error("run '{0}' has ended; its late event is dropped")]
+    EndedRun(String),
     #[error("workers may add only assistant and tool messages, not {0}")]
     ForbiddenRole(&'static str),
 }
@@ -55,6 +59,13 @@ pub enum Routed {
     New,
     Injected,
     ContinuedFrom(u64),
+}
+
+impl EventRejected {
+    /// Whether a worker sending this can be an attack (or a bug) worth a warning.
+    pub fn is_suspicious(&self) -> bool {
+        !matches!(self, EventRejected::EndedRun(_))
+    }
 }
 
 impl Routed {
