@@ -605,11 +605,19 @@ impl Chorus {
     }
 
     /// SIGTERM and wait for a clean exit.
-    pub async fn stop(mut self) -> anyhow::Result<std::process::ExitStatus> {
-        crate::process::signal(self.pid(), nix::sys::signal::Signal::SIGTERM);
+    pub async fn stop(self) -> anyhow::Result<std::process::ExitStatus> {
+        self.stop_with(nix::sys::signal::Signal::SIGTERM).await
+    }
+
+    /// `signal` (SIGINT: Ctrl-C in its terminal) and wait for a clean exit.
+    pub async fn stop_with(
+        mut self,
+        signal: nix::sys::signal::Signal,
+    ) -> anyhow::Result<std::process::ExitStatus> {
+        crate::process::signal(self.pid(), signal);
         let status = tokio::time::timeout(Duration::from_secs(20), self.child.wait())
             .await
-            .context("chorus did not exit within 20 s of SIGTERM")??;
+            .with_context(|| format!("chorus did not exit within 20 s of {signal}"))??;
         Ok(status)
     }
 
