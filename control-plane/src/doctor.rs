@@ -226,7 +226,12 @@ impl Diagnosis {
         ));
         out.push_str(&format!(
             "  discord:        {}\n",
-            if self.discord_token {
+            if self.discord_token && self.server_running.is_none() {
+                // `chorus serve`'s banner: the bot connects beside it, and the log
+                // says "discord: connected as …" (or why it cannot) once it knows.
+                "connecting (DISCORD_TOKEN is set): agents answer in their channels \
+                 once it is connected"
+            } else if self.discord_token {
                 "on (DISCORD_TOKEN is set): agents answer in their channels; slash \
                  commands and approval buttons act"
             } else {
