@@ -166,6 +166,58 @@ impl DataDirLock {
     }
 }
 
+/// How often the database lock's session is checked (and the lock taken again if
+/// the session was lost, say by a restart of the Postgres server).
+pub const DATABASE_LOCK_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Keeps the database's lock for as long as `stop` is not cancelled: a session the
+/// server ended (a restart, an administrator) lets go of the lock with it, so the
+/// lock is taken again on a new one; if another chorus took it meanwhile, that is
+/// said, loudly, at every check. Releases it when stopped.
+pub async fn keep_database_lock(
+    mut lock: crate::store::DatabaseLock,
+    url: crate::config::Secret,
+    owner: Owner,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    use crate::store::{DatabaseLock, Taken};
+    let mut held = true;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            () = tokio::time::sleep(DATABASE_LOCK_CHECK) => {}
+        }
+        if held && lock.alive().await {
+            continue;
+        }
+        if held {
+            tracing::warn!(
+                "the database session holding this chorus's lock ended; taking the lock again"
+            );
+        }
+        match DatabaseLock::take(url.expose(), &owner).await {
+            Ok(Taken::Held(again)) => {
+                lock = again;
+                held = true;
+                tracing::info!("the database's lock is held again");
+            }
+            Ok(Taken::Busy(holder)) => {
+                held = false;
+                tracing::error!(
+                    "another chorus ({holder}) took this database's lock while this one's session was down: two control planes now share the store; stop one of them"
+                );
+            }
+            Err(e) => {
+                held = false;
+                tracing::warn!(error = %e, "cannot take the database's lock again yet");
+            }
+        }
+    }
+    if held {
+        lock.release().await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -63,7 +63,10 @@ pub struct Running {
     /// Held until the very end of `shut_down` (or death): this chorus owns the data
     /// directory, and the Postgres database when it uses one.
     dir_lock: DataDirLock,
-    database_lock: Option<DatabaseLock>,
+    /// Keeps the Postgres database's lock (`ownership::keep_database_lock`) until
+    /// `lock_keeper_stop`; then it lets go.
+    database_lock: Option<JoinHandle<()>>,
+    lock_keeper_stop: CancellationToken,
 }
 
 /// Starts Chorus. `collector`: where traces go (see `telemetry`), when exported.
@@ -117,6 +120,18 @@ pub async fn start(
                 return Err(e);
             }
         },
+    };
+    let lock_keeper_stop = CancellationToken::new();
+    let database_lock = match (database_lock, &settings.database) {
+        (Some(lock), Database::Postgres(url)) => {
+            Some(tokio::spawn(crate::ownership::keep_database_lock(
+                lock,
+                url.clone(),
+                owner.clone(),
+                lock_keeper_stop.clone(),
+            )))
+        }
+        _ => None,
     };
     let agents_root = data_dir.join("agents");
     crate::private::create_dir(&agents_root)
@@ -481,6 +496,7 @@ pub async fn start(
         discovery,
         dir_lock,
         database_lock,
+        lock_keeper_stop,
     })
 }
 
@@ -550,8 +566,9 @@ impl Running {
         }
         self.discovery.abort();
         self.store.close().await;
-        if let Some(lock) = self.database_lock {
-            lock.release().await;
+        self.lock_keeper_stop.cancel();
+        if let Some(keeper) = self.database_lock {
+            let _ = keeper.await;
         }
         drop(self.dir_lock);
         tracing::info!("chorus stopped");

@@ -255,6 +255,32 @@ async fn a_second_chorus_on_a_postgres_database_in_use_is_refused() -> anyhow::R
     );
     untouched(&first, id, &marker, worker).await?;
 
+    // A session the server ends (a restart, an administrator) takes the lock with
+    // it: the owner notices and takes it again, and a newcomer is still refused.
+    let ended = first
+        .query_store(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND application_name LIKE 'chorus pid=%'",
+        )
+        .await?;
+    assert_eq!(ended.trim(), "1", "one lock session: {ended}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !first.output().contains("the database's lock is held again") {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the lock was not taken again: {}",
+            first.output()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, said) = Chorus::builder()
+        .openai_fake(&model)
+        .database_url(&database)
+        .run_to_exit(&other, Duration::from_secs(30))
+        .await?;
+    assert!(!status.success(), "{status}: {said}");
+    assert!(said.contains("is using this database"), "{said}");
+
     // Its session ends with it: a new chorus on the database starts at once.
     first
         .api(Method::DELETE, &format!("/api/agents/busy/threads/{id}"))
