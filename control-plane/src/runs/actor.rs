@@ -867,12 +867,11 @@ impl AgentActor {
     /// agent that ended (a kill crosses the worker's last events), or one it never
     /// had.
     async fn not_going(&self, run_id: &str) -> EventRejected {
-        match self.shared.store.run(run_id).await {
-            Ok(Some(run)) if run.agent_name == self.agent => {
-                EventRejected::EndedRun(run_id.to_string())
-            }
-            _ => EventRejected::UnknownRun(run_id.to_string()),
-        }
+        let owner = match self.shared.store.run(run_id).await {
+            Ok(run) => run.map(|run| run.agent_name),
+            Err(_) => None,
+        };
+        EventRejected::not_going(run_id, owner.as_deref(), &self.agent)
     }
 
     /// Applies one event of a run.
