@@ -277,19 +277,64 @@ pub struct ContextSettings {
 
 impl Default for ContextSettings {
     fn default() -> Self {
-        ContextSettings::from_file(&FileContext::default())
+        ContextSettings::from_file(&FileContext::default()).expect("the defaults are in range")
     }
 }
 
 impl ContextSettings {
-    fn from_file(file: &FileContext) -> Self {
-        ContextSettings {
-            window: Duration::from_secs(file.window_hours.unwrap_or(24).clamp(1, 24 * 365) * 3600),
+    fn from_file(file: &FileContext) -> Result<Self, ConfigError> {
+        let hours = in_range(
+            "[context] window_hours",
+            file.window_hours,
+            24,
+            1..=24 * 365,
+        )?;
+        Ok(ContextSettings {
+            window: Duration::from_secs(hours * 3600),
             idle_timeout: match file.idle_timeout_secs.unwrap_or(1800) {
                 0 => None,
                 secs => Some(Duration::from_secs(secs)),
             },
-        }
+        })
+    }
+}
+
+/// A number setting's value (`default` when unset), or an error naming the setting
+/// and the values it takes: an out-of-range value is refused, never quietly changed.
+fn in_range<T>(
+    name: &'static str,
+    value: Option<T>,
+    default: T,
+    range: std::ops::RangeInclusive<T>,
+) -> Result<T, ConfigError>
+where
+    T: PartialOrd + Copy + std::fmt::Display + num_bounds::Max,
+{
+    let value = value.unwrap_or(default);
+    if range.contains(&value) {
+        return Ok(value);
+    }
+    let allowed = if *range.end() == T::MAX {
+        format!("at least {}", range.start())
+    } else {
+        format!("from {} to {}", range.start(), range.end())
+    };
+    Err(ConfigError::Invalid {
+        name,
+        message: format!("{value} is out of range; it must be {allowed}"),
+    })
+}
+
+/// The largest value of the integer types settings use (`in_range` says "at least").
+mod num_bounds {
+    pub trait Max {
+        const MAX: Self;
+    }
+    impl Max for u64 {
+        const MAX: u64 = u64::MAX;
+    }
+    impl Max for u32 {
+        const MAX: u32 = u32::MAX;
     }
 }
 
@@ -410,19 +455,24 @@ pub struct ThreadSettings {
 }
 
 impl ThreadSettings {
-    fn from_file(file: &FileThreads) -> Self {
-        ThreadSettings {
+    fn from_file(file: &FileThreads) -> Result<Self, ConfigError> {
+        Ok(ThreadSettings {
             retention: Duration::from_secs(file.retention_secs.unwrap_or(600)),
-            stuck_after: Duration::from_secs(file.stuck_after_secs.unwrap_or(900).max(1)),
+            stuck_after: Duration::from_secs(in_range(
+                "[threads] stuck_after_secs",
+                file.stuck_after_secs,
+                900,
+                1..=u64::MAX,
+            )?),
             max_resumes: file.max_resumes.unwrap_or(3),
             titles: file.titles.unwrap_or(true),
-        }
+        })
     }
 }
 
 impl Default for ThreadSettings {
     fn default() -> Self {
-        ThreadSettings::from_file(&FileThreads::default())
+        ThreadSettings::from_file(&FileThreads::default()).expect("the defaults are in range")
     }
 }
 
@@ -741,8 +791,13 @@ impl Settings {
                 ProviderKind::Ollama | ProviderKind::LmStudio => from_file.enabled.unwrap_or(true),
             };
             if enabled {
+                let configured = !kind.is_local()
+                    || base.is_some()
+                    || key.is_some()
+                    || from_file.enabled == Some(true);
                 providers.push(ProviderEndpoint {
                     kind,
+                    configured,
                     base_url: base
                         .unwrap_or_else(|| kind.default_base().to_string())
                         .trim_end_matches('/')
@@ -752,19 +807,30 @@ impl Settings {
             }
         }
         let workers = WorkerSettings {
-            bash_timeout: Duration::from_secs(file.tools.bash_timeout_secs.unwrap_or(120).max(1)),
+            bash_timeout: Duration::from_secs(in_range(
+                "[tools] bash_timeout_secs",
+                file.tools.bash_timeout_secs,
+                120,
+                1..=u64::MAX,
+            )?),
             file_lock_timeout: Duration::from_secs(file.tools.file_lock_timeout_secs.unwrap_or(30)),
             restart_backoff: Duration::from_millis(file.workers.restart_backoff_ms.unwrap_or(250)),
             restart_backoff_max: Duration::from_millis(
                 file.workers.restart_backoff_max_ms.unwrap_or(30_000),
             ),
             stop_grace: Duration::from_millis(file.workers.stop_grace_ms.unwrap_or(5_000)),
-            heartbeat_interval: Duration::from_millis(
-                file.workers.heartbeat_interval_ms.unwrap_or(5_000).max(500),
-            ),
-            attach_timeout: Duration::from_millis(
-                file.workers.attach_timeout_ms.unwrap_or(30_000).max(100),
-            ),
+            heartbeat_interval: Duration::from_millis(in_range(
+                "[workers] heartbeat_interval_ms",
+                file.workers.heartbeat_interval_ms,
+                5_000,
+                500..=u64::MAX,
+            )?),
+            attach_timeout: Duration::from_millis(in_range(
+                "[workers] attach_timeout_ms",
+                file.workers.attach_timeout_ms,
+                30_000,
+                100..=u64::MAX,
+            )?),
             launcher: args.launcher.or(file.workers.launcher).unwrap_or_default(),
             join_token: non_empty("CHORUS_JOIN_TOKEN")?.map(Secret::new),
             tls: {
@@ -832,16 +898,17 @@ impl Settings {
             providers,
             workers,
             ask_timeout: Duration::from_secs(file.permissions.ask_timeout_secs.unwrap_or(600)),
-            threads: ThreadSettings::from_file(&file.threads),
+            threads: ThreadSettings::from_file(&file.threads)?,
             sandbox: SandboxSettings::from_file(file.sandbox),
-            context: ContextSettings::from_file(&file.context),
+            context: ContextSettings::from_file(&file.context)?,
             discord: DiscordSettings::resolve(file.discord, &env)?,
             metrics_open: file.metrics.open,
-            header_deadline: file
-                .http
-                .header_timeout_secs
-                .map(|secs| Duration::from_secs(secs.max(1)))
-                .unwrap_or(crate::listener::HEADER_DEADLINE),
+            header_deadline: Duration::from_secs(in_range(
+                "[http] header_timeout_secs",
+                file.http.header_timeout_secs,
+                crate::listener::HEADER_DEADLINE.as_secs(),
+                1..=u64::MAX,
+            )?),
             durability: file.store.durability,
             database: Database::from_url(
                 non_empty("DATABASE_URL")?
@@ -867,25 +934,32 @@ impl Settings {
             },
             model_limits: file.models.limits.clone(),
             retry: RetryPolicy {
-                max_attempts: file.models.retry_attempts.unwrap_or(5).max(1),
+                max_attempts: in_range(
+                    "[models] retry_attempts",
+                    file.models.retry_attempts,
+                    5,
+                    1..=u32::MAX,
+                )?,
                 max_total_ms: file
                     .models
                     .retry_max_secs
                     .unwrap_or(120)
                     .saturating_mul(1000),
                 base_delay_ms: file.models.retry_base_ms.unwrap_or(1000),
-                call_timeout_ms: file
-                    .models
-                    .call_timeout_secs
-                    .unwrap_or(600)
-                    .max(1)
-                    .saturating_mul(1000),
-                silence_timeout_ms: file
-                    .models
-                    .silence_timeout_secs
-                    .unwrap_or(120)
-                    .max(1)
-                    .saturating_mul(1000),
+                call_timeout_ms: in_range(
+                    "[models] call_timeout_secs",
+                    file.models.call_timeout_secs,
+                    600,
+                    1..=u64::MAX,
+                )?
+                .saturating_mul(1000),
+                silence_timeout_ms: in_range(
+                    "[models] silence_timeout_secs",
+                    file.models.silence_timeout_secs,
+                    120,
+                    1..=u64::MAX,
+                )?
+                .saturating_mul(1000),
             },
         })
     }
@@ -894,6 +968,71 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_setting_out_of_range_is_refused_naming_it_and_the_range() {
+        let file = |text: &str| toml::from_str::<FileSettings>(text).unwrap();
+        let refused = |text: &str| {
+            Settings::resolve(ServeArgs::default(), file(text), |_| None)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_else(|| panic!("{text} was accepted"))
+        };
+        assert_eq!(
+            refused("[context]\nwindow_hours = 0"),
+            "[context] window_hours: 0 is out of range; it must be from 1 to 8760"
+        );
+        assert_eq!(
+            refused("[context]\nwindow_hours = 9000"),
+            "[context] window_hours: 9000 is out of range; it must be from 1 to 8760"
+        );
+        assert_eq!(
+            refused("[workers]\nheartbeat_interval_ms = 100"),
+            "[workers] heartbeat_interval_ms: 100 is out of range; it must be at least 500"
+        );
+        for (text, said) in [
+            (
+                "[threads]\nstuck_after_secs = 0",
+                "[threads] stuck_after_secs: 0 ",
+            ),
+            (
+                "[tools]\nbash_timeout_secs = 0",
+                "[tools] bash_timeout_secs: 0 ",
+            ),
+            (
+                "[workers]\nattach_timeout_ms = 5",
+                "[workers] attach_timeout_ms: 5 ",
+            ),
+            (
+                "[http]\nheader_timeout_secs = 0",
+                "[http] header_timeout_secs: 0 ",
+            ),
+            (
+                "[models]\nretry_attempts = 0",
+                "[models] retry_attempts: 0 ",
+            ),
+            (
+                "[models]\ncall_timeout_secs = 0",
+                "[models] call_timeout_secs: 0 ",
+            ),
+            (
+                "[models]\nsilence_timeout_secs = 0",
+                "[models] silence_timeout_secs: 0 ",
+            ),
+        ] {
+            let refusal = refused(text);
+            assert!(refusal.starts_with(said), "{refusal}");
+        }
+        // In range (the lowest allowed) is taken as it is.
+        let ok = Settings::resolve(
+            ServeArgs::default(),
+            file("[context]\nwindow_hours = 1\n[workers]\nheartbeat_interval_ms = 500"),
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(ok.context.window, Duration::from_secs(3600));
+        assert_eq!(ok.workers.heartbeat_interval, Duration::from_millis(500));
+    }
 
     #[test]
     fn discord_is_on_only_with_a_token_and_reads_its_table() {
@@ -1110,13 +1249,9 @@ mod tests {
         let s = Settings::resolve(ServeArgs::default(), file, env_of(&[])).unwrap();
         assert_eq!(s.context.window, Duration::from_secs(7200));
         assert_eq!(s.context.idle_timeout, None, "0 switches it off");
+        // Less than an hour is refused, not rounded up (see the out-of-range test).
         let file: FileSettings = toml::from_str("[context]\nwindow_hours = 0\n").unwrap();
-        let s = Settings::resolve(ServeArgs::default(), file, env_of(&[])).unwrap();
-        assert_eq!(
-            s.context.window,
-            Duration::from_secs(3600),
-            "at least an hour"
-        );
+        assert!(Settings::resolve(ServeArgs::default(), file, env_of(&[])).is_err());
     }
 
     #[test]
@@ -1131,7 +1266,7 @@ mod tests {
             api_key = "file-key"
             [workers]
             stop_grace_ms = 100
-            heartbeat_interval_ms = 100
+            heartbeat_interval_ms = 600
             attach_timeout_ms = 1500
             "#,
         )
@@ -1149,12 +1284,8 @@ mod tests {
         assert_eq!(openai.api_key.unwrap().expose(), "env-key");
         assert_eq!(s.workers.stop_grace, Duration::from_millis(100));
         assert_eq!(s.workers.attach_timeout, Duration::from_millis(1500));
-        assert_eq!(
-            s.workers.heartbeat_interval,
-            Duration::from_millis(500),
-            "at least 500 ms: the worker sends no faster"
-        );
-        assert_eq!(s.workers.silence_limit(), Duration::from_millis(1500));
+        assert_eq!(s.workers.heartbeat_interval, Duration::from_millis(600));
+        assert_eq!(s.workers.silence_limit(), Duration::from_millis(1800));
     }
 
     fn provider(s: &Settings, kind: ProviderKind) -> Option<ProviderEndpoint> {

@@ -25,6 +25,9 @@ pub enum ProviderState {
     Usable { models: usize, base_url: String },
     /// Configured, but its check failed: why, and whether the server answered.
     Failed { error: String, reachable: bool },
+    /// A local server probed at its default address (nobody configured it) that
+    /// does not run there: no news, one quiet line.
+    NotRunning { base_url: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,6 +104,8 @@ mod provider_list {
         Usable,
         Refused,
         Unreachable,
+        /// A local server nobody configured, not answering at its default address.
+        NotRunning,
     }
 
     #[derive(Serialize, Deserialize)]
@@ -144,6 +149,10 @@ mod provider_list {
                         };
                         entry.error = Some(error.clone());
                     }
+                    ProviderState::NotRunning { base_url } => {
+                        entry.state = State::NotRunning;
+                        entry.base_url = Some(base_url.clone());
+                    }
                 }
                 entry
             })
@@ -172,6 +181,9 @@ mod provider_list {
                     State::Unreachable => ProviderState::Failed {
                         error,
                         reachable: false,
+                    },
+                    State::NotRunning => ProviderState::NotRunning {
+                        base_url: e.base_url.unwrap_or_default(),
                     },
                 };
                 (e.provider, state)
@@ -253,6 +265,11 @@ pub fn diagnosis_from(
                     models: p.models.len(),
                     base_url: p.base_url.clone(),
                 },
+                Some(p) if !p.reachable && probed_only(settings, kind) => {
+                    ProviderState::NotRunning {
+                        base_url: p.base_url.clone(),
+                    }
+                }
                 Some(p) => ProviderState::Failed {
                     error: p.error.clone().unwrap_or_else(|| "no answer".into()),
                     reachable: p.reachable,
@@ -307,6 +324,14 @@ pub fn diagnosis_from(
         server_running: None,
         live: None,
     }
+}
+
+/// Whether `kind` is only probed at its default address: nobody configured it.
+fn probed_only(settings: &Settings, kind: ProviderKind) -> bool {
+    settings
+        .providers
+        .iter()
+        .any(|endpoint| endpoint.kind == kind && !endpoint.configured)
 }
 
 impl Diagnosis {
@@ -379,7 +404,12 @@ impl Diagnosis {
         ));
         out.push_str(&format!(
             "  discord:        {}\n",
-            if self.discord_token {
+            if self.discord_token && self.server_running.is_none() {
+                // `chorus serve`'s banner: the bot connects beside it, and the log
+                // says "discord: connected as …" (or why it cannot) once it knows.
+                "connecting (DISCORD_TOKEN is set): agents answer in their channels \
+                 once it is connected"
+            } else if self.discord_token {
                 "on (DISCORD_TOKEN is set): agents answer in their channels; slash \
                  commands and approval buttons act"
             } else {
@@ -443,6 +473,10 @@ pub fn describe_state(kind: ProviderKind, state: &ProviderState) -> String {
             let plural = if *models == 1 { "" } else { "s" };
             format!("usable: {models} model{plural} at {base_url}")
         }
+        ProviderState::NotRunning { base_url } => format!(
+            "not running at {base_url} (probed by default; set {} if it runs elsewhere)",
+            kind.base_env()
+        ),
         ProviderState::Failed { error, reachable } => format!(
             "{}: {error}",
             if *reachable { "refused" } else { "unreachable" }
@@ -456,6 +490,14 @@ mod tests {
     use crate::providers::catalog::ProviderModels;
 
     fn diagnosis(providers: &[(&str, ProviderModels)], default_model: Option<&str>) -> Diagnosis {
+        diagnosis_with(providers, default_model, |_| None)
+    }
+
+    fn diagnosis_with(
+        providers: &[(&str, ProviderModels)],
+        default_model: Option<&str>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Diagnosis {
         let snapshot = CatalogSnapshot {
             refreshed_at: None,
             providers: providers
@@ -466,7 +508,7 @@ mod tests {
         let mut settings = Settings::resolve(
             crate::config::ServeArgs::default(),
             crate::config::FileSettings::default(),
-            |_| None,
+            env,
         )
         .unwrap();
         settings.default_model = default_model.map(str::to_string);
@@ -530,9 +572,22 @@ mod tests {
             Some("cannot reach http://127.0.0.1:11434 (OLLAMA_BASE_URL)"),
             false,
         );
-        let text = diagnosis(&[("ollama", down)], None).render();
+        // Asked for (OLLAMA_BASE_URL set) and down: that is news.
+        let text = diagnosis_with(&[("ollama", down.clone())], None, |name| {
+            (name == "OLLAMA_BASE_URL").then(|| "http://127.0.0.1:9".to_string())
+        })
+        .render();
         assert!(
             text.contains("ollama      unreachable: cannot reach"),
+            "{text}"
+        );
+        // Only probed at its default address: one quiet line.
+        let text = diagnosis(&[("ollama", down)], None).render();
+        assert!(
+            text.contains(
+                "ollama      not running at http://127.0.0.1:9/v1 (probed by default; \
+                 set OLLAMA_BASE_URL if it runs elsewhere)"
+            ),
             "{text}"
         );
     }
@@ -572,6 +627,14 @@ mod tests {
             &[("openai", ok), ("anthropic", refused)],
             Some("fake-model"),
         );
+        // Ollama nobody configured, silent at its default address.
+        for (kind, state) in &mut d.providers {
+            if *kind == ProviderKind::Ollama {
+                *state = ProviderState::NotRunning {
+                    base_url: "http://127.0.0.1:11434".into(),
+                };
+            }
+        }
         d.live = Some(Live {
             agents: 2,
             workers: [("running".to_string(), 2)].into(),
@@ -584,6 +647,13 @@ mod tests {
         assert_eq!(json["providers"][1]["models"], 1);
         assert_eq!(json["providers"][2]["state"], "not_configured");
         assert_eq!(json["default_route"]["route"], "openai/fake-model");
+        let ollama = json["providers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["provider"] == "ollama")
+            .unwrap();
+        assert_eq!(ollama["state"], "not_running", "{ollama}");
         let back: Diagnosis = serde_json::from_value(json).unwrap();
         assert_eq!(back, d);
         let text = back.render();

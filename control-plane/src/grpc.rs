@@ -544,7 +544,13 @@ impl Link {
                 Ok(Ok(Some(message))) => message,
                 Ok(Ok(None)) => break None,
                 Ok(Err(status)) => {
-                    tracing::info!(%agent, generation, %status, "worker stream ended");
+                    // A worker that stops with us (Ctrl-C reaches its process group
+                    // too) or dies just closes its end: no error of anyone's.
+                    if closed_by_peer(&status) {
+                        tracing::debug!(%agent, generation, %status, "the worker closed its link");
+                    } else {
+                        tracing::info!(%agent, generation, %status, "worker stream ended");
+                    }
                     break None;
                 }
                 Err(_) => {
@@ -608,15 +614,61 @@ impl Link {
                 WorkerEvent::Summary { request_id, result } => {
                     summaries.answered(request_id, result)
                 }
-                event => {
-                    if let Err(e) = runs.apply(&agent, generation, seq, event).await {
-                        tracing::warn!(%agent, generation, error = %e, "worker event refused");
+                event => match runs.apply(&agent, generation, seq, event).await {
+                    Err(e) if e.is_suspicious() => {
+                        tracing::warn!(%agent, generation, error = %e, "worker event refused")
                     }
-                }
+                    Err(e) => {
+                        tracing::debug!(%agent, generation, error = %e, "worker event dropped")
+                    }
+                    Ok(()) => {}
+                },
             }
         };
         registry.detach(&agent, generation, hung);
         tasks.worker_gone(&agent, generation).await;
         tracing::info!(%agent, generation, "worker detached");
+    }
+}
+
+/// Whether a link ended because the peer closed its connection (a broken pipe, a
+/// reset, an unexpected end), found anywhere in the error's chain of causes.
+fn closed_by_peer(status: &tonic::Status) -> bool {
+    use std::io::ErrorKind;
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(error) = cause {
+        if let Some(io) = error.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                ErrorKind::BrokenPipe
+                    | ErrorKind::ConnectionReset
+                    | ErrorKind::ConnectionAborted
+                    | ErrorKind::UnexpectedEof
+            )
+        {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod peer_tests {
+    #[test]
+    fn a_peer_closing_its_end_is_told_from_a_real_error() {
+        use std::io::{Error, ErrorKind};
+        let closed = tonic::Status::from_error(Box::new(Error::new(
+            ErrorKind::BrokenPipe,
+            "stream closed because of a broken pipe",
+        )));
+        assert!(super::closed_by_peer(&closed));
+        let reset = tonic::Status::from_error(Box::new(Error::from(ErrorKind::ConnectionReset)));
+        assert!(super::closed_by_peer(&reset));
+        assert!(!super::closed_by_peer(&tonic::Status::internal(
+            "decode failed"
+        )));
+        let other = tonic::Status::from_error(Box::new(Error::from(ErrorKind::PermissionDenied)));
+        assert!(!super::closed_by_peer(&other));
     }
 }

@@ -15,6 +15,7 @@ pub mod link_tls;
 pub mod listener;
 pub mod llm_relay;
 pub mod metrics;
+pub mod ownership;
 pub mod permissions;
 pub mod private;
 pub mod providers;

@@ -24,11 +24,12 @@ use crate::gate::{GateSettings, ToolGate};
 use crate::grpc::{DialInService, LinkServices, WorkerLinkService};
 use crate::http::{self, AppState};
 use crate::llm_relay::{self, RelayState};
+use crate::ownership::{DataDirLock, Owner};
 use crate::providers::catalog::Catalog;
 use crate::runs::{RunSettings, Runs};
 use crate::secrets::{KnownSecrets, random_token};
 use crate::sessions::Sessions;
-use crate::store::Store;
+use crate::store::{DatabaseLock, Store, Taken};
 use crate::summaries::WorkerSummarizer;
 use crate::tasks::TaskLog;
 use crate::workers::credentials::JoinCredentials;
@@ -59,6 +60,13 @@ pub struct Running {
     /// The Discord bot's connection, when `DISCORD_TOKEN` is set.
     discord: Option<JoinHandle<()>>,
     discovery: JoinHandle<()>,
+    /// Held until the very end of `shut_down` (or death): this chorus owns the data
+    /// directory, and the Postgres database when it uses one.
+    dir_lock: DataDirLock,
+    /// Keeps the Postgres database's lock (`ownership::keep_database_lock`) until
+    /// `lock_keeper_stop`; then it lets go.
+    database_lock: Option<JoinHandle<()>>,
+    lock_keeper_stop: CancellationToken,
 }
 
 /// Starts Chorus. `collector`: where traces go (see `telemetry`), when exported.
@@ -66,13 +74,9 @@ pub async fn start(
     settings: Settings,
     collector: Option<crate::telemetry::collector::Collector>,
 ) -> anyhow::Result<Running> {
-    let data_dir = prepare_data_dir(&settings.data_dir)?;
-    let agents_root = data_dir.join("agents");
-    crate::private::create_dir(&agents_root)
-        .with_context(|| format!("cannot create {}", agents_root.display()))?;
-    let store = open_store(&settings, &data_dir).await?;
-    let api_token = api_token(&settings, &data_dir)?;
-
+    // The ports first, then the data directory's lock, then anything in it: a start
+    // that fails on a busy port leaves nothing behind, and nothing is touched in a
+    // directory (or database) another chorus owns (see `ownership`).
     let grpc_listener = TcpListener::bind(settings.grpc_addr)
         .await
         .with_context(|| {
@@ -90,6 +94,7 @@ pub async fn start(
             )
         })?;
     let grpc_addr = grpc_listener.local_addr()?;
+    let http_addr = http_listener.local_addr()?;
     // Read before anything starts, so a bad certificate stops chorus at once.
     let link_tls = match &settings.workers.tls {
         Some(files) => Some(
@@ -98,7 +103,41 @@ pub async fn start(
         ),
         None => None,
     };
-    let http_addr = http_listener.local_addr()?;
+    let owner = Owner::this_process(http_addr, grpc_addr);
+    let (data_dir, created) = prepare_data_dir(&settings.data_dir)?;
+    let dir_lock = DataDirLock::take(&data_dir, &owner)?;
+    let database_lock = match &settings.database {
+        Database::Sqlite => None,
+        Database::Postgres(url) => match lock_database(url, &owner, &settings, &data_dir).await {
+            Ok(lock) => Some(lock),
+            Err(e) => {
+                // A directory made by this start for nothing is taken back.
+                if created {
+                    drop(dir_lock);
+                    let _ = std::fs::remove_file(data_dir.join(crate::ownership::LOCK_FILE));
+                    let _ = std::fs::remove_dir(&data_dir);
+                }
+                return Err(e);
+            }
+        },
+    };
+    let lock_keeper_stop = CancellationToken::new();
+    let database_lock = match (database_lock, &settings.database) {
+        (Some(lock), Database::Postgres(url)) => {
+            Some(tokio::spawn(crate::ownership::keep_database_lock(
+                lock,
+                url.clone(),
+                owner.clone(),
+                lock_keeper_stop.clone(),
+            )))
+        }
+        _ => None,
+    };
+    let agents_root = data_dir.join("agents");
+    crate::private::create_dir(&agents_root)
+        .with_context(|| format!("cannot create {}", agents_root.display()))?;
+    let store = open_store(&settings, &data_dir).await?;
+    let api_token = api_token(&settings, &data_dir)?;
 
     let catalog = Arc::new(
         Catalog::new(
@@ -466,6 +505,9 @@ pub async fn start(
         lost_forwarder,
         discord,
         discovery,
+        dir_lock,
+        database_lock,
+        lock_keeper_stop,
     })
 }
 
@@ -535,6 +577,11 @@ impl Running {
         }
         self.discovery.abort();
         self.store.close().await;
+        self.lock_keeper_stop.cancel();
+        if let Some(keeper) = self.database_lock {
+            let _ = keeper.await;
+        }
+        drop(self.dir_lock);
         tracing::info!("chorus stopped");
         Ok(())
     }
@@ -549,22 +596,32 @@ async fn open_store(settings: &Settings, data_dir: &Path) -> anyhow::Result<Stor
         }
         Database::Postgres(url) => Store::open_postgres(url.expose()).await,
     };
-    opened.map_err(|e| {
-        // A refused certificate is the one failure people cannot guess the fix of.
-        let tls = matches!(settings.database, Database::Postgres(_)) && {
-            let text = format!("{e:#}").to_ascii_lowercase();
-            ["certificate", "tls", "ssl"].iter().any(|w| text.contains(w))
-        };
-        let hint = if tls {
-            "; a TLS problem: with sslmode=verify-full (or verify-ca) name the CA that signed the server's certificate as sslrootcert=<file> in DATABASE_URL"
-        } else {
-            ""
-        };
-        anyhow::Error::new(e).context(format!(
-            "cannot open the database ({}){hint}",
-            settings.database.describe(data_dir)
-        ))
-    })
+    opened.map_err(|e| database_error(settings, data_dir, e))
+}
+
+/// A failure to reach or open the database, naming where it is but never the URL
+/// itself (it may hold a password).
+fn database_error(
+    settings: &Settings,
+    data_dir: &Path,
+    e: crate::store::StoreError,
+) -> anyhow::Error {
+    // A refused certificate is the one failure people cannot guess the fix of.
+    let tls = matches!(settings.database, Database::Postgres(_)) && {
+        let text = format!("{e:#}").to_ascii_lowercase();
+        ["certificate", "tls", "ssl"]
+            .iter()
+            .any(|w| text.contains(w))
+    };
+    let hint = if tls {
+        "; a TLS problem: with sslmode=verify-full (or verify-ca) name the CA that signed the server's certificate as sslrootcert=<file> in DATABASE_URL"
+    } else {
+        ""
+    };
+    anyhow::Error::new(e).context(format!(
+        "cannot open the database ({}){hint}",
+        settings.database.describe(data_dir)
+    ))
 }
 
 /// An address a local worker can dial: a wildcard bind is reached over loopback.
@@ -580,8 +637,10 @@ fn dialable(addr: SocketAddr) -> SocketAddr {
     }
 }
 
-fn prepare_data_dir(dir: &Path) -> anyhow::Result<PathBuf> {
-    if !dir.exists() {
+/// The data directory, resolved, and whether this call created it.
+fn prepare_data_dir(dir: &Path) -> anyhow::Result<(PathBuf, bool)> {
+    let created = !dir.exists();
+    if created {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -589,8 +648,29 @@ fn prepare_data_dir(dir: &Path) -> anyhow::Result<PathBuf> {
             .create(dir)
             .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
     }
-    dir.canonicalize()
-        .with_context(|| format!("cannot resolve the data directory {}", dir.display()))
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("cannot resolve the data directory {}", dir.display()))?;
+    Ok((dir, created))
+}
+
+/// The database's lock (see `store::owner_lock`), or an error naming the chorus
+/// that holds it. Taken before the store opens, so a refused chorus runs no
+/// migration and writes nothing.
+async fn lock_database(
+    url: &Secret,
+    owner: &Owner,
+    settings: &Settings,
+    data_dir: &Path,
+) -> anyhow::Result<DatabaseLock> {
+    let database = settings.database.describe(data_dir);
+    match DatabaseLock::take(url.expose(), owner).await {
+        Ok(Taken::Held(lock)) => Ok(lock),
+        Ok(Taken::Busy(holder)) => anyhow::bail!(
+            "another chorus ({holder}) is using this database ({database}); stop it first, or point this one at another database (DATABASE_URL). A database has one control plane at a time: see README, *Postgres*"
+        ),
+        Err(e) => Err(database_error(settings, data_dir, e)),
+    }
 }
 
 /// The API token: from settings, else from `<data-dir>/api-token`, created (mode

@@ -301,7 +301,12 @@ impl Runner {
                         });
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "run failed");
+                        if matches!(e, tool_loop::LoopError::Cancelled(_)) {
+                            // The control plane asked for it (a kill, a shutdown).
+                            tracing::info!(error = %e, "run cancelled");
+                        } else {
+                            tracing::warn!(error = %e, "run failed");
+                        }
                         sink.send(WorkerEvent::RunFailed {
                             run_id: run.run_id.clone(),
                             kind: e.kind(),

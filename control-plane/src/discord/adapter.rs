@@ -23,6 +23,7 @@ use super::access::DiscordRoles;
 use super::actions::{Actions, Caller, Guild, Reply};
 use super::approvals::{ApprovalPosts, Click};
 use super::commands;
+use super::connection::{self, DiscordState};
 use super::messages::{Incoming, Messages};
 use super::outbox::Outbox;
 use super::rest::RestTransport;
@@ -37,6 +38,8 @@ const DEFER_AFTER: Duration = Duration::from_millis(1500);
 
 struct Handler {
     guild: Option<GuildId>,
+    /// How the connection stands (`connection`).
+    state: Arc<tokio::sync::watch::Sender<DiscordState>>,
     messages: Arc<Messages>,
     actions: Arc<Actions>,
     approvals: Arc<ApprovalPosts>,
@@ -45,7 +48,10 @@ struct Handler {
 #[serenity::async_trait]
 impl EventHandler for Handler {
     async fn ready(&self, ctx: Context, ready: Ready) {
-        tracing::info!(bot = %ready.user.name, "connected to Discord");
+        tracing::info!("discord: connected as {}", ready.user.name);
+        self.state.send_replace(DiscordState::Connected {
+            bot: ready.user.name.clone(),
+        });
         let registered = match self.guild {
             Some(guild) => guild.set_commands(&ctx.http, commands::all()).await,
             None => Command::set_global_commands(&ctx.http, commands::all()).await,
@@ -345,8 +351,12 @@ pub async fn start(
         outbox.clone(),
         approvals.clone(),
     );
+    // Heard before the first attempt, so its failure is said too.
+    let failures = crate::telemetry::gateway_watch::failures();
+    let state = Arc::new(tokio::sync::watch::channel(DiscordState::Connecting).0);
     let handler = Handler {
         guild: discord.guild_id.map(GuildId::new),
+        state: state.clone(),
         messages,
         actions: Arc::new(Actions {
             api,
@@ -386,6 +396,7 @@ pub async fn start(
                 }
             }
             () = notices => {}
+            () = connection::watch_failures(failures, state) => {}
         }
     }))
 }

@@ -12,6 +12,7 @@ pub mod actions;
 pub mod adapter;
 pub mod approvals;
 pub mod commands;
+pub mod connection;
 pub mod messages;
 pub mod notices;
 pub mod outbox;

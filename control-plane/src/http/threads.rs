@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::agents::active_agent;
 use super::{ApiError, ApiJson, AppState, Caller};
 use crate::runs::ReplyTo;
-use crate::store::{StepRecord, StoredMessage, ThreadRecord};
+use crate::store::{Progress, StepRecord, StoredMessage, ThreadRecord};
 
 /// Longest user message accepted, in bytes.
 const MAX_MESSAGE_BYTES: usize = 256 * 1024;
@@ -99,7 +99,9 @@ pub(super) struct ThreadSummary {
 }
 
 impl ThreadSummary {
-    fn new(t: ThreadRecord, progress: Option<&(u32, Option<String>)>) -> Self {
+    /// The thread as both routes show it; `progress` from `Store::threads_progress`
+    /// (none: no step yet).
+    fn new(t: ThreadRecord, progress: Option<Progress>) -> Self {
         let parse = |s: &str| chrono::DateTime::parse_from_rfc3339(s).ok();
         let end = t
             .ended_at
@@ -125,19 +127,13 @@ impl ThreadSummary {
             summary: t.summary,
             continued_from: t.continued_from,
             elapsed_ms,
-            step_number: progress.map_or(0, |(n, _)| *n),
             current_step: if t.status.is_finished() {
                 None
             } else {
-                progress.and_then(|(_, current)| current.clone())
+                progress.as_ref().and_then(|p| p.current_step.clone())
             },
+            step_number: progress.map_or(0, |p| p.step_number),
         }
-    }
-}
-
-impl From<ThreadRecord> for ThreadSummary {
-    fn from(t: ThreadRecord) -> Self {
-        ThreadSummary::new(t, None)
     }
 }
 
@@ -159,7 +155,7 @@ pub(super) async fn list_threads(
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let agent = active_agent(&state, &name).await?;
     let threads = state.store.threads(&agent.name).await?;
-    let progress = state.store.threads_progress(&agent.name).await?;
+    let mut progress = state.store.threads_progress(&agent.name, None).await?;
     let retention = chrono::Duration::from_std(state.thread_retention).unwrap_or_default();
     let shown_since = chrono::Utc::now() - retention;
     Ok(Json(
@@ -173,7 +169,7 @@ pub(super) async fn list_threads(
                         .is_none_or(|ended| ended >= shown_since)
             })
             .map(|t| {
-                let progress = progress.get(&t.id);
+                let progress = progress.remove(&t.id);
                 ThreadSummary::new(t, progress)
             })
             .collect(),
@@ -337,6 +333,11 @@ pub(super) async fn show_thread(
         .thread_steps_page(&agent.name, id, after.step, limit, MAX_PAGE_BYTES)
         .await?;
     let usage = state.store.token_usage(&agent.name, Some(id)).await?;
+    let progress = state
+        .store
+        .threads_progress(&agent.name, Some(id))
+        .await?
+        .remove(&id);
     // Messages no model has seen yet have no place; they follow the last page.
     let pending = if more_messages {
         Vec::new()
@@ -355,7 +356,7 @@ pub(super) async fn show_thread(
     });
     Ok(Json(ThreadView {
         agent: agent.name,
-        summary: thread.into(),
+        summary: ThreadSummary::new(thread, progress),
         messages: messages
             .into_iter()
             .map(|(_, m)| MessageView::from(m))

@@ -325,7 +325,13 @@ impl Catalog {
                     keep_models,
                     reachable,
                 }) => {
-                    tracing::warn!(provider = %name, %message, "model discovery failed");
+                    // A local server nobody asked for is probed in case it runs;
+                    // that it does not is no news (`chorus status` still says so).
+                    if endpoint.configured {
+                        tracing::warn!(provider = %name, %message, "model discovery failed");
+                    } else {
+                        tracing::debug!(provider = %name, %message, "model discovery failed");
+                    }
                     ProviderModels {
                         valid: false,
                         base_url: endpoint.base_url.clone(),

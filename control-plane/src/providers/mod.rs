@@ -100,6 +100,9 @@ pub struct ProviderEndpoint {
     /// As configured, without a trailing slash.
     pub base_url: String,
     pub api_key: Option<Secret>,
+    /// Someone asked for it (a key, a base URL, `enabled = true`); false: a local
+    /// server probed at its default address, whose absence is no news.
+    pub configured: bool,
 }
 
 impl ProviderEndpoint {
@@ -155,6 +158,7 @@ mod tests {
             kind,
             base_url: kind.default_base().into(),
             api_key: key.map(Secret::new),
+            configured: true,
         };
         let anthropic = endpoint(ProviderKind::Anthropic, Some("sk-ant"));
         assert!(

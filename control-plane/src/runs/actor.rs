@@ -868,6 +868,17 @@ impl AgentActor {
         }
     }
 
+    /// Why an event of `run_id`, which is not going here, is refused: a run of this
+    /// agent that ended (a kill crosses the worker's last events), or one it never
+    /// had.
+    async fn not_going(&self, run_id: &str) -> EventRejected {
+        let owner = match self.shared.store.run(run_id).await {
+            Ok(run) => run.map(|run| run.agent_name),
+            Err(_) => None,
+        };
+        EventRejected::not_going(run_id, owner.as_deref(), &self.agent)
+    }
+
     /// Applies one event of a run.
     async fn apply(
         &mut self,
@@ -880,6 +891,9 @@ impl AgentActor {
         };
         let agent = self.agent.clone();
         let agent = agent.as_str();
+        if !self.runs.contains_key(&run_id) {
+            return Err(self.not_going(&run_id).await);
+        }
         let (thread_id, over_budget) = {
             let run = self
                 .runs

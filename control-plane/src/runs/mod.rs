@@ -40,11 +40,15 @@ pub use assignment::RunSettings;
 /// Commands an agent's actor takes at once before senders wait.
 const COMMAND_QUEUE: usize = 256;
 
-/// An event a worker is not entitled to send.
+/// An event a worker is not entitled to send (or no longer needs to).
 #[derive(Debug, thiserror::Error)]
 pub enum EventRejected {
     #[error("run '{0}' is not a run of this worker's agent")]
     UnknownRun(String),
+    /// A run of this agent that has ended here (killed, failed, completed): its
+    /// worker's last events cross the end on the wire. Expected, not a forgery.
+    #[error("run '{0}' has ended; its late event is dropped")]
+    EndedRun(String),
     #[error("workers may add only assistant and tool messages, not {0}")]
     ForbiddenRole(&'static str),
 }
@@ -55,6 +59,23 @@ pub enum Routed {
     New,
     Injected,
     ContinuedFrom(u64),
+}
+
+impl EventRejected {
+    /// Why an event of `run_id`, not going here, is refused: the store knows it as a
+    /// run of `owner` (`None`: not at all); a run of this `agent` has ended, any
+    /// other was never this worker's to report on.
+    pub fn not_going(run_id: &str, owner: Option<&str>, agent: &str) -> EventRejected {
+        match owner {
+            Some(owner) if owner == agent => EventRejected::EndedRun(run_id.to_string()),
+            _ => EventRejected::UnknownRun(run_id.to_string()),
+        }
+    }
+
+    /// Whether a worker sending this can be an attack (or a bug) worth a warning.
+    pub fn is_suspicious(&self) -> bool {
+        !matches!(self, EventRejected::EndedRun(_))
+    }
 }
 
 impl Routed {
@@ -551,6 +572,19 @@ mod tests {
 
     use super::*;
     use crate::store::test_store_with_agent;
+
+    #[test]
+    fn only_an_ended_run_of_the_workers_own_agent_is_expected() {
+        let ended = EventRejected::not_going("r1", Some("a"), "a");
+        assert!(matches!(ended, EventRejected::EndedRun(_)));
+        assert!(!ended.is_suspicious());
+        // Another agent's run, or one nobody ever had: a forgery or a bug.
+        for owner in [Some("b"), None] {
+            let refused = EventRejected::not_going("r1", owner, "a");
+            assert!(matches!(refused, EventRejected::UnknownRun(_)));
+            assert!(refused.is_suspicious());
+        }
+    }
 
     #[tokio::test]
     async fn a_reply_points_into_its_thread_by_chorus_or_frontend_id() {

@@ -110,6 +110,14 @@ pub struct StoredMessage {
     pub pending: bool,
 }
 
+/// How far a thread has got: its steps so far, and its open step (what it is doing
+/// now), if any.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    pub step_number: u32,
+    pub current_step: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepRecord {
     pub number: u32,
@@ -753,25 +761,39 @@ impl Store {
         .await
     }
 
-    /// Each thread's last step number and the description of its open step (what it
-    /// is doing now), for the thread list.
+    /// Each thread's progress: its last step number and the description of its open
+    /// step (what it is doing now); every thread of `agent`'s, or only `thread`. The
+    /// one place progress is computed, for the thread list and a thread's own route.
     pub async fn threads_progress(
         &self,
         agent: &str,
-    ) -> Result<std::collections::HashMap<u64, (u32, Option<String>)>, StoreError> {
+        thread: Option<u64>,
+    ) -> Result<std::collections::HashMap<u64, Progress>, StoreError> {
         let rows: Vec<(i64, i64, Option<String>)> = sqlx::query_as(
             "SELECT s.thread_id, MAX(s.step_number), \
              (SELECT o.description FROM thread_steps o WHERE o.agent_name = s.agent_name \
               AND o.thread_id = s.thread_id AND o.ended_at IS NULL \
               ORDER BY o.step_number DESC LIMIT 1) \
-             FROM thread_steps s WHERE s.agent_name = $1 GROUP BY s.agent_name, s.thread_id",
+             FROM thread_steps s WHERE s.agent_name = $1 AND ($2 < 0 OR s.thread_id = $2) \
+             GROUP BY s.agent_name, s.thread_id",
         )
         .bind(agent)
+        // -1: every thread (ids start at 1); a typed bind either way, so both
+        // backends take the same query.
+        .bind(thread.map_or(-1, |t| t as i64))
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
             .into_iter()
-            .map(|(thread, step, current)| (thread as u64, (step as u32, current)))
+            .map(|(thread, step, current)| {
+                (
+                    thread as u64,
+                    Progress {
+                        step_number: step as u32,
+                        current_step: current,
+                    },
+                )
+            })
             .collect())
     }
 

@@ -8,6 +8,7 @@
 
 pub mod collector;
 pub mod config;
+pub mod gateway_watch;
 pub mod json_log;
 pub mod relay;
 pub mod run_traces;
@@ -162,7 +163,7 @@ pub fn init(format: json_log::LogFormat) -> Result<Telemetry, String> {
     let Some(settings) = settings else {
         let _ = tracing_subscriber::registry()
             .with(filter)
-            .with(log_layer(format, false))
+            .with(log_layer(format, false).with_filter(gateway_watch::TakeGatewayFailures))
             .try_init();
         return Ok(Telemetry {
             provider: None,
@@ -197,7 +198,7 @@ pub fn init(format: json_log::LogFormat) -> Result<Telemetry, String> {
                     meta.name() != "step"
                 })),
         )
-        .with(log_layer(format, true))
+        .with(log_layer(format, true).with_filter(gateway_watch::TakeGatewayFailures))
         .try_init();
     tracing::info!(%endpoint, ?protocol, "exporting traces over OTLP");
     Ok(Telemetry {

@@ -43,6 +43,11 @@ pub struct ChorusBuilder {
     database_options: Option<String>,
     /// Where workers dial (`--grpc-addr`); by default any free port.
     grpc_addr: Option<String>,
+    /// The API's address (`--http-addr`); by default any free port.
+    http_addr: Option<String>,
+    /// The Postgres database to use instead of the data directory's own (two
+    /// control planes on one database).
+    database_url: Option<String>,
 }
 
 /// The Postgres server the suite runs against (`CHORUS_TEST_POSTGRES`, e.g.
@@ -147,6 +152,19 @@ impl ChorusBuilder {
         self
     }
 
+    /// Serves the API on `addr` (a busy port, to test a failed start).
+    pub fn http_addr(mut self, addr: &str) -> Self {
+        self.http_addr = Some(addr.to_string());
+        self
+    }
+
+    /// Keeps the store in this Postgres database (another chorus's
+    /// `database_url`) whatever the data directory; nothing on SQLite.
+    pub fn database_url(mut self, url: &str) -> Self {
+        self.database_url = Some(url.to_string());
+        self
+    }
+
     /// Connection options for Postgres (e.g. `sslmode=verify-full&sslrootcert=…`),
     /// appended to the `DATABASE_URL` chorus gets; nothing on SQLite.
     pub fn database_options(mut self, query: &str) -> Self {
@@ -160,20 +178,17 @@ impl ChorusBuilder {
         self
     }
 
-    pub async fn start(self) -> anyhow::Result<Chorus> {
-        let (data_dir, temp) = match self.data_dir {
-            Some(dir) => (dir, None),
-            None => {
-                let temp = tempfile::tempdir()?;
-                (temp.path().join("data"), Some(temp))
-            }
-        };
+    /// The `chorus serve` command this builder describes, for `data_dir`, and the
+    /// Postgres database it gets (`None`: SQLite).
+    async fn command(&self, data_dir: &Path) -> anyhow::Result<(Command, Option<String>)> {
         let mut command = Command::new(bin_path("chorus"));
         command
             .arg("serve")
             .arg("--data-dir")
-            .arg(&data_dir)
-            .args(["--http-addr", "127.0.0.1:0", "--grpc-addr"])
+            .arg(data_dir)
+            .arg("--http-addr")
+            .arg(self.http_addr.as_deref().unwrap_or("127.0.0.1:0"))
+            .arg("--grpc-addr")
             .arg(self.grpc_addr.as_deref().unwrap_or("127.0.0.1:0"))
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -194,7 +209,8 @@ impl ChorusBuilder {
             command.env("CHORUS_API_TOKEN", token);
         }
         let database_url = match test_postgres().filter(|_| !self.sqlite) {
-            Some(server) => Some(database_for(&server, &data_dir).await?),
+            Some(_) if self.database_url.is_some() => self.database_url.clone(),
+            Some(server) => Some(database_for(&server, data_dir).await?),
             None => None,
         };
         if let Some(url) = &database_url {
@@ -204,7 +220,7 @@ impl ChorusBuilder {
             };
         }
         if let Some(toml) = &self.config {
-            let parent = data_dir.parent().unwrap_or(&data_dir).to_path_buf();
+            let parent = data_dir.parent().unwrap_or(data_dir).to_path_buf();
             std::fs::create_dir_all(&parent)?;
             let path = parent.join("chorus.toml");
             std::fs::write(&path, toml)?;
@@ -213,6 +229,36 @@ impl ChorusBuilder {
         for (k, v) in &self.env {
             command.env(k, v);
         }
+        Ok((command, database_url))
+    }
+
+    /// Runs a chorus that is expected to stop by itself (a refused start): its
+    /// exit status and everything it printed, or an error if it still runs after
+    /// `timeout` (it is killed then).
+    pub async fn run_to_exit(
+        self,
+        data_dir: &Path,
+        timeout: Duration,
+    ) -> anyhow::Result<(std::process::ExitStatus, String)> {
+        let (mut command, _) = self.command(data_dir).await?;
+        let child = command.spawn().context("spawn chorus")?;
+        let output = tokio::time::timeout(timeout, child.wait_with_output())
+            .await
+            .with_context(|| format!("chorus still ran after {timeout:?}"))??;
+        let mut said = String::from_utf8_lossy(&output.stdout).into_owned();
+        said.push_str(&String::from_utf8_lossy(&output.stderr));
+        Ok((output.status, said))
+    }
+
+    pub async fn start(self) -> anyhow::Result<Chorus> {
+        let (data_dir, temp) = match &self.data_dir {
+            Some(dir) => (dir.clone(), None),
+            None => {
+                let temp = tempfile::tempdir()?;
+                (temp.path().join("data"), Some(temp))
+            }
+        };
+        let (mut command, database_url) = self.command(&data_dir).await?;
         let mut child = command.spawn().context("spawn chorus")?;
         let output = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         // The log is kept for tests to search, and passed on so a failing test shows it.
@@ -300,6 +346,8 @@ impl Chorus {
             sqlite: false,
             database_options: None,
             grpc_addr: None,
+            http_addr: None,
+            database_url: None,
         }
     }
 
@@ -557,11 +605,19 @@ impl Chorus {
     }
 
     /// SIGTERM and wait for a clean exit.
-    pub async fn stop(mut self) -> anyhow::Result<std::process::ExitStatus> {
-        crate::process::signal(self.pid(), nix::sys::signal::Signal::SIGTERM);
+    pub async fn stop(self) -> anyhow::Result<std::process::ExitStatus> {
+        self.stop_with(nix::sys::signal::Signal::SIGTERM).await
+    }
+
+    /// `signal` (SIGINT: Ctrl-C in its terminal) and wait for a clean exit.
+    pub async fn stop_with(
+        mut self,
+        signal: nix::sys::signal::Signal,
+    ) -> anyhow::Result<std::process::ExitStatus> {
+        crate::process::signal(self.pid(), signal);
         let status = tokio::time::timeout(Duration::from_secs(20), self.child.wait())
             .await
-            .context("chorus did not exit within 20 s of SIGTERM")??;
+            .with_context(|| format!("chorus did not exit within 20 s of {signal}"))??;
         Ok(status)
     }
 

@@ -188,6 +188,16 @@ impl Drop for FakeDiscord {
 
 impl FakeDiscord {
     pub async fn start() -> FakeDiscord {
+        Self::start_with(true).await
+    }
+
+    /// A fake whose REST API works but whose gateway is down: the URL it gives is
+    /// a closed port, so every connection is refused.
+    pub async fn start_with_gateway_down() -> FakeDiscord {
+        Self::start_with(false).await
+    }
+
+    async fn start_with(gateway_up: bool) -> FakeDiscord {
         let recorded: Shared = Arc::default();
         let gateway = TcpListener::bind("127.0.0.1:0")
             .await
@@ -251,17 +261,23 @@ impl FakeDiscord {
             crate::serve(rest, app).await;
         });
         let (dispatch, _) = tokio::sync::broadcast::channel(256);
-        let gateway_task = tokio::spawn(serve_gateway(
-            gateway,
-            gateway_url,
-            recorded.clone(),
-            dispatch.clone(),
-        ));
+        let mut tasks = vec![rest_task];
+        if gateway_up {
+            tasks.push(tokio::spawn(serve_gateway(
+                gateway,
+                gateway_url,
+                recorded.clone(),
+                dispatch.clone(),
+            )));
+        } else {
+            // Closed: its port now refuses connections.
+            drop(gateway);
+        }
         FakeDiscord {
             base_url,
             recorded,
             dispatch,
-            tasks: vec![rest_task, gateway_task],
+            tasks,
         }
     }
 

@@ -468,3 +468,56 @@ async fn a_very_long_answer_is_attached_as_a_file_with_a_preview() -> anyhow::Re
     assert_eq!(answers_in(&discord, channel).len(), 1, "one message");
     Ok(())
 }
+
+/// The banner says "connecting" while the bot connects, and the log says when it
+/// is connected, in Chorus's words.
+#[tokio::test]
+async fn the_banner_says_connecting_and_the_log_says_connected() -> anyhow::Result<()> {
+    let discord = FakeDiscord::start().await;
+    let chorus = Chorus::builder()
+        .env("DISCORD_TOKEN", "fake-bot-token")
+        .env("CHORUS_DISCORD_API_BASE", &discord.base_url)
+        .start()
+        .await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let said = loop {
+        let said = chorus.output();
+        if said.contains("discord: connected as ") || std::time::Instant::now() > deadline {
+            break said;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(said.contains("discord: connected as "), "{said}");
+    assert!(
+        said.contains("discord:        connecting (DISCORD_TOKEN is set)"),
+        "{said}"
+    );
+    Ok(())
+}
+
+/// A gateway that cannot be reached is said once, in words, with the retry; not
+/// serenity's raw error every 5 s.
+#[tokio::test]
+async fn an_unreachable_gateway_is_said_in_words() -> anyhow::Result<()> {
+    let discord = FakeDiscord::start_with_gateway_down().await;
+    let chorus = Chorus::builder()
+        .env("DISCORD_TOKEN", "fake-bot-token")
+        .env("CHORUS_DISCORD_API_BASE", &discord.base_url)
+        .start()
+        .await?;
+    let sentence = "cannot reach Discord: the connection was refused; retrying every 5 s";
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let said = loop {
+        let said = chorus.output();
+        if said.contains(sentence) || std::time::Instant::now() > deadline {
+            break said;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(said.contains(sentence), "{said}");
+    assert!(!said.contains("Err starting shard"), "{said}");
+    // The API goes on without it.
+    let health = chorus.anonymous(Method::GET, "/healthz").send().await?;
+    assert!(health.status().is_success());
+    Ok(())
+}

@@ -8,6 +8,8 @@ mod discord_commands;
 mod feed;
 mod lifecycle;
 mod limits;
+mod logs;
+mod ownership;
 mod permissions;
 mod procs;
 mod providers;

@@ -171,3 +171,57 @@ async fn killing_all_withdraws_a_question_waiting_for_a_person() -> anyhow::Resu
     assert_eq!(body["killed"], json!([]));
     Ok(())
 }
+
+/// A running thread's own route shows how far it got, as the list does: one
+/// function computes both (`Store::threads_progress`).
+#[tokio::test]
+async fn a_running_thread_shows_its_progress_on_its_own_route() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    // The command waits for a file the test writes: the thread is held at its tool
+    // step for as long as the test looks.
+    model.push(tool_call(
+        "c1",
+        "bash",
+        json!({"command": "while [ ! -e go ]; do sleep 0.05; done; echo went"}),
+    ));
+    model.push(chorus_test_support::fake_model::text("done"));
+    let chorus = Chorus::builder().openai_fake(&model).start().await?;
+    create(&chorus, "stepper", json!("open")).await?;
+    let id = chorus.send_message("stepper", "wait for go").await?;
+    let running = chorus
+        .wait_thread("stepper", id, Duration::from_secs(30), |t| {
+            t["current_step"]
+                .as_str()
+                .is_some_and(|s| s.contains("while [ ! -e go ]"))
+        })
+        .await?;
+    assert_eq!(running["status"], "running", "{running:#}");
+    // Step 1 was the model call; the command is step 2.
+    assert_eq!(running["step_number"], 2, "{running:#}");
+    // The list says the same of the same thread.
+    let list: Value = chorus
+        .api(Method::GET, "/api/agents/stepper/threads")
+        .send()
+        .await?
+        .json()
+        .await?;
+    let listed = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == id)
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(listed["step_number"], running["step_number"], "{list:#}");
+    assert_eq!(listed["current_step"], running["current_step"], "{list:#}");
+
+    std::fs::write(chorus.agent_dir("stepper").join("workspace/go"), "")?;
+    let done = chorus
+        .wait_thread_finished("stepper", id, Duration::from_secs(30))
+        .await?;
+    assert_eq!(done["status"], "completed", "{done:#}");
+    // The final model call is step 3; an ended thread is doing nothing.
+    assert_eq!(done["step_number"], 3, "{done:#}");
+    assert!(done["current_step"].is_null(), "{done:#}");
+    Ok(())
+}
