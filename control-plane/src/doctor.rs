@@ -67,6 +67,9 @@ pub struct Live {
     pub workers: BTreeMap<String, u64>,
     /// When the providers were last checked (`chorus models --refresh` checks again).
     pub providers_checked_at: Option<String>,
+    /// How the Discord bot's connection stands, when it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discord: Option<crate::discord::connection::DiscordState>,
 }
 
 /// What a running Chorus knows of its own set-up, to diagnose itself on request
@@ -404,16 +407,21 @@ impl Diagnosis {
         ));
         out.push_str(&format!(
             "  discord:        {}\n",
-            if self.discord_token && self.server_running.is_none() {
+            if let Some(state) = self.live.as_ref().and_then(|l| l.discord.as_ref()) {
+                // The running server's own word on its connection.
+                state.describe()
+            } else if self.discord_token && self.server_running.is_none() {
                 // `chorus serve`'s banner: the bot connects beside it, and the log
                 // says "discord: connected as …" (or why it cannot) once it knows.
                 "connecting (DISCORD_TOKEN is set): agents answer in their channels \
                  once it is connected"
+                    .to_string()
             } else if self.discord_token {
                 "on (DISCORD_TOKEN is set): agents answer in their channels; slash \
                  commands and approval buttons act"
+                    .to_string()
             } else {
-                "off (set DISCORD_TOKEN to connect a bot)"
+                "off (set DISCORD_TOKEN to connect a bot)".to_string()
             }
         ));
         if let Some(live) = &self.live {
@@ -639,6 +647,9 @@ mod tests {
             agents: 2,
             workers: [("running".to_string(), 2)].into(),
             providers_checked_at: Some("2026-11-23T00:00:00.000Z".into()),
+            discord: Some(crate::discord::connection::DiscordState::Unreachable {
+                reason: "the connection was refused".into(),
+            }),
         });
         let json = serde_json::to_value(&d).unwrap();
         assert_eq!(json["providers"][0]["provider"], "anthropic");
@@ -663,6 +674,12 @@ mod tests {
         );
         assert!(
             text.contains("providers:      checked 2026-11-23"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "discord:        cannot reach Discord: the connection was refused; retrying every 5 s"
+            ),
             "{text}"
         );
     }

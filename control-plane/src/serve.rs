@@ -422,6 +422,9 @@ pub async fn start(
             http_addr,
             grpc_addr,
         }),
+        discord_state: Arc::new(
+            tokio::sync::watch::channel(crate::discord::connection::DiscordState::Connecting).0,
+        ),
     };
     // Discord is one more front end: if it cannot start, the HTTP API still runs.
     let discord = match settings.discord.clone() {

@@ -353,7 +353,7 @@ pub async fn start(
     );
     // Heard before the first attempt, so its failure is said too.
     let failures = crate::telemetry::gateway_watch::failures();
-    let state = Arc::new(tokio::sync::watch::channel(DiscordState::Connecting).0);
+    let state = api.discord_state.clone();
     let handler = Handler {
         guild: discord.guild_id.map(GuildId::new),
         state: state.clone(),

@@ -9,8 +9,9 @@ use tokio::sync::{broadcast, watch};
 /// How often serenity tries the gateway again (its shard queuer's pause).
 pub const RETRY_SECS: u64 = 5;
 
-/// The connection's state, for whoever shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The connection's state, for whoever shows it (the log, `GET /api/status`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
 pub enum DiscordState {
     Connecting,
     Connected {
@@ -20,6 +21,19 @@ pub enum DiscordState {
     Unreachable {
         reason: String,
     },
+}
+
+impl DiscordState {
+    /// The state in a sentence (`chorus status`).
+    pub fn describe(&self) -> String {
+        match self {
+            DiscordState::Connecting => "connecting".to_string(),
+            DiscordState::Connected { bot } => format!("connected as {bot}"),
+            DiscordState::Unreachable { reason } => {
+                format!("cannot reach Discord: {reason}; retrying every {RETRY_SECS} s")
+            }
+        }
+    }
 }
 
 /// serenity's `Debug` text of a failed gateway connection, in words.

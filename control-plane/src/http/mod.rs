@@ -238,6 +238,8 @@ pub struct AppState {
     pub worker_credentials: Arc<crate::workers::credentials::JoinCredentials>,
     /// What `GET /api/status` diagnoses: this server's settings and addresses.
     pub setup: Arc<crate::doctor::ServerSetup>,
+    /// How the Discord bot's connection stands (its front end keeps it current).
+    pub discord_state: Arc<tokio::sync::watch::Sender<crate::discord::connection::DiscordState>>,
 }
 
 /// The `/api` routes of [`table`], each behind its act's check (not yet behind

@@ -16,6 +16,12 @@ pub(super) async fn status(State(state): State<AppState>) -> Result<Json<Value>,
         agents: state.store.active_agents().await?.len() as u64,
         workers: state.workers.counts(),
         providers_checked_at: snapshot.refreshed_at.clone(),
+        discord: state
+            .setup
+            .settings
+            .discord
+            .is_some()
+            .then(|| state.discord_state.borrow().clone()),
     };
     let diagnosis = state.setup.diagnosis(&snapshot, live);
     let mut body = serde_json::to_value(&diagnosis)

@@ -492,6 +492,14 @@ async fn the_banner_says_connecting_and_the_log_says_connected() -> anyhow::Resu
         said.contains("discord:        connecting (DISCORD_TOKEN is set)"),
         "{said}"
     );
+    // `chorus status` (GET /api/status) reports the server's connection.
+    let status: serde_json::Value = chorus
+        .api(Method::GET, "/api/status")
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(status["live"]["discord"]["state"], "connected", "{status}");
     Ok(())
 }
 
@@ -516,6 +524,19 @@ async fn an_unreachable_gateway_is_said_in_words() -> anyhow::Result<()> {
     };
     assert!(said.contains(sentence), "{said}");
     assert!(!said.contains("Err starting shard"), "{said}");
+    // `chorus status` in another shell says the same, from the server.
+    let status = tokio::process::Command::new(chorus_test_support::bin_path("chorus"))
+        .arg("status")
+        .env("CHORUS_URL", &chorus.http_url)
+        .env("CHORUS_API_TOKEN", chorus.token())
+        .env_remove("DISCORD_TOKEN")
+        .output()
+        .await?;
+    let shown = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        shown.contains(&format!("discord:        {sentence}")),
+        "{shown}"
+    );
     // The API goes on without it.
     let health = chorus.anonymous(Method::GET, "/healthz").send().await?;
     assert!(health.status().is_success());
