@@ -76,6 +76,8 @@ pub async fn answer<F: ClientFactory>(
     let result = summarize(clients, request, cancel).await;
     match &result {
         Ok(text) => tracing::info!(chars = text.chars().count(), "summary written"),
+        // Stopping mid-summary is expected (a shutdown); the control plane falls back.
+        Err(e) if cancel.is_cancelled() => tracing::info!(error = %e, "no summary"),
         Err(e) => tracing::warn!(error = %e, "no summary"),
     }
     sink.send(WorkerEvent::Summary {

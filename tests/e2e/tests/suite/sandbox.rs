@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use chorus_test_support::chorus::tool_results;
 use chorus_test_support::fake_model::{text, tool_call};
-use chorus_test_support::{Chorus, FakeModel, FakeOpenAi, TEST_DB_PASSWORD, test_postgres};
+use chorus_test_support::{
+    Chorus, FakeModel, FakeOpenAi, TEST_DB_PASSWORD, process, test_postgres,
+};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -442,6 +444,9 @@ async fn wait_for_file(path: &Path, timeout: Duration) -> bool {
 
 #[tokio::test]
 async fn an_open_agent_cannot_type_into_a_terminal_on_the_host() -> anyhow::Result<()> {
+    if !process::as_root("an_open_agent_cannot_type_into_a_terminal_on_the_host") {
+        return Ok(());
+    }
     let scratch = tempfile::tempdir()?;
     let mut terminal = TerminalShell::start(scratch.path())?;
     let injected_by_test = scratch.path().join("injected-by-the-test");
@@ -543,6 +548,9 @@ fn host_state() -> anyhow::Result<(String, String, String)> {
 
 #[tokio::test]
 async fn a_root_agent_changes_nothing_on_the_host() -> anyhow::Result<()> {
+    if !process::as_root("a_root_agent_changes_nothing_on_the_host") {
+        return Ok(());
+    }
     let addr = "10.213.7.9";
     let route = "10.213.8.0/24";
     let shm = format!("/dev/shm/chorus-sandbox-{}", std::process::id());
@@ -656,6 +664,11 @@ async fn a_root_agent_changes_nothing_on_the_host() -> anyhow::Result<()> {
 #[tokio::test]
 async fn an_open_agent_cannot_read_the_environment_or_memory_of_chorus_or_its_worker()
 -> anyhow::Result<()> {
+    if !process::as_root(
+        "an_open_agent_cannot_read_the_environment_or_memory_of_chorus_or_its_worker",
+    ) {
+        return Ok(());
+    }
     // A secret under a name no blanking knows: only the closed /proc files keep it.
     let secret = "unblanked-secret-value-4711";
     let model = FakeOpenAi::start().await;
