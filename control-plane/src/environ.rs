@@ -44,6 +44,26 @@ pub fn secret_values(block: &[u8], known: &KnownSecrets) -> Vec<std::ops::Range<
     ranges
 }
 
+/// `/proc/self/mem`, read-write. A non-dumpable process's `/proc` files belong to
+/// root, so a chorus that is not root cannot open its own: it is dumpable for the
+/// open only (the checks are made at open; the descriptor keeps working), which at
+/// start, before any worker or tool process exists, exposes nothing new.
+fn open_own_mem() -> std::io::Result<std::fs::File> {
+    use nix::sys::prctl::{get_dumpable, set_dumpable};
+    let was_dumpable = get_dumpable().map_err(std::io::Error::from)?;
+    if !was_dumpable {
+        set_dumpable(true).map_err(std::io::Error::from)?;
+    }
+    let mem = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/proc/self/mem");
+    if !was_dumpable {
+        set_dumpable(false).map_err(std::io::Error::from)?;
+    }
+    mem
+}
+
 /// Overwrites the values of secret variables in our environment block with `*`;
 /// returns how many were blanked.
 pub fn blank_own_secrets(known: &KnownSecrets) -> std::io::Result<usize> {
@@ -63,10 +83,7 @@ pub fn blank_own_secrets(known: &KnownSecrets) -> std::io::Result<usize> {
     if end <= start || end - start > 16 << 20 {
         return Ok(0);
     }
-    let mem = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/proc/self/mem")?;
+    let mem = open_own_mem()?;
     let mut block = vec![0u8; (end - start) as usize];
     mem.read_exact_at(&mut block, start)?;
     let ranges = secret_values(&block, known);
