@@ -535,6 +535,7 @@ mod tests {
             models: models.iter().map(|m| m.to_string()).collect(),
             error: error.map(str::to_string),
             reachable,
+            key_refused: error.is_some_and(|e| e.starts_with("the key was refused")),
             checked_at: "2026-11-23T00:00:00.000Z".into(),
             limits: Default::default(),
         }

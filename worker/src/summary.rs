@@ -12,6 +12,7 @@ use chorus_proto::domain::{ChatMessage, SummaryRequest, WorkerEvent};
 use tokio_util::sync::CancellationToken;
 
 use crate::model::http::CallLimits;
+use crate::model::wire_names::to_wire;
 use crate::model::{MessageCache, ModelClient, ModelError, ModelRequest, StopReason};
 use crate::tool_loop::{ClientFactory, EventSink, retry::backoff};
 
@@ -43,7 +44,12 @@ pub fn as_text(messages: &[ChatMessage]) -> Vec<ChatMessage> {
                     if !text.is_empty() {
                         text.push('\n');
                     }
-                    text.push_str(&format!("[called {} with {}]", call.name, call.arguments));
+                    // Named as the model knows the tools.
+                    text.push_str(&format!(
+                        "[called {} with {}]",
+                        to_wire(&call.name),
+                        call.arguments
+                    ));
                 }
                 out.push(ChatMessage::assistant(text, Vec::new()));
             }
@@ -52,8 +58,8 @@ pub fn as_text(messages: &[ChatMessage]) -> Vec<ChatMessage> {
                     .tool_call_id
                     .as_deref()
                     .and_then(|id| names.get(id))
-                    .copied()
-                    .unwrap_or("a tool");
+                    .map(|name| to_wire(name))
+                    .unwrap_or("a tool".into());
                 let outcome = if m.is_error { "failed" } else { "answered" };
                 out.push(ChatMessage::user(format!(
                     "[{name} {outcome}:]\n{}",
@@ -289,8 +295,8 @@ mod tests {
             contents,
             [
                 "read a",
-                "Reading.\n[called file.read with {\"path\":\"a\"}]",
-                "[file.read answered:]\nhello",
+                "Reading.\n[called file_read with {\"path\":\"a\"}]",
+                "[file_read answered:]\nhello",
                 "It says hello."
             ]
         );

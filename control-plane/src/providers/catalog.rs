@@ -5,6 +5,16 @@
 //! A provider that cannot be reached keeps the models it listed last time (a local
 //! server that is down, or a hosted one with a bad minute, is reported, not fatal);
 //! a provider that refuses its key loses them.
+//!
+//! Resolving a name is one rule, asked of each provider ([`verdict`]): a provider
+//! whose list has the name takes it; one whose list has other names does not; one
+//! with no list takes it on trust unless it refused our key, or it is a local server
+//! (Ollama, LM Studio) that answered but could not list its models: their list is
+//! how we know the server is what it claims, so the name is refused there. An
+//! OpenAI-compatible server (`OPENAI_BASE_URL`) that cannot list is trusted, since
+//! many cannot. `provider/model` asks that provider; a bare name goes to the first
+//! provider, in resolution order, whose list has it, else to the only provider that
+//! could be asked (local servers that are down do not count), by the same verdict.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -32,6 +42,9 @@ pub struct ProviderModels {
     /// that answered but listed nothing is the wrong server or refused us.
     #[serde(default = "reachable_by_default")]
     pub reachable: bool,
+    /// The server refused our key (401/403): nothing can be sent there.
+    #[serde(default)]
+    pub key_refused: bool,
     pub checked_at: String,
     /// The limits the list gave, by model (OpenRouter: `context_length` and
     /// `top_provider.max_completion_tokens`; vLLM: `max_model_len`).
@@ -79,9 +92,36 @@ pub enum ResolveError {
     },
 }
 
-/// Resolves `model` against a snapshot (pure; see the module docs for the rules):
-/// an explicit `provider/model` first, when that provider lists the model or could
-/// not be listed; then the first provider, in resolution order, that lists it.
+/// What one provider says to a model name (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Verdict<'a> {
+    /// Its list has the name (as listed: `llama3.2` is `llama3.2:latest` on Ollama).
+    Listed(&'a str),
+    /// Its list has other names.
+    NotListed,
+    /// It has no list to check against, and no reason to doubt it.
+    Trusted,
+    /// It has no list, and a request would fail for the reason given.
+    Refused(&'a str),
+}
+
+fn verdict<'a>(kind: ProviderKind, entry: &'a ProviderModels, name: &'a str) -> Verdict<'a> {
+    if let Some(listed) = find(kind, &entry.models, name) {
+        return Verdict::Listed(listed);
+    }
+    if !entry.models.is_empty() {
+        return Verdict::NotListed;
+    }
+    match &entry.error {
+        Some(reason) if entry.key_refused || (entry.reachable && kind.is_local()) => {
+            Verdict::Refused(reason)
+        }
+        // Down for now, listing nothing, or a compatible server without a model list.
+        _ => Verdict::Trusted,
+    }
+}
+
+/// Resolves `model` against a snapshot (pure; see the module docs for the rule).
 pub fn resolve_in(snapshot: &CatalogSnapshot, model: &str) -> Result<ModelRoute, ResolveError> {
     let listed = |kind: ProviderKind| snapshot.providers.get(kind.name());
     let route = |kind: ProviderKind, api_model: &str| ModelRoute {
@@ -94,50 +134,51 @@ pub fn resolve_in(snapshot: &CatalogSnapshot, model: &str) -> Result<ModelRoute,
             .copied()
             .unwrap_or_default(),
     };
+    let decide =
+        |kind: ProviderKind, entry: &ProviderModels, name: &str| match verdict(kind, entry, name) {
+            Verdict::Listed(listed) => Some(Ok(route(kind, listed))),
+            Verdict::Trusted => Some(Ok(route(kind, name))),
+            Verdict::Refused(reason) => Some(Err(ResolveError::Unlisted {
+                model: model.to_string(),
+                provider: kind.name(),
+                reason: reason.to_string(),
+                setting: if entry.key_refused {
+                    kind.setting_hint()
+                } else {
+                    kind.base_env()
+                },
+            })),
+            Verdict::NotListed => None,
+        };
     let explicit = model
         .split_once('/')
         .filter(|(_, rest)| !rest.is_empty())
         .and_then(|(prefix, rest)| Some((ProviderKind::parse(prefix)?, rest)));
     if let Some((kind, rest)) = explicit
         && let Some(entry) = listed(kind)
+        && let Some(decided) = decide(kind, entry, rest)
     {
-        if let Some(name) = find(kind, &entry.models, rest) {
-            return Ok(route(kind, name));
-        }
-        if entry.models.is_empty() {
-            match &entry.error {
-                // Reached, but it could not list models (not that kind of server,
-                // or it refused us): a call would fail the same way, so say so now.
-                Some(reason) if entry.reachable => {
-                    return Err(ResolveError::Unlisted {
-                        model: model.to_string(),
-                        provider: kind.name(),
-                        reason: reason.clone(),
-                        setting: kind.base_env(),
-                    });
-                }
-                // Down for now, or listing nothing: trust the user.
-                _ => return Ok(route(kind, rest)),
-            }
-        }
+        return decided;
     }
+    // A bare name (or a prefixed one its provider does not list: OpenRouter ids look
+    // like `anthropic/claude-3.5-sonnet`): the first list that has it.
     for kind in ALL_PROVIDERS {
         if let Some(name) = listed(kind).and_then(|entry| find(kind, &entry.models, model)) {
             return Ok(route(kind, name));
         }
     }
-    // No list has it, and the one provider there is (local servers nobody runs do
-    // not count) could not list its models: send it there rather than refuse (a
-    // compatible server that has no model list, say).
+    // No list has it: the only provider that could be asked (local servers nobody
+    // runs do not count) decides, by the same verdict; with two, the name is not
+    // guessed.
     let candidates: Vec<(ProviderKind, &ProviderModels)> = ALL_PROVIDERS
         .into_iter()
         .filter_map(|kind| listed(kind).map(|entry| (kind, entry)))
         .filter(|(kind, entry)| !kind.is_local() || entry.reachable)
         .collect();
     if let [(kind, entry)] = candidates.as_slice()
-        && entry.models.is_empty()
+        && let Some(decided) = decide(*kind, entry, model)
     {
-        return Ok(route(*kind, model));
+        return decided;
     }
     let known: Vec<String> = ALL_PROVIDERS
         .into_iter()
@@ -317,14 +358,18 @@ impl Catalog {
                     models,
                     error: None,
                     reachable: true,
+                    key_refused: false,
                     checked_at: now(),
                     limits,
                 },
                 Err(Failure {
                     message,
-                    keep_models,
+                    key_refused,
                     reachable,
                 }) => {
+                    // The provider may be fine (down, not refusing us): keep what it
+                    // listed before.
+                    let keep_models = !key_refused;
                     // A local server nobody asked for is probed in case it runs;
                     // that it does not is no news (`chorus status` still says so).
                     if endpoint.configured {
@@ -346,6 +391,7 @@ impl Catalog {
                         },
                         error: Some(message),
                         reachable,
+                        key_refused,
                         checked_at: now(),
                         limits: if keep_models {
                             previous
@@ -388,8 +434,8 @@ fn write_cache(path: &std::path::Path, snapshot: &CatalogSnapshot) -> std::io::R
 
 struct Failure {
     message: String,
-    /// The provider may be fine (unreachable, not refused): keep what it listed before.
-    keep_models: bool,
+    /// The server refused our key (401/403).
+    key_refused: bool,
     /// The server answered (with an error, or something that is not a model list).
     reachable: bool,
 }
@@ -419,7 +465,7 @@ async fn list_models(
     };
     let items = list.and_then(Value::as_array).ok_or_else(|| Failure {
         message: format!("{url} answered without a model list"),
-        keep_models: true,
+        key_refused: false,
         reachable: true,
     })?;
     let mut models = Vec::new();
@@ -482,7 +528,7 @@ async fn get_json(
             endpoint.kind.base_env(),
             root_cause(&e)
         ),
-        keep_models: true,
+        key_refused: false,
         reachable: false,
     })?;
     let status = response.status();
@@ -502,7 +548,7 @@ async fn get_json(
                     "the key was refused ({code}{said}); check {}",
                     endpoint.kind.setting_hint()
                 ),
-                keep_models: false,
+                key_refused: true,
                 reachable: true,
             });
         }
@@ -516,13 +562,13 @@ async fn get_json(
         };
         return Err(Failure {
             message,
-            keep_models: true,
+            key_refused: false,
             reachable: true,
         });
     }
     response.json().await.map_err(|e| Failure {
         message: format!("{url} did not answer with JSON: {e}"),
-        keep_models: true,
+        key_refused: false,
         reachable: true,
     })
 }
@@ -575,6 +621,7 @@ mod tests {
                             models: models.iter().map(|m| m.to_string()).collect(),
                             error: models.is_empty().then(|| "cannot reach it".to_string()),
                             reachable: !models.is_empty(),
+                            key_refused: false,
                             checked_at: String::new(),
                             limits: Default::default(),
                         },
@@ -633,6 +680,147 @@ mod tests {
         );
     }
 
+    /// Each state a provider's last check can leave it in.
+    #[derive(Debug, Clone, Copy)]
+    enum State {
+        ListsIt,
+        ListsOthers,
+        ListsNothing,
+        Down,
+        CannotList,
+        KeyRefused,
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Outcome {
+        Route(&'static str),
+        Unlisted,
+        Unknown,
+        NoProviders,
+    }
+
+    fn entry(state: State) -> ProviderModels {
+        let (models, error, reachable, key_refused): (&[&str], Option<&str>, bool, bool) =
+            match state {
+                State::ListsIt => (&["m"], None, true, false),
+                State::ListsOthers => (&["other"], None, true, false),
+                State::ListsNothing => (&[], None, true, false),
+                State::Down => (&[], Some("cannot reach it"), false, false),
+                State::CannotList => (&[], Some("answered 404: page not found"), true, false),
+                State::KeyRefused => (&[], Some("the key was refused (401)"), true, true),
+            };
+        ProviderModels {
+            valid: error.is_none(),
+            base_url: String::new(),
+            models: models.iter().map(|m| m.to_string()).collect(),
+            error: error.map(str::to_string),
+            reachable,
+            key_refused,
+            checked_at: String::new(),
+            limits: Default::default(),
+        }
+    }
+
+    fn outcome(s: &CatalogSnapshot, model: &str) -> Outcome {
+        match resolve_in(s, model) {
+            Ok(route) => {
+                assert_eq!(route.model, "m", "{model}");
+                Outcome::Route(ProviderKind::parse(&route.provider).unwrap().name())
+            }
+            Err(ResolveError::Unlisted { .. }) => Outcome::Unlisted,
+            Err(ResolveError::Unknown { .. }) => Outcome::Unknown,
+            Err(ResolveError::NoProviders { .. }) => Outcome::NoProviders,
+        }
+    }
+
+    /// One rule for `provider/m` and bare `m`, for every kind of provider and every
+    /// state its check can leave it in, with it the only provider configured.
+    #[test]
+    fn a_bare_name_and_a_prefixed_one_resolve_by_one_rule() {
+        use Outcome::*;
+        for kind in ALL_PROVIDERS {
+            for state in [
+                State::ListsIt,
+                State::ListsOthers,
+                State::ListsNothing,
+                State::Down,
+                State::CannotList,
+                State::KeyRefused,
+            ] {
+                let s = CatalogSnapshot {
+                    refreshed_at: None,
+                    providers: BTreeMap::from([(kind.name().to_string(), entry(state))]),
+                };
+                let route = Route(kind.name());
+                let explicit = match state {
+                    State::ListsIt | State::ListsNothing | State::Down => route,
+                    // A local server's list is how we know it is one.
+                    State::CannotList if kind.is_local() => Unlisted,
+                    // Many compatible servers (and a hosted API's bad minute) cannot list.
+                    State::CannotList => route,
+                    State::KeyRefused => Unlisted,
+                    State::ListsOthers => Unknown,
+                };
+                let bare = match (state, explicit) {
+                    // A bare name is not sent to a local server that is not running
+                    // (they are probed whether anyone uses them or not).
+                    (State::Down, _) if kind.is_local() => NoProviders,
+                    (_, same) => same,
+                };
+                let prefixed = format!("{}/m", kind.name());
+                assert_eq!(outcome(&s, &prefixed), explicit, "{prefixed} ({state:?})");
+                assert_eq!(
+                    outcome(&s, "m"),
+                    bare,
+                    "bare m on {} ({state:?})",
+                    kind.name()
+                );
+            }
+        }
+    }
+
+    /// With more than one provider, a bare name goes to the list that has it; a server
+    /// that cannot list is asked only when it is the one provider that could be.
+    #[test]
+    fn a_non_ollama_server_on_ollamas_address_is_refused_in_both_forms() {
+        let s = CatalogSnapshot {
+            refreshed_at: None,
+            providers: BTreeMap::from([
+                ("ollama".to_string(), entry(State::CannotList)),
+                ("lmstudio".to_string(), entry(State::Down)),
+            ]),
+        };
+        assert_eq!(outcome(&s, "ollama/m"), Outcome::Unlisted);
+        assert_eq!(outcome(&s, "m"), Outcome::Unlisted);
+        let text = resolve_in(&s, "m").unwrap_err().to_string();
+        assert!(
+            text.starts_with("cannot use 'm': the ollama server was reached"),
+            "{text}"
+        );
+        // The same server as OPENAI_BASE_URL is trusted in both forms.
+        let s = CatalogSnapshot {
+            refreshed_at: None,
+            providers: BTreeMap::from([
+                ("openai".to_string(), entry(State::CannotList)),
+                ("ollama".to_string(), entry(State::Down)),
+                ("lmstudio".to_string(), entry(State::Down)),
+            ]),
+        };
+        assert_eq!(outcome(&s, "openai/m"), Outcome::Route("openai"));
+        assert_eq!(outcome(&s, "m"), Outcome::Route("openai"));
+        // A list elsewhere that has the name wins over trust.
+        let mut both = s.clone();
+        both.providers
+            .insert("lmstudio".to_string(), entry(State::ListsIt));
+        assert_eq!(outcome(&both, "m"), Outcome::Route("lmstudio"));
+        // Two that could be asked, neither listing it: not guessed.
+        let mut two = s;
+        two.providers
+            .insert("anthropic".to_string(), entry(State::CannotList));
+        assert!(resolve_in(&two, "m").is_err());
+        assert_eq!(outcome(&two, "openai/m"), Outcome::Route("openai"));
+    }
+
     #[test]
     fn a_bare_name_goes_to_the_only_provider_when_it_cannot_list_models() {
         let unlisted = ProviderModels {
@@ -641,6 +829,7 @@ mod tests {
             models: Vec::new(),
             error: Some("http://x/v1/models answered 404".into()),
             reachable: true,
+            key_refused: false,
             checked_at: String::new(),
             limits: Default::default(),
         };

@@ -50,6 +50,27 @@ pub fn openai_problems(body: &Value) -> Vec<String> {
             }
         }
     }
+    // OpenAI: "'tool_choice' is only allowed when 'tools' are specified"; vLLM:
+    // "When using `tool_choice`, `tools` must be set."
+    if let Some(choice) = body.get("tool_choice") {
+        let named = choice.get("type").and_then(Value::as_str) == Some("function")
+            && choice
+                .pointer("/function/name")
+                .is_some_and(Value::is_string);
+        let known = matches!(choice.as_str(), Some("none" | "auto" | "required"));
+        if !known && !named {
+            problems.push(format!(
+                "'tool_choice' must be 'none', 'auto', 'required' or a named function, not {choice}"
+            ));
+        }
+        let no_tools = body
+            .get("tools")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty);
+        if no_tools {
+            problems.push("'tool_choice' is only allowed when 'tools' are specified".into());
+        }
+    }
     let Some(messages) = body.get("messages").and_then(Value::as_array) else {
         problems.push("'messages' must be an array".into());
         return problems;
@@ -321,6 +342,16 @@ mod tests {
         bad["messages"][3]["tool_call_id"] = json!("b");
         let problems = openai_problems(&bad);
         assert_eq!(problems.len(), 4, "{problems:#?}");
+        let mut auto = good.clone();
+        auto["tool_choice"] = json!("auto");
+        assert_eq!(openai_problems(&auto), Vec::<String>::new());
+        auto["tool_choice"] = json!("sometimes");
+        auto.as_object_mut().unwrap().remove("tools");
+        assert_eq!(
+            openai_problems(&auto).len(),
+            2,
+            "an unknown choice, and no tools"
+        );
 
         let good = json!({"model": "m", "max_tokens": 10, "system": "s", "messages": [
             {"role": "user", "content": [{"type": "text", "text": "hi"}]},

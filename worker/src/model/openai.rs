@@ -51,6 +51,10 @@ pub fn request_json(request: &ModelRequest<'_>, stream: bool) -> String {
         head.pop(); // reopen the object for "tools"
         head.push_str(",\"tools\":");
         head.push_str(&tools);
+        // "auto" is what OpenAI, vLLM and llama.cpp's server assume when tools are
+        // given; llama-cpp-python's function-calling chat formats offer the tools
+        // only when it is said (and every API refuses it without tools).
+        head.push_str(",\"tool_choice\":\"auto\"");
         head.push('}');
     }
     let system = (!request.system.is_empty())
@@ -418,7 +422,25 @@ mod tests {
         );
         assert_eq!(body["messages"][3]["tool_call_id"], "call_1");
         assert_eq!(body["tools"][0]["function"]["name"], "view");
+        assert_eq!(
+            body["tool_choice"], "auto",
+            "llama-cpp-python offers tools only then"
+        );
         assert_eq!(body["stream_options"], json!({"include_usage": true}));
+        // Without tools (a summary), no tool_choice: every API refuses it alone.
+        let body = request_body(
+            &ModelRequest {
+                model: "m",
+                system: "",
+                messages: &messages[..1],
+                tools: &[],
+                max_tokens: 100,
+                cache: &MessageCache::default(),
+                limits: Default::default(),
+            },
+            false,
+        );
+        assert!(body.get("tool_choice").is_none() && body.get("tools").is_none());
     }
 
     fn chunk(data: Value) -> SseEvent {

@@ -3,7 +3,9 @@
 //! OpenAI and Anthropic (and the servers that copy them) refuse a request whose tool
 //! names do not match `^[a-zA-Z0-9_-]{1,64}$` with a 400. Chorus's own names
 //! (`file.read`, used in action strings and profiles) are kept everywhere else; the
-//! two wire formats rename at the boundary, both ways, through this module only.
+//! two wire formats rename at the boundary, both ways, through this module only, and
+//! text written for the model (tool descriptions, tool errors, conversations written
+//! as text) names tools through [`to_wire`] too, so it says what the model can call.
 //!
 //! Invariant: `from_wire(to_wire(name)) == name` for every tool in `TOOL_NAMES`, and no
 //! two tools share a wire name (a unit test checks both).

@@ -10,6 +10,7 @@ use serde::Deserialize;
 use super::ToolOutcome;
 use super::files::{MAX_WRITE_BYTES, looks_binary};
 use super::jail::Workspace;
+use crate::model::wire_names::to_wire;
 
 /// Lines of the new text shown back, and context lines around them.
 const SHOWN_LINES: usize = 20;
@@ -27,11 +28,13 @@ pub struct ReplaceArgs {
 
 /// Runs `str_replace` (`tool` = "str_replace") or `file.patch` (`tool` = "file.patch").
 pub fn replace(workspace: &Workspace, args: ReplaceArgs, tool: &str) -> ToolOutcome {
-    let rewrite = if tool == "str_replace" {
+    let rewrite = to_wire(if tool == "str_replace" {
         "create_file"
     } else {
         "file.write"
-    };
+    });
+    // The model knows tools by their wire names only.
+    let tool = to_wire(tool);
     if args.old_str.is_empty() {
         return ToolOutcome::error(format!(
             "old_str is empty; give the exact text to replace (to write a whole file use {rewrite})"
@@ -251,7 +254,7 @@ mod tests {
         assert!(
             replace(&ws, args("", "x"), "file.patch")
                 .content
-                .contains("use file.write")
+                .contains("use file_write")
         );
         assert!(replace(&ws, args("abc", "abc"), "str_replace").is_error);
         std::fs::write(dir.path().join("src/a.rs"), b"ab\0c").unwrap();

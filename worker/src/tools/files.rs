@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use super::ToolOutcome;
 use super::jail::{Deleted, JailError, Workspace, WriteMode};
+use crate::model::wire_names::to_wire;
 
 /// Most lines `view` returns when no limit is given.
 pub const DEFAULT_VIEW_LINES: usize = 2000;
@@ -72,7 +73,9 @@ pub fn write_existing(workspace: &Workspace, args: CreateFileArgs) -> ToolOutcom
             args.content.len()
         )),
         Err(JailError::NotFound(path)) => ToolOutcome::error(format!(
-            "'{path}' does not exist; file.write replaces existing files only (use file.create to make a new file)"
+            "'{path}' does not exist; {} replaces existing files only (use {} to make a new file)",
+            to_wire("file.write"),
+            to_wire("file.create")
         )),
         Err(e) => ToolOutcome::error(e.to_string()),
     }
@@ -90,7 +93,10 @@ pub fn create_new(workspace: &Workspace, args: CreateFileArgs) -> ToolOutcome {
             args.content.len()
         )),
         Err(JailError::Exists(path)) => ToolOutcome::error(format!(
-            "'{path}' already exists; file.create makes new files only (use file.write to replace it or file.patch to edit it)"
+            "'{path}' already exists; {} makes new files only (use {} to replace it or {} to edit it)",
+            to_wire("file.create"),
+            to_wire("file.write"),
+            to_wire("file.patch")
         )),
         Err(e) => ToolOutcome::error(e.to_string()),
     }
@@ -108,7 +114,8 @@ pub fn delete(workspace: &Workspace, args: PathArgs) -> ToolOutcome {
             ToolOutcome::ok(format!("Deleted {} (not a regular file)", args.path))
         }
         Err(JailError::IsDirectory(path)) => ToolOutcome::error(format!(
-            "'{path}' is a directory; file.delete removes files only"
+            "'{path}' is a directory; {} removes files only",
+            to_wire("file.delete")
         )),
         Err(e) => ToolOutcome::error(e.to_string()),
     }
@@ -122,8 +129,9 @@ pub fn looks_binary(head: &[u8]) -> bool {
 fn too_large(tool: &str, content: &str) -> Option<ToolOutcome> {
     (content.len() > MAX_WRITE_BYTES).then(|| {
         ToolOutcome::error(format!(
-            "content is {} bytes; {tool} writes at most {MAX_WRITE_BYTES} bytes",
-            content.len()
+            "content is {} bytes; {} writes at most {MAX_WRITE_BYTES} bytes",
+            content.len(),
+            to_wire(tool)
         ))
     })
 }
@@ -142,8 +150,9 @@ pub fn read_text(workspace: &Workspace, args: ViewArgs, tool: &str) -> ToolOutco
     match reader.fill_buf() {
         Ok(head) if looks_binary(head) => {
             return ToolOutcome::error(format!(
-                "'{}' is a binary file; {tool} shows text files only",
-                args.path
+                "'{}' is a binary file; {} shows text files only",
+                args.path,
+                to_wire(tool)
             ));
         }
         Ok(_) => {}

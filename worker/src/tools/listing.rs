@@ -12,6 +12,7 @@ use super::ToolOutcome;
 use super::files::looks_binary;
 use super::jail::{Opened, Workspace};
 use super::walk::{self, Entry, Kind, Skipped};
+use crate::model::wire_names::to_wire;
 
 /// Most entries `file.list` returns.
 pub const MAX_LIST_ENTRIES: usize = 1000;
@@ -54,7 +55,8 @@ pub fn list(workspace: &Workspace, args: ListArgs) -> ToolOutcome {
         Ok(Opened::Dir(dir)) => dir,
         Ok(Opened::File(_)) => {
             return ToolOutcome::error(format!(
-                "'{path}' is a file, not a directory; use file.read to see it"
+                "'{path}' is a file, not a directory; use {} to see it",
+                to_wire("file.read")
             ));
         }
         Err(e) => return ToolOutcome::error(e.to_string()),
@@ -328,7 +330,7 @@ mod tests {
             "src/logo.png\nsrc/main.rs\nsrc/util/\n"
         );
         let file = list_of(&ws, Some("README.md"), false);
-        assert!(file.is_error && file.content.contains("use file.read"));
+        assert!(file.is_error && file.content.contains("use file_read"));
         assert!(list_of(&ws, Some("../"), false).is_error);
     }
 

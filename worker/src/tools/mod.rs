@@ -31,6 +31,7 @@ use futures::FutureExt;
 use serde::de::DeserializeOwned;
 
 use crate::model::ToolSchema;
+use crate::model::wire_names::to_wire;
 use bash::{BashArgs, BashConfig};
 use edit::ReplaceArgs;
 use files::{CreateFileArgs, PathArgs, ViewArgs};
@@ -170,7 +171,11 @@ impl Request {
             other => {
                 return Err(ToolOutcome::malformed(format!(
                     "there is no tool named '{other}'; the tools are: {}",
-                    TOOL_NAMES.join(", ")
+                    TOOL_NAMES
+                        .iter()
+                        .map(|name| to_wire(name))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )));
             }
         })
@@ -326,7 +331,7 @@ impl ToolBox {
                     .map(|s| s.to_string())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown cause".into());
-                ToolOutcome::error(format!("the tool {} crashed: {why}", call.name))
+                ToolOutcome::error(format!("the tool {} crashed: {why}", to_wire(&call.name)))
             })
     }
 
@@ -355,7 +360,7 @@ impl ToolBox {
             Request::ControlPlane => {
                 return ToolOutcome::error(format!(
                     "{} is carried out by the control plane, not here; the call was not run",
-                    call.name
+                    to_wire(&call.name)
                 ));
             }
             other => other,
@@ -378,7 +383,9 @@ impl ToolBox {
             outcome
         })
         .await
-        .unwrap_or_else(|e| ToolOutcome::error(format!("the tool {} crashed: {e}", call.name)))
+        .unwrap_or_else(|e| {
+            ToolOutcome::error(format!("the tool {} crashed: {e}", to_wire(&call.name)))
+        })
     }
 }
 
@@ -457,7 +464,7 @@ fn parse_args<T: DeserializeOwned>(call: &ToolCall) -> Result<T, ToolOutcome> {
     serde_json::from_str(text).map_err(|e| {
         ToolOutcome::malformed(format!(
             "the arguments for {} are not valid: {e}; send a JSON object matching the tool's schema",
-            call.name
+            to_wire(&call.name)
         ))
     })
 }

@@ -6,6 +6,13 @@ use serde_json::{Value, json};
 
 use super::bash::BashConfig;
 use crate::model::ToolSchema;
+use crate::model::wire_names::to_wire;
+
+/// A description names other tools through this: as the model sees them
+/// (`file_create`, not `file.create`).
+fn tool(name: &str) -> std::borrow::Cow<'_, str> {
+    to_wire(name)
+}
 
 fn schema(name: &str, description: &str, properties: Value, required: &[&str]) -> ToolSchema {
     ToolSchema {
@@ -93,15 +100,22 @@ pub fn all(bash: &BashConfig) -> Vec<ToolSchema> {
         ),
         schema(
             "file.write",
-            "Replace the whole content of an existing workspace file. Fails if the file does \
-             not exist (use file.create for new files).",
+            &format!(
+                "Replace the whole content of an existing workspace file. Fails if the file \
+                 does not exist (use {} for new files).",
+                tool("file.create")
+            ),
             json!({"path": path(), "content": content()}),
             &["path", "content"],
         ),
         schema(
             "file.create",
-            "Create a new file in the workspace (parent directories are created). Fails if \
-             something already exists at the path (use file.write or file.patch to change it).",
+            &format!(
+                "Create a new file in the workspace (parent directories are created). Fails if \
+                 something already exists at the path (use {} or {} to change it).",
+                tool("file.write"),
+                tool("file.patch")
+            ),
             json!({"path": path(), "content": content()}),
             &["path", "content"],
         ),

@@ -32,7 +32,7 @@ async fn bad_calls_become_errors_the_model_can_read() {
     assert!(unknown.malformed);
     assert!(
         unknown.content.contains(
-            "create_file, str_replace, view, file.read, file.write, file.create, file.delete, file.patch, file.list, file.search, bash"
+            "create_file, str_replace, view, file_read, file_write, file_create, file_delete, file_patch, file_list, file_search, bash"
         ),
         "{}",
         unknown.content
@@ -67,7 +67,7 @@ async fn the_fine_grained_set_separates_create_write_and_delete() {
     assert!(write_new.is_error);
     assert_eq!(
         write_new.content,
-        "'notes/a.md' does not exist; file.write replaces existing files only (use file.create to make a new file)"
+        "'notes/a.md' does not exist; file_write replaces existing files only (use file_create to make a new file)"
     );
     let create = tools
         .execute(&json_call(
@@ -106,7 +106,7 @@ async fn the_fine_grained_set_separates_create_write_and_delete() {
         .await;
     assert_eq!(
         dir_delete.content,
-        "'notes' is a directory; file.delete removes files only"
+        "'notes' is a directory; file_delete removes files only"
     );
     let delete = tools
         .execute(&json_call("file.delete", json!({"path": "notes/a.md"})))
@@ -286,4 +286,79 @@ async fn locks_are_released_after_errors_and_cancelled_waits() {
         ))
         .await;
     assert_eq!(after.content, "Created c.txt (1 bytes)");
+}
+
+/// The first tool named in `text` by a name the model never sees (`file.read`,
+/// where the model knows `file_read`).
+fn names_a_hidden_tool(text: &str) -> Option<&'static str> {
+    TOOL_NAMES
+        .iter()
+        .copied()
+        .filter(|name| to_wire(name) != *name)
+        .find(|name| text.contains(name))
+}
+
+/// Everything the model reads about tools names them as it sees them: the schemas
+/// (descriptions and parameters), and every message a call can get back that names
+/// a tool (so the model can call the one it is pointed to).
+#[tokio::test]
+async fn no_text_the_model_reads_names_a_tool_it_does_not_see() {
+    assert_eq!(
+        names_a_hidden_tool("use file.write"),
+        Some("file.write"),
+        "the check finds what it looks for"
+    );
+    for schema in schemas::all(&BashConfig::default()) {
+        let text = format!("{} {}", schema.description, schema.parameters);
+        assert_eq!(names_a_hidden_tool(&text), None, "{}: {text}", schema.name);
+    }
+
+    let (dir, tools, _) = toolbox(Duration::from_secs(1));
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::write(dir.path().join("a.txt"), "x = 1\n").unwrap();
+    std::fs::write(dir.path().join("blob"), b"\0\x01binary").unwrap();
+    let big = "x".repeat(files::MAX_WRITE_BYTES + 1);
+    let calls = [
+        call("rm_rf", "{}"),
+        call("file.read", "{\"path\": "),
+        json_call("file.read", json!({"path": "blob"})),
+        json_call("file.write", json!({"path": "new.txt", "content": "x"})),
+        json_call("file.write", json!({"path": "a.txt", "content": big})),
+        json_call("file.create", json!({"path": "a.txt", "content": "x"})),
+        json_call("file.delete", json!({"path": "sub"})),
+        json_call("file.list", json!({"path": "a.txt"})),
+        json_call(
+            "file.patch",
+            json!({"path": "a.txt", "old_str": "", "new_str": "y"}),
+        ),
+        json_call(
+            "file.patch",
+            json!({"path": "blob", "old_str": "b", "new_str": "c"}),
+        ),
+        json_call("self_edit_model", json!({"new_model": "m"})),
+    ];
+    for call in &calls {
+        let outcome = tools.execute(call).await;
+        assert!(outcome.is_error, "{}: {}", call.name, outcome.content);
+        assert_eq!(
+            names_a_hidden_tool(&outcome.content),
+            None,
+            "{}: {}",
+            call.name,
+            outcome.content
+        );
+    }
+    // A conversation written out as text (summaries, titles) names calls the same way.
+    let said = crate::summary::as_text(&[
+        chorus_proto::domain::ChatMessage::assistant(String::new(), vec![calls[3].clone()]),
+        chorus_proto::domain::ChatMessage::tool_result(&calls[3], "done", false),
+    ]);
+    for message in &said {
+        assert_eq!(
+            names_a_hidden_tool(&message.content),
+            None,
+            "{}",
+            message.content
+        );
+    }
 }

@@ -115,6 +115,9 @@ async fn the_tool_task_runs_over_the_openai_wire_format_streaming() -> anyhow::R
     assert_eq!(first["tools"][0]["type"], "function");
     assert_eq!(first["tools"][0]["function"]["name"], "create_file");
     assert!(first["tools"][0]["function"]["parameters"]["properties"]["path"].is_object());
+    // Said outright (llama-cpp-python offers tools only then); the strict fake
+    // refuses it on any request without tools, the title request included.
+    assert_eq!(first["tool_choice"], "auto");
     let second = requests[1].body["messages"].as_array().unwrap();
     let roles: Vec<&str> = second.iter().map(|m| m["role"].as_str().unwrap()).collect();
     assert_eq!(roles, vec!["system", "user", "assistant", "tool", "tool"]);

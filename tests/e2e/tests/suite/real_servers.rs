@@ -264,6 +264,55 @@ async fn discovery_keeps_the_servers_reason_and_a_server_that_cannot_list_models
     Ok(())
 }
 
+/// A server that cannot list its models is refused under Ollama's name in both forms
+/// (`ollama/x` and bare `x`), and trusted in both as an OpenAI-compatible server.
+#[tokio::test]
+async fn a_server_that_cannot_list_models_is_judged_alike_for_bare_and_prefixed_names()
+-> anyhow::Result<()> {
+    let not_listing = not_found_server().await?;
+    let create = |chorus: &Chorus, name: &str, model: &str| {
+        chorus
+            .api(reqwest::Method::POST, "/api/agents")
+            .json(&json!({"name": name, "model": model}))
+            .send()
+    };
+    let chorus = Chorus::builder()
+        .env("OLLAMA_BASE_URL", &not_listing)
+        .env("LMSTUDIO_BASE_URL", "http://127.0.0.1:9")
+        .start()
+        .await?;
+    for (name, model) in [("prefixed", "ollama/llama3.2"), ("bare", "llama3.2")] {
+        let response = create(&chorus, name, model).await?;
+        assert_eq!(response.status(), 400, "{model}");
+        let body: Value = response.json().await?;
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(&format!(
+                "cannot use '{model}': the ollama server was reached but cannot list its models"
+            )),
+            "{message}"
+        );
+    }
+    drop(chorus);
+
+    let chorus = Chorus::builder()
+        .env("OPENAI_BASE_URL", &format!("{not_listing}/v1"))
+        .env("OLLAMA_BASE_URL", "http://127.0.0.1:9")
+        .env("LMSTUDIO_BASE_URL", "http://127.0.0.1:9")
+        .start()
+        .await?;
+    for (name, model) in [("prefixed", "openai/my-model"), ("bare", "my-model")] {
+        let response = create(&chorus, name, model).await?;
+        assert_eq!(
+            response.status(),
+            201,
+            "{model}: {}",
+            response.text().await?
+        );
+    }
+    Ok(())
+}
+
 /// An HTTP server on loopback that answers every request with 404 (another
 /// program on Ollama's port). Returns its base URL.
 async fn not_found_server() -> anyhow::Result<String> {
