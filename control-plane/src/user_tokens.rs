@@ -91,10 +91,14 @@ pub async fn verify(store: &Store, presented: &str) -> Result<Option<String>, St
                 .to_std()
                 .is_ok_and(|d| d >= TOUCH_EVERY)
         });
-    if stale {
-        store
+    // When it was last used is for people reading the list: failing to note it (a
+    // full disk) must not refuse a good token.
+    if stale
+        && let Err(e) = store
             .touch_user_token(&record.id, &crate::store::format_time(now))
-            .await?;
+            .await
+    {
+        tracing::warn!(token = %record.id, error = %e, "cannot note when a token was last used");
     }
     Ok(Some(record.user))
 }
