@@ -84,6 +84,11 @@ pub fn one_line(text: &str, max: usize) -> String {
     }
 }
 
+/// One row per element of the array `list` (none when it is not an array).
+fn rows_of(list: &Value, row: impl Fn(&Value) -> Vec<String>) -> Vec<Vec<String>> {
+    list.as_array().into_iter().flatten().map(row).collect()
+}
+
 /// Columns padded to their widest cell (measured before colouring, which the
 /// closure applies per cell).
 fn table(headers: &[&str], rows: &[Vec<String>], paint: impl Fn(usize, &str) -> String) -> String {
@@ -130,32 +135,27 @@ pub fn duration_ms(ms: u64) -> String {
 
 /// `GET /api/workers/tokens` as a table: name, state, volumes, when made.
 pub fn worker_tokens(list: &Value) -> String {
-    let rows: Vec<Vec<String>> = list["tokens"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|t| {
-            let volumes: Vec<&str> = t["volumes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            vec![
-                cell(&t["name"]),
-                match t["revoked_at"].as_str() {
-                    Some(at) => format!("revoked {at}"),
-                    None => "active".into(),
-                },
-                if volumes.is_empty() {
-                    "-".into()
-                } else {
-                    volumes.join(",")
-                },
-                cell(&t["created_at"]),
-            ]
-        })
-        .collect();
+    let rows = rows_of(&list["tokens"], |t| {
+        let volumes: Vec<&str> = t["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        vec![
+            cell(&t["name"]),
+            match t["revoked_at"].as_str() {
+                Some(at) => format!("revoked {at}"),
+                None => "active".into(),
+            },
+            if volumes.is_empty() {
+                "-".into()
+            } else {
+                volumes.join(",")
+            },
+            cell(&t["created_at"]),
+        ]
+    });
     if rows.is_empty() {
         return "No worker credentials yet. Make one: chorus worker token create <name>\n".into();
     }
@@ -165,32 +165,27 @@ pub fn worker_tokens(list: &Value) -> String {
 }
 
 pub fn agents(list: &Value, style: Style) -> String {
-    let rows: Vec<Vec<String>> = list
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|a| {
-            vec![
-                cell(&a["name"]),
-                cell(&a["model"]),
-                match &a["permissions"] {
-                    Value::String(s) => s.clone(),
-                    Value::Null => "-".into(),
-                    _ => "custom".into(),
-                },
-                cell(&a["worker"]["state"]),
-                a["usage"]["input_tokens"]
-                    .as_u64()
-                    .map(|i| {
-                        format!(
-                            "{i} in / {} out",
-                            a["usage"]["output_tokens"].as_u64().unwrap_or(0)
-                        )
-                    })
-                    .unwrap_or_else(|| "-".into()),
-            ]
-        })
-        .collect();
+    let rows = rows_of(list, |a| {
+        vec![
+            cell(&a["name"]),
+            cell(&a["model"]),
+            match &a["permissions"] {
+                Value::String(s) => s.clone(),
+                Value::Null => "-".into(),
+                _ => "custom".into(),
+            },
+            cell(&a["worker"]["state"]),
+            a["usage"]["input_tokens"]
+                .as_u64()
+                .map(|i| {
+                    format!(
+                        "{i} in / {} out",
+                        a["usage"]["output_tokens"].as_u64().unwrap_or(0)
+                    )
+                })
+                .unwrap_or_else(|| "-".into()),
+        ]
+    });
     if rows.is_empty() {
         return "No agents yet. Create one: chorus agent create <name>\n".into();
     }
@@ -260,29 +255,24 @@ pub fn agent(a: &Value, style: Style) -> String {
 }
 
 pub fn threads(list: &Value, style: Style) -> String {
-    let rows: Vec<Vec<String>> = list
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|t| {
-            vec![
-                cell(&t["id"]),
-                cell(&t["status"]),
-                t["step_number"]
-                    .as_u64()
-                    .map_or("-".into(), |n| n.to_string()),
-                t["elapsed_ms"].as_u64().map_or("-".into(), duration_ms),
-                one_line(t["summary"].as_str().unwrap_or(""), 40),
-                one_line(
-                    t["current_step"]
-                        .as_str()
-                        .or(t["error"].as_str())
-                        .unwrap_or(""),
-                    50,
-                ),
-            ]
-        })
-        .collect();
+    let rows = rows_of(list, |t| {
+        vec![
+            cell(&t["id"]),
+            cell(&t["status"]),
+            t["step_number"]
+                .as_u64()
+                .map_or("-".into(), |n| n.to_string()),
+            t["elapsed_ms"].as_u64().map_or("-".into(), duration_ms),
+            one_line(t["summary"].as_str().unwrap_or(""), 40),
+            one_line(
+                t["current_step"]
+                    .as_str()
+                    .or(t["error"].as_str())
+                    .unwrap_or(""),
+                50,
+            ),
+        ]
+    });
     if rows.is_empty() {
         return "No threads (ended ones leave this list after a while; add --all).\n".into();
     }
@@ -356,30 +346,25 @@ pub fn thread(t: &Value, style: Style) -> String {
 }
 
 pub fn approvals(list: &Value, style: Style) -> String {
-    let rows: Vec<Vec<String>> = list
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|a| {
-            vec![
-                cell(&a["id"]),
-                cell(&a["agent"]),
-                cell(&a["thread_id"]),
-                cell(&a["tool"]),
-                one_line(
-                    &a["actions"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(Value::as_str)
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    60,
-                ),
-                cell(&a["expires_at"]),
-            ]
-        })
-        .collect();
+    let rows = rows_of(list, |a| {
+        vec![
+            cell(&a["id"]),
+            cell(&a["agent"]),
+            cell(&a["thread_id"]),
+            cell(&a["tool"]),
+            one_line(
+                &a["actions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                60,
+            ),
+            cell(&a["expires_at"]),
+        ]
+    });
     if rows.is_empty() {
         return "No approvals waiting.\n".into();
     }
@@ -396,25 +381,20 @@ pub fn approvals(list: &Value, style: Style) -> String {
 
 /// Issued API tokens (never their secrets): a revoked one says since when.
 pub fn tokens(list: &Value, style: Style) -> String {
-    let rows: Vec<Vec<String>> = list["tokens"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|t| {
-            vec![
-                cell(&t["id"]),
-                cell(&t["user"]),
-                cell(&t["role"]),
-                one_line(t["label"].as_str().unwrap_or(""), 40),
-                cell(&t["created_at"]),
-                cell(&t["last_used_at"]),
-                match t["revoked_at"].as_str() {
-                    Some(at) => format!("revoked {at}"),
-                    None => "good".to_string(),
-                },
-            ]
-        })
-        .collect();
+    let rows = rows_of(&list["tokens"], |t| {
+        vec![
+            cell(&t["id"]),
+            cell(&t["user"]),
+            cell(&t["role"]),
+            one_line(t["label"].as_str().unwrap_or(""), 40),
+            cell(&t["created_at"]),
+            cell(&t["last_used_at"]),
+            match t["revoked_at"].as_str() {
+                Some(at) => format!("revoked {at}"),
+                None => "good".to_string(),
+            },
+        ]
+    });
     if rows.is_empty() {
         return "No API tokens issued.\n".into();
     }
@@ -436,20 +416,15 @@ pub fn tokens(list: &Value, style: Style) -> String {
 }
 
 pub fn sessions(history: &Value) -> String {
-    let rows: Vec<Vec<String>> = history["sessions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|s| {
-            vec![
-                cell(&s["id"]),
-                cell(&s["saved_at"]),
-                cell(&s["trigger"]),
-                cell(&s["message_count"]),
-                one_line(s["description"].as_str().unwrap_or(""), 60),
-            ]
-        })
-        .collect();
+    let rows = rows_of(&history["sessions"], |s| {
+        vec![
+            cell(&s["id"]),
+            cell(&s["saved_at"]),
+            cell(&s["trigger"]),
+            cell(&s["message_count"]),
+            one_line(s["description"].as_str().unwrap_or(""), 60),
+        ]
+    });
     if rows.is_empty() {
         return "No saved sessions.\n".into();
     }
@@ -512,22 +487,17 @@ pub fn models(snapshot: &Value, style: Style) -> String {
 
 /// `GET /api/agents/{name}/audit`: newest first.
 pub fn audit(page: &Value, style: Style) -> String {
-    let rows: Vec<Vec<String>> = page["entries"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|e| {
-            vec![
-                cell(&e["id"]),
-                cell(&e["timestamp"]),
-                cell(&e["thread_id"]),
-                cell(&e["decision"]),
-                cell(&e["result"]),
-                cell(&e["user_id"]),
-                one_line(e["action"].as_str().unwrap_or(""), 70),
-            ]
-        })
-        .collect();
+    let rows = rows_of(&page["entries"], |e| {
+        vec![
+            cell(&e["id"]),
+            cell(&e["timestamp"]),
+            cell(&e["thread_id"]),
+            cell(&e["decision"]),
+            cell(&e["result"]),
+            cell(&e["user_id"]),
+            one_line(e["action"].as_str().unwrap_or(""), 70),
+        ]
+    });
     if rows.is_empty() {
         return "Nothing in the audit log yet.\n".into();
     }
@@ -553,22 +523,17 @@ pub fn audit(page: &Value, style: Style) -> String {
 
 /// `GET /api/agents/{name}/tasks`: background jobs, running first.
 pub fn jobs(list: &Value, style: Style) -> String {
-    let rows: Vec<Vec<String>> = list["tasks"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|t| {
-            vec![
-                cell(&t["id"]),
-                cell(&t["status"]),
-                cell(&t["exit_code"]),
-                cell(&t["pid"]),
-                cell(&t["started_at"]),
-                cell(&t["ended_at"]),
-                one_line(t["command"].as_str().unwrap_or(""), 60),
-            ]
-        })
-        .collect();
+    let rows = rows_of(&list["tasks"], |t| {
+        vec![
+            cell(&t["id"]),
+            cell(&t["status"]),
+            cell(&t["exit_code"]),
+            cell(&t["pid"]),
+            cell(&t["started_at"]),
+            cell(&t["ended_at"]),
+            one_line(t["command"].as_str().unwrap_or(""), 60),
+        ]
+    });
     if rows.is_empty() {
         return "No background jobs.\n".into();
     }
