@@ -10,6 +10,7 @@ pub mod approval_id;
 pub mod client;
 pub mod destroy;
 pub mod events;
+pub mod feed;
 pub mod follow;
 pub mod render;
 pub mod send;

@@ -4,18 +4,13 @@
 use std::io::{IsTerminal, Write};
 use std::time::Instant;
 
-use anyhow::bail;
-use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::client::Client;
+use super::feed::Feed;
 use super::follow::{Action, Follow, Prompt};
 use super::render::{Style, duration_ms};
-use super::sse::SseParser;
-
-/// How many times a dropped event stream is opened again before giving up.
-const RECONNECTS: u32 = 5;
 
 pub struct SendOptions<'a> {
     pub agent: &'a str,
@@ -32,10 +27,10 @@ pub async fn send(client: &Client, options: SendOptions<'_>) -> anyhow::Result<b
     let events_path = format!("/api/events?agent={agent}");
     // The stream is open before the message is sent, so no event of its thread is
     // missed.
-    let mut stream = if options.no_wait {
+    let mut feed = if options.no_wait {
         None
     } else {
-        Some(client.stream(&events_path, None).await?)
+        Some(Feed::open(client, &events_path).await?)
     };
     let mut body = json!({ "content": options.text });
     if let Some(reply_to) = options.reply_to {
@@ -60,7 +55,7 @@ pub async fn send(client: &Client, options: SendOptions<'_>) -> anyhow::Result<b
                 .bold(&format!("thread {thread_id} ({routed})"))
         )?;
     }
-    let Some(response) = stream.take() else {
+    let Some(mut feed) = feed.take() else {
         return Ok(true);
     };
 
@@ -70,13 +65,9 @@ pub async fn send(client: &Client, options: SendOptions<'_>) -> anyhow::Result<b
     let mut answers = interactive.then(stdin_lines);
     let mut waiting: Option<String> = None;
     let mut prompt = Prompt::default();
-    let mut last_id: Option<String> = None;
-    let mut reconnects = 0;
-    let mut parser = SseParser::default();
-    let mut chunks = response.bytes_stream();
     loop {
         let next = tokio::select! {
-            chunk = chunks.next() => Input::Chunk(chunk.map(|r| r.map(|b| b.to_vec()))),
+            event = feed.next() => Input::Event(event),
             line = recv(&mut answers), if waiting.is_some() => Input::Line(line),
             _ = tokio::signal::ctrl_c() => {
                 eprintln!(
@@ -86,7 +77,7 @@ pub async fn send(client: &Client, options: SendOptions<'_>) -> anyhow::Result<b
                 return Ok(false);
             }
         };
-        let chunk = match next {
+        let event = match next {
             Input::Line(line) => {
                 let Some(id) = waiting.clone() else { continue };
                 let Some(line) = line else {
@@ -118,86 +109,62 @@ pub async fn send(client: &Client, options: SendOptions<'_>) -> anyhow::Result<b
                 }
                 continue;
             }
-            Input::Chunk(chunk) => chunk,
+            Input::Event(Ok(event)) => event,
+            Input::Event(Err(e)) => anyhow::bail!(
+                "stopped following thread {thread_id}: {e}; it goes on: chorus thread show {agent} {thread_id}"
+            ),
         };
-        let bytes = match chunk {
-            Some(Ok(bytes)) => bytes,
-            end => {
-                // The stream ended or broke: open it again from the last event seen.
-                if let Some(Err(e)) = end {
-                    tracing::debug!(error = %e, "event stream broke");
+        let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
+        if event.event == "reset" {
+            // Events were lost: the thread's own state says where it is.
+            let thread = client
+                .get(&format!("/api/agents/{agent}/threads/{thread_id}"))
+                .await?;
+            if let Some(status @ ("completed" | "failed" | "killed")) = thread["status"].as_str() {
+                return finish(options.json, status, thread["error"].as_str(), started);
+            }
+            continue;
+        }
+        if options.json && data["thread_id"].as_u64() == Some(thread_id) {
+            writeln!(
+                out,
+                "{}",
+                json!({"kind": event.event, "id": event.id, "data": data})
+            )?;
+        }
+        for action in follow.on_event(&event.event, &data) {
+            match action {
+                Action::Print(text) if !options.json => {
+                    write!(out, "{}", prompt.print(&text))?;
+                    out.flush()?;
                 }
-                reconnects += 1;
-                if reconnects > RECONNECTS {
-                    bail!(
-                        "lost the live feed of thread {thread_id}; it goes on: \
-                         chorus thread show {agent} {thread_id}"
-                    );
-                }
-                let response = client.stream(&events_path, last_id.as_deref()).await?;
-                chunks = response.bytes_stream();
-                parser = SseParser::default();
-                continue;
-            }
-        };
-        for event in parser.push(&bytes) {
-            if event.id.is_some() {
-                last_id = event.id.clone();
-            }
-            let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
-            if event.event == "reset" {
-                // Events were lost: the thread's own state says where it is.
-                let thread = client
-                    .get(&format!("/api/agents/{agent}/threads/{thread_id}"))
-                    .await?;
-                if let Some(status @ ("completed" | "failed" | "killed")) =
-                    thread["status"].as_str()
-                {
-                    return finish(options.json, status, thread["error"].as_str(), started);
-                }
-                continue;
-            }
-            if options.json && data["thread_id"].as_u64() == Some(thread_id) {
-                writeln!(
-                    out,
-                    "{}",
-                    json!({"kind": event.event, "id": event.id, "data": data})
-                )?;
-            }
-            for action in follow.on_event(&event.event, &data) {
-                match action {
-                    Action::Print(text) if !options.json => {
-                        write!(out, "{}", prompt.print(&text))?;
+                Action::Print(_) => {}
+                Action::Ask {
+                    approval_id,
+                    question,
+                } => {
+                    if options.json {
+                        continue;
+                    }
+                    if answers.is_some() {
+                        write!(out, "{}", prompt.ask(&question))?;
                         out.flush()?;
+                        waiting = Some(approval_id);
+                    } else {
+                        let text = format!(
+                            "{question}\n  answer with: chorus approve {approval_id}  (or chorus deny {approval_id})\n"
+                        );
+                        write!(out, "{}", prompt.print(&text))?;
                     }
-                    Action::Print(_) => {}
-                    Action::Ask {
-                        approval_id,
-                        question,
-                    } => {
-                        if options.json {
-                            continue;
-                        }
-                        if answers.is_some() {
-                            write!(out, "{}", prompt.ask(&question))?;
-                            out.flush()?;
-                            waiting = Some(approval_id);
-                        } else {
-                            let text = format!(
-                                "{question}\n  answer with: chorus approve {approval_id}  (or chorus deny {approval_id})\n"
-                            );
-                            write!(out, "{}", prompt.print(&text))?;
-                        }
+                }
+                Action::Answered { approval_id } => {
+                    if waiting.as_deref() == Some(approval_id.as_str()) {
+                        waiting = None;
+                        write!(out, "{}", prompt.answered_elsewhere())?;
                     }
-                    Action::Answered { approval_id } => {
-                        if waiting.as_deref() == Some(approval_id.as_str()) {
-                            waiting = None;
-                            write!(out, "{}", prompt.answered_elsewhere())?;
-                        }
-                    }
-                    Action::Done { status, error } => {
-                        return finish(options.json, &status, error.as_deref(), started);
-                    }
+                }
+                Action::Done { status, error } => {
+                    return finish(options.json, &status, error.as_deref(), started);
                 }
             }
         }
@@ -205,7 +172,7 @@ pub async fn send(client: &Client, options: SendOptions<'_>) -> anyhow::Result<b
 }
 
 enum Input {
-    Chunk(Option<reqwest::Result<Vec<u8>>>),
+    Event(anyhow::Result<super::sse::SseEvent>),
     Line(Option<String>),
 }
 
