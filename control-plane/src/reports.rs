@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use chorus_proto::domain::{StepEnded, StepStarted, WorkerEvent};
 
+use crate::token_bucket::TokenBucket;
+
 /// More tokens than any model call uses (context windows are a few million).
 pub const MAX_TOKENS_PER_CALL: u64 = 1_000_000_000;
 /// Longer than any step can take (approval waits and bash timeouts are hours).
@@ -147,35 +149,27 @@ impl Default for RateLimits {
 /// One worker's reporting rate.
 #[derive(Debug, Clone)]
 pub struct WorkerRate {
-    limits: RateLimits,
-    events: f64,
-    bytes: f64,
-    at: Instant,
+    events: TokenBucket,
+    bytes: TokenBucket,
 }
 
 impl WorkerRate {
     pub fn new(limits: RateLimits, now: Instant) -> Self {
+        let bucket = |rate: f64| TokenBucket::full(rate, rate * limits.burst_secs, now);
         WorkerRate {
-            limits,
-            events: limits.events_per_sec * limits.burst_secs,
-            bytes: limits.bytes_per_sec * limits.burst_secs,
-            at: now,
+            events: bucket(limits.events_per_sec),
+            bytes: bucket(limits.bytes_per_sec),
         }
     }
 
     /// Takes one message of `bytes` from the buckets; returns how long the caller
     /// should wait before reading the next one (`None`: at once).
     pub fn admit(&mut self, now: Instant, bytes: usize) -> Option<Duration> {
-        let l = self.limits;
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.at = now;
-        self.events =
-            (self.events + elapsed * l.events_per_sec).min(l.events_per_sec * l.burst_secs);
-        self.bytes = (self.bytes + elapsed * l.bytes_per_sec).min(l.bytes_per_sec * l.burst_secs);
-        self.events -= 1.0;
-        self.bytes -= bytes as f64;
-        let behind = (-self.events / l.events_per_sec).max(-self.bytes / l.bytes_per_sec);
-        (behind > 0.0).then(|| Duration::from_secs_f64(behind))
+        let behind = self
+            .events
+            .charge(1.0, now)
+            .max(self.bytes.charge(bytes as f64, now));
+        (!behind.is_zero()).then_some(behind)
     }
 }
 

@@ -1,8 +1,9 @@
-//! A token bucket that refuses what is over its rate (the caller drops it), for
-//! what may be lost but must be bounded: a worker's trace spans. Pure: the caller
-//! passes the time.
+//! A token bucket, in two uses: refusing what is over its rate (`take_up_to`: the
+//! caller drops it, for what may be lost but must be bounded, a worker's trace
+//! spans) and pacing (`charge`: the caller waits, for what must not be lost, a
+//! worker's reports in `reports::WorkerRate`). Pure: the caller passes the time.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone)]
 pub struct TokenBucket {
@@ -25,21 +26,32 @@ impl TokenBucket {
         }
     }
 
-    /// Takes as many of `wanted` tokens as there are (whole ones); returns how many.
-    pub fn take_up_to(&mut self, wanted: u64, now: Instant) -> u64 {
+    fn refill(&mut self, now: Instant) {
         let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
         self.at = self.at.max(now);
         self.tokens = (self.tokens + elapsed * self.rate).min(self.capacity);
+    }
+
+    /// Takes as many of `wanted` tokens as there are (whole ones); returns how many.
+    pub fn take_up_to(&mut self, wanted: u64, now: Instant) -> u64 {
+        self.refill(now);
         let taken = (self.tokens.floor().max(0.0) as u64).min(wanted);
         self.tokens -= taken as f64;
         taken
+    }
+
+    /// Takes `amount` whether or not it is there (the bucket may go into debt);
+    /// returns how long until the debt is paid back (zero when there is none).
+    pub fn charge(&mut self, amount: f64, now: Instant) -> Duration {
+        self.refill(now);
+        self.tokens -= amount;
+        Duration::from_secs_f64((-self.tokens / self.rate).max(0.0))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn a_burst_up_to_the_capacity_then_the_rate() {
