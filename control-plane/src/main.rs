@@ -176,7 +176,8 @@ fn explain(profile: &str, action: &str, json: bool) -> anyhow::Result<()> {
         Some(command) => bash_actions(command),
         None => vec![action.to_string()],
     };
-    let (decision, explanations) = profile.decide_all(&actions);
+    let (decision, explanations) =
+        chorus_control_plane::gate::actions::decide_actions(&profile, &actions);
     if json {
         // The shape of `POST /api/permissions/explain`'s `profile`, `decision`, `actions`.
         let answer = serde_json::json!({

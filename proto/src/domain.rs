@@ -136,29 +136,6 @@ pub struct Usage {
     pub output_tokens: u64,
 }
 
-/// Every tool a worker offers, in the order its schemas list them. The control plane
-/// decides which of them a profile may use; the worker implements each. One list for
-/// both, so a tool cannot exist on one side only.
-pub const TOOL_NAMES: &[&str] = &[
-    "create_file",
-    "str_replace",
-    "view",
-    "file.read",
-    "file.write",
-    "file.create",
-    "file.delete",
-    "file.patch",
-    "file.list",
-    "file.search",
-    "bash",
-    "task_output",
-    "task_stop",
-    "self_edit_system_prompt",
-    "self_edit_docs",
-    "self_edit_permissions",
-    "self_edit_model",
-];
-
 /// What a worker needs to know about its agent to run one thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentSettings {

@@ -7,12 +7,14 @@
 //! - [`domain`]: the plain Rust types both sides work with, and the conversions to and
 //!   from the wire. Everything else in Chorus speaks these types.
 //! - [`limits`]: the link's size limits, and how a message is measured against them.
+//! - [`tools`]: the tool registry, one definition per tool (names, schemas, actions).
 //!
 //! No business logic lives here, and no I/O.
 
 mod convert;
 pub mod domain;
 pub mod limits;
+pub mod tools;
 
 #[allow(clippy::all, clippy::unwrap_used, missing_docs, unreachable_pub)]
 mod generated {

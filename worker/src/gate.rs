@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use chorus_proto::domain::{ToolCall, ToolDecision, WorkerEvent};
 use tokio::sync::mpsc;
 
-use crate::tool_loop::EventSink;
+use crate::events::EventSink;
 
 /// What the control plane says about one check, in order: maybe `Pending` (a
 /// person must answer), then exactly one `Decided`.

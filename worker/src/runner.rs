@@ -21,9 +21,9 @@ use crate::tools::ToolBox;
 use crate::tools::ToolConfig;
 use crate::tools::bash::BashConfig;
 use crate::tools::jail::Workspace;
+use crate::tools::jobs::BackgroundJobs;
 use crate::tools::locks::FileLocks;
 use crate::tools::sandbox::Sandbox;
-use crate::tools::tasks::BackgroundTasks;
 
 /// Used when an assignment leaves the iteration cap to the worker.
 const DEFAULT_MAX_ITERATIONS: u32 = 50;
@@ -38,7 +38,7 @@ pub struct Runner {
     locks: Arc<FileLocks>,
     /// Background tasks (bash with run_in_background), shared by all runs: they
     /// outlive the call and the run that started them.
-    background: Arc<BackgroundTasks>,
+    background: Arc<BackgroundJobs>,
     tools: ToolConfig,
     /// What each run is doing, so each can tell its model about the others.
     board: Arc<Board>,
@@ -107,7 +107,7 @@ impl Runner {
         });
         Runner {
             gate: Arc::new(RelayGate::new(sink.clone())),
-            background: Arc::new(BackgroundTasks::new(Some(sink.clone()))),
+            background: Arc::new(BackgroundJobs::new(Some(sink.clone()))),
             sink,
             clients: RelayClients::new(http, control_plane, credential),
             runs: Arc::new(Mutex::new(HashMap::new())),
@@ -235,7 +235,7 @@ impl Runner {
         let workspace = Workspace::new(&sandbox.workspace);
         config.bash.sandbox = Some(sandbox);
         let tools = ToolBox::new(workspace, self.locks.clone())
-            .with_tasks(self.background.clone())
+            .with_jobs(self.background.clone())
             .with_config(config)
             .with_docs(Workspace::new(self.agent_dir.join("docs")));
         let sink = self.sink.clone();

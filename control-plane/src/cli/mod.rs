@@ -118,6 +118,17 @@ pub enum ClientCommand {
         #[arg(long)]
         refresh: bool,
     },
+    /// The tools: every tool Chorus has, or what an agent's model is offered and what
+    /// its profile gives a typical call of each (allow, ask or deny).
+    #[command(
+        after_help = "Examples:\n  chorus tools\n  chorus tools reviewer\n  chorus tools reviewer --json"
+    )]
+    Tools {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// The agent whose offered tools to list; all tools when omitted.
+        agent: Option<String>,
+    },
     /// An agent's audit log: every tool call, what its profile decided and who, newest first.
     #[command(
         after_help = "Examples:\n  chorus audit reviewer\n  chorus audit reviewer --limit 200 --before 1234"
@@ -504,6 +515,13 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<bool> {
             };
             out.show(&snapshot, |s| render::models(s, style))
         }
+        Cmd::Tools { agent } => {
+            let tools = match &agent {
+                Some(agent) => client.get(&format!("/api/agents/{agent}/tools")).await?,
+                None => client.get("/api/tools").await?,
+            };
+            out.show(&tools, |t| render::tools(t, style))
+        }
         Cmd::Audit {
             agent,
             limit,
@@ -683,6 +701,9 @@ enum Cmd {
     Models {
         refresh: bool,
     },
+    Tools {
+        agent: Option<String>,
+    },
     Audit {
         agent: String,
         limit: u32,
@@ -724,6 +745,7 @@ fn split(command: ClientCommand) -> (ClientArgs, Cmd) {
         ClientCommand::Approve { client, id } => (client, Cmd::Answer { id, approve: true }),
         ClientCommand::Deny { client, id } => (client, Cmd::Answer { id, approve: false }),
         ClientCommand::Models { client, refresh } => (client, Cmd::Models { refresh }),
+        ClientCommand::Tools { client, agent } => (client, Cmd::Tools { agent }),
         ClientCommand::Audit {
             client,
             agent,

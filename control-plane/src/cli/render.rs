@@ -522,6 +522,41 @@ pub fn audit(page: &Value, style: Style) -> String {
 }
 
 /// `GET /api/agents/{name}/tasks`: background jobs, running first.
+/// The tools (`GET /api/tools`), or an agent's with the decision a typical call
+/// gets (`GET /api/agents/{name}/tools`): a DECISION column only then.
+pub fn tools(list: &Value, style: Style) -> String {
+    let with_decision = list["tools"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t.get("decision").is_some()));
+    let rows = rows_of(&list["tools"], |t| {
+        let mut row = vec![cell(&t["name"]), cell(&t["wire_name"]), cell(&t["runs_in"])];
+        if with_decision {
+            row.push(cell(&t["decision"]));
+        }
+        row.push(one_line(t["description"].as_str().unwrap_or(""), 60));
+        row
+    });
+    if rows.is_empty() {
+        return "No tools: the agent's profile denies every tool.\n".into();
+    }
+    let headers: &[&str] = if with_decision {
+        &[
+            "NAME",
+            "MODEL CALLS IT",
+            "RUNS IN",
+            "DECISION",
+            "DESCRIPTION",
+        ]
+    } else {
+        &["NAME", "MODEL CALLS IT", "RUNS IN", "DESCRIPTION"]
+    };
+    table(headers, &rows, |i, c| match (with_decision && i == 3, c) {
+        (true, "deny") => style.red(c),
+        (true, "ask") => style.yellow(c),
+        _ => c.to_string(),
+    })
+}
+
 pub fn jobs(list: &Value, style: Style) -> String {
     let rows = rows_of(&list["tasks"], |t| {
         vec![
@@ -670,6 +705,25 @@ mod tests {
              12  failed   -     0.5 s      x                         the model refused\n"
         );
         assert!(threads(&json!([]), PLAIN).starts_with("No threads"));
+    }
+
+    #[test]
+    fn tools_are_a_table_with_the_decision_only_for_an_agent() {
+        let all = json!({"tools": [{"name": "file.read", "wire_name": "file_read",
+            "runs_in": "worker", "description": "Read a text file", "schema": {}}]});
+        let text = tools(&all, PLAIN);
+        assert!(text.starts_with("NAME"), "{text}");
+        assert!(!text.contains("DECISION"), "{text}");
+        assert!(
+            text.contains("file.read  file_read       worker   Read a text file"),
+            "{text}"
+        );
+        let mine = json!({"tools": [{"name": "bash", "wire_name": "bash",
+            "runs_in": "worker", "decision": "ask", "description": "Run", "schema": {}}]});
+        let text = tools(&mine, PLAIN);
+        assert!(text.contains("DECISION"), "{text}");
+        assert!(text.contains(" ask "), "{text}");
+        assert!(tools(&json!({"tools": []}), PLAIN).contains("denies every tool"));
     }
 
     #[test]

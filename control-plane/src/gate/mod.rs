@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chorus_proto::domain::{ControlCommand, ToolCall, ToolDecision, ToolResult};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::agents::AgentService;
 use crate::permissions::{Decision, Explanation, PermissionsSetting};
@@ -134,6 +134,11 @@ impl ToolGate {
             profiles,
             settings,
         }
+    }
+
+    /// The compiled profiles, by stored setting.
+    pub fn profiles(&self) -> &ProfileCache {
+        &self.profiles
     }
 
     pub fn approvals(&self) -> &Arc<Approvals> {
@@ -286,7 +291,7 @@ impl ToolGate {
                 ));
             }
         };
-        let (decision, explanations) = profile.decide_all(&actions);
+        let (decision, explanations) = actions::decide_actions(&profile, &actions);
         // Every arm either audits an allow and falls through to execution, or audits
         // a deny and returns it.
         match decision {
@@ -486,15 +491,21 @@ impl ToolGate {
     /// Executes the tools whose resource the control plane owns. `None`: the worker
     /// runs the tool itself.
     async fn execute_here(&self, check: &Check, user: Option<&str>) -> Option<ToolResult> {
-        let args: Value = serde_json::from_str(&check.call.arguments).unwrap_or(Value::Null);
-        let text = |key: &str| args.get(key).and_then(Value::as_str).map(str::to_string);
+        use chorus_proto::tools::{
+            self as registry, NewModel, NewProfile, NewPrompt, RunsIn, parse_args,
+        };
+        let tool = registry::find(&check.call.name)?;
+        if tool.runs_in != RunsIn::ControlPlane {
+            return None;
+        }
+        let arguments = &check.call.arguments;
         // What may be granted follows the real user (none: the lowest role); the
         // name below only attributes the change in the audit log.
         let role = self.settings.role_of(user);
         let user = user.unwrap_or("agent");
-        let result = match check.call.name.as_str() {
-            "self_edit_system_prompt" => match text("new_prompt") {
-                Some(prompt) => {
+        let result = match tool.name {
+            registry::SELF_EDIT_SYSTEM_PROMPT => match parse_args::<NewPrompt>(arguments) {
+                Ok(NewPrompt { new_prompt: prompt }) => {
                     let done = format!(
                         "System prompt updated ({} characters); it applies from your next step.",
                         prompt.chars().count()
@@ -503,35 +514,50 @@ impl ToolGate {
                         system_prompt: Some(prompt),
                         ..AgentUpdate::default()
                     };
-                    self.configure(&check.agent, update, (user, role), done).await
+                    self.configure(&check.agent, update, (user, role), done)
+                        .await
                 }
-                None => Err("self_edit_system_prompt needs {\"new_prompt\": \"…\"}".to_string()),
+                Err(_) => Err(format!("{} needs {{\"new_prompt\": \"…\"}}", tool.name)),
             },
-            "self_edit_model" => match text("new_model") {
-                Some(model) => {
-                    let done = format!("Model switched to {model}; it answers from your next step.");
+            registry::SELF_EDIT_MODEL => match parse_args::<NewModel>(arguments) {
+                Ok(NewModel { new_model: model }) => {
+                    let done =
+                        format!("Model switched to {model}; it answers from your next step.");
                     let update = AgentUpdate {
                         model: Some(model),
                         ..AgentUpdate::default()
                     };
-                    self.configure(&check.agent, update, (user, role), done).await
+                    self.configure(&check.agent, update, (user, role), done)
+                        .await
                 }
-                None => Err("self_edit_model needs {\"new_model\": \"…\"}".to_string()),
+                Err(_) => Err(format!("{} needs {{\"new_model\": \"…\"}}", tool.name)),
             },
-            "self_edit_permissions" => match args.get("new_profile").cloned() {
-                Some(profile) => match serde_json::from_value::<PermissionsSetting>(profile) {
-                    Ok(setting) => {
-                        self.agents
-                            .set_permissions(&check.agent, setting, role, user)
-                            .await
-                            .map(|name| format!("Permissions set to {name}; they apply from your next tool call."))
-                            .map_err(|e| e.to_string())
-                    }
-                    Err(e) => Err(format!("new_profile is not a preset name or a profile: {e}")),
+            registry::SELF_EDIT_PERMISSIONS => match parse_args::<NewProfile>(arguments) {
+                Ok(NewProfile { new_profile }) => match serde_json::from_value::<PermissionsSetting>(
+                    new_profile,
+                ) {
+                    Ok(setting) => self
+                        .agents
+                        .set_permissions(&check.agent, setting, role, user)
+                        .await
+                        .map(|name| {
+                            format!(
+                                "Permissions set to {name}; they apply from your next tool call."
+                            )
+                        })
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(format!(
+                        "new_profile is not a preset name or a profile: {e}"
+                    )),
                 },
-                None => Err("self_edit_permissions needs {\"new_profile\": \"standard\"} or a profile object".to_string()),
+                Err(_) => Err(format!(
+                    "{} needs {{\"new_profile\": \"standard\"}} or a profile object",
+                    tool.name
+                )),
             },
-            _ => return None,
+            other => Err(format!(
+                "the control plane has no executor for {other}; the call was not run"
+            )),
         };
         Some(match result {
             Ok(content) => ToolResult {

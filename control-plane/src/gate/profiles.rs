@@ -5,9 +5,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use chorus_proto::domain::TOOL_NAMES;
+use chorus_proto::tools::{TOOLS, ToolDef};
 
-use super::actions::action_tool_name;
 use crate::permissions::{PermissionsSetting, Profile, ProfileError};
 
 /// The stored form of a setting.
@@ -47,11 +46,17 @@ pub fn setting_name(setting: &PermissionsSetting) -> Option<&str> {
 
 /// The tools a profile may ever allow or ask for: only these are offered to the model.
 pub fn offered_tools(profile: &Profile) -> Vec<String> {
-    TOOL_NAMES
-        .iter()
-        .filter(|name| profile.may_use_tool(action_tool_name(name)))
-        .map(|name| name.to_string())
-        .collect()
+    offered(profile).map(|tool| tool.name.to_string()).collect()
+}
+
+/// The definitions of the tools a profile may ever allow or ask for (under any of
+/// their names), in the registry's order.
+pub fn offered(profile: &Profile) -> impl Iterator<Item = &'static ToolDef> + '_ {
+    TOOLS.iter().filter(|tool| {
+        std::iter::once(tool.action_name)
+            .chain(tool.aliases.iter().copied())
+            .any(|name| profile.may_use_tool(name))
+    })
 }
 
 #[derive(Default)]

@@ -16,6 +16,7 @@ mod permissions;
 mod status;
 mod tasks;
 mod threads;
+mod tools;
 mod users;
 mod worker_tokens;
 
@@ -82,6 +83,7 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
     vec![
         declare(GET, "/api/whoami", Look, users::whoami),
         declare(GET, "/api/status", Look, status::status),
+        declare(GET, "/api/tools", Look, tools::list),
         // Agents.
         declare(GET, "/api/agents", Look, agents::list),
         declare(POST, "/api/agents", CreateAgents, agents::create),
@@ -94,6 +96,7 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
         ),
         declare(DELETE, "/api/agents/{name}", DestroyAgents, agents::destroy),
         declare(GET, "/api/agents/{name}/tasks", Look, tasks::list_tasks),
+        declare(GET, "/api/agents/{name}/tools", Look, tools::of_agent),
         declare(GET, "/api/agents/{name}/audit", Look, permissions::audit),
         // Threads.
         declare(

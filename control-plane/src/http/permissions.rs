@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::agents::active_agent;
 use super::{ApiError, ApiJson, AppState, Caller};
 use crate::gate::AnswerError;
-use crate::gate::actions::actions_for;
+use crate::gate::actions::{actions_for, decide_actions};
 use crate::permissions::{PermissionsSetting, Profile, bash_actions};
 use crate::store::{ApprovalRecord, AuditRecord};
 
@@ -152,7 +152,7 @@ pub(super) async fn explain(ApiJson(body): ApiJson<ExplainBody>) -> Result<Json<
             ));
         }
     };
-    let (decision, explanations) = profile.decide_all(&actions);
+    let (decision, explanations) = decide_actions(&profile, &actions);
     let first = explanations
         .iter()
         .find(|e| e.decision == decision)

@@ -86,13 +86,19 @@ fn standard() -> ProfileSpec {
                 &["tool:bash:pwd", "tool:bash:pwd -P"],
                 &["tool:bash:pwd; rm x", "tool:bash:pwdx"],
             ),
-            // Reading and stopping the agent's own background tasks (starting one is
-            // a bash command, checked as such).
+            // Reading and stopping the agent's own background jobs (starting one is
+            // a bash command, checked as such), by their names old and new.
             RuleSpec::with_examples(
-                r"tool:task_(?:output|stop):[0-9]+",
-                &["tool:task_output:1", "tool:task_stop:12"],
+                r"tool:(?:job|task)_(?:output|stop):[0-9]+",
+                &[
+                    "tool:job_output:1",
+                    "tool:job_stop:12",
+                    "tool:task_output:1",
+                    "tool:task_stop:12",
+                ],
                 &[
                     "tool:task_output:",
+                    "tool:job_output:",
                     "tool:task_stop:1; rm x",
                     "tool:task_kill:1",
                 ],

@@ -56,7 +56,7 @@ pub fn list(workspace: &Workspace, args: ListArgs) -> ToolOutcome {
         Ok(Opened::File(_)) => {
             return ToolOutcome::error(format!(
                 "'{path}' is a file, not a directory; use {} to see it",
-                to_wire("file.read")
+                to_wire(chorus_proto::tools::FILE_READ)
             ));
         }
         Err(e) => return ToolOutcome::error(e.to_string()),

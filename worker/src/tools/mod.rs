@@ -1,4 +1,6 @@
-//! The tools an agent's model can call, and how one call is executed.
+//! How the tools that run in the worker execute one call. What a tool is (its
+//! name, schema, description, actions, the path it locks) is defined once in the
+//! registry (`chorus_proto::tools`); this module holds only the executors.
 //!
 //! A tool call never fails the run: bad arguments, an unknown tool, a refused path,
 //! a held lock or even a panic all come back to the model as an error result it can
@@ -10,14 +12,13 @@ pub mod caps;
 pub mod edit;
 pub mod files;
 pub mod jail;
+pub mod jobs;
 pub mod listing;
 pub mod locks;
 pub mod procs;
 pub mod safe_env;
 pub mod sandbox;
-mod schemas;
 pub mod seccomp;
-pub mod tasks;
 pub mod walk;
 
 #[cfg(test)]
@@ -27,6 +28,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use chorus_proto::domain::ToolCall;
+use chorus_proto::tools::{self as registry, RunsIn, SchemaSettings};
 use futures::FutureExt;
 use serde::de::DeserializeOwned;
 
@@ -36,10 +38,10 @@ use bash::{BashArgs, BashConfig};
 use edit::ReplaceArgs;
 use files::{CreateFileArgs, PathArgs, ViewArgs};
 use jail::Workspace;
+use jobs::BackgroundJobs;
 use listing::{ListArgs, SearchArgs};
 use locks::FileLockGuard;
 use locks::FileLocks;
-use tasks::BackgroundTasks;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolOutcome {
@@ -88,13 +90,10 @@ pub struct ToolBox {
     /// The agent's docs/ directory, for `self_edit_docs`.
     docs: Option<Workspace>,
     locks: Arc<FileLocks>,
-    /// The worker's background tasks, shared by all its runs.
-    tasks: Arc<BackgroundTasks>,
+    /// The worker's background jobs, shared by all its runs.
+    jobs: Arc<BackgroundJobs>,
     config: ToolConfig,
 }
-
-/// Every tool, in the order the schemas list them.
-pub use chorus_proto::domain::TOOL_NAMES;
 
 /// One call with its arguments parsed.
 enum Request {
@@ -109,113 +108,74 @@ enum Request {
     List(ListArgs),
     Search(SearchArgs),
     Bash(BashArgs),
-    TaskOutput(tasks::OutputArgs),
-    TaskStop(tasks::TaskArgs),
+    JobOutput(jobs::OutputArgs),
+    JobStop(jobs::JobArgs),
     /// Writes a file in the agent's docs/ directory.
     SelfEditDocs(CreateFileArgs),
-    /// Self-edits of what the control plane owns; the gate carries them out, so
+    /// A tool the control plane carries out (its arguments checked by the registry);
     /// one never reaches the worker to run.
     ControlPlane,
 }
 
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NewPrompt {
-    #[allow(dead_code)]
-    new_prompt: String,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NewProfile {
-    #[allow(dead_code)]
-    new_profile: serde_json::Value,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NewModel {
-    #[allow(dead_code)]
-    new_model: String,
-}
-
 impl Request {
-    fn parse(call: &ToolCall) -> Result<Request, ToolOutcome> {
-        Ok(match call.name.as_str() {
-            "create_file" => Request::CreateFile(parse_args(call)?),
-            "str_replace" => Request::StrReplace(parse_args(call)?),
-            "view" => Request::View(parse_args(call)?),
-            "file.read" => Request::Read(parse_args(call)?),
-            "file.write" => Request::Write(parse_args(call)?),
-            "file.create" => Request::Create(parse_args(call)?),
-            "file.delete" => Request::Delete(parse_args(call)?),
-            "file.patch" => Request::Patch(parse_args(call)?),
-            "file.list" => Request::List(parse_args(call)?),
-            "file.search" => Request::Search(parse_args(call)?),
-            "bash" => Request::Bash(parse_args(call)?),
-            "task_output" => Request::TaskOutput(parse_args(call)?),
-            "task_stop" => Request::TaskStop(parse_args(call)?),
-            "self_edit_docs" => Request::SelfEditDocs(parse_args(call)?),
-            "self_edit_system_prompt" => {
-                parse_args::<NewPrompt>(call)?;
-                Request::ControlPlane
-            }
-            "self_edit_permissions" => {
-                parse_args::<NewProfile>(call)?;
-                Request::ControlPlane
-            }
-            "self_edit_model" => {
-                parse_args::<NewModel>(call)?;
-                Request::ControlPlane
-            }
+    /// The call parsed, with the path a writer locks (from the registry's definition).
+    fn parse(call: &ToolCall) -> Result<(Request, Option<String>), ToolOutcome> {
+        let Some(tool) = registry::find(&call.name) else {
+            return Err(ToolOutcome::malformed(format!(
+                "there is no tool named '{}'; the tools are: {}",
+                call.name,
+                registry::TOOLS
+                    .iter()
+                    .map(|tool| tool.wire_name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        };
+        if tool.runs_in == RunsIn::ControlPlane {
+            (tool.check_args)(&call.arguments).map_err(|e| not_valid(call, e))?;
+            return Ok((Request::ControlPlane, None));
+        }
+        let request = match tool.name {
+            registry::CREATE_FILE => Request::CreateFile(parse_args(call)?),
+            registry::STR_REPLACE => Request::StrReplace(parse_args(call)?),
+            registry::VIEW => Request::View(parse_args(call)?),
+            registry::FILE_READ => Request::Read(parse_args(call)?),
+            registry::FILE_WRITE => Request::Write(parse_args(call)?),
+            registry::FILE_CREATE => Request::Create(parse_args(call)?),
+            registry::FILE_DELETE => Request::Delete(parse_args(call)?),
+            registry::FILE_PATCH => Request::Patch(parse_args(call)?),
+            registry::FILE_LIST => Request::List(parse_args(call)?),
+            registry::FILE_SEARCH => Request::Search(parse_args(call)?),
+            registry::BASH => Request::Bash(parse_args(call)?),
+            registry::JOB_OUTPUT => Request::JobOutput(parse_args(call)?),
+            registry::JOB_STOP => Request::JobStop(parse_args(call)?),
+            registry::SELF_EDIT_DOCS => Request::SelfEditDocs(parse_args(call)?),
             other => {
-                return Err(ToolOutcome::malformed(format!(
-                    "there is no tool named '{other}'; the tools are: {}",
-                    TOOL_NAMES
-                        .iter()
-                        .map(|name| to_wire(name))
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                return Err(ToolOutcome::error(format!(
+                    "the worker has no executor for {}; the call was not run",
+                    to_wire(other)
                 )));
             }
-        })
-    }
-
-    /// The path a writer changes (and must lock); `None` for readers and bash.
-    fn written_path(&self) -> Option<&str> {
-        match self {
-            Request::CreateFile(a) | Request::Write(a) | Request::Create(a) => Some(&a.path),
-            Request::StrReplace(a) | Request::Patch(a) => Some(&a.path),
-            Request::Delete(a) => Some(&a.path),
-            // Docs are not in the workspace; their own lock key keeps them apart.
-            Request::SelfEditDocs(_) => None,
-            Request::View(_)
-            | Request::Read(_)
-            | Request::List(_)
-            | Request::Search(_)
-            | Request::Bash(_)
-            | Request::TaskOutput(_)
-            | Request::TaskStop(_)
-            | Request::ControlPlane => None,
-        }
+        };
+        Ok((request, tool.subject_of(&call.arguments).writes))
     }
 
     /// Runs a file tool (blocking system calls).
     fn run_file_tool(self, workspace: &Workspace) -> ToolOutcome {
         match self {
             Request::CreateFile(a) => files::create_file(workspace, a),
-            Request::StrReplace(a) => edit::replace(workspace, a, "str_replace"),
-            Request::View(a) => files::read_text(workspace, a, "view"),
-            Request::Read(a) => files::read_text(workspace, a, "file.read"),
+            Request::StrReplace(a) => edit::replace(workspace, a, registry::STR_REPLACE),
+            Request::View(a) => files::read_text(workspace, a, registry::VIEW),
+            Request::Read(a) => files::read_text(workspace, a, registry::FILE_READ),
             Request::Write(a) => files::write_existing(workspace, a),
             Request::Create(a) => files::create_new(workspace, a),
             Request::Delete(a) => files::delete(workspace, a),
-            Request::Patch(a) => edit::replace(workspace, a, "file.patch"),
+            Request::Patch(a) => edit::replace(workspace, a, registry::FILE_PATCH),
             Request::List(a) => listing::list(workspace, a),
             Request::Search(a) => listing::search(workspace, a),
             Request::Bash(_)
-            | Request::TaskOutput(_)
-            | Request::TaskStop(_)
+            | Request::JobOutput(_)
+            | Request::JobStop(_)
             | Request::SelfEditDocs(_)
             | Request::ControlPlane => ToolOutcome::error("not a workspace file tool"),
         }
@@ -230,14 +190,14 @@ impl ToolBox {
             workspace,
             docs: None,
             locks,
-            tasks: Arc::new(BackgroundTasks::default()),
+            jobs: Arc::new(BackgroundJobs::default()),
             config: ToolConfig::default(),
         }
     }
 
-    /// Uses the worker's shared background tasks (instead of a registry of its own).
-    pub fn with_tasks(mut self, tasks: Arc<BackgroundTasks>) -> Self {
-        self.tasks = tasks;
+    /// Uses the worker's shared background jobs (instead of a registry of its own).
+    pub fn with_jobs(mut self, jobs: Arc<BackgroundJobs>) -> Self {
+        self.jobs = jobs;
         self
     }
 
@@ -262,52 +222,27 @@ impl ToolBox {
         &self.workspace
     }
 
+    /// The schemas of every tool, as the model is offered them (the bash
+    /// timeouts are the configured ones).
     pub fn schemas(&self) -> Vec<ToolSchema> {
-        schemas::all(&self.config.bash)
+        let settings = SchemaSettings {
+            bash_default_timeout_secs: self.config.bash.default_timeout.as_secs(),
+            bash_max_timeout_secs: self.config.bash.max_timeout.as_secs(),
+        };
+        registry::TOOLS
+            .iter()
+            .map(|tool| ToolSchema {
+                name: tool.name.into(),
+                description: (tool.description)(&settings),
+                parameters: (tool.parameters)(&settings),
+            })
+            .collect()
     }
 
     /// A short human description of a call, for step history: "create_file: src/a.rs",
     /// "bash: cargo test".
     pub fn describe(call: &ToolCall) -> String {
-        let args = serde_json::from_str::<serde_json::Value>(&call.arguments).ok();
-        let text = |key: &str| {
-            args.as_ref()
-                .and_then(|v| v.get(key))
-                .and_then(|v| v.as_str())
-                .map(str::to_string)
-        };
-        let detail = match call.name.as_str() {
-            "bash" => text("command").map(|c| {
-                let background = args
-                    .as_ref()
-                    .and_then(|v| v.get("run_in_background"))
-                    .and_then(|v| v.as_bool())
-                    .unwrap_or(false);
-                let line = one_line(&c, 80);
-                if background {
-                    format!("{line} (in the background)")
-                } else {
-                    line
-                }
-            }),
-            "task_output" | "task_stop" => args
-                .as_ref()
-                .and_then(|v| v.get("task_id"))
-                .map(|id| format!("task {id}")),
-            "file.search" => text("pattern").map(|pattern| {
-                let place = text("path").unwrap_or_else(|| ".".into());
-                format!("{} in {}", truncate(&pattern, 60), truncate(&place, 60))
-            }),
-            // No path lists the root; unreadable arguments get no detail at all.
-            "file.list" => args
-                .as_ref()
-                .map(|_| truncate(&text("path").unwrap_or_else(|| ".".into()), 120)),
-            _ => text("path").map(|p| truncate(&p, 120)),
-        };
-        match detail {
-            Some(detail) => format!("{}: {detail}", call.name),
-            None => call.name.clone(),
-        }
+        registry::describe(&call.name, &call.arguments)
     }
 
     /// Executes one call. Total: every failure, a panic included, is an outcome.
@@ -336,14 +271,14 @@ impl ToolBox {
     }
 
     async fn execute_inner(&self, call: &ToolCall, waits: Option<&LockWaits>) -> ToolOutcome {
-        let request = match Request::parse(call) {
-            Ok(request) => request,
+        let (request, writes) = match Request::parse(call) {
+            Ok(parsed) => parsed,
             Err(outcome) => return outcome,
         };
         let request = match request {
             Request::Bash(args) if args.run_in_background => {
                 return self
-                    .tasks
+                    .jobs
                     .start_in(
                         self.workspace.root(),
                         &args.command,
@@ -354,8 +289,8 @@ impl ToolBox {
             Request::Bash(args) => {
                 return bash::run(self.workspace.root(), args, &self.config.bash).await;
             }
-            Request::TaskOutput(args) => return self.tasks.output(args).await,
-            Request::TaskStop(args) => return self.tasks.stop(args).await,
+            Request::JobOutput(args) => return self.jobs.output(args).await,
+            Request::JobStop(args) => return self.jobs.stop(args).await,
             Request::SelfEditDocs(args) => return self.write_doc(args, waits).await,
             Request::ControlPlane => {
                 return ToolOutcome::error(format!(
@@ -366,7 +301,7 @@ impl ToolBox {
             other => other,
         };
         // A path the jail refuses needs no lock: the tool reports the refusal.
-        let guard = match request.written_path().and_then(jail::normalise) {
+        let guard = match writes.as_deref().and_then(jail::normalise) {
             Some(key) => match self.lock(&key, &key, waits).await {
                 Ok(guard) => Some(guard),
                 Err(outcome) => return outcome,
@@ -456,30 +391,14 @@ pub enum LockWait {
 pub type LockWaits = tokio::sync::mpsc::UnboundedSender<LockWait>;
 
 fn parse_args<T: DeserializeOwned>(call: &ToolCall) -> Result<T, ToolOutcome> {
-    let text = if call.arguments.trim().is_empty() {
-        "{}"
-    } else {
-        &call.arguments
-    };
-    serde_json::from_str(text).map_err(|e| {
-        ToolOutcome::malformed(format!(
-            "the arguments for {} are not valid: {e}; send a JSON object matching the tool's schema",
-            to_wire(&call.name)
-        ))
-    })
+    registry::parse_args(&call.arguments).map_err(|e| not_valid(call, e))
 }
 
-fn truncate(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_string()
-    } else {
-        format!("{}…", s.chars().take(max).collect::<String>())
-    }
-}
-
-/// A command on one line (whitespace runs collapsed), shortened to `max` characters.
-fn one_line(s: &str, max: usize) -> String {
-    truncate(&s.split_whitespace().collect::<Vec<_>>().join(" "), max)
+fn not_valid(call: &ToolCall, e: serde_json::Error) -> ToolOutcome {
+    ToolOutcome::malformed(format!(
+        "the arguments for {} are not valid: {e}; send a JSON object matching the tool's schema",
+        to_wire(&call.name)
+    ))
 }
 
 #[cfg(test)]

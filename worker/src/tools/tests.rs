@@ -291,9 +291,7 @@ async fn locks_are_released_after_errors_and_cancelled_waits() {
 /// The first tool named in `text` by a name the model never sees (`file.read`,
 /// where the model knows `file_read`).
 fn names_a_hidden_tool(text: &str) -> Option<&'static str> {
-    TOOL_NAMES
-        .iter()
-        .copied()
+    registry::names()
         .filter(|name| to_wire(name) != *name)
         .find(|name| text.contains(name))
 }
@@ -308,7 +306,7 @@ async fn no_text_the_model_reads_names_a_tool_it_does_not_see() {
         Some("file.write"),
         "the check finds what it looks for"
     );
-    for schema in schemas::all(&BashConfig::default()) {
+    for schema in toolbox(Duration::from_secs(1)).1.schemas() {
         let text = format!("{} {}", schema.description, schema.parameters);
         assert_eq!(names_a_hidden_tool(&text), None, "{}: {text}", schema.name);
     }

@@ -26,4 +26,5 @@ mod tasks;
 mod telemetry;
 mod threads;
 mod tool_loop;
+mod tools;
 mod workers;

@@ -3,10 +3,10 @@ use std::time::Duration;
 
 use super::*;
 
-fn registry() -> (tempfile::TempDir, Arc<BackgroundTasks>) {
+fn registry() -> (tempfile::TempDir, Arc<BackgroundJobs>) {
     (
         tempfile::tempdir().unwrap(),
-        Arc::new(BackgroundTasks::default()),
+        Arc::new(BackgroundJobs::default()),
     )
 }
 
@@ -22,7 +22,7 @@ fn id_of(started: &ToolOutcome) -> u32 {
 
 fn output(id: u32, wait: f64) -> OutputArgs {
     OutputArgs {
-        task_id: id,
+        job_id: id,
         wait: Some(wait),
     }
 }
@@ -56,7 +56,7 @@ async fn a_task_runs_on_after_its_call_and_its_output_is_read_piece_by_piece() {
     ).await;
     let id = id_of(&started);
     assert!(
-        started.content.contains("task_output(task_id=1)"),
+        started.content.contains("job_output(job_id=1)"),
         "{}",
         started.content
     );
@@ -124,7 +124,7 @@ async fn stopping_a_task_ends_it_and_everything_it_started() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let stopped = tasks.stop(TaskArgs { task_id: id }).await;
+    let stopped = tasks.stop(JobArgs { job_id: id }).await;
     assert!(!stopped.is_error, "{}", stopped.content);
     assert!(
         stopped.content.starts_with("task 1 stopped"),
@@ -145,7 +145,7 @@ async fn stopping_a_task_ends_it_and_everything_it_started() {
         "{}",
         state.content
     );
-    let again = tasks.stop(TaskArgs { task_id: id }).await;
+    let again = tasks.stop(JobArgs { job_id: id }).await;
     assert_eq!(again.content, "task 1 had ended already");
 }
 
@@ -199,7 +199,7 @@ async fn bad_requests_get_clear_errors() {
         none.content
     );
     let id = id_of(&tasks.start(dir.path(), "true").await);
-    let unknown = tasks.stop(TaskArgs { task_id: 9 }).await;
+    let unknown = tasks.stop(JobArgs { job_id: 9 }).await;
     assert_eq!(
         unknown.content,
         format!("there is no task 9; the tasks are {id}")
@@ -207,7 +207,7 @@ async fn bad_requests_get_clear_errors() {
     assert!(tasks.start(dir.path(), "  ").await.is_error);
     let bad_wait = tasks
         .output(OutputArgs {
-            task_id: id,
+            job_id: id,
             wait: Some(-1.0),
         })
         .await;
@@ -223,7 +223,7 @@ async fn only_so_many_tasks_run_at_once() {
     let refused = tasks.start(dir.path(), "sleep 30").await;
     assert!(refused.is_error);
     assert!(
-        refused.content.contains("stop one with task_stop"),
+        refused.content.contains("stop one with job_stop"),
         "{}",
         refused.content
     );

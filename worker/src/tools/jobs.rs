@@ -1,6 +1,7 @@
-//! Background tasks (SPEC D4): a bash command started with `run_in_background`
+//! Background jobs (SPEC D4): a bash command started with `run_in_background`
 //! outlives its tool call (a dev server, a long build), is tracked while it runs,
-//! and is read and stopped by id with `task_output` and `task_stop`.
+//! and is read and stopped by id with `job_output` and `job_stop`.
+//! (The model may still call them `task_output` and `task_stop`, with `task_id`.)
 //!
 //! - One registry per worker, shared by all its runs: a task started in one thread
 //!   can be read from another. Ids are small numbers, unique within the worker.
@@ -31,11 +32,11 @@ use tokio::sync::watch;
 use super::ToolOutcome;
 use super::bash::{describe_status, shell, shell_command};
 use super::procs;
-use crate::tool_loop::EventSink;
+use crate::events::EventSink;
 
 /// Bytes of output kept per task (the newest).
 pub const OUTPUT_KEPT: usize = 64 * 1024;
-/// Most output one `task_output` call returns.
+/// Most output one `job_output` call returns.
 const OUTPUT_SHOWN: usize = 30_000;
 /// Tasks running at once per worker.
 pub const MAX_RUNNING: usize = 8;
@@ -43,36 +44,38 @@ pub const MAX_RUNNING: usize = 8;
 const STOP_GRACE: Duration = Duration::from_secs(3);
 /// How long output is still read after a task's shell has ended.
 const READ_GRACE: Duration = Duration::from_secs(2);
-/// Longest wait a `task_output` call may ask for.
+/// Longest wait a `job_output` call may ask for.
 const MAX_WAIT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TaskArgs {
-    pub task_id: u32,
+pub struct JobArgs {
+    #[serde(alias = "task_id")]
+    pub job_id: u32,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutputArgs {
-    pub task_id: u32,
+    #[serde(alias = "task_id")]
+    pub job_id: u32,
     /// Seconds to wait for the task to end before answering.
     pub wait: Option<f64>,
 }
 
 /// Where a task stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TaskState {
+pub enum JobState {
     Running,
     Ended(TaskEnd),
 }
 
-struct Task {
+struct Job {
     command: String,
     pid: i32,
     started: Instant,
     output: Output,
-    state: TaskState,
+    state: JobState,
     /// Whether a stop was asked for (so its end is "stopped", not "failed").
     stopping: bool,
 }
@@ -129,32 +132,32 @@ impl Output {
 }
 
 /// The background tasks of one worker.
-pub struct BackgroundTasks {
-    tasks: Mutex<HashMap<u32, Task>>,
+pub struct BackgroundJobs {
+    tasks: Mutex<HashMap<u32, Job>>,
     next_id: Mutex<u32>,
     /// Bumped whenever a task writes output or ends, so readers can wait for it.
     changed: watch::Sender<u64>,
     sink: Option<EventSink>,
 }
 
-impl std::fmt::Debug for BackgroundTasks {
+impl std::fmt::Debug for BackgroundJobs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BackgroundTasks")
+        f.debug_struct("BackgroundJobs")
             .field("running", &self.running())
             .finish()
     }
 }
 
-impl Default for BackgroundTasks {
+impl Default for BackgroundJobs {
     fn default() -> Self {
-        BackgroundTasks::new(None)
+        BackgroundJobs::new(None)
     }
 }
 
-impl BackgroundTasks {
+impl BackgroundJobs {
     /// `sink` receives a report of every start and end (none in unit tests).
     pub fn new(sink: Option<EventSink>) -> Self {
-        BackgroundTasks {
+        BackgroundJobs {
             tasks: Mutex::new(HashMap::new()),
             next_id: Mutex::new(1),
             changed: watch::Sender::new(0),
@@ -162,7 +165,7 @@ impl BackgroundTasks {
         }
     }
 
-    fn tasks(&self) -> MutexGuard<'_, HashMap<u32, Task>> {
+    fn tasks(&self) -> MutexGuard<'_, HashMap<u32, Job>> {
         self.tasks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -179,7 +182,7 @@ impl BackgroundTasks {
     pub fn running(&self) -> usize {
         self.tasks()
             .values()
-            .filter(|t| t.state == TaskState::Running)
+            .filter(|t| t.state == JobState::Running)
             .count()
     }
 
@@ -201,7 +204,7 @@ impl BackgroundTasks {
         }
         if self.running() >= MAX_RUNNING {
             return ToolOutcome::error(format!(
-                "{MAX_RUNNING} background tasks are running already; stop one with task_stop first"
+                "{MAX_RUNNING} background tasks are running already; stop one with job_stop first"
             ));
         }
         let shell = shell();
@@ -239,12 +242,12 @@ impl BackgroundTasks {
         };
         self.tasks().insert(
             id,
-            Task {
+            Job {
                 command: command.to_string(),
                 pid,
                 started: Instant::now(),
                 output: Output::default(),
-                state: TaskState::Running,
+                state: JobState::Running,
                 stopping: false,
             },
         );
@@ -289,8 +292,8 @@ impl BackgroundTasks {
         let _ = limits;
         ToolOutcome::ok(format!(
             "{warning}Started background task {id} (pid {pid}): {command}\n\
-             It runs on after this call. Read its output with task_output(task_id={id}) \
-             and stop it with task_stop(task_id={id})."
+             It runs on after this call. Read its output with job_output(job_id={id}) \
+             and stop it with job_stop(job_id={id})."
         ))
     }
 
@@ -322,14 +325,14 @@ impl BackgroundTasks {
                     detail: format!("could not wait for the task: {e}"),
                 },
             };
-            task.state = TaskState::Ended(end.clone());
+            task.state = JobState::Ended(end.clone());
             end
         };
         self.bump();
         self.report(WorkerEvent::TaskEnded { task_id: id, end });
     }
 
-    /// `task_output`: the task's state and its output since the last read. With
+    /// `job_output`: the job's state and its output since the last read. With
     /// `wait`, waits up to that long for the task to end first.
     pub async fn output(&self, args: OutputArgs) -> ToolOutcome {
         let wait = match args.wait {
@@ -348,10 +351,10 @@ impl BackgroundTasks {
             // (The map's lock is released before `unknown` takes it again.)
             let running = self
                 .tasks()
-                .get(&args.task_id)
-                .map(|task| task.state == TaskState::Running);
+                .get(&args.job_id)
+                .map(|task| task.state == JobState::Running);
             match running {
-                None => return self.unknown(args.task_id),
+                None => return self.unknown(args.job_id),
                 Some(false) => break,
                 Some(true) => {}
             }
@@ -363,21 +366,21 @@ impl BackgroundTasks {
             }
         }
         let mut tasks = self.tasks();
-        let Some(task) = tasks.get_mut(&args.task_id) else {
+        let Some(task) = tasks.get_mut(&args.job_id) else {
             drop(tasks);
-            return self.unknown(args.task_id);
+            return self.unknown(args.job_id);
         };
         let state = match &task.state {
-            TaskState::Running => format!(
+            JobState::Running => format!(
                 "task {} is running (pid {}, for {} s): {}",
-                args.task_id,
+                args.job_id,
                 task.pid,
                 task.started.elapsed().as_secs(),
                 task.command
             ),
-            TaskState::Ended(end) => format!(
+            JobState::Ended(end) => format!(
                 "task {} has ended ({}, {}): {}",
-                args.task_id, end.status, end.detail, task.command
+                args.job_id, end.status, end.detail, task.command
             ),
         };
         let new = task.output.take_new();
@@ -391,14 +394,14 @@ impl BackgroundTasks {
         ))
     }
 
-    /// `task_stop`: SIGTERM to the task's group, SIGKILL after a grace period.
-    pub async fn stop(&self, args: TaskArgs) -> ToolOutcome {
+    /// `job_stop`: SIGTERM to the task's group, SIGKILL after a grace period.
+    pub async fn stop(&self, args: JobArgs) -> ToolOutcome {
         let pid = {
             let mut tasks = self.tasks();
-            match tasks.get_mut(&args.task_id) {
+            match tasks.get_mut(&args.job_id) {
                 None => None,
-                Some(task) if task.state != TaskState::Running => {
-                    return ToolOutcome::ok(format!("task {} had ended already", args.task_id));
+                Some(task) if task.state != JobState::Running => {
+                    return ToolOutcome::ok(format!("task {} had ended already", args.job_id));
                 }
                 Some(task) => {
                     task.stopping = true;
@@ -407,19 +410,19 @@ impl BackgroundTasks {
             }
         };
         let Some(pid) = pid else {
-            return self.unknown(args.task_id);
+            return self.unknown(args.job_id);
         };
-        let ended = self.terminate(args.task_id, pid).await;
-        let end = match self.tasks().get(&args.task_id).map(|t| t.state.clone()) {
-            Some(TaskState::Ended(end)) => end.detail,
+        let ended = self.terminate(args.job_id, pid).await;
+        let end = match self.tasks().get(&args.job_id).map(|t| t.state.clone()) {
+            Some(JobState::Ended(end)) => end.detail,
             _ => "killed".into(),
         };
         if ended {
-            ToolOutcome::ok(format!("task {} stopped ({end})", args.task_id))
+            ToolOutcome::ok(format!("task {} stopped ({end})", args.job_id))
         } else {
             ToolOutcome::error(format!(
                 "task {} did not end after SIGKILL; its processes may have left its process group",
-                args.task_id
+                args.job_id
             ))
         }
     }
@@ -431,7 +434,7 @@ impl BackgroundTasks {
             tasks
                 .tasks()
                 .get(&id)
-                .is_none_or(|t| t.state != TaskState::Running)
+                .is_none_or(|t| t.state != JobState::Running)
         };
         let group = Pid::from_raw(pid);
         // ESRCH: the group is gone already, and its end is on the way.
@@ -463,7 +466,7 @@ impl BackgroundTasks {
             let mut tasks = self.tasks();
             tasks
                 .iter_mut()
-                .filter(|(_, t)| t.state == TaskState::Running)
+                .filter(|(_, t)| t.state == JobState::Running)
                 .map(|(id, t)| {
                     t.stopping = true;
                     (*id, t.pid)
@@ -495,5 +498,5 @@ impl BackgroundTasks {
 }
 
 #[cfg(test)]
-#[path = "tasks_tests.rs"]
+#[path = "jobs_tests.rs"]
 mod tests;

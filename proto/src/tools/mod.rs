@@ -1,0 +1,286 @@
+//! The tool registry: one definition per tool ([`ToolDef`]), shared by the worker
+//! (which offers the schemas and executes the tools that run there) and the control
+//! plane (which derives the action strings it checks, and executes its own tools).
+//!
+//! A definition holds everything about a tool that is not its execution: its Chorus
+//! name (`file.read`, used in action strings and profiles), the older names it still
+//! answers to, where it runs, its description and JSON schema, and one function of
+//! the arguments ([`ToolDef::subject`]) from which the action strings, the step text
+//! and the path a writer locks all derive. Pure data and pure functions: no I/O.
+//!
+//! Adding a tool is one definition (a `const` in one of this module's files) and one
+//! line in [`TOOLS`]; a tool that runs in the control plane needs no worker code.
+
+mod bash;
+mod files;
+mod jobs;
+mod self_edit;
+pub mod wire_names;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+pub use bash::BASH;
+pub use files::{
+    CREATE_FILE, FILE_CREATE, FILE_DELETE, FILE_LIST, FILE_PATCH, FILE_READ, FILE_SEARCH,
+    FILE_WRITE, STR_REPLACE, VIEW,
+};
+pub use jobs::{JOB_OUTPUT, JOB_STOP};
+pub use self_edit::{
+    NewModel, NewProfile, NewPrompt, SELF_EDIT, SELF_EDIT_DOCS, SELF_EDIT_MODEL,
+    SELF_EDIT_PERMISSIONS, SELF_EDIT_SYSTEM_PROMPT,
+};
+
+use wire_names::to_wire;
+
+/// Every tool, in the order the model is offered them.
+pub static TOOLS: &[ToolDef] = &[
+    files::CREATE_FILE_TOOL,
+    files::STR_REPLACE_TOOL,
+    files::VIEW_TOOL,
+    files::FILE_READ_TOOL,
+    files::FILE_WRITE_TOOL,
+    files::FILE_CREATE_TOOL,
+    files::FILE_DELETE_TOOL,
+    files::FILE_PATCH_TOOL,
+    files::FILE_LIST_TOOL,
+    files::FILE_SEARCH_TOOL,
+    bash::BASH_TOOL,
+    jobs::JOB_OUTPUT_TOOL,
+    jobs::JOB_STOP_TOOL,
+    self_edit::SYSTEM_PROMPT_TOOL,
+    self_edit::DOCS_TOOL,
+    self_edit::PERMISSIONS_TOOL,
+    self_edit::MODEL_TOOL,
+];
+
+/// Where a tool is executed: beside the resource it changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunsIn {
+    /// In the agent's worker (the workspace, its processes).
+    Worker,
+    /// In the control plane (the agent's settings); the worker only reports the step.
+    ControlPlane,
+}
+
+impl RunsIn {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunsIn::Worker => "worker",
+            RunsIn::ControlPlane => "control_plane",
+        }
+    }
+}
+
+/// The settings some descriptions and schemas depend on (the bash timeouts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchemaSettings {
+    pub bash_default_timeout_secs: u64,
+    pub bash_max_timeout_secs: u64,
+}
+
+impl Default for SchemaSettings {
+    /// The worker's default bash timeouts.
+    fn default() -> Self {
+        SchemaSettings {
+            bash_default_timeout_secs: 120,
+            bash_max_timeout_secs: 600,
+        }
+    }
+}
+
+/// How a call is checked: its action strings come from this.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Actions {
+    /// One action `tool:<action name>:<detail>`.
+    Detail(String),
+    /// A bash command line, checked as one action per simple command.
+    Bash(String),
+}
+
+/// What one function of a call's arguments says about it: what is checked, what the
+/// step history shows, and what a writer locks. Arguments that are not a JSON object
+/// come as `Value::Null`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subject {
+    pub actions: Actions,
+    /// The detail after the tool's name in step text ("bash: cargo test").
+    pub shown: Option<String>,
+    /// The workspace path a writer changes (and locks first).
+    pub writes: Option<String>,
+}
+
+/// One tool.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolDef {
+    /// Chorus's name, as in action strings and profiles (`file.read`).
+    pub name: &'static str,
+    /// Earlier names the model may still call it by; stored profile rules written
+    /// for them keep deciding its calls.
+    pub aliases: &'static [&'static str],
+    /// The tool name in its action strings (the self-edit tools share `self_edit`).
+    pub action_name: &'static str,
+    pub runs_in: RunsIn,
+    pub description: fn(&SchemaSettings) -> String,
+    /// The JSON Schema of the arguments (an object schema).
+    pub parameters: fn(&SchemaSettings) -> Value,
+    pub subject: fn(&Value) -> Subject,
+    /// The arguments of a typical call (JSON), for showing what a profile gives it.
+    pub typical_call: &'static str,
+    /// Checks the arguments of a tool that does not run in the worker (whose
+    /// executor parses them itself), so a call that cannot run is refused before it
+    /// is checked.
+    pub check_args: fn(&str) -> Result<(), serde_json::Error>,
+}
+
+impl ToolDef {
+    /// The name the model APIs accept (`file_read`).
+    pub fn wire_name(&self) -> std::borrow::Cow<'static, str> {
+        to_wire(self.name)
+    }
+
+    /// The subject of a call given its arguments as the model wrote them.
+    pub fn subject_of(&self, arguments: &str) -> Subject {
+        (self.subject)(&parse(arguments))
+    }
+}
+
+/// The tool called `name`: by its name, its wire name or one of its older names.
+pub fn find(name: &str) -> Option<&'static ToolDef> {
+    TOOLS
+        .iter()
+        .find(|t| t.name == name || t.aliases.contains(&name))
+        .or_else(|| TOOLS.iter().find(|t| to_wire(t.name) == name))
+}
+
+/// Every tool's Chorus name, in the registry's order.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    TOOLS.iter().map(|t| t.name)
+}
+
+/// The arguments as JSON; anything unreadable is `Null`.
+fn parse(arguments: &str) -> Value {
+    serde_json::from_str(arguments).unwrap_or(Value::Null)
+}
+
+/// A short human description of a call, for step history: "create_file: src/a.rs",
+/// "bash: cargo test". Named as the model called it.
+pub fn describe(name: &str, arguments: &str) -> String {
+    let args = serde_json::from_str::<Value>(arguments).ok();
+    let shown = match (find(name), &args) {
+        (Some(tool), Some(args)) => (tool.subject)(args).shown,
+        // An unknown tool: its path, if it names one.
+        (None, Some(args)) => text(args, "path").map(|p| truncate(p, 120)),
+        (_, None) => None,
+    };
+    match shown {
+        Some(detail) => format!("{name}: {detail}"),
+        None => name.to_string(),
+    }
+}
+
+/// The action strings' parts for a call: `(tool, Actions)`. A tool called by an
+/// older name is checked under that name (and [`other_forms`] adds the rest); an
+/// unknown tool is checked as `tool:<name>:<path>` (and refused by the worker anyway).
+pub fn actions_of<'a>(name: &'a str, arguments: &str) -> (&'a str, Actions) {
+    match find(name) {
+        Some(tool) => {
+            let action_tool = if tool.aliases.contains(&name) {
+                name
+            } else {
+                tool.action_name
+            };
+            (action_tool, tool.subject_of(arguments).actions)
+        }
+        None => (
+            name,
+            Actions::Detail(text(&parse(arguments), "path").unwrap_or_default().into()),
+        ),
+    }
+}
+
+/// The same action under the other names of a renamed tool (`tool:job_output:3` ↔
+/// `tool:task_output:3`): a profile rule written for either name decides it.
+pub fn other_forms(action: &str) -> Vec<String> {
+    let Some((tool, detail)) = action
+        .strip_prefix("tool:")
+        .and_then(|rest| rest.split_once(':'))
+    else {
+        return Vec::new();
+    };
+    let Some(def) = TOOLS
+        .iter()
+        .find(|t| !t.aliases.is_empty() && (t.action_name == tool || t.aliases.contains(&tool)))
+    else {
+        return Vec::new();
+    };
+    std::iter::once(def.action_name)
+        .chain(def.aliases.iter().copied())
+        .filter(|name| *name != tool)
+        .map(|name| format!("tool:{name}:{detail}"))
+        .collect()
+}
+
+/// A strict object schema: a wrong call is caught by the argument parser and comes
+/// back as "not valid", not half-run.
+fn object(properties: Value, required: &[&str]) -> Value {
+    json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false
+    })
+}
+
+fn text<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
+    args.get(key).and_then(Value::as_str)
+}
+
+/// A call checked as `tool:<name>:<path>`, shown with its path, locking nothing.
+fn by_path(args: &Value) -> Subject {
+    Subject {
+        actions: Actions::Detail(text(args, "path").unwrap_or_default().into()),
+        shown: text(args, "path").map(|p| truncate(p, 120)),
+        writes: None,
+    }
+}
+
+/// A writer of the path it names.
+fn writes_path(args: &Value) -> Subject {
+    Subject {
+        writes: text(args, "path").map(str::to_string),
+        ..by_path(args)
+    }
+}
+
+/// For tools whose executor in the worker checks the arguments itself.
+fn checked_by_executor(_: &str) -> Result<(), serde_json::Error> {
+    Ok(())
+}
+
+/// Parses arguments into `T` (empty arguments are `{}`).
+pub fn parse_args<T: serde::de::DeserializeOwned>(arguments: &str) -> Result<T, serde_json::Error> {
+    let text = if arguments.trim().is_empty() {
+        "{}"
+    } else {
+        arguments
+    };
+    serde_json::from_str(text)
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(max).collect::<String>())
+    }
+}
+
+/// A command on one line (whitespace runs collapsed), shortened to `max` characters.
+fn one_line(s: &str, max: usize) -> String {
+    truncate(&s.split_whitespace().collect::<Vec<_>>().join(" "), max)
+}
+
+#[cfg(test)]
+mod tests;
