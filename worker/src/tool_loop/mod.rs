@@ -10,21 +10,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chorus_proto::domain::{
-    ChatMessage, Input, ModelRoute, RetryPolicy, StepEnded, StepKind, StepStarted, ToolCall,
-    ToolResult, Usage, WorkerEvent,
+    ChatMessage, Input, ModelRoute, RetryPolicy, StepEnded, StepKind, StepStarted, Usage,
+    WorkerEvent,
 };
-use opentelemetry::KeyValue;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::awareness::Board;
-use crate::gate::{GateMessage, ToolGate};
+use crate::gate::ToolGate;
 use crate::model::http::CallLimits;
 use crate::model::{
     DEFAULT_MAX_TOKENS, MessageCache, ModelClient, ModelError, ModelReply, ModelRequest, StopReason,
 };
-use crate::tools::{LockWait, ToolBox, ToolOutcome};
+use crate::tools::ToolBox;
 
 pub use crate::events::EventSink;
 
@@ -581,103 +579,25 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
         let (runnable, refused) = reply
             .tool_calls
             .split_at(reply.tool_calls.len().min(MAX_TOOL_CALLS_PER_REPLY));
+        let pipeline = pipeline::Pipeline {
+            gate,
+            tools,
+            run_id: input.run_id,
+            sink,
+            cancel,
+        };
         for call in runnable {
             if cancel.is_cancelled() {
                 return Err(LoopError::Cancelled("the run was cancelled".into()));
             }
-            // A call that cannot run at all needs no permission: tell the model what
-            // is wrong with it right away.
             // A call cut off by the output limit has unfinished arguments: say so,
             // rather than "invalid JSON", so the model sends it again, shorter.
             let cut_off = reply.stop == StopReason::MaxTokens
                 && serde_json::from_str::<serde_json::Value>(&call.arguments).is_err();
-            let unusable = if cut_off {
-                Some(ToolOutcome::malformed(CUT_OFF_CALL))
-            } else {
-                ToolBox::validate(call)
-            };
-            let gated = match unusable {
-                Some(outcome) => Err(outcome),
-                None => Ok(ask_gate(gate, input.run_id, call, &mut steps, cancel).await?),
-            };
-            let outcome = match gated {
-                Err(outcome) => {
-                    let step = steps.begin(
-                        StepKind::Tool,
-                        format!("Refused {}", ToolBox::describe(call)),
-                    );
-                    steps.end(step, true, None);
-                    outcome
-                }
-                Ok(gate_answer) => match gate_answer {
-                    Gate::Run => {
-                        let step = steps.begin(
-                            StepKind::Tool,
-                            format!("Executing {}", ToolBox::describe(call)),
-                        );
-                        let span =
-                            tracing::info_span!("tool", tool = %call.name, step = step.number);
-                        crate::telemetry::label(
-                            &span,
-                            vec![
-                                KeyValue::new("gen_ai.operation.name", "execute_tool"),
-                                KeyValue::new("gen_ai.tool.name", call.name.clone()),
-                                KeyValue::new("gen_ai.tool.call.id", call.id.clone()),
-                                KeyValue::new("openinference.span.kind", "TOOL"),
-                                KeyValue::new("tool.name", call.name.clone()),
-                            ],
-                        );
-                        let outcome = execute_showing_lock_waits(tools, call, &mut steps, cancel)
-                            .instrument(span.clone())
-                            .await;
-                        if let Ok(outcome) = &outcome
-                            && outcome.is_error
-                        {
-                            crate::telemetry::label(
-                                &span,
-                                vec![KeyValue::new("error.type", "tool_error")],
-                            );
-                        }
-                        drop(span);
-                        let outcome = match outcome {
-                            Ok(outcome) => outcome,
-                            Err(cancelled) => {
-                                steps.end(step, true, None);
-                                return Err(cancelled);
-                            }
-                        };
-                        steps.end(step, outcome.is_error, None);
-                        outcome
-                    }
-                    Gate::Refused(message) => {
-                        let step = steps.begin(
-                            StepKind::Tool,
-                            format!("Refused {}", ToolBox::describe(call)),
-                        );
-                        steps.end(step, true, None);
-                        ToolOutcome::error(message)
-                    }
-                    Gate::Done(result) => {
-                        // Executed by the control plane, which owns the resource.
-                        let step = steps.begin(
-                            StepKind::Tool,
-                            format!("Executing {}", ToolBox::describe(call)),
-                        );
-                        steps.end(step, result.is_error, None);
-                        ToolOutcome {
-                            content: result.content,
-                            is_error: result.is_error,
-                            malformed: false,
-                        }
-                    }
-                },
-            };
-            if outcome.malformed {
+            let (result, was_malformed) = pipeline.run(call, cut_off, &mut steps).await?;
+            if was_malformed {
                 malformed += 1;
             }
-            let content = crate::outbound::cap_tool_result(outcome.content);
-            let result = ChatMessage::tool_result(call, content, outcome.is_error);
-            emit(&result)?;
             messages.push(result);
         }
         if !refused.is_empty() {
@@ -719,104 +639,7 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
     Err(LoopError::IterationCap(input.max_iterations))
 }
 
-/// Runs a tool; a wait for a file lock is a step of its own ("Awaiting file lock on
-/// a.txt"), so the thread shows what it is doing meanwhile. Cancelling drops the
-/// tool's future: a running bash command's whole process group is killed, a waiting
-/// writer gives up.
-async fn execute_showing_lock_waits(
-    tools: &ToolBox,
-    call: &ToolCall,
-    steps: &mut Steps<'_>,
-    cancel: &CancellationToken,
-) -> Result<ToolOutcome, LoopError> {
-    let (waits, mut notices) = mpsc::unbounded_channel();
-    let execution = tools.execute_noting_waits(call, Some(&waits));
-    tokio::pin!(execution);
-    let mut waiting: Option<OpenStep> = None;
-    let result = loop {
-        tokio::select! {
-            outcome = &mut execution => break Ok(outcome),
-            Some(notice) = notices.recv() => match notice {
-                LockWait::Waiting(path) => {
-                    waiting = Some(steps.begin(StepKind::Wait, format!("Awaiting file lock on {path}")));
-                }
-                LockWait::Over { acquired } => {
-                    if let Some(step) = waiting.take() {
-                        steps.end(step, !acquired, None);
-                    }
-                }
-            },
-            _ = cancel.cancelled() => break Err(LoopError::Cancelled("the run was cancelled".into())),
-        }
-    };
-    // The tool may finish before its last notice is read.
-    while let Ok(notice) = notices.try_recv() {
-        if let (LockWait::Over { acquired }, Some(step)) = (notice, waiting.take()) {
-            steps.end(step, !acquired, None);
-        }
-    }
-    if let Some(step) = waiting {
-        steps.end(step, true, None);
-    }
-    result
-}
-
-/// What the gate said about one tool call.
-enum Gate {
-    Run,
-    Refused(String),
-    Done(ToolResult),
-}
-
-/// Asks the gate; a wait for a person is a step of its own.
-async fn ask_gate<G: ToolGate>(
-    gate: &G,
-    run_id: &str,
-    call: &ToolCall,
-    steps: &mut Steps<'_>,
-    cancel: &CancellationToken,
-) -> Result<Gate, LoopError> {
-    let mut answers = gate.check(run_id, call);
-    let mut waiting: Option<OpenStep> = None;
-    loop {
-        let answer = tokio::select! {
-            answer = answers.recv() => answer,
-            _ = cancel.cancelled() => {
-                if let Some(step) = waiting {
-                    steps.end(step, true, None);
-                }
-                return Err(LoopError::Cancelled("the run was cancelled".into()));
-            }
-        };
-        match answer {
-            Some(GateMessage::Pending { description, .. }) => {
-                if waiting.is_none() {
-                    waiting = Some(steps.begin(StepKind::Permission, description));
-                }
-            }
-            Some(GateMessage::Decided(decision)) => {
-                if let Some(step) = waiting {
-                    steps.end(step, !decision.allowed, None);
-                }
-                return Ok(match (decision.allowed, decision.result) {
-                    (true, Some(result)) => Gate::Done(result),
-                    (true, None) => Gate::Run,
-                    (false, _) => Gate::Refused(decision.message),
-                });
-            }
-            None => {
-                if let Some(step) = waiting {
-                    steps.end(step, true, None);
-                }
-                return Ok(Gate::Refused(
-                    "the control plane did not answer the permission check; the tool was not run"
-                        .into(),
-                ));
-            }
-        }
-    }
-}
-
+mod pipeline;
 pub(crate) mod retry;
 pub mod transcript;
 

@@ -4,6 +4,7 @@ use std::sync::{Arc, Mutex};
 
 use chorus_proto::domain::{Role, ToolCall};
 use serde_json::json;
+use tokio::sync::mpsc;
 
 use super::retry::backoff;
 use super::*;

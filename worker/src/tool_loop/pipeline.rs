@@ -1,0 +1,276 @@
+//! One tool call, from the model's call to its result: validate → gate (the
+//! control plane's permission check) → execute where the resource lives (lock waits
+//! shown) → step begin and end → cap the result → report it. The API tool loop
+//! calls [`Pipeline::run`] for each call of a reply; other callers of tools
+//! (`chorus-tools`, MCP) are meant to call the same function.
+
+use chorus_proto::domain::{ChatMessage, StepKind, ToolCall, ToolResult, WorkerEvent};
+use chorus_proto::tools::{self as registry, RunsIn};
+use opentelemetry::KeyValue;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::{CUT_OFF_CALL, EventSink, LoopError, OpenStep, Steps};
+use crate::gate::{GateMessage, ToolGate};
+use crate::tools::{LockWait, ToolBox, ToolOutcome};
+
+/// What one call needs besides itself.
+pub(super) struct Pipeline<'a, G> {
+    pub gate: &'a G,
+    pub tools: &'a ToolBox,
+    pub run_id: &'a str,
+    pub sink: &'a EventSink,
+    pub cancel: &'a CancellationToken,
+}
+
+impl<G: ToolGate> Pipeline<'_, G> {
+    /// Runs one call to its result message, which is reported (`MessageAppended`)
+    /// and returned for the transcript, with whether the call itself was unusable.
+    /// `cut_off`: the output limit cut the call's arguments.
+    pub async fn run(
+        &self,
+        call: &ToolCall,
+        cut_off: bool,
+        steps: &mut Steps<'_>,
+    ) -> Result<(ChatMessage, bool), LoopError> {
+        let outcome = self.outcome(call, cut_off, steps).await?;
+        let content = crate::outbound::cap_tool_result(outcome.content);
+        let result = ChatMessage::tool_result(call, content, outcome.is_error);
+        self.sink
+            .try_send(WorkerEvent::MessageAppended {
+                run_id: self.run_id.to_string(),
+                message: result.clone(),
+            })
+            .map_err(LoopError::TooLarge)?;
+        Ok((result, outcome.malformed))
+    }
+
+    async fn outcome(
+        &self,
+        call: &ToolCall,
+        cut_off: bool,
+        steps: &mut Steps<'_>,
+    ) -> Result<ToolOutcome, LoopError> {
+        // A call that cannot run at all needs no permission: tell the model what is
+        // wrong with it right away.
+        let unusable = if cut_off {
+            Some(ToolOutcome::malformed(CUT_OFF_CALL))
+        } else {
+            ToolBox::validate(call)
+        };
+        if let Some(outcome) = unusable {
+            refused_step(call, steps);
+            return Ok(outcome);
+        }
+        let elsewhere =
+            registry::find(&call.name).is_some_and(|t| t.runs_in == RunsIn::ControlPlane);
+        if elsewhere {
+            return self.run_elsewhere(call, steps).await;
+        }
+        match ask_gate(self.gate, self.run_id, call, steps, self.cancel).await? {
+            Gate::Run => self.execute_here(call, steps).await,
+            Gate::Refused(message) => {
+                refused_step(call, steps);
+                Ok(ToolOutcome::error(message))
+            }
+            // The worker runs its own tools; a result from the gate for one is taken as
+            // it comes (the gate owns whatever it did).
+            Gate::Done(result) => {
+                let step = steps.begin(
+                    StepKind::Tool,
+                    format!("Executing {}", ToolBox::describe(call)),
+                );
+                steps.end(step, result.is_error, None);
+                Ok(outcome_of(result))
+            }
+        }
+    }
+
+    /// A tool the control plane executes (its step is open from before the check
+    /// until the result is back, marked as running there, so the thread shows it
+    /// while it waits and the watchdog sees a tool running, not a stuck run).
+    async fn run_elsewhere(
+        &self,
+        call: &ToolCall,
+        steps: &mut Steps<'_>,
+    ) -> Result<ToolOutcome, LoopError> {
+        let step = steps.begin(
+            StepKind::Tool,
+            format!("Executing {} in the control plane", ToolBox::describe(call)),
+        );
+        let answer = match ask_gate(self.gate, self.run_id, call, steps, self.cancel).await {
+            Ok(answer) => answer,
+            Err(cancelled) => {
+                steps.end(step, true, None);
+                return Err(cancelled);
+            }
+        };
+        let outcome = match answer {
+            Gate::Done(result) => outcome_of(result),
+            Gate::Refused(message) => ToolOutcome::error(message),
+            Gate::Run => ToolOutcome::error(format!(
+                "{} is carried out by the control plane, which did not run it; the call was not run",
+                registry::wire_names::to_wire(&call.name)
+            )),
+        };
+        steps.end(step, outcome.is_error, None);
+        Ok(outcome)
+    }
+
+    /// A tool of the worker's, allowed: its step, its trace span, its lock waits.
+    async fn execute_here(
+        &self,
+        call: &ToolCall,
+        steps: &mut Steps<'_>,
+    ) -> Result<ToolOutcome, LoopError> {
+        let step = steps.begin(
+            StepKind::Tool,
+            format!("Executing {}", ToolBox::describe(call)),
+        );
+        let span = tracing::info_span!("tool", tool = %call.name, step = step.number);
+        crate::telemetry::label(
+            &span,
+            vec![
+                KeyValue::new("gen_ai.operation.name", "execute_tool"),
+                KeyValue::new("gen_ai.tool.name", call.name.clone()),
+                KeyValue::new("gen_ai.tool.call.id", call.id.clone()),
+                KeyValue::new("openinference.span.kind", "TOOL"),
+                KeyValue::new("tool.name", call.name.clone()),
+            ],
+        );
+        let outcome = execute_showing_lock_waits(self.tools, call, steps, self.cancel)
+            .instrument(span.clone())
+            .await;
+        if let Ok(outcome) = &outcome
+            && outcome.is_error
+        {
+            crate::telemetry::label(&span, vec![KeyValue::new("error.type", "tool_error")]);
+        }
+        drop(span);
+        match outcome {
+            Ok(outcome) => {
+                steps.end(step, outcome.is_error, None);
+                Ok(outcome)
+            }
+            Err(cancelled) => {
+                steps.end(step, true, None);
+                Err(cancelled)
+            }
+        }
+    }
+}
+
+fn refused_step(call: &ToolCall, steps: &mut Steps<'_>) {
+    let step = steps.begin(
+        StepKind::Tool,
+        format!("Refused {}", ToolBox::describe(call)),
+    );
+    steps.end(step, true, None);
+}
+
+fn outcome_of(result: ToolResult) -> ToolOutcome {
+    ToolOutcome {
+        content: result.content,
+        is_error: result.is_error,
+        malformed: false,
+    }
+}
+
+/// Runs a tool; a wait for a file lock is a step of its own ("Awaiting file lock on
+/// a.txt"), so the thread shows what it is doing meanwhile. Cancelling drops the
+/// tool's future: a running bash command's whole process group is killed, a waiting
+/// writer gives up.
+async fn execute_showing_lock_waits(
+    tools: &ToolBox,
+    call: &ToolCall,
+    steps: &mut Steps<'_>,
+    cancel: &CancellationToken,
+) -> Result<ToolOutcome, LoopError> {
+    let (waits, mut notices) = mpsc::unbounded_channel();
+    let execution = tools.execute_noting_waits(call, Some(&waits));
+    tokio::pin!(execution);
+    let mut waiting: Option<OpenStep> = None;
+    let result = loop {
+        tokio::select! {
+            outcome = &mut execution => break Ok(outcome),
+            Some(notice) = notices.recv() => match notice {
+                LockWait::Waiting(path) => {
+                    waiting = Some(steps.begin(StepKind::Wait, format!("Awaiting file lock on {path}")));
+                }
+                LockWait::Over { acquired } => {
+                    if let Some(step) = waiting.take() {
+                        steps.end(step, !acquired, None);
+                    }
+                }
+            },
+            _ = cancel.cancelled() => break Err(LoopError::Cancelled("the run was cancelled".into())),
+        }
+    };
+    // The tool may finish before its last notice is read.
+    while let Ok(notice) = notices.try_recv() {
+        if let (LockWait::Over { acquired }, Some(step)) = (notice, waiting.take()) {
+            steps.end(step, !acquired, None);
+        }
+    }
+    if let Some(step) = waiting {
+        steps.end(step, true, None);
+    }
+    result
+}
+
+/// What the gate said about one tool call.
+enum Gate {
+    Run,
+    Refused(String),
+    Done(ToolResult),
+}
+
+/// Asks the gate; a wait for a person is a step of its own.
+async fn ask_gate<G: ToolGate>(
+    gate: &G,
+    run_id: &str,
+    call: &ToolCall,
+    steps: &mut Steps<'_>,
+    cancel: &CancellationToken,
+) -> Result<Gate, LoopError> {
+    let mut answers = gate.check(run_id, call);
+    let mut waiting: Option<OpenStep> = None;
+    loop {
+        let answer = tokio::select! {
+            answer = answers.recv() => answer,
+            _ = cancel.cancelled() => {
+                if let Some(step) = waiting {
+                    steps.end(step, true, None);
+                }
+                return Err(LoopError::Cancelled("the run was cancelled".into()));
+            }
+        };
+        match answer {
+            Some(GateMessage::Pending { description, .. }) => {
+                if waiting.is_none() {
+                    waiting = Some(steps.begin(StepKind::Permission, description));
+                }
+            }
+            Some(GateMessage::Decided(decision)) => {
+                if let Some(step) = waiting {
+                    steps.end(step, !decision.allowed, None);
+                }
+                return Ok(match (decision.allowed, decision.result) {
+                    (true, Some(result)) => Gate::Done(result),
+                    (true, None) => Gate::Run,
+                    (false, _) => Gate::Refused(decision.message),
+                });
+            }
+            None => {
+                if let Some(step) = waiting {
+                    steps.end(step, true, None);
+                }
+                return Ok(Gate::Refused(
+                    "the control plane did not answer the permission check; the tool was not run"
+                        .into(),
+                ));
+            }
+        }
+    }
+}
