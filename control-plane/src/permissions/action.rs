@@ -41,10 +41,10 @@ pub fn bash_actions(command: &str) -> Vec<String> {
     let mut actions: Vec<String> = parts
         .into_iter()
         .filter(|p| seen.insert(p.clone()))
-        .map(|p| tool_action("bash", &p))
+        .map(|p| tool_action(chorus_proto::tools::BASH, &p))
         .collect();
     if actions.is_empty() {
-        actions.push(tool_action("bash", trim_blanks(command)));
+        actions.push(tool_action(chorus_proto::tools::BASH, trim_blanks(command)));
     }
     actions
 }

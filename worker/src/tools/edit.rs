@@ -10,6 +10,8 @@ use serde::Deserialize;
 use super::ToolOutcome;
 use super::files::{MAX_WRITE_BYTES, looks_binary};
 use super::jail::Workspace;
+use chorus_proto::tools as registry;
+
 use crate::model::wire_names::to_wire;
 
 /// Lines of the new text shown back, and context lines around them.
@@ -28,10 +30,10 @@ pub struct ReplaceArgs {
 
 /// Runs `str_replace` (`tool` = "str_replace") or `file.patch` (`tool` = "file.patch").
 pub fn replace(workspace: &Workspace, args: ReplaceArgs, tool: &str) -> ToolOutcome {
-    let rewrite = to_wire(if tool == "str_replace" {
-        "create_file"
+    let rewrite = to_wire(if tool == registry::STR_REPLACE {
+        registry::CREATE_FILE
     } else {
-        "file.write"
+        registry::FILE_WRITE
     });
     // The model knows tools by their wire names only.
     let tool = to_wire(tool);

@@ -43,7 +43,7 @@ pub struct ViewArgs {
 }
 
 pub fn create_file(workspace: &Workspace, args: CreateFileArgs) -> ToolOutcome {
-    if let Some(refused) = too_large("create_file", &args.content) {
+    if let Some(refused) = too_large(chorus_proto::tools::CREATE_FILE, &args.content) {
         return refused;
     }
     match workspace.write(&args.path, args.content.as_bytes()) {
@@ -59,7 +59,7 @@ pub fn create_file(workspace: &Workspace, args: CreateFileArgs) -> ToolOutcome {
 
 /// `file.write`: replaces the content of a file that exists.
 pub fn write_existing(workspace: &Workspace, args: CreateFileArgs) -> ToolOutcome {
-    if let Some(refused) = too_large("file.write", &args.content) {
+    if let Some(refused) = too_large(chorus_proto::tools::FILE_WRITE, &args.content) {
         return refused;
     }
     match workspace.write_as(
@@ -83,7 +83,7 @@ pub fn write_existing(workspace: &Workspace, args: CreateFileArgs) -> ToolOutcom
 
 /// `file.create`: makes a new file (and its parent directories); never replaces one.
 pub fn create_new(workspace: &Workspace, args: CreateFileArgs) -> ToolOutcome {
-    if let Some(refused) = too_large("file.create", &args.content) {
+    if let Some(refused) = too_large(chorus_proto::tools::FILE_CREATE, &args.content) {
         return refused;
     }
     match workspace.write_as(&args.path, args.content.as_bytes(), WriteMode::CreateNew) {

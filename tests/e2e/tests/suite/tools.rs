@@ -264,3 +264,79 @@ async fn a_custom_rule_for_task_output_still_allows_job_output() -> anyhow::Resu
     assert!(results[0].1.contains('7'), "{results:?}");
     Ok(())
 }
+
+/// A tool the control plane runs has its step open from before its check until its
+/// result is back, marked as running there: while a person is asked, the thread
+/// shows the tool (kind `tool`, still open) around the permission step.
+#[tokio::test]
+async fn a_control_plane_tool_shows_its_step_while_it_waits() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = start(&model).await?;
+    chorus
+        .create_agent_with(
+            json!({"name": "self", "permissions": {"ask": ["tool:self_edit:system_prompt"]}}),
+        )
+        .await?;
+    model.push(tool_call(
+        "c1",
+        "self_edit_system_prompt",
+        json!({"new_prompt": "Be brief."}),
+    ));
+    model.push(text("done"));
+    let id = chorus.send_message("self", "be brief from now on").await?;
+    const SHOWN: &str = "Executing self_edit_system_prompt in the control plane";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let approval_id = loop {
+        let pending: Vec<Value> = get(&chorus, "/api/approvals")
+            .await?
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if let Some(first) = pending.first() {
+            break first["id"].as_str().unwrap().to_string();
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "no approval asked");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    // While the person is asked, the tool's step is open (the step is stored once
+    // its event is: wait for it).
+    let open = loop {
+        let thread = chorus.thread("self", id).await?;
+        let steps = thread["steps"].as_array().cloned().unwrap_or_default();
+        if let Some(step) = steps.iter().find(|s| s["description"] == SHOWN) {
+            break step.clone();
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "{thread:#}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    assert_eq!(open["kind"], "tool", "{open}");
+    assert!(open["ended_at"].is_null(), "open while it waits: {open}");
+    chorus
+        .api(Method::POST, &format!("/api/approvals/{approval_id}"))
+        .json(&json!({"decision": "approve"}))
+        .send()
+        .await?
+        .error_for_status()?;
+    let thread = chorus
+        .wait_thread_finished("self", id, Duration::from_secs(20))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let steps = thread["steps"].as_array().unwrap();
+    let tool = steps.iter().find(|s| s["description"] == SHOWN).unwrap();
+    let permission = steps.iter().find(|s| s["kind"] == "permission").unwrap();
+    assert!(
+        tool["number"].as_u64() < permission["number"].as_u64(),
+        "the tool's step opens before its check: {steps:#?}"
+    );
+    assert!(
+        tool["ended_at"].as_str() >= permission["ended_at"].as_str(),
+        "and ends after it: {steps:#?}"
+    );
+    assert_eq!(tool["failed"], false, "{tool}");
+    assert!(
+        tool_results(&thread)[0]
+            .1
+            .starts_with("System prompt updated")
+    );
+    Ok(())
+}
