@@ -135,6 +135,9 @@ fn case(route: &Route, s: &Subjects) -> Option<Case> {
         ("GET", "/api/agents/{name}/tasks") => {
             same(Viewer, req("/api/agents/subject/tasks", None), 200)
         }
+        ("GET", "/api/agents/{name}/tools") => {
+            same(Viewer, req("/api/agents/subject/tools", None), 200)
+        }
         ("GET", "/api/agents/{name}/audit") => {
             same(Viewer, req("/api/agents/subject/audit", None), 200)
         }
@@ -228,6 +231,7 @@ fn case(route: &Route, s: &Subjects) -> Option<Case> {
         ),
         ("GET", "/api/models") => same(Viewer, req("/api/models", None), 200),
         ("GET", "/api/status") => same(Viewer, req("/api/status", None), 200),
+        ("GET", "/api/tools") => same(Viewer, req("/api/tools", None), 200),
         ("POST", "/api/models/refresh") => same(Operator, req("/api/models/refresh", None), 200),
         ("GET", "/api/tokens") => same(Admin, req("/api/tokens", None), 200),
         ("GET", "/api/users/{user}/tokens") => {
