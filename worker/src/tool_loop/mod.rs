@@ -313,6 +313,49 @@ const RESUME_PROMPT: &str =
 const EMPTY_REPLY_PROMPT: &str =
     "Your last reply was empty. Continue with the task, or give your final answer if you are done.";
 
+/// Moves the user messages waiting for this model call into the conversation, each
+/// reported taken.
+fn take_inputs(
+    pending: &mut Vec<Input>,
+    messages: &mut Vec<ChatMessage>,
+    sink: &EventSink,
+    run_id: &str,
+) {
+    for taken in pending.drain(..) {
+        messages.push(ChatMessage::user(taken.content));
+        sink.send(WorkerEvent::InputTaken {
+            run_id: run_id.to_string(),
+            message_id: taken.message_id,
+        });
+    }
+}
+
+/// The tools offered to the model (`None`: every tool), filtered again only when
+/// the list changes (a permissions change), which is rare.
+type Offered = Option<(Option<Vec<String>>, Vec<crate::model::ToolSchema>)>;
+
+fn offered_schemas<'a>(
+    all: &[crate::model::ToolSchema],
+    offered: &'a mut Offered,
+    tools: &Option<Vec<String>>,
+) -> &'a [crate::model::ToolSchema] {
+    if offered.as_ref().map(|(list, _)| list) != Some(tools) {
+        let schemas = match tools {
+            Some(names) => all
+                .iter()
+                .filter(|s| names.contains(&s.name))
+                .cloned()
+                .collect(),
+            None => all.to_vec(),
+        };
+        *offered = Some((tools.clone(), schemas));
+    }
+    offered
+        .as_ref()
+        .map(|(_, s)| s.as_slice())
+        .unwrap_or_default()
+}
+
 /// Runs the loop; returns the model's final text.
 pub async fn run<F: ClientFactory, G: ToolGate>(
     clients: &F,
@@ -323,7 +366,7 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
     cancel: &CancellationToken,
 ) -> Result<String, LoopError> {
     let all_schemas = tools.schemas();
-    let mut offered: Option<(Option<Vec<String>>, Vec<crate::model::ToolSchema>)> = None;
+    let mut offered: Offered = None;
     // The docs are read again only when their files change.
     let mut docs = crate::context::Docs::default();
     let mut messages = std::mem::take(&mut input.messages);
@@ -377,32 +420,11 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
         // User messages are taken only here, right before a model call: never
         // between an assistant's tool calls and their results.
         pending_inputs.extend(input.inbox.take_all());
-        for taken in pending_inputs.drain(..) {
-            messages.push(ChatMessage::user(taken.content));
-            sink.send(WorkerEvent::InputTaken {
-                run_id: input.run_id.to_string(),
-                message_id: taken.message_id,
-            });
-        }
+        take_inputs(&mut pending_inputs, &mut messages, sink, input.run_id);
         let live = input.agent.borrow_and_update().clone();
         let selection = live.model.clone();
         let client = clients.client(&selection.route).map_err(LoopError::Model)?;
-        // The offered tools change rarely (a permissions change); filter only then.
-        if offered.as_ref().map(|(list, _)| list) != Some(&live.tools) {
-            let schemas: Vec<_> = match &live.tools {
-                Some(names) => all_schemas
-                    .iter()
-                    .filter(|s| names.contains(&s.name))
-                    .cloned()
-                    .collect(),
-                None => all_schemas.clone(),
-            };
-            offered = Some((live.tools.clone(), schemas));
-        }
-        let schemas = offered
-            .as_ref()
-            .map(|(_, s)| s.as_slice())
-            .unwrap_or_default();
+        let schemas = offered_schemas(&all_schemas, &mut offered, &live.tools);
         let mut system = docs.system_prompt(&live.system_prompt, live.docs_dir.as_deref());
         if let Some(board) = &board {
             let next = format!("Calling LLM ({})", selection.display);
