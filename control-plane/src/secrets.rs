@@ -4,6 +4,27 @@ use std::sync::Arc;
 
 use chorus_proto::domain::WorkerEvent;
 
+/// A value that must never reach logs: `Debug` prints a placeholder.
+#[derive(Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
 /// What a secret is replaced with.
 pub const REDACTED: &str = "[redacted]";
 

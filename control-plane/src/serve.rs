@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::agents::AgentService;
 use crate::config::LauncherKind;
-use crate::config::{Database, Secret, Settings};
+use crate::config::{Database, Settings};
 use crate::gate::approvals::Approvals;
 use crate::gate::profiles::ProfileCache;
 use crate::gate::{GateSettings, ToolGate};
@@ -27,6 +27,7 @@ use crate::llm_relay::{self, RelayState};
 use crate::ownership::{DataDirLock, Owner};
 use crate::providers::catalog::Catalog;
 use crate::runs::{RunSettings, Runs};
+use crate::secrets::Secret;
 use crate::secrets::{KnownSecrets, random_token};
 use crate::sessions::Sessions;
 use crate::store::{DatabaseLock, Store, Taken};

@@ -30,11 +30,11 @@ use axum::response::Response;
 use axum::routing::{MethodFilter, MethodRouter, get};
 
 use crate::agents::AgentService;
-use crate::config::Secret;
 use crate::gate::ToolGate;
 use crate::gate::policy::Act;
 use crate::providers::catalog::Catalog;
 use crate::runs::Runs;
+use crate::secrets::Secret;
 use crate::sessions::Sessions;
 use crate::store::Store;
 use crate::workers::WorkerManager;

@@ -13,6 +13,7 @@ mod agents;
 mod approvals;
 mod audit;
 mod error;
+mod messages;
 mod owner_lock;
 mod policies;
 mod refs;
