@@ -73,6 +73,28 @@ async fn a_message_goes_to_the_connected_worker_and_its_answer_completes_the_thr
 }
 
 #[tokio::test]
+async fn a_run_the_worker_fails_fails_its_thread_with_the_workers_kind_and_reason() {
+    for kind in [
+        FailureKind::ModelError,
+        FailureKind::Limit,
+        FailureKind::Internal,
+    ] {
+        let plane = plane().await;
+        let mut worker = plane.worker(A).await;
+        let thread = plane.send(A, "hi").await.thread_id;
+        let run = worker.assignment().await;
+        worker.step(&run.run_id, 1, StepKind::LlmCall).await;
+        worker.fail(&run.run_id, kind, "the provider said no").await;
+        let record = plane.thread(A, thread).await;
+        assert_eq!(record.status, ThreadStatus::Failed, "{kind:?}");
+        assert_eq!(record.failure_kind, Some(kind));
+        assert_eq!(record.error.as_deref(), Some("the provider said no"));
+        assert_eq!(plane.runs_of(A, thread).await[0].status, RunStatus::Failed);
+        assert!(worker.sent().is_empty(), "{kind:?}: nothing resumed");
+    }
+}
+
+#[tokio::test]
 async fn a_run_waits_in_the_queue_until_a_worker_attaches() {
     let plane = plane().await;
     let received = plane.send(A, "hi").await;

@@ -411,10 +411,11 @@ impl FakeWorker {
         self.runs.thread_of(&self.agent, self.generation, run).await
     }
 
-    /// The connection ends and the supervisor reports the worker lost, as the link
-    /// and the supervisor do (detach first).
+    /// The connection ends and the supervisor reports the worker lost, in the order
+    /// the link and the supervisor do it: detached, its generation revoked, lost.
     pub async fn die(self, reason: &str) {
         self.registry.detach(&self.agent, self.generation, None);
+        self.registry.revoke(&self.agent, self.generation);
         self.runs
             .worker_lost(WorkerLost {
                 agent: self.agent.clone(),
