@@ -7,7 +7,9 @@
 
 use chorus_control_plane::runs::{EventRejected, Routed};
 use chorus_control_plane::store::{RunStatus, ThreadStatus};
-use chorus_proto::domain::{ChatMessage, ControlCommand, FailureKind, Role, StepKind, WorkerEvent};
+use chorus_proto::domain::{
+    AgentChange, ChatMessage, ControlCommand, Failure, FailureKind, Role, StepKind, WorkerEvent,
+};
 use chorus_test_support::fake_worker::{FakeWorker, Plane, USER};
 
 const A: &str = "a";
@@ -644,4 +646,73 @@ async fn a_thread_resumed_too_often_without_progress_fails_and_progress_resets_t
             );
         }
     }
+}
+
+// ------------------------------------------------------------------ agent-wide
+
+#[tokio::test]
+async fn a_changed_agent_reaches_the_connected_worker_and_the_queued_assignments() {
+    let plane = plane().await;
+    let queued = plane.send(A, "hi").await.thread_id;
+    let change = AgentChange {
+        system_prompt: Some("be thorough".into()),
+        ..AgentChange::default()
+    };
+    plane.runs.agent_changed(A, change.clone()).await;
+    let mut worker = plane.worker(A).await;
+    let run = worker.assignment().await;
+    assert_eq!(run.thread_id, queued);
+    assert_eq!(run.agent.system_prompt, "be thorough");
+
+    // A run already with its worker hears of the change from the worker's side.
+    let later = AgentChange {
+        system_prompt: Some("be quick".into()),
+        ..AgentChange::default()
+    };
+    plane.runs.agent_changed(A, later.clone()).await;
+    assert_eq!(
+        worker.sent(),
+        [ControlCommand::UpdateAgent(later)],
+        "sent before agent_changed returns"
+    );
+}
+
+#[tokio::test]
+async fn a_destroyed_agent_fails_its_queued_going_and_seeding_threads() {
+    let plane = plane().await;
+    let mut worker = plane.worker(A).await;
+    let message = long_ended_thread(&plane, &mut worker).await;
+    plane.summarizer.hold();
+    let seeding = plane.reply(A, "go on", message).await.thread_id;
+    let going = plane.send(A, "one").await.thread_id;
+    let run = worker.assignment().await;
+    worker.step(&run.run_id, 1, StepKind::LlmCall).await;
+    worker.die("connection reset").await;
+    // The next worker is launched but not connected: a new message waits for it.
+    let launched = plane.launch(A);
+    let queued = plane.send(A, "two").await.thread_id;
+
+    let failure = Failure::new(FailureKind::Killed, "its agent was destroyed");
+    plane.runs.fail_agent_runs(A, &failure).await;
+    for thread in [seeding, going, queued] {
+        let record = plane.thread(A, thread).await;
+        assert_eq!(record.status, ThreadStatus::Failed, "thread {thread}");
+        assert_eq!(record.failure_kind, Some(FailureKind::Killed));
+        assert_eq!(record.error.as_deref(), Some("its agent was destroyed"));
+    }
+    assert!(plane.runs.active_threads(A).await.is_empty());
+    plane.summarizer.release();
+    let mut worker = launched.attach().await;
+    assert!(worker.sent().is_empty(), "nothing of them is delivered");
+}
+
+#[tokio::test]
+async fn a_draining_control_plane_delivers_no_queued_run() {
+    let plane = plane().await;
+    let thread = plane.send(A, "hi").await.thread_id;
+    plane.runs.drain();
+    let mut worker = plane.worker(A).await;
+    assert!(worker.sent().is_empty(), "kept queued for the next start");
+    assert_eq!(plane.runs_of(A, thread).await[0].status, RunStatus::Queued);
+    assert_eq!(plane.thread(A, thread).await.status, ThreadStatus::Running);
 }
