@@ -76,22 +76,27 @@ async fn a_message_goes_to_the_connected_worker_and_its_answer_completes_the_thr
 
 #[tokio::test]
 async fn a_run_the_worker_fails_fails_its_thread_with_the_workers_kind_and_reason() {
-    for kind in [
+    let plane = Plane::start().await;
+    let kinds = [
         FailureKind::ModelError,
         FailureKind::Limit,
         FailureKind::Internal,
-    ] {
-        let plane = plane().await;
-        let mut worker = plane.worker(A).await;
-        let thread = plane.send(A, "hi").await.thread_id;
+    ];
+    for (i, kind) in kinds.into_iter().enumerate() {
+        // a fresh agent per case: one store for the table.
+        let agent = format!("a{i}");
+        plane.add_agent(&agent).await;
+        let a = agent.as_str();
+        let mut worker = plane.worker(a).await;
+        let thread = plane.send(a, "hi").await.thread_id;
         let run = worker.assignment().await;
         worker.step(&run.run_id, 1, StepKind::LlmCall).await;
         worker.fail(&run.run_id, kind, "the provider said no").await;
-        let record = plane.thread(A, thread).await;
+        let record = plane.thread(a, thread).await;
         assert_eq!(record.status, ThreadStatus::Failed, "{kind:?}");
         assert_eq!(record.failure_kind, Some(kind));
         assert_eq!(record.error.as_deref(), Some("the provider said no"));
-        assert_eq!(plane.runs_of(A, thread).await[0].status, RunStatus::Failed);
+        assert_eq!(plane.runs_of(a, thread).await[0].status, RunStatus::Failed);
         assert!(worker.sent().is_empty(), "{kind:?}: nothing resumed");
     }
 }
@@ -127,24 +132,28 @@ async fn a_run_waits_in_the_queue_until_a_worker_attaches() {
 
 #[tokio::test]
 async fn a_reply_reaches_a_delivered_run_as_a_command_and_a_queued_one_in_its_assignment() {
-    for delivered in [true, false] {
-        let plane = plane().await;
+    let plane = Plane::start().await;
+    for (i, delivered) in [true, false].into_iter().enumerate() {
+        // a fresh agent per case: one store for the table.
+        let agent = format!("a{i}");
+        plane.add_agent(&agent).await;
+        let a = agent.as_str();
         let mut worker = if delivered {
-            Some(plane.worker(A).await)
+            Some(plane.worker(a).await)
         } else {
             None
         };
-        let first = plane.send(A, "first").await;
+        let first = plane.send(a, "first").await;
         let before = match worker.as_mut() {
             Some(worker) => Some(worker.assignment().await),
             None => None,
         };
-        let reply = plane.reply(A, "and also", first.message_id).await;
+        let reply = plane.reply(a, "and also", first.message_id).await;
         assert_eq!(reply.routed, Routed::Injected, "delivered: {delivered}");
         assert_eq!(reply.thread_id, first.thread_id);
         // Until a run takes it, the message waits in the store.
         assert_eq!(
-            plane.pending(A, first.thread_id).await,
+            plane.pending(a, first.thread_id).await,
             [(reply.message_id, "and also".to_string())]
         );
 
@@ -163,7 +172,7 @@ async fn a_reply_reaches_a_delivered_run_as_a_command_and_a_queued_one_in_its_as
                 (worker, run)
             }
             _ => {
-                let mut worker = plane.worker(A).await;
+                let mut worker = plane.worker(a).await;
                 let run = worker.assignment().await;
                 assert_eq!(run.inputs.len(), 1, "the reply rides in the assignment");
                 assert_eq!(run.inputs[0].message_id, reply.message_id);
@@ -175,15 +184,15 @@ async fn a_reply_reaches_a_delivered_run_as_a_command_and_a_queued_one_in_its_as
             }
         };
         worker.take_input(&run.run_id, reply.message_id).await;
-        assert!(plane.pending(A, first.thread_id).await.is_empty());
+        assert!(plane.pending(a, first.thread_id).await.is_empty());
         worker.answer(&run.run_id, "done both").await;
         worker.complete(&run.run_id).await.unwrap();
         assert_eq!(
-            plane.thread(A, first.thread_id).await.status,
+            plane.thread(a, first.thread_id).await.status,
             ThreadStatus::Completed
         );
         assert_eq!(
-            roles(&plane.messages(A, first.thread_id).await),
+            roles(&plane.messages(a, first.thread_id).await),
             ["user", "user", "assistant"]
         );
     }
@@ -526,10 +535,17 @@ enum LostAt {
 
 #[tokio::test]
 async fn a_run_lost_after_it_started_is_resumed_as_a_new_attempt_from_the_store() {
-    for lost_at in [LostAt::MidStep, LostAt::MidToolCheck] {
-        let plane = plane().await;
-        let mut first = plane.worker(A).await;
-        let thread = plane.send(A, "hi").await.thread_id;
+    let plane = Plane::start().await;
+    for (i, lost_at) in [LostAt::MidStep, LostAt::MidToolCheck]
+        .into_iter()
+        .enumerate()
+    {
+        // a fresh agent per case: one store for the table.
+        let agent = format!("a{i}");
+        plane.add_agent(&agent).await;
+        let a = agent.as_str();
+        let mut first = plane.worker(a).await;
+        let thread = plane.send(a, "hi").await.thread_id;
         let run = first.assignment().await;
         match lost_at {
             LostAt::MidStep => first.step(&run.run_id, 1, StepKind::LlmCall).await,
@@ -542,24 +558,24 @@ async fn a_run_lost_after_it_started_is_resumed_as_a_new_attempt_from_the_store(
                     first.tool_check(&run.run_id).await,
                     Some((thread, Some(USER.to_string())))
                 );
-                plane.runs.set_waiting(A, thread, true).await;
+                plane.runs.set_waiting(a, thread, true).await;
                 plane
-                    .until_status(A, thread, ThreadStatus::WaitingForPermission)
+                    .until_status(a, thread, ThreadStatus::WaitingForPermission)
                     .await;
             }
         }
         first.die("connection reset").await;
 
         // Resumed, not failed: running again, the open step closed as failed.
-        let record = plane.thread(A, thread).await;
+        let record = plane.thread(a, thread).await;
         assert_eq!(record.status, ThreadStatus::Running, "{lost_at:?}");
-        let steps = plane.steps(A, thread).await;
+        let steps = plane.steps(a, thread).await;
         let open = steps.last().unwrap();
         assert!(
             open.ended_at.is_some() && open.failed,
             "{lost_at:?}: {open:?}"
         );
-        let runs = plane.runs_of(A, thread).await;
+        let runs = plane.runs_of(a, thread).await;
         assert_eq!(
             runs.iter()
                 .map(|r| (r.attempt, r.status))
@@ -568,7 +584,7 @@ async fn a_run_lost_after_it_started_is_resumed_as_a_new_attempt_from_the_store(
             "{lost_at:?}"
         );
 
-        let mut second = plane.worker(A).await;
+        let mut second = plane.worker(a).await;
         let again = second.assignment().await;
         assert_ne!(again.run_id, run.run_id, "{lost_at:?}");
         assert_eq!(again.attempt, 2);
@@ -609,12 +625,15 @@ async fn a_thread_resumed_too_often_without_progress_fails_and_progress_resets_t
         (&[false, false], true),
         (&[false, true, false], false),
     ];
-    for (attempts, fails) in cases {
-        let plane = Plane::with(|settings| settings.threads.max_resumes = 1).await;
-        plane.add_agent(A).await;
-        let thread = plane.send(A, "hi").await.thread_id;
+    let plane = Plane::with(|settings| settings.threads.max_resumes = 1).await;
+    for (i, (attempts, fails)) in cases.into_iter().enumerate() {
+        // a fresh agent per case: one store for the table.
+        let agent = format!("a{i}");
+        plane.add_agent(&agent).await;
+        let a = agent.as_str();
+        let thread = plane.send(a, "hi").await.thread_id;
         for (i, stores) in attempts.iter().enumerate() {
-            let mut worker = plane.worker(A).await;
+            let mut worker = plane.worker(a).await;
             let run = worker.assignment().await;
             assert_eq!(run.attempt as usize, i + 1, "{attempts:?}");
             worker
@@ -625,7 +644,7 @@ async fn a_thread_resumed_too_often_without_progress_fails_and_progress_resets_t
             }
             worker.die("connection reset").await;
         }
-        let record = plane.thread(A, thread).await;
+        let record = plane.thread(a, thread).await;
         if fails {
             assert_eq!(record.status, ThreadStatus::Failed, "{attempts:?}");
             assert_eq!(record.failure_kind, Some(FailureKind::Interrupted));
@@ -635,11 +654,11 @@ async fn a_thread_resumed_too_often_without_progress_fails_and_progress_resets_t
                     && error.contains("resumed 1 times in a row without any progress"),
                 "{error}"
             );
-            let mut worker = plane.worker(A).await;
+            let mut worker = plane.worker(a).await;
             assert!(worker.sent().is_empty(), "{attempts:?}: no further attempt");
         } else {
             assert_eq!(record.status, ThreadStatus::Running, "{attempts:?}");
-            let mut worker = plane.worker(A).await;
+            let mut worker = plane.worker(a).await;
             assert_eq!(
                 worker.assignment().await.attempt as usize,
                 attempts.len() + 1
