@@ -735,3 +735,22 @@ async fn a_draining_control_plane_delivers_no_queued_run() {
     assert_eq!(plane.runs_of(A, thread).await[0].status, RunStatus::Queued);
     assert_eq!(plane.thread(A, thread).await.status, ThreadStatus::Running);
 }
+
+#[tokio::test]
+async fn a_run_requeued_after_the_next_worker_attached_goes_to_that_worker() {
+    let plane = plane().await;
+    let mut first = plane.worker(A).await;
+    let thread = plane.send(A, "hi").await.thread_id;
+    let run = first.assignment().await;
+    // The successor attaches before the first one's loss reaches the actor (the
+    // supervisor's losses are forwarded by a task of their own).
+    let mut second = plane.worker(A).await;
+    assert!(
+        second.sent().is_empty(),
+        "the run is still the first worker's"
+    );
+    first.die("connection reset").await;
+    let again = second.assignment().await;
+    assert_eq!(again.run_id, run.run_id);
+    assert_eq!(again.thread_id, thread);
+}

@@ -1317,6 +1317,9 @@ impl AgentActor {
                 }
             }
         }
+        // The agent's next worker may have attached before this loss was handled
+        // (losses reach the actor through a queue of their own); it gets them now.
+        self.deliver().await;
         for run_id in never_started {
             if let Err(e) = self
                 .finish(&run_id, ThreadStatus::Failed, Some(&never_ran))
