@@ -77,7 +77,7 @@ impl EventSink {
 
 #[cfg(test)]
 mod tests {
-    use chorus_proto::domain::{ChatMessage, FailureKind, TaskEnd};
+    use chorus_proto::domain::{ChatMessage, FailureKind, JobEnd, JobOutcome};
 
     use super::*;
 
@@ -103,10 +103,10 @@ mod tests {
         sink.send(message("a"));
         sink.send(message("b"));
         sink.send(message("a"));
-        sink.send(WorkerEvent::TaskEnded {
-            task_id: 7,
-            end: TaskEnd {
-                status: "exited".into(),
+        sink.send(WorkerEvent::JobEnded {
+            job_id: 7,
+            end: JobEnd {
+                status: JobOutcome::Completed,
                 exit_code: Some(0),
                 detail: String::new(),
             },
