@@ -29,9 +29,9 @@ pub struct JobLog {
     feed: ThreadFeed,
 }
 
-/// What the `task_ended` notification says, for people.
-/// (Its words are the ones the model and people read today, tool name included;
-/// they change with the tools' names.)
+/// What the `task_ended` notification says, for people. Its words are still those
+/// from before jobs had their name ("Background task", `task_output`, which stays
+/// accepted): issue 27 changes one thing on the feed's wire, the kind.
 pub fn describe_end(
     job_id: u32,
     command: &str,
