@@ -29,7 +29,7 @@ use crate::runs::Runs;
 use crate::secrets::{KnownSecrets, bearer_token};
 use crate::summaries::WorkerSummarizer;
 use crate::workers::credentials::{Admitted, JoinCredentials, Refused};
-use crate::workers::pool::{Deletion, Job, Pool};
+use crate::workers::pool::{Deletion, Pool, Work};
 use crate::workers::registry::{AttachError, Registry};
 
 /// What a worker's events are handed to.
@@ -301,7 +301,7 @@ impl WorkerLinkService {
             let membership = pool.join(peer.clone(), worker.clone(), volume.clone(), directories);
             tracing::info!(%peer, %worker, idle = pool.idle_count(), directories = holds, "dial-in worker joined the pool");
             let mut assigned = membership.assigned;
-            let job = loop {
+            let work = loop {
                 tokio::select! {
                     biased;
                     () = revoked.cancelled() => {
@@ -309,8 +309,8 @@ impl WorkerLinkService {
                         tracing::warn!(%peer, %worker, "idle dial-in link ended: its join credential was revoked");
                         return;
                     }
-                    job = &mut assigned => match job {
-                        Ok(job) => break job,
+                    work = &mut assigned => match work {
+                        Ok(work) => break work,
                         Err(_) => return,
                     },
                     message = inbound.message() => match message {
@@ -324,9 +324,9 @@ impl WorkerLinkService {
                     },
                 }
             };
-            let assignment = match job {
-                Job::Serve(assignment) => assignment,
-                Job::Delete(deletion) => {
+            let assignment = match work {
+                Work::Serve(assignment) => assignment,
+                Work::Delete(deletion) => {
                     // Revoked meanwhile: `done` is dropped, the deletion tried again.
                     tokio::select! {
                         () = revoked.cancelled() => {}

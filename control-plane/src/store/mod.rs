@@ -3,8 +3,8 @@
 //!
 //! Invariant: every query uses `$N` placeholders, portable SQL and only the types
 //! every backend shares (`i64`, `String`, options of them), so the Postgres
-//! backend is a second migration set and a connection set-up, not a second store. Every write is a job of
-//! the one writer (`writer`: one connection, jobs committed in order, what has
+//! backend is a second migration set and a connection set-up, not a second store. Every write is queued to
+//! the one writer (`writer`: one connection, writes committed in order, what has
 //! queued committed together); reads use a pool and never wait for the write
 //! lock. A busy database (another process, a checkpoint) makes the writer wait
 //! (up to [`BUSY_TIMEOUT`]), never fail.
