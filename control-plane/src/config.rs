@@ -183,7 +183,7 @@ pub struct FileSandbox {
     pub file_size_bytes: Option<u64>,
     /// Open files per tool process (0: no limit).
     pub open_files: Option<u64>,
-    /// Processes one bash call or background task may have at once (0: no limit).
+    /// Processes one bash call or background job may have at once (0: no limit).
     pub max_processes: Option<u32>,
 }
 

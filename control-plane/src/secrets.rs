@@ -98,7 +98,7 @@ impl KnownSecrets {
 
     /// A worker's event with every known secret scrubbed from the text it carries.
     /// Done once, where events arrive, so nothing behind (threads, the live feed,
-    /// tasks, the log) ever sees one.
+    /// jobs, the log) ever sees one.
     pub fn scrub_event(&self, mut event: WorkerEvent) -> WorkerEvent {
         match &mut event {
             WorkerEvent::StepStarted(step) => self.scrub(&mut step.description),
@@ -112,8 +112,8 @@ impl KnownSecrets {
             WorkerEvent::RunFailed { error, .. } => self.scrub(error),
             // A secret split across two deltas is not caught here; the stored message is.
             WorkerEvent::TextDelta { text, .. } => self.scrub(text),
-            WorkerEvent::TaskStarted(task) => self.scrub(&mut task.command),
-            WorkerEvent::TaskEnded { end, .. } => self.scrub(&mut end.detail),
+            WorkerEvent::JobStarted(job) => self.scrub(&mut job.command),
+            WorkerEvent::JobEnded { end, .. } => self.scrub(&mut end.detail),
             WorkerEvent::Summary {
                 result: Ok(text) | Err(text),
                 ..

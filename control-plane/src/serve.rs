@@ -23,6 +23,7 @@ use crate::gate::profiles::ProfileCache;
 use crate::gate::{GateSettings, ToolGate};
 use crate::grpc::{DialInService, LinkServices, WorkerLinkService};
 use crate::http::{self, AppState};
+use crate::jobs::JobLog;
 use crate::llm_relay::{self, RelayState};
 use crate::ownership::{DataDirLock, Owner};
 use crate::providers::catalog::Catalog;
@@ -32,7 +33,6 @@ use crate::secrets::{KnownSecrets, random_token};
 use crate::sessions::Sessions;
 use crate::store::{DatabaseLock, Store, Taken};
 use crate::summaries::WorkerSummarizer;
-use crate::tasks::TaskLog;
 use crate::workers::credentials::JoinCredentials;
 use crate::workers::launcher::{Launcher, LocalLauncher};
 use crate::workers::pool::Pool;
@@ -172,9 +172,9 @@ pub async fn start(
             }
         })
     };
-    // Generations continue from the last one recorded: tasks are keyed by them.
+    // Generations continue from the last one recorded: jobs are keyed by them.
     let registry = Arc::new(Registry::after_generation(
-        store.last_task_generation().await?,
+        store.last_job_generation().await?,
     ));
     let profiles = Arc::new(ProfileCache::default());
     let approvals = Arc::new(Approvals::new(store.clone()));
@@ -342,16 +342,16 @@ pub async fn start(
         },
     ));
 
-    let task_log = Arc::new(TaskLog::new(
+    let job_log = Arc::new(JobLog::new(
         store.clone(),
         registry.clone(),
         runs.feed().clone(),
     ));
-    let forgotten = task_log.forget_previous().await?;
+    let forgotten = job_log.forget_previous().await?;
     if forgotten > 0 {
         tracing::warn!(
-            tasks = forgotten,
-            "background tasks left running by the last run are marked lost"
+            jobs = forgotten,
+            "background jobs left running by the last run are marked lost"
         );
     }
     let shutdown = CancellationToken::new();
@@ -370,7 +370,7 @@ pub async fn start(
                 registry: registry.clone(),
                 runs: runs.clone(),
                 gate: gate.clone(),
-                tasks: task_log.clone(),
+                jobs: job_log.clone(),
                 summaries: summaries.clone(),
             },
             known_secrets.clone(),

@@ -521,9 +521,9 @@ pub fn audit(page: &Value, style: Style) -> String {
     out
 }
 
-/// `GET /api/agents/{name}/tasks`: background jobs, running first.
+/// `GET /api/agents/{name}/jobs`: background jobs, running first.
 pub fn jobs(list: &Value, style: Style) -> String {
-    let rows = rows_of(&list["tasks"], |t| {
+    let rows = rows_of(&list["jobs"], |t| {
         vec![
             cell(&t["id"]),
             cell(&t["status"]),

@@ -153,7 +153,7 @@ impl Actions {
             }
             (Invocation::ContextHistory, Some(agent)) => self.sessions(&agent).await,
             (Invocation::Status, _) => self.status().await,
-            (Invocation::Tasks, Some(agent)) => self.tasks(&agent).await,
+            (Invocation::Jobs, Some(agent)) => self.jobs(&agent).await,
             (Invocation::Settings, _) => Ok(self.settings_text().await),
             (_, None) => Err("this command needs the channel's agent".into()),
         };
@@ -552,20 +552,20 @@ impl Actions {
         ))
     }
 
-    async fn tasks(&self, agent: &AgentRecord) -> Result<String, String> {
-        let tasks = self
+    async fn jobs(&self, agent: &AgentRecord) -> Result<String, String> {
+        let jobs = self
             .api
             .store
-            .tasks(&agent.name, 50)
+            .jobs(&agent.name, 50)
             .await
             .map_err(|e| e.to_string())?;
-        if tasks.is_empty() {
-            return Ok(format!("**{}** has no background tasks.", agent.name));
+        if jobs.is_empty() {
+            return Ok(format!("**{}** has no background jobs.", agent.name));
         }
-        let mut out = format!("Background tasks of **{}**:\n", agent.name);
-        for t in tasks {
+        let mut out = format!("Background jobs of **{}**:\n", agent.name);
+        for t in jobs {
             out.push_str(&format!(
-                "- task {} · {}{} · `{}` · since {}\n",
+                "- job {} · {}{} · `{}` · since {}\n",
                 t.id,
                 t.status,
                 t.exit_code

@@ -11,7 +11,7 @@ use super::grants::Role;
 /// command picks one of these, and this file says who may.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Act {
-    /// Read agents, threads, events, models, approvals, the audit log, tasks, saved
+    /// Read agents, threads, events, models, approvals, the audit log, jobs, saved
     /// sessions, what a profile would decide, and who one is.
     Look,
     /// Send an agent a message or reply into a thread.

@@ -11,10 +11,10 @@ mod context;
 mod error;
 mod events;
 mod health;
+mod jobs;
 mod models;
 mod permissions;
 mod status;
-mod tasks;
 mod threads;
 mod users;
 mod worker_tokens;
@@ -93,7 +93,14 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
             agents::configure,
         ),
         declare(DELETE, "/api/agents/{name}", DestroyAgents, agents::destroy),
-        declare(GET, "/api/agents/{name}/tasks", Look, tasks::list_tasks),
+        declare(GET, "/api/agents/{name}/jobs", Look, jobs::list_jobs),
+        // The same list under the path (and key) it had before jobs had their name.
+        declare(
+            GET,
+            "/api/agents/{name}/tasks",
+            Look,
+            jobs::list_jobs_as_tasks,
+        ),
         declare(GET, "/api/agents/{name}/audit", Look, permissions::audit),
         // Threads.
         declare(

@@ -864,12 +864,12 @@ impl AgentActor {
             | WorkerEvent::StepEnded(_)
             | WorkerEvent::MessageAppended { .. }
             | WorkerEvent::InputTaken { .. } => Ok(()),
-            // Tool checks go to the gate; background tasks and summaries elsewhere.
+            // Tool checks go to the gate; background jobs and summaries elsewhere.
             WorkerEvent::ToolCheck { .. }
             | WorkerEvent::Hello { .. }
             | WorkerEvent::Heartbeat { .. }
-            | WorkerEvent::TaskStarted(_)
-            | WorkerEvent::TaskEnded { .. }
+            | WorkerEvent::JobStarted(_)
+            | WorkerEvent::JobEnded { .. }
             | WorkerEvent::Summary { .. }
             | WorkerEvent::AgentFilesDeleted { .. } => Ok(()),
         };

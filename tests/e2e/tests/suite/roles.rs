@@ -132,6 +132,9 @@ fn case(route: &Route, s: &Subjects) -> Option<Case> {
             req("/api/agents/ghost", None),
             404,
         ),
+        ("GET", "/api/agents/{name}/jobs") => {
+            same(Viewer, req("/api/agents/subject/jobs", None), 200)
+        }
         ("GET", "/api/agents/{name}/tasks") => {
             same(Viewer, req("/api/agents/subject/tasks", None), 200)
         }
