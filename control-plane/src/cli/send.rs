@@ -65,11 +65,15 @@ pub async fn send(client: &Client, options: SendOptions<'_>) -> anyhow::Result<b
     let mut answers = interactive.then(stdin_lines);
     let mut waiting: Option<String> = None;
     let mut prompt = Prompt::default();
+    // One listener for the whole command: a new one per pass would miss a Ctrl-C
+    // that arrives while an event is being printed.
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
     loop {
         let next = tokio::select! {
             event = feed.next() => Input::Event(event),
             line = recv(&mut answers), if waiting.is_some() => Input::Line(line),
-            _ = tokio::signal::ctrl_c() => {
+            _ = &mut interrupted => {
                 eprintln!(
                     "\nstopped following thread {thread_id}; it goes on \
                      (chorus thread kill {agent} {thread_id} ends it)"
