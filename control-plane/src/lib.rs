@@ -24,6 +24,7 @@ pub mod runs;
 pub mod sandbox_probe;
 pub mod secrets;
 pub mod serve;
+pub mod services;
 pub mod sessions;
 pub mod store;
 pub mod summaries;
