@@ -32,4 +32,5 @@ pub mod tasks;
 pub mod telemetry;
 pub mod token_bucket;
 pub mod user_tokens;
+pub mod views;
 pub mod workers;
