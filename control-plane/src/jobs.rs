@@ -16,9 +16,8 @@
 use std::sync::Arc;
 
 use chorus_proto::domain::WorkerEvent;
-use serde_json::json;
 
-use crate::feed::ThreadFeed;
+use crate::feed::{Notification, ThreadFeed};
 use crate::store::{JobStatus, Store, StoreError};
 use crate::workers::procs::in_tree;
 use crate::workers::registry::{Generation, Registry};
@@ -69,16 +68,14 @@ impl JobLog {
     ) {
         self.feed.publish_agent(
             agent,
-            "notification",
-            json!({
-                "kind": "task_ended",
-                "task_id": job_id,
-                "command": command,
-                "status": status.as_str(),
-                "exit_code": exit_code,
-                "detail": detail,
-                "text": describe_end(job_id, command, status, exit_code),
-            }),
+            Notification::JobEnded {
+                task_id: job_id,
+                command: command.to_string(),
+                status: status.as_str().to_string(),
+                exit_code,
+                detail: detail.to_string(),
+                text: describe_end(job_id, command, status, exit_code),
+            },
         );
     }
 
@@ -228,10 +225,11 @@ mod tests {
         // Each loss is told once on the feed.
         for _ in 0..2 {
             let told = live.try_recv().unwrap();
-            assert_eq!((told.kind, told.thread_id), ("notification", None));
-            assert_eq!(told.data["kind"], "task_ended");
-            assert_eq!(told.data["status"], "lost");
-            assert_eq!(told.data["command"], "sleep 30");
+            assert_eq!((told.kind(), told.thread_id), ("notification", None));
+            let data = told.event.data();
+            assert_eq!(data["kind"], "job_ended");
+            assert_eq!(data["status"], "lost");
+            assert_eq!(data["command"], "sleep 30");
         }
         assert!(live.try_recv().is_err());
         std::thread::sleep(std::time::Duration::from_millis(200));

@@ -22,7 +22,7 @@ use crate::gate::approvals::Approvals;
 use crate::gate::profiles::ProfileCache;
 use crate::gate::{GateSettings, ToolGate};
 use crate::grpc::{DialInService, LinkServices, WorkerLinkService};
-use crate::http::{self, AppState};
+use crate::http;
 use crate::jobs::JobLog;
 use crate::llm_relay::{self, RelayState};
 use crate::ownership::{DataDirLock, Owner};
@@ -30,6 +30,7 @@ use crate::providers::catalog::Catalog;
 use crate::runs::{RunSettings, Runs};
 use crate::secrets::Secret;
 use crate::secrets::{KnownSecrets, random_token};
+use crate::services::Services;
 use crate::sessions::Sessions;
 use crate::store::{DatabaseLock, Store, Taken};
 use crate::summaries::WorkerSummarizer;
@@ -402,7 +403,7 @@ pub async fn start(
             known_secrets.clone(),
             run_traces.clone(),
         )?));
-    let api_state = AppState {
+    let api_state = Services {
         store: store.clone(),
         agents: agents.clone(),
         runs: runs.clone(),

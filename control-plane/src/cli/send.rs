@@ -11,6 +11,7 @@ use super::client::Client;
 use super::feed::Feed;
 use super::follow::{Action, Follow, Prompt};
 use super::render::{Style, duration_ms};
+use crate::feed::FeedEvent;
 
 pub struct SendOptions<'a> {
     pub agent: &'a str,
@@ -136,7 +137,11 @@ pub async fn send(client: &Client, options: SendOptions<'_>) -> anyhow::Result<b
                 json!({"kind": event.event, "id": event.id, "data": data})
             )?;
         }
-        for action in follow.on_event(&event.event, &data) {
+        // A kind this build does not know (a newer server's) is not this follower's.
+        let Ok(typed) = FeedEvent::from_wire(&event.event, data.clone()) else {
+            continue;
+        };
+        for action in follow.on_event(data["thread_id"].as_u64(), &typed) {
             match action {
                 Action::Print(text) if !options.json => {
                     write!(out, "{}", prompt.print(&text))?;

@@ -13,8 +13,8 @@ use crate::agents::{CreateAgent, DEFAULT_PERMISSIONS};
 use crate::config::Settings;
 use crate::gate::grants::Role;
 use crate::gate::policy::{Act, allowed};
-use crate::http::AppState;
 use crate::permissions::PermissionsSetting;
+use crate::services::Services;
 use crate::sessions::file::Trigger;
 use crate::store::{AgentRecord, AgentUpdate};
 
@@ -55,7 +55,7 @@ impl Reply {
 
 /// Runs slash commands.
 pub struct Actions {
-    pub api: AppState,
+    pub api: Services,
     pub settings: Settings,
     pub roles: DiscordRoles,
     pub outbox: Arc<Outbox>,

@@ -22,6 +22,7 @@ use chorus_proto::domain::{ControlCommand, ToolCall, ToolDecision, ToolResult};
 use serde_json::{Value, json};
 
 use crate::agents::AgentService;
+use crate::feed::{Answer, ApprovalAnswered, ApprovalAsked, FeedEvent};
 use crate::permissions::{Decision, Explanation, PermissionsSetting};
 use crate::runs::Runs;
 use crate::store::{AgentUpdate, AuditEntry, NewApproval, Store, format_time};
@@ -409,13 +410,22 @@ impl ToolGate {
         self.runs.publish_approval(
             &check.agent,
             thread_id,
-            json!({
-                "approval_id": id, "tool": check.call.name, "actions": actions, "expires_at": request.expires_at,
+            ApprovalAsked {
+                approval_id: id.clone(),
+                tool: check.call.name.clone(),
+                actions: actions.to_vec(),
+                expires_at: request.expires_at.clone(),
                 // Why it asks (the rules), for front ends that show the request.
-                "why": explanations.iter().filter(|e| e.decision == Decision::Ask)
-                    .map(|e| self.settings.known_secrets.scrubbed(&format!("{}: {}", e.action, e.reason)))
-                    .collect::<Vec<_>>(),
-            }),
+                why: explanations
+                    .iter()
+                    .filter(|e| e.decision == Decision::Ask)
+                    .map(|e| {
+                        self.settings
+                            .known_secrets
+                            .scrubbed(&format!("{}: {}", e.action, e.reason))
+                    })
+                    .collect(),
+            },
         );
         // The wait for a person is a span of its own, with how it ended.
         let wait_span = tracing::info_span!(
@@ -447,22 +457,29 @@ impl ToolGate {
             }
         }
         let answered = match &outcome {
-            Outcome::Answered(answer) => json!({
-                "approval_id": id,
-                "outcome": if answer.approved { "approved" } else { "denied" },
-                "by": answer.by,
-            }),
-            Outcome::Expired => json!({"approval_id": id, "outcome": "expired"}),
+            Outcome::Answered(answer) if answer.approved => Answer::Approved {
+                by: answer.by.clone(),
+            },
+            Outcome::Answered(answer) => Answer::Denied {
+                by: answer.by.clone(),
+            },
+            Outcome::Expired => Answer::Expired,
         };
         tracing::info!(
             agent = %check.agent,
             thread_id,
-            outcome = %answered["outcome"].as_str().unwrap_or("answered"),
-            by = answered["by"].as_str().unwrap_or("-"),
+            outcome = %answered.as_str(),
+            by = answered.by().unwrap_or("-"),
             "approval {id} answered"
         );
-        self.runs
-            .publish(&check.agent, thread_id, "approval_answered", answered);
+        self.runs.publish(
+            &check.agent,
+            thread_id,
+            FeedEvent::ApprovalAnswered(ApprovalAnswered {
+                approval_id: id.clone(),
+                answer: answered,
+            }),
+        );
         self.runs.set_waiting(&check.agent, thread_id, false).await;
         Ok(outcome)
     }

@@ -19,8 +19,6 @@ mod threads;
 mod users;
 mod worker_tokens;
 
-use std::sync::Arc;
-
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::handler::Handler;
@@ -29,15 +27,7 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{MethodFilter, MethodRouter, get};
 
-use crate::agents::AgentService;
-use crate::gate::ToolGate;
 use crate::gate::policy::Act;
-use crate::providers::catalog::Catalog;
-use crate::runs::Runs;
-use crate::secrets::Secret;
-use crate::sessions::Sessions;
-use crate::store::Store;
-use crate::workers::WorkerManager;
 pub use access::Caller;
 pub use error::{ApiError, ApiJson};
 
@@ -225,29 +215,8 @@ pub fn routes() -> Vec<Route> {
     table().into_iter().map(|(route, _)| route).collect()
 }
 
-#[derive(Clone)]
-pub struct AppState {
-    pub store: Store,
-    pub agents: Arc<AgentService>,
-    pub runs: Arc<Runs>,
-    pub workers: Arc<WorkerManager>,
-    pub catalog: Arc<Catalog>,
-    pub gate: Arc<ToolGate>,
-    pub sessions: Arc<Sessions>,
-    pub api_token: Secret,
-    /// How tool processes are confined on this host (`sandbox_probe`).
-    pub sandbox: String,
-    /// How long ended threads stay in the thread list.
-    pub thread_retention: std::time::Duration,
-    /// `GET /metrics` is served without the token.
-    pub metrics_open: bool,
-    /// Dial-in workers' join credentials (`/api/workers/tokens`).
-    pub worker_credentials: Arc<crate::workers::credentials::JoinCredentials>,
-    /// What `GET /api/status` diagnoses: this server's settings and addresses.
-    pub setup: Arc<crate::doctor::ServerSetup>,
-    /// How the Discord bot's connection stands (its front end keeps it current).
-    pub discord_state: Arc<tokio::sync::watch::Sender<crate::discord::connection::DiscordState>>,
-}
+/// The handlers' name for the services every front end shares.
+pub use crate::services::Services as AppState;
 
 /// The `/api` routes of [`table`], each behind its act's check (not yet behind
 /// authentication). Two declarations of one method and path panic here.

@@ -38,6 +38,7 @@ use super::decide::{self, OnLoss, Resumption, Route};
 use super::idle::IdleClock;
 use super::publisher::{Publication, Publisher};
 use super::{EventRejected, Received, ReplyTo, Routed, Shared, status_event};
+use crate::feed::{self, FeedEvent, StatusChange, StatusDetail, ThreadCreated, ThreadOrigin};
 use crate::reports::{self, RunBudget};
 use crate::store::{
     AgentRecord, RunMark, RunRecord, RunStatus, StoreError, ThreadRecord, ThreadStatus,
@@ -550,8 +551,11 @@ impl AgentActor {
     fn announce(&self, thread_id: u64, user: &str, continued_from: Option<u64>) {
         self.show(
             thread_id,
-            "thread_created",
-            json!({"status": "running", "user": user, "continued_from": continued_from}),
+            FeedEvent::ThreadCreated(ThreadCreated {
+                status: ThreadStatus::Running,
+                user: user.to_string(),
+                origin: ThreadOrigin::Started { continued_from },
+            }),
         );
     }
 
@@ -662,14 +666,10 @@ impl AgentActor {
     }
 
     /// Shows an event on the live feed after those queued before it.
-    fn show(&self, thread_id: u64, kind: &'static str, data: serde_json::Value) {
+    fn show(&self, thread_id: u64, event: FeedEvent) {
         self.publisher.when_stored(
             crate::store::Pending::ready(true),
-            Publication {
-                thread_id,
-                kind,
-                data,
-            },
+            Publication { thread_id, event },
         );
     }
 
@@ -787,15 +787,21 @@ impl AgentActor {
                 store
                     .record_step_started(agent, thread_id, step, mark)
                     .await,
-                "step_started",
-                json!({"number": step.number, "kind": step.kind, "description": step.description,
-                       "started_at": format_epoch_ms(step.started_at_ms)}),
+                FeedEvent::StepStarted(feed::StepStarted {
+                    number: step.number,
+                    kind: step.kind,
+                    description: step.description.clone(),
+                    started_at: format_epoch_ms(step.started_at_ms),
+                }),
             )),
             WorkerEvent::StepEnded(step) => Some((
                 store.record_step_ended(agent, thread_id, step, mark).await,
-                "step_ended",
-                json!({"number": step.number, "duration_ms": step.duration_ms,
-                       "failed": step.failed, "usage": step.usage}),
+                FeedEvent::StepEnded(feed::StepEnded {
+                    number: step.number,
+                    duration_ms: step.duration_ms,
+                    failed: step.failed,
+                    usage: step.usage,
+                }),
             )),
             WorkerEvent::MessageAppended { message, .. } => {
                 if !matches!(message.role, Role::Assistant | Role::Tool) {
@@ -803,25 +809,24 @@ impl AgentActor {
                 }
                 Some((
                     store.append_message(agent, thread_id, message, mark).await,
-                    "message",
-                    json!(message),
+                    FeedEvent::Message(message.clone()),
                 ))
             }
             WorkerEvent::InputTaken { message_id, .. } => Some((
                 store.take_input(agent, thread_id, *message_id, mark).await,
-                "input_taken",
-                json!({"message_id": message_id}),
+                FeedEvent::InputTaken {
+                    message_id: *message_id,
+                },
             )),
             _ => None,
         };
-        if let Some((pending, kind, data)) = queued {
+        if let Some((pending, shown)) = queued {
             self.unflushed = true;
             self.publisher.when_stored(
                 pending,
                 Publication {
                     thread_id,
-                    kind,
-                    data,
+                    event: shown,
                 },
             );
             let answered = matches!(&event, WorkerEvent::MessageAppended { message, .. }
@@ -853,8 +858,10 @@ impl AgentActor {
                     crate::store::Pending::ready(true),
                     Publication {
                         thread_id,
-                        kind: "text",
-                        data: json!({"step": step, "text": text}),
+                        event: FeedEvent::Text {
+                            step: *step,
+                            text: text.clone(),
+                        },
                     },
                 );
                 Ok(())
@@ -1009,7 +1016,6 @@ impl AgentActor {
         }
         self.show(
             thread_id,
-            "status",
             status_event(status, failure.map(|f| (f.kind, f.message.as_str()))),
         );
         Ok(())
@@ -1023,7 +1029,7 @@ impl AgentActor {
             .set_thread_status(&self.agent, thread_id, status, None)
             .await
         {
-            Ok(true) => self.show(thread_id, "status", status_event(status, None)),
+            Ok(true) => self.show(thread_id, status_event(status, None)),
             // The thread ended meanwhile; its final status stands.
             Ok(false) => {}
             Err(e) => {
@@ -1213,8 +1219,13 @@ impl AgentActor {
                     };
                     self.show(
                         thread_id,
-                        "status",
-                        json!({"status": "running", "resumed": attempt.number, "reason": reason}),
+                        FeedEvent::Status(StatusChange {
+                            status: ThreadStatus::Running,
+                            detail: StatusDetail::Resumed {
+                                resumed: attempt.number,
+                                reason: reason.to_string(),
+                            },
+                        }),
                     );
                     tracing::info!(agent = %agent.name, thread_id, attempt = attempt.number, %reason, "resuming thread");
                     // The new attempt continues the interrupted one's trace.

@@ -22,10 +22,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use chorus_proto::domain::{AgentChange, Failure, FailureKind, WorkerEvent};
-use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::feed::ThreadFeed;
+use crate::feed::{ApprovalAsked, FeedEvent, StatusChange, ThreadFeed};
 use crate::gate::approvals::Approvals;
 use crate::gate::profiles::ProfileCache;
 use crate::providers::catalog::Catalog;
@@ -127,12 +126,8 @@ pub struct Received {
 /// A `status` event of the live feed: the status and, when the thread failed, how
 /// (`failure_kind`, for programs) and why (`error`, for people), as the thread view
 /// shows them.
-fn status_event(status: ThreadStatus, failure: Option<(FailureKind, &str)>) -> serde_json::Value {
-    json!({
-        "status": status.as_str(),
-        "error": failure.map(|(_, message)| message),
-        "failure_kind": failure.map(|(kind, _)| kind),
-    })
+fn status_event(status: ThreadStatus, failure: Option<(FailureKind, &str)>) -> FeedEvent {
+    FeedEvent::Status(StatusChange::new(status, failure))
 }
 
 /// Saves an idle agent's context (the sessions module): what an actor's idle timer
@@ -369,21 +364,15 @@ impl Runs {
     }
 
     /// Tells the thread's live feed which approval it waits for.
-    pub fn publish_approval(&self, agent: &str, thread_id: u64, approval: serde_json::Value) {
+    pub fn publish_approval(&self, agent: &str, thread_id: u64, approval: ApprovalAsked) {
         self.shared
             .feed
-            .publish(agent, thread_id, "approval", approval);
+            .publish(agent, thread_id, FeedEvent::Approval(approval));
     }
 
     /// Puts an event of a thread on the live feed (e.g. an approval answered).
-    pub fn publish(
-        &self,
-        agent: &str,
-        thread_id: u64,
-        kind: &'static str,
-        data: serde_json::Value,
-    ) {
-        self.shared.feed.publish(agent, thread_id, kind, data);
+    pub fn publish(&self, agent: &str, thread_id: u64, event: FeedEvent) {
+        self.shared.feed.publish(agent, thread_id, event);
     }
 
     /// Who saves idle agents' contexts (once, at start).

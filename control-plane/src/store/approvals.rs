@@ -53,7 +53,7 @@ pub struct NewApproval {
     pub expires_at: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApprovalRecord {
     pub id: String,
     pub agent: String,

@@ -23,7 +23,7 @@ pub struct AuditEntry<'a> {
     pub worker: Option<&'a str>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditRecord {
     pub id: i64,
     pub agent_name: String,

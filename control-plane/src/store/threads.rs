@@ -37,7 +37,8 @@ pub fn summary_of(content: &str) -> String {
     format!("{}…", cut.trim_end())
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ThreadStatus {
     Running,
     WaitingForPermission,

@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use chorus_proto::domain::ChatMessage;
-use serde_json::json;
 
 use super::{AgentActor, Command};
+use crate::feed::FeedEvent;
 use crate::runs::assignment::Attempt;
 use crate::runs::decide;
 use crate::store::{AgentRecord, StoreError};
@@ -134,7 +134,7 @@ impl AgentActor {
                 Ok(summary) => {
                     shared
                         .feed
-                        .publish(&agent, thread_id, "summary", json!({"summary": summary}));
+                        .publish(&agent, thread_id, FeedEvent::Summary { summary });
                 }
                 Err(e) => {
                     tracing::warn!(%agent, thread_id, error = %e, "cannot store the thread's title")

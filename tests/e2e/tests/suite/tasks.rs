@@ -131,7 +131,7 @@ async fn a_background_task_outlives_its_thread_and_is_read_and_stopped_later() -
         anyhow::bail!("the feed ended")
     })
     .await??;
-    assert_eq!(told["kind"], "task_ended", "{told:#}");
+    assert_eq!(told["kind"], "job_ended", "{told:#}");
     assert_eq!(
         (told["task_id"].as_u64(), told["status"].as_str()),
         (Some(1), Some("stopped"))
