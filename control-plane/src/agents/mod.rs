@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
-use crate::gate::grants::{Role, granted, may_grant};
-use crate::gate::profiles::{offered_tools, setting_name, to_stored};
+use crate::permissions::grants::{Role, granted, may_grant};
+use crate::permissions::profiles::{offered_tools, setting_name, to_stored};
 use crate::permissions::{PermissionsSetting, Profile};
 use crate::providers::catalog::Catalog;
 use crate::runs::Runs;
@@ -137,7 +137,7 @@ fn check_on_ask(value: Option<String>) -> Result<Option<String>, AgentError> {
 
 /// An agent's stored permissions as a setting.
 fn stored_setting(stored: &str) -> Result<PermissionsSetting, AgentError> {
-    crate::gate::profiles::from_stored(stored)
+    crate::permissions::profiles::from_stored(stored)
         .map_err(|e| AgentError::InvalidInput(format!("the agent's stored permissions: {e}")))
 }
 

@@ -11,10 +11,10 @@ use super::outbox::Outbox;
 use super::slash::{Invocation, KillWhat};
 use crate::agents::{CreateAgent, DEFAULT_PERMISSIONS};
 use crate::config::Settings;
-use crate::gate::grants::Role;
 use crate::gate::policy::{Act, allowed};
 use crate::http::AppState;
 use crate::permissions::PermissionsSetting;
+use crate::permissions::grants::Role;
 use crate::sessions::file::Trigger;
 use crate::store::{AgentRecord, AgentUpdate};
 

@@ -9,9 +9,7 @@
 
 pub mod actions;
 pub mod approvals;
-pub mod grants;
 pub mod policy;
-pub mod profiles;
 pub mod redact;
 
 use std::collections::HashMap;
@@ -22,15 +20,15 @@ use chorus_proto::domain::{ControlCommand, ToolCall, ToolDecision, ToolResult};
 use serde_json::{Value, json};
 
 use crate::agents::AgentService;
+use crate::permissions::grants::Role;
+use crate::permissions::profiles::{self, ProfileCache};
 use crate::permissions::{Decision, Explanation, PermissionsSetting};
 use crate::runs::Runs;
 use crate::store::{AgentUpdate, AuditEntry, NewApproval, Store, format_time};
 use crate::workers::registry::{Generation, Registry};
 use actions::actions_for;
 use approvals::{Approvals, Outcome};
-use grants::Role;
 use opentelemetry::KeyValue;
-use profiles::ProfileCache;
 use tracing::Instrument;
 
 /// Settings of the gate.

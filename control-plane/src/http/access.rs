@@ -11,8 +11,8 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 use super::{API_USER, ApiError, AppState};
-use crate::gate::grants::Role;
 use crate::gate::policy::{Act, allowed, refusal};
+use crate::permissions::grants::Role;
 use crate::secrets::{bearer_token, constant_time_eq};
 
 /// The authenticated user of a request and their role (`[roles]`, else the

@@ -59,7 +59,7 @@ async fn view(state: &AppState, agent: AgentRecord) -> Result<AgentView, ApiErro
         name: agent.name,
         model: agent.model,
         system_prompt: agent.system_prompt,
-        permissions: match crate::gate::profiles::from_stored(&agent.permissions) {
+        permissions: match crate::permissions::profiles::from_stored(&agent.permissions) {
             Ok(setting) => serde_json::to_value(setting).unwrap_or_default(),
             Err(_) => serde_json::Value::from(agent.permissions),
         },

@@ -25,8 +25,10 @@
 mod action;
 mod bash;
 mod engine;
+pub mod grants;
 mod presets;
 mod profile;
+pub mod profiles;
 mod reach;
 
 #[cfg(test)]

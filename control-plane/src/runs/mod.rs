@@ -27,7 +27,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::feed::ThreadFeed;
 use crate::gate::approvals::Approvals;
-use crate::gate::profiles::ProfileCache;
+use crate::permissions::profiles::ProfileCache;
 use crate::providers::catalog::Catalog;
 use crate::reports::RunLimits;
 use crate::store::{AgentRecord, Store, StoreError, ThreadStatus};

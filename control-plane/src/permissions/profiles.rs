@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use chorus_proto::domain::TOOL_NAMES;
 
-use super::actions::action_tool_name;
+use crate::gate::actions::action_tool_name;
 use crate::permissions::{PermissionsSetting, Profile, ProfileError};
 
 /// The stored form of a setting.
