@@ -17,6 +17,7 @@ pub mod llm_relay;
 pub mod metrics;
 pub mod ownership;
 pub mod permissions;
+pub mod principal;
 pub mod private;
 pub mod providers;
 pub mod reports;

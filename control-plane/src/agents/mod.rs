@@ -915,7 +915,8 @@ impl AgentService {
             agent_name: agent,
             action,
             decision: "done",
-            user_id: Some(user),
+            // The front ends' user ids and the gate's attribution, read as stored.
+            user_id: Some(&crate::principal::Principal::parse(user)),
             detail,
             thread_id: None,
             call_id: None,

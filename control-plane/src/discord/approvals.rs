@@ -241,7 +241,12 @@ impl ApprovalPosts {
             .get(id)
             .map(|(_, _, text)| text.clone())
             .unwrap_or_else(|| shown.to_string());
-        match self.gate.approvals().answer(id, approve, &by).await {
+        match self
+            .gate
+            .approvals()
+            .answer(id, approve, &crate::principal::Principal::person(&by))
+            .await
+        {
             Ok(_) => {
                 let outcome = outcome_line(&json!({
                     "outcome": if approve { "approved" } else { "denied" }, "by": by,

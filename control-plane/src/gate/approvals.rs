@@ -9,13 +9,14 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use crate::principal::Principal;
 use crate::store::{ApprovalRecord, ApprovalStatus, NewApproval, Store, StoreError};
 
 /// A person's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
     pub approved: bool,
-    pub by: String,
+    pub by: Principal,
 }
 
 /// How a request ended.
@@ -96,7 +97,8 @@ impl Approvals {
                     ApprovalStatus::Approved | ApprovalStatus::Denied => {
                         Outcome::Answered(Answer {
                             approved: record.status == ApprovalStatus::Approved,
-                            by: record.decided_by.unwrap_or_default(),
+                            // Settled by an answer, so it names who answered.
+                            by: record.decided_by.unwrap_or_else(|| Principal::person("")),
                         })
                     }
                     _ => Outcome::Expired,
@@ -133,7 +135,7 @@ impl Approvals {
         &self,
         id: &str,
         approved: bool,
-        by: &str,
+        by: &Principal,
     ) -> Result<ApprovalRecord, AnswerError> {
         let status = if approved {
             ApprovalStatus::Approved
@@ -152,7 +154,7 @@ impl Approvals {
         if let Some(waiter) = self.waiting().remove(id) {
             let _ = waiter.send(Answer {
                 approved,
-                by: by.to_string(),
+                by: by.clone(),
             });
         }
         self.store
@@ -176,7 +178,7 @@ mod tests {
             tool: "bash".into(),
             actions: vec!["tool:bash:rm x".into()],
             detail: None,
-            requested_by: Some("api".into()),
+            requested_by: Some(Principal::person("api")),
             expires_at: crate::store::now(),
         }
     }
@@ -190,24 +192,31 @@ mod tests {
     async fn an_answer_reaches_the_waiter_once() {
         let (approvals, _dir) = approvals().await;
         let rx = approvals.open(&request("x")).await.unwrap();
-        let record = approvals.answer("x", true, "alice").await.unwrap();
+        let record = approvals
+            .answer("x", true, &Principal::person("alice"))
+            .await
+            .unwrap();
         assert_eq!(record.status, ApprovalStatus::Approved);
         assert_eq!(
             approvals.wait("x", rx, Duration::from_secs(1)).await,
             Outcome::Answered(Answer {
                 approved: true,
-                by: "alice".into()
+                by: Principal::person("alice")
             })
         );
         assert!(matches!(
-            approvals.answer("x", false, "bob").await,
+            approvals
+                .answer("x", false, &Principal::person("bob"))
+                .await,
             Err(AnswerError::Settled {
                 status: "approved",
                 ..
             })
         ));
         assert!(matches!(
-            approvals.answer("nope", true, "bob").await,
+            approvals
+                .answer("nope", true, &Principal::person("bob"))
+                .await,
             Err(AnswerError::NotFound(_))
         ));
     }
@@ -221,7 +230,9 @@ mod tests {
             Outcome::Expired
         );
         assert!(matches!(
-            approvals.answer("y", true, "late").await,
+            approvals
+                .answer("y", true, &Principal::person("late"))
+                .await,
             Err(AnswerError::Settled {
                 status: "expired",
                 ..
@@ -238,7 +249,11 @@ mod tests {
         assert!(
             approvals
                 .store
-                .settle_approval("z", ApprovalStatus::Approved, Some("carol"))
+                .settle_approval(
+                    "z",
+                    ApprovalStatus::Approved,
+                    Some(&Principal::person("carol"))
+                )
                 .await
                 .unwrap()
         );
@@ -246,7 +261,7 @@ mod tests {
             approvals.wait("z", rx, Duration::from_millis(20)).await,
             Outcome::Answered(Answer {
                 approved: true,
-                by: "carol".into()
+                by: Principal::person("carol")
             })
         );
     }

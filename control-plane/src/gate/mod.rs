@@ -23,6 +23,7 @@ use crate::agents::AgentService;
 use crate::permissions::grants::Role;
 use crate::permissions::profiles::{self, ProfileCache};
 use crate::permissions::{Decision, Explanation, PermissionsSetting};
+use crate::principal::{Frontend, Person, Principal, root_person};
 use crate::runs::Runs;
 use crate::store::{AgentUpdate, AuditEntry, NewApproval, Store, format_time};
 use crate::workers::registry::{Generation, Registry};
@@ -75,19 +76,24 @@ impl GateSettings {
     /// With no known user (a thread whose creator cannot be read), the lowest: an
     /// agent never acts with an authority nobody gave it.
     pub fn role_of(&self, user: Option<&str>) -> Role {
-        let Some(user) = user else {
+        self.role_of_person(user.map(Person::from_user_id).as_ref())
+    }
+
+    /// The role of a person (see [`GateSettings::role_of`]); `None`, the lowest.
+    pub fn role_of_person(&self, person: Option<&Person>) -> Role {
+        let Some(person) = person else {
             return Role::Viewer;
         };
-        if let Some(role) = self.roles.get(user) {
+        let user = person.user_id();
+        if let Some(role) = self.roles.get(&user) {
             return *role;
         }
-        if let Some(role) = self.vouched.get(user) {
+        if let Some(role) = self.vouched.get(&user) {
             return role;
         }
-        if user.starts_with("discord:") {
-            Role::Viewer
-        } else {
-            self.default_role
+        match person.frontend {
+            Frontend::Discord => Role::Viewer,
+            Frontend::Http => self.default_role,
         }
     }
 }
@@ -211,7 +217,7 @@ impl ToolGate {
         };
         // The run's thread and who started it, from the actor that owns the run
         // (no read of the store).
-        let Some((thread_id, user)) = self
+        let Some((thread_id, started_by)) = self
             .runs
             .thread_of(&check.agent, check.generation, &check.run_id)
             .await
@@ -255,7 +261,7 @@ impl ToolGate {
             let action = shown_actions.join("\n");
             let store = self.store.clone();
             let agent = check.agent.clone();
-            let user = user.clone();
+            let user = started_by.clone();
             let call_id = call.id.clone();
             let worker = worker.clone();
             async move {
@@ -263,7 +269,7 @@ impl ToolGate {
                     agent_name: &agent,
                     action: &action,
                     decision,
-                    user_id: user.as_deref(),
+                    user_id: user.as_ref(),
                     detail: Some(detail),
                     thread_id: Some(thread_id),
                     call_id: Some(&call_id),
@@ -307,7 +313,7 @@ impl ToolGate {
                         .ask(
                             check,
                             thread_id,
-                            user.clone(),
+                            started_by.clone(),
                             &shown_actions,
                             &detail,
                             &explanations,
@@ -315,10 +321,11 @@ impl ToolGate {
                         .await;
                     match answer {
                         Ok(Outcome::Answered(answer)) if answer.approved => {
-                            audit("ask_approved", Some(&explanations), Some(&answer.by)).await
+                            audit("ask_approved", Some(&explanations), Some(&answer.by.text()))
+                                .await
                         }
                         Ok(Outcome::Answered(answer)) => {
-                            audit("ask_denied", Some(&explanations), Some(&answer.by)).await;
+                            audit("ask_denied", Some(&explanations), Some(&answer.by.text())).await;
                             return deny(format!(
                                 "Permission denied by {}: {} was not approved",
                                 answer.by,
@@ -345,7 +352,7 @@ impl ToolGate {
             request_id: check.request_id,
             allowed: true,
             message: String::new(),
-            result: self.execute_here(check, user.as_deref()).await,
+            result: self.execute_here(check, started_by.as_ref()).await,
         }
     }
 
@@ -355,7 +362,7 @@ impl ToolGate {
         &self,
         check: &Check,
         thread_id: u64,
-        user: Option<String>,
+        user: Option<Principal>,
         actions: &[String],
         detail: &str,
         explanations: &[Explanation],
@@ -438,7 +445,7 @@ impl ToolGate {
                         "denied"
                     },
                 );
-                wait_span.record("by", answer.by.as_str());
+                wait_span.record("by", answer.by.text().as_str());
             }
             Outcome::Expired => {
                 wait_span.record("outcome", "expired");
@@ -448,7 +455,7 @@ impl ToolGate {
             Outcome::Answered(answer) => json!({
                 "approval_id": id,
                 "outcome": if answer.approved { "approved" } else { "denied" },
-                "by": answer.by,
+                "by": answer.by.text(),
             }),
             Outcome::Expired => json!({"approval_id": id, "outcome": "expired"}),
         };
@@ -481,15 +488,33 @@ impl ToolGate {
             .map_err(|e| e.to_string())
     }
 
+    /// The role an agent's self-edit is checked with: that of the person at the root
+    /// of its thread's chain (an agent started by an agent acts for whoever started
+    /// that one, and so on), so no agent grants more than the person it acts for.
+    /// No person at the root (the scheduler, a thread that cannot be read): the
+    /// lowest role.
+    async fn authority(&self, started_by: Option<&Principal>) -> Role {
+        authority(&self.store, &self.settings, started_by).await
+    }
+
     /// Executes the tools whose resource the control plane owns. `None`: the worker
     /// runs the tool itself.
-    async fn execute_here(&self, check: &Check, user: Option<&str>) -> Option<ToolResult> {
+    async fn execute_here(
+        &self,
+        check: &Check,
+        started_by: Option<&Principal>,
+    ) -> Option<ToolResult> {
+        if !check.call.name.starts_with("self_edit_") {
+            return None;
+        }
         let args: Value = serde_json::from_str(&check.call.arguments).unwrap_or(Value::Null);
         let text = |key: &str| args.get(key).and_then(Value::as_str).map(str::to_string);
-        // What may be granted follows the real user (none: the lowest role); the
-        // name below only attributes the change in the audit log.
-        let role = self.settings.role_of(user);
-        let user = user.unwrap_or("agent");
+        // What may be granted follows the person at the root of the thread's chain
+        // (none: the lowest role); the name below only attributes the change in the
+        // audit log.
+        let role = self.authority(started_by).await;
+        let user = started_by.map(Principal::text);
+        let user = user.as_deref().unwrap_or("agent");
         let result = match check.call.name.as_str() {
             "self_edit_system_prompt" => match text("new_prompt") {
                 Some(prompt) => {
@@ -542,6 +567,19 @@ impl ToolGate {
             },
         })
     }
+}
+
+/// See [`ToolGate::authority`]: who started each thread along the chain is read from
+/// the store (`threads.created_by`).
+async fn authority(store: &Store, settings: &GateSettings, started_by: Option<&Principal>) -> Role {
+    let root = root_person(started_by.cloned(), |agent, thread| async move {
+        match store.thread(&agent, thread).await {
+            Ok(Some(record)) => record.created_by,
+            _ => None,
+        }
+    })
+    .await;
+    settings.role_of_person(root.as_ref())
 }
 
 /// How a profile is named in messages.
@@ -617,5 +655,69 @@ mod tests {
         // [roles] names a user for good; a vouch does not override it.
         settings.vouched.vouch("discord:1", Role::Viewer);
         assert_eq!(settings.role_of(Some("discord:1")), Role::Admin);
+    }
+
+    /// An agent principal (a thread an agent started, as delegation will) may grant
+    /// no more than the person at the root of its chain, whatever `[roles]` says
+    /// about the agent's own name.
+    #[tokio::test]
+    async fn an_agent_grants_no_more_than_the_person_at_the_root_of_its_chain() {
+        use crate::permissions::grants::may_grant;
+        use chorus_proto::domain::ChatMessage;
+        let (store, _dir) = crate::store::test_store_with_agent().await;
+        let start = |by: String| {
+            let store = store.clone();
+            async move {
+                store
+                    .start_thread("a", &ChatMessage::user("x"), &by, None)
+                    .await
+                    .unwrap()
+                    .0
+            }
+        };
+        let by_olga = start("olga".into()).await;
+        let by_agent = start(Principal::agent("a", by_olga).text()).await;
+        let by_agent_of_agent = start(Principal::agent("a", by_agent).text()).await;
+        let by_scheduler = start(Principal::Scheduler.text()).await;
+        let settings = GateSettings {
+            ask_timeout: Duration::from_secs(1),
+            roles: HashMap::from([
+                ("olga".to_string(), Role::Operator),
+                // Names an admin could give by mistake (or an attacker might pick):
+                // the agent's own text form, and the scheduler's.
+                (Principal::agent("a", by_agent).text(), Role::Admin),
+                (Principal::Scheduler.text(), Role::Admin),
+            ]),
+            default_role: Role::Admin,
+            known_secrets: Default::default(),
+            vouched: Default::default(),
+        };
+        let role = |p: Principal| {
+            let (store, settings) = (store.clone(), settings.clone());
+            async move { authority(&store, &settings, Some(&p)).await }
+        };
+        // Positive control: looked up by its own name, the agent would be an admin.
+        assert_eq!(
+            settings.role_of(Some(&Principal::agent("a", by_agent).text())),
+            Role::Admin
+        );
+        for thread in [by_agent, by_agent_of_agent] {
+            let agent = Principal::agent("a", thread);
+            assert_eq!(role(agent.clone()).await, Role::Operator, "{agent}");
+            assert!(!may_grant(role(agent.clone()).await, Some("open")));
+            assert!(may_grant(role(agent).await, Some("standard")));
+        }
+        assert_eq!(role(Principal::person("olga")).await, Role::Operator);
+        // No person at the root: the scheduler, a thread that does not exist.
+        assert_eq!(
+            role(Principal::agent("a", by_scheduler)).await,
+            Role::Viewer
+        );
+        assert_eq!(role(Principal::agent("a", 9999)).await, Role::Viewer);
+        assert_eq!(
+            role(Principal::agent("nobody", by_olga)).await,
+            Role::Viewer
+        );
+        assert_eq!(authority(&store, &settings, None).await, Role::Viewer);
     }
 }

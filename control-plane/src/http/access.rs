@@ -23,6 +23,13 @@ pub struct Caller {
     pub role: Role,
 }
 
+impl Caller {
+    /// The caller as who acts: a person at the HTTP API.
+    pub fn principal(&self) -> crate::principal::Principal {
+        crate::principal::Principal::person(&self.user)
+    }
+}
+
 /// 401 unless the request carries the API token or a good issued token; then the
 /// request goes on with its [`Caller`].
 pub async fn authenticate(

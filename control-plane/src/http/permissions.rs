@@ -70,7 +70,7 @@ pub(super) async fn answer_approval(
     match state
         .gate
         .approvals()
-        .answer(&id, approved, &caller.user)
+        .answer(&id, approved, &caller.principal())
         .await
     {
         Ok(record) => Ok(Json(record)),

@@ -28,6 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::feed::ThreadFeed;
 use crate::gate::approvals::Approvals;
 use crate::permissions::profiles::ProfileCache;
+use crate::principal::Principal;
 use crate::providers::catalog::Catalog;
 use crate::reports::RunLimits;
 use crate::store::{AgentRecord, Store, StoreError, ThreadStatus};
@@ -261,7 +262,7 @@ impl Runs {
         agent: &AgentRecord,
         content: &str,
         reply_to: Option<ReplyTo>,
-        user: &str,
+        user: &Principal,
     ) -> Result<Received, StoreError> {
         self.receive_traced(agent, content, reply_to, user, HashMap::new())
             .await
@@ -274,7 +275,7 @@ impl Runs {
         agent: &AgentRecord,
         content: &str,
         reply_to: Option<ReplyTo>,
-        user: &str,
+        user: &Principal,
         then: OnReceived,
     ) -> Result<Received, StoreError> {
         self.receive_with(agent, content, reply_to, user, HashMap::new(), Some(then))
@@ -288,7 +289,7 @@ impl Runs {
         agent: &AgentRecord,
         content: &str,
         reply_to: Option<ReplyTo>,
-        user: &str,
+        user: &Principal,
         trace: HashMap<String, String>,
     ) -> Result<Received, StoreError> {
         self.receive_with(agent, content, reply_to, user, trace, None)
@@ -300,7 +301,7 @@ impl Runs {
         agent: &AgentRecord,
         content: &str,
         reply_to: Option<ReplyTo>,
-        user: &str,
+        user: &Principal,
         trace: HashMap<String, String>,
         then: Option<OnReceived>,
     ) -> Result<Received, StoreError> {
@@ -308,7 +309,8 @@ impl Runs {
             agent: Box::new(agent.clone()),
             content: content.to_string(),
             reply_to,
-            user: user.to_string(),
+            // The actor and the store hold its text form (see `principal`).
+            user: user.text(),
             trace,
             then,
             reply,
@@ -326,7 +328,7 @@ impl Runs {
         &self,
         agent: &AgentRecord,
         content: &str,
-        user: &str,
+        user: &Principal,
     ) -> Result<u64, StoreError> {
         Ok(self.receive(agent, content, None, user).await?.thread_id)
     }
@@ -352,7 +354,7 @@ impl Runs {
         agent: &str,
         generation: Generation,
         run_id: &str,
-    ) -> Option<(u64, Option<String>)> {
+    ) -> Option<(u64, Option<Principal>)> {
         self.ask(agent, |reply| actor::Command::ThreadOf {
             generation,
             run_id: run_id.to_string(),

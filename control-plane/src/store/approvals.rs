@@ -4,6 +4,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::{Store, StoreError, now};
+use crate::principal::Principal;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -49,7 +50,8 @@ pub struct NewApproval {
     pub tool: String,
     pub actions: Vec<String>,
     pub detail: Option<String>,
-    pub requested_by: Option<String>,
+    /// Who started the thread that asks.
+    pub requested_by: Option<Principal>,
     pub expires_at: String,
 }
 
@@ -63,15 +65,24 @@ pub struct ApprovalRecord {
     pub actions: Vec<String>,
     pub detail: Option<String>,
     pub status: ApprovalStatus,
-    pub requested_by: Option<String>,
+    /// Shown as its text form (`api`, `discord:42`), as before principals existed.
+    #[serde(serialize_with = "crate::principal::serialize_text")]
+    pub requested_by: Option<Principal>,
     pub requested_at: String,
     pub expires_at: String,
     pub decided_at: Option<String>,
-    pub decided_by: Option<String>,
+    #[serde(serialize_with = "crate::principal::serialize_text")]
+    pub decided_by: Option<Principal>,
 }
 
 const COLUMNS: &str = "SELECT id, agent_name, thread_id, call_id, tool, action, detail, status, \
     requested_by, requested_at, expires_at, decided_at, decided_by FROM approvals";
+
+fn principal(row: &AnyRow, column: &str) -> Result<Option<Principal>, StoreError> {
+    Ok(row
+        .try_get::<Option<String>, _>(column)?
+        .map(|text| Principal::parse(&text)))
+}
 
 fn approval_from_row(row: &AnyRow) -> Result<ApprovalRecord, StoreError> {
     let status: String = row.try_get("status")?;
@@ -88,11 +99,11 @@ fn approval_from_row(row: &AnyRow) -> Result<ApprovalRecord, StoreError> {
             column: "approvals.status",
             value: status,
         })?,
-        requested_by: row.try_get("requested_by")?,
+        requested_by: principal(row, "requested_by")?,
         requested_at: row.try_get("requested_at")?,
         expires_at: row.try_get("expires_at")?,
         decided_at: row.try_get("decided_at")?,
-        decided_by: row.try_get("decided_by")?,
+        decided_by: principal(row, "decided_by")?,
     })
 }
 
@@ -110,7 +121,7 @@ impl Store {
         .bind(&approval.tool)
         .bind(approval.actions.join("\n"))
         .bind(&approval.detail)
-        .bind(&approval.requested_by)
+        .bind(approval.requested_by.as_ref().map(Principal::text))
         .bind(now())
         .bind(&approval.expires_at)
         )
@@ -157,7 +168,7 @@ impl Store {
         &self,
         id: &str,
         status: ApprovalStatus,
-        by: Option<&str>,
+        by: Option<&Principal>,
     ) -> Result<bool, StoreError> {
         let done = self
             .execute(
@@ -168,7 +179,7 @@ impl Store {
                 .bind(id)
                 .bind(status.as_str())
                 .bind(now())
-                .bind(by),
+                .bind(by.map(Principal::text)),
             )
             .await?;
         Ok(done.rows_affected() > 0)
