@@ -20,6 +20,7 @@ pub mod permissions;
 pub mod principal;
 pub mod private;
 pub mod providers;
+pub mod questions;
 pub mod reports;
 pub mod runs;
 pub mod sandbox_probe;

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::access::{self, DiscordRoles};
 use super::outbox::{Outbox, Post, Request};
 use crate::gate::ToolGate;
-use crate::gate::approvals::AnswerError;
+use crate::questions::AnswerError;
 
 /// What a click comes to.
 #[derive(Debug, Clone, PartialEq, Eq)]

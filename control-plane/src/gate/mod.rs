@@ -8,7 +8,6 @@
 //! goes wrong (no profile, no answer, a restart) is a deny.
 
 pub mod actions;
-pub mod approvals;
 pub mod policy;
 pub mod redact;
 
@@ -24,11 +23,11 @@ use crate::permissions::grants::Role;
 use crate::permissions::profiles::{self, ProfileCache};
 use crate::permissions::{Decision, Explanation, PermissionsSetting};
 use crate::principal::{Frontend, Person, Principal, root_person};
+use crate::questions::{Approvals, Outcome};
 use crate::runs::Runs;
 use crate::store::{AgentUpdate, AuditEntry, NewApproval, Store, format_time};
 use crate::workers::registry::{Generation, Registry};
 use actions::actions_for;
-use approvals::{Approvals, Outcome};
 use opentelemetry::KeyValue;
 use tracing::Instrument;
 
@@ -613,7 +612,7 @@ fn denial(profile: &str, explanations: &[Explanation]) -> String {
     )
 }
 
-pub use approvals::AnswerError;
+pub use crate::questions::AnswerError;
 
 impl std::fmt::Debug for ToolGate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

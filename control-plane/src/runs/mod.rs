@@ -26,10 +26,10 @@ use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::feed::ThreadFeed;
-use crate::gate::approvals::Approvals;
 use crate::permissions::profiles::ProfileCache;
 use crate::principal::Principal;
 use crate::providers::catalog::Catalog;
+use crate::questions::Approvals;
 use crate::reports::RunLimits;
 use crate::store::{AgentRecord, Store, StoreError, ThreadStatus};
 use crate::summaries::Summarizer;
