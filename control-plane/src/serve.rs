@@ -25,7 +25,7 @@ use crate::llm_relay::{self, RelayState};
 use crate::ownership::{DataDirLock, Owner};
 use crate::permissions::profiles::ProfileCache;
 use crate::providers::catalog::Catalog;
-use crate::questions::Approvals;
+use crate::questions::Questions;
 use crate::runs::{RunSettings, Runs};
 use crate::secrets::{KnownSecrets, random_token};
 use crate::sessions::Sessions;
@@ -176,7 +176,7 @@ pub async fn start(
         store.last_task_generation().await?,
     ));
     let profiles = Arc::new(ProfileCache::default());
-    let approvals = Arc::new(Approvals::new(store.clone()));
+    let approvals = Arc::new(Questions::new(store.clone()));
     let known_secrets = KnownSecrets::new(
         settings
             .secrets()

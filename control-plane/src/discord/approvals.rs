@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::access::{self, DiscordRoles};
 use super::outbox::{Outbox, Post, Request};
 use crate::gate::ToolGate;
-use crate::questions::AnswerError;
+use crate::questions::{AnswerError, Reply};
 
 /// What a click comes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -244,7 +244,11 @@ impl ApprovalPosts {
         match self
             .gate
             .approvals()
-            .answer(id, approve, &crate::principal::Principal::person(&by))
+            .answer(
+                id,
+                if approve { Reply::Approve } else { Reply::Deny },
+                &crate::principal::Principal::person(&by),
+            )
             .await
         {
             Ok(_) => {

@@ -23,7 +23,7 @@ use crate::permissions::grants::Role;
 use crate::permissions::profiles::{self, ProfileCache};
 use crate::permissions::{Decision, Explanation, PermissionsSetting};
 use crate::principal::{Frontend, Person, Principal, root_person};
-use crate::questions::{Approvals, Outcome};
+use crate::questions::{Outcome, QuestionKind, Questions};
 use crate::runs::Runs;
 use crate::store::{AgentUpdate, AuditEntry, NewApproval, Store, format_time};
 use crate::workers::registry::{Generation, Registry};
@@ -102,7 +102,7 @@ pub struct ToolGate {
     registry: Arc<Registry>,
     runs: Arc<Runs>,
     agents: Arc<AgentService>,
-    approvals: Arc<Approvals>,
+    approvals: Arc<Questions>,
     profiles: Arc<ProfileCache>,
     settings: GateSettings,
 }
@@ -124,7 +124,7 @@ impl ToolGate {
         registry: Arc<Registry>,
         runs: Arc<Runs>,
         agents: Arc<AgentService>,
-        approvals: Arc<Approvals>,
+        approvals: Arc<Questions>,
         profiles: Arc<ProfileCache>,
         settings: GateSettings,
     ) -> Self {
@@ -139,7 +139,7 @@ impl ToolGate {
         }
     }
 
-    pub fn approvals(&self) -> &Arc<Approvals> {
+    pub fn approvals(&self) -> &Arc<Questions> {
         &self.approvals
     }
 
@@ -319,7 +319,7 @@ impl ToolGate {
                         )
                         .await;
                     match answer {
-                        Ok(Outcome::Answered(answer)) if answer.approved => {
+                        Ok(Outcome::Answered(answer)) if answer.approved() => {
                             audit("ask_approved", Some(&explanations), Some(&answer.by.text()))
                                 .await
                         }
@@ -372,6 +372,7 @@ impl ToolGate {
                 .unwrap_or(chrono::Duration::minutes(10));
         let request = NewApproval {
             id: id.clone(),
+            kind: QuestionKind::Approval,
             agent_name: check.agent.clone(),
             thread_id,
             call_id: check.call.id.clone(),
@@ -438,7 +439,7 @@ impl ToolGate {
             Outcome::Answered(answer) => {
                 wait_span.record(
                     "outcome",
-                    if answer.approved {
+                    if answer.approved() {
                         "approved"
                     } else {
                         "denied"
@@ -453,7 +454,7 @@ impl ToolGate {
         let answered = match &outcome {
             Outcome::Answered(answer) => json!({
                 "approval_id": id,
-                "outcome": if answer.approved { "approved" } else { "denied" },
+                "outcome": if answer.approved() { "approved" } else { "denied" },
                 "by": answer.by.text(),
             }),
             Outcome::Expired => json!({"approval_id": id, "outcome": "expired"}),
@@ -611,8 +612,6 @@ fn denial(profile: &str, explanations: &[Explanation]) -> String {
         denied.join("; ")
     )
 }
-
-pub use crate::questions::AnswerError;
 
 impl std::fmt::Debug for ToolGate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -29,7 +29,7 @@ use crate::feed::ThreadFeed;
 use crate::permissions::profiles::ProfileCache;
 use crate::principal::Principal;
 use crate::providers::catalog::Catalog;
-use crate::questions::Approvals;
+use crate::questions::Questions;
 use crate::reports::RunLimits;
 use crate::store::{AgentRecord, Store, StoreError, ThreadStatus};
 use crate::summaries::Summarizer;
@@ -153,7 +153,7 @@ pub(crate) struct Shared {
     registry: Arc<Registry>,
     catalog: Arc<Catalog>,
     profiles: Arc<ProfileCache>,
-    approvals: Arc<Approvals>,
+    approvals: Arc<Questions>,
     settings: RunSettings,
     feed: ThreadFeed,
     run_limits: RunLimits,
@@ -188,7 +188,7 @@ impl Runs {
         registry: Arc<Registry>,
         catalog: Arc<Catalog>,
         profiles: Arc<ProfileCache>,
-        approvals: Arc<Approvals>,
+        approvals: Arc<Questions>,
         summarizer: Arc<dyn Summarizer>,
         settings: RunSettings,
     ) -> Self {
