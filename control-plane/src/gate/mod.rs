@@ -351,7 +351,9 @@ impl ToolGate {
             request_id: check.request_id,
             allowed: true,
             message: String::new(),
-            result: self.execute_here(check, started_by.as_ref()).await,
+            result: self
+                .execute_here(check, thread_id, started_by.as_ref())
+                .await,
         }
     }
 
@@ -478,7 +480,7 @@ impl ToolGate {
         &self,
         agent: &str,
         update: AgentUpdate,
-        (user, role): (&str, Role),
+        (user, role): (&Principal, Role),
         done: String,
     ) -> Result<String, String> {
         self.agents
@@ -502,6 +504,7 @@ impl ToolGate {
     async fn execute_here(
         &self,
         check: &Check,
+        thread_id: u64,
         started_by: Option<&Principal>,
     ) -> Option<ToolResult> {
         if !check.call.name.starts_with("self_edit_") {
@@ -513,8 +516,10 @@ impl ToolGate {
         // (none: the lowest role); the name below only attributes the change in the
         // audit log.
         let role = self.authority(started_by).await;
-        let user = started_by.map(Principal::text);
-        let user = user.as_deref().unwrap_or("agent");
+        let by = started_by
+            .cloned()
+            .unwrap_or_else(|| Principal::agent(&check.agent, thread_id));
+        let user = &by;
         let result = match check.call.name.as_str() {
             "self_edit_system_prompt" => match text("new_prompt") {
                 Some(prompt) => {
