@@ -507,14 +507,11 @@ impl ToolGate {
         thread_id: u64,
         started_by: Option<&Principal>,
     ) -> Option<ToolResult> {
-        if !check.call.name.starts_with("self_edit_") {
-            return None;
-        }
         let args: Value = serde_json::from_str(&check.call.arguments).unwrap_or(Value::Null);
         let text = |key: &str| args.get(key).and_then(Value::as_str).map(str::to_string);
         // What may be granted follows the person at the root of the thread's chain
-        // (none: the lowest role); the name below only attributes the change in the
-        // audit log.
+        // (none: the lowest role; a person's thread costs no read of the store); the
+        // principal below only attributes the change in the audit log.
         let role = self.authority(started_by).await;
         let by = started_by
             .cloned()
