@@ -13,7 +13,7 @@ use std::time::Duration;
 use chorus_proto::domain::RetryPolicy;
 use serde::Deserialize;
 
-use crate::gate::grants::Role;
+use crate::permissions::grants::Role;
 use crate::providers::{ALL_PROVIDERS, ProviderEndpoint, ProviderKind};
 use crate::secrets::Secret;
 use std::collections::HashMap;

@@ -18,15 +18,15 @@ use tokio_util::task::TaskTracker;
 use crate::agents::AgentService;
 use crate::config::LauncherKind;
 use crate::config::{Database, Settings};
-use crate::gate::approvals::Approvals;
-use crate::gate::profiles::ProfileCache;
 use crate::gate::{GateSettings, ToolGate};
 use crate::grpc::{DialInService, LinkServices, WorkerLinkService};
 use crate::http;
 use crate::jobs::JobLog;
 use crate::llm_relay::{self, RelayState};
 use crate::ownership::{DataDirLock, Owner};
+use crate::permissions::profiles::ProfileCache;
 use crate::providers::catalog::Catalog;
+use crate::questions::Questions;
 use crate::runs::{RunSettings, Runs};
 use crate::secrets::Secret;
 use crate::secrets::{KnownSecrets, random_token};
@@ -178,7 +178,7 @@ pub async fn start(
         store.last_job_generation().await?,
     ));
     let profiles = Arc::new(ProfileCache::default());
-    let approvals = Arc::new(Approvals::new(store.clone()));
+    let approvals = Arc::new(Questions::new(store.clone()));
     let known_secrets = KnownSecrets::new(
         settings
             .secrets()

@@ -6,12 +6,15 @@
 
 use serde::Serialize;
 
-use crate::store::{ApprovalRecord, ApprovalStatus, AuditRecord};
+use crate::store::{ApprovalRecord, ApprovalStatus, AuditRecord, QuestionKind};
 
 /// One approval request (`GET /api/approvals`, `…/{id}`, and the answer's reply).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ApprovalView {
     pub id: String,
+    /// Not shown for an approval, so the approval API reads as it always did.
+    #[serde(skip_serializing_if = "QuestionKind::is_approval")]
+    pub kind: QuestionKind,
     pub agent: String,
     pub thread_id: u64,
     pub call_id: String,
@@ -24,12 +27,16 @@ pub struct ApprovalView {
     pub expires_at: String,
     pub decided_at: Option<String>,
     pub decided_by: Option<String>,
+    /// A question's answer in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
 }
 
 impl From<ApprovalRecord> for ApprovalView {
     fn from(r: ApprovalRecord) -> Self {
         ApprovalView {
             id: r.id,
+            kind: r.kind,
             agent: r.agent,
             thread_id: r.thread_id,
             call_id: r.call_id,
@@ -37,11 +44,12 @@ impl From<ApprovalRecord> for ApprovalView {
             actions: r.actions,
             detail: r.detail,
             status: r.status,
-            requested_by: r.requested_by,
+            requested_by: r.requested_by.map(|p| p.text()),
             requested_at: r.requested_at,
             expires_at: r.expires_at,
             decided_at: r.decided_at,
-            decided_by: r.decided_by,
+            decided_by: r.decided_by.map(|p| p.text()),
+            answer: r.answer,
         }
     }
 }
@@ -72,7 +80,7 @@ impl From<AuditRecord> for AuditView {
             timestamp: r.timestamp,
             action: r.action,
             decision: r.decision,
-            user_id: r.user_id,
+            user_id: r.user_id.map(|p| p.text()),
             detail: r.detail,
             thread_id: r.thread_id,
             call_id: r.call_id,
@@ -99,6 +107,7 @@ mod tests {
     fn the_views_answer_what_the_rows_did() {
         let approval = ApprovalView::from(ApprovalRecord {
             id: "a1".into(),
+            kind: QuestionKind::Approval,
             agent: "helper".into(),
             thread_id: 3,
             call_id: "c1".into(),
@@ -106,11 +115,12 @@ mod tests {
             actions: vec!["tool:bash:rm x".into()],
             detail: None,
             status: ApprovalStatus::Approved,
-            requested_by: Some("api".into()),
+            requested_by: Some(crate::principal::Principal::parse("api")),
             requested_at: "2026-11-26T12:00:00.000Z".into(),
             expires_at: "2026-11-26T12:10:00.000Z".into(),
             decided_at: Some("2026-11-26T12:01:00.000Z".into()),
-            decided_by: Some("discord:42".into()),
+            decided_by: Some(crate::principal::Principal::parse("discord:42")),
+            answer: None,
         });
         assert_eq!(
             serde_json::to_string(&approval).unwrap(),

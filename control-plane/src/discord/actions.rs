@@ -11,9 +11,10 @@ use super::outbox::Outbox;
 use super::slash::{Invocation, KillWhat};
 use crate::agents::{CreateAgent, DEFAULT_PERMISSIONS};
 use crate::config::Settings;
-use crate::gate::grants::Role;
 use crate::gate::policy::{Act, allowed};
 use crate::permissions::PermissionsSetting;
+use crate::permissions::grants::Role;
+use crate::principal::Principal;
 use crate::services::Services;
 use crate::sessions::file::Trigger;
 use crate::store::{AgentRecord, AgentUpdate};
@@ -79,6 +80,7 @@ impl Actions {
     pub async fn run(&self, invocation: Invocation, caller: &Caller, guild: &dyn Guild) -> Reply {
         let role = self.roles.role_of(&caller.role_ids);
         let user = access::user_id(caller.user_id);
+        let by = Principal::person(&user);
         let act = invocation.act();
         if !allowed(role, act) {
             return Reply::private(format!(
@@ -121,15 +123,15 @@ impl Actions {
                 },
                 _,
             ) => {
-                self.init(name, system_prompt, model, permissions, &user, role, guild)
+                self.init(name, system_prompt, model, permissions, &by, role, guild)
                     .await
             }
             (Invocation::AgentDestroy { name, keep_files }, _) => {
-                return self.destroy(&name, keep_files, &user).await;
+                return self.destroy(&name, keep_files, &by).await;
             }
             (Invocation::AgentList, _) => self.list().await,
             (Invocation::AgentConfigure { name, key, value }, _) => {
-                self.configure(&name, &key, &value, &user, role).await
+                self.configure(&name, &key, &value, &by, role).await
             }
             (Invocation::ThreadList, Some(agent)) => self.threads(&agent).await,
             (Invocation::ThreadKill(what), Some(agent)) => self.kill(&agent, what, &user).await,
@@ -175,7 +177,7 @@ impl Actions {
         system_prompt: String,
         model: Option<String>,
         permissions: Option<String>,
-        user: &str,
+        user: &Principal,
         role: Role,
         guild: &dyn Guild,
     ) -> Result<String, String> {
@@ -231,7 +233,7 @@ impl Actions {
         Ok(format!("Created agent **{}** in <#{channel}>.", bound.name))
     }
 
-    async fn destroy(&self, name: &str, keep_files: bool, user: &str) -> Reply {
+    async fn destroy(&self, name: &str, keep_files: bool, user: &Principal) -> Reply {
         let channel = match self.api.store.active_agent(name).await {
             Ok(Some(agent)) => agent.discord_channel_id.and_then(|c| c.parse::<u64>().ok()),
             Ok(None) => {
@@ -298,7 +300,7 @@ impl Actions {
         name: &str,
         key: &str,
         value: &str,
-        user: &str,
+        user: &Principal,
         role: Role,
     ) -> Result<String, String> {
         let agents = &self.api.agents;

@@ -14,7 +14,7 @@ use super::access::{self, DiscordRoles};
 use super::outbox::{Outbox, Post, Request};
 use crate::feed::{Answer, ApprovalAnswered, ApprovalAsked};
 use crate::gate::ToolGate;
-use crate::gate::approvals::AnswerError;
+use crate::questions::{AnswerError, Reply};
 
 /// What a click comes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -228,7 +228,16 @@ impl ApprovalPosts {
             .get(id)
             .map(|(_, _, text)| text.clone())
             .unwrap_or_else(|| shown.to_string());
-        match self.gate.approvals().answer(id, approve, &by).await {
+        match self
+            .gate
+            .approvals()
+            .answer(
+                id,
+                if approve { Reply::Approve } else { Reply::Deny },
+                &crate::principal::Principal::person(&by),
+            )
+            .await
+        {
             Ok(_) => {
                 let outcome = outcome_line(&if approve {
                     Answer::Approved { by }

@@ -215,7 +215,13 @@ impl Messages {
         };
         let received = match self
             .runs
-            .receive_then(&agent, &incoming.content, reply_to, &user, then)
+            .receive_then(
+                &agent,
+                &incoming.content,
+                reply_to,
+                &crate::principal::Principal::person(&user),
+                then,
+            )
             .await
         {
             Ok(received) => received,

@@ -188,8 +188,8 @@ pub fn parse(command: &str, options: &[(String, OptionValue)]) -> Result<Invocat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gate::grants::Role;
     use crate::gate::policy::allowed;
+    use crate::permissions::grants::Role;
 
     fn sub(name: &str, options: &[(&str, OptionValue)]) -> Vec<(String, OptionValue)> {
         vec![(

@@ -6,16 +6,6 @@ use serde_json::Value;
 
 use crate::permissions::{bash_actions, tool_action};
 
-/// The tool name in action strings for a tool the model calls: the self-edit tools
-/// share `self_edit`, whose detail says what is edited.
-pub fn action_tool_name(tool: &str) -> &str {
-    if tool.starts_with("self_edit_") {
-        "self_edit"
-    } else {
-        tool
-    }
-}
-
 fn text<'a>(args: &'a Value, key: &str) -> &'a str {
     args.get(key).and_then(Value::as_str).unwrap_or_default()
 }

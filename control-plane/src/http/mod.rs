@@ -303,7 +303,7 @@ mod tests {
         assert!(
             tokens
                 .iter()
-                .all(|r| r.act.needs() == crate::gate::grants::Role::Admin),
+                .all(|r| r.act.needs() == crate::permissions::grants::Role::Admin),
             "{tokens:?}"
         );
     }

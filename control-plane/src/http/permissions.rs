@@ -8,9 +8,9 @@ use serde_json::{Value, json};
 
 use super::agents::active_agent;
 use super::{ApiError, ApiJson, AppState, Caller};
-use crate::gate::AnswerError;
 use crate::gate::actions::actions_for;
 use crate::permissions::{PermissionsSetting, Profile, bash_actions};
+use crate::questions::{AnswerError, Reply};
 use crate::views::{ApprovalView, AuditPage, AuditView};
 
 #[derive(Deserialize)]
@@ -61,9 +61,9 @@ pub(super) async fn answer_approval(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<AnswerBody>,
 ) -> Result<Json<ApprovalView>, ApiError> {
-    let approved = match body.decision.as_str() {
-        "approve" => true,
-        "deny" => false,
+    let reply = match body.decision.as_str() {
+        "approve" => Reply::Approve,
+        "deny" => Reply::Deny,
         other => {
             return Err(ApiError::bad_request(format!(
                 "decision must be \"approve\" or \"deny\", not \"{other}\""
@@ -73,7 +73,7 @@ pub(super) async fn answer_approval(
     match state
         .gate
         .approvals()
-        .answer(&id, approved, &caller.user)
+        .answer(&id, reply, &caller.principal())
         .await
     {
         Ok(record) => Ok(Json(record.into())),
@@ -85,6 +85,7 @@ pub(super) async fn answer_approval(
             "conflict",
             e.to_string(),
         )),
+        Err(e @ AnswerError::NotAYesOrNo(_)) => Err(ApiError::bad_request(e.to_string())),
         Err(AnswerError::Store(e)) => Err(e.into()),
     }
 }

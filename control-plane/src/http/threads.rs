@@ -58,7 +58,7 @@ pub(super) async fn send_message(
             &agent,
             &body.content,
             body.reply_to.map(ReplyTo::Message),
-            &caller.user,
+            &caller.principal(),
             crate::telemetry::trace_headers(&headers),
         )
         .await?;

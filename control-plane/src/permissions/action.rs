@@ -14,6 +14,16 @@ pub fn tool_action(tool: &str, detail: &str) -> String {
     format!("tool:{tool}:{detail}")
 }
 
+/// The tool name in action strings for a tool the model calls: the self-edit tools
+/// share `self_edit`, whose detail says what is edited.
+pub fn action_tool_name(tool: &str) -> &str {
+    if tool.starts_with("self_edit_") {
+        "self_edit"
+    } else {
+        tool
+    }
+}
+
 /// The tool an action string names (`bash` for `tool:bash:ls`), if it is well formed.
 pub fn action_tool(action: &str) -> Option<&str> {
     let rest = action.strip_prefix("tool:")?;

@@ -105,7 +105,7 @@ pub(super) enum Command {
     ThreadOf {
         generation: Generation,
         run_id: String,
-        reply: oneshot::Sender<Option<(u64, Option<String>)>>,
+        reply: oneshot::Sender<Option<(u64, Option<crate::principal::Principal>)>>,
     },
     SetWaiting {
         thread_id: u64,
@@ -137,7 +137,7 @@ pub(super) enum Command {
 struct ActiveRun {
     thread_id: u64,
     /// Who started the thread (the gate decides with their authority).
-    started_by: Option<String>,
+    started_by: Option<crate::principal::Principal>,
     /// Kept so the run can be handed to another worker if its first one dies early.
     assignment: Box<RunAssignment>,
     /// The worker generation the run was handed to, if any.

@@ -25,9 +25,10 @@ use chorus_proto::domain::{AgentChange, Failure, FailureKind, WorkerEvent};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::feed::{ApprovalAsked, FeedEvent, StatusChange, ThreadFeed};
-use crate::gate::approvals::Approvals;
-use crate::gate::profiles::ProfileCache;
+use crate::permissions::profiles::ProfileCache;
+use crate::principal::Principal;
 use crate::providers::catalog::Catalog;
+use crate::questions::Questions;
 use crate::reports::RunLimits;
 use crate::store::{AgentRecord, Store, StoreError, ThreadStatus};
 use crate::summaries::Summarizer;
@@ -147,7 +148,7 @@ pub(crate) struct Shared {
     registry: Arc<Registry>,
     catalog: Arc<Catalog>,
     profiles: Arc<ProfileCache>,
-    approvals: Arc<Approvals>,
+    approvals: Arc<Questions>,
     settings: RunSettings,
     feed: ThreadFeed,
     run_limits: RunLimits,
@@ -182,7 +183,7 @@ impl Runs {
         registry: Arc<Registry>,
         catalog: Arc<Catalog>,
         profiles: Arc<ProfileCache>,
-        approvals: Arc<Approvals>,
+        approvals: Arc<Questions>,
         summarizer: Arc<dyn Summarizer>,
         settings: RunSettings,
     ) -> Self {
@@ -256,7 +257,7 @@ impl Runs {
         agent: &AgentRecord,
         content: &str,
         reply_to: Option<ReplyTo>,
-        user: &str,
+        user: &Principal,
     ) -> Result<Received, StoreError> {
         self.receive_traced(agent, content, reply_to, user, HashMap::new())
             .await
@@ -269,7 +270,7 @@ impl Runs {
         agent: &AgentRecord,
         content: &str,
         reply_to: Option<ReplyTo>,
-        user: &str,
+        user: &Principal,
         then: OnReceived,
     ) -> Result<Received, StoreError> {
         self.receive_with(agent, content, reply_to, user, HashMap::new(), Some(then))
@@ -283,7 +284,7 @@ impl Runs {
         agent: &AgentRecord,
         content: &str,
         reply_to: Option<ReplyTo>,
-        user: &str,
+        user: &Principal,
         trace: HashMap<String, String>,
     ) -> Result<Received, StoreError> {
         self.receive_with(agent, content, reply_to, user, trace, None)
@@ -295,7 +296,7 @@ impl Runs {
         agent: &AgentRecord,
         content: &str,
         reply_to: Option<ReplyTo>,
-        user: &str,
+        user: &Principal,
         trace: HashMap<String, String>,
         then: Option<OnReceived>,
     ) -> Result<Received, StoreError> {
@@ -303,7 +304,8 @@ impl Runs {
             agent: Box::new(agent.clone()),
             content: content.to_string(),
             reply_to,
-            user: user.to_string(),
+            // The actor and the store hold its text form (see `principal`).
+            user: user.text(),
             trace,
             then,
             reply,
@@ -321,7 +323,7 @@ impl Runs {
         &self,
         agent: &AgentRecord,
         content: &str,
-        user: &str,
+        user: &Principal,
     ) -> Result<u64, StoreError> {
         Ok(self.receive(agent, content, None, user).await?.thread_id)
     }
@@ -347,7 +349,7 @@ impl Runs {
         agent: &str,
         generation: Generation,
         run_id: &str,
-    ) -> Option<(u64, Option<String>)> {
+    ) -> Option<(u64, Option<Principal>)> {
         self.ask(agent, |reply| actor::Command::ThreadOf {
             generation,
             run_id: run_id.to_string(),

@@ -38,7 +38,7 @@ use sqlx::{AnyConnection, AnyPool};
 use sqlx::{Connection, SqlSafeStr};
 
 pub use agents::{AgentIncarnation, AgentRecord, AgentStatus, AgentUpdate, NewAgent};
-pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval};
+pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval, QuestionKind};
 pub use audit::{AuditEntry, AuditRecord};
 pub use error::{DISK_FULL, StoreError, is_no_space};
 pub use jobs::{JobRecord, JobStatus, OrphanJob};
@@ -139,12 +139,13 @@ macro_rules! migrations {
             (15, "user tokens", "0015_user_tokens.sql"),
             (16, "worker credentials", "0016_worker_credentials.sql"),
             (17, "jobs", "0017_jobs.sql"),
+            (18, "questions", "0018_questions.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 17] = match backend {
+    let set: [(i64, &'static str, &'static str); 18] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };

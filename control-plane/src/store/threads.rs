@@ -10,6 +10,7 @@ use super::messages::insert_message;
 use super::run_events::{RunEvent, ThreadEvent};
 use super::runs::RunMark;
 use super::{Store, StoreError, now};
+use crate::principal::Principal;
 
 /// The columns `message_from_row` reads (a macro, so queries stay literal strings).
 macro_rules! message_columns {
@@ -94,8 +95,8 @@ pub struct ThreadRecord {
     /// How it failed, for programs; `None` unless it failed (and for threads that
     /// failed before kinds were recorded).
     pub failure_kind: Option<FailureKind>,
-    /// Who started the thread (`api`, a Discord user id …).
-    pub created_by: Option<String>,
+    /// Who started the thread (stored as its text form: `api`, `discord:42`, …).
+    pub created_by: Option<Principal>,
     /// What the thread is about, in one line.
     pub summary: Option<String>,
     /// The ended thread this one continues.
@@ -154,7 +155,9 @@ fn thread_from_row(row: &AnyRow) -> Result<ThreadRecord, StoreError> {
         ended_at: row.try_get("ended_at")?,
         error: row.try_get("error")?,
         failure_kind,
-        created_by: row.try_get("created_by")?,
+        created_by: row
+            .try_get::<Option<String>, _>("created_by")?
+            .map(|text| Principal::parse(&text)),
         summary: row.try_get("summary")?,
         continued_from: row
             .try_get::<Option<i64>, _>("continued_from")?

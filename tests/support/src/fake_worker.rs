@@ -20,9 +20,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chorus_control_plane::config::{SandboxSettings, ThreadSettings};
-use chorus_control_plane::gate::approvals::Approvals;
-use chorus_control_plane::gate::profiles::ProfileCache;
+use chorus_control_plane::permissions::profiles::ProfileCache;
+use chorus_control_plane::principal::Principal;
 use chorus_control_plane::providers::catalog::{Catalog, CatalogSnapshot, ProviderModels};
+use chorus_control_plane::questions::Questions;
 use chorus_control_plane::runs::{EventRejected, Received, ReplyTo, RunSettings, Runs};
 use chorus_control_plane::store::{
     AgentRecord, NewAgent, RunRecord, StepRecord, Store, ThreadRecord, ThreadStatus,
@@ -91,7 +92,7 @@ impl Plane {
             registry.clone(),
             Arc::new(Catalog::fixed(one_provider())),
             Arc::new(ProfileCache::default()),
-            Arc::new(Approvals::new(store.clone())),
+            Arc::new(Questions::new(store.clone())),
             summarizer.clone(),
             settings,
         ));
@@ -144,7 +145,7 @@ impl Plane {
     async fn receive(&self, agent: &str, content: &str, reply_to: Option<ReplyTo>) -> Received {
         let record = self.agent(agent).await;
         self.runs
-            .receive(&record, content, reply_to, USER)
+            .receive(&record, content, reply_to, &Principal::person(USER))
             .await
             .expect("the message is received")
     }
@@ -408,7 +409,10 @@ impl FakeWorker {
     /// call a check makes into runs): the thread and who started it, or `None`
     /// when the run is not this worker's.
     pub async fn tool_check(&self, run: &str) -> Option<(u64, Option<String>)> {
-        self.runs.thread_of(&self.agent, self.generation, run).await
+        self.runs
+            .thread_of(&self.agent, self.generation, run)
+            .await
+            .map(|(thread, by)| (thread, by.map(|p| p.text())))
     }
 
     /// The connection ends and the supervisor reports the worker lost, in the order

@@ -342,3 +342,27 @@ fn an_import_circle_is_found() {
     .collect();
     assert_eq!(import_circles(&graph), vec![vec!["a", "b", "c"]]);
 }
+
+/// The gate depends on the permission engine and its policy helpers (`profiles`,
+/// `grants`), on `questions` and on `principal`, never the reverse: no import cycle.
+#[test]
+fn the_permission_engine_questions_and_principals_use_nothing_of_the_gate() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../control-plane/src");
+    let mut files = Vec::new();
+    rust_files(&src.join("permissions"), &mut files);
+    rust_files(&src.join("questions"), &mut files);
+    files.push(src.join("principal.rs"));
+    assert!(
+        files.len() > 5,
+        "source tree not found from {}",
+        src.display()
+    );
+    let offenders: Vec<_> = files
+        .into_iter()
+        .filter(|file| {
+            let text = std::fs::read_to_string(file).unwrap();
+            text.contains("crate::gate") || text.contains("chorus_control_plane::gate")
+        })
+        .collect();
+    assert!(offenders.is_empty(), "the gate used in {offenders:?}");
+}

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use chorus_control_plane::gate::grants::Role;
 use chorus_control_plane::http::{Route, routes};
+use chorus_control_plane::permissions::grants::Role;
 use chorus_test_support::fake_model::{text, tool_call};
 use chorus_test_support::{Chorus, FakeOpenAi};
 use reqwest::{Method, StatusCode};

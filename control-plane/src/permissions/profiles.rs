@@ -7,8 +7,7 @@ use std::sync::Mutex;
 
 use chorus_proto::domain::TOOL_NAMES;
 
-use super::actions::action_tool_name;
-use crate::permissions::{PermissionsSetting, Profile, ProfileError};
+use super::{PermissionsSetting, Profile, ProfileError, action_tool_name};
 
 /// The stored form of a setting.
 pub fn to_stored(setting: &PermissionsSetting) -> String {
