@@ -13,30 +13,10 @@ use std::time::Duration;
 use chorus_proto::domain::RetryPolicy;
 use serde::Deserialize;
 
-use crate::gate::grants::Role;
+use crate::permissions::grants::Role;
 use crate::providers::{ALL_PROVIDERS, ProviderEndpoint, ProviderKind};
+use crate::secrets::Secret;
 use std::collections::HashMap;
-
-/// A value that must never reach logs: `Debug` prints a placeholder.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
 
 /// Values given on the command line or in `CHORUS_*` variables (clap merges the two).
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -203,7 +183,7 @@ pub struct FileSandbox {
     pub file_size_bytes: Option<u64>,
     /// Open files per tool process (0: no limit).
     pub open_files: Option<u64>,
-    /// Processes one bash call or background task may have at once (0: no limit).
+    /// Processes one bash call or background job may have at once (0: no limit).
     pub max_processes: Option<u32>,
 }
 

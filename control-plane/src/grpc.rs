@@ -23,13 +23,13 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::agents::name;
 use crate::config::WorkerSettings;
 use crate::gate::{Check, ToolGate};
+use crate::jobs::JobLog;
 use crate::reports::{RateLimits, WorkerRate};
 use crate::runs::Runs;
 use crate::secrets::{KnownSecrets, bearer_token};
 use crate::summaries::WorkerSummarizer;
-use crate::tasks::TaskLog;
 use crate::workers::credentials::{Admitted, JoinCredentials, Refused};
-use crate::workers::pool::{Deletion, Job, Pool};
+use crate::workers::pool::{Deletion, Pool, Work};
 use crate::workers::registry::{AttachError, Registry};
 
 /// What a worker's events are handed to.
@@ -37,7 +37,7 @@ pub struct LinkServices {
     pub registry: Arc<Registry>,
     pub runs: Arc<Runs>,
     pub gate: Arc<ToolGate>,
-    pub tasks: Arc<TaskLog>,
+    pub jobs: Arc<JobLog>,
     pub summaries: Arc<WorkerSummarizer>,
 }
 
@@ -73,7 +73,7 @@ impl WorkerLinkService {
             registry,
             runs,
             gate,
-            tasks,
+            jobs,
             summaries,
         } = services;
         WorkerLinkService {
@@ -81,7 +81,7 @@ impl WorkerLinkService {
                 registry,
                 runs,
                 gate,
-                tasks,
+                jobs,
                 summaries,
                 secrets,
                 connections,
@@ -301,7 +301,7 @@ impl WorkerLinkService {
             let membership = pool.join(peer.clone(), worker.clone(), volume.clone(), directories);
             tracing::info!(%peer, %worker, idle = pool.idle_count(), directories = holds, "dial-in worker joined the pool");
             let mut assigned = membership.assigned;
-            let job = loop {
+            let work = loop {
                 tokio::select! {
                     biased;
                     () = revoked.cancelled() => {
@@ -309,8 +309,8 @@ impl WorkerLinkService {
                         tracing::warn!(%peer, %worker, "idle dial-in link ended: its join credential was revoked");
                         return;
                     }
-                    job = &mut assigned => match job {
-                        Ok(job) => break job,
+                    work = &mut assigned => match work {
+                        Ok(work) => break work,
                         Err(_) => return,
                     },
                     message = inbound.message() => match message {
@@ -324,9 +324,9 @@ impl WorkerLinkService {
                     },
                 }
             };
-            let assignment = match job {
-                Job::Serve(assignment) => assignment,
-                Job::Delete(deletion) => {
+            let assignment = match work {
+                Work::Serve(assignment) => assignment,
+                Work::Delete(deletion) => {
                     // Revoked meanwhile: `done` is dropped, the deletion tried again.
                     tokio::select! {
                         () = revoked.cancelled() => {}
@@ -497,7 +497,7 @@ struct Link {
     registry: Arc<Registry>,
     runs: Arc<Runs>,
     gate: Arc<ToolGate>,
-    tasks: Arc<TaskLog>,
+    jobs: Arc<JobLog>,
     summaries: Arc<WorkerSummarizer>,
     /// Scrubbed from every event as it arrives.
     secrets: KnownSecrets,
@@ -522,7 +522,7 @@ impl Link {
             registry,
             runs,
             gate,
-            tasks,
+            jobs,
             summaries,
             secrets,
             connections: checks,
@@ -608,8 +608,8 @@ impl Link {
                 continue;
             }
             match secrets.scrub_event(event) {
-                event @ (WorkerEvent::TaskStarted(_) | WorkerEvent::TaskEnded { .. }) => {
-                    tasks.apply(&agent, generation, event).await
+                event @ (WorkerEvent::JobStarted(_) | WorkerEvent::JobEnded { .. }) => {
+                    jobs.apply(&agent, generation, event).await
                 }
                 WorkerEvent::Summary { request_id, result } => {
                     summaries.answered(request_id, result)
@@ -626,7 +626,7 @@ impl Link {
             }
         };
         registry.detach(&agent, generation, hung);
-        tasks.worker_gone(&agent, generation).await;
+        jobs.worker_gone(&agent, generation).await;
         tracing::info!(%agent, generation, "worker detached");
     }
 }

@@ -176,7 +176,7 @@ pub const DATABASE_LOCK_CHECK: std::time::Duration = std::time::Duration::from_s
 /// said, loudly, at every check. Releases it when stopped.
 pub async fn keep_database_lock(
     mut lock: crate::store::DatabaseLock,
-    url: crate::config::Secret,
+    url: crate::secrets::Secret,
     owner: Owner,
     stop: tokio_util::sync::CancellationToken,
 ) {

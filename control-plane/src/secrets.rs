@@ -4,6 +4,27 @@ use std::sync::Arc;
 
 use chorus_proto::domain::WorkerEvent;
 
+/// A value that must never reach logs: `Debug` prints a placeholder.
+#[derive(Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
 /// What a secret is replaced with.
 pub const REDACTED: &str = "[redacted]";
 
@@ -77,7 +98,7 @@ impl KnownSecrets {
 
     /// A worker's event with every known secret scrubbed from the text it carries.
     /// Done once, where events arrive, so nothing behind (threads, the live feed,
-    /// tasks, the log) ever sees one.
+    /// jobs, the log) ever sees one.
     pub fn scrub_event(&self, mut event: WorkerEvent) -> WorkerEvent {
         match &mut event {
             WorkerEvent::StepStarted(step) => self.scrub(&mut step.description),
@@ -91,8 +112,8 @@ impl KnownSecrets {
             WorkerEvent::RunFailed { error, .. } => self.scrub(error),
             // A secret split across two deltas is not caught here; the stored message is.
             WorkerEvent::TextDelta { text, .. } => self.scrub(text),
-            WorkerEvent::TaskStarted(task) => self.scrub(&mut task.command),
-            WorkerEvent::TaskEnded { end, .. } => self.scrub(&mut end.detail),
+            WorkerEvent::JobStarted(job) => self.scrub(&mut job.command),
+            WorkerEvent::JobEnded { end, .. } => self.scrub(&mut end.detail),
             WorkerEvent::Summary {
                 result: Ok(text) | Err(text),
                 ..

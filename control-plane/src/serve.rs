@@ -17,21 +17,23 @@ use tokio_util::task::TaskTracker;
 
 use crate::agents::AgentService;
 use crate::config::LauncherKind;
-use crate::config::{Database, Secret, Settings};
-use crate::gate::approvals::Approvals;
-use crate::gate::profiles::ProfileCache;
+use crate::config::{Database, Settings};
 use crate::gate::{GateSettings, ToolGate};
 use crate::grpc::{DialInService, LinkServices, WorkerLinkService};
-use crate::http::{self, AppState};
+use crate::http;
+use crate::jobs::JobLog;
 use crate::llm_relay::{self, RelayState};
 use crate::ownership::{DataDirLock, Owner};
+use crate::permissions::profiles::ProfileCache;
 use crate::providers::catalog::Catalog;
+use crate::questions::Questions;
 use crate::runs::{RunSettings, Runs};
+use crate::secrets::Secret;
 use crate::secrets::{KnownSecrets, random_token};
+use crate::services::Services;
 use crate::sessions::Sessions;
 use crate::store::{DatabaseLock, Store, Taken};
 use crate::summaries::WorkerSummarizer;
-use crate::tasks::TaskLog;
 use crate::workers::credentials::JoinCredentials;
 use crate::workers::launcher::{Launcher, LocalLauncher};
 use crate::workers::pool::Pool;
@@ -171,12 +173,12 @@ pub async fn start(
             }
         })
     };
-    // Generations continue from the last one recorded: tasks are keyed by them.
+    // Generations continue from the last one recorded: jobs are keyed by them.
     let registry = Arc::new(Registry::after_generation(
-        store.last_task_generation().await?,
+        store.last_job_generation().await?,
     ));
     let profiles = Arc::new(ProfileCache::default());
-    let approvals = Arc::new(Approvals::new(store.clone()));
+    let approvals = Arc::new(Questions::new(store.clone()));
     let known_secrets = KnownSecrets::new(
         settings
             .secrets()
@@ -341,16 +343,16 @@ pub async fn start(
         },
     ));
 
-    let task_log = Arc::new(TaskLog::new(
+    let job_log = Arc::new(JobLog::new(
         store.clone(),
         registry.clone(),
         runs.feed().clone(),
     ));
-    let forgotten = task_log.forget_previous().await?;
+    let forgotten = job_log.forget_previous().await?;
     if forgotten > 0 {
         tracing::warn!(
-            tasks = forgotten,
-            "background tasks left running by the last run are marked lost"
+            jobs = forgotten,
+            "background jobs left running by the last run are marked lost"
         );
     }
     let shutdown = CancellationToken::new();
@@ -369,7 +371,7 @@ pub async fn start(
                 registry: registry.clone(),
                 runs: runs.clone(),
                 gate: gate.clone(),
-                tasks: task_log.clone(),
+                jobs: job_log.clone(),
                 summaries: summaries.clone(),
             },
             known_secrets.clone(),
@@ -401,7 +403,7 @@ pub async fn start(
             known_secrets.clone(),
             run_traces.clone(),
         )?));
-    let api_state = AppState {
+    let api_state = Services {
         store: store.clone(),
         agents: agents.clone(),
         runs: runs.clone(),

@@ -29,6 +29,11 @@ pub fn check_user(user: &str) -> Result<(), String> {
         && user
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"._-@".contains(&b));
+    if user == crate::principal::SCHEDULER {
+        return Err(format!(
+            "'{user}' is reserved: the audit log names the control plane itself so; choose another user name"
+        ));
+    }
     if ok {
         Ok(())
     } else {
@@ -116,12 +121,13 @@ mod tests {
         );
     }
 
+    /// `chorus` too: it is how the control plane itself is named in records (see `principal`).
     #[test]
     fn user_names_are_plain_and_never_discord_ids() {
         for good in ["alice", "ci-bot", "a.b_c@example.org", "7"] {
             assert!(check_user(good).is_ok(), "{good}");
         }
-        for bad in ["", "discord:1", "-x", "a b", &"x".repeat(65), "é"] {
+        for bad in ["", "discord:1", "chorus", "-x", "a b", &"x".repeat(65), "é"] {
             assert!(check_user(bad).is_err(), "{bad}");
         }
         assert!(check_label("nightly CI").is_ok());

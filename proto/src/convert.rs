@@ -5,9 +5,10 @@
 
 use crate::domain::{
     AgentChange, AgentDirectory, AgentSettings, ChatMessage, ControlCommand, Credential, DialIn,
-    FailureKind, Input, ModelRoute, ResourceLimits, RetryPolicy, Role, RunAssignment,
-    SandboxPolicy, Sequenced, StepEnded, StepKind, StepStarted, SummaryRequest, TaskEnd,
-    TaskReport, TemplateFile, ToolCall, ToolDecision, ToolResult, TraceExport, Usage, WorkerEvent,
+    FailureKind, Input, JobEnd, JobOutcome, JobReport, ModelRoute, ResourceLimits, RetryPolicy,
+    Role, RunAssignment, SandboxPolicy, Sequenced, StepEnded, StepKind, StepStarted,
+    SummaryRequest, TemplateFile, ToolCall, ToolDecision, ToolResult, TraceExport, Usage,
+    WorkerEvent,
 };
 use crate::generated as pb;
 use pb::control_message::Body as ControlBody;
@@ -28,6 +29,13 @@ pub enum ProtocolError {
         message: &'static str,
         field: &'static str,
         value: i32,
+    },
+    /// A closed set carried as text on the wire, with a value outside it.
+    #[error("{message} has an unknown {field} {value:?}")]
+    UnknownValue {
+        message: &'static str,
+        field: &'static str,
+        value: String,
     },
 }
 
@@ -650,14 +658,14 @@ impl From<Sequenced> for pb::WorkerMessage {
                 arguments: call.arguments,
                 trace_context,
             }),
-            WorkerEvent::TaskStarted(t) => WorkerBody::TaskStarted(pb::TaskStarted {
-                task_id: t.task_id,
+            WorkerEvent::JobStarted(t) => WorkerBody::JobStarted(pb::JobStarted {
+                job_id: t.job_id,
                 command: t.command,
                 pid: t.pid,
             }),
-            WorkerEvent::TaskEnded { task_id, end } => WorkerBody::TaskEnded(pb::TaskEnded {
-                task_id,
-                status: end.status,
+            WorkerEvent::JobEnded { job_id, end } => WorkerBody::JobEnded(pb::JobEnded {
+                job_id,
+                status: end.status.as_str().to_owned(),
                 exit_code: end.exit_code,
                 detail: end.detail,
             }),
@@ -757,15 +765,19 @@ impl TryFrom<pb::WorkerMessage> for WorkerEvent {
                 },
                 trace_context: c.trace_context,
             },
-            WorkerBody::TaskStarted(t) => WorkerEvent::TaskStarted(TaskReport {
-                task_id: t.task_id,
+            WorkerBody::JobStarted(t) => WorkerEvent::JobStarted(JobReport {
+                job_id: t.job_id,
                 command: t.command,
                 pid: t.pid,
             }),
-            WorkerBody::TaskEnded(t) => WorkerEvent::TaskEnded {
-                task_id: t.task_id,
-                end: TaskEnd {
-                    status: t.status,
+            WorkerBody::JobEnded(t) => WorkerEvent::JobEnded {
+                job_id: t.job_id,
+                end: JobEnd {
+                    status: JobOutcome::parse(&t.status).ok_or(ProtocolError::UnknownValue {
+                        message: "JobEnded",
+                        field: "status",
+                        value: t.status,
+                    })?,
                     exit_code: t.exit_code,
                     detail: t.detail,
                 },
@@ -866,23 +878,23 @@ mod tests {
                 call: call(),
                 trace_context: HashMap::from([("traceparent".into(), "00-…".into())]),
             },
-            WorkerEvent::TaskStarted(TaskReport {
-                task_id: 2,
+            WorkerEvent::JobStarted(JobReport {
+                job_id: 2,
                 command: "npm run dev".into(),
                 pid: 4242,
             }),
-            WorkerEvent::TaskEnded {
-                task_id: 2,
-                end: TaskEnd {
-                    status: "failed".into(),
+            WorkerEvent::JobEnded {
+                job_id: 2,
+                end: JobEnd {
+                    status: JobOutcome::Failed,
                     exit_code: Some(1),
                     detail: "exit code 1".into(),
                 },
             },
-            WorkerEvent::TaskEnded {
-                task_id: 3,
-                end: TaskEnd {
-                    status: "stopped".into(),
+            WorkerEvent::JobEnded {
+                job_id: 3,
+                end: JobEnd {
+                    status: JobOutcome::Stopped,
                     exit_code: None,
                     detail: "killed by signal SIGTERM".into(),
                 },
@@ -1093,6 +1105,30 @@ mod tests {
             WorkerEvent::try_from(bad_role),
             Err(ProtocolError::UnknownEnum { value: 99, .. })
         ));
+        // A job's end is one of the outcomes a worker can report: never "running"
+        // or "lost" (the control plane's words), nor anything else.
+        for status in ["lost", "running", "exited", ""] {
+            let bad_end = pb::WorkerMessage {
+                body: Some(WorkerBody::JobEnded(pb::JobEnded {
+                    job_id: 1,
+                    status: status.into(),
+                    exit_code: None,
+                    detail: String::new(),
+                })),
+                seq: 0,
+            };
+            assert_eq!(
+                WorkerEvent::try_from(bad_end),
+                Err(ProtocolError::UnknownValue {
+                    message: "JobEnded",
+                    field: "status",
+                    value: status.into(),
+                })
+            );
+        }
+        for outcome in JobOutcome::ALL {
+            assert_eq!(JobOutcome::parse(outcome.as_str()), Some(outcome));
+        }
         let no_agent = pb::ControlMessage {
             body: Some(ControlBody::AssignRun(pb::AssignRun::default())),
         };

@@ -172,7 +172,7 @@ pub struct ResourceLimits {
     pub file_size_bytes: u64,
     /// Open file descriptors per process (RLIMIT_NOFILE).
     pub open_files: u64,
-    /// Processes one bash call or task may have alive at once.
+    /// Processes one bash call or job may have alive at once.
     pub max_processes: u32,
 }
 
@@ -528,12 +528,12 @@ pub enum WorkerEvent {
         /// W3C trace context of the worker's span making the check.
         trace_context: HashMap<String, String>,
     },
-    /// A background task started; it belongs to the worker, not to a run.
-    TaskStarted(TaskReport),
-    /// A background task ended.
-    TaskEnded {
-        task_id: u32,
-        end: TaskEnd,
+    /// A background job started; it belongs to the worker, not to a run.
+    JobStarted(JobReport),
+    /// A background job ended.
+    JobEnded {
+        job_id: u32,
+        end: JobEnd,
     },
     /// The run put a user message (injected, or an input of its assignment) into
     /// its history; the model sees it at the next call.
@@ -563,22 +563,61 @@ pub struct Sequenced {
     pub event: WorkerEvent,
 }
 
-/// A background task as it started.
+/// A background job as it started.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TaskReport {
-    pub task_id: u32,
+pub struct JobReport {
+    pub job_id: u32,
     pub command: String,
-    /// The task's shell, which leads its process group.
+    /// The job's shell, which leads its process group.
     pub pid: u32,
 }
 
-/// How a background task ended.
+/// How a background job ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TaskEnd {
-    /// "completed", "failed" or "stopped".
-    pub status: String,
+pub struct JobEnd {
+    pub status: JobOutcome,
     pub exit_code: Option<i32>,
     pub detail: String,
+}
+
+/// How a worker says a background job ended: the only ends it can report. (A job is
+/// also `running` before, or `lost` with its worker: those are the control plane's
+/// record, `store::JobStatus`, not anything a worker says.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobOutcome {
+    /// Its shell exited with 0.
+    Completed,
+    /// Its shell exited otherwise, was killed, or could not be waited for.
+    Failed,
+    /// It was stopped on request (the agent stopped it, or its worker shut down),
+    /// whatever its shell's exit.
+    Stopped,
+}
+
+impl JobOutcome {
+    pub const ALL: [JobOutcome; 3] = [
+        JobOutcome::Completed,
+        JobOutcome::Failed,
+        JobOutcome::Stopped,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobOutcome::Completed => "completed",
+            JobOutcome::Failed => "failed",
+            JobOutcome::Stopped => "stopped",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<JobOutcome> {
+        JobOutcome::ALL.into_iter().find(|o| o.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for JobOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl WorkerEvent {
@@ -587,8 +626,8 @@ impl WorkerEvent {
         match self {
             WorkerEvent::Hello { .. }
             | WorkerEvent::Heartbeat { .. }
-            | WorkerEvent::TaskStarted(_)
-            | WorkerEvent::TaskEnded { .. }
+            | WorkerEvent::JobStarted(_)
+            | WorkerEvent::JobEnded { .. }
             | WorkerEvent::Summary { .. }
             | WorkerEvent::AgentFilesDeleted { .. } => None,
             WorkerEvent::StepStarted(s) => Some(&s.run_id),

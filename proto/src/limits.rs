@@ -83,7 +83,7 @@ fn upper_bound(event: &WorkerEvent) -> usize {
                     .map(|d| d.agent.len() + d.incarnation.len() + 4 * FIELD)
                     .sum::<usize>()
         }
-        WorkerEvent::Heartbeat { .. } | WorkerEvent::TaskEnded { .. } => 0,
+        WorkerEvent::Heartbeat { .. } | WorkerEvent::JobEnded { .. } => 0,
         WorkerEvent::StepStarted(s) => s.run_id.len() + s.description.len(),
         WorkerEvent::StepEnded(s) => s.run_id.len(),
         WorkerEvent::MessageAppended { run_id, message } => run_id.len() + message_bound(message),
@@ -113,7 +113,7 @@ fn upper_bound(event: &WorkerEvent) -> usize {
                     .map(|(k, v)| k.len() + v.len() + 3 * FIELD)
                     .sum::<usize>()
         }
-        WorkerEvent::TaskStarted(t) => t.command.len(),
+        WorkerEvent::JobStarted(t) => t.command.len(),
         WorkerEvent::InputTaken { run_id, .. } => run_id.len(),
         WorkerEvent::Summary { result, .. } => match result {
             Ok(t) | Err(t) => t.len(),
@@ -123,7 +123,7 @@ fn upper_bound(event: &WorkerEvent) -> usize {
         }
     };
     let detail = match event {
-        WorkerEvent::TaskEnded { end, .. } => end.status.len() + end.detail.len(),
+        WorkerEvent::JobEnded { end, .. } => end.status.as_str().len() + end.detail.len(),
         _ => 0,
     };
     text + detail + 12 * FIELD

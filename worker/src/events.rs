@@ -2,7 +2,7 @@
 //! order. Each event of a run gets that run's next sequence number (1, 2, 3 … in the
 //! order they are queued), so the control plane can store a run's events exactly once
 //! even when they reach it twice (a reconnect, a resumed run); an event of no run
-//! (hello, heartbeat, a background task, a summary) gets 0.
+//! (hello, heartbeat, a background job, a summary) gets 0.
 //!
 //! Invariant: numbering and queueing happen under one lock, so the queue's order is
 //! the order of the numbers; a run's counter is forgotten after its `RunCompleted` or
@@ -77,7 +77,7 @@ impl EventSink {
 
 #[cfg(test)]
 mod tests {
-    use chorus_proto::domain::{ChatMessage, FailureKind, TaskEnd};
+    use chorus_proto::domain::{ChatMessage, FailureKind, JobEnd, JobOutcome};
 
     use super::*;
 
@@ -103,10 +103,10 @@ mod tests {
         sink.send(message("a"));
         sink.send(message("b"));
         sink.send(message("a"));
-        sink.send(WorkerEvent::TaskEnded {
-            task_id: 7,
-            end: TaskEnd {
-                status: "exited".into(),
+        sink.send(WorkerEvent::JobEnded {
+            job_id: 7,
+            end: JobEnd {
+                status: JobOutcome::Completed,
                 exit_code: Some(0),
                 detail: String::new(),
             },

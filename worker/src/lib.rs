@@ -8,6 +8,7 @@ pub mod connection;
 pub mod context;
 pub mod events;
 pub mod gate;
+pub mod link_tls;
 pub mod model;
 pub mod outbound;
 pub mod runner;

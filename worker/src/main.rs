@@ -8,9 +8,8 @@ use clap::Parser;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use chorus_worker::connection::{
-    self, ConnectOptions, ConnectionError, Identity, LinkEnd, LinkTls,
-};
+use chorus_worker::connection::{self, ConnectOptions, ConnectionError, Identity, LinkEnd};
+use chorus_worker::link_tls::LinkTls;
 use chorus_worker::runner::WorkerToolSettings;
 
 /// Runs one Chorus agent's tool loops. Either started by `chorus serve` for one

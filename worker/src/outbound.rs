@@ -47,13 +47,13 @@ pub fn fit(event: WorkerEvent) -> Result<WorkerEvent, TooLarge> {
             run_id,
             final_text: cut(final_text),
         }),
-        WorkerEvent::TaskStarted(mut t) => {
+        WorkerEvent::JobStarted(mut t) => {
             t.command = cut(t.command);
-            Ok(WorkerEvent::TaskStarted(t))
+            Ok(WorkerEvent::JobStarted(t))
         }
-        WorkerEvent::TaskEnded { task_id, mut end } => {
+        WorkerEvent::JobEnded { job_id, mut end } => {
             end.detail = cut(end.detail);
-            Ok(WorkerEvent::TaskEnded { task_id, end })
+            Ok(WorkerEvent::JobEnded { job_id, end })
         }
         // Exactly one Summary answers a request: an answer too long is cut, not lost.
         WorkerEvent::Summary { request_id, result } => Ok(WorkerEvent::Summary {

@@ -71,7 +71,7 @@ pub struct WorkerToolSettings {
     /// How long a writer waits for a file another thread is writing.
     pub file_lock_timeout: Duration,
     /// TLS of the link to the control plane: model calls to its relay use it too.
-    pub link_tls: Option<crate::connection::LinkTls>,
+    pub link_tls: Option<crate::link_tls::LinkTls>,
 }
 
 impl Default for WorkerToolSettings {

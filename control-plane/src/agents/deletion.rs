@@ -132,7 +132,7 @@ async fn delete_until_done(store: &Store, workers: &WorkerManager, name: &str, t
                         agent_name: name,
                         action: "agent:delete_files",
                         decision: "done",
-                        user_id: Some("chorus"),
+                        user_id: Some(&crate::principal::Principal::Scheduler),
                         detail: Some(detail),
                         thread_id: None,
                         call_id: None,

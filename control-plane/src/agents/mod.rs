@@ -17,9 +17,10 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
-use crate::gate::grants::{Role, granted, may_grant};
-use crate::gate::profiles::{offered_tools, setting_name, to_stored};
+use crate::permissions::grants::{Role, granted, may_grant};
+use crate::permissions::profiles::{offered_tools, setting_name, to_stored};
 use crate::permissions::{PermissionsSetting, Profile};
+use crate::principal::Principal;
 use crate::providers::catalog::Catalog;
 use crate::runs::Runs;
 use crate::store::{AgentRecord, AgentUpdate, AuditEntry, NewAgent, Store, StoreError};
@@ -137,7 +138,7 @@ fn check_on_ask(value: Option<String>) -> Result<Option<String>, AgentError> {
 
 /// An agent's stored permissions as a setting.
 fn stored_setting(stored: &str) -> Result<PermissionsSetting, AgentError> {
-    crate::gate::profiles::from_stored(stored)
+    crate::permissions::profiles::from_stored(stored)
         .map_err(|e| AgentError::InvalidInput(format!("the agent's stored permissions: {e}")))
 }
 
@@ -271,7 +272,7 @@ impl AgentService {
     pub async fn create(
         &self,
         request: CreateAgent,
-        user: &str,
+        user: &Principal,
         role: Role,
     ) -> Result<AgentRecord, AgentError> {
         name::validate(&request.name)?;
@@ -381,7 +382,7 @@ impl AgentService {
         setting: &PermissionsSetting,
         on_ask: &str,
         role: Role,
-        user: &str,
+        user: &Principal,
     ) -> Result<String, AgentError> {
         let refused = |what: String| {
             AgentError::Forbidden(format!(
@@ -421,7 +422,7 @@ impl AgentService {
         permissions: Option<&PermissionsSetting>,
         on_ask: Option<&str>,
         role: Role,
-        user: &str,
+        user: &Principal,
     ) -> Result<(), AgentError> {
         if let Some(value) = on_ask {
             check_on_ask(Some(value.to_string()))?;
@@ -448,7 +449,7 @@ impl AgentService {
         name: &str,
         setting: PermissionsSetting,
         role: Role,
-        user: &str,
+        user: &Principal,
     ) -> Result<String, AgentError> {
         let before = self
             .store
@@ -524,7 +525,7 @@ impl AgentService {
         name: &str,
         given: Given,
         reused: bool,
-        (role, user): (Role, &str),
+        (role, user): (Role, &Principal),
     ) -> Result<AgentRecord, AgentError> {
         let Given {
             system_prompt,
@@ -634,7 +635,7 @@ impl AgentService {
         &self,
         name: &str,
         update: AgentUpdate,
-        user: &str,
+        user: &Principal,
         role: Role,
     ) -> Result<AgentRecord, AgentError> {
         let update = AgentUpdate {
@@ -771,7 +772,7 @@ impl AgentService {
         &self,
         name: &str,
         keep_files: bool,
-        user: &str,
+        user: &Principal,
     ) -> Result<(), AgentError> {
         let Some(record) = self.store.active_agent(name).await? else {
             return Err(AgentError::NotFound(format!("no agent named '{name}'")));
@@ -900,8 +901,13 @@ impl AgentService {
                 dir.root.display()
             );
             self.store.mark_agent_destroyed(&agent.name, false).await?;
-            self.audit(&agent.name, "agent:destroy", "chorus", Some(reason.clone()))
-                .await;
+            self.audit(
+                &agent.name,
+                "agent:destroy",
+                &Principal::Scheduler,
+                Some(reason.clone()),
+            )
+            .await;
             done.push(format!("{}: marked destroyed: {reason}", agent.name));
         }
         for line in &done {
@@ -910,7 +916,7 @@ impl AgentService {
         Ok(done)
     }
 
-    async fn audit(&self, agent: &str, action: &str, user: &str, detail: Option<String>) {
+    async fn audit(&self, agent: &str, action: &str, user: &Principal, detail: Option<String>) {
         let entry = AuditEntry {
             agent_name: agent,
             action,

@@ -22,10 +22,14 @@ pub async fn follow(
     };
     let mut out = std::io::stdout();
     let mut feed = Feed::open(client, &path).await?;
+    // One listener for the whole command: a new one per pass would miss a Ctrl-C
+    // that arrives while an event is being printed.
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
     loop {
         let event = tokio::select! {
             event = feed.next() => event.map_err(|e| anyhow::anyhow!("{e}; chorus events starts it again"))?,
-            _ = tokio::signal::ctrl_c() => return Ok(true),
+            _ = &mut interrupted => return Ok(true),
         };
         let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
         if json {

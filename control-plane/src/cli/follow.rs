@@ -1,9 +1,10 @@
 //! Following one thread live (`chorus send`): the feed's events in, what to print
 //! and do out. Pure: the I/O (the event stream, the prompt) is in `send`.
 
-use serde_json::Value;
+use chorus_proto::domain::{Role, StepKind};
 
 use super::render::{Style, duration_ms, one_line};
+use crate::feed::{FeedEvent, StatusDetail};
 
 /// What the follower does with an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,7 +96,7 @@ pub struct Follow {
     /// Text was streamed since the last stored message (so it is not printed twice).
     streamed: bool,
     /// The kind of each open step, by number.
-    open_steps: std::collections::HashMap<u64, String>,
+    open_steps: std::collections::HashMap<u32, StepKind>,
 }
 
 impl Follow {
@@ -121,58 +122,49 @@ impl Follow {
         std::mem::take(&mut self.mid_line).then(|| Action::Print("\n".into()))
     }
 
-    /// The actions for one feed event (`kind`, its data with `thread_id`).
-    pub fn on_event(&mut self, kind: &str, data: &Value) -> Vec<Action> {
-        if data["thread_id"].as_u64() != Some(self.thread_id) {
+    /// The actions for one feed event of thread `thread_id` (events of other
+    /// threads are not this one's).
+    pub fn on_event(&mut self, thread_id: Option<u64>, event: &FeedEvent) -> Vec<Action> {
+        if thread_id != Some(self.thread_id) {
             return Vec::new();
         }
         let style = self.style;
-        match kind {
-            "step_started" => {
-                if let Some(number) = data["number"].as_u64() {
-                    let kind = data["kind"].as_str().unwrap_or("").to_string();
-                    self.open_steps.insert(number, kind);
-                }
-                let description = one_line(data["description"].as_str().unwrap_or(""), 100);
-                vec![self.line(style.dim(&format!(
-                    "-> step {}: {description}",
-                    data["number"].as_u64().unwrap_or(0)
-                )))]
+        match event {
+            FeedEvent::StepStarted(step) => {
+                self.open_steps.insert(step.number, step.kind);
+                let description = one_line(&step.description, 100);
+                vec![self.line(style.dim(&format!("-> step {}: {description}", step.number)))]
             }
-            "step_ended" => {
-                let took = data["duration_ms"]
-                    .as_u64()
-                    .map(duration_ms)
-                    .unwrap_or_default();
-                let number = data["number"].as_u64().unwrap_or(0);
-                let kind = self.open_steps.remove(&number).unwrap_or_default();
-                if data["failed"] == true {
+            FeedEvent::StepEnded(step) => {
+                let took = duration_ms(step.duration_ms);
+                let number = step.number;
+                let kind = self.open_steps.remove(&number);
+                if step.failed {
                     vec![self.line(style.red(&format!("   step {number} failed ({took})")))]
-                } else if kind == "llm_call" {
+                } else if kind == Some(StepKind::LlmCall) {
                     // The model's text shows the step; its end only ends the line.
                     self.end_line().into_iter().collect()
                 } else {
                     vec![self.line(style.dim(&format!("   done ({took})")))]
                 }
             }
-            "text" => {
-                let text = data["text"].as_str().unwrap_or("").to_string();
+            FeedEvent::Text { text, .. } => {
                 if text.is_empty() {
                     return Vec::new();
                 }
                 self.mid_line = !text.ends_with('\n');
                 self.streamed = true;
-                vec![Action::Print(text)]
+                vec![Action::Print(text.clone())]
             }
-            "message" => {
+            FeedEvent::Message(message) => {
                 let streamed = std::mem::take(&mut self.streamed);
-                let content = data["content"].as_str().unwrap_or("");
-                match data["role"].as_str() {
-                    Some("assistant") if !content.is_empty() && !streamed => {
+                let content = message.content.as_str();
+                match message.role {
+                    Role::Assistant if !content.is_empty() && !streamed => {
                         vec![self.line(content.trim_end().to_string())]
                     }
-                    Some("tool") => {
-                        let head = if data["is_error"] == true {
+                    Role::Tool => {
+                        let head = if message.is_error {
                             style.red("   error:")
                         } else {
                             style.dim("   result:")
@@ -182,58 +174,51 @@ impl Follow {
                     _ => Vec::new(),
                 }
             }
-            "approval" => {
-                let id = data["approval_id"].as_str().unwrap_or("").to_string();
-                let actions = data["actions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(", ");
+            FeedEvent::Approval(asked) => {
                 let question = format!(
                     "{} {} wants {}",
                     style.yellow("? approval"),
-                    data["tool"].as_str().unwrap_or("a tool"),
-                    one_line(&actions, 120)
+                    asked.tool,
+                    one_line(&asked.actions.join(", "), 120)
                 );
                 let mut actions: Vec<Action> = self.end_line().into_iter().collect();
                 actions.push(Action::Ask {
-                    approval_id: id,
+                    approval_id: asked.approval_id.clone(),
                     question,
                 });
                 actions
             }
-            "approval_answered" => {
-                let id = data["approval_id"].as_str().unwrap_or("").to_string();
-                let outcome = data["outcome"].as_str().unwrap_or("answered");
-                let by = data["by"]
-                    .as_str()
+            FeedEvent::ApprovalAnswered(answered) => {
+                let by = answered
+                    .answer
+                    .by()
                     .map(|b| format!(" by {b}"))
                     .unwrap_or_default();
                 vec![
-                    Action::Answered { approval_id: id },
-                    self.line(style.dim(&format!("   {outcome}{by}"))),
+                    Action::Answered {
+                        approval_id: answered.approval_id.clone(),
+                    },
+                    self.line(style.dim(&format!("   {}{by}", answered.answer.as_str()))),
                 ]
             }
-            "status" => match data["status"].as_str() {
-                Some(status @ ("completed" | "failed" | "killed")) => {
-                    let mut actions: Vec<Action> = self.end_line().into_iter().collect();
-                    actions.push(Action::Done {
-                        status: status.to_string(),
-                        error: data["error"].as_str().map(str::to_string),
-                    });
-                    actions
+            FeedEvent::Status(change) => {
+                match &change.detail {
+                    _ if change.status.is_finished() => {
+                        let mut actions: Vec<Action> = self.end_line().into_iter().collect();
+                        actions.push(Action::Done {
+                            status: change.status.as_str().to_string(),
+                            error: change.error().map(str::to_string),
+                        });
+                        actions
+                    }
+                    StatusDetail::Resumed { resumed, reason } => {
+                        vec![self.line(
+                            style.yellow(&format!("   resumed (attempt {resumed}): {reason}")),
+                        )]
+                    }
+                    _ => Vec::new(),
                 }
-                Some("running") if data["resumed"].is_u64() => {
-                    vec![self.line(style.yellow(&format!(
-                        "   resumed (attempt {}): {}",
-                        data["resumed"],
-                        data["reason"].as_str().unwrap_or("")
-                    )))]
-                }
-                _ => Vec::new(),
-            },
+            }
             _ => Vec::new(),
         }
     }
@@ -242,7 +227,7 @@ impl Follow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     const PLAIN: Style = Style { color: false };
 
@@ -250,9 +235,9 @@ mod tests {
         events
             .iter()
             .flat_map(|(kind, data)| {
-                let mut data = data.clone();
-                data["thread_id"] = data.get("thread_id").cloned().unwrap_or(json!(7));
-                follow.on_event(kind, &data)
+                let thread_id = data.get("thread_id").map_or(Some(7), Value::as_u64);
+                let event = FeedEvent::from_wire(kind, data.clone()).unwrap();
+                follow.on_event(thread_id, &event)
             })
             .collect()
     }

@@ -535,7 +535,7 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<bool> {
             out.show(&page, |p| render::audit(p, style))
         }
         Cmd::Jobs { agent } => {
-            let list = client.get(&format!("/api/agents/{agent}/tasks")).await?;
+            let list = client.get(&format!("/api/agents/{agent}/jobs")).await?;
             out.show(&list, |l| render::jobs(l, style))
         }
         Cmd::Events { agent } => events::follow(&client, agent.as_deref(), args.json, style).await,

@@ -4,6 +4,8 @@
 
 use serde_json::Value;
 
+use crate::feed::{FeedEvent, ThreadOrigin};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Style {
     pub color: bool,
@@ -521,7 +523,6 @@ pub fn audit(page: &Value, style: Style) -> String {
     out
 }
 
-/// `GET /api/agents/{name}/tasks`: background jobs, running first.
 /// The tools (`GET /api/tools`), or an agent's with the decision a typical call
 /// gets (`GET /api/agents/{name}/tools`): a DECISION column only then.
 pub fn tools(list: &Value, style: Style) -> String {
@@ -557,8 +558,9 @@ pub fn tools(list: &Value, style: Style) -> String {
     })
 }
 
+/// `GET /api/agents/{name}/jobs`: background jobs, running first.
 pub fn jobs(list: &Value, style: Style) -> String {
-    let rows = rows_of(&list["tasks"], |t| {
+    let rows = rows_of(&list["jobs"], |t| {
         vec![
             cell(&t["id"]),
             cell(&t["status"]),
@@ -591,82 +593,67 @@ pub fn feed_line(kind: &str, data: &Value, style: Style) -> Option<String> {
         Some(id) => style.bold(&format!("{agent} #{id}")),
         None => style.bold(agent),
     };
-    let body = match kind {
-        "text" => return None,
-        "thread_created" => format!(
-            "new thread{}{}",
-            data["user"]
-                .as_str()
-                .map(|u| format!(" from {u}"))
-                .unwrap_or_default(),
-            data["continued_from"]
-                .as_u64()
-                .map(|t| format!(", continuing #{t}"))
-                .unwrap_or_default()
+    if kind == "reset" {
+        return Some(style.yellow(&format!(
+            "(events were missed: {}; chorus threads <agent> shows where threads are)\n",
+            data["reason"].as_str().unwrap_or("the feed was reset")
+        )));
+    }
+    let Ok(event) = FeedEvent::from_wire(kind, data.clone()) else {
+        // A kind this build does not know: shown as it came.
+        return Some(format!(
+            "{head} {kind}: {}\n",
+            one_line(&data.to_string(), 100)
+        ));
+    };
+    let body = match &event {
+        FeedEvent::Text { .. } => return None,
+        FeedEvent::InputTaken { .. } => format!("{kind}: {}", one_line(&data.to_string(), 100)),
+        FeedEvent::StepEnded(step) if !step.failed => return None,
+        FeedEvent::ThreadCreated(created) => format!(
+            "new thread from {}{}",
+            created.user,
+            match &created.origin {
+                ThreadOrigin::Started {
+                    continued_from: Some(t),
+                } => format!(", continuing #{t}"),
+                _ => String::new(),
+            }
         ),
-        "status" => {
-            let status = data["status"].as_str().unwrap_or("?");
-            match data["error"].as_str() {
+        FeedEvent::Status(change) => {
+            let status = change.status.as_str();
+            match change.error() {
                 Some(error) => format!("{}: {}", style.status(status), one_line(error, 100)),
                 None => style.status(status),
             }
         }
-        "step_started" => format!(
-            "step {}: {}",
-            cell(&data["number"]),
-            one_line(data["description"].as_str().unwrap_or(""), 100)
-        ),
-        "step_ended" if data["failed"] == true => {
-            style.red(&format!("step {} failed", cell(&data["number"])))
+        FeedEvent::StepStarted(step) => {
+            format!("step {}: {}", step.number, one_line(&step.description, 100))
         }
-        "step_ended" => return None,
-        "message" => format!(
+        FeedEvent::StepEnded(step) => style.red(&format!("step {} failed", step.number)),
+        FeedEvent::Message(message) => format!(
             "{}: {}",
-            data["role"].as_str().unwrap_or("?"),
-            one_line(data["content"].as_str().unwrap_or(""), 100)
+            message.role.as_str(),
+            one_line(&message.content, 100)
         ),
-        "approval" => format!(
+        FeedEvent::Approval(asked) => format!(
             "{} {} wants {} (chorus approve {})",
             style.yellow("approval"),
-            data["tool"].as_str().unwrap_or("a tool"),
-            one_line(
-                &data["actions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                80
-            ),
-            data["approval_id"].as_str().unwrap_or("?")
+            asked.tool,
+            one_line(&asked.actions.join(", "), 80),
+            asked.approval_id
         ),
-        "approval_answered" => format!(
+        FeedEvent::ApprovalAnswered(answered) => format!(
             "approval {}{}",
-            data["outcome"].as_str().unwrap_or("answered"),
-            data["by"]
-                .as_str()
+            answered.answer.as_str(),
+            answered
+                .answer
+                .by()
                 .map(|b| format!(" by {b}"))
                 .unwrap_or_default()
         ),
-        "summary" => format!(
-            "titled: {}",
-            one_line(data["summary"].as_str().unwrap_or(""), 100)
-        ),
-        "notification" => one_line(
-            data["text"]
-                .as_str()
-                .or(data["kind"].as_str())
-                .unwrap_or("notification"),
-            120,
-        ),
-        "reset" => {
-            return Some(style.yellow(&format!(
-                "(events were missed: {}; chorus threads <agent> shows where threads are)\n",
-                data["reason"].as_str().unwrap_or("the feed was reset")
-            )));
-        }
-        other => format!("{other}: {}", one_line(&data.to_string(), 100)),
+        FeedEvent::Summary { summary } => format!("titled: {}", one_line(summary, 100)),
+        FeedEvent::Notification(notification) => one_line(notification.text(), 120),
     };
     Some(format!("{head} {body}\n"))
 }
@@ -745,12 +732,16 @@ mod tests {
         assert!(models(&json!({"providers": {}}), PLAIN).contains("chorus status"));
         let line = feed_line(
             "step_started",
-            &json!({"agent": "helper", "thread_id": 3, "number": 2, "description": "view a.md"}),
+            &json!({"agent": "helper", "thread_id": 3, "number": 2, "kind": "tool", "description": "view a.md"}),
             PLAIN,
         );
         assert_eq!(line.as_deref(), Some("helper #3 step 2: view a.md\n"));
         assert_eq!(
-            feed_line("text", &json!({"agent": "h", "thread_id": 1}), PLAIN),
+            feed_line(
+                "text",
+                &json!({"agent": "h", "thread_id": 1, "step": 1, "text": "x"}),
+                PLAIN
+            ),
             None
         );
     }

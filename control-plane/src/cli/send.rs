@@ -11,6 +11,7 @@ use super::client::Client;
 use super::feed::Feed;
 use super::follow::{Action, Follow, Prompt};
 use super::render::{Style, duration_ms};
+use crate::feed::FeedEvent;
 
 pub struct SendOptions<'a> {
     pub agent: &'a str,
@@ -65,11 +66,15 @@ pub async fn send(client: &Client, options: SendOptions<'_>) -> anyhow::Result<b
     let mut answers = interactive.then(stdin_lines);
     let mut waiting: Option<String> = None;
     let mut prompt = Prompt::default();
+    // One listener for the whole command: a new one per pass would miss a Ctrl-C
+    // that arrives while an event is being printed.
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
     loop {
         let next = tokio::select! {
             event = feed.next() => Input::Event(event),
             line = recv(&mut answers), if waiting.is_some() => Input::Line(line),
-            _ = tokio::signal::ctrl_c() => {
+            _ = &mut interrupted => {
                 eprintln!(
                     "\nstopped following thread {thread_id}; it goes on \
                      (chorus thread kill {agent} {thread_id} ends it)"
@@ -132,7 +137,11 @@ pub async fn send(client: &Client, options: SendOptions<'_>) -> anyhow::Result<b
                 json!({"kind": event.event, "id": event.id, "data": data})
             )?;
         }
-        for action in follow.on_event(&event.event, &data) {
+        // A kind this build does not know (a newer server's) is not this follower's.
+        let Ok(typed) = FeedEvent::from_wire(&event.event, data.clone()) else {
+            continue;
+        };
+        for action in follow.on_event(data["thread_id"].as_u64(), &typed) {
             match action {
                 Action::Print(text) if !options.json => {
                     write!(out, "{}", prompt.print(&text))?;

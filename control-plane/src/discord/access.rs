@@ -5,8 +5,8 @@
 
 use std::collections::HashMap;
 
-use crate::gate::grants::Role;
 use crate::gate::policy::{Act, allowed};
+use crate::permissions::grants::Role;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DiscordRoles {

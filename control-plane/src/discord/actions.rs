@@ -11,10 +11,11 @@ use super::outbox::Outbox;
 use super::slash::{Invocation, KillWhat};
 use crate::agents::{CreateAgent, DEFAULT_PERMISSIONS};
 use crate::config::Settings;
-use crate::gate::grants::Role;
 use crate::gate::policy::{Act, allowed};
-use crate::http::AppState;
 use crate::permissions::PermissionsSetting;
+use crate::permissions::grants::Role;
+use crate::principal::Principal;
+use crate::services::Services;
 use crate::sessions::file::Trigger;
 use crate::store::{AgentRecord, AgentUpdate};
 
@@ -55,7 +56,7 @@ impl Reply {
 
 /// Runs slash commands.
 pub struct Actions {
-    pub api: AppState,
+    pub api: Services,
     pub settings: Settings,
     pub roles: DiscordRoles,
     pub outbox: Arc<Outbox>,
@@ -79,6 +80,7 @@ impl Actions {
     pub async fn run(&self, invocation: Invocation, caller: &Caller, guild: &dyn Guild) -> Reply {
         let role = self.roles.role_of(&caller.role_ids);
         let user = access::user_id(caller.user_id);
+        let by = Principal::person(&user);
         let act = invocation.act();
         if !allowed(role, act) {
             return Reply::private(format!(
@@ -121,15 +123,15 @@ impl Actions {
                 },
                 _,
             ) => {
-                self.init(name, system_prompt, model, permissions, &user, role, guild)
+                self.init(name, system_prompt, model, permissions, &by, role, guild)
                     .await
             }
             (Invocation::AgentDestroy { name, keep_files }, _) => {
-                return self.destroy(&name, keep_files, &user).await;
+                return self.destroy(&name, keep_files, &by).await;
             }
             (Invocation::AgentList, _) => self.list().await,
             (Invocation::AgentConfigure { name, key, value }, _) => {
-                self.configure(&name, &key, &value, &user, role).await
+                self.configure(&name, &key, &value, &by, role).await
             }
             (Invocation::ThreadList, Some(agent)) => self.threads(&agent).await,
             (Invocation::ThreadKill(what), Some(agent)) => self.kill(&agent, what, &user).await,
@@ -153,7 +155,7 @@ impl Actions {
             }
             (Invocation::ContextHistory, Some(agent)) => self.sessions(&agent).await,
             (Invocation::Status, _) => self.status().await,
-            (Invocation::Tasks, Some(agent)) => self.tasks(&agent).await,
+            (Invocation::Jobs, Some(agent)) => self.jobs(&agent).await,
             (Invocation::Settings, _) => Ok(self.settings_text().await),
             (_, None) => Err("this command needs the channel's agent".into()),
         };
@@ -175,7 +177,7 @@ impl Actions {
         system_prompt: String,
         model: Option<String>,
         permissions: Option<String>,
-        user: &str,
+        user: &Principal,
         role: Role,
         guild: &dyn Guild,
     ) -> Result<String, String> {
@@ -231,7 +233,7 @@ impl Actions {
         Ok(format!("Created agent **{}** in <#{channel}>.", bound.name))
     }
 
-    async fn destroy(&self, name: &str, keep_files: bool, user: &str) -> Reply {
+    async fn destroy(&self, name: &str, keep_files: bool, user: &Principal) -> Reply {
         let channel = match self.api.store.active_agent(name).await {
             Ok(Some(agent)) => agent.discord_channel_id.and_then(|c| c.parse::<u64>().ok()),
             Ok(None) => {
@@ -298,7 +300,7 @@ impl Actions {
         name: &str,
         key: &str,
         value: &str,
-        user: &str,
+        user: &Principal,
         role: Role,
     ) -> Result<String, String> {
         let agents = &self.api.agents;
@@ -552,20 +554,20 @@ impl Actions {
         ))
     }
 
-    async fn tasks(&self, agent: &AgentRecord) -> Result<String, String> {
-        let tasks = self
+    async fn jobs(&self, agent: &AgentRecord) -> Result<String, String> {
+        let jobs = self
             .api
             .store
-            .tasks(&agent.name, 50)
+            .jobs(&agent.name, 50)
             .await
             .map_err(|e| e.to_string())?;
-        if tasks.is_empty() {
-            return Ok(format!("**{}** has no background tasks.", agent.name));
+        if jobs.is_empty() {
+            return Ok(format!("**{}** has no background jobs.", agent.name));
         }
-        let mut out = format!("Background tasks of **{}**:\n", agent.name);
-        for t in tasks {
+        let mut out = format!("Background jobs of **{}**:\n", agent.name);
+        for t in jobs {
             out.push_str(&format!(
-                "- task {} · {}{} · `{}` · since {}\n",
+                "- job {} · {}{} · `{}` · since {}\n",
                 t.id,
                 t.status,
                 t.exit_code

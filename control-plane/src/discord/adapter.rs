@@ -30,7 +30,7 @@ use super::rest::RestTransport;
 use super::slash::{self, OptionValue};
 use super::split::{ATTACH_AFTER_CHARS, MESSAGE_CHARS, Outgoing, plan};
 use crate::config::{DiscordSettings, Settings};
-use crate::http::AppState;
+use crate::services::Services;
 
 /// A command not done by then is deferred (Discord drops an interaction that gets
 /// no answer within 3 s) and finished with an edit of the deferred answer.
@@ -320,7 +320,7 @@ pub fn intents() -> GatewayIntents {
 /// uses: a slash command does what the matching request does, as its Discord user.
 pub async fn start(
     discord: DiscordSettings,
-    api: AppState,
+    api: Services,
     settings: Settings,
 ) -> anyhow::Result<JoinHandle<()>> {
     let token = discord.token.expose().to_string();

@@ -12,8 +12,9 @@ use serde_json::{Value, json};
 
 use super::access::{self, DiscordRoles};
 use super::outbox::{Outbox, Post, Request};
+use crate::feed::{Answer, ApprovalAnswered, ApprovalAsked};
 use crate::gate::ToolGate;
-use crate::gate::approvals::AnswerError;
+use crate::questions::{AnswerError, Reply};
 
 /// What a click comes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,16 +53,9 @@ pub fn buttons(approval_id: &str) -> Value {
 }
 
 /// The text of an approval request (the feed's `approval` event).
-pub fn request_text(agent: &str, thread: u64, data: &Value) -> String {
-    let tool = data["tool"].as_str().unwrap_or("a tool");
-    let actions: Vec<&str> = data["actions"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    let why: Vec<&str> = data["why"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+pub fn request_text(agent: &str, thread: u64, asked: &ApprovalAsked) -> String {
+    let tool = &asked.tool;
+    let (actions, why) = (&asked.actions, &asked.why);
     let mut text = format!("🔐 **{agent}** (thread #{thread}) asks to use `{tool}`:\n");
     let listed = actions.join("\n").replace("```", "'''");
     text.push_str(&format!(
@@ -71,10 +65,7 @@ pub fn request_text(agent: &str, thread: u64, data: &Value) -> String {
     if !why.is_empty() {
         text.push_str(&format!("Why it asks: {}\n", why.join("; ")));
     }
-    if let Some(expires) = data["expires_at"]
-        .as_str()
-        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-    {
+    if let Ok(expires) = chrono::DateTime::parse_from_rfc3339(&asked.expires_at) {
         text.push_str(&format!(
             "Denied unless answered <t:{}:R>.",
             expires.timestamp()
@@ -85,18 +76,18 @@ pub fn request_text(agent: &str, thread: u64, data: &Value) -> String {
 
 /// The outcome line added when an approval is settled (the feed's
 /// `approval_answered`).
-pub fn outcome_line(data: &Value) -> String {
-    let by = match data["by"].as_str() {
+pub fn outcome_line(answer: &Answer) -> String {
+    let by = match answer.by() {
         Some(by) => match by.strip_prefix("discord:") {
             Some(id) => format!(" by <@{id}>"),
             None => format!(" by {by}"),
         },
         None => String::new(),
     };
-    match data["outcome"].as_str() {
-        Some("approved") => format!("**Approved**{by}."),
-        Some("denied") => format!("**Denied**{by}."),
-        _ => "**Expired — denied.** Nobody answered in time.".to_string(),
+    match answer {
+        Answer::Approved { .. } => format!("**Approved**{by}."),
+        Answer::Denied { .. } => format!("**Denied**{by}."),
+        Answer::Expired => "**Expired — denied.** Nobody answered in time.".to_string(),
     }
 }
 
@@ -123,7 +114,7 @@ struct Known {
     /// (channel, message, request text).
     posted: HashMap<String, (u64, u64, String)>,
     /// The `approval_answered` data of approvals settled before they were posted.
-    early: HashMap<String, serde_json::Value>,
+    early: HashMap<String, Answer>,
 }
 
 impl ApprovalPosts {
@@ -141,11 +132,9 @@ impl ApprovalPosts {
     }
 
     /// Posts an approval request with its buttons in `channel`.
-    pub async fn asked(&self, channel: u64, agent: &str, thread: u64, data: &Value) {
-        let Some(id) = data["approval_id"].as_str() else {
-            return;
-        };
-        let text = request_text(agent, thread, data);
+    pub async fn asked(&self, channel: u64, agent: &str, thread: u64, asked: &ApprovalAsked) {
+        let id = asked.approval_id.as_str();
+        let text = request_text(agent, thread, asked);
         let post = Post {
             components: Some(buttons(id)),
             ..Post::text(&text)
@@ -163,8 +152,8 @@ impl ApprovalPosts {
                     early
                 };
                 // Settled while it was being posted: show the outcome now.
-                if let Some(answered) = early {
-                    self.show_outcome(channel, message, thread, &text, &answered)
+                if let Some(answer) = early {
+                    self.show_outcome(channel, message, thread, &text, id, &answer)
                         .await;
                 }
             }
@@ -175,20 +164,18 @@ impl ApprovalPosts {
     }
 
     /// Shows how an approval was settled on its message (buttons removed).
-    pub async fn answered(&self, thread: u64, data: &Value) {
-        let Some(id) = data["approval_id"].as_str() else {
-            return;
-        };
+    pub async fn answered(&self, thread: u64, answered: &ApprovalAnswered) {
+        let id = answered.approval_id.as_str();
         let posted = {
             let mut known = self.known();
             let posted = known.posted.remove(id);
             if posted.is_none() {
-                known.early.insert(id.to_string(), data.clone());
+                known.early.insert(id.to_string(), answered.answer.clone());
             }
             posted
         };
         if let Some((channel, message, request)) = posted {
-            self.show_outcome(channel, message, thread, &request, data)
+            self.show_outcome(channel, message, thread, &request, id, &answered.answer)
                 .await;
         }
     }
@@ -199,12 +186,12 @@ impl ApprovalPosts {
         message: u64,
         thread: u64,
         request: &str,
-        data: &Value,
+        id: &str,
+        answer: &Answer,
     ) {
-        let id = data["approval_id"].as_str().unwrap_or("");
         let post = Post {
             components: Some(json!([])),
-            ..Post::text(&settled(request, &outcome_line(data)))
+            ..Post::text(&settled(request, &outcome_line(answer)))
         };
         if let Err(e) = self
             .outbox
@@ -241,11 +228,22 @@ impl ApprovalPosts {
             .get(id)
             .map(|(_, _, text)| text.clone())
             .unwrap_or_else(|| shown.to_string());
-        match self.gate.approvals().answer(id, approve, &by).await {
+        match self
+            .gate
+            .approvals()
+            .answer(
+                id,
+                if approve { Reply::Approve } else { Reply::Deny },
+                &crate::principal::Principal::person(&by),
+            )
+            .await
+        {
             Ok(_) => {
-                let outcome = outcome_line(&json!({
-                    "outcome": if approve { "approved" } else { "denied" }, "by": by,
-                }));
+                let outcome = outcome_line(&if approve {
+                    Answer::Approved { by }
+                } else {
+                    Answer::Denied { by }
+                });
                 Click::Answered(settled(&request, &outcome))
             }
             Err(AnswerError::Settled { status, .. }) => {
@@ -282,12 +280,14 @@ mod tests {
 
     #[test]
     fn the_request_says_what_and_why_and_the_outcome_replaces_the_countdown() {
-        let data = json!({
-            "approval_id": "a1", "tool": "bash", "actions": ["bash:rm -rf build"],
-            "why": ["bash:rm -rf build: matches ask rule 'bash:rm *'"],
-            "expires_at": "2026-11-23T12:10:00Z",
-        });
-        let text = request_text("helper", 4, &data);
+        let asked = ApprovalAsked {
+            approval_id: "a1".into(),
+            tool: "bash".into(),
+            actions: vec!["bash:rm -rf build".into()],
+            why: vec!["bash:rm -rf build: matches ask rule 'bash:rm *'".into()],
+            expires_at: "2026-11-23T12:10:00Z".into(),
+        };
+        let text = request_text("helper", 4, &asked);
         assert!(
             text.contains("**helper** (thread #4) asks to use `bash`"),
             "{text}"
@@ -298,15 +298,17 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("<t:1795435800:R>"), "{text}");
-        let expired = settled(&text, &outcome_line(&json!({"outcome": "expired"})));
+        let expired = settled(&text, &outcome_line(&Answer::Expired));
         assert!(expired.ends_with("**Expired — denied.** Nobody answered in time."));
         assert!(!expired.contains("Denied unless"), "{expired}");
         assert_eq!(
-            outcome_line(&json!({"outcome": "approved", "by": "discord:42"})),
+            outcome_line(&Answer::Approved {
+                by: "discord:42".into()
+            }),
             "**Approved** by <@42>."
         );
         assert_eq!(
-            outcome_line(&json!({"outcome": "denied", "by": "api"})),
+            outcome_line(&Answer::Denied { by: "api".into() }),
             "**Denied** by api."
         );
     }

@@ -1,7 +1,8 @@
 //! The slash commands Chorus registers (issue 12's pinned interface): `agent`
 //! (`init`, `destroy`, `list`, `configure`), `thread` (`list`, `kill`, `history`),
-//! `context` (`save`, `clear`, `restore`, `history`), and `status`, `tasks`,
-//! `settings`.
+//! `context` (`save`, `clear`, `restore`, `history`), and `status`, `jobs`,
+//! `settings`. `tasks` is `jobs` under its old name, kept registered so the command
+//! people know still answers; the task board will take that name.
 
 use serenity::all::{CommandOptionType, CreateCommand, CreateCommandOption};
 
@@ -81,7 +82,9 @@ pub fn all() -> Vec<CreateCommand> {
             )
             .add_option(sub("history", "Saved sessions, newest first")),
         CreateCommand::new("status").description("Chorus's providers, agents and what to set next"),
-        CreateCommand::new("tasks").description("This channel's agent's background tasks"),
+        CreateCommand::new("jobs").description("This channel's agent's background jobs"),
+        CreateCommand::new("tasks")
+            .description("Same as /jobs for now (this name will list the task board)"),
         CreateCommand::new("settings").description("Default model, permissions and idle timeout"),
     ]
 }

@@ -17,7 +17,7 @@ use super::access::{self, DiscordRoles};
 use super::outbox::{Outbox, Post, Request};
 use super::split::{ATTACH_AFTER_CHARS, MESSAGE_CHARS, Outgoing, plan};
 use super::status::{Pacer, Progress};
-use crate::feed::ThreadEvent;
+use crate::feed::{FeedEvent, ThreadEvent};
 use crate::gate::ToolGate;
 use crate::runs::{ReplyTo, Runs};
 use crate::store::{OwedAnswer, Store, ThreadStatus};
@@ -215,7 +215,13 @@ impl Messages {
         };
         let received = match self
             .runs
-            .receive_then(&agent, &incoming.content, reply_to, &user, then)
+            .receive_then(
+                &agent,
+                &incoming.content,
+                reply_to,
+                &crate::principal::Principal::person(&user),
+                then,
+            )
             .await
         {
             Ok(received) => received,
@@ -341,7 +347,7 @@ impl Messages {
                     event = events.recv() => match event {
                         Ok(event) if event.agent == agent && event.thread_id == Some(thread) => {
                             if event.is_final() {
-                                break event.data["status"].as_str().unwrap_or("ended").to_string();
+                                break event.event.status().map_or("ended", |s| s.status.as_str()).to_string();
                             }
                             if see(&mut progress, &event) {
                                 pacer.changed();
@@ -496,18 +502,16 @@ impl Messages {
 
 /// Takes one of the thread's events into its progress; whether it changed.
 fn see(progress: &mut Progress, event: &ThreadEvent) -> bool {
-    match event.kind {
-        "step_started" => {
-            let number = event.data["number"].as_u64().unwrap_or(0) as u32;
-            let description = event.data["description"].as_str().unwrap_or("").to_string();
-            progress.step = Some((number, description));
+    match &event.event {
+        FeedEvent::StepStarted(step) => {
+            progress.step = Some((step.number, step.description.clone()));
         }
-        "step_ended" => {
+        FeedEvent::StepEnded(_) => {
             progress.steps_done += 1;
             progress.step = None;
         }
-        "approval" => progress.waiting = true,
-        "approval_answered" => progress.waiting = false,
+        FeedEvent::Approval(_) => progress.waiting = true,
+        FeedEvent::ApprovalAnswered(_) => progress.waiting = false,
         _ => return false,
     }
     true

@@ -9,6 +9,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::approvals::ApprovalPosts;
 use super::outbox::Outbox;
+use crate::feed::FeedEvent;
 use crate::runs::Runs;
 use crate::store::Store;
 
@@ -32,8 +33,8 @@ pub async fn watch_feed(
             Err(RecvError::Closed) => return,
         };
         if !matches!(
-            event.kind,
-            "notification" | "approval" | "approval_answered"
+            event.event,
+            FeedEvent::Notification(_) | FeedEvent::Approval(_) | FeedEvent::ApprovalAnswered(_)
         ) {
             continue;
         }
@@ -47,20 +48,17 @@ pub async fn watch_feed(
         // the feed must not fall behind meanwhile.
         let (outbox, approvals) = (outbox.clone(), approvals.clone());
         tokio::spawn(async move {
-            match event.kind {
-                "notification" => {
-                    if let Some(text) = event.data["text"].as_str()
-                        && let Err(e) = outbox.post(channel, 0, text, None).await
-                    {
+            match &event.event {
+                FeedEvent::Notification(notification) => {
+                    if let Err(e) = outbox.post(channel, 0, notification.text(), None).await {
                         tracing::warn!(agent = %event.agent, error = %e, "cannot post a notification on Discord");
                     }
                 }
-                "approval" => {
-                    approvals
-                        .asked(channel, &event.agent, thread, &event.data)
-                        .await
+                FeedEvent::Approval(asked) => {
+                    approvals.asked(channel, &event.agent, thread, asked).await
                 }
-                _ => approvals.answered(thread, &event.data).await,
+                FeedEvent::ApprovalAnswered(answered) => approvals.answered(thread, answered).await,
+                _ => {}
             }
         });
     }

@@ -62,7 +62,8 @@ pub trait Transport: Send + Sync + 'static {
     async fn send(&self, channel: u64, request: &Request) -> Sent;
 }
 
-struct Job {
+/// A request waiting its turn, with the caller waiting for its answer.
+struct Queued {
     request: Request,
     done: oneshot::Sender<Result<u64, String>>,
 }
@@ -70,7 +71,7 @@ struct Job {
 /// The senders of every channel, each started on first use.
 pub struct Outbox {
     transport: Arc<dyn Transport>,
-    channels: Mutex<HashMap<u64, mpsc::UnboundedSender<(u64, Job)>>>,
+    channels: Mutex<HashMap<u64, mpsc::UnboundedSender<(u64, Queued)>>>,
 }
 
 impl Outbox {
@@ -101,7 +102,7 @@ impl Outbox {
     /// returns the id of the message posted or edited.
     pub async fn send(&self, channel: u64, lane: u64, request: Request) -> Result<u64, String> {
         let (done, posted) = oneshot::channel();
-        let job = Job { request, done };
+        let queued = Queued { request, done };
         let sender = {
             let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
             channels
@@ -114,7 +115,7 @@ impl Outbox {
                 .clone()
         };
         sender
-            .send((lane, job))
+            .send((lane, queued))
             .map_err(|_| "the channel's sender stopped".to_string())?;
         posted
             .await
@@ -126,33 +127,33 @@ impl Outbox {
 async fn drive(
     channel: u64,
     transport: Arc<dyn Transport>,
-    mut jobs: mpsc::UnboundedReceiver<(u64, Job)>,
+    mut incoming: mpsc::UnboundedReceiver<(u64, Queued)>,
 ) {
-    let mut queue: ChannelQueue<u64, Job> = ChannelQueue::default();
+    let mut queue: ChannelQueue<u64, Queued> = ChannelQueue::default();
     loop {
         let next = queue.next_at(Instant::now());
         tokio::select! {
-            job = jobs.recv() => match job {
-                Some((lane, job)) => queue.push(lane, job),
+            queued = incoming.recv() => match queued {
+                Some((lane, queued)) => queue.push(lane, queued),
                 None if queue.is_empty() => return,
                 None => {}
             },
             _ = sleep_until(next), if next.is_some() => {
                 let now = Instant::now();
-                let Some((lane, job)) = queue.pop(now) else { continue };
-                match transport.send(channel, &job.request).await {
+                let Some((lane, queued)) = queue.pop(now) else { continue };
+                match transport.send(channel, &queued.request).await {
                     Sent::Posted { id, rate } => {
                         queue.answered(rate, Instant::now());
-                        let _ = job.done.send(Ok(id));
+                        let _ = queued.done.send(Ok(id));
                     }
                     Sent::RateLimited { retry_after, rate } => {
                         tracing::warn!(channel, ?retry_after, "Discord rate limit; waiting it out");
                         queue.answered(rate, Instant::now());
-                        queue.rate_limited(lane, job, retry_after, Instant::now());
+                        queue.rate_limited(lane, queued, retry_after, Instant::now());
                     }
                     Sent::Failed(reason) => {
                         tracing::error!(channel, %reason, "Discord refused a message");
-                        let _ = job.done.send(Err(reason));
+                        let _ = queued.done.send(Err(reason));
                     }
                 }
             }

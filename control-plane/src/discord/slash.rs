@@ -49,7 +49,8 @@ pub enum Invocation {
     },
     ContextHistory,
     Status,
-    Tasks,
+    /// `/jobs` (and `/tasks`, its old name, until the task board takes that word).
+    Jobs,
     Settings,
 }
 
@@ -71,7 +72,7 @@ impl Invocation {
                 | Invocation::ContextClear
                 | Invocation::ContextRestore { .. }
                 | Invocation::ContextHistory
-                | Invocation::Tasks
+                | Invocation::Jobs
         )
     }
 
@@ -90,7 +91,7 @@ impl Invocation {
             | Invocation::ThreadHistory(_)
             | Invocation::ContextHistory
             | Invocation::Status
-            | Invocation::Tasks
+            | Invocation::Jobs
             | Invocation::Settings => Act::Look,
         }
     }
@@ -177,7 +178,7 @@ pub fn parse(command: &str, options: &[(String, OptionValue)]) -> Result<Invocat
         },
         ("context", Some("history")) => Invocation::ContextHistory,
         ("status", None) => Invocation::Status,
-        ("tasks", None) => Invocation::Tasks,
+        ("jobs" | "tasks", None) => Invocation::Jobs,
         ("settings", None) => Invocation::Settings,
         (command, Some(sub)) => return Err(format!("`/{command} {sub}` is not a Chorus command")),
         (command, None) => return Err(format!("`/{command}` is not a Chorus command")),
@@ -187,8 +188,8 @@ pub fn parse(command: &str, options: &[(String, OptionValue)]) -> Result<Invocat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gate::grants::Role;
     use crate::gate::policy::allowed;
+    use crate::permissions::grants::Role;
 
     fn sub(name: &str, options: &[(&str, OptionValue)]) -> Vec<(String, OptionValue)> {
         vec![(
@@ -264,7 +265,8 @@ mod tests {
     #[test]
     fn top_level_commands_and_unknown_ones() {
         assert_eq!(parse("status", &[]), Ok(Invocation::Status));
-        assert_eq!(parse("tasks", &[]), Ok(Invocation::Tasks));
+        assert_eq!(parse("jobs", &[]), Ok(Invocation::Jobs));
+        assert_eq!(parse("tasks", &[]), Ok(Invocation::Jobs), "the old name");
         assert_eq!(
             parse(
                 "agent",

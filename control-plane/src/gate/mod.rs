@@ -8,10 +8,7 @@
 //! goes wrong (no profile, no answer, a restart) is a deny.
 
 pub mod actions;
-pub mod approvals;
-pub mod grants;
 pub mod policy;
-pub mod profiles;
 pub mod redact;
 
 use std::collections::HashMap;
@@ -22,15 +19,17 @@ use chorus_proto::domain::{ControlCommand, ToolCall, ToolDecision, ToolResult};
 use serde_json::json;
 
 use crate::agents::AgentService;
+use crate::feed::{Answer, ApprovalAnswered, ApprovalAsked, FeedEvent};
+use crate::permissions::grants::Role;
+use crate::permissions::profiles::{self, ProfileCache};
 use crate::permissions::{Decision, Explanation, PermissionsSetting};
+use crate::principal::{Frontend, Person, Principal, root_person};
+use crate::questions::{Outcome, QuestionKind, Questions};
 use crate::runs::Runs;
 use crate::store::{AgentUpdate, AuditEntry, NewApproval, Store, format_time};
 use crate::workers::registry::{Generation, Registry};
 use actions::actions_for;
-use approvals::{Approvals, Outcome};
-use grants::Role;
 use opentelemetry::KeyValue;
-use profiles::ProfileCache;
 use tracing::Instrument;
 
 /// Settings of the gate.
@@ -77,19 +76,24 @@ impl GateSettings {
     /// With no known user (a thread whose creator cannot be read), the lowest: an
     /// agent never acts with an authority nobody gave it.
     pub fn role_of(&self, user: Option<&str>) -> Role {
-        let Some(user) = user else {
+        self.role_of_person(user.map(Person::from_user_id).as_ref())
+    }
+
+    /// The role of a person (see [`GateSettings::role_of`]); `None`, the lowest.
+    pub fn role_of_person(&self, person: Option<&Person>) -> Role {
+        let Some(person) = person else {
             return Role::Viewer;
         };
-        if let Some(role) = self.roles.get(user) {
+        let user = person.user_id();
+        if let Some(role) = self.roles.get(&user) {
             return *role;
         }
-        if let Some(role) = self.vouched.get(user) {
+        if let Some(role) = self.vouched.get(&user) {
             return role;
         }
-        if user.starts_with("discord:") {
-            Role::Viewer
-        } else {
-            self.default_role
+        match person.frontend {
+            Frontend::Discord => Role::Viewer,
+            Frontend::Http => self.default_role,
         }
     }
 }
@@ -99,7 +103,7 @@ pub struct ToolGate {
     registry: Arc<Registry>,
     runs: Arc<Runs>,
     agents: Arc<AgentService>,
-    approvals: Arc<Approvals>,
+    approvals: Arc<Questions>,
     profiles: Arc<ProfileCache>,
     settings: GateSettings,
 }
@@ -121,7 +125,7 @@ impl ToolGate {
         registry: Arc<Registry>,
         runs: Arc<Runs>,
         agents: Arc<AgentService>,
-        approvals: Arc<Approvals>,
+        approvals: Arc<Questions>,
         profiles: Arc<ProfileCache>,
         settings: GateSettings,
     ) -> Self {
@@ -141,7 +145,7 @@ impl ToolGate {
         &self.profiles
     }
 
-    pub fn approvals(&self) -> &Arc<Approvals> {
+    pub fn approvals(&self) -> &Arc<Questions> {
         &self.approvals
     }
 
@@ -218,7 +222,7 @@ impl ToolGate {
         };
         // The run's thread and who started it, from the actor that owns the run
         // (no read of the store).
-        let Some((thread_id, user)) = self
+        let Some((thread_id, started_by)) = self
             .runs
             .thread_of(&check.agent, check.generation, &check.run_id)
             .await
@@ -262,7 +266,7 @@ impl ToolGate {
             let action = shown_actions.join("\n");
             let store = self.store.clone();
             let agent = check.agent.clone();
-            let user = user.clone();
+            let user = started_by.clone();
             let call_id = call.id.clone();
             let worker = worker.clone();
             async move {
@@ -270,7 +274,7 @@ impl ToolGate {
                     agent_name: &agent,
                     action: &action,
                     decision,
-                    user_id: user.as_deref(),
+                    user_id: user.as_ref(),
                     detail: Some(detail),
                     thread_id: Some(thread_id),
                     call_id: Some(&call_id),
@@ -314,18 +318,19 @@ impl ToolGate {
                         .ask(
                             check,
                             thread_id,
-                            user.clone(),
+                            started_by.clone(),
                             &shown_actions,
                             &detail,
                             &explanations,
                         )
                         .await;
                     match answer {
-                        Ok(Outcome::Answered(answer)) if answer.approved => {
-                            audit("ask_approved", Some(&explanations), Some(&answer.by)).await
+                        Ok(Outcome::Answered(answer)) if answer.approved() => {
+                            audit("ask_approved", Some(&explanations), Some(&answer.by.text()))
+                                .await
                         }
                         Ok(Outcome::Answered(answer)) => {
-                            audit("ask_denied", Some(&explanations), Some(&answer.by)).await;
+                            audit("ask_denied", Some(&explanations), Some(&answer.by.text())).await;
                             return deny(format!(
                                 "Permission denied by {}: {} was not approved",
                                 answer.by,
@@ -352,7 +357,9 @@ impl ToolGate {
             request_id: check.request_id,
             allowed: true,
             message: String::new(),
-            result: self.execute_here(check, user.as_deref()).await,
+            result: self
+                .execute_here(check, thread_id, started_by.as_ref())
+                .await,
         }
     }
 
@@ -362,7 +369,7 @@ impl ToolGate {
         &self,
         check: &Check,
         thread_id: u64,
-        user: Option<String>,
+        user: Option<Principal>,
         actions: &[String],
         detail: &str,
         explanations: &[Explanation],
@@ -373,6 +380,7 @@ impl ToolGate {
                 .unwrap_or(chrono::Duration::minutes(10));
         let request = NewApproval {
             id: id.clone(),
+            kind: QuestionKind::Approval,
             agent_name: check.agent.clone(),
             thread_id,
             call_id: check.call.id.clone(),
@@ -414,13 +422,22 @@ impl ToolGate {
         self.runs.publish_approval(
             &check.agent,
             thread_id,
-            json!({
-                "approval_id": id, "tool": check.call.name, "actions": actions, "expires_at": request.expires_at,
+            ApprovalAsked {
+                approval_id: id.clone(),
+                tool: check.call.name.clone(),
+                actions: actions.to_vec(),
+                expires_at: request.expires_at.clone(),
                 // Why it asks (the rules), for front ends that show the request.
-                "why": explanations.iter().filter(|e| e.decision == Decision::Ask)
-                    .map(|e| self.settings.known_secrets.scrubbed(&format!("{}: {}", e.action, e.reason)))
-                    .collect::<Vec<_>>(),
-            }),
+                why: explanations
+                    .iter()
+                    .filter(|e| e.decision == Decision::Ask)
+                    .map(|e| {
+                        self.settings
+                            .known_secrets
+                            .scrubbed(&format!("{}: {}", e.action, e.reason))
+                    })
+                    .collect(),
+            },
         );
         // The wait for a person is a span of its own, with how it ended.
         let wait_span = tracing::info_span!(
@@ -439,35 +456,42 @@ impl ToolGate {
             Outcome::Answered(answer) => {
                 wait_span.record(
                     "outcome",
-                    if answer.approved {
+                    if answer.approved() {
                         "approved"
                     } else {
                         "denied"
                     },
                 );
-                wait_span.record("by", answer.by.as_str());
+                wait_span.record("by", answer.by.text().as_str());
             }
             Outcome::Expired => {
                 wait_span.record("outcome", "expired");
             }
         }
         let answered = match &outcome {
-            Outcome::Answered(answer) => json!({
-                "approval_id": id,
-                "outcome": if answer.approved { "approved" } else { "denied" },
-                "by": answer.by,
-            }),
-            Outcome::Expired => json!({"approval_id": id, "outcome": "expired"}),
+            Outcome::Answered(answer) if answer.approved() => Answer::Approved {
+                by: answer.by.text(),
+            },
+            Outcome::Answered(answer) => Answer::Denied {
+                by: answer.by.text(),
+            },
+            Outcome::Expired => Answer::Expired,
         };
         tracing::info!(
             agent = %check.agent,
             thread_id,
-            outcome = %answered["outcome"].as_str().unwrap_or("answered"),
-            by = answered["by"].as_str().unwrap_or("-"),
+            outcome = %answered.as_str(),
+            by = answered.by().unwrap_or("-"),
             "approval {id} answered"
         );
-        self.runs
-            .publish(&check.agent, thread_id, "approval_answered", answered);
+        self.runs.publish(
+            &check.agent,
+            thread_id,
+            FeedEvent::ApprovalAnswered(ApprovalAnswered {
+                approval_id: id.clone(),
+                answer: answered,
+            }),
+        );
         self.runs.set_waiting(&check.agent, thread_id, false).await;
         Ok(outcome)
     }
@@ -478,7 +502,7 @@ impl ToolGate {
         &self,
         agent: &str,
         update: AgentUpdate,
-        (user, role): (&str, Role),
+        (user, role): (&Principal, Role),
         done: String,
     ) -> Result<String, String> {
         self.agents
@@ -488,9 +512,23 @@ impl ToolGate {
             .map_err(|e| e.to_string())
     }
 
+    /// The role an agent's self-edit is checked with: that of the person at the root
+    /// of its thread's chain (an agent started by an agent acts for whoever started
+    /// that one, and so on), so no agent grants more than the person it acts for.
+    /// No person at the root (the scheduler, a thread that cannot be read): the
+    /// lowest role.
+    async fn authority(&self, started_by: Option<&Principal>) -> Role {
+        authority(&self.store, &self.settings, started_by).await
+    }
+
     /// Executes the tools whose resource the control plane owns. `None`: the worker
     /// runs the tool itself.
-    async fn execute_here(&self, check: &Check, user: Option<&str>) -> Option<ToolResult> {
+    async fn execute_here(
+        &self,
+        check: &Check,
+        thread_id: u64,
+        started_by: Option<&Principal>,
+    ) -> Option<ToolResult> {
         use chorus_proto::tools::{
             self as registry, NewModel, NewProfile, NewPrompt, RunsIn, parse_args,
         };
@@ -499,10 +537,14 @@ impl ToolGate {
             return None;
         }
         let arguments = &check.call.arguments;
-        // What may be granted follows the real user (none: the lowest role); the
-        // name below only attributes the change in the audit log.
-        let role = self.settings.role_of(user);
-        let user = user.unwrap_or("agent");
+        // What may be granted follows the person at the root of the thread's chain
+        // (none: the lowest role; a person's thread costs no read of the store); the
+        // principal below only attributes the change in the audit log.
+        let role = self.authority(started_by).await;
+        let by = started_by
+            .cloned()
+            .unwrap_or_else(|| Principal::agent(&check.agent, thread_id));
+        let user = &by;
         let result = match tool.name {
             registry::SELF_EDIT_SYSTEM_PROMPT => match parse_args::<NewPrompt>(arguments) {
                 Ok(NewPrompt { new_prompt: prompt }) => {
@@ -572,6 +614,19 @@ impl ToolGate {
     }
 }
 
+/// See [`ToolGate::authority`]: who started each thread along the chain is read from
+/// the store (`threads.created_by`).
+async fn authority(store: &Store, settings: &GateSettings, started_by: Option<&Principal>) -> Role {
+    let root = root_person(started_by.cloned(), |agent, thread| async move {
+        match store.thread(&agent, thread).await {
+            Ok(Some(record)) => record.created_by,
+            _ => None,
+        }
+    })
+    .await;
+    settings.role_of_person(root.as_ref())
+}
+
 /// How a profile is named in messages.
 fn profile_label(stored: &str) -> String {
     match profiles::from_stored(stored) {
@@ -602,8 +657,6 @@ fn denial(profile: &str, explanations: &[Explanation]) -> String {
         denied.join("; ")
     )
 }
-
-pub use approvals::AnswerError;
 
 impl std::fmt::Debug for ToolGate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -645,5 +698,69 @@ mod tests {
         // [roles] names a user for good; a vouch does not override it.
         settings.vouched.vouch("discord:1", Role::Viewer);
         assert_eq!(settings.role_of(Some("discord:1")), Role::Admin);
+    }
+
+    /// An agent principal (a thread an agent started, as delegation will) may grant
+    /// no more than the person at the root of its chain, whatever `[roles]` says
+    /// about the agent's own name.
+    #[tokio::test]
+    async fn an_agent_grants_no_more_than_the_person_at_the_root_of_its_chain() {
+        use crate::permissions::grants::may_grant;
+        use chorus_proto::domain::ChatMessage;
+        let (store, _dir) = crate::store::test_store_with_agent().await;
+        let start = |by: String| {
+            let store = store.clone();
+            async move {
+                store
+                    .start_thread("a", &ChatMessage::user("x"), &by, None)
+                    .await
+                    .unwrap()
+                    .0
+            }
+        };
+        let by_olga = start("olga".into()).await;
+        let by_agent = start(Principal::agent("a", by_olga).text()).await;
+        let by_agent_of_agent = start(Principal::agent("a", by_agent).text()).await;
+        let by_scheduler = start(Principal::Scheduler.text()).await;
+        let settings = GateSettings {
+            ask_timeout: Duration::from_secs(1),
+            roles: HashMap::from([
+                ("olga".to_string(), Role::Operator),
+                // Names an admin could give by mistake (or an attacker might pick):
+                // the agent's own text form, and the scheduler's.
+                (Principal::agent("a", by_agent).text(), Role::Admin),
+                (Principal::Scheduler.text(), Role::Admin),
+            ]),
+            default_role: Role::Admin,
+            known_secrets: Default::default(),
+            vouched: Default::default(),
+        };
+        let role = |p: Principal| {
+            let (store, settings) = (store.clone(), settings.clone());
+            async move { authority(&store, &settings, Some(&p)).await }
+        };
+        // Positive control: looked up by its own name, the agent would be an admin.
+        assert_eq!(
+            settings.role_of(Some(&Principal::agent("a", by_agent).text())),
+            Role::Admin
+        );
+        for thread in [by_agent, by_agent_of_agent] {
+            let agent = Principal::agent("a", thread);
+            assert_eq!(role(agent.clone()).await, Role::Operator, "{agent}");
+            assert!(!may_grant(role(agent.clone()).await, Some("open")));
+            assert!(may_grant(role(agent).await, Some("standard")));
+        }
+        assert_eq!(role(Principal::person("olga")).await, Role::Operator);
+        // No person at the root: the scheduler, a thread that does not exist.
+        assert_eq!(
+            role(Principal::agent("a", by_scheduler)).await,
+            Role::Viewer
+        );
+        assert_eq!(role(Principal::agent("a", 9999)).await, Role::Viewer);
+        assert_eq!(
+            role(Principal::agent("nobody", by_olga)).await,
+            Role::Viewer
+        );
+        assert_eq!(authority(&store, &settings, None).await, Role::Viewer);
     }
 }

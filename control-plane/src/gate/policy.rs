@@ -3,15 +3,15 @@
 //! [`allowed`] is the one check. Looking and talking are for everyone; changing
 //! agents, their threads' course and their contexts is for operators and admins;
 //! who may use the API at all is for admins. What may be *granted* (a permission
-//! profile, `on_ask`) is bounded further by [`super::grants::may_grant`].
+//! profile, `on_ask`) is bounded further by [`crate::permissions::grants::may_grant`].
 
-use super::grants::Role;
+use crate::permissions::grants::Role;
 
 /// What a request does, as far as who may do it goes. A closed set: a new route or
 /// command picks one of these, and this file says who may.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Act {
-    /// Read agents, threads, events, models, approvals, the audit log, tasks, saved
+    /// Read agents, threads, events, models, approvals, the audit log, jobs, saved
     /// sessions, what a profile would decide, and who one is.
     Look,
     /// Send an agent a message or reply into a thread.

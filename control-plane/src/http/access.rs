@@ -11,8 +11,8 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 use super::{API_USER, ApiError, AppState};
-use crate::gate::grants::Role;
 use crate::gate::policy::{Act, allowed, refusal};
+use crate::permissions::grants::Role;
 use crate::secrets::{bearer_token, constant_time_eq};
 
 /// The authenticated user of a request and their role (`[roles]`, else the
@@ -21,6 +21,13 @@ use crate::secrets::{bearer_token, constant_time_eq};
 pub struct Caller {
     pub user: String,
     pub role: Role,
+}
+
+impl Caller {
+    /// The caller as who acts: a person at the HTTP API.
+    pub fn principal(&self) -> crate::principal::Principal {
+        crate::principal::Principal::person(&self.user)
+    }
 }
 
 /// 401 unless the request carries the API token or a good issued token; then the

@@ -59,7 +59,7 @@ async fn view(state: &AppState, agent: AgentRecord) -> Result<AgentView, ApiErro
         name: agent.name,
         model: agent.model,
         system_prompt: agent.system_prompt,
-        permissions: match crate::gate::profiles::from_stored(&agent.permissions) {
+        permissions: match crate::permissions::profiles::from_stored(&agent.permissions) {
             Ok(setting) => serde_json::to_value(setting).unwrap_or_default(),
             Err(_) => serde_json::Value::from(agent.permissions),
         },
@@ -102,7 +102,7 @@ pub(super) async fn create(
                 idle_timeout_secs: body.idle_timeout_secs,
                 discord_channel_id: body.discord_channel_id,
             },
-            &caller.user,
+            &caller.principal(),
             caller.role,
         )
         .await?;
@@ -165,7 +165,7 @@ pub(super) async fn configure(
     Path(name): Path<String>,
     ApiJson(body): ApiJson<ConfigureBody>,
 ) -> Result<Json<AgentView>, ApiError> {
-    let Caller { user, role } = &caller;
+    let (user, role) = (&caller.principal(), &caller.role);
     // What the change grants, as a whole, before any of it is made: a refused
     // change changes nothing.
     state
@@ -224,7 +224,7 @@ pub(super) async fn destroy(
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     state
         .agents
-        .destroy(&name, query.keep_files, &caller.user)
+        .destroy(&name, query.keep_files, &caller.principal())
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -11,7 +11,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
@@ -29,16 +29,10 @@ pub(super) struct EventsQuery {
 /// One feed event as SSE: `id`, the kind as the event name, and the data with the
 /// agent and thread it belongs to.
 fn to_sse(event: &ThreadEvent) -> Event {
-    let mut data = match &event.data {
-        Value::Object(map) => Value::Object(map.clone()),
-        other => json!({ "data": other }),
-    };
-    data["agent"] = Value::from(event.agent.clone());
-    data["thread_id"] = Value::from(event.thread_id);
     Event::default()
         .id(event.id.clone())
-        .event(event.kind)
-        .data(data.to_string())
+        .event(event.kind())
+        .data(event.data_with_origin().to_string())
 }
 
 fn reset(reason: String) -> Event {

@@ -11,16 +11,14 @@ mod context;
 mod error;
 mod events;
 mod health;
+mod jobs;
 mod models;
 mod permissions;
 mod status;
-mod tasks;
 mod threads;
 mod tools;
 mod users;
 mod worker_tokens;
-
-use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -30,15 +28,7 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{MethodFilter, MethodRouter, get};
 
-use crate::agents::AgentService;
-use crate::config::Secret;
-use crate::gate::ToolGate;
 use crate::gate::policy::Act;
-use crate::providers::catalog::Catalog;
-use crate::runs::Runs;
-use crate::sessions::Sessions;
-use crate::store::Store;
-use crate::workers::WorkerManager;
 pub use access::Caller;
 pub use error::{ApiError, ApiJson};
 
@@ -95,7 +85,14 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
             agents::configure,
         ),
         declare(DELETE, "/api/agents/{name}", DestroyAgents, agents::destroy),
-        declare(GET, "/api/agents/{name}/tasks", Look, tasks::list_tasks),
+        declare(GET, "/api/agents/{name}/jobs", Look, jobs::list_jobs),
+        // The same list under the path (and key) it had before jobs had their name.
+        declare(
+            GET,
+            "/api/agents/{name}/tasks",
+            Look,
+            jobs::list_jobs_as_tasks,
+        ),
         declare(GET, "/api/agents/{name}/tools", Look, tools::of_agent),
         declare(GET, "/api/agents/{name}/audit", Look, permissions::audit),
         // Threads.
@@ -221,29 +218,8 @@ pub fn routes() -> Vec<Route> {
     table().into_iter().map(|(route, _)| route).collect()
 }
 
-#[derive(Clone)]
-pub struct AppState {
-    pub store: Store,
-    pub agents: Arc<AgentService>,
-    pub runs: Arc<Runs>,
-    pub workers: Arc<WorkerManager>,
-    pub catalog: Arc<Catalog>,
-    pub gate: Arc<ToolGate>,
-    pub sessions: Arc<Sessions>,
-    pub api_token: Secret,
-    /// How tool processes are confined on this host (`sandbox_probe`).
-    pub sandbox: String,
-    /// How long ended threads stay in the thread list.
-    pub thread_retention: std::time::Duration,
-    /// `GET /metrics` is served without the token.
-    pub metrics_open: bool,
-    /// Dial-in workers' join credentials (`/api/workers/tokens`).
-    pub worker_credentials: Arc<crate::workers::credentials::JoinCredentials>,
-    /// What `GET /api/status` diagnoses: this server's settings and addresses.
-    pub setup: Arc<crate::doctor::ServerSetup>,
-    /// How the Discord bot's connection stands (its front end keeps it current).
-    pub discord_state: Arc<tokio::sync::watch::Sender<crate::discord::connection::DiscordState>>,
-}
+/// The handlers' name for the services every front end shares.
+pub use crate::services::Services as AppState;
 
 /// The `/api` routes of [`table`], each behind its act's check (not yet behind
 /// authentication). Two declarations of one method and path panic here.
@@ -330,7 +306,7 @@ mod tests {
         assert!(
             tokens
                 .iter()
-                .all(|r| r.act.needs() == crate::gate::grants::Role::Admin),
+                .all(|r| r.act.needs() == crate::permissions::grants::Role::Admin),
             "{tokens:?}"
         );
     }

@@ -8,10 +8,10 @@ use serde_json::{Value, json};
 
 use super::agents::active_agent;
 use super::{ApiError, ApiJson, AppState, Caller};
-use crate::gate::AnswerError;
 use crate::gate::actions::{actions_for, decide_actions};
 use crate::permissions::{PermissionsSetting, Profile, bash_actions};
-use crate::store::{ApprovalRecord, AuditRecord};
+use crate::questions::{AnswerError, Reply};
+use crate::views::{ApprovalView, AuditPage, AuditView};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -23,25 +23,28 @@ pub(super) struct ApprovalsQuery {
 pub(super) async fn list_approvals(
     State(state): State<AppState>,
     query: Result<Query<ApprovalsQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Vec<ApprovalRecord>>, ApiError> {
+) -> Result<Json<Vec<ApprovalView>>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     Ok(Json(
         state
             .store
             .pending_approvals(query.agent.as_deref())
-            .await?,
+            .await?
+            .into_iter()
+            .map(ApprovalView::from)
+            .collect(),
     ))
 }
 
 pub(super) async fn show_approval(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<ApprovalRecord>, ApiError> {
+) -> Result<Json<ApprovalView>, ApiError> {
     state
         .store
         .approval(&id)
         .await?
-        .map(Json)
+        .map(|record| Json(record.into()))
         .ok_or_else(|| ApiError::not_found(format!("no approval request '{id}'")))
 }
 
@@ -57,10 +60,10 @@ pub(super) async fn answer_approval(
     caller: Caller,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<AnswerBody>,
-) -> Result<Json<ApprovalRecord>, ApiError> {
-    let approved = match body.decision.as_str() {
-        "approve" => true,
-        "deny" => false,
+) -> Result<Json<ApprovalView>, ApiError> {
+    let reply = match body.decision.as_str() {
+        "approve" => Reply::Approve,
+        "deny" => Reply::Deny,
         other => {
             return Err(ApiError::bad_request(format!(
                 "decision must be \"approve\" or \"deny\", not \"{other}\""
@@ -70,10 +73,10 @@ pub(super) async fn answer_approval(
     match state
         .gate
         .approvals()
-        .answer(&id, approved, &caller.user)
+        .answer(&id, reply, &caller.principal())
         .await
     {
-        Ok(record) => Ok(Json(record)),
+        Ok(record) => Ok(Json(record.into())),
         Err(AnswerError::NotFound(_)) => {
             Err(ApiError::not_found(format!("no approval request '{id}'")))
         }
@@ -82,6 +85,7 @@ pub(super) async fn answer_approval(
             "conflict",
             e.to_string(),
         )),
+        Err(e @ AnswerError::NotAYesOrNo(_)) => Err(ApiError::bad_request(e.to_string())),
         Err(AnswerError::Store(e)) => Err(e.into()),
     }
 }
@@ -103,10 +107,13 @@ pub(super) async fn audit(
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let agent = active_agent(&state, &name).await?;
     let limit = query.limit.unwrap_or(50).clamp(1, 500);
-    let entries: Vec<AuditRecord> = state
+    let entries: Vec<AuditView> = state
         .store
         .audit_page(&agent.name, query.before, limit)
-        .await?;
+        .await?
+        .into_iter()
+        .map(AuditView::from)
+        .collect();
     let next = (entries.len() as u32 == limit)
         .then(|| {
             entries.last().map(|e| {
@@ -117,7 +124,10 @@ pub(super) async fn audit(
             })
         })
         .flatten();
-    Ok(Json(json!({ "entries": entries, "next": next })))
+    // Through a JSON value, as before: its keys sorted.
+    let page = serde_json::to_value(AuditPage { entries, next })
+        .map_err(|e| ApiError::internal(format!("cannot write the audit page: {e}")))?;
+    Ok(Json(page))
 }
 
 #[derive(Deserialize)]

@@ -58,7 +58,7 @@ pub(super) async fn send_message(
             &agent,
             &body.content,
             body.reply_to.map(ReplyTo::Message),
-            &caller.user,
+            &caller.principal(),
             crate::telemetry::trace_headers(&headers),
         )
         .await?;
@@ -429,6 +429,12 @@ pub(super) async fn kill_all(
     Ok(Json(json!({"agent": agent.name, "killed": killed})))
 }
 
+/// What a thread's live stream sends: its events, and a notice when it fell behind.
+enum Live {
+    Event(Arc<ThreadEvent>),
+    Lagged(u64),
+}
+
 /// `GET …/threads/{id}/events`: the thread live, as server-sent events. First its
 /// current `status`; then `step_started`, `step_ended`, `text` (model output as it
 /// streams), `message` and, last, the final `status`, after which the stream ends.
@@ -455,18 +461,14 @@ pub(super) async fn thread_events(
     let agent_name = agent.name;
     let live = BroadcastStream::new(receiver)
         .filter_map(move |item| {
-            let event = match item {
-                Ok(event) if event.agent == agent_name && event.thread_id == Some(id) => Some(event),
+            let item = match item {
+                Ok(event) if event.agent == agent_name && event.thread_id == Some(id) => {
+                    Some(Live::Event(event))
+                }
                 Ok(_) => None,
-                Err(BroadcastStreamRecvError::Lagged(missed)) => Some(Arc::new(ThreadEvent {
-                    id: String::new(),
-                    agent: agent_name.clone(),
-                    thread_id: Some(id),
-                    kind: "lagged",
-                    data: json!({"missed": missed, "hint": "re-read the thread for what was missed"}),
-                })),
+                Err(BroadcastStreamRecvError::Lagged(missed)) => Some(Live::Lagged(missed)),
             };
-            std::future::ready(event)
+            std::future::ready(item)
         })
         .boxed();
     // Yield events up to and including the final status, then end at once (not at
@@ -475,18 +477,20 @@ pub(super) async fn thread_events(
         if done {
             return None;
         }
-        let event = events.next().await?;
-        let done = event.is_final();
-        Some((event, (events, done)))
+        let item = events.next().await?;
+        let done = matches!(&item, Live::Event(event) if event.is_final());
+        Some((item, (events, done)))
     })
-    .map(|event| {
-        let sse = Event::default()
-            .event(event.kind)
-            .data(event.data.to_string());
-        Ok(if event.id.is_empty() {
-            sse
-        } else {
-            sse.id(event.id.clone())
+    .map(|item| {
+        Ok(match item {
+            Live::Event(event) => Event::default()
+                .id(event.id.clone())
+                .event(event.kind())
+                .data(event.event.data().to_string()),
+            Live::Lagged(missed) => Event::default().event("lagged").data(
+                json!({"missed": missed, "hint": "re-read the thread for what was missed"})
+                    .to_string(),
+            ),
         })
     });
     let stream = futures::stream::once(std::future::ready(Ok(first))).chain(live);

@@ -11,8 +11,8 @@ use serde_json::Value;
 use super::agents::active_agent;
 use super::{ApiError, AppState};
 use crate::gate::actions::{actions_for, decide_actions};
-use crate::gate::profiles::offered;
 use crate::permissions::Decision;
+use crate::permissions::profiles::offered;
 
 /// One tool as the API shows it.
 #[derive(Debug, Serialize)]

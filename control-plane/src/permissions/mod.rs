@@ -21,12 +21,17 @@
 //! - [`Profile::explain`] names the rule that decided, and [`Profile::may_use_tool`] tells
 //!   which tools can be left out of the model's tool list because they would always be
 //!   denied.
+//! - The policy around the engine is here too and depends on nothing but it: how a
+//!   setting is stored and compiled once (`profiles`), and who may grant what (`grants`).
+//!   The gate, the agent service and the front ends use them; this module uses none of them.
 
 mod action;
 mod bash;
 mod engine;
+pub mod grants;
 mod presets;
 mod profile;
+pub mod profiles;
 mod reach;
 
 #[cfg(test)]

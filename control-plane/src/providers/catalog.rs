@@ -311,6 +311,17 @@ impl Catalog {
         catalog
     }
 
+    /// A catalogue that holds `snapshot` as discovered and never asks a provider:
+    /// the in-process tests of runs (`chorus_test_support::fake_worker`), which
+    /// resolve models without a model server and without the first discovery's wait.
+    #[doc(hidden)]
+    pub fn fixed(snapshot: CatalogSnapshot) -> Self {
+        let catalog = Catalog::uncached(Vec::new());
+        *catalog.snapshot.write().unwrap_or_else(|e| e.into_inner()) = snapshot;
+        catalog.refreshed.send_replace(true);
+        catalog
+    }
+
     pub fn endpoint(&self, provider: &str) -> Option<&ProviderEndpoint> {
         self.endpoints.iter().find(|e| e.kind.name() == provider)
     }

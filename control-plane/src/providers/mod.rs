@@ -3,7 +3,7 @@
 
 pub mod catalog;
 
-use crate::config::Secret;
+use crate::secrets::Secret;
 
 /// Every provider Chorus knows, in resolution order (first match wins). In JSON, its
 /// [`name`](ProviderKind::name).

@@ -1,5 +1,7 @@
 //! The actor of one agent's runs: one task owns the agent's queued and going runs,
-//! and each transition is one arm of [`AgentActor::handle`].
+//! and each transition is one arm of [`AgentActor::handle`]. This file is the run
+//! state machine; `seeding` has the model write titles and continuations' summaries
+//! off the actor, and `mirror` mirrors runs and steps into spans and metrics.
 //!
 //! Invariants:
 //! - A run belongs to one agent, and only that agent's worker connection can report
@@ -36,22 +38,19 @@ use super::decide::{self, OnLoss, Resumption, Route};
 use super::idle::IdleClock;
 use super::publisher::{Publication, Publisher};
 use super::{EventRejected, Received, ReplyTo, Routed, Shared, status_event};
+use crate::feed::{self, FeedEvent, StatusChange, StatusDetail, ThreadCreated, ThreadOrigin};
 use crate::reports::{self, RunBudget};
 use crate::store::{
     AgentRecord, RunMark, RunRecord, RunStatus, StoreError, ThreadRecord, ThreadStatus,
     format_epoch_ms,
 };
-use crate::summaries::Purpose;
 use crate::workers::WorkerLost;
 use crate::workers::registry::Generation;
+use mirror::label;
+use seeding::SEED_BYTES;
 
-/// Most bytes of an ended thread's messages a continuation starts from.
-const SEED_BYTES: usize = 256 * 1024;
-/// How long a continuation waits for the summary of what it left out before it
-/// starts with a note instead.
-const SEED_SUMMARY_TIME: Duration = Duration::from_secs(90);
-/// How long a thread's title may take before its first line stays its title.
-const TITLE_TIME: Duration = Duration::from_secs(60);
+mod mirror;
+mod seeding;
 
 /// A deadline that never comes (an idle timer that is off).
 fn far_future() -> tokio::time::Instant {
@@ -106,7 +105,7 @@ pub(super) enum Command {
     ThreadOf {
         generation: Generation,
         run_id: String,
-        reply: oneshot::Sender<Option<(u64, Option<String>)>>,
+        reply: oneshot::Sender<Option<(u64, Option<crate::principal::Principal>)>>,
     },
     SetWaiting {
         thread_id: u64,
@@ -138,7 +137,7 @@ pub(super) enum Command {
 struct ActiveRun {
     thread_id: u64,
     /// Who started the thread (the gate decides with their authority).
-    started_by: Option<String>,
+    started_by: Option<crate::principal::Principal>,
     /// Kept so the run can be handed to another worker if its first one dies early.
     assignment: Box<RunAssignment>,
     /// The worker generation the run was handed to, if any.
@@ -153,46 +152,6 @@ struct ActiveRun {
     budget: RunBudget,
     /// When the worker last reported anything of it (for the watchdog).
     last_event: Instant,
-}
-
-impl ActiveRun {
-    /// Opens or closes the span of the step an event is about.
-    fn trace(&mut self, event: &WorkerEvent) {
-        match event {
-            WorkerEvent::StepStarted(step) => {
-                let span = tracing::info_span!(
-                    parent: &self.span,
-                    "step",
-                    number = step.number,
-                    kind = step.kind.as_str(),
-                    description = %step.description,
-                    duration_ms = tracing::field::Empty,
-                    failed = tracing::field::Empty,
-                );
-                self.open_steps.insert(step.number, (step.kind, span));
-            }
-            WorkerEvent::StepEnded(step) => {
-                if let Some((kind, span)) = self.open_steps.remove(&step.number) {
-                    let took = std::time::Duration::from_millis(step.duration_ms);
-                    match kind {
-                        StepKind::LlmCall => crate::metrics::model_call(
-                            &self.assignment.model.provider,
-                            &self.assignment.model.model,
-                            step.failed,
-                            took,
-                            step.usage.map(|u| (u.input_tokens, u.output_tokens)),
-                        ),
-                        StepKind::Tool => crate::metrics::tool_call(took),
-                        _ => {}
-                    }
-                    span.record("duration_ms", step.duration_ms);
-                    span.record("failed", step.failed);
-                    span.in_scope(|| tracing::debug!("step ended"));
-                }
-            }
-            _ => {}
-        }
-    }
 }
 
 pub(super) struct AgentActor {
@@ -592,8 +551,11 @@ impl AgentActor {
     fn announce(&self, thread_id: u64, user: &str, continued_from: Option<u64>) {
         self.show(
             thread_id,
-            "thread_created",
-            json!({"status": "running", "user": user, "continued_from": continued_from}),
+            FeedEvent::ThreadCreated(ThreadCreated {
+                status: ThreadStatus::Running,
+                user: user.to_string(),
+                origin: ThreadOrigin::Started { continued_from },
+            }),
         );
     }
 
@@ -606,78 +568,6 @@ impl AgentActor {
             return Ok(());
         };
         self.queue_run(agent, &record, Attempt::FIRST).await
-    }
-
-    /// Has the agent's model summarise what a continuation left out, off the
-    /// actor; the answer (or its absence, after [`SEED_SUMMARY_TIME`]) comes back
-    /// as [`Command::Seeded`]. Replies meanwhile wait in the store as inputs.
-    fn summarise_left_out(
-        &mut self,
-        agent: &AgentRecord,
-        thread_id: u64,
-        left_out: Vec<ChatMessage>,
-    ) {
-        self.seeding.insert(thread_id);
-        let summarizer = self.shared.summarizer.clone();
-        let itself = self.itself.clone();
-        let agent = agent.clone();
-        tokio::spawn(async move {
-            let summary = tokio::time::timeout(
-                SEED_SUMMARY_TIME,
-                summarizer.summarize(&agent, &left_out, Purpose::Context),
-            )
-            .await;
-            let summary = match summary {
-                Ok(Ok(text)) if !text.trim().is_empty() => Some(text.trim().to_string()),
-                Ok(Ok(_)) => None,
-                Ok(Err(e)) => {
-                    tracing::warn!(agent = %agent.name, thread_id, error = %e, "no summary for a continued thread; it starts with a note instead");
-                    None
-                }
-                Err(_) => {
-                    tracing::warn!(agent = %agent.name, thread_id, "no summary for a continued thread within {} s; it starts with a note instead", SEED_SUMMARY_TIME.as_secs());
-                    None
-                }
-            };
-            if let Some(itself) = itself.upgrade() {
-                let _ = itself
-                    .send(Command::Seeded {
-                        thread_id,
-                        left_out: left_out.len(),
-                        summary,
-                    })
-                    .await;
-            }
-        });
-    }
-
-    /// A continuation's summary is in: it replaces the note, and the thread's
-    /// first run starts unless the thread ended meanwhile (killed).
-    async fn seeded(
-        &mut self,
-        thread_id: u64,
-        left_out: usize,
-        summary: Option<String>,
-    ) -> Result<(), StoreError> {
-        if !self.seeding.remove(&thread_id) {
-            return Ok(());
-        }
-        let store = &self.shared.store;
-        if let Some(summary) = summary {
-            let note = decide::seed_note(left_out, Some(&summary));
-            store
-                .set_first_message(&self.agent, thread_id, &note.content)
-                .await?;
-        }
-        let Some(agent) = store.active_agent(&self.agent).await? else {
-            return Ok(()); // destroyed meanwhile: its threads were failed then
-        };
-        match store.thread(&self.agent, thread_id).await? {
-            Some(thread) if !thread.status.is_finished() => {
-                self.queue_run(&agent, &thread, Attempt::FIRST).await
-            }
-            _ => Ok(()),
-        }
     }
 
     /// Hands a user message to the thread's run: to its worker when it has one,
@@ -735,28 +625,7 @@ impl AgentActor {
                 return Ok(());
             }
         };
-        let span = tracing::info_span!(
-            "run",
-            agent = %agent.name,
-            thread_id = thread.id,
-            run_id = %run.run_id,
-            attempt = attempt.number,
-            model = %run.agent.model,
-        );
-        // A caller's trace, or the trace of the attempt this one resumes.
-        if let Some((parent, resumed)) = self.next_trace.take() {
-            crate::telemetry::continue_trace(&span, &parent);
-            if let Some(reason) = resumed {
-                use tracing_opentelemetry::OpenTelemetrySpanExt;
-                span.add_event(
-                    "resumed",
-                    vec![
-                        crate::telemetry::KeyValue::new("reason", reason),
-                        crate::telemetry::KeyValue::new("attempt", i64::from(attempt.number)),
-                    ],
-                );
-            }
-        }
+        let span = self.run_span(agent, thread, &run, attempt);
         self.shared
             .store
             .insert_run(crate::store::NewRun {
@@ -772,16 +641,7 @@ impl AgentActor {
         tracing::debug!(agent = %agent.name, thread_id = thread.id, run_id = %run.run_id, attempt = attempt.number, "run queued");
         crate::metrics::run_started();
 
-        crate::telemetry::label(
-            &span,
-            &agent.name,
-            Some(thread.id),
-            vec![
-                crate::telemetry::KeyValue::new("openinference.span.kind", "AGENT"),
-                crate::telemetry::KeyValue::new("gen_ai.operation.name", "invoke_agent"),
-                crate::telemetry::KeyValue::new("gen_ai.agent.name", agent.name.clone()),
-            ],
-        );
+        label(&span, agent, thread);
         // The worker's spans of this run continue its trace (and only this agent's
         // workers may write to it).
         run.trace_context = crate::telemetry::context_of(&span);
@@ -806,14 +666,10 @@ impl AgentActor {
     }
 
     /// Shows an event on the live feed after those queued before it.
-    fn show(&self, thread_id: u64, kind: &'static str, data: serde_json::Value) {
+    fn show(&self, thread_id: u64, event: FeedEvent) {
         self.publisher.when_stored(
             crate::store::Pending::ready(true),
-            Publication {
-                thread_id,
-                kind,
-                data,
-            },
+            Publication { thread_id, event },
         );
     }
 
@@ -931,15 +787,21 @@ impl AgentActor {
                 store
                     .record_step_started(agent, thread_id, step, mark)
                     .await,
-                "step_started",
-                json!({"number": step.number, "kind": step.kind, "description": step.description,
-                       "started_at": format_epoch_ms(step.started_at_ms)}),
+                FeedEvent::StepStarted(feed::StepStarted {
+                    number: step.number,
+                    kind: step.kind,
+                    description: step.description.clone(),
+                    started_at: format_epoch_ms(step.started_at_ms),
+                }),
             )),
             WorkerEvent::StepEnded(step) => Some((
                 store.record_step_ended(agent, thread_id, step, mark).await,
-                "step_ended",
-                json!({"number": step.number, "duration_ms": step.duration_ms,
-                       "failed": step.failed, "usage": step.usage}),
+                FeedEvent::StepEnded(feed::StepEnded {
+                    number: step.number,
+                    duration_ms: step.duration_ms,
+                    failed: step.failed,
+                    usage: step.usage,
+                }),
             )),
             WorkerEvent::MessageAppended { message, .. } => {
                 if !matches!(message.role, Role::Assistant | Role::Tool) {
@@ -947,25 +809,24 @@ impl AgentActor {
                 }
                 Some((
                     store.append_message(agent, thread_id, message, mark).await,
-                    "message",
-                    json!(message),
+                    FeedEvent::Message(message.clone()),
                 ))
             }
             WorkerEvent::InputTaken { message_id, .. } => Some((
                 store.take_input(agent, thread_id, *message_id, mark).await,
-                "input_taken",
-                json!({"message_id": message_id}),
+                FeedEvent::InputTaken {
+                    message_id: *message_id,
+                },
             )),
             _ => None,
         };
-        if let Some((pending, kind, data)) = queued {
+        if let Some((pending, shown)) = queued {
             self.unflushed = true;
             self.publisher.when_stored(
                 pending,
                 Publication {
                     thread_id,
-                    kind,
-                    data,
+                    event: shown,
                 },
             );
             let answered = matches!(&event, WorkerEvent::MessageAppended { message, .. }
@@ -997,8 +858,10 @@ impl AgentActor {
                     crate::store::Pending::ready(true),
                     Publication {
                         thread_id,
-                        kind: "text",
-                        data: json!({"step": step, "text": text}),
+                        event: FeedEvent::Text {
+                            step: *step,
+                            text: text.clone(),
+                        },
                     },
                 );
                 Ok(())
@@ -1008,12 +871,12 @@ impl AgentActor {
             | WorkerEvent::StepEnded(_)
             | WorkerEvent::MessageAppended { .. }
             | WorkerEvent::InputTaken { .. } => Ok(()),
-            // Tool checks go to the gate; background tasks and summaries elsewhere.
+            // Tool checks go to the gate; background jobs and summaries elsewhere.
             WorkerEvent::ToolCheck { .. }
             | WorkerEvent::Hello { .. }
             | WorkerEvent::Heartbeat { .. }
-            | WorkerEvent::TaskStarted(_)
-            | WorkerEvent::TaskEnded { .. }
+            | WorkerEvent::JobStarted(_)
+            | WorkerEvent::JobEnded { .. }
             | WorkerEvent::Summary { .. }
             | WorkerEvent::AgentFilesDeleted { .. } => Ok(()),
         };
@@ -1021,54 +884,6 @@ impl AgentActor {
             tracing::error!(agent, thread_id, %run_id, error = %e, "cannot record worker event");
         }
         Ok(())
-    }
-
-    /// A new thread's first run, which answered, is over: a task has the agent's
-    /// model title it (the request's first line stays its title if that fails).
-    fn title(&self, thread_id: u64) {
-        let shared = self.shared.clone();
-        let agent = self.agent.clone();
-        tokio::spawn(async move {
-            let store = &shared.store;
-            // The answer that prompted the title is queued, maybe not yet stored.
-            store.flush().await;
-            let (Ok(Some(record)), Ok(messages)) = (
-                store.active_agent(&agent).await,
-                store.thread_messages(&agent, thread_id).await,
-            ) else {
-                return;
-            };
-            let messages: Vec<ChatMessage> = messages.into_iter().map(|m| m.message).collect();
-            let answer = tokio::time::timeout(
-                TITLE_TIME,
-                shared
-                    .summarizer
-                    .summarize(&record, &messages, Purpose::Title),
-            )
-            .await;
-            let title = match answer {
-                Ok(Ok(text)) => crate::sessions::summary::clean(&text),
-                Ok(Err(e)) => {
-                    tracing::debug!(%agent, thread_id, error = %e, "no title for the thread");
-                    None
-                }
-                Err(_) => None,
-            };
-            let Some(title) = title else {
-                return;
-            };
-            let title = title.trim_matches(|c| c == '"' || c == '\'' || c == '.');
-            match store.set_thread_summary(&agent, thread_id, title).await {
-                Ok(summary) => {
-                    shared
-                        .feed
-                        .publish(&agent, thread_id, "summary", json!({"summary": summary}));
-                }
-                Err(e) => {
-                    tracing::warn!(%agent, thread_id, error = %e, "cannot store the thread's title")
-                }
-            }
-        });
     }
 
     /// A dial-in worker ended a run: the audit log says which worker wrote the
@@ -1201,7 +1016,6 @@ impl AgentActor {
         }
         self.show(
             thread_id,
-            "status",
             status_event(status, failure.map(|f| (f.kind, f.message.as_str()))),
         );
         Ok(())
@@ -1215,7 +1029,7 @@ impl AgentActor {
             .set_thread_status(&self.agent, thread_id, status, None)
             .await
         {
-            Ok(true) => self.show(thread_id, "status", status_event(status, None)),
+            Ok(true) => self.show(thread_id, status_event(status, None)),
             // The thread ended meanwhile; its final status stands.
             Ok(false) => {}
             Err(e) => {
@@ -1317,6 +1131,9 @@ impl AgentActor {
                 }
             }
         }
+        // The agent's next worker may have attached before this loss was handled
+        // (losses reach the actor through a queue of their own); it gets them now.
+        self.deliver().await;
         for run_id in never_started {
             if let Err(e) = self
                 .finish(&run_id, ThreadStatus::Failed, Some(&never_ran))
@@ -1402,8 +1219,13 @@ impl AgentActor {
                     };
                     self.show(
                         thread_id,
-                        "status",
-                        json!({"status": "running", "resumed": attempt.number, "reason": reason}),
+                        FeedEvent::Status(StatusChange {
+                            status: ThreadStatus::Running,
+                            detail: StatusDetail::Resumed {
+                                resumed: attempt.number,
+                                reason: reason.to_string(),
+                            },
+                        }),
                     );
                     tracing::info!(agent = %agent.name, thread_id, attempt = attempt.number, %reason, "resuming thread");
                     // The new attempt continues the interrupted one's trace.

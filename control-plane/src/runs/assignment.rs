@@ -12,7 +12,7 @@ use chorus_proto::domain::{
 use chorus_proto::limits;
 
 use crate::config::{SandboxSettings, Settings, ThreadSettings};
-use crate::gate::profiles::{ProfileCache, offered_tools};
+use crate::permissions::profiles::{ProfileCache, offered_tools};
 use crate::providers::catalog::{Catalog, ResolveError};
 use crate::store::{AgentRecord, Store, StoreError, ThreadRecord};
 

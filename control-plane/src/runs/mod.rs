@@ -22,13 +22,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use chorus_proto::domain::{AgentChange, Failure, FailureKind, WorkerEvent};
-use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::feed::ThreadFeed;
-use crate::gate::approvals::Approvals;
-use crate::gate::profiles::ProfileCache;
+use crate::feed::{ApprovalAsked, FeedEvent, StatusChange, ThreadFeed};
+use crate::permissions::profiles::ProfileCache;
+use crate::principal::Principal;
 use crate::providers::catalog::Catalog;
+use crate::questions::Questions;
 use crate::reports::RunLimits;
 use crate::store::{AgentRecord, Store, StoreError, ThreadStatus};
 use crate::summaries::Summarizer;
@@ -127,12 +127,8 @@ pub struct Received {
 /// A `status` event of the live feed: the status and, when the thread failed, how
 /// (`failure_kind`, for programs) and why (`error`, for people), as the thread view
 /// shows them.
-fn status_event(status: ThreadStatus, failure: Option<(FailureKind, &str)>) -> serde_json::Value {
-    json!({
-        "status": status.as_str(),
-        "error": failure.map(|(_, message)| message),
-        "failure_kind": failure.map(|(kind, _)| kind),
-    })
+fn status_event(status: ThreadStatus, failure: Option<(FailureKind, &str)>) -> FeedEvent {
+    FeedEvent::Status(StatusChange::new(status, failure))
 }
 
 /// Saves an idle agent's context (the sessions module): what an actor's idle timer
@@ -152,7 +148,7 @@ pub(crate) struct Shared {
     registry: Arc<Registry>,
     catalog: Arc<Catalog>,
     profiles: Arc<ProfileCache>,
-    approvals: Arc<Approvals>,
+    approvals: Arc<Questions>,
     settings: RunSettings,
     feed: ThreadFeed,
     run_limits: RunLimits,
@@ -187,7 +183,7 @@ impl Runs {
         registry: Arc<Registry>,
         catalog: Arc<Catalog>,
         profiles: Arc<ProfileCache>,
-        approvals: Arc<Approvals>,
+        approvals: Arc<Questions>,
         summarizer: Arc<dyn Summarizer>,
         settings: RunSettings,
     ) -> Self {
@@ -261,7 +257,7 @@ impl Runs {
         agent: &AgentRecord,
         content: &str,
         reply_to: Option<ReplyTo>,
-        user: &str,
+        user: &Principal,
     ) -> Result<Received, StoreError> {
         self.receive_traced(agent, content, reply_to, user, HashMap::new())
             .await
@@ -274,7 +270,7 @@ impl Runs {
         agent: &AgentRecord,
         content: &str,
         reply_to: Option<ReplyTo>,
-        user: &str,
+        user: &Principal,
         then: OnReceived,
     ) -> Result<Received, StoreError> {
         self.receive_with(agent, content, reply_to, user, HashMap::new(), Some(then))
@@ -288,7 +284,7 @@ impl Runs {
         agent: &AgentRecord,
         content: &str,
         reply_to: Option<ReplyTo>,
-        user: &str,
+        user: &Principal,
         trace: HashMap<String, String>,
     ) -> Result<Received, StoreError> {
         self.receive_with(agent, content, reply_to, user, trace, None)
@@ -300,7 +296,7 @@ impl Runs {
         agent: &AgentRecord,
         content: &str,
         reply_to: Option<ReplyTo>,
-        user: &str,
+        user: &Principal,
         trace: HashMap<String, String>,
         then: Option<OnReceived>,
     ) -> Result<Received, StoreError> {
@@ -308,7 +304,8 @@ impl Runs {
             agent: Box::new(agent.clone()),
             content: content.to_string(),
             reply_to,
-            user: user.to_string(),
+            // The actor and the store hold its text form (see `principal`).
+            user: user.text(),
             trace,
             then,
             reply,
@@ -326,7 +323,7 @@ impl Runs {
         &self,
         agent: &AgentRecord,
         content: &str,
-        user: &str,
+        user: &Principal,
     ) -> Result<u64, StoreError> {
         Ok(self.receive(agent, content, None, user).await?.thread_id)
     }
@@ -352,7 +349,7 @@ impl Runs {
         agent: &str,
         generation: Generation,
         run_id: &str,
-    ) -> Option<(u64, Option<String>)> {
+    ) -> Option<(u64, Option<Principal>)> {
         self.ask(agent, |reply| actor::Command::ThreadOf {
             generation,
             run_id: run_id.to_string(),
@@ -369,21 +366,15 @@ impl Runs {
     }
 
     /// Tells the thread's live feed which approval it waits for.
-    pub fn publish_approval(&self, agent: &str, thread_id: u64, approval: serde_json::Value) {
+    pub fn publish_approval(&self, agent: &str, thread_id: u64, approval: ApprovalAsked) {
         self.shared
             .feed
-            .publish(agent, thread_id, "approval", approval);
+            .publish(agent, thread_id, FeedEvent::Approval(approval));
     }
 
     /// Puts an event of a thread on the live feed (e.g. an approval answered).
-    pub fn publish(
-        &self,
-        agent: &str,
-        thread_id: u64,
-        kind: &'static str,
-        data: serde_json::Value,
-    ) {
-        self.shared.feed.publish(agent, thread_id, kind, data);
+    pub fn publish(&self, agent: &str, thread_id: u64, event: FeedEvent) {
+        self.shared.feed.publish(agent, thread_id, event);
     }
 
     /// Who saves idle agents' contexts (once, at start).

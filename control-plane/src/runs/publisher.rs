@@ -9,17 +9,15 @@
 //! refused (already stored) is not published again; a failed write is logged and
 //! not published.
 
-use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::feed::ThreadFeed;
+use crate::feed::{FeedEvent, ThreadFeed};
 use crate::store::Pending;
 
 /// One stored event to show.
 pub(super) struct Publication {
     pub thread_id: u64,
-    pub kind: &'static str,
-    pub data: Value,
+    pub event: FeedEvent,
 }
 
 pub(super) struct Publisher {
@@ -36,13 +34,13 @@ impl Publisher {
         tokio::spawn(async move {
             while let Some((pending, event)) = stored.recv().await {
                 match pending.await {
-                    Ok(true) => feed.publish(&agent, event.thread_id, event.kind, event.data),
+                    Ok(true) => feed.publish(&agent, event.thread_id, event.event),
                     // A replay: stored (and published) the first time.
                     Ok(false) => {}
                     Err(e) => tracing::error!(
                         %agent,
                         thread_id = event.thread_id,
-                        kind = event.kind,
+                        kind = event.event.kind(),
                         error = %e,
                         "cannot record worker event"
                     ),

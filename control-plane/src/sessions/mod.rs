@@ -26,12 +26,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chorus_proto::domain::ChatMessage;
-use serde_json::json;
 
 use crate::config::ContextSettings;
-use crate::feed::ThreadFeed;
+use crate::feed::{FeedEvent, Notification, StatusChange, ThreadCreated, ThreadFeed, ThreadOrigin};
 use crate::runs::IdleSaver;
-use crate::store::{AgentRecord, Cleared, SessionRecord, Store, StoreError};
+use crate::store::{AgentRecord, Cleared, SessionRecord, Store, StoreError, ThreadStatus};
 use file::{FileMessage, SessionFile, Trigger};
 pub use idle::{describe_idle, effective_timeout};
 use summary::{Purpose, Summarizer, clean, first_line};
@@ -283,8 +282,7 @@ impl Sessions {
             self.feed.publish(
                 agent,
                 *thread,
-                "status",
-                json!({"status": "completed", "error": null, "failure_kind": null}),
+                FeedEvent::Status(StatusChange::new(ThreadStatus::Completed, None)),
             );
         }
         tracing::info!(agent, cleared_at = %cleared.cleared_at, threads_completed = cleared.threads_completed.len(), "context cleared");
@@ -328,8 +326,13 @@ impl Sessions {
         self.feed.publish(
             &agent.name,
             thread_id,
-            "thread_created",
-            json!({"status": "idle", "user": user, "restored_from": session.id}),
+            FeedEvent::ThreadCreated(ThreadCreated {
+                status: ThreadStatus::Idle,
+                user: user.to_string(),
+                origin: ThreadOrigin::Restored {
+                    restored_from: session.id.clone(),
+                },
+            }),
         );
         tracing::info!(agent = %agent.name, session = %session.id, thread_id, messages = messages.len(), "session restored");
         Ok(Restored {
@@ -463,13 +466,11 @@ impl Sessions {
         );
         self.feed.publish_agent(
             agent,
-            "notification",
-            json!({
-                "kind": "idle_save",
-                "session_id": session.id,
-                "description": session.description,
-                "text": text,
-            }),
+            Notification::IdleSave {
+                session_id: session.id,
+                description: session.description,
+                text,
+            },
         );
     }
 

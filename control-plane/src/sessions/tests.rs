@@ -200,8 +200,9 @@ async fn clear_saves_then_ends_idle_threads_and_tells_the_feed() {
     assert_eq!(saved.trigger, "context_clear");
     assert_eq!(saved.message_count, 4);
     let event = live.try_recv().unwrap();
+    let data = event.event.data();
     assert_eq!(
-        (event.thread_id, event.kind, event.data["status"].as_str()),
+        (event.thread_id, event.kind(), data["status"].as_str()),
         (Some(t), "status", Some("completed"))
     );
     assert!(matches!(
@@ -347,14 +348,12 @@ async fn an_idle_save_saves_clears_and_notifies() {
     s.sessions.idle_save("a", Duration::from_secs(1)).await;
 
     let notification = live.try_recv().expect("a notification");
-    assert_eq!(notification.kind, "notification");
+    assert_eq!(notification.kind(), "notification");
+    let data = notification.event.data();
     assert_eq!(notification.thread_id, None);
-    assert_eq!(notification.data["kind"], "idle_save");
-    let id = notification.data["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let text = notification.data["text"].as_str().unwrap();
+    assert_eq!(data["kind"], "idle_save");
+    let id = data["session_id"].as_str().unwrap().to_string();
+    let text = data["text"].as_str().unwrap();
     assert!(
         text.starts_with("Session saved: idle soon. Context cleared after 1 second of inactivity.")
             && text.ends_with(&format!("Use context restore {id} to resume.")),

@@ -3,6 +3,7 @@
 use sqlx::Row;
 
 use super::{Store, StoreError, now};
+use crate::principal::Principal;
 
 #[derive(Debug, Clone)]
 pub struct AuditEntry<'a> {
@@ -11,8 +12,8 @@ pub struct AuditEntry<'a> {
     pub action: &'a str,
     /// allow | deny | ask_approved | ask_denied | done | failed
     pub decision: &'a str,
-    /// Who triggered it: `api`, a Discord user id, or none for the system itself.
-    pub user_id: Option<&'a str>,
+    /// Who triggered it (stored as its text form: `api`, `discord:42`, …), or none.
+    pub user_id: Option<&'a Principal>,
     /// Parameters or old/new values (secrets already redacted by the caller).
     pub detail: Option<String>,
     /// For tool calls: the thread and the model's call id (the result is added later).
@@ -23,14 +24,14 @@ pub struct AuditEntry<'a> {
     pub worker: Option<&'a str>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditRecord {
     pub id: i64,
     pub agent_name: String,
     pub timestamp: String,
     pub action: String,
     pub decision: String,
-    pub user_id: Option<String>,
+    pub user_id: Option<Principal>,
     pub detail: Option<String>,
     pub thread_id: Option<u64>,
     pub call_id: Option<String>,
@@ -50,7 +51,7 @@ impl Store {
         .bind(now())
         .bind(entry.action)
         .bind(entry.decision)
-        .bind(entry.user_id)
+        .bind(entry.user_id.map(Principal::text))
         .bind(entry.detail)
         .bind(entry.thread_id.map(|t| t as i64))
         .bind(entry.call_id)
@@ -84,7 +85,9 @@ impl Store {
                     timestamp: row.try_get("timestamp")?,
                     action: row.try_get("action_string")?,
                     decision: row.try_get("decision")?,
-                    user_id: row.try_get("user_id")?,
+                    user_id: row
+                        .try_get::<Option<String>, _>("user_id")?
+                        .map(|text| Principal::parse(&text)),
                     detail: row.try_get("detail")?,
                     thread_id: row
                         .try_get::<Option<i64>, _>("thread_id")?

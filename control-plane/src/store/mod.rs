@@ -3,8 +3,8 @@
 //!
 //! Invariant: every query uses `$N` placeholders, portable SQL and only the types
 //! every backend shares (`i64`, `String`, options of them), so the Postgres
-//! backend is a second migration set and a connection set-up, not a second store. Every write is a job of
-//! the one writer (`writer`: one connection, jobs committed in order, what has
+//! backend is a second migration set and a connection set-up, not a second store. Every write is queued to
+//! the one writer (`writer`: one connection, writes committed in order, what has
 //! queued committed together); reads use a pool and never wait for the write
 //! lock. A busy database (another process, a checkpoint) makes the writer wait
 //! (up to [`BUSY_TIMEOUT`]), never fail.
@@ -13,13 +13,14 @@ mod agents;
 mod approvals;
 mod audit;
 mod error;
+mod jobs;
+mod messages;
 mod owner_lock;
 mod policies;
 mod refs;
 mod run_events;
 mod runs;
 mod sessions;
-mod tasks;
 mod threads;
 mod user_tokens;
 mod worker_trust;
@@ -37,15 +38,15 @@ use sqlx::{AnyConnection, AnyPool};
 use sqlx::{Connection, SqlSafeStr};
 
 pub use agents::{AgentIncarnation, AgentRecord, AgentStatus, AgentUpdate, NewAgent};
-pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval};
+pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval, QuestionKind};
 pub use audit::{AuditEntry, AuditRecord};
 pub use error::{DISK_FULL, StoreError, is_no_space};
+pub use jobs::{JobRecord, JobStatus, OrphanJob};
 pub use owner_lock::{DatabaseLock, Taken};
 pub use policies::AgentPolicy;
 pub use refs::{MessageRef, OwedAnswer};
 pub use runs::{NewRun, RunMark, RunRecord, RunStatus};
 pub use sessions::{Cleared, SessionRecord, context_cutoff};
-pub use tasks::{OrphanTask, TaskRecord};
 pub use threads::{Progress, StepRecord, StoredMessage, ThreadRecord, ThreadStatus, summary_of};
 pub use user_tokens::{NewUserToken, UserTokenRecord};
 pub use worker_trust::{CredentialLookup, Placed, WorkerCredentialRecord};
@@ -137,12 +138,14 @@ macro_rules! migrations {
             (14, "files kept", "0014_files_kept.sql"),
             (15, "user tokens", "0015_user_tokens.sql"),
             (16, "worker credentials", "0016_worker_credentials.sql"),
+            (17, "jobs", "0017_jobs.sql"),
+            (18, "questions", "0018_questions.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 16] = match backend {
+    let set: [(i64, &'static str, &'static str); 18] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };
@@ -363,26 +366,32 @@ pub(crate) async fn test_store_with_agent() -> (Store, tempfile::TempDir) {
 #[cfg(test)]
 pub(crate) async fn test_store() -> (Store, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = match std::env::var("CHORUS_TEST_POSTGRES") {
-        Ok(server) => {
-            sqlx::any::install_default_drivers();
-            let name = format!("chorus_test_{}", uuid::Uuid::new_v4().simple());
-            let mut admin = AnyConnection::connect(&format!("{server}/postgres"))
-                .await
-                .expect("connect to the test Postgres server");
-            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                .execute(&mut admin)
-                .await
-                .expect("create a test database");
-            Store::open_postgres(&format!("{server}/{name}"))
-                .await
-                .expect("open store on Postgres")
-        }
-        Err(_) => Store::open(&dir.path().join("chorus.db"))
+    let store = match test_postgres_database().await {
+        Some(url) => Store::open_postgres(&url)
+            .await
+            .expect("open store on Postgres"),
+        None => Store::open(&dir.path().join("chorus.db"))
             .await
             .expect("open store"),
     };
     (store, dir)
+}
+
+/// When `CHORUS_TEST_POSTGRES` names a Postgres server, the URL of a fresh, empty
+/// database of this test's own there.
+#[cfg(test)]
+pub(crate) async fn test_postgres_database() -> Option<String> {
+    let server = std::env::var("CHORUS_TEST_POSTGRES").ok()?;
+    sqlx::any::install_default_drivers();
+    let name = format!("chorus_test_{}", uuid::Uuid::new_v4().simple());
+    let mut admin = AnyConnection::connect(&format!("{server}/postgres"))
+        .await
+        .expect("connect to the test Postgres server");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut admin)
+        .await
+        .expect("create a test database");
+    Some(format!("{server}/{name}"))
 }
 
 #[cfg(test)]

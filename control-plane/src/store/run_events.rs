@@ -16,8 +16,8 @@ use std::collections::HashMap;
 use chorus_proto::domain::{ChatMessage, Role, StepEnded, StepStarted};
 use sqlx::AnyConnection;
 
+use super::messages::insert_message;
 use super::runs::Mark;
-use super::threads::insert_message;
 use super::{StoreError, format_epoch_ms, now};
 
 /// What a run reported.

@@ -13,7 +13,8 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::threads::{ThreadStatus, insert_message, message_columns, new_thread};
+use super::messages::insert_message;
+use super::threads::{ThreadStatus, message_columns, new_thread};
 use super::{Store, StoreError, format_time, now};
 
 /// Where an agent's context starts: the later of its last clear and `now - window`.

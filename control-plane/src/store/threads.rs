@@ -6,9 +6,11 @@ use chorus_proto::domain::{
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use super::messages::insert_message;
 use super::run_events::{RunEvent, ThreadEvent};
 use super::runs::RunMark;
 use super::{Store, StoreError, now};
+use crate::principal::Principal;
 
 /// The columns `message_from_row` reads (a macro, so queries stay literal strings).
 macro_rules! message_columns {
@@ -36,7 +38,8 @@ pub fn summary_of(content: &str) -> String {
     format!("{}…", cut.trim_end())
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ThreadStatus {
     Running,
     WaitingForPermission,
@@ -92,8 +95,8 @@ pub struct ThreadRecord {
     /// How it failed, for programs; `None` unless it failed (and for threads that
     /// failed before kinds were recorded).
     pub failure_kind: Option<FailureKind>,
-    /// Who started the thread (`api`, a Discord user id …).
-    pub created_by: Option<String>,
+    /// Who started the thread (stored as its text form: `api`, `discord:42`, …).
+    pub created_by: Option<Principal>,
     /// What the thread is about, in one line.
     pub summary: Option<String>,
     /// The ended thread this one continues.
@@ -152,7 +155,9 @@ fn thread_from_row(row: &AnyRow) -> Result<ThreadRecord, StoreError> {
         ended_at: row.try_get("ended_at")?,
         error: row.try_get("error")?,
         failure_kind,
-        created_by: row.try_get("created_by")?,
+        created_by: row
+            .try_get::<Option<String>, _>("created_by")?
+            .map(|text| Principal::parse(&text)),
         summary: row.try_get("summary")?,
         continued_from: row
             .try_get::<Option<i64>, _>("continued_from")?
@@ -897,46 +902,6 @@ pub(super) async fn new_thread(
     .bind(summary)
     .bind(continued_from.map(|t| t as i64))
     .execute(&mut *tx)
-    .await?;
-    Ok(id as u64)
-}
-
-pub(super) async fn insert_message(
-    tx: &mut sqlx::AnyConnection,
-    agent: &str,
-    thread: u64,
-    message: &ChatMessage,
-    at: &str,
-    placed: bool,
-) -> Result<u64, StoreError> {
-    let tool_calls = if message.tool_calls.is_empty() {
-        None
-    } else {
-        Some(
-            serde_json::to_string(&message.tool_calls).map_err(|e| StoreError::Corrupt {
-                column: "messages.tool_calls",
-                value: e.to_string(),
-            })?,
-        )
-    };
-    // A placed message goes after every other of its thread; a pending one waits.
-    let id: i64 = sqlx::query_scalar(
-        "INSERT INTO messages (agent_name, thread_id, role, content, tool_calls, tool_call_id, \
-         tool_name, is_error, created_at, position) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
-         CASE WHEN $10 = 1 THEN (SELECT COALESCE(MAX(position), 0) + 1 FROM messages \
-         WHERE agent_name = $1 AND thread_id = $2) END) RETURNING id",
-    )
-    .bind(agent)
-    .bind(thread as i64)
-    .bind(message.role.as_str())
-    .bind(&message.content)
-    .bind(tool_calls)
-    .bind(&message.tool_call_id)
-    .bind(&message.tool_name)
-    .bind(message.is_error as i64)
-    .bind(at)
-    .bind(placed as i64)
-    .fetch_one(&mut *tx)
     .await?;
     Ok(id as u64)
 }

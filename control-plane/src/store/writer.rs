@@ -1,18 +1,18 @@
 //! The one writer: a task that owns the database's only writing connection. Every
-//! write of the store is a job sent to it; it runs whatever has queued since its
-//! last commit as one transaction (group commit), in the order the jobs were sent,
+//! write of the store is sent to it (queued); it runs whatever has queued since its
+//! last commit as one transaction (group commit), in the order the writes were sent,
 //! and tells each caller once that transaction is committed. A run's events are
-//! jobs of their own (data, not code): consecutive ones are written together
-//! (`run_events`), with far fewer statements than one job each.
+//! writes of their own (data, not code): consecutive ones are written together
+//! (`run_events`), with far fewer statements than one write each.
 //!
 //! Invariants:
-//! - Jobs run and commit in the order they were queued: a job queued after another
+//! - Writes run and commit in the order they were queued: a write queued after another
 //!   sees its effects, and is never durable without it.
-//! - A caller hears `Ok` only once its job's transaction is committed; a job that
-//!   fails is rolled back alone (each job of a batch of several runs inside a
+//! - A caller hears `Ok` only once its write's transaction is committed; a write that
+//!   fails is rolled back alone (each write of a batch of several runs inside a
 //!   savepoint; merged events that fail are rolled back and written again one by
 //!   one), and the others of its batch commit; a commit that fails fails every
-//!   job of its batch (nothing of it was written).
+//!   write of its batch (nothing of it was written).
 //! - Only this task writes; readers use the pool and never wait for the write lock.
 
 use std::time::Instant;
@@ -24,29 +24,29 @@ use tokio::sync::{mpsc, oneshot};
 use super::StoreError;
 use super::run_events::{self, ThreadEvent};
 
-/// Most jobs one transaction takes: a long queue is committed in several, so no
+/// Most writes one transaction takes: a long queue is committed in several, so no
 /// caller waits behind an unbounded batch.
 const MAX_BATCH: usize = 256;
-/// Jobs waiting for the writer before senders wait for room.
+/// Writes waiting for the writer before senders wait for room.
 const QUEUE: usize = 4096;
 
-/// What a job did, for its caller, once the batch's commit is known.
+/// What a write did, for its caller, once the batch's commit is known.
 type Finish = Box<dyn FnOnce(Result<(), CommitFailed>) + Send>;
 
-/// A job of the queue.
-enum Job {
+/// A write of the queue.
+enum Write {
     /// Code to run in the transaction.
     Op(Box<dyn Queued>),
     /// A run's event, merged with the events queued next to it.
-    Event(Box<EventJob>),
+    Event(Box<EventWrite>),
 }
 
-struct EventJob {
+struct EventWrite {
     event: ThreadEvent,
     answer: oneshot::Sender<Result<bool, StoreError>>,
 }
 
-/// What a caller hears once the batch's commit is known: its job's own result,
+/// What a caller hears once the batch's commit is known: its write's own result,
 /// unless the commit failed.
 fn finish_with<T: Send + 'static>(
     answer: oneshot::Sender<Result<T, StoreError>>,
@@ -55,7 +55,7 @@ fn finish_with<T: Send + 'static>(
     Box::new(move |commit| {
         let result = match commit {
             Ok(()) => result,
-            // The job's own error says more than the commit's.
+            // The write's own error says more than the commit's.
             Err(failed) => result.and_then(|_| Err(failed.error())),
         };
         let _ = answer.send(result);
@@ -70,12 +70,12 @@ trait Queued: Send {
     fn fail(self: Box<Self>, failed: CommitFailed);
 }
 
-struct OpJob<T, F> {
+struct OpWrite<T, F> {
     op: F,
     answer: oneshot::Sender<Result<T, StoreError>>,
 }
 
-impl<T, F> Queued for OpJob<T, F>
+impl<T, F> Queued for OpWrite<T, F>
 where
     T: Send + 'static,
     F: for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Result<T, StoreError>>
@@ -83,7 +83,7 @@ where
         + 'static,
 {
     fn run<'c>(self: Box<Self>, conn: &'c mut AnyConnection) -> BoxFuture<'c, (bool, Finish)> {
-        let OpJob { op, answer } = *self;
+        let OpWrite { op, answer } = *self;
         Box::pin(async move {
             let result = op(conn).await;
             (result.is_ok(), finish_with(answer, result))
@@ -125,7 +125,7 @@ impl CommitFailed {
 /// The handle on the writer task; cheap to clone.
 #[derive(Clone)]
 pub(crate) struct Writer {
-    jobs: mpsc::Sender<Job>,
+    writes: mpsc::Sender<Write>,
 }
 
 /// The statement that opens a batch's transaction (the backend's).
@@ -163,9 +163,9 @@ fn stopped() -> StoreError {
 impl Writer {
     /// Starts the writer task on `conn`; it ends when every handle is dropped.
     pub(crate) fn start(conn: AnyConnection, begin: Begin) -> Writer {
-        let (jobs, queue) = mpsc::channel(QUEUE);
+        let (writes, queue) = mpsc::channel(QUEUE);
         tokio::spawn(run(conn, begin, queue));
-        Writer { jobs }
+        Writer { writes }
     }
 
     /// Queues `op` (waiting only for room in the queue); the returned [`Pending`]
@@ -181,8 +181,8 @@ impl Writer {
         // A send fails only when the writer is gone (shutdown): the pending
         // answer then says so.
         let _ = self
-            .jobs
-            .send(Job::Op(Box::new(OpJob { op, answer })))
+            .writes
+            .send(Write::Op(Box::new(OpWrite { op, answer })))
             .await;
         Pending(pending)
     }
@@ -191,13 +191,13 @@ impl Writer {
     /// stored (false: stored before, or its run is not known).
     pub(crate) async fn submit_event(&self, event: ThreadEvent) -> Pending<bool> {
         let (answer, pending) = oneshot::channel();
-        let job = Job::Event(Box::new(EventJob { event, answer }));
-        let _ = self.jobs.send(job).await;
+        let write = Write::Event(Box::new(EventWrite { event, answer }));
+        let _ = self.writes.send(write).await;
         Pending(pending)
     }
 }
 
-async fn run(mut conn: AnyConnection, begin: Begin, mut queue: mpsc::Receiver<Job>) {
+async fn run(mut conn: AnyConnection, begin: Begin, mut queue: mpsc::Receiver<Write>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let started = Instant::now();
@@ -207,8 +207,8 @@ async fn run(mut conn: AnyConnection, begin: Begin, mut queue: mpsc::Receiver<Jo
     let _ = sqlx::Connection::close(conn).await;
 }
 
-/// Runs one batch as one transaction and tells every job how it ended.
-async fn commit_batch(conn: &mut AnyConnection, begin: Begin, batch: Vec<Job>) {
+/// Runs one batch as one transaction and tells every write how it ended.
+async fn commit_batch(conn: &mut AnyConnection, begin: Begin, batch: Vec<Write>) {
     // `begin` is the backend's: on SQLite it takes the write lock up front (a
     // deferred BEGIN that reads first cannot wait for it later,
     // SQLITE_BUSY_SNAPSHOT). Only this connection writes, so any wait is for a
@@ -216,28 +216,28 @@ async fn commit_batch(conn: &mut AnyConnection, begin: Begin, batch: Vec<Job>) {
     if let Err(e) = execute(conn, begin).await {
         let failed = CommitFailed::from(&e);
         tracing::error!(error = %e, "cannot begin a write transaction");
-        for job in batch {
-            match job {
-                Job::Op(job) => job.fail(failed.clone()),
-                Job::Event(job) => {
-                    let _ = job.answer.send(Err(failed.error()));
+        for write in batch {
+            match write {
+                Write::Op(write) => write.fail(failed.clone()),
+                Write::Event(write) => {
+                    let _ = write.answer.send(Err(failed.error()));
                 }
             }
         }
         rollback(conn).await;
         return;
     }
-    // A job alone needs no savepoint: when it fails, the batch is rolled back.
+    // A write alone needs no savepoint: when it fails, the batch is rolled back.
     let savepoints = batch.len() > 1;
     let mut finishes = Vec::with_capacity(batch.len());
-    let mut jobs = batch.into_iter().peekable();
-    while let Some(job) = jobs.next() {
-        match job {
-            Job::Op(job) => finishes.push(run_op(conn, job, savepoints).await),
-            Job::Event(first) => {
+    let mut writes = batch.into_iter().peekable();
+    while let Some(write) = writes.next() {
+        match write {
+            Write::Op(write) => finishes.push(run_op(conn, write, savepoints).await),
+            Write::Event(first) => {
                 let mut events = vec![*first];
-                while let Some(Job::Event(_)) = jobs.peek() {
-                    if let Some(Job::Event(next)) = jobs.next() {
+                while let Some(Write::Event(_)) = writes.peek() {
+                    if let Some(Write::Event(next)) = writes.next() {
                         events.push(*next);
                     }
                 }
@@ -245,7 +245,7 @@ async fn commit_batch(conn: &mut AnyConnection, begin: Begin, batch: Vec<Job>) {
             }
         }
     }
-    // A batch of one failed job is simply rolled back.
+    // A batch of one failed write is simply rolled back.
     let committed = if !savepoints && finishes.first().is_some_and(|(ok, _)| !ok) {
         rollback(conn).await;
         Ok(())
@@ -264,13 +264,17 @@ async fn commit_batch(conn: &mut AnyConnection, begin: Begin, batch: Vec<Job>) {
     }
 }
 
-/// Runs one job, in a savepoint when the batch has others.
-async fn run_op(conn: &mut AnyConnection, job: Box<dyn Queued>, savepoint: bool) -> (bool, Finish) {
-    if savepoint && let Err(e) = execute(conn, "SAVEPOINT job").await {
+/// Runs one write, in a savepoint when the batch has others.
+async fn run_op(
+    conn: &mut AnyConnection,
+    write: Box<dyn Queued>,
+    savepoint: bool,
+) -> (bool, Finish) {
+    if savepoint && let Err(e) = execute(conn, "SAVEPOINT one_write").await {
         let failed = CommitFailed::from(&e);
-        return (false, Box::new(move |_| job.fail(failed)));
+        return (false, Box::new(move |_| write.fail(failed)));
     }
-    let (ok, finish) = job.run(conn).await;
+    let (ok, finish) = write.run(conn).await;
     if savepoint {
         end_savepoint(conn, ok).await;
     }
@@ -281,12 +285,12 @@ async fn run_op(conn: &mut AnyConnection, job: Box<dyn Queued>, savepoint: bool)
 /// writes them again one by one, so only a failing event is lost.
 async fn write_events(
     conn: &mut AnyConnection,
-    events: Vec<EventJob>,
+    events: Vec<EventWrite>,
     savepoint: bool,
     finishes: &mut Vec<(bool, Finish)>,
 ) {
     let merged = if savepoint {
-        execute(conn, "SAVEPOINT job")
+        execute(conn, "SAVEPOINT one_write")
             .await
             .map_err(StoreError::from)
     } else {
@@ -294,7 +298,7 @@ async fn write_events(
     };
     let merged = match merged {
         Ok(()) => {
-            let all: Vec<&ThreadEvent> = events.iter().map(|job| &job.event).collect();
+            let all: Vec<&ThreadEvent> = events.iter().map(|write| &write.event).collect();
             run_events::write(conn, &all).await
         }
         Err(e) => Err(e),
@@ -304,21 +308,21 @@ async fn write_events(
     }
     match merged {
         Ok(stored) => {
-            for (job, stored) in events.into_iter().zip(stored) {
-                finishes.push((true, finish_with(job.answer, Ok(stored))));
+            for (write, stored) in events.into_iter().zip(stored) {
+                finishes.push((true, finish_with(write.answer, Ok(stored))));
             }
         }
-        // Savepoints are off only for a batch of one job: this event alone. The
+        // Savepoints are off only for a batch of one write: this event alone. The
         // batch is rolled back and its caller told why.
         Err(e) if !savepoint => {
-            if let Some(job) = events.into_iter().next() {
-                finishes.push((false, finish_with(job.answer, Err(e))));
+            if let Some(write) = events.into_iter().next() {
+                finishes.push((false, finish_with(write.answer, Err(e))));
             }
         }
         Err(e) => {
             tracing::warn!(error = %e, events = events.len(), "merged events failed; writing them one by one");
-            for job in events {
-                let (ok, finish) = run_op(conn, Box::new(AloneEvent(job)), true).await;
+            for write in events {
+                let (ok, finish) = run_op(conn, Box::new(AloneEvent(write)), true).await;
                 finishes.push((ok, finish));
             }
         }
@@ -326,12 +330,12 @@ async fn write_events(
 }
 
 /// An event written on its own (after its merged batch failed).
-struct AloneEvent(EventJob);
+struct AloneEvent(EventWrite);
 
 impl Queued for AloneEvent {
     fn run<'c>(self: Box<Self>, conn: &'c mut AnyConnection) -> BoxFuture<'c, (bool, Finish)> {
         Box::pin(async move {
-            let EventJob { event, answer } = self.0;
+            let EventWrite { event, answer } = self.0;
             let result = run_events::write(conn, &[&event])
                 .await
                 .map(|stored| stored.first().copied().unwrap_or(false));
@@ -344,18 +348,18 @@ impl Queued for AloneEvent {
     }
 }
 
-/// Ends a job's savepoint: kept when the job succeeded, undone when it failed.
+/// Ends a write's savepoint: kept when the write succeeded, undone when it failed.
 async fn end_savepoint(conn: &mut AnyConnection, ok: bool) {
     let end = if ok {
-        execute(conn, "RELEASE job").await
+        execute(conn, "RELEASE one_write").await
     } else {
-        match execute(conn, "ROLLBACK TO job").await {
-            Ok(()) => execute(conn, "RELEASE job").await,
+        match execute(conn, "ROLLBACK TO one_write").await {
+            Ok(()) => execute(conn, "RELEASE one_write").await,
             Err(e) => Err(e),
         }
     };
     if let Err(e) = end {
-        tracing::warn!(error = %e, "cannot end a job's savepoint");
+        tracing::warn!(error = %e, "cannot end a write's savepoint");
     }
 }
 
@@ -409,9 +413,9 @@ mod tests {
             .expect("rows")
     }
 
-    /// Jobs queued while the writer is busy commit together; the one that fails is
+    /// Writes queued while the writer is busy commit together; the one that fails is
     /// undone alone (even what it wrote before failing) and its caller hears why;
-    /// the others are committed, in order, and a later job sees an earlier one.
+    /// the others are committed, in order, and a later write sees an earlier one.
     #[tokio::test]
     async fn a_failing_job_of_a_batch_is_undone_alone() {
         let (writer, pool, _dir) = writer().await;
@@ -431,7 +435,7 @@ mod tests {
                     sqlx::query("INSERT INTO t (v) VALUES ('half')")
                         .execute(&mut *tx)
                         .await?;
-                    // A duplicate: the job fails after writing one row.
+                    // A duplicate: the write fails after writing one row.
                     sqlx::query("INSERT INTO t (v) VALUES ('a')")
                         .execute(&mut *tx)
                         .await?;
@@ -475,9 +479,9 @@ mod tests {
     /// hanging its caller.
     #[tokio::test]
     async fn a_write_without_a_writer_fails() {
-        let (jobs, queue) = mpsc::channel(1);
+        let (writes, queue) = mpsc::channel(1);
         drop(queue);
-        let gone = Writer { jobs };
+        let gone = Writer { writes };
         assert!(insert(&gone, "x").await.await.is_err());
     }
 }

@@ -25,7 +25,7 @@ use std::sync::Mutex;
 use chorus_proto::domain::AgentDirectory;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Secret;
+use crate::secrets::Secret;
 use crate::secrets::{constant_time_eq, random_token, token_hash};
 use crate::store::{Store, StoreError, WorkerCredentialRecord};
 

@@ -293,7 +293,7 @@ impl Launcher {
                 .await
                 .map(Worker::Local),
             Launcher::Remote(pool) => {
-                let assignment = super::pool::Job::Serve(super::pool::Assignment {
+                let assignment = super::pool::Work::Serve(super::pool::Assignment {
                     agent: agent.to_string(),
                     credential: credential.to_string(),
                     incarnation: incarnation.to_string(),

@@ -200,14 +200,14 @@ impl WorkerManager {
             ));
         };
         let (done, answer) = tokio::sync::oneshot::channel();
-        let job = pool::Job::Delete(pool::Deletion {
+        let work = pool::Work::Delete(pool::Deletion {
             agent: agent.to_string(),
             incarnation: incarnation.to_string(),
             volume: volume.map(str::to_string),
             done,
         });
         let wait = self.settings.attach_timeout;
-        let taken = tokio::time::timeout(wait, pool.assign(job))
+        let taken = tokio::time::timeout(wait, pool.assign(work))
             .await
             .map_err(|_| format!("no dial-in worker was free within {}", seconds(wait)))?;
         let peer = &taken.peer;

@@ -18,7 +18,7 @@
 //! a link whose volume holds the directory (usually the worker that just let the
 //! agent go, joining again).
 //!
-//! Invariant: an idle connection is handed to at most one job, and a job goes to a
+//! Invariant: an idle connection is handed work at most once, and work goes to a
 //! connection whose task is alive to receive it (a connection that went away
 //! between being taken and being told is skipped).
 
@@ -59,19 +59,19 @@ pub struct Deletion {
 
 /// What an idle connection is given.
 #[derive(Debug)]
-pub enum Job {
+pub enum Work {
     /// Serve an agent from now on.
     Serve(Assignment),
     /// Delete a destroyed agent's files, answer, and join again.
     Delete(Deletion),
 }
 
-impl Job {
-    /// The agent directory this job is best done where.
+impl Work {
+    /// The agent directory this work is best done where.
     fn directory(&self) -> AgentDirectory {
         let (agent, incarnation) = match self {
-            Job::Serve(a) => (&a.agent, &a.incarnation),
-            Job::Delete(d) => (&d.agent, &d.incarnation),
+            Work::Serve(a) => (&a.agent, &a.incarnation),
+            Work::Delete(d) => (&d.agent, &d.incarnation),
         };
         AgentDirectory {
             agent: agent.clone(),
@@ -88,7 +88,7 @@ struct Idle {
     worker: String,
     /// The volume its worker keeps agents' directories on.
     volume: String,
-    offer: oneshot::Sender<Job>,
+    offer: oneshot::Sender<Work>,
 }
 
 /// Right after the control plane starts, dial-in workers are still rejoining, each
@@ -115,22 +115,22 @@ pub struct Pool {
     volumes: Mutex<HashMap<String, HashSet<AgentDirectory>>>,
 }
 
-/// The link a job went to.
+/// The link work went to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Taken {
     /// Its worker as it names itself (host and pid).
     pub peer: String,
     /// The credential it joined with.
     pub worker: String,
-    /// Its volume held the job's agent directory.
+    /// Its volume held the work's agent directory.
     pub holds: bool,
 }
 
 /// An idle connection's place in the pool.
 pub struct Membership {
     pub id: u64,
-    /// Resolves when this connection is given a job.
-    pub assigned: oneshot::Receiver<Job>,
+    /// Resolves when this connection is given work.
+    pub assigned: oneshot::Receiver<Work>,
 }
 
 impl Pool {
@@ -211,24 +211,24 @@ impl Pool {
         self.idle().len()
     }
 
-    /// Gives `job` to an idle worker whose connection is still there (see the
+    /// Gives `work` to an idle worker whose connection is still there (see the
     /// module's placement order), waiting for one to join if none is; returns the
     /// link it went to. Cancel-safe: dropping the future assigns nothing.
-    pub async fn assign(&self, job: Job) -> Taken {
-        let wanted = job.directory();
-        let only_on = match &job {
-            Job::Delete(d) => d.volume.clone(),
-            Job::Serve(_) => None,
+    pub async fn assign(&self, work: Work) -> Taken {
+        let wanted = work.directory();
+        let only_on = match &work {
+            Work::Delete(d) => d.volume.clone(),
+            Work::Serve(_) => None,
         };
         // How long to hold out for a link whose volume has the agent's directory.
-        let patient_until = match &job {
-            Job::Serve(a) if a.may_have_files => Some(self.patient_until),
-            Job::Serve(_) => None,
+        let patient_until = match &work {
+            Work::Serve(a) if a.may_have_files => Some(self.patient_until),
+            Work::Serve(_) => None,
             // The files' worker is usually the one that just let the agent go, and
             // is joining again: elsewhere there would be nothing to delete.
-            Job::Delete(_) => Some(Instant::now() + HOLDER_WAIT),
+            Work::Delete(_) => Some(Instant::now() + HOLDER_WAIT),
         };
-        let mut assignment = job;
+        let mut assignment = work;
         loop {
             // Registered before looking, so a join between the look and the wait
             // still wakes us.
@@ -278,7 +278,7 @@ impl Pool {
     }
 }
 
-/// The link for a job about `wanted` (after dropping links whose connection is
+/// The link for work about `wanted` (after dropping links whose connection is
 /// gone): the oldest of `only_on`'s volume if given (nothing else will do);
 /// otherwise one whose volume holds that directory if any (only such a one when
 /// `holders_only`), then the worker with the most idle links, then the oldest link.
@@ -331,8 +331,8 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn assignment(agent: &str) -> Job {
-        Job::Serve(Assignment {
+    fn assignment(agent: &str) -> Work {
+        Work::Serve(Assignment {
             agent: agent.into(),
             credential: "c".into(),
             incarnation: "i".into(),
@@ -340,15 +340,15 @@ mod tests {
         })
     }
 
-    /// Where a job went, and whether its files were there.
+    /// Where work went, and whether its files were there.
     fn placed(taken: Taken) -> (String, bool) {
         (taken.peer, taken.holds)
     }
 
-    fn agent(job: Job) -> String {
-        match job {
-            Job::Serve(assignment) => assignment.agent,
-            Job::Delete(deletion) => deletion.agent,
+    fn agent(work: Work) -> String {
+        match work {
+            Work::Serve(assignment) => assignment.agent,
+            Work::Delete(deletion) => deletion.agent,
         }
     }
 
@@ -429,7 +429,7 @@ mod tests {
         );
         // A deletion goes where the files are too.
         let (done, _answer) = oneshot::channel();
-        let deletion = Job::Delete(Deletion {
+        let deletion = Work::Delete(Deletion {
             agent: "b".into(),
             incarnation: "old".into(),
             volume: None,
@@ -438,7 +438,7 @@ mod tests {
         assert_eq!(placed(pool.assign(deletion).await), ("holder".into(), true));
         // A leftover copy's deletion goes to a link of its volume only.
         let (done, _answer) = oneshot::channel();
-        let leftover = Job::Delete(Deletion {
+        let leftover = Work::Delete(Deletion {
             agent: "z".into(),
             incarnation: "old".into(),
             volume: Some("holder volume".into()),
@@ -492,11 +492,11 @@ mod tests {
             Vec::new(),
         );
         // A new agent has no files anywhere: it takes what is free at once.
-        let new = Job::Serve(Assignment {
+        let new = Work::Serve(Assignment {
             may_have_files: false,
             ..match assignment("new") {
-                Job::Serve(a) => a,
-                Job::Delete(_) => unreachable!(),
+                Work::Serve(a) => a,
+                Work::Delete(_) => unreachable!(),
             }
         });
         assert_eq!(pool.assign(new).await.peer, "roomy");

@@ -75,7 +75,7 @@ pub struct Registry {
 impl Registry {
     /// A registry whose generations follow `last` (the highest one a previous
     /// control plane recorded), so records keyed by generation, such as background
-    /// tasks, never collide across restarts.
+    /// jobs, never collide across restarts.
     pub fn after_generation(last: Generation) -> Self {
         Registry {
             slots: Mutex::default(),

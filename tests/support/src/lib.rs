@@ -1,11 +1,13 @@
 //! Test support for Chorus: fake model servers that speak the real wire formats, a
-//! handle on a real `chorus` process, and process inspection helpers.
+//! handle on a real `chorus` process, process inspection helpers, and a fake worker
+//! for the control plane's runs in-process.
 #![allow(clippy::unwrap_used)]
 
 pub mod chorus;
 pub mod closing;
 pub mod fake_discord;
 pub mod fake_model;
+pub mod fake_worker;
 pub mod otlp;
 pub mod process;
 pub mod wire_rules;

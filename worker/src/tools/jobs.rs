@@ -13,8 +13,8 @@
 //!   the worker shuts down, every task is stopped; if the worker is killed, the
 //!   shell dies with it (`PR_SET_PDEATHSIG`) and the control plane ends what is left
 //!   by its mark (`procs`).
-//! - Every start and end is reported to the control plane (`TaskStarted`,
-//!   `TaskEnded`), which keeps the record (`GET /api/agents/{name}/tasks`).
+//! - Every start and end is reported to the control plane (`JobStarted`,
+//!   `JobEnded`), which keeps the record (`GET /api/agents/{name}/jobs`).
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -22,7 +22,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use chorus_proto::domain::{TaskEnd, TaskReport, WorkerEvent};
+use chorus_proto::domain::{JobEnd, JobOutcome, JobReport, WorkerEvent};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde::Deserialize;
@@ -67,7 +67,7 @@ pub struct OutputArgs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobState {
     Running,
-    Ended(TaskEnd),
+    Ended(JobEnd),
 }
 
 struct Job {
@@ -251,8 +251,8 @@ impl BackgroundJobs {
                 stopping: false,
             },
         );
-        self.report(WorkerEvent::TaskStarted(TaskReport {
-            task_id: id,
+        self.report(WorkerEvent::JobStarted(JobReport {
+            job_id: id,
             command: command.to_string(),
             pid: pid as u32,
         }));
@@ -304,23 +304,22 @@ impl BackgroundJobs {
                 return;
             };
             let end = match &status {
-                Ok(status) if task.stopping => TaskEnd {
-                    status: "stopped".into(),
+                Ok(status) if task.stopping => JobEnd {
+                    status: JobOutcome::Stopped,
                     exit_code: status.code(),
                     detail: describe_status(*status),
                 },
-                Ok(status) => TaskEnd {
+                Ok(status) => JobEnd {
                     status: if status.success() {
-                        "completed"
+                        JobOutcome::Completed
                     } else {
-                        "failed"
-                    }
-                    .into(),
+                        JobOutcome::Failed
+                    },
                     exit_code: status.code(),
                     detail: describe_status(*status),
                 },
-                Err(e) => TaskEnd {
-                    status: "failed".into(),
+                Err(e) => JobEnd {
+                    status: JobOutcome::Failed,
                     exit_code: None,
                     detail: format!("could not wait for the task: {e}"),
                 },
@@ -329,7 +328,7 @@ impl BackgroundJobs {
             end
         };
         self.bump();
-        self.report(WorkerEvent::TaskEnded { task_id: id, end });
+        self.report(WorkerEvent::JobEnded { job_id: id, end });
     }
 
     /// `job_output`: the job's state and its output since the last read. With

@@ -515,3 +515,72 @@ async fn command_output_over_the_limit_comes_in_pages() -> anyhow::Result<()> {
     assert!(discord.strays().is_empty(), "{:?}", discord.strays());
     Ok(())
 }
+
+/// `/jobs` lists the channel's agent's background jobs; `/tasks`, the command's old
+/// name, answers the same until the task board takes that word.
+#[tokio::test]
+async fn jobs_and_its_old_name_tasks_list_the_agents_background_jobs() -> anyhow::Result<()> {
+    let discord = FakeDiscord::start().await;
+    let model = FakeOpenAi::start().await;
+    let chorus = with_bot_config(&discord, &model, ROLES).await?;
+    let channel = "700000000000000107";
+    chorus
+        .create_agent_with(
+            json!({"name": "runner", "discord_channel_id": channel, "permissions": "open"}),
+        )
+        .await?;
+    let marker = format!("304.{}{}", std::process::id(), line!());
+    model.push(tool_call(
+        "c1",
+        "bash",
+        json!({"command": format!("sleep {marker}"), "run_in_background": true}),
+    ));
+    model.push(text("Started."));
+    let id = chorus.send_message("runner", "start it").await?;
+    chorus
+        .wait_thread_finished("runner", id, Duration::from_secs(30))
+        .await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let listed: Value = chorus
+            .api(Method::GET, "/api/agents/runner/jobs")
+            .send()
+            .await?
+            .json()
+            .await?;
+        if listed["jobs"][0]["status"] == "running" {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the job never ran: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let mut said = Vec::new();
+    for command in ["jobs", "tasks"] {
+        let token = discord.slash(VIEWER, &[], channel, command, json!([]));
+        // The answer itself (a slow one comes as an edit of a deferral).
+        let content = discord
+            .wait_for("the list", Duration::from_secs(30), |d| {
+                d.answers(&token).into_iter().find_map(|(_, body)| {
+                    body["data"]["content"]
+                        .as_str()
+                        .or(body["content"].as_str())
+                        .map(str::to_string)
+                })
+            })
+            .await?;
+        said.push(content);
+    }
+    assert!(
+        said[0].starts_with("Background jobs of **runner**:")
+            && said[0].contains("job 1 · running")
+            && said[0].contains(&format!("sleep {marker}")),
+        "{said:?}"
+    );
+    assert_eq!(said[0], said[1]);
+    assert!(discord.strays().is_empty(), "{:?}", discord.strays());
+    Ok(())
+}

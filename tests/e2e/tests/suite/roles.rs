@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use chorus_control_plane::gate::grants::Role;
 use chorus_control_plane::http::{Route, routes};
+use chorus_control_plane::permissions::grants::Role;
 use chorus_test_support::fake_model::{text, tool_call};
 use chorus_test_support::{Chorus, FakeOpenAi};
 use reqwest::{Method, StatusCode};
@@ -132,6 +132,9 @@ fn case(route: &Route, s: &Subjects) -> Option<Case> {
             req("/api/agents/ghost", None),
             404,
         ),
+        ("GET", "/api/agents/{name}/jobs") => {
+            same(Viewer, req("/api/agents/subject/jobs", None), 200)
+        }
         ("GET", "/api/agents/{name}/tasks") => {
             same(Viewer, req("/api/agents/subject/tasks", None), 200)
         }

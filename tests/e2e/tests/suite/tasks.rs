@@ -1,6 +1,7 @@
-//! Background tasks through the binaries: started by bash with run_in_background,
-//! outliving their call and their thread, read and stopped by the agent, listed over
-//! the API, and never outliving their worker.
+//! Background jobs (called tasks before, and still on the old API path) through the
+//! binaries: started by bash with run_in_background, outliving their call and their
+//! thread, read and stopped by the agent, listed over the API, and never outliving
+//! their worker.
 
 use std::time::Duration;
 
@@ -130,7 +131,7 @@ async fn a_background_task_outlives_its_thread_and_is_read_and_stopped_later() -
         anyhow::bail!("the feed ended")
     })
     .await??;
-    assert_eq!(told["kind"], "task_ended", "{told:#}");
+    assert_eq!(told["kind"], "job_ended", "{told:#}");
     assert_eq!(
         (told["task_id"].as_u64(), told["status"].as_str()),
         (Some(1), Some("stopped"))
@@ -284,5 +285,79 @@ async fn tasks_started_before_and_after_a_restart_are_both_recorded() -> anyhow:
         "{}",
         chorus.output()
     );
+    Ok(())
+}
+
+/// `GET /api/agents/{name}/jobs` answers `{"jobs": [...]}`; the path from before jobs
+/// had their name answers the same list as `{"tasks": [...]}`, and both refuse an
+/// unknown agent alike.
+#[tokio::test]
+async fn the_jobs_path_and_the_old_tasks_path_answer_the_same() -> anyhow::Result<()> {
+    let marker = format!("303.{}{}", std::process::id(), line!());
+    let model = FakeOpenAi::start().await;
+    model.push(tool_call(
+        "c1",
+        "bash",
+        json!({"command": format!("sleep {marker}"), "run_in_background": true}),
+    ));
+    model.push(tool_call(
+        "c2",
+        "bash",
+        json!({"command": "exit 3", "run_in_background": true}),
+    ));
+    model.push(text("both started"));
+    let chorus = open_agent(&model, "ops").await?;
+    let id = chorus.send_message("ops", "start two").await?;
+    chorus
+        .wait_thread_finished("ops", id, Duration::from_secs(20))
+        .await?;
+    // Wait until neither will change: one runs on, the other has failed.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let listed = tasks(&chorus, "ops").await?;
+        let statuses: Vec<&str> = listed.iter().filter_map(|t| t["status"].as_str()).collect();
+        if statuses == ["running", "failed"] {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "not one running and one failed: {listed:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let get = |path: String| {
+        let chorus = &chorus;
+        async move {
+            let response = chorus.api(Method::GET, &path).send().await?;
+            let status = response.status();
+            let body: Value = response.json().await?;
+            anyhow::Ok((status, body))
+        }
+    };
+    let (status, jobs) = get("/api/agents/ops/jobs".into()).await?;
+    assert_eq!(status, 200, "{jobs:#}");
+    let (status, tasks) = get("/api/agents/ops/tasks".into()).await?;
+    assert_eq!(status, 200, "{tasks:#}");
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&jobs), ["jobs"]);
+    assert_eq!(keys(&tasks), ["tasks"]);
+    assert_eq!(jobs["jobs"], tasks["tasks"]);
+    let listed = jobs["jobs"].as_array().unwrap();
+    assert_eq!(listed.len(), 2, "{jobs:#}");
+    assert_eq!(listed[0]["command"], format!("sleep {marker}"));
+    assert_eq!(
+        (
+            listed[1]["command"].as_str(),
+            listed[1]["exit_code"].as_i64()
+        ),
+        (Some("exit 3"), Some(3)),
+        "{jobs:#}"
+    );
+
+    let (status, jobs) = get("/api/agents/ghost/jobs".into()).await?;
+    let (old_status, tasks) = get("/api/agents/ghost/tasks".into()).await?;
+    assert_eq!((status.as_u16(), old_status.as_u16()), (404, 404));
+    assert_eq!(jobs, tasks);
     Ok(())
 }

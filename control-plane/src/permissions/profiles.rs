@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use chorus_proto::tools::{TOOLS, ToolDef};
 
-use crate::permissions::{PermissionsSetting, Profile, ProfileError};
+use super::{PermissionsSetting, Profile, ProfileError};
 
 /// The stored form of a setting.
 pub fn to_stored(setting: &PermissionsSetting) -> String {

@@ -12,35 +12,50 @@
 //! Invariant: an event is in the ring and sent to subscribers under one lock, so a
 //! subscriber that takes the ring's tail and subscribes under that lock sees every
 //! later event exactly once. Nothing here is stored: the store is the durable record.
+//! What an event says is typed ([`FeedEvent`], in `event`).
+
+mod event;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
+pub use event::{
+    Answer, ApprovalAnswered, ApprovalAsked, FeedEvent, Notification, StatusChange, StatusDetail,
+    StepEnded, StepStarted, ThreadCreated, ThreadOrigin,
+};
+
 /// One event of one thread, or of an agent (`thread_id` `None`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct ThreadEvent {
     /// `<boot>.<seq>`, unique and increasing within one start of the control plane.
     pub id: String,
     pub agent: String,
     pub thread_id: Option<u64>,
-    /// `thread_created`, `status`, `step_started`, `step_ended`, `text`, `message`,
-    /// `approval` or `approval_answered`; for agent events, `notification`.
-    pub kind: &'static str,
-    pub data: Value,
+    /// What happened; an agent's events (no thread) are notifications.
+    pub event: FeedEvent,
 }
 
 impl ThreadEvent {
     /// Whether this is the thread's last event (its final status).
     pub fn is_final(&self) -> bool {
-        self.kind == "status"
-            && matches!(
-                self.data.get("status").and_then(Value::as_str),
-                Some("completed" | "failed" | "killed")
-            )
+        self.event.is_final()
+    }
+
+    /// The event's kind, as the SSE event name.
+    pub fn kind(&self) -> &'static str {
+        self.event.kind()
+    }
+
+    /// The event's data with the agent and thread it belongs to, as `GET
+    /// /api/events` sends it.
+    pub fn data_with_origin(&self) -> Value {
+        let mut data = self.event.data();
+        data["agent"] = Value::from(self.agent.clone());
+        data["thread_id"] = Value::from(self.thread_id);
+        data
     }
 }
 
@@ -113,17 +128,17 @@ impl ThreadFeed {
         self.ring.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn publish(&self, agent: &str, thread_id: u64, kind: &'static str, data: Value) {
-        self.publish_event(agent, Some(thread_id), kind, data);
+    pub fn publish(&self, agent: &str, thread_id: u64, event: FeedEvent) {
+        self.publish_event(agent, Some(thread_id), event);
     }
 
     /// An event of the agent that belongs to no thread (its `thread_id` is null).
-    pub fn publish_agent(&self, agent: &str, kind: &'static str, data: Value) {
-        self.publish_event(agent, None, kind, data);
+    pub fn publish_agent(&self, agent: &str, notification: Notification) {
+        self.publish_event(agent, None, FeedEvent::Notification(notification));
     }
 
-    fn publish_event(&self, agent: &str, thread_id: Option<u64>, kind: &'static str, data: Value) {
-        let size = agent.len() + kind.len() + data.to_string().len() + 64;
+    fn publish_event(&self, agent: &str, thread_id: Option<u64>, event: FeedEvent) {
+        let size = agent.len() + serde_json::to_string(&event).map_or(0, |s| s.len()) + 64;
         let mut ring = self.ring();
         let seq = ring.next_seq;
         ring.next_seq += 1;
@@ -131,8 +146,7 @@ impl ThreadFeed {
             id: format!("{}.{seq}", self.boot),
             agent: agent.to_string(),
             thread_id,
-            kind,
-            data,
+            event,
         });
         ring.events.push_back((seq, size, event.clone()));
         ring.bytes += size;
@@ -200,7 +214,14 @@ impl ThreadFeed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use chorus_proto::domain::ChatMessage;
+
+    fn text(i: u32) -> FeedEvent {
+        FeedEvent::Text {
+            step: 1,
+            text: i.to_string(),
+        }
+    }
 
     fn ids(events: &[Arc<ThreadEvent>]) -> Vec<String> {
         events.iter().map(|e| e.id.clone()).collect()
@@ -210,7 +231,7 @@ mod tests {
     fn a_reconnect_gets_what_it_missed_once_then_live_events() {
         let feed = ThreadFeed::default();
         for i in 0..5 {
-            feed.publish("a", 1, "text", json!({"text": i}));
+            feed.publish("a", 1, text(i));
         }
         let boot = feed.boot.to_string();
         let (replay, mut live) = feed.subscribe_after(&format!("{boot}.2"));
@@ -221,7 +242,7 @@ mod tests {
             ids(&missed),
             [3, 4, 5].map(|n| format!("{boot}.{n}")).to_vec()
         );
-        feed.publish("a", 1, "text", json!({"text": 5}));
+        feed.publish("a", 1, text(5));
         assert_eq!(live.try_recv().unwrap().id, format!("{boot}.6"));
         assert!(live.try_recv().is_err(), "nothing twice");
 
@@ -237,7 +258,7 @@ mod tests {
             bytes: 1 << 20,
         });
         for i in 0..10 {
-            feed.publish("a", 1, "text", json!({"text": i}));
+            feed.publish("a", 1, text(i));
         }
         let boot = feed.boot.to_string();
         // 8, 9, 10 are kept: after 7 is whole, after 6 is not.
@@ -269,7 +290,11 @@ mod tests {
             bytes: 10_000,
         });
         for _ in 0..100 {
-            feed.publish("a", 1, "message", json!({"content": "x".repeat(1000)}));
+            feed.publish(
+                "a",
+                1,
+                FeedEvent::Message(ChatMessage::assistant("x".repeat(1000), Vec::new())),
+            );
         }
         let ring = feed.ring();
         assert!(ring.bytes <= 10_000, "{}", ring.bytes);
@@ -281,12 +306,26 @@ mod tests {
     fn agent_events_have_no_thread_and_share_the_sequence() {
         let feed = ThreadFeed::default();
         let mut live = feed.subscribe();
-        feed.publish("a", 3, "status", json!({"status": "completed"}));
-        feed.publish_agent("a", "notification", json!({"kind": "idle_save"}));
+        feed.publish(
+            "a",
+            3,
+            FeedEvent::Status(StatusChange::new(
+                crate::store::ThreadStatus::Completed,
+                None,
+            )),
+        );
+        feed.publish_agent(
+            "a",
+            Notification::IdleSave {
+                session_id: "s".into(),
+                description: "d".into(),
+                text: "t".into(),
+            },
+        );
         let first = live.try_recv().unwrap();
         let second = live.try_recv().unwrap();
         assert_eq!(first.thread_id, Some(3));
-        assert_eq!((second.thread_id, second.kind), (None, "notification"));
+        assert_eq!((second.thread_id, second.kind()), (None, "notification"));
         assert!(!second.is_final());
         assert_eq!(seq_of(&second.id), seq_of(&first.id) + 1);
     }
