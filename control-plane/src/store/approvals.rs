@@ -8,6 +8,7 @@ use super::{Store, StoreError, now};
 use crate::principal::Principal;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ApprovalStatus {
     Pending,
     Approved,
@@ -22,6 +23,7 @@ pub enum ApprovalStatus {
 
 /// What kind of question a row is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum QuestionKind {
     /// May this tool call run? Approve or deny.
     Approval,
