@@ -163,18 +163,6 @@ impl std::fmt::Display for Principal {
     }
 }
 
-/// Serializes a principal as its text form, for records whose wire field was a
-/// plain string before principals existed (`requested_by`, `decided_by`, `user_id`).
-pub fn serialize_text<S: serde::Serializer>(
-    principal: &Option<Principal>,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    match principal {
-        Some(principal) => serializer.serialize_some(&principal.text()),
-        None => serializer.serialize_none(),
-    }
-}
-
 /// One step along a chain: where `principal` acts from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Link {
