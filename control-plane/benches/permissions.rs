@@ -140,7 +140,10 @@ fn time_decisions(label: &str, profile: &Profile, actions: &[String]) {
 fn main() -> Result<(), Box<dyn Error>> {
     let custom = Profile::compile("bench", &fifty_rules())?;
     let standard = Profile::preset("standard").ok_or("the standard preset did not compile")?;
-    let actions: Vec<String> = ACTIONS.iter().map(|s| s.to_string()).collect();
+    let actions: Vec<String> = ACTIONS
+        .iter()
+        .map(std::string::ToString::to_string)
+        .collect();
 
     time_decisions("custom profile, 50 rules", &custom, &actions);
     time_decisions("standard preset", &standard, &actions);

@@ -256,6 +256,10 @@ pub struct ContextSettings {
 }
 
 impl Default for ContextSettings {
+    #[allow(
+        clippy::expect_used,
+        reason = "constants; a unit test reads the defaults"
+    )]
     fn default() -> Self {
         ContextSettings::from_file(&FileContext::default()).expect("the defaults are in range")
     }
@@ -451,6 +455,10 @@ impl ThreadSettings {
 }
 
 impl Default for ThreadSettings {
+    #[allow(
+        clippy::expect_used,
+        reason = "constants; a unit test reads the defaults"
+    )]
     fn default() -> Self {
         ThreadSettings::from_file(&FileThreads::default()).expect("the defaults are in range")
     }

@@ -532,7 +532,10 @@ mod tests {
         ProviderModels {
             valid,
             base_url: "http://127.0.0.1:9/v1".into(),
-            models: models.iter().map(|m| m.to_string()).collect(),
+            models: models
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect(),
             error: error.map(str::to_string),
             reachable,
             key_refused: error.is_some_and(|e| e.starts_with("the key was refused")),

@@ -1,7 +1,10 @@
 //! The Chorus control plane (`chorus`): agent registry, storage, worker dispatch,
 //! the model relay and the HTTP API. See ARCHITECTURE.md for how the parts fit.
+#![cfg_attr(not(test), warn(clippy::print_stdout, clippy::print_stderr))]
 
 pub mod agents;
+// The terminal client: its output is the point.
+#[allow(clippy::print_stdout, clippy::print_stderr)]
 pub mod cli;
 pub mod config;
 pub mod discord;

@@ -215,7 +215,7 @@ mod tests {
                 let name = format!("{path} {}", sub.get_name());
                 let help = sub
                     .get_after_help()
-                    .map(|h| h.to_string())
+                    .map(std::string::ToString::to_string)
                     .unwrap_or_default();
                 if !help.contains("chorus ") {
                     missing.push(name.clone());

@@ -60,7 +60,12 @@ impl<T: Default> Family<T> {
 
     fn get(&mut self, values: &[&str]) -> &mut T {
         self.series
-            .entry(values.iter().map(|v| v.to_string()).collect())
+            .entry(
+                values
+                    .iter()
+                    .map(std::string::ToString::to_string)
+                    .collect(),
+            )
             .or_default()
     }
 }
@@ -142,7 +147,9 @@ fn registry() -> &'static Mutex<Registry> {
 }
 
 fn with<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
-    f(&mut registry().lock().unwrap_or_else(|e| e.into_inner()))
+    f(&mut registry()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner))
 }
 
 pub fn run_started() {

@@ -16,8 +16,8 @@ pub fn describe() -> String {
 fn probe() -> String {
     let status = Ruleset::default()
         .handle_access(AccessFs::from_all(ABI::V1))
-        .and_then(|r| r.create())
-        .and_then(|r| r.restrict_self());
+        .and_then(landlock::Ruleset::create)
+        .and_then(landlock::RulesetCreated::restrict_self);
     match status {
         Ok(status) => match status.landlock {
             LandlockStatus::Available { effective_abi, .. }

@@ -163,6 +163,8 @@ pub async fn start(
             diagnosis.http_addr = http_addr;
             diagnosis.grpc_addr = grpc_addr;
             match settings.log_format {
+                // The person who started chorus reads the status on the terminal.
+                #[allow(clippy::print_stderr)]
                 crate::telemetry::json_log::LogFormat::Text => eprint!("{}", diagnosis.render()),
                 // A log pipeline gets it as one line like the others.
                 crate::telemetry::json_log::LogFormat::Json => tracing::info!(

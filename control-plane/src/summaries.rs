@@ -129,7 +129,7 @@ impl WorkerSummarizer {
         let waiter = self
             .waiting
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&request_id);
         if let Some(waiter) = waiter {
             let _ = waiter.send(result);
@@ -138,7 +138,10 @@ impl WorkerSummarizer {
 
     /// Requests waiting for an answer (for tests and diagnostics).
     pub fn waiting(&self) -> usize {
-        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
     }
 }
 
@@ -152,7 +155,7 @@ impl Drop for Waiting {
     fn drop(&mut self) {
         self.waiting
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&self.request_id);
     }
 }
@@ -183,7 +186,7 @@ impl Summarizer for WorkerSummarizer {
         let (tx, rx) = oneshot::channel();
         self.waiting
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(request_id, tx);
         let _waiting = Waiting {
             waiting: self.waiting.clone(),

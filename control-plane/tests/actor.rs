@@ -3,7 +3,7 @@
 //! (`chorus_test_support::fake_worker`: commands out, worker events in; no process,
 //! no gRPC). Each test asserts what a user sees: the thread's status and failure,
 //! its messages and steps in the store, and what was sent to the worker.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use chorus_control_plane::runs::{EventRejected, Routed};
 use chorus_control_plane::store::{RunStatus, ThreadStatus};

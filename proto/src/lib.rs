@@ -10,6 +10,7 @@
 //! - [`tools`]: the tool registry, one definition per tool (names, schemas, actions).
 //!
 //! No business logic lives here, and no I/O.
+#![cfg_attr(not(test), warn(clippy::print_stdout, clippy::print_stderr))]
 
 mod convert;
 pub mod domain;

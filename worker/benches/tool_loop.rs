@@ -9,7 +9,7 @@
 //! is left out here (`AllowAll`).
 //!
 //! Run: `cargo bench -p chorus-worker --bench tool_loop`
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::hint::black_box;
 use std::sync::Mutex;

@@ -503,6 +503,8 @@ mod tests {
         let data = tempfile::tempdir().unwrap();
         let dir = data.path().join("fresh");
         let ids: Vec<String> = std::thread::scope(|scope| {
+            // Every racer is spawned before any is joined.
+            #[allow(clippy::needless_collect)]
             let racers: Vec<_> = (0..4)
                 .map(|_| scope.spawn(|| volume_id(&dir).unwrap()))
                 .collect();

@@ -45,7 +45,9 @@ struct Entry {
 
 impl Board {
     fn runs(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
-        self.runs.lock().unwrap_or_else(|e| e.into_inner())
+        self.runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A run starts: `summary` is its thread's summary line ("thread N" when it has

@@ -42,7 +42,11 @@ impl EventSink {
     pub fn try_send(&self, event: WorkerEvent) -> Result<(), crate::outbound::TooLarge> {
         let event = crate::outbound::fit(event)
             .inspect_err(|e| tracing::warn!(error = %e, "event not sent"))?;
-        let mut last_seq = self.0.last_seq.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last_seq = self
+            .0
+            .last_seq
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let seq = match event.run_id() {
             None => 0,
             Some(run_id) => {
@@ -70,7 +74,7 @@ impl EventSink {
         self.0
             .last_seq
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .len()
     }
 }
@@ -127,7 +131,7 @@ mod tests {
                 (2, a.clone()),
                 (0, None),
                 (2, b.clone()),
-                (3, a.clone()),
+                (3, a),
                 (3, b.clone()),
             ]
         );

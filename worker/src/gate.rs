@@ -47,7 +47,9 @@ impl RelayGate {
     fn waiting(
         &self,
     ) -> std::sync::MutexGuard<'_, HashMap<u64, mpsc::UnboundedSender<GateMessage>>> {
-        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Routes an answer from the control plane to the check waiting for it.

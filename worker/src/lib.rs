@@ -1,6 +1,7 @@
 //! A Chorus worker (`chorus-worker`): serves one agent. It attaches to the control
 //! plane, runs the tool loop for each thread it is assigned, executes tools in the
 //! agent's workspace and streams every step back. See ARCHITECTURE.md.
+#![cfg_attr(not(test), warn(clippy::print_stdout, clippy::print_stderr))]
 
 pub mod agent_dir;
 pub mod awareness;

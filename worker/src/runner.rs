@@ -126,7 +126,9 @@ impl Runner {
     }
 
     fn runs(&self) -> MutexGuard<'_, HashMap<String, ActiveRun>> {
-        self.runs.lock().unwrap_or_else(|e| e.into_inner())
+        self.runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub fn active_runs(&self) -> usize {
@@ -281,7 +283,7 @@ impl Runner {
                 let outcome =
                     tool_loop::run(&clients, gate.as_ref(), &tools, input, &sink, &cancel).await;
                 runs.lock()
-                    .unwrap_or_else(|e| e.into_inner())
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .remove(&run.run_id);
                 board.leave(&run.run_id);
                 // Out of the map, so nothing more arrives. What the run did not take

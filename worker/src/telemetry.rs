@@ -124,7 +124,7 @@ impl ShouldSample for Switch {
     ) -> SamplingResult {
         let parent = parent_context
             .map(|cx| cx.span().span_context().clone())
-            .filter(|sc| sc.is_valid());
+            .filter(opentelemetry::trace::SpanContext::is_valid);
         let decision = match (self.0.load(Ordering::Relaxed), &parent) {
             (false, _) => SamplingDecision::Drop,
             (true, Some(parent)) if !parent.is_sampled() => SamplingDecision::Drop,

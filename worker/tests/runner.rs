@@ -2,7 +2,7 @@
 //! strict fake model servers over real HTTP: messages injected into a running run,
 //! the agent's other threads in each model's system prompt, summaries on request,
 //! and the per-run numbering of every event it sends.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -52,7 +52,7 @@ impl Deletions {
         let fresh = self
             .running
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(key.clone());
         if !fresh {
             return;
@@ -62,7 +62,7 @@ impl Deletions {
             delete_until_done(&store, &workers, &key.0, &key.1).await;
             running
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .remove(&key);
         });
     }

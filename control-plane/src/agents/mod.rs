@@ -187,7 +187,7 @@ impl Drop for CreatingGuard<'_> {
     fn drop(&mut self) {
         self.set
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&self.name);
     }
 }
@@ -506,7 +506,10 @@ impl AgentService {
     }
 
     fn claim_name(&self, name: &str) -> Result<CreatingGuard<'_>, AgentError> {
-        let mut creating = self.creating.lock().unwrap_or_else(|e| e.into_inner());
+        let mut creating = self
+            .creating
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if !creating.insert(name.to_string()) {
             return Err(AgentError::Conflict(format!(
                 "an agent named '{name}' is being created right now"

@@ -414,7 +414,7 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<bool> {
         }
         Cmd::Agent(AgentCommand::Configure { name, settings }) => {
             let body = settings.body();
-            if body.as_object().is_some_and(|b| b.is_empty()) {
+            if body.as_object().is_some_and(serde_json::Map::is_empty) {
                 anyhow::bail!(
                     "nothing to change: give at least one of --model, --system-prompt, --permissions, --on-ask, --network, --idle-timeout-secs"
                 );

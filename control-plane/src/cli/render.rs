@@ -111,8 +111,14 @@ fn table(headers: &[&str], rows: &[Vec<String>], paint: impl Fn(usize, &str) -> 
         out.trim_end().to_string()
     };
     let mut out = vec![line(
-        headers.iter().map(|h| h.to_string()).collect(),
-        headers.iter().map(|h| h.to_string()).collect(),
+        headers
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect(),
+        headers
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect(),
     )];
     for row in rows {
         out.push(line(
@@ -440,7 +446,7 @@ pub fn sessions(history: &Value) -> String {
 /// `GET /api/models`: each provider, whether it is usable, and the names to use.
 pub fn models(snapshot: &Value, style: Style) -> String {
     let providers = snapshot["providers"].as_object();
-    if providers.is_none_or(|p| p.is_empty()) {
+    if providers.is_none_or(serde_json::Map::is_empty) {
         return "No model provider is configured: chorus status says what to set.\n".into();
     }
     let mut out = String::new();

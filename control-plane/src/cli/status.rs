@@ -54,7 +54,10 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<bool> {
         .trim_end_matches('/')
         .to_string();
     let token = resolve_token(
-        settings.api_token.as_ref().map(|t| t.expose()),
+        settings
+            .api_token
+            .as_ref()
+            .map(super::super::secrets::Secret::expose),
         &settings.data_dir,
     )
     .ok();

@@ -88,7 +88,7 @@ impl EventHandler for Handler {
                 .message_reference
                 .as_ref()
                 .and_then(|r| r.message_id)
-                .map(|id| id.get()),
+                .map(serenity::all::MessageId::get),
         };
         self.messages.received(incoming).await;
     }

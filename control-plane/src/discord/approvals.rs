@@ -128,7 +128,9 @@ impl ApprovalPosts {
     }
 
     fn known(&self) -> std::sync::MutexGuard<'_, Known> {
-        self.known.lock().unwrap_or_else(|e| e.into_inner())
+        self.known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Posts an approval request with its buttons in `channel`.

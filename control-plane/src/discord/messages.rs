@@ -69,7 +69,7 @@ impl Drop for Posting<'_> {
             .messages
             .posting
             .lock()
-            .unwrap_or_else(|e| e.into_inner());
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(count) = posting.get_mut(&self.channel) {
             *count -= 1;
             if *count == 0 {
@@ -105,7 +105,7 @@ impl Messages {
         *self
             .posting
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .entry(channel)
             .or_insert(0) += 1;
         Posting {
@@ -117,7 +117,7 @@ impl Messages {
     fn posting_in(&self, channel: u64) -> usize {
         self.posting
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&channel)
             .copied()
             .unwrap_or(0)
@@ -294,7 +294,7 @@ impl Messages {
         if !self
             .followed
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(key.clone())
         {
             return; // its answer is already awaited (a reply into a going thread)
@@ -308,7 +308,7 @@ impl Messages {
             messages
                 .followed
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .remove(&key);
         });
     }

@@ -104,7 +104,10 @@ impl Outbox {
         let (done, posted) = oneshot::channel();
         let queued = Queued { request, done };
         let sender = {
-            let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+            let mut channels = self
+                .channels
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             channels
                 .entry(channel)
                 .or_insert_with(|| {

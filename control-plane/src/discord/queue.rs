@@ -130,9 +130,13 @@ impl<K: PartialEq + Clone, T> ChannelQueue<K, T> {
     /// Discord refused `item` with a 429: it goes first again, after `retry_after`.
     pub fn rate_limited(&mut self, lane: K, item: T, retry_after: Duration, now: Instant) {
         self.bucket.blocked_until = Some(now + retry_after);
-        match self.lanes.iter().position(|(k, _)| *k == lane) {
-            Some(i) => {
-                let (k, mut items) = self.lanes.remove(i).expect("found above");
+        let queued = self
+            .lanes
+            .iter()
+            .position(|(k, _)| *k == lane)
+            .and_then(|i| self.lanes.remove(i));
+        match queued {
+            Some((k, mut items)) => {
                 items.push_front(item);
                 self.lanes.push_front((k, items));
             }

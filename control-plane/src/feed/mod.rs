@@ -125,7 +125,9 @@ impl ThreadFeed {
     }
 
     fn ring(&self) -> MutexGuard<'_, Ring> {
-        self.ring.lock().unwrap_or_else(|e| e.into_inner())
+        self.ring
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub fn publish(&self, agent: &str, thread_id: u64, event: FeedEvent) {

@@ -57,14 +57,14 @@ impl VouchedRoles {
     pub fn vouch(&self, user: &str, role: Role) {
         self.0
             .write()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(user.to_string(), role);
     }
 
     fn get(&self, user: &str) -> Option<Role> {
         self.0
             .read()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(user)
             .copied()
     }
@@ -229,9 +229,8 @@ impl ToolGate {
         else {
             return deny("this run is not known to the control plane; the tool was not run".into());
         };
-        let record = match self.store.agent_policy(&check.agent).await {
-            Ok(Some(record)) => record,
-            _ => return deny("the agent is not active; the tool was not run".into()),
+        let Ok(Some(record)) = self.store.agent_policy(&check.agent).await else {
+            return deny("the agent is not active; the tool was not run".into());
         };
         crate::telemetry::label(
             &tracing::Span::current(),

@@ -38,8 +38,14 @@ impl RuleSpec {
     pub fn with_examples(pattern: impl Into<String>, matches: &[&str], rejects: &[&str]) -> Self {
         RuleSpec {
             pattern: pattern.into(),
-            matches: matches.iter().map(|s| s.to_string()).collect(),
-            rejects: rejects.iter().map(|s| s.to_string()).collect(),
+            matches: matches
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect(),
+            rejects: rejects
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect(),
             about: None,
         }
     }

@@ -73,13 +73,16 @@ impl ProfileCache {
         if let Some(profile) = self
             .compiled
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(stored)
         {
             return Ok(profile.clone());
         }
         let profile = Profile::from_setting(&from_stored(stored)?)?;
-        let mut compiled = self.compiled.lock().unwrap_or_else(|e| e.into_inner());
+        let mut compiled = self
+            .compiled
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if compiled.len() >= MAX_CACHED {
             compiled.clear();
         }

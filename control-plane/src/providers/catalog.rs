@@ -317,7 +317,10 @@ impl Catalog {
     #[doc(hidden)]
     pub fn fixed(snapshot: CatalogSnapshot) -> Self {
         let catalog = Catalog::uncached(Vec::new());
-        *catalog.snapshot.write().unwrap_or_else(|e| e.into_inner()) = snapshot;
+        *catalog
+            .snapshot
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = snapshot;
         catalog.refreshed.send_replace(true);
         catalog
     }
@@ -329,7 +332,7 @@ impl Catalog {
     fn current(&self) -> CatalogSnapshot {
         self.snapshot
             .read()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 
@@ -423,7 +426,10 @@ impl Catalog {
         {
             tracing::warn!(path = %path.display(), error = %e, "cannot write the model cache");
         }
-        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = next.clone();
+        *self
+            .snapshot
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = next.clone();
         self.refreshed.send_replace(true);
         let total: usize = next.providers.values().map(|p| p.models.len()).sum();
         tracing::info!(
@@ -629,7 +635,10 @@ mod tests {
                         ProviderModels {
                             valid: !models.is_empty(),
                             base_url: String::new(),
-                            models: models.iter().map(|m| m.to_string()).collect(),
+                            models: models
+                                .iter()
+                                .map(std::string::ToString::to_string)
+                                .collect(),
                             error: models.is_empty().then(|| "cannot reach it".to_string()),
                             reachable: !models.is_empty(),
                             key_refused: false,
@@ -723,7 +732,10 @@ mod tests {
         ProviderModels {
             valid: error.is_none(),
             base_url: String::new(),
-            models: models.iter().map(|m| m.to_string()).collect(),
+            models: models
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect(),
             error: error.map(str::to_string),
             reachable,
             key_refused,

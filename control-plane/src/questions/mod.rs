@@ -100,7 +100,9 @@ impl Questions {
     }
 
     fn waiting(&self) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<Answer>>> {
-        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Records a question; the caller then awaits [`Questions::wait`].

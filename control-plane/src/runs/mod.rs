@@ -215,7 +215,10 @@ impl Runs {
 
     /// The actor of `agent`, started on first use.
     fn actor(&self, agent: &str) -> (mpsc::Sender<actor::Command>, Arc<AtomicUsize>) {
-        let mut agents = self.agents.lock().unwrap_or_else(|e| e.into_inner());
+        let mut agents = self
+            .agents
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let handle = agents.entry(agent.to_string()).or_insert_with(|| {
             let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
             let active = Arc::new(AtomicUsize::new(0));
@@ -468,7 +471,7 @@ impl Runs {
     pub fn is_busy(&self, agent: &str) -> bool {
         self.agents
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(agent)
             .is_some_and(|h| h.active.load(Ordering::Relaxed) > 0)
     }

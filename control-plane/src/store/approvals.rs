@@ -279,7 +279,7 @@ mod tests {
         assert_eq!(record.answer, None);
         assert_eq!(record.requested_by, Some(Principal::person("api")));
         assert_eq!(record.decided_by, Some(Principal::person("discord:42")));
-        let shown = serde_json::to_value(crate::views::ApprovalView::from(record.clone())).unwrap();
+        let shown = serde_json::to_value(crate::views::ApprovalView::from(record)).unwrap();
         assert_eq!(shown["requested_by"], "api");
         assert_eq!(shown["decided_by"], "discord:42");
         assert!(shown.get("kind").is_none(), "{shown}");

@@ -53,7 +53,9 @@ impl Policies {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cached> {
         // Nothing here can panic midway; a poisoned lock still holds a valid map.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

@@ -62,7 +62,10 @@ impl TraceRelay {
     /// How many of `spans` the agent may send now.
     fn admit(&self, agent: &str, spans: u64) -> u64 {
         let now = Instant::now();
-        let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut budgets = self
+            .budgets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         budgets
             .entry(agent.to_string())
             .or_insert_with(|| TokenBucket::full(SPANS_PER_SEC, SPAN_BURST, now))

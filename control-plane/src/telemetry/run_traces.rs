@@ -74,7 +74,10 @@ impl RunTraces {
         let Some(id) = context.get("traceparent").and_then(|t| trace_id_of(t)) else {
             return;
         };
-        let mut given = self.given.lock().unwrap_or_else(|e| e.into_inner());
+        let mut given = self
+            .given
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let given = given.entry(agent.to_string()).or_default();
         if given.set.insert(id) {
             given.order.push_back(id);
@@ -125,14 +128,14 @@ impl RunTraces {
     pub fn forget(&self, agent: &str) {
         self.given
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(agent);
     }
 
     fn is_given(&self, agent: &str, id: &TraceId) -> bool {
         self.given
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(agent)
             .is_some_and(|g| g.set.contains(id))
     }

@@ -112,7 +112,9 @@ impl JoinCredentials {
     }
 
     fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
-        self.live.lock().unwrap_or_else(|e| e.into_inner())
+        self.live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether the shared join token is set (the start-up text says so).

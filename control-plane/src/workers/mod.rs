@@ -118,7 +118,9 @@ impl WorkerManager {
     }
 
     fn supervised(&self) -> MutexGuard<'_, HashMap<String, Supervised>> {
-        self.supervised.lock().unwrap_or_else(|e| e.into_inner())
+        self.supervised
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Starts supervising `agent`'s worker; does nothing if it is already supervised.

@@ -148,11 +148,15 @@ impl Pool {
     }
 
     fn volumes(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashSet<AgentDirectory>>> {
-        self.volumes.lock().unwrap_or_else(|e| e.into_inner())
+        self.volumes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn idle(&self) -> std::sync::MutexGuard<'_, VecDeque<Idle>> {
-        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A dial-in worker's connection joins the pool, naming its volume and the
@@ -166,7 +170,10 @@ impl Pool {
         directories: Vec<AgentDirectory>,
     ) -> Membership {
         let id = {
-            let mut next = self.next_id.lock().unwrap_or_else(|e| e.into_inner());
+            let mut next = self
+                .next_id
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             *next += 1;
             *next
         };

@@ -85,7 +85,9 @@ impl Registry {
 
     fn slots(&self) -> MutexGuard<'_, HashMap<String, Slot>> {
         // A panic while holding this lock leaves plain data behind; keep serving.
-        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+        self.slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Starts a new generation for `agent` with `credential`, replacing (and thereby
@@ -95,7 +97,7 @@ impl Registry {
             let mut next = self
                 .next_generation
                 .lock()
-                .unwrap_or_else(|e| e.into_inner());
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             *next += 1;
             *next
         };

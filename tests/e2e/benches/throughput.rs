@@ -8,6 +8,7 @@
 //! the worker in a run of 20 and of 200 calls (A), and in replies continuing that
 //! conversation (E); model calls per second with 100 threads of 20 calls at once
 //! over 10 agents (B); agent create → worker ready (C); memory of 100 idle agents (D).
+#![allow(clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -5,6 +5,7 @@
 //! `cargo build --bins && cargo bench --profile dev -p chorus-e2e --bench trace_export`
 //! (or `--release` with `cargo build --release --bins`). Prints the median and 90th
 //! percentile of the wall time from sending the message to the thread's end.
+#![allow(clippy::expect_used)]
 
 use std::time::{Duration, Instant};
 

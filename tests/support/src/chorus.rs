@@ -269,7 +269,9 @@ impl ChorusBuilder {
                 let mut lines = BufReader::new(stderr).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
                     eprintln!("{line}");
-                    let mut output = output.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut output = output
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
                     output.push_str(&line);
                     output.push('\n');
                 }
@@ -281,7 +283,7 @@ impl ChorusBuilder {
             while let Some(line) = lines.next_line().await? {
                 output
                     .lock()
-                    .unwrap_or_else(|e| e.into_inner())
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .push_str(&format!("{line}\n"));
                 if line.starts_with("chorus ready") {
                     return Ok::<_, std::io::Error>(Some(line));
@@ -295,7 +297,10 @@ impl ChorusBuilder {
             let status = child.wait().await?;
             // Its last words are the reason: read to the end of stderr first.
             let _ = tokio::time::timeout(Duration::from_secs(10), stderr_drained).await;
-            let said = output.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let said = output
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
             bail!("chorus exited before it was ready ({status}):\n{said}");
         };
         // Keep draining stdout so chorus never blocks on a full pipe.
@@ -303,7 +308,9 @@ impl ChorusBuilder {
             let output = output.clone();
             async move {
                 while let Ok(Some(line)) = lines.next_line().await {
-                    let mut output = output.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut output = output
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
                     output.push_str(&line);
                     output.push('\n');
                 }
@@ -364,7 +371,7 @@ impl Chorus {
     pub fn output(&self) -> String {
         self.output
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 

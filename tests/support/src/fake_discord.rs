@@ -596,8 +596,7 @@ async fn edit_message(
         return refused;
     }
     let mut r = recorded.lock().unwrap();
-    r.edits
-        .push((channel.clone(), message.clone(), body.clone()));
+    r.edits.push((channel, message.clone(), body.clone()));
     let Some(posted) = r.posted.iter_mut().find(|m| m["id"] == message.as_str()) else {
         return (
             StatusCode::NOT_FOUND,

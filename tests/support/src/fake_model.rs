@@ -217,7 +217,7 @@ impl Drop for FakeModel {
             &mut self
                 .script
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .violations,
         );
         assert!(
@@ -238,7 +238,10 @@ impl FakeModel {
             wire,
             replies: VecDeque::new(),
             requests: Vec::new(),
-            models: models.iter().map(|m| m.to_string()).collect(),
+            models: models
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect(),
             usage: (20, 10),
             quirks: Quirks::default(),
             context_window: None,
@@ -279,7 +282,10 @@ impl FakeModel {
     }
 
     pub fn set_models(&self, models: &[&str]) -> &Self {
-        self.script.lock().unwrap().models = models.iter().map(|m| m.to_string()).collect();
+        self.script.lock().unwrap().models = models
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect();
         self
     }
 

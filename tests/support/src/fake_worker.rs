@@ -471,7 +471,10 @@ impl FakeSummarizer {
 
     /// What it was asked for, in order.
     pub fn asked(&self) -> Vec<Purpose> {
-        self.asked.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.asked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -485,7 +488,7 @@ impl Summarizer for FakeSummarizer {
     ) -> Result<String, String> {
         self.asked
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(purpose);
         if purpose == Purpose::Context {
             let _ = self.held.subscribe().wait_for(|held| !*held).await;

@@ -1,7 +1,7 @@
 //! Test support for Chorus: fake model servers that speak the real wire formats, a
 //! handle on a real `chorus` process, process inspection helpers, and a fake worker
 //! for the control plane's runs in-process.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod chorus;
 pub mod closing;

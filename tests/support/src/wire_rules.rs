@@ -342,7 +342,7 @@ mod tests {
         bad["messages"][3]["tool_call_id"] = json!("b");
         let problems = openai_problems(&bad);
         assert_eq!(problems.len(), 4, "{problems:#?}");
-        let mut auto = good.clone();
+        let mut auto = good;
         auto["tool_choice"] = json!("auto");
         assert_eq!(openai_problems(&auto), Vec::<String>::new());
         auto["tool_choice"] = json!("sometimes");
@@ -365,7 +365,7 @@ mod tests {
         let problems = anthropic_problems(&bad);
         assert_eq!(problems.len(), 2, "{problems:#?}"); // empty text, unanswered tool_use
         // Tool blocks without tools: what a summary request used to send.
-        let mut bad = good.clone();
+        let mut bad = good;
         bad.as_object_mut().unwrap().remove("tools");
         assert_eq!(
             anthropic_problems(&bad),

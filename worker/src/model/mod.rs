@@ -83,7 +83,10 @@ impl MessageCache {
         tools: &[ToolSchema],
         render: impl Fn(&[ToolSchema]) -> String,
     ) -> String {
-        let mut cached = self.tools.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cached = self
+            .tools
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let same = cached.get(format).is_some_and(|(names, _)| {
             names.len() == tools.len() && names.iter().zip(tools).all(|(n, t)| *n == t.name)
         });
@@ -106,7 +109,10 @@ impl MessageCache {
         render: impl Fn(&ChatMessage) -> String,
         assemble: impl FnOnce(&[&str]) -> R,
     ) -> R {
-        let mut formats = self.formats.lock().unwrap_or_else(|e| e.into_inner());
+        let mut formats = self
+            .formats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let cached = formats.entry(format).or_default();
         let valid = cached
             .iter()

@@ -110,7 +110,9 @@ pub struct Inbox(Arc<Mutex<VecDeque<Input>>>);
 
 impl Inbox {
     fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Input>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub fn push(&self, input: Input) {

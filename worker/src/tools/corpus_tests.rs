@@ -224,7 +224,7 @@ fn corpus(outside: &Path, workspace: &Path) -> Vec<(String, Expect)> {
         "src/pipe2",
     ]
     .iter()
-    .map(|s| s.to_string())
+    .map(std::string::ToString::to_string)
     .collect();
     let mut cases = Vec::new();
     for path in &escapes {
@@ -328,7 +328,7 @@ fn corpus(outside: &Path, workspace: &Path) -> Vec<(String, Expect)> {
         "日本語.txt".to_string(),
         "emoji-😀.txt".to_string(),
         // ordinary places, odd spellings, names that look like the traps
-        "".to_string(),
+        String::new(),
         " ".to_string(),
         "\t".to_string(),
         ".".to_string(),

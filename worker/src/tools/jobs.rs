@@ -166,7 +166,9 @@ impl BackgroundJobs {
     }
 
     fn tasks(&self) -> MutexGuard<'_, HashMap<u32, Job>> {
-        self.tasks.lock().unwrap_or_else(|e| e.into_inner())
+        self.tasks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn report(&self, event: WorkerEvent) {
@@ -235,7 +237,10 @@ impl BackgroundJobs {
             return ToolOutcome::error("the shell started without its output pipe");
         };
         let id = {
-            let mut next = self.next_id.lock().unwrap_or_else(|e| e.into_inner());
+            let mut next = self
+                .next_id
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let id = *next;
             *next += 1;
             id

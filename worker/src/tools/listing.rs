@@ -225,8 +225,7 @@ impl Search {
         }
         if self.capped {
             out.push_str(&format!(
-                "… the search stopped at {} matches or {} files; narrow the pattern or the path to see the rest\n",
-                MAX_SEARCH_MATCHES, MAX_SEARCH_FILES
+                "… the search stopped at {MAX_SEARCH_MATCHES} matches or {MAX_SEARCH_FILES} files; narrow the pattern or the path to see the rest\n"
             ));
         }
         if self.skipped_binary > 0 {

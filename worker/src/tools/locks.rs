@@ -52,7 +52,9 @@ impl FileLocks {
     fn files(&self) -> MutexGuard<'_, HashMap<String, Arc<tokio::sync::Mutex<()>>>> {
         // The map is consistent after every statement; a panic elsewhere cannot
         // leave it half-changed.
-        self.files.lock().unwrap_or_else(|e| e.into_inner())
+        self.files
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Waits up to the timeout for the write lock on `key` (a normalised path).

@@ -126,7 +126,7 @@ impl Request {
                 call.name,
                 registry::TOOLS
                     .iter()
-                    .map(|tool| tool.wire_name())
+                    .map(chorus_proto::tools::ToolDef::wire_name)
                     .collect::<Vec<_>>()
                     .join(", ")
             )));
@@ -263,7 +263,7 @@ impl ToolBox {
             .unwrap_or_else(|panic| {
                 let why = panic
                     .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
+                    .map(std::string::ToString::to_string)
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown cause".into());
                 ToolOutcome::error(format!("the tool {} crashed: {why}", to_wire(&call.name)))

@@ -104,7 +104,7 @@ pub async fn spawn_limited(command: Command, max_processes: u32) -> std::io::Res
 pub fn hit_process_limit(pid: u32) -> bool {
     LIMIT_HITS
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .as_mut()
         .is_some_and(|hits| hits.remove(&pid))
 }
@@ -114,6 +114,10 @@ pub fn ended(pid: u32) {
     let _ = spawner().send(Request::Ended(pid));
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "without its one spawner thread the worker can run no tool at all"
+)]
 fn spawner() -> &'static mpsc::Sender<Request> {
     SPAWNER.get_or_init(|| {
         let (tx, rx) = mpsc::channel();
@@ -171,7 +175,7 @@ fn serve(requests: mpsc::Receiver<Request>) {
                 // nobody read goes now, so a reused pid never inherits it.
                 if let Some(hits) = LIMIT_HITS
                     .lock()
-                    .unwrap_or_else(|e| e.into_inner())
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .as_mut()
                 {
                     hits.remove(&pid);
@@ -220,7 +224,7 @@ fn enforce_limits(me: u32, shells: &HashMap<u32, u32>, table: &HashMap<u32, Stat
         if max > 0 && count > max as usize {
             LIMIT_HITS
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .get_or_insert_with(HashSet::new)
                 .insert(shell);
             // The shell is our unreaped child, so its group id is still its own.

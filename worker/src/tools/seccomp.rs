@@ -157,6 +157,10 @@ fn on_syscall(
     let mut block = vec![load(arg_low(arg))];
     body(&mut block);
     block.push(ret(ALLOW));
+    #[allow(
+        clippy::expect_used,
+        reason = "the blocks are this file's constants, a few checks each"
+    )]
     let skip = u8::try_from(block.len()).expect("a syscall's checks fit a BPF jump");
     program.push(jump(
         libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,

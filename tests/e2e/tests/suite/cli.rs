@@ -683,7 +683,7 @@ async fn status_says_which_providers_are_usable_and_what_to_set_next() -> anyhow
 #[tokio::test]
 async fn completions_help_and_suggestions() -> anyhow::Result<()> {
     let run = |args: &[&str]| {
-        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let args: Vec<String> = args.iter().map(std::string::ToString::to_string).collect();
         async move {
             tokio::process::Command::new(bin_path("chorus"))
                 .args(&args)

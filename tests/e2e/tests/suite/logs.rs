@@ -21,7 +21,10 @@ fn loud(output: &str) -> Vec<&str> {
 async fn wait_for(output: &std::sync::Arc<std::sync::Mutex<String>>, line: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let text = output.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let text = output
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         if text.contains(line) || Instant::now() > deadline {
             return text;
         }

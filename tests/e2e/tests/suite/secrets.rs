@@ -100,7 +100,7 @@ async fn secrets_stay_out_of_logs_tools_threads_and_the_audit_log() -> anyhow::R
     // back: the relay scrubs what it forwards.
     let bodies: Vec<String> = requests.iter().map(|r| r.body.to_string()).collect();
     for (place, haystack) in [
-        ("the logs of chorus and its worker", logs.clone()),
+        ("the logs of chorus and its worker", logs),
         ("the tool results", tool_results.join("\n")),
         // Steps and messages, including the model's own echo of the key.
         ("the thread", thread.to_string()),

@@ -230,7 +230,7 @@ async fn one_trace_spans_the_control_plane_and_the_worker() -> anyhow::Result<()
         .iter()
         .map(|c| c.attr("gen_ai.response.finish_reasons").clone())
         .collect();
-    reasons.sort_by_key(|r| r.to_string());
+    reasons.sort_by_key(std::string::ToString::to_string);
     assert_eq!(
         reasons,
         [
@@ -680,7 +680,7 @@ mod relayed {
         Span {
             trace_id,
             span_id: vec![1, 2, 3, 4, 5, 6, 7, 8],
-            trace_state: format!("k={}", API_TOKEN),
+            trace_state: format!("k={API_TOKEN}"),
             name: s(),
             kind: 1,
             start_time_unix_nano: 1,
