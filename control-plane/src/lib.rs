@@ -34,6 +34,7 @@ pub mod services;
 pub mod sessions;
 pub mod store;
 pub mod summaries;
+pub mod switches;
 pub mod telemetry;
 pub mod token_bucket;
 pub mod user_tokens;

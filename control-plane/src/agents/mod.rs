@@ -24,6 +24,7 @@ use crate::principal::Principal;
 use crate::providers::catalog::Catalog;
 use crate::runs::Runs;
 use crate::store::{AgentRecord, AgentUpdate, AuditEntry, NewAgent, Store, StoreError};
+use crate::switches::{Network, OnAsk};
 use crate::workers::{AgentFiles, WorkerManager};
 use chorus_proto::domain::{AgentChange, AgentDirectory, Failure, FailureKind};
 use files::{AgentDir, FilesError, Layout};
@@ -88,8 +89,8 @@ struct Given {
     system_prompt: Option<String>,
     model: Option<String>,
     permissions: Option<PermissionsSetting>,
-    on_ask: Option<String>,
-    network: Option<String>,
+    on_ask: Option<OnAsk>,
+    network: Option<Network>,
     idle_timeout_secs: Option<u64>,
     discord_channel_id: Option<String>,
 }
@@ -123,17 +124,11 @@ fn check_idle_timeout(value: Option<u64>) -> Result<Option<u64>, AgentError> {
     }
 }
 
-/// What an ASK may resolve to without a person.
-pub const ON_ASK_VALUES: &[&str] = &["prompt", "allow", "deny"];
-
-fn check_on_ask(value: Option<String>) -> Result<Option<String>, AgentError> {
-    match value {
-        Some(v) if !ON_ASK_VALUES.contains(&v.as_str()) => Err(AgentError::InvalidInput(format!(
-            "on_ask must be one of {}, not '{v}'",
-            ON_ASK_VALUES.join(", ")
-        ))),
-        other => Ok(other),
-    }
+fn check_on_ask(value: Option<&str>) -> Result<Option<OnAsk>, AgentError> {
+    value
+        .map(OnAsk::parse)
+        .transpose()
+        .map_err(AgentError::InvalidInput)
 }
 
 /// An agent's stored permissions as a setting.
@@ -142,16 +137,11 @@ fn stored_setting(stored: &str) -> Result<PermissionsSetting, AgentError> {
         .map_err(|e| AgentError::InvalidInput(format!("the agent's stored permissions: {e}")))
 }
 
-/// The values of an agent's network switch.
-pub const NETWORK_VALUES: &[&str] = &["on", "off"];
-
-fn check_network(value: Option<String>) -> Result<Option<String>, AgentError> {
-    match value {
-        Some(v) if !NETWORK_VALUES.contains(&v.as_str()) => Err(AgentError::InvalidInput(format!(
-            "network must be \"on\" or \"off\", not '{v}'"
-        ))),
-        other => Ok(other),
-    }
+fn check_network(value: Option<&str>) -> Result<Option<Network>, AgentError> {
+    value
+        .map(Network::parse)
+        .transpose()
+        .map_err(AgentError::InvalidInput)
 }
 
 pub struct AgentService {
@@ -278,8 +268,8 @@ impl AgentService {
         name::validate(&request.name)?;
         let system_prompt = non_blank("system_prompt", request.system_prompt)?;
         let model = non_blank("model", request.model)?;
-        let on_ask = check_on_ask(request.on_ask)?;
-        let network = check_network(request.network)?;
+        let on_ask = check_on_ask(request.on_ask.as_deref())?;
+        let network = check_network(request.network.as_deref())?;
         let idle_timeout_secs = check_idle_timeout(request.idle_timeout_secs)?;
         let discord_channel_id = check_discord_id(request.discord_channel_id)?;
         if let Some(channel) = &discord_channel_id
@@ -295,7 +285,7 @@ impl AgentService {
         let default = PermissionsSetting::Preset(DEFAULT_PERMISSIONS.into());
         self.check_grant(
             request.permissions.as_ref().unwrap_or(&default),
-            on_ask.as_deref().unwrap_or("prompt"),
+            on_ask.unwrap_or_default(),
             role,
             user,
         )?;
@@ -380,7 +370,7 @@ impl AgentService {
     fn check_grant(
         &self,
         setting: &PermissionsSetting,
-        on_ask: &str,
+        on_ask: OnAsk,
         role: Role,
         user: &Principal,
     ) -> Result<String, AgentError> {
@@ -420,14 +410,11 @@ impl AgentService {
         &self,
         name: &str,
         permissions: Option<&PermissionsSetting>,
-        on_ask: Option<&str>,
+        on_ask: Option<OnAsk>,
         role: Role,
         user: &Principal,
     ) -> Result<(), AgentError> {
-        if let Some(value) = on_ask {
-            check_on_ask(Some(value.to_string()))?;
-        }
-        if permissions.is_none() && on_ask != Some("allow") {
+        if permissions.is_none() && on_ask != Some(OnAsk::Allow) {
             return Ok(());
         }
         let before = self
@@ -437,7 +424,7 @@ impl AgentService {
             .ok_or_else(|| AgentError::NotFound(format!("no agent named '{name}'")))?;
         let current = stored_setting(&before.permissions)?;
         let setting = permissions.unwrap_or(&current);
-        self.check_grant(setting, on_ask.unwrap_or(&before.on_ask), role, user)?;
+        self.check_grant(setting, on_ask.unwrap_or(before.on_ask), role, user)?;
         Ok(())
     }
 
@@ -456,7 +443,7 @@ impl AgentService {
             .active_agent(name)
             .await?
             .ok_or_else(|| AgentError::NotFound(format!("no agent named '{name}'")))?;
-        let stored = self.check_grant(&setting, &before.on_ask, role, user)?;
+        let stored = self.check_grant(&setting, before.on_ask, role, user)?;
         let profile = Profile::from_setting(&setting)
             .map_err(|e| AgentError::InvalidInput(format!("permissions: {e}")))?;
         self.store
@@ -564,17 +551,17 @@ impl AgentService {
         };
         Profile::from_setting(&permissions)
             .map_err(|e| AgentError::InvalidInput(format!("permissions: {e}")))?;
-        let on_ask = on_ask
-            .or_else(|| text(&config, "on_ask"))
-            .unwrap_or_else(|| "prompt".into());
-        let network = network
-            .or_else(|| text(&config, "network"))
-            .unwrap_or_else(|| "on".into());
-        check_network(Some(network.clone()))?;
-        check_on_ask(Some(on_ask.clone()))?;
+        let on_ask = match on_ask {
+            Some(on_ask) => on_ask,
+            None => check_on_ask(text(&config, "on_ask").as_deref())?.unwrap_or_default(),
+        };
+        let network = match network {
+            Some(network) => network,
+            None => check_network(text(&config, "network").as_deref())?.unwrap_or_default(),
+        };
         // The creator grants what the agent starts with, from wherever it came (kept
         // files of a destroyed agent, a template), not only what the request named.
-        self.check_grant(&permissions, &on_ask, role, user)
+        self.check_grant(&permissions, on_ask, role, user)
             .map_err(|e| match e {
                 AgentError::Forbidden(m) => AgentError::Forbidden(format!(
                     "{m} (the agent would start with it{}; name \"permissions\" and \"on_ask\" \
@@ -598,8 +585,8 @@ impl AgentService {
             "permissions".into(),
             serde_json::to_value(&permissions).unwrap_or(Value::Null),
         );
-        config.insert("on_ask".into(), Value::from(on_ask.clone()));
-        config.insert("network".into(), Value::from(network.clone()));
+        config.insert("on_ask".into(), Value::from(on_ask.as_str()));
+        config.insert("network".into(), Value::from(network.as_str()));
         config.insert("idle_timeout_secs".into(), Value::from(idle_timeout_secs));
         if !reused || !config.get("created_at").is_some_and(Value::is_string) {
             config.insert("created_at".into(), Value::from(at.clone()));
@@ -645,8 +632,8 @@ impl AgentService {
             model: non_blank("model", update.model)?,
             system_prompt: non_blank("system_prompt", update.system_prompt)?,
             permissions: None, // set_permissions, which checks the user's role
-            on_ask: check_on_ask(update.on_ask)?,
-            network: check_network(update.network)?,
+            on_ask: update.on_ask,
+            network: update.network,
             idle_timeout_secs: match update.idle_timeout_secs {
                 Some(value) => Some(check_idle_timeout(value)?),
                 None => None,
@@ -671,8 +658,13 @@ impl AgentService {
             .await?
             .ok_or_else(|| AgentError::NotFound(format!("no agent named '{name}'")))?;
         // Answering every ask unasked grants `open`; any other on_ask grants nothing.
-        if let Some(on_ask) = update.on_ask.as_deref().filter(|v| *v == "allow") {
-            self.check_grant(&stored_setting(&before.permissions)?, on_ask, role, user)?;
+        if update.on_ask == Some(OnAsk::Allow) {
+            self.check_grant(
+                &stored_setting(&before.permissions)?,
+                OnAsk::Allow,
+                role,
+                user,
+            )?;
         }
         let after = self.store.update_agent(name, &update).await?;
         let dir = self.dir(name);
@@ -685,8 +677,8 @@ impl AgentService {
             "model".into(),
             after.model.clone().map(Value::from).unwrap_or(Value::Null),
         );
-        config.insert("on_ask".into(), Value::from(after.on_ask.clone()));
-        config.insert("network".into(), Value::from(after.network.clone()));
+        config.insert("on_ask".into(), Value::from(after.on_ask.as_str()));
+        config.insert("network".into(), Value::from(after.network.as_str()));
         config.insert(
             "idle_timeout_secs".into(),
             Value::from(after.idle_timeout_secs),

@@ -18,6 +18,7 @@ use crate::principal::Principal;
 use crate::services::Services;
 use crate::sessions::file::Trigger;
 use crate::store::{AgentRecord, AgentUpdate};
+use crate::switches::{Network, OnAsk};
 
 /// Channels in the guild a command was run in (the adapter's serenity calls).
 #[tonic::async_trait]
@@ -315,8 +316,8 @@ impl Actions {
             }
             "model" => update.model = Some(value.to_string()),
             "system_prompt" => update.system_prompt = Some(value.to_string()),
-            "on_ask" => update.on_ask = Some(value.to_string()),
-            "network" => update.network = Some(value.to_string()),
+            "on_ask" => update.on_ask = Some(OnAsk::parse(value)?),
+            "network" => update.network = Some(Network::parse(value)?),
             "idle_timeout_secs" => {
                 update.idle_timeout_secs = Some(match value {
                     "default" => None,

@@ -27,6 +27,7 @@ use crate::principal::{Frontend, Person, Principal, root_person};
 use crate::questions::{Outcome, QuestionKind, Questions};
 use crate::runs::Runs;
 use crate::store::{AgentUpdate, AuditEntry, NewApproval, Store, format_time};
+use crate::switches::OnAsk;
 use crate::workers::registry::{Generation, Registry};
 use actions::actions_for;
 use opentelemetry::KeyValue;
@@ -303,16 +304,16 @@ impl ToolGate {
                 audit("deny", Some(&explanations), None).await;
                 return deny(denial(&profile_label(&record.permissions), &explanations));
             }
-            Decision::Ask => match record.on_ask.as_str() {
-                "allow" => audit("ask_auto_allowed", Some(&explanations), None).await,
-                "deny" => {
+            Decision::Ask => match record.on_ask {
+                OnAsk::Allow => audit("ask_auto_allowed", Some(&explanations), None).await,
+                OnAsk::Deny => {
                     audit("ask_auto_denied", Some(&explanations), None).await;
                     return deny(format!(
                         "Permission denied: {} needs a person's approval and this agent does not ask (on_ask = deny)",
                         asked(&explanations)
                     ));
                 }
-                _ => {
+                OnAsk::Prompt => {
                     let answer = self
                         .ask(
                             check,

@@ -1,5 +1,6 @@
 //! `/api/agents`: create, list, show, configure, destroy.
 
+use crate::switches::{Network, OnAsk};
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -21,9 +22,9 @@ pub struct AgentView {
     system_prompt: String,
     /// A preset name, or the custom profile.
     permissions: serde_json::Value,
-    on_ask: String,
+    on_ask: OnAsk,
     /// `on` or `off`: may the agent's tool processes use TCP.
-    network: String,
+    network: Network,
     /// How tool processes are confined here: "landlock (abi N)" or "unavailable: …".
     sandbox: String,
     created_at: String,
@@ -166,17 +167,23 @@ pub(super) async fn configure(
     ApiJson(body): ApiJson<ConfigureBody>,
 ) -> Result<Json<AgentView>, ApiError> {
     let (user, role) = (&caller.principal(), &caller.role);
+    let on_ask = body
+        .on_ask
+        .as_deref()
+        .map(OnAsk::parse)
+        .transpose()
+        .map_err(ApiError::bad_request)?;
+    let network = body
+        .network
+        .as_deref()
+        .map(Network::parse)
+        .transpose()
+        .map_err(ApiError::bad_request)?;
     // What the change grants, as a whole, before any of it is made: a refused
     // change changes nothing.
     state
         .agents
-        .check_change(
-            &name,
-            body.permissions.as_ref(),
-            body.on_ask.as_deref(),
-            *role,
-            user,
-        )
+        .check_change(&name, body.permissions.as_ref(), on_ask, *role, user)
         .await?;
     let mut record = state
         .agents
@@ -186,8 +193,8 @@ pub(super) async fn configure(
                 model: body.model,
                 system_prompt: body.system_prompt,
                 permissions: None,
-                on_ask: body.on_ask,
-                network: body.network,
+                on_ask,
+                network,
                 idle_timeout_secs: body.idle_timeout_secs,
                 discord_channel_id: body.discord_channel_id,
             },

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::switches::OnAsk;
+
 /// A user's standing, from most to least trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -41,8 +43,8 @@ pub fn may_grant(role: Role, target: Option<&str>) -> bool {
 /// profile) and this `on_ask` amounts to, for [`may_grant`]: with `on_ask = "allow"`
 /// everything its profile would ask a person about runs unasked (`standard` then
 /// behaves like `open`), so a profile that `asks` anything counts as `open`.
-pub fn granted<'a>(permissions: Option<&'a str>, on_ask: &str, asks: bool) -> Option<&'a str> {
-    if on_ask == "allow" && asks {
+pub fn granted(permissions: Option<&str>, on_ask: OnAsk, asks: bool) -> Option<&str> {
+    if on_ask == OnAsk::Allow && asks {
         Some("open")
     } else {
         permissions
@@ -55,26 +57,29 @@ mod tests {
 
     #[test]
     fn answering_every_ask_unasked_is_granting_open() {
-        assert_eq!(granted(Some("standard"), "allow", true), Some("open"));
-        assert_eq!(granted(None, "allow", true), Some("open"));
-        assert_eq!(granted(Some("standard"), "prompt", true), Some("standard"));
-        assert_eq!(granted(None, "deny", true), None);
+        assert_eq!(granted(Some("standard"), OnAsk::Allow, true), Some("open"));
+        assert_eq!(granted(None, OnAsk::Allow, true), Some("open"));
+        assert_eq!(
+            granted(Some("standard"), OnAsk::Prompt, true),
+            Some("standard")
+        );
+        assert_eq!(granted(None, OnAsk::Deny, true), None);
         // A profile that never asks is what it is, whatever on_ask says.
         assert!(may_grant(
             Role::Operator,
-            granted(Some("locked"), "allow", false)
+            granted(Some("locked"), OnAsk::Allow, false)
         ));
         assert!(!may_grant(
             Role::Operator,
-            granted(Some("standard"), "allow", true)
+            granted(Some("standard"), OnAsk::Allow, true)
         ));
         assert!(may_grant(
             Role::Operator,
-            granted(Some("standard"), "deny", true)
+            granted(Some("standard"), OnAsk::Deny, true)
         ));
         assert!(may_grant(
             Role::Admin,
-            granted(Some("standard"), "allow", true)
+            granted(Some("standard"), OnAsk::Allow, true)
         ));
     }
 

@@ -186,7 +186,7 @@ fn sandbox_policy(sandbox: &SandboxSettings, agent: &AgentRecord) -> SandboxPoli
             .collect()
     };
     SandboxPolicy {
-        network: agent.network == "on",
+        network: agent.network.allowed(),
         read_only: text(&sandbox.read_only),
         read_write: text(&sandbox.read_write),
         run_unsandboxed: sandbox.run_unsandboxed(&agent.permissions),

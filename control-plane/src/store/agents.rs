@@ -4,6 +4,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::{AgentPolicy, Store, StoreError, now};
+use crate::switches::{Network, OnAsk};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AgentStatus {
@@ -29,9 +30,9 @@ pub struct AgentRecord {
     /// A preset name, or a custom profile as JSON.
     pub permissions: String,
     /// What an ASK does: `prompt` a person, or resolve to `allow` / `deny`.
-    pub on_ask: String,
+    pub on_ask: OnAsk,
     /// Whether its tool processes may use TCP: `on` or `off`.
-    pub network: String,
+    pub network: Network,
     pub created_at: String,
     pub updated_at: String,
     /// Destroyed, and its files are still to be deleted (the deletion failed or was
@@ -68,8 +69,8 @@ pub struct NewAgent {
     pub model: Option<String>,
     pub system_prompt: String,
     pub permissions: String,
-    pub on_ask: String,
-    pub network: String,
+    pub on_ask: OnAsk,
+    pub network: Network,
     pub idle_timeout_secs: Option<u64>,
     pub discord_channel_id: Option<String>,
     /// New for a new agent; the destroyed row's for an agent revived with its kept files.
@@ -82,8 +83,8 @@ pub struct AgentUpdate {
     pub model: Option<String>,
     pub system_prompt: Option<String>,
     pub permissions: Option<String>,
-    pub on_ask: Option<String>,
-    pub network: Option<String>,
+    pub on_ask: Option<OnAsk>,
+    pub network: Option<Network>,
     /// `Some(None)` goes back to the server's default.
     pub idle_timeout_secs: Option<Option<u64>>,
     /// `Some(None)` unbinds its Discord channel.
@@ -103,6 +104,19 @@ fn status_of(row: &AnyRow) -> Result<AgentStatus, StoreError> {
     }
 }
 
+/// A stored switch, read into its closed set (anything else is a corrupt row).
+fn switch<T>(
+    row: &AnyRow,
+    column: &'static str,
+    parse: fn(&str) -> Result<T, String>,
+) -> Result<T, StoreError> {
+    let text: String = row.try_get(column)?;
+    parse(&text).map_err(|_| StoreError::Corrupt {
+        column,
+        value: text,
+    })
+}
+
 fn agent_from_row(row: &AnyRow) -> Result<AgentRecord, StoreError> {
     let status = status_of(row)?;
     Ok(AgentRecord {
@@ -111,8 +125,8 @@ fn agent_from_row(row: &AnyRow) -> Result<AgentRecord, StoreError> {
         model: row.try_get("model")?,
         system_prompt: row.try_get("system_prompt")?,
         permissions: row.try_get("permissions")?,
-        on_ask: row.try_get("on_ask")?,
-        network: row.try_get("network")?,
+        on_ask: switch(row, "on_ask", OnAsk::parse)?,
+        network: switch(row, "network", Network::parse)?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
         purge_files: row.try_get::<i64, _>("purge_files")? != 0,
@@ -172,8 +186,8 @@ impl Store {
                         .bind(&agent.system_prompt)
                         .bind(&agent.permissions)
                         .bind(&at)
-                        .bind(&agent.on_ask)
-                        .bind(&agent.network)
+                        .bind(agent.on_ask.as_str())
+                        .bind(agent.network.as_str())
                         .bind(agent.idle_timeout_secs.map(|v| v as i64))
                         .bind(&agent.discord_channel_id)
                         .bind(&agent.incarnation)
@@ -191,8 +205,8 @@ impl Store {
                         .bind(&agent.system_prompt)
                         .bind(&agent.permissions)
                         .bind(&at)
-                        .bind(&agent.on_ask)
-                        .bind(&agent.network)
+                        .bind(agent.on_ask.as_str())
+                        .bind(agent.network.as_str())
                         .bind(agent.idle_timeout_secs.map(|v| v as i64))
                         .bind(&agent.discord_channel_id)
                         .bind(&agent.incarnation)
@@ -289,8 +303,8 @@ impl Store {
                 .bind(&update.system_prompt)
                 .bind(now())
                 .bind(&update.permissions)
-                .bind(&update.on_ask)
-                .bind(&update.network)
+                .bind(update.on_ask.map(OnAsk::as_str))
+                .bind(update.network.map(Network::as_str))
                 .bind(i64::from(update.idle_timeout_secs.is_some()))
                 .bind(update.idle_timeout_secs.flatten().map(|v| v as i64))
                 .bind(i64::from(update.discord_channel_id.is_some()))
@@ -389,8 +403,8 @@ mod tests {
             model: Some("m".into()),
             system_prompt: "p".into(),
             permissions: "standard".into(),
-            on_ask: "prompt".into(),
-            network: "on".into(),
+            on_ask: OnAsk::Prompt,
+            network: Network::On,
             idle_timeout_secs: None,
         }
     }
@@ -403,7 +417,7 @@ mod tests {
         store.register_agent(&new_agent("a")).await.unwrap();
         let policy = |p: &str, a: &str| AgentPolicy {
             permissions: p.into(),
-            on_ask: a.into(),
+            on_ask: OnAsk::parse(a).unwrap(),
         };
         assert_eq!(
             store.agent_policy("a").await.unwrap(),
@@ -411,7 +425,7 @@ mod tests {
         );
         let update = AgentUpdate {
             permissions: Some("readonly".into()),
-            on_ask: Some("deny".into()),
+            on_ask: Some(OnAsk::Deny),
             ..AgentUpdate::default()
         };
         store.update_agent("a", &update).await.unwrap();

@@ -351,8 +351,8 @@ pub(crate) async fn test_store_with_agent() -> (Store, tempfile::TempDir) {
             model: None,
             system_prompt: "p".into(),
             permissions: "standard".into(),
-            on_ask: "prompt".into(),
-            network: "on".into(),
+            on_ask: crate::switches::OnAsk::Prompt,
+            network: crate::switches::Network::On,
             idle_timeout_secs: None,
         })
         .await
@@ -416,8 +416,8 @@ mod tests {
                 model: None,
                 system_prompt: "p".into(),
                 permissions: "standard".into(),
-                on_ask: "prompt".into(),
-                network: "on".into(),
+                on_ask: crate::switches::OnAsk::Prompt,
+                network: crate::switches::Network::On,
                 idle_timeout_secs: None,
             })
             .await

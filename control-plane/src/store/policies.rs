@@ -13,8 +13,8 @@ use std::sync::Mutex;
 pub struct AgentPolicy {
     /// Its permission profile's name.
     pub permissions: String,
-    /// What an ASK does: `prompt`, `allow` or `deny`.
-    pub on_ask: String,
+    /// What an ASK does.
+    pub on_ask: crate::switches::OnAsk,
 }
 
 #[derive(Default)]
@@ -66,7 +66,7 @@ mod tests {
     fn policy(permissions: &str) -> AgentPolicy {
         AgentPolicy {
             permissions: permissions.into(),
-            on_ask: "prompt".into(),
+            on_ask: crate::switches::OnAsk::Prompt,
         }
     }
 
