@@ -140,6 +140,18 @@ impl ToolDef {
         to_wire(self.name)
     }
 
+    /// The tool as the model is offered it, rendered with `settings`: what the
+    /// control plane sends the worker, and what the API lists.
+    pub fn spec(&self, settings: &SchemaSettings) -> crate::domain::ToolSpec {
+        crate::domain::ToolSpec {
+            name: self.name.to_string(),
+            wire_name: self.wire_name().into_owned(),
+            description: (self.description)(settings),
+            schema_json: (self.parameters)(settings).to_string(),
+            runs_in: self.runs_in,
+        }
+    }
+
     /// The subject of a call given its arguments as the model wrote them.
     pub fn subject_of(&self, arguments: &str) -> Subject {
         (self.subject)(&parse(arguments))

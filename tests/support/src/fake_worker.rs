@@ -85,6 +85,7 @@ impl Plane {
                 ..ThreadSettings::default()
             },
             context_window: Duration::from_secs(24 * 3600),
+            tool_schemas: Default::default(),
         };
         adjust(&mut settings);
         let runs = Arc::new(Runs::new(
