@@ -675,6 +675,10 @@ impl From<Sequenced> for pb::WorkerMessage {
                 kind: pb::StepKind::from(s.kind) as i32,
                 description: s.description,
                 started_at_ms: s.started_at_ms,
+                runs_in: s
+                    .runs_in
+                    .map_or(pb::ToolRunsIn::Unspecified, pb::ToolRunsIn::from)
+                    as i32,
             }),
             WorkerEvent::StepEnded(s) => WorkerBody::StepEnded(pb::StepEnded {
                 run_id: s.run_id,
@@ -788,6 +792,11 @@ impl TryFrom<pb::WorkerMessage> for WorkerEvent {
             },
             WorkerBody::StepStarted(s) => WorkerEvent::StepStarted(StepStarted {
                 kind: step_kind_from_wire(s.kind)?,
+                // Unspecified: not a tool step (or an older worker's).
+                runs_in: match s.runs_in {
+                    0 => None,
+                    value => Some(runs_in_from_wire("StepStarted", value)?),
+                },
                 run_id: s.run_id,
                 number: s.number,
                 description: s.description,
@@ -898,6 +907,23 @@ mod tests {
                 kind: StepKind::Tool,
                 description: "Executing create_file: a.txt".into(),
                 started_at_ms: 1_700_000_000_000,
+                runs_in: Some(RunsIn::Worker),
+            }),
+            WorkerEvent::StepStarted(StepStarted {
+                run_id: "r".into(),
+                number: 4,
+                kind: StepKind::Tool,
+                description: "Executing self_edit_model in the control plane".into(),
+                started_at_ms: 1_700_000_000_000,
+                runs_in: Some(RunsIn::ControlPlane),
+            }),
+            WorkerEvent::StepStarted(StepStarted {
+                run_id: "r".into(),
+                number: 5,
+                kind: StepKind::LlmCall,
+                description: "Calling LLM (m)".into(),
+                started_at_ms: 1_700_000_000_000,
+                runs_in: None,
             }),
             WorkerEvent::StepEnded(StepEnded {
                 run_id: "r".into(),

@@ -492,6 +492,9 @@ pub struct StepStarted {
     pub kind: StepKind,
     pub description: String,
     pub started_at_ms: i64,
+    /// Where a tool step's tool runs (`None` for other steps and for calls refused
+    /// before they ran): a control-plane tool's step is open while it runs there.
+    pub runs_in: Option<crate::tools::RunsIn>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

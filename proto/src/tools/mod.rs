@@ -17,7 +17,7 @@ mod jobs;
 mod self_edit;
 pub mod wire_names;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 pub use bash::BASH;
@@ -55,7 +55,7 @@ pub static TOOLS: &[ToolDef] = &[
 ];
 
 /// Where a tool is executed: beside the resource it changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunsIn {
     /// In the agent's worker (the workspace, its processes).
@@ -70,6 +70,13 @@ impl RunsIn {
             RunsIn::Worker => "worker",
             RunsIn::ControlPlane => "control_plane",
         }
+    }
+
+    /// The inverse of [`RunsIn::as_str`].
+    pub fn parse(text: &str) -> Option<RunsIn> {
+        [RunsIn::Worker, RunsIn::ControlPlane]
+            .into_iter()
+            .find(|r| r.as_str() == text)
     }
 }
 

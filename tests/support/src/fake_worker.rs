@@ -347,6 +347,7 @@ impl FakeWorker {
             kind,
             description: format!("{} {number}", kind.as_str()),
             started_at_ms: now_ms(),
+            runs_in: None,
         }))
         .await
         .expect("the step is accepted");

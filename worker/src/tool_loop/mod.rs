@@ -13,6 +13,7 @@ use chorus_proto::domain::{
     ChatMessage, Input, ModelRoute, RetryPolicy, StepEnded, StepKind, StepStarted, ToolSpec, Usage,
     WorkerEvent,
 };
+use chorus_proto::tools::RunsIn;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -70,6 +71,20 @@ struct OpenStep {
 
 impl Steps<'_> {
     fn begin(&mut self, kind: StepKind, description: String) -> OpenStep {
+        self.begin_where(kind, description, None)
+    }
+
+    /// A step of a tool that runs in `runs_in`.
+    fn begin_tool(&mut self, description: String, runs_in: RunsIn) -> OpenStep {
+        self.begin_where(StepKind::Tool, description, Some(runs_in))
+    }
+
+    fn begin_where(
+        &mut self,
+        kind: StepKind,
+        description: String,
+        runs_in: Option<RunsIn>,
+    ) -> OpenStep {
         let number = self.next;
         self.next += 1;
         if let Some(board) = self.board {
@@ -81,6 +96,7 @@ impl Steps<'_> {
             kind,
             description,
             started_at_ms: chrono::Utc::now().timestamp_millis(),
+            runs_in,
         }));
         OpenStep {
             number,

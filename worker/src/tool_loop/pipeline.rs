@@ -90,9 +90,9 @@ impl<G: ToolGate> Pipeline<'_, G> {
             // The worker runs its own tools; a result from the gate for one is taken as
             // it comes (the gate owns whatever it did).
             Gate::Done(result) => {
-                let step = steps.begin(
-                    StepKind::Tool,
+                let step = steps.begin_tool(
                     format!("Executing {}", ToolBox::describe(call)),
+                    RunsIn::ControlPlane,
                 );
                 steps.end(step, result.is_error, None);
                 Ok(outcome_of(result))
@@ -101,16 +101,16 @@ impl<G: ToolGate> Pipeline<'_, G> {
     }
 
     /// A tool the control plane executes (its step is open from before the check
-    /// until the result is back, marked as running there, so the thread shows it
-    /// while it waits and the watchdog sees a tool running, not a stuck run).
+    /// until the result is back, marked `runs_in: control_plane`, so the thread
+    /// shows it while it waits and the watchdog sees a tool running, not a stuck run).
     async fn run_elsewhere(
         &self,
         call: &ToolCall,
         steps: &mut Steps<'_>,
     ) -> Result<ToolOutcome, LoopError> {
-        let step = steps.begin(
-            StepKind::Tool,
+        let step = steps.begin_tool(
             format!("Executing {} in the control plane", ToolBox::describe(call)),
+            RunsIn::ControlPlane,
         );
         let answer = match ask_gate(self.gate, self.run_id, call, steps, self.cancel).await {
             Ok(answer) => answer,
@@ -137,9 +137,9 @@ impl<G: ToolGate> Pipeline<'_, G> {
         call: &ToolCall,
         steps: &mut Steps<'_>,
     ) -> Result<ToolOutcome, LoopError> {
-        let step = steps.begin(
-            StepKind::Tool,
+        let step = steps.begin_tool(
             format!("Executing {}", ToolBox::describe(call)),
+            RunsIn::Worker,
         );
         let span = tracing::info_span!("tool", tool = %call.name, step = step.number);
         crate::telemetry::label(

@@ -1277,11 +1277,31 @@ async fn an_offered_control_plane_tool_the_worker_does_not_know_runs_through_the
         "{}",
         results[1]
     );
+    let marks: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            WorkerEvent::StepStarted(s) => Some((s.description.as_str(), s.kind, s.runs_in)),
+            _ => None,
+        })
+        .collect();
     assert!(
-        step_descriptions(&events)
-            .contains(&"Executing board.report in the control plane".to_string()),
-        "{:?}",
-        step_descriptions(&events)
+        marks.contains(&(
+            "Executing board.report in the control plane",
+            StepKind::Tool,
+            Some(RunsIn::ControlPlane)
+        )),
+        "its step is marked as running there, as data: {marks:?}"
+    );
+    assert!(
+        marks
+            .iter()
+            .filter(|(_, kind, _)| *kind != StepKind::Tool)
+            .all(|(_, _, runs_in)| runs_in.is_none()),
+        "{marks:?}"
+    );
+    assert!(
+        marks.contains(&("Refused board.report", StepKind::Tool, None)),
+        "a call refused before it ran ran nowhere: {marks:?}"
     );
 
     let (offered, calls, seen, _) = run(every_tool()).await;

@@ -310,6 +310,7 @@ async fn a_control_plane_tool_shows_its_step_while_it_waits() -> anyhow::Result<
         tokio::time::sleep(Duration::from_millis(25)).await;
     };
     assert_eq!(open["kind"], "tool", "{open}");
+    assert_eq!(open["runs_in"], "control_plane", "marked as data: {open}");
     assert!(open["ended_at"].is_null(), "open while it waits: {open}");
     chorus
         .api(Method::POST, &format!("/api/approvals/{approval_id}"))
@@ -409,6 +410,15 @@ async fn the_model_is_offered_the_listed_schemas_and_a_self_edit_changes_them_mi
         .await?;
     assert_eq!(thread["status"], "completed", "{thread:#}");
     assert!(!tool_results(&thread)[0].0, "{thread:#}");
+    // Where each step's tool ran is data of the step.
+    let steps = thread["steps"].as_array().unwrap();
+    for step in steps {
+        match step["kind"].as_str().unwrap() {
+            "tool" => assert_eq!(step["runs_in"], "control_plane", "{step}"),
+            _ => assert!(step.get("runs_in").is_none(), "{step}"),
+        }
+    }
+    assert!(steps.iter().any(|s| s["kind"] == "tool"), "{steps:#?}");
     let locked = get(&chorus, "/api/agents/shifter/tools").await?;
     let calls: Vec<_> = model
         .requests()
