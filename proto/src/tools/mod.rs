@@ -1,6 +1,8 @@
-//! The tool registry: one definition per tool ([`ToolDef`]), shared by the worker
-//! (which offers the schemas and executes the tools that run there) and the control
-//! plane (which derives the action strings it checks, and executes its own tools).
+//! The tool registry: one definition per tool ([`ToolDef`]), shared by the control
+//! plane (which renders the offered tools' specs into each assignment with
+//! [`ToolDef::spec`], derives the action strings it checks, and executes its own
+//! tools) and the worker (which offers the model the specs it is sent, and executes
+//! the tools that run there).
 //!
 //! A definition holds everything about a tool that is not its execution: its Chorus
 //! name (`file.read`, used in action strings and profiles), the older names it still
