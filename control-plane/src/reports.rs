@@ -230,6 +230,7 @@ mod tests {
             kind: StepKind::Tool,
             description: "x".into(),
             started_at_ms: i64::MAX,
+            runs_in: None,
         };
         assert_eq!(check_step_started(&mut started, NOW).len(), 1);
         assert_eq!(started.started_at_ms, NOW);

@@ -7,10 +7,11 @@ use crate::domain::{
     AgentChange, AgentDirectory, AgentSettings, ChatMessage, ControlCommand, Credential, DialIn,
     FailureKind, Input, JobEnd, JobOutcome, JobReport, ModelRoute, ResourceLimits, RetryPolicy,
     Role, RunAssignment, SandboxPolicy, Sequenced, StepEnded, StepKind, StepStarted,
-    SummaryRequest, TemplateFile, ToolCall, ToolDecision, ToolResult, TraceExport, Usage,
+    SummaryRequest, TemplateFile, ToolCall, ToolDecision, ToolResult, ToolSpec, TraceExport, Usage,
     WorkerEvent,
 };
 use crate::generated as pb;
+use crate::tools::RunsIn;
 use pb::control_message::Body as ControlBody;
 use pb::worker_message::Body as WorkerBody;
 
@@ -269,6 +270,7 @@ impl From<ControlCommand> for pb::ControlMessage {
                     model: run.agent.model,
                     tools: run.agent.tools,
                     sandbox: Some(run.agent.sandbox.into()),
+                    offered: run.agent.offered.into_iter().map(Into::into).collect(),
                 }),
                 model: Some(run.model.into()),
                 messages: run.messages.into_iter().map(Into::into).collect(),
@@ -311,6 +313,9 @@ impl From<ControlCommand> for pb::ControlMessage {
                     route,
                     system_prompt: change.system_prompt,
                     tools: change.tools.map(|names| pb::ToolList { names }),
+                    offered: change.offered.map(|specs| pb::ToolSpecList {
+                        specs: specs.into_iter().map(Into::into).collect(),
+                    }),
                 })
             }
             ControlCommand::ToolDecision(d) => ControlBody::ToolDecision(pb::ToolDecision {
@@ -387,6 +392,11 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                             .sandbox
                             .ok_or_else(|| missing("AgentSettings", "sandbox"))?
                             .into(),
+                        offered: agent
+                            .offered
+                            .into_iter()
+                            .map(ToolSpec::try_from)
+                            .collect::<Result<_, _>>()?,
                     },
                     model: model.into(),
                     messages,
@@ -444,6 +454,10 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                 },
                 system_prompt: u.system_prompt,
                 tools: u.tools.map(|t| t.names),
+                offered: u
+                    .offered
+                    .map(|list| list.specs.into_iter().map(ToolSpec::try_from).collect())
+                    .transpose()?,
             }),
             ControlBody::ToolDecision(d) => ControlCommand::ToolDecision(ToolDecision {
                 request_id: d.request_id,
@@ -459,6 +473,52 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                 description: p.description,
                 approval_id: p.approval_id,
             },
+        })
+    }
+}
+
+impl From<RunsIn> for pb::ToolRunsIn {
+    fn from(runs_in: RunsIn) -> Self {
+        match runs_in {
+            RunsIn::Worker => pb::ToolRunsIn::Worker,
+            RunsIn::ControlPlane => pb::ToolRunsIn::ControlPlane,
+        }
+    }
+}
+
+fn runs_in_from_wire(message: &'static str, value: i32) -> Result<RunsIn, ProtocolError> {
+    match pb::ToolRunsIn::try_from(value) {
+        Ok(pb::ToolRunsIn::Worker) => Ok(RunsIn::Worker),
+        Ok(pb::ToolRunsIn::ControlPlane) => Ok(RunsIn::ControlPlane),
+        Ok(pb::ToolRunsIn::Unspecified) | Err(_) => Err(ProtocolError::UnknownEnum {
+            message,
+            field: "runs_in",
+            value,
+        }),
+    }
+}
+
+impl From<ToolSpec> for pb::ToolSpec {
+    fn from(spec: ToolSpec) -> Self {
+        pb::ToolSpec {
+            name: spec.name,
+            wire_name: spec.wire_name,
+            description: spec.description,
+            schema_json: spec.schema_json,
+            runs_in: pb::ToolRunsIn::from(spec.runs_in) as i32,
+        }
+    }
+}
+
+impl TryFrom<pb::ToolSpec> for ToolSpec {
+    type Error = ProtocolError;
+    fn try_from(spec: pb::ToolSpec) -> Result<Self, ProtocolError> {
+        Ok(ToolSpec {
+            runs_in: runs_in_from_wire("ToolSpec", spec.runs_in)?,
+            name: spec.name,
+            wire_name: spec.wire_name,
+            description: spec.description,
+            schema_json: spec.schema_json,
         })
     }
 }
@@ -615,6 +675,10 @@ impl From<Sequenced> for pb::WorkerMessage {
                 kind: pb::StepKind::from(s.kind) as i32,
                 description: s.description,
                 started_at_ms: s.started_at_ms,
+                runs_in: s
+                    .runs_in
+                    .map_or(pb::ToolRunsIn::Unspecified, pb::ToolRunsIn::from)
+                    as i32,
             }),
             WorkerEvent::StepEnded(s) => WorkerBody::StepEnded(pb::StepEnded {
                 run_id: s.run_id,
@@ -728,6 +792,11 @@ impl TryFrom<pb::WorkerMessage> for WorkerEvent {
             },
             WorkerBody::StepStarted(s) => WorkerEvent::StepStarted(StepStarted {
                 kind: step_kind_from_wire(s.kind)?,
+                // Unspecified: not a tool step (or an older worker's).
+                runs_in: match s.runs_in {
+                    0 => None,
+                    value => Some(runs_in_from_wire("StepStarted", value)?),
+                },
                 run_id: s.run_id,
                 number: s.number,
                 description: s.description,
@@ -838,6 +907,23 @@ mod tests {
                 kind: StepKind::Tool,
                 description: "Executing create_file: a.txt".into(),
                 started_at_ms: 1_700_000_000_000,
+                runs_in: Some(RunsIn::Worker),
+            }),
+            WorkerEvent::StepStarted(StepStarted {
+                run_id: "r".into(),
+                number: 4,
+                kind: StepKind::Tool,
+                description: "Executing self_edit_model in the control plane".into(),
+                started_at_ms: 1_700_000_000_000,
+                runs_in: Some(RunsIn::ControlPlane),
+            }),
+            WorkerEvent::StepStarted(StepStarted {
+                run_id: "r".into(),
+                number: 5,
+                kind: StepKind::LlmCall,
+                description: "Calling LLM (m)".into(),
+                started_at_ms: 1_700_000_000_000,
+                runs_in: None,
             }),
             WorkerEvent::StepEnded(StepEnded {
                 run_id: "r".into(),
@@ -999,6 +1085,14 @@ mod tests {
                             max_processes: 256,
                         },
                     },
+                    offered: vec![
+                        crate::tools::find("view")
+                            .unwrap()
+                            .spec(&Default::default()),
+                        crate::tools::find("self_edit_model")
+                            .unwrap()
+                            .spec(&Default::default()),
+                    ],
                 },
                 model: route(),
                 messages: vec![ChatMessage::user("hi")],
@@ -1037,6 +1131,7 @@ mod tests {
                 model: Some(("ollama/llama3.2".into(), route())),
                 system_prompt: Some("new".into()),
                 tools: Some(vec![]),
+                offered: Some(vec![]),
             }),
             ControlCommand::UpdateAgent(AgentChange::default()),
             ControlCommand::ToolDecision(ToolDecision {

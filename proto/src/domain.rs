@@ -146,6 +146,23 @@ pub struct AgentSettings {
     pub tools: Vec<String>,
     /// How the agent's tool processes are confined.
     pub sandbox: SandboxPolicy,
+    /// The tools offered to the model, as the control plane's registry renders them
+    /// (the same tools as `tools`, which older workers read instead).
+    pub offered: Vec<ToolSpec>,
+}
+
+/// One tool as the model is offered it: what the worker needs to offer a tool it
+/// has no code for (one the control plane carries out).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolSpec {
+    /// Chorus's name (`file.read`), as in action strings and profiles.
+    pub name: String,
+    /// The name the model calls it by (`file_read`).
+    pub wire_name: String,
+    pub description: String,
+    /// The JSON Schema of its arguments (an object schema), as JSON text.
+    pub schema_json: String,
+    pub runs_in: crate::tools::RunsIn,
 }
 
 /// How an agent's tool processes are confined (Landlock and resource limits; the
@@ -338,6 +355,8 @@ pub struct AgentChange {
     pub model: Option<(String, ModelRoute)>,
     pub system_prompt: Option<String>,
     pub tools: Option<Vec<String>>,
+    /// The tools offered from now on (set with `tools`, which older workers read).
+    pub offered: Option<Vec<ToolSpec>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -473,6 +492,9 @@ pub struct StepStarted {
     pub kind: StepKind,
     pub description: String,
     pub started_at_ms: i64,
+    /// Where a tool step's tool runs (`None` for other steps and for calls refused
+    /// before they ran): a control-plane tool's step is open while it runs there.
+    pub runs_in: Option<crate::tools::RunsIn>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

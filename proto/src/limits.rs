@@ -253,6 +253,7 @@ mod tests {
                 kind: StepKind::Permission,
                 description: "d".repeat(200),
                 started_at_ms: i64::MIN,
+                runs_in: None,
             }),
             WorkerEvent::ToolCheck {
                 request_id: u64::MAX,

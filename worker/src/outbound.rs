@@ -157,6 +157,7 @@ mod tests {
             kind: StepKind::Tool,
             description: huge(),
             started_at_ms: 0,
+            runs_in: None,
         })) else {
             panic!("a description is shortened, not refused");
         };

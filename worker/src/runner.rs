@@ -210,7 +210,7 @@ impl Runner {
                 route: run.model.clone(),
             },
             system_prompt: run.agent.system_prompt.clone(),
-            tools: Some(run.agent.tools.clone()),
+            tools: run.agent.offered.clone(),
             docs_dir: Some(self.agent_dir.join("docs")),
         });
         let inbox = Inbox::default();
@@ -347,8 +347,9 @@ fn apply(agent: &mut LiveAgent, change: AgentChange) {
     if let Some(prompt) = change.system_prompt {
         agent.system_prompt = prompt;
     }
-    if let Some(tools) = change.tools {
-        agent.tools = Some(tools);
+    // `change.tools` (the names alone) is for older workers.
+    if let Some(offered) = change.offered {
+        agent.tools = offered;
     }
 }
 

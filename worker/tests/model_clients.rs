@@ -12,13 +12,13 @@ use chorus_worker::model::anthropic::AnthropicClient;
 use chorus_worker::model::http::{CallLimits, Endpoint, MAX_REPLY_BYTES};
 use chorus_worker::model::openai::OpenAiClient;
 use chorus_worker::model::{MessageCache, ModelClient, ModelError, ModelReply, ToolSchema};
-use chorus_worker::tools::ToolBox;
-use chorus_worker::tools::jail::Workspace;
 use serde_json::json;
 
 fn all_tools() -> Vec<ToolSchema> {
-    let dir = tempfile::tempdir().unwrap();
-    ToolBox::new(Workspace::new(dir.path()), Default::default()).schemas()
+    chorus_proto::tools::TOOLS
+        .iter()
+        .map(|t| ToolSchema::from_spec(&t.spec(&Default::default())))
+        .collect()
 }
 
 /// A conversation with a tool turn, as a run sends it.

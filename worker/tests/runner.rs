@@ -56,6 +56,11 @@ fn assignment(run_id: &str, thread_id: u64, summary: &str) -> ControlCommand {
             model: "m".into(),
             tools: vec!["view".into()],
             sandbox: Default::default(),
+            offered: vec![
+                chorus_proto::tools::find("view")
+                    .unwrap()
+                    .spec(&Default::default()),
+            ],
         },
         model: route(Wire::OpenAi),
         messages: vec![ChatMessage::user("go")],

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use crate::permissions::grants::{Role, granted, may_grant};
-use crate::permissions::profiles::{offered_tools, setting_name, to_stored};
+use crate::permissions::profiles::{offered_specs, offered_tools, setting_name, to_stored};
 use crate::permissions::{PermissionsSetting, Profile};
 use crate::principal::Principal;
 use crate::providers::catalog::Catalog;
@@ -474,6 +474,7 @@ impl AgentService {
                 name,
                 AgentChange {
                     tools: Some(offered_tools(&profile)),
+                    offered: Some(offered_specs(&profile, &self.runs.tool_schemas())),
                     ..AgentChange::default()
                 },
             )
@@ -695,6 +696,7 @@ impl AgentService {
             system_prompt: (before.system_prompt != after.system_prompt)
                 .then(|| after.system_prompt.clone()),
             tools: None,
+            offered: None,
         };
         if change != AgentChange::default() {
             self.runs.agent_changed(name, change).await;

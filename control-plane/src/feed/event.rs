@@ -10,6 +10,7 @@
 //! from an older server still reads; what is written never changes shape by that.
 
 use chorus_proto::domain::{ChatMessage, FailureKind, StepKind, Usage};
+use chorus_proto::tools::RunsIn;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -117,6 +118,10 @@ pub struct StepStarted {
     /// RFC 3339, milliseconds, UTC.
     #[serde(default)]
     pub started_at: String,
+    /// Where a tool step's tool runs; absent for other steps (and from older
+    /// servers), so every event recorded before it was added is written as it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs_in: Option<RunsIn>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -332,6 +337,23 @@ mod tests {
                 "text",
                 "thread_created",
             ]
+        );
+    }
+
+    /// `runs_in` is additive: a tool step carries it, and it reads back.
+    #[test]
+    fn a_tool_steps_runs_in_is_written_and_read() {
+        let event = FeedEvent::StepStarted(StepStarted {
+            number: 4,
+            kind: StepKind::Tool,
+            description: "Executing self_edit_model in the control plane".into(),
+            started_at: "2026-01-01T00:00:00.000Z".into(),
+            runs_in: Some(RunsIn::ControlPlane),
+        });
+        assert_eq!(event.data()["runs_in"], "control_plane");
+        assert_eq!(
+            FeedEvent::from_wire(event.kind(), event.data()).unwrap(),
+            event
         );
     }
 

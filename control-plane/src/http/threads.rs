@@ -15,6 +15,7 @@ use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
 use crate::feed::ThreadEvent;
 use chorus_proto::domain::{ChatMessage, FailureKind, StepKind, Usage};
+use chorus_proto::tools::RunsIn;
 use serde::{Deserialize, Serialize};
 
 use super::agents::active_agent;
@@ -210,6 +211,10 @@ struct StepView {
     failed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     usage: Option<UsageView>,
+    /// Where a tool step's tool runs (`worker`, `control_plane`); absent for other
+    /// steps, calls refused before they ran, and steps stored before it was kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runs_in: Option<RunsIn>,
 }
 
 #[derive(Serialize)]
@@ -234,6 +239,7 @@ impl From<StepRecord> for StepView {
             started_at: s.started_at,
             ended_at: s.ended_at,
             duration_ms: s.duration_ms,
+            runs_in: s.runs_in,
             failed: s.failed,
             usage,
         }

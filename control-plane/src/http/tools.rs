@@ -35,23 +35,22 @@ pub struct ToolsView {
     pub tools: Vec<ToolView>,
 }
 
+/// A tool as its spec renders it: the very text the worker offers the model.
 fn view(tool: &ToolDef, settings: &SchemaSettings, decision: Option<Decision>) -> ToolView {
+    let spec = tool.spec(settings);
     ToolView {
         name: tool.name,
-        wire_name: tool.wire_name().into_owned(),
-        description: (tool.description)(settings),
-        schema: (tool.parameters)(settings),
+        wire_name: spec.wire_name,
+        description: spec.description,
+        schema: serde_json::from_str(&spec.schema_json).unwrap_or(Value::Null),
         runs_in: tool.runs_in.as_str(),
         decision,
     }
 }
 
-/// The bash timeouts the descriptions quote: the server's default for workers.
+/// The bash timeouts the descriptions quote: as in the workers' assignments.
 fn settings(state: &AppState) -> SchemaSettings {
-    SchemaSettings {
-        bash_default_timeout_secs: state.setup.settings.workers.bash_timeout.as_secs(),
-        ..SchemaSettings::default()
-    }
+    crate::runs::schema_settings(&state.setup.settings)
 }
 
 pub(super) async fn list(State(state): State<AppState>) -> Json<ToolsView> {

@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use chorus_proto::tools::{TOOLS, ToolDef};
+use chorus_proto::domain::ToolSpec;
+use chorus_proto::tools::{SchemaSettings, TOOLS, ToolDef};
 
 use super::{PermissionsSetting, Profile, ProfileError};
 
@@ -47,6 +48,11 @@ pub fn setting_name(setting: &PermissionsSetting) -> Option<&str> {
 /// The tools a profile may ever allow or ask for: only these are offered to the model.
 pub fn offered_tools(profile: &Profile) -> Vec<String> {
     offered(profile).map(|tool| tool.name.to_string()).collect()
+}
+
+/// The tools a profile may ever allow or ask for, as the model is offered them.
+pub fn offered_specs(profile: &Profile, settings: &SchemaSettings) -> Vec<ToolSpec> {
+    offered(profile).map(|tool| tool.spec(settings)).collect()
 }
 
 /// The definitions of the tools a profile may ever allow or ask for (under any of

@@ -792,6 +792,7 @@ impl AgentActor {
                     kind: step.kind,
                     description: step.description.clone(),
                     started_at: format_epoch_ms(step.started_at_ms),
+                    runs_in: step.runs_in,
                 }),
             )),
             WorkerEvent::StepEnded(step) => Some((

@@ -1,5 +1,13 @@
 //! Building a run's assignment: the agent's settings, model route, tools, sandbox and
 //! the thread's stored conversation, checked against the link limit.
+//!
+//! The tools go as specs the registry renders here (name, wire name, description,
+//! schema, where each runs), so the worker offers the model exactly these and a
+//! tool the control plane runs needs no worker code. The one value in them that is
+//! a worker flag, bash's default timeout, is rendered from `[tools]
+//! bash_timeout_secs` (see [`schema_settings`]): the control plane passes that same
+//! value as the flag to every worker it starts, and so the schemas stay one
+//! rendering, equal to what `GET /api/agents/{name}/tools` lists.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -10,9 +18,10 @@ use chorus_proto::domain::{
     SandboxPolicy,
 };
 use chorus_proto::limits;
+use chorus_proto::tools::SchemaSettings;
 
 use crate::config::{SandboxSettings, Settings, ThreadSettings};
-use crate::permissions::profiles::{ProfileCache, offered_tools};
+use crate::permissions::profiles::{ProfileCache, offered_specs, offered_tools};
 use crate::providers::catalog::{Catalog, ResolveError};
 use crate::store::{AgentRecord, Store, StoreError, ThreadRecord};
 
@@ -26,6 +35,23 @@ pub struct RunSettings {
     pub threads: ThreadSettings,
     /// The rolling context window (`[context] window_hours`).
     pub context_window: Duration,
+    /// What the offered tools' schemas are rendered with.
+    pub tool_schemas: SchemaSettings,
+}
+
+/// What tool schemas are rendered with, for the model and for the API alike.
+///
+/// The bash default timeout is a worker flag; the control plane renders it from
+/// `[tools] bash_timeout_secs`, the value it passes as that flag to every worker it
+/// starts, rather than having each worker patch the text: the worker then offers
+/// exactly what `GET /api/agents/{name}/tools` lists, and needs no knowledge of any
+/// tool's text. (A worker started by hand with another `--bash-timeout-secs` still
+/// kills commands at its own timeout; the model sees the configured one.)
+pub fn schema_settings(settings: &Settings) -> SchemaSettings {
+    SchemaSettings {
+        bash_default_timeout_secs: settings.workers.bash_timeout.as_secs(),
+        ..SchemaSettings::default()
+    }
 }
 
 impl RunSettings {
@@ -37,6 +63,7 @@ impl RunSettings {
             sandbox: settings.sandbox.clone(),
             threads: settings.threads,
             context_window: settings.context.window,
+            tool_schemas: schema_settings(settings),
         }
     }
 }
@@ -117,8 +144,11 @@ impl Builder<'_> {
             Ok(route) => route,
             Err(e) => return config(e.to_string()),
         };
-        let tools = match self.profiles.get(&agent.permissions) {
-            Ok(profile) => offered_tools(&profile),
+        let (tools, offered) = match self.profiles.get(&agent.permissions) {
+            Ok(profile) => (
+                offered_tools(&profile),
+                offered_specs(&profile, &self.settings.tool_schemas),
+            ),
             Err(e) => {
                 return config(format!(
                     "the agent's permission profile cannot be used: {e}; fix it with `chorus agent \
@@ -158,6 +188,7 @@ impl Builder<'_> {
                 system_prompt: agent.system_prompt.clone(),
                 model,
                 tools,
+                offered,
                 sandbox: sandbox_policy(&self.settings.sandbox, agent),
             },
             model: route,
@@ -209,6 +240,7 @@ mod tests {
                 model: "m".into(),
                 tools: vec!["view".into()],
                 sandbox: SandboxPolicy::default(),
+                offered: Vec::new(),
             },
             model: ModelRoute {
                 provider: "openai".into(),

@@ -94,8 +94,10 @@ pub fn resume(stored: u64, stalled_before: u32, max_resumes: u32) -> Resumption 
 }
 
 /// A run is stuck when it reported nothing (no step, no text, no message) for
-/// `stuck_after` and is not waiting on work that may rightly take that long: a
-/// command (a tool step) or a person (a permission step). A model call or a retry
+/// `stuck_after` and is not waiting on work that may rightly take that long: a tool
+/// (a tool step, wherever it runs: a command in the worker, or a control-plane tool
+/// waiting hours for another agent or a person, `runs_in: control_plane`) or a
+/// person (a permission step). A model call or a retry
 /// wait that long is stuck: the provider's own timeouts should have ended it.
 pub fn is_stuck<'a>(
     open_steps: impl IntoIterator<Item = &'a StepKind>,
@@ -284,6 +286,28 @@ mod tests {
             watchdog_period(Duration::from_secs(1)),
             Duration::from_millis(250)
         );
+    }
+
+    /// A control-plane tool's step, as the worker reports it (open from before its
+    /// check, marked `runs_in: control_plane`), keeps a quiet run from being stuck
+    /// for as long as it stays open; once it ends, the same quiet is stuck.
+    #[test]
+    fn an_open_control_plane_tool_step_is_a_running_tool() {
+        use chorus_proto::domain::StepStarted;
+        use chorus_proto::tools::RunsIn;
+        let step = StepStarted {
+            run_id: "r".into(),
+            number: 3,
+            kind: StepKind::Tool,
+            description: "Executing self_edit_permissions in the control plane".into(),
+            started_at_ms: 0,
+            runs_in: Some(RunsIn::ControlPlane),
+        };
+        let after = Duration::from_secs(10);
+        let days = Duration::from_secs(3 * 24 * 3600);
+        assert!(!is_stuck(&[step.kind], days, after));
+        assert!(!is_stuck(&[StepKind::LlmCall, step.kind], days, after));
+        assert!(is_stuck(&[], days, after), "ended, the quiet is stuck");
     }
 
     #[test]

@@ -35,7 +35,7 @@ use crate::summaries::Summarizer;
 use crate::workers::WorkerLost;
 use crate::workers::registry::{Generation, Registry};
 
-pub use assignment::RunSettings;
+pub use assignment::{RunSettings, schema_settings};
 
 /// Commands an agent's actor takes at once before senders wait.
 const COMMAND_QUEUE: usize = 256;
@@ -205,6 +205,11 @@ impl Runs {
             }),
             agents: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// What the offered tools' schemas are rendered with (assignments and changes).
+    pub fn tool_schemas(&self) -> chorus_proto::tools::SchemaSettings {
+        self.shared.settings.tool_schemas
     }
 
     /// The traces each agent's workers were given (for the trace and model relays,

@@ -140,12 +140,13 @@ macro_rules! migrations {
             (16, "worker credentials", "0016_worker_credentials.sql"),
             (17, "jobs", "0017_jobs.sql"),
             (18, "questions", "0018_questions.sql"),
+            (19, "step runs in", "0019_step_runs_in.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 18] = match backend {
+    let set: [(i64, &'static str, &'static str); 19] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };

@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 
 use chorus_proto::domain::{ChatMessage, Role, StepEnded, StepStarted};
+use chorus_proto::tools::RunsIn;
 use sqlx::AnyConnection;
 
 use super::messages::insert_message;
@@ -173,8 +174,8 @@ async fn insert_step(
     let usage = end.and_then(|end| end.usage);
     sqlx::query(
         "INSERT INTO thread_steps (agent_name, thread_id, step_number, kind, description, \
-         started_at, ended_at, duration_ms, failed, input_tokens, output_tokens) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+         started_at, ended_at, duration_ms, failed, input_tokens, output_tokens, runs_in) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
     )
     .bind(agent)
     .bind(thread as i64)
@@ -187,6 +188,7 @@ async fn insert_step(
     .bind(end.is_some_and(|end| end.failed) as i64)
     .bind(usage.map(|u| u.input_tokens as i64))
     .bind(usage.map(|u| u.output_tokens as i64))
+    .bind(step.runs_in.map(RunsIn::as_str))
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -232,6 +234,7 @@ mod tests {
             kind: StepKind::LlmCall,
             description: format!("step {number}"),
             started_at_ms: 1_700_000_000_000,
+            runs_in: None,
         }
     }
 

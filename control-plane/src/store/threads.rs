@@ -3,6 +3,7 @@
 use chorus_proto::domain::{
     ChatMessage, Failure, FailureKind, Role, StepEnded, StepKind, StepStarted, ToolCall, Usage,
 };
+use chorus_proto::tools::RunsIn;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -132,6 +133,9 @@ pub struct StepRecord {
     pub failed: bool,
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
+    /// Where a tool step's tool runs (`None`: not a tool that ran, or a step from
+    /// before this was stored).
+    pub runs_in: Option<RunsIn>,
 }
 
 fn thread_from_row(row: &AnyRow) -> Result<ThreadRecord, StoreError> {
@@ -211,6 +215,13 @@ fn step_from_row(row: &AnyRow) -> Result<StepRecord, StoreError> {
         failed: row.try_get::<i64, _>("failed")? != 0,
         input_tokens: opt_u64("input_tokens")?,
         output_tokens: opt_u64("output_tokens")?,
+        runs_in: match row.try_get::<Option<String>, _>("runs_in")? {
+            Some(text) => Some(RunsIn::parse(&text).ok_or(StoreError::Corrupt {
+                column: "thread_steps.runs_in",
+                value: text,
+            })?),
+            None => None,
+        },
     })
 }
 
@@ -686,7 +697,7 @@ impl Store {
     ) -> Result<(Vec<StepRecord>, bool), StoreError> {
         let rows = sqlx::query(
             "SELECT step_number, kind, description, started_at, ended_at, duration_ms, failed, \
-             input_tokens, output_tokens \
+             input_tokens, output_tokens, runs_in \
              FROM thread_steps WHERE agent_name = $1 AND thread_id = $2 AND step_number > $3 \
              ORDER BY step_number LIMIT $4",
         )
@@ -809,7 +820,7 @@ impl Store {
     ) -> Result<Vec<StepRecord>, StoreError> {
         let rows = sqlx::query(
             "SELECT step_number, kind, description, started_at, ended_at, duration_ms, failed, \
-             input_tokens, output_tokens \
+             input_tokens, output_tokens, runs_in \
              FROM thread_steps WHERE agent_name = $1 AND thread_id = $2 ORDER BY step_number",
         )
         .bind(agent)
@@ -1098,6 +1109,7 @@ mod tests {
                     kind: StepKind::LlmCall,
                     description: "Calling LLM".into(),
                     started_at_ms: 1_700_000_000_000,
+                    runs_in: None,
                 },
                 None,
             )
@@ -1160,6 +1172,7 @@ mod tests {
             kind: StepKind::LlmCall,
             description: "Calling LLM".into(),
             started_at_ms: 1_700_000_000_000,
+            runs_in: None,
         };
         store
             .record_step_started("a", ids[3], &open, None)
@@ -1281,6 +1294,7 @@ mod tests {
                     kind: StepKind::LlmCall,
                     description: "Calling LLM".into(),
                     started_at_ms: 0,
+                    runs_in: None,
                 };
                 store
                     .record_step_started("a", t, &started, None)

@@ -1,6 +1,8 @@
-//! The tool registry: one definition per tool ([`ToolDef`]), shared by the worker
-//! (which offers the schemas and executes the tools that run there) and the control
-//! plane (which derives the action strings it checks, and executes its own tools).
+//! The tool registry: one definition per tool ([`ToolDef`]), shared by the control
+//! plane (which renders the offered tools' specs into each assignment with
+//! [`ToolDef::spec`], derives the action strings it checks, and executes its own
+//! tools) and the worker (which offers the model the specs it is sent, and executes
+//! the tools that run there).
 //!
 //! A definition holds everything about a tool that is not its execution: its Chorus
 //! name (`file.read`, used in action strings and profiles), the older names it still
@@ -17,7 +19,7 @@ mod jobs;
 mod self_edit;
 pub mod wire_names;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 pub use bash::BASH;
@@ -55,7 +57,7 @@ pub static TOOLS: &[ToolDef] = &[
 ];
 
 /// Where a tool is executed: beside the resource it changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunsIn {
     /// In the agent's worker (the workspace, its processes).
@@ -70,6 +72,13 @@ impl RunsIn {
             RunsIn::Worker => "worker",
             RunsIn::ControlPlane => "control_plane",
         }
+    }
+
+    /// The inverse of [`RunsIn::as_str`].
+    pub fn parse(text: &str) -> Option<RunsIn> {
+        [RunsIn::Worker, RunsIn::ControlPlane]
+            .into_iter()
+            .find(|r| r.as_str() == text)
     }
 }
 
@@ -138,6 +147,18 @@ impl ToolDef {
     /// The name the model APIs accept (`file_read`).
     pub fn wire_name(&self) -> std::borrow::Cow<'static, str> {
         to_wire(self.name)
+    }
+
+    /// The tool as the model is offered it, rendered with `settings`: what the
+    /// control plane sends the worker, and what the API lists.
+    pub fn spec(&self, settings: &SchemaSettings) -> crate::domain::ToolSpec {
+        crate::domain::ToolSpec {
+            name: self.name.to_string(),
+            wire_name: self.wire_name().into_owned(),
+            description: (self.description)(settings),
+            schema_json: (self.parameters)(settings).to_string(),
+            runs_in: self.runs_in,
+        }
     }
 
     /// The subject of a call given its arguments as the model wrote them.

@@ -85,6 +85,7 @@ impl Plane {
                 ..ThreadSettings::default()
             },
             context_window: Duration::from_secs(24 * 3600),
+            tool_schemas: Default::default(),
         };
         adjust(&mut settings);
         let runs = Arc::new(Runs::new(
@@ -346,6 +347,7 @@ impl FakeWorker {
             kind,
             description: format!("{} {number}", kind.as_str()),
             started_at_ms: now_ms(),
+            runs_in: None,
         }))
         .await
         .expect("the step is accepted");

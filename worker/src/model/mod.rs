@@ -24,6 +24,23 @@ pub struct ToolSchema {
     pub parameters: Value,
 }
 
+impl ToolSchema {
+    /// A tool as the control plane offers it. A schema that is not JSON (never from
+    /// a control plane of the same version) becomes an open object schema rather
+    /// than failing every model call.
+    pub fn from_spec(spec: &chorus_proto::domain::ToolSpec) -> ToolSchema {
+        let parameters = serde_json::from_str(&spec.schema_json).unwrap_or_else(|e| {
+            tracing::warn!(tool = %spec.name, error = %e, "a tool schema that is not JSON");
+            serde_json::json!({"type": "object"})
+        });
+        ToolSchema {
+            name: spec.name.clone(),
+            description: spec.description.clone(),
+            parameters,
+        }
+    }
+}
+
 /// Output limit asked for when the caller does not say (Anthropic requires one).
 pub const DEFAULT_MAX_TOKENS: u32 = 8192;
 

@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chorus_proto::domain::{
-    ChatMessage, Input, ModelRoute, RetryPolicy, StepEnded, StepKind, StepStarted, Usage,
+    ChatMessage, Input, ModelRoute, RetryPolicy, StepEnded, StepKind, StepStarted, ToolSpec, Usage,
     WorkerEvent,
 };
+use chorus_proto::tools::RunsIn;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -40,9 +41,10 @@ pub struct ModelSelection {
 pub struct LiveAgent {
     pub model: ModelSelection,
     pub system_prompt: String,
-    /// The tools offered to the model (the permission profile may allow or ask for
-    /// them); `None` offers every tool.
-    pub tools: Option<Vec<String>>,
+    /// The tools offered to the model, exactly as the control plane sent them (the
+    /// permission profile may allow or ask for them). A tool this worker has no
+    /// executor for runs in the control plane.
+    pub tools: Vec<ToolSpec>,
     /// The agent's docs directory, whose files follow the system prompt.
     pub docs_dir: Option<std::path::PathBuf>,
 }
@@ -69,6 +71,20 @@ struct OpenStep {
 
 impl Steps<'_> {
     fn begin(&mut self, kind: StepKind, description: String) -> OpenStep {
+        self.begin_where(kind, description, None)
+    }
+
+    /// A step of a tool that runs in `runs_in`.
+    fn begin_tool(&mut self, description: String, runs_in: RunsIn) -> OpenStep {
+        self.begin_where(StepKind::Tool, description, Some(runs_in))
+    }
+
+    fn begin_where(
+        &mut self,
+        kind: StepKind,
+        description: String,
+        runs_in: Option<RunsIn>,
+    ) -> OpenStep {
         let number = self.next;
         self.next += 1;
         if let Some(board) = self.board {
@@ -80,6 +96,7 @@ impl Steps<'_> {
             kind,
             description,
             started_at_ms: chrono::Utc::now().timestamp_millis(),
+            runs_in,
         }));
         OpenStep {
             number,
@@ -332,25 +349,20 @@ fn take_inputs(
     }
 }
 
-/// The tools offered to the model (`None`: every tool), filtered again only when
-/// the list changes (a permissions change), which is rare.
-type Offered = Option<(Option<Vec<String>>, Vec<crate::model::ToolSchema>)>;
+/// The schemas offered to the model, made again only when the offered tools
+/// change (a permissions change), which is rare.
+type Offered = Option<(Vec<ToolSpec>, Vec<crate::model::ToolSchema>)>;
 
 fn offered_schemas<'a>(
-    all: &[crate::model::ToolSchema],
     offered: &'a mut Offered,
-    tools: &Option<Vec<String>>,
+    tools: &[ToolSpec],
 ) -> &'a [crate::model::ToolSchema] {
-    if offered.as_ref().map(|(list, _)| list) != Some(tools) {
-        let schemas = match tools {
-            Some(names) => all
-                .iter()
-                .filter(|s| names.contains(&s.name))
-                .cloned()
-                .collect(),
-            None => all.to_vec(),
-        };
-        *offered = Some((tools.clone(), schemas));
+    if offered.as_ref().map(|(specs, _)| specs.as_slice()) != Some(tools) {
+        let schemas = tools
+            .iter()
+            .map(crate::model::ToolSchema::from_spec)
+            .collect();
+        *offered = Some((tools.to_vec(), schemas));
     }
     offered
         .as_ref()
@@ -367,7 +379,6 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
     sink: &EventSink,
     cancel: &CancellationToken,
 ) -> Result<String, LoopError> {
-    let all_schemas = tools.schemas();
     let mut offered: Offered = None;
     // The docs are read again only when their files change.
     let mut docs = crate::context::Docs::default();
@@ -426,7 +437,7 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
         let live = input.agent.borrow_and_update().clone();
         let selection = live.model.clone();
         let client = clients.client(&selection.route).map_err(LoopError::Model)?;
-        let schemas = offered_schemas(&all_schemas, &mut offered, &live.tools);
+        let schemas = offered_schemas(&mut offered, &live.tools);
         let mut system = docs.system_prompt(&live.system_prompt, live.docs_dir.as_deref());
         if let Some(board) = &board {
             let next = format!("Calling LLM ({})", selection.display);
@@ -606,6 +617,7 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
         let pipeline = pipeline::Pipeline {
             gate,
             tools,
+            offered: &live.tools,
             run_id: input.run_id,
             sink,
             cancel,

@@ -3,8 +3,17 @@
 //! shown) → step begin and end → cap the result → report it. The API tool loop
 //! calls [`Pipeline::run`] for each call of a reply; other callers of tools
 //! (`chorus-tools`, MCP) are meant to call the same function.
+//!
+//! Which tools exist is what the assignment offers ([`ToolSpec`]s rendered by the
+//! control plane's registry), not what this build knows: a call to an offered tool
+//! that runs in the control plane and that this build has no definition of is
+//! checked here only for being a JSON object, then sent to the gate, which checks it
+//! against the registry and carries it out. Tools that run in the worker still go
+//! through their executors (and this build's argument checks).
 
-use chorus_proto::domain::{ChatMessage, StepKind, ToolCall, ToolResult, WorkerEvent};
+use std::borrow::Cow;
+
+use chorus_proto::domain::{ChatMessage, StepKind, ToolCall, ToolResult, ToolSpec, WorkerEvent};
 use chorus_proto::tools::{self as registry, RunsIn};
 use opentelemetry::KeyValue;
 use tokio::sync::mpsc;
@@ -19,6 +28,8 @@ use crate::tools::{LockWait, ToolBox, ToolOutcome};
 pub(super) struct Pipeline<'a, G> {
     pub gate: &'a G,
     pub tools: &'a ToolBox,
+    /// The tools the model is offered now.
+    pub offered: &'a [ToolSpec],
     pub run_id: &'a str,
     pub sink: &'a EventSink,
     pub cancel: &'a CancellationToken,
@@ -52,10 +63,14 @@ impl<G: ToolGate> Pipeline<'_, G> {
         cut_off: bool,
         steps: &mut Steps<'_>,
     ) -> Result<ToolOutcome, LoopError> {
+        let (call, runs_in) = locate(call, self.offered);
+        let call = &call;
         // A call that cannot run at all needs no permission: tell the model what is
         // wrong with it right away.
         let unusable = if cut_off {
             Some(ToolOutcome::malformed(CUT_OFF_CALL))
+        } else if runs_in == Some(Where::ControlPlaneOnly) {
+            arguments_object(call)
         } else {
             ToolBox::validate(call)
         };
@@ -63,9 +78,7 @@ impl<G: ToolGate> Pipeline<'_, G> {
             refused_step(call, steps);
             return Ok(outcome);
         }
-        let elsewhere =
-            registry::find(&call.name).is_some_and(|t| t.runs_in == RunsIn::ControlPlane);
-        if elsewhere {
+        if matches!(runs_in, Some(Where::ControlPlane | Where::ControlPlaneOnly)) {
             return self.run_elsewhere(call, steps).await;
         }
         match ask_gate(self.gate, self.run_id, call, steps, self.cancel).await? {
@@ -77,9 +90,9 @@ impl<G: ToolGate> Pipeline<'_, G> {
             // The worker runs its own tools; a result from the gate for one is taken as
             // it comes (the gate owns whatever it did).
             Gate::Done(result) => {
-                let step = steps.begin(
-                    StepKind::Tool,
+                let step = steps.begin_tool(
                     format!("Executing {}", ToolBox::describe(call)),
+                    RunsIn::ControlPlane,
                 );
                 steps.end(step, result.is_error, None);
                 Ok(outcome_of(result))
@@ -88,16 +101,16 @@ impl<G: ToolGate> Pipeline<'_, G> {
     }
 
     /// A tool the control plane executes (its step is open from before the check
-    /// until the result is back, marked as running there, so the thread shows it
-    /// while it waits and the watchdog sees a tool running, not a stuck run).
+    /// until the result is back, marked `runs_in: control_plane`, so the thread
+    /// shows it while it waits and the watchdog sees a tool running, not a stuck run).
     async fn run_elsewhere(
         &self,
         call: &ToolCall,
         steps: &mut Steps<'_>,
     ) -> Result<ToolOutcome, LoopError> {
-        let step = steps.begin(
-            StepKind::Tool,
+        let step = steps.begin_tool(
             format!("Executing {} in the control plane", ToolBox::describe(call)),
+            RunsIn::ControlPlane,
         );
         let answer = match ask_gate(self.gate, self.run_id, call, steps, self.cancel).await {
             Ok(answer) => answer,
@@ -124,9 +137,9 @@ impl<G: ToolGate> Pipeline<'_, G> {
         call: &ToolCall,
         steps: &mut Steps<'_>,
     ) -> Result<ToolOutcome, LoopError> {
-        let step = steps.begin(
-            StepKind::Tool,
+        let step = steps.begin_tool(
             format!("Executing {}", ToolBox::describe(call)),
+            RunsIn::Worker,
         );
         let span = tracing::info_span!("tool", tool = %call.name, step = step.number);
         crate::telemetry::label(
@@ -158,6 +171,66 @@ impl<G: ToolGate> Pipeline<'_, G> {
                 Err(cancelled)
             }
         }
+    }
+}
+
+/// Where a call runs, as far as the worker can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Where {
+    Worker,
+    /// A control-plane tool this build defines too (its arguments checked here).
+    ControlPlane,
+    /// A control-plane tool only the assignment describes.
+    ControlPlaneOnly,
+}
+
+/// The call under its Chorus name (the model clients rename only the tools this
+/// build knows; an offered one it does not comes back by its wire name), and where
+/// it runs: as the offered spec says, else as this build's registry says (an older
+/// name, or a tool the profile never offers, which the gate refuses). `None`: no
+/// such tool.
+fn locate<'a>(call: &'a ToolCall, offered: &[ToolSpec]) -> (Cow<'a, ToolCall>, Option<Where>) {
+    let spec = offered
+        .iter()
+        .find(|s| s.name == call.name)
+        .or_else(|| offered.iter().find(|s| s.wire_name == call.name));
+    let call = match spec {
+        Some(spec) if spec.name != call.name => Cow::Owned(ToolCall {
+            name: spec.name.clone(),
+            ..call.clone()
+        }),
+        _ => Cow::Borrowed(call),
+    };
+    let known = registry::find(&call.name);
+    let runs_in = match (spec.map(|s| s.runs_in), known) {
+        (Some(RunsIn::ControlPlane), None) => Some(Where::ControlPlaneOnly),
+        (Some(RunsIn::ControlPlane), Some(_)) => Some(Where::ControlPlane),
+        (Some(RunsIn::Worker), _) => Some(Where::Worker),
+        (None, Some(tool)) => Some(match tool.runs_in {
+            RunsIn::Worker => Where::Worker,
+            RunsIn::ControlPlane => Where::ControlPlane,
+        }),
+        (None, None) => None,
+    };
+    (call, runs_in)
+}
+
+/// The one check of a control-plane tool this build does not define: its arguments
+/// are a JSON object (or empty); the gate checks the rest against the registry.
+fn arguments_object(call: &ToolCall) -> Option<ToolOutcome> {
+    if call.arguments.trim().is_empty() {
+        return None;
+    }
+    match serde_json::from_str::<serde_json::Value>(&call.arguments) {
+        Ok(serde_json::Value::Object(_)) => None,
+        Ok(_) => Some(ToolOutcome::malformed(format!(
+            "the arguments of {} must be a JSON object; the call was not run",
+            registry::wire_names::to_wire(&call.name)
+        ))),
+        Err(e) => Some(ToolOutcome::malformed(format!(
+            "the arguments of {} are not valid JSON ({e}); the call was not run",
+            registry::wire_names::to_wire(&call.name)
+        ))),
     }
 }
 

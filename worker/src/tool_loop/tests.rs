@@ -19,6 +19,8 @@ pub(crate) struct Scripted {
     pub(crate) seen: Arc<Mutex<Vec<Vec<ChatMessage>>>>,
     /// The rest of each request: system prompt, tools offered, max_tokens.
     pub(crate) requests: Arc<Mutex<Vec<(String, usize, u32)>>>,
+    /// The names of the tools offered in each request.
+    pub(crate) tool_names: Arc<Mutex<Vec<Vec<String>>>>,
     /// Called with the call's number (from 1) as each call arrives, before it is
     /// answered: for tests that act while a model call is in flight.
     pub(crate) on_call: Option<Arc<dyn Fn(usize) + Send + Sync>>,
@@ -50,6 +52,10 @@ impl ModelClient for Scripted {
             request.tools.len(),
             request.max_tokens,
         ));
+        self.tool_names
+            .lock()
+            .unwrap()
+            .push(request.tools.iter().map(|t| t.name.clone()).collect());
         if let Some(hook) = &self.on_call {
             hook(call);
         }
@@ -182,6 +188,14 @@ async fn run_input(
     }
 }
 
+/// Every tool of the registry, as a control plane offers them.
+pub(crate) fn every_tool() -> Vec<ToolSpec> {
+    chorus_proto::tools::TOOLS
+        .iter()
+        .map(|t| t.spec(&Default::default()))
+        .collect()
+}
+
 /// The agent every scripted run talks for.
 fn live_agent() -> LiveAgent {
     LiveAgent {
@@ -196,7 +210,7 @@ fn live_agent() -> LiveAgent {
             },
         },
         system_prompt: "sys".into(),
-        tools: None,
+        tools: every_tool(),
         docs_dir: None,
     }
 }
@@ -1147,4 +1161,155 @@ async fn an_interrupted_answer_is_kept_and_continued_never_final() {
             .to_string()
             .contains("cut the model's answer off 4 times")
     );
+}
+
+/// A gate that records the calls it is asked about and carries each out itself,
+/// as the control plane does for its own tools.
+#[derive(Default)]
+struct CarriesOut {
+    calls: Mutex<Vec<ToolCall>>,
+}
+
+impl ToolGate for CarriesOut {
+    fn check(
+        &self,
+        _run_id: &str,
+        call: &ToolCall,
+    ) -> mpsc::UnboundedReceiver<crate::gate::GateMessage> {
+        self.calls.lock().unwrap().push(call.clone());
+        let (tx, rx) = mpsc::unbounded_channel();
+        let _ = tx.send(crate::gate::GateMessage::Decided(
+            chorus_proto::domain::ToolDecision {
+                request_id: 0,
+                allowed: true,
+                message: String::new(),
+                result: Some(chorus_proto::domain::ToolResult {
+                    content: format!("reported by the control plane: {}", call.arguments),
+                    is_error: false,
+                }),
+            },
+        ));
+        rx
+    }
+}
+
+/// A tool this worker's build neither defines nor executes, offered by the
+/// assignment as one the control plane runs: the model is offered it, a call with
+/// an object of arguments goes to the gate under its Chorus name and the gate's
+/// result comes back to the model; a call whose arguments are no object never
+/// reaches the gate. Without the spec (the positive control), the same call is an
+/// unknown tool and never reaches the gate either.
+#[tokio::test]
+async fn an_offered_control_plane_tool_the_worker_does_not_know_runs_through_the_gate() {
+    use chorus_proto::tools::{self as registry, RunsIn};
+    assert!(registry::find("board.report").is_none() && registry::find("board_report").is_none());
+    let spec = ToolSpec {
+        name: "board.report".into(),
+        wire_name: "board_report".into(),
+        description: "Report progress on your task".into(),
+        schema_json: json!({"type": "object", "properties": {"done": {"type": "boolean"}}})
+            .to_string(),
+        runs_in: RunsIn::ControlPlane,
+    };
+    let run = |offered: Vec<ToolSpec>| async move {
+        let model = Scripted::new(vec![
+            // Named as the model clients hand it over: by its wire name, since this
+            // build cannot rename a tool it does not know.
+            call_reply("board_report", r#"{"done": true}"#),
+            call_reply("board_report", "[1]"),
+            reply("ok", StopReason::EndTurn),
+        ]);
+        let gate = CarriesOut::default();
+        let dir = tempfile::tempdir().unwrap();
+        let tools = ToolBox::new(Workspace::new(dir.path()), Default::default());
+        let (_agent_tx, agent_rx) = watch::channel(LiveAgent {
+            tools: offered,
+            ..live_agent()
+        });
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let result = run(
+            &model,
+            &gate,
+            &tools,
+            loop_input(agent_rx),
+            &EventSink::new(tx),
+            &CancellationToken::new(),
+        )
+        .await;
+        let mut events = Vec::new();
+        while let Ok(sequenced) = rx.try_recv() {
+            events.push(sequenced.event);
+        }
+        assert_eq!(result.unwrap(), "ok");
+        let seen = model.seen.lock().unwrap().clone();
+        let offered = model.tool_names.lock().unwrap()[0].clone();
+        let calls = gate.calls.lock().unwrap().clone();
+        (offered, calls, seen, events)
+    };
+
+    let (offered, calls, seen, events) = run(vec![spec.clone()]).await;
+    assert_eq!(
+        offered,
+        vec!["board.report"],
+        "exactly the assignment's tools"
+    );
+    assert_eq!(
+        calls.len(),
+        1,
+        "only the call with an object reaches the gate"
+    );
+    assert_eq!(
+        calls[0].name, "board.report",
+        "checked under its Chorus name"
+    );
+    assert_eq!(calls[0].arguments, r#"{"done": true}"#);
+    let results: Vec<_> = seen[2]
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .map(|m| m.content.clone())
+        .collect();
+    assert_eq!(
+        results[0],
+        r#"reported by the control plane: {"done": true}"#
+    );
+    assert!(
+        results[1].contains("must be a JSON object"),
+        "{}",
+        results[1]
+    );
+    let marks: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            WorkerEvent::StepStarted(s) => Some((s.description.as_str(), s.kind, s.runs_in)),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        marks.contains(&(
+            "Executing board.report in the control plane",
+            StepKind::Tool,
+            Some(RunsIn::ControlPlane)
+        )),
+        "its step is marked as running there, as data: {marks:?}"
+    );
+    assert!(
+        marks
+            .iter()
+            .filter(|(_, kind, _)| *kind != StepKind::Tool)
+            .all(|(_, _, runs_in)| runs_in.is_none()),
+        "{marks:?}"
+    );
+    assert!(
+        marks.contains(&("Refused board.report", StepKind::Tool, None)),
+        "a call refused before it ran ran nowhere: {marks:?}"
+    );
+
+    let (offered, calls, seen, _) = run(every_tool()).await;
+    assert!(!offered.contains(&"board.report".to_string()));
+    assert!(
+        calls.is_empty(),
+        "an unknown tool is never checked: {calls:?}"
+    );
+    let unknown = &seen[1].last().unwrap().content;
+    assert!(unknown.contains("no tool named"), "{unknown}");
 }

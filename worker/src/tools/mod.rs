@@ -28,11 +28,10 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use chorus_proto::domain::ToolCall;
-use chorus_proto::tools::{self as registry, RunsIn, SchemaSettings};
+use chorus_proto::tools::{self as registry, RunsIn};
 use futures::FutureExt;
 use serde::de::DeserializeOwned;
 
-use crate::model::ToolSchema;
 use crate::model::wire_names::to_wire;
 use bash::{BashArgs, BashConfig};
 use edit::ReplaceArgs;
@@ -220,23 +219,6 @@ impl ToolBox {
 
     pub fn workspace(&self) -> &Workspace {
         &self.workspace
-    }
-
-    /// The schemas of every tool, as the model is offered them (the bash
-    /// timeouts are the configured ones).
-    pub fn schemas(&self) -> Vec<ToolSchema> {
-        let settings = SchemaSettings {
-            bash_default_timeout_secs: self.config.bash.default_timeout.as_secs(),
-            bash_max_timeout_secs: self.config.bash.max_timeout.as_secs(),
-        };
-        registry::TOOLS
-            .iter()
-            .map(|tool| ToolSchema {
-                name: tool.name.into(),
-                description: (tool.description)(&settings),
-                parameters: (tool.parameters)(&settings),
-            })
-            .collect()
     }
 
     /// A short human description of a call, for step history: "create_file: src/a.rs",

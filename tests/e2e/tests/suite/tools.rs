@@ -310,6 +310,7 @@ async fn a_control_plane_tool_shows_its_step_while_it_waits() -> anyhow::Result<
         tokio::time::sleep(Duration::from_millis(25)).await;
     };
     assert_eq!(open["kind"], "tool", "{open}");
+    assert_eq!(open["runs_in"], "control_plane", "marked as data: {open}");
     assert!(open["ended_at"].is_null(), "open while it waits: {open}");
     chorus
         .api(Method::POST, &format!("/api/approvals/{approval_id}"))
@@ -337,6 +338,106 @@ async fn a_control_plane_tool_shows_its_step_while_it_waits() -> anyhow::Result<
         tool_results(&thread)[0]
             .1
             .starts_with("System prompt updated")
+    );
+    Ok(())
+}
+
+/// The tools of each model request, as `(wire name, description, schema)`.
+fn offered_in(request: &Value) -> Vec<(String, String, Value)> {
+    request["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(|t| {
+                    let f = &t["function"];
+                    (
+                        f["name"].as_str().unwrap().to_string(),
+                        f["description"].as_str().unwrap().to_string(),
+                        f["parameters"].clone(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The same, as the agent's listing shows them.
+fn listed_as_offered(listed: &Value) -> Vec<(String, String, Value)> {
+    listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["wire_name"].as_str().unwrap().to_string(),
+                t["description"].as_str().unwrap().to_string(),
+                t["schema"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// The model is offered exactly what the agent's listing shows, schema for schema
+/// and word for word (the control plane renders both and the worker offers what it
+/// is sent), and a permissions self-edit changes what is offered at the very next
+/// model call of the same run.
+#[tokio::test]
+async fn the_model_is_offered_the_listed_schemas_and_a_self_edit_changes_them_mid_run()
+-> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder()
+        .env("OPENAI_BASE_URL", &model.base_url())
+        .env("OPENAI_API_KEY", "sk-test-tools")
+        .env("CHORUS_DEFAULT_MODEL", "fake-model")
+        .config("[tools]\nbash_timeout_secs = 77\n")
+        .start()
+        .await?;
+    chorus
+        .create_agent_with(json!({"name": "shifter", "permissions": "open"}))
+        .await?;
+    let open = get(&chorus, "/api/agents/shifter/tools").await?;
+    model.push(tool_call(
+        "c1",
+        "self_edit_permissions",
+        json!({"new_profile": "locked"}),
+    ));
+    model.push(text("done"));
+    let before = model.requests().len();
+    let id = chorus.send_message("shifter", "lock yourself down").await?;
+    let thread = chorus
+        .wait_thread_finished("shifter", id, Duration::from_secs(20))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    assert!(!tool_results(&thread)[0].0, "{thread:#}");
+    // Where each step's tool ran is data of the step.
+    let steps = thread["steps"].as_array().unwrap();
+    for step in steps {
+        match step["kind"].as_str().unwrap() {
+            "tool" => assert_eq!(step["runs_in"], "control_plane", "{step}"),
+            _ => assert!(step.get("runs_in").is_none(), "{step}"),
+        }
+    }
+    assert!(steps.iter().any(|s| s["kind"] == "tool"), "{steps:#?}");
+    let locked = get(&chorus, "/api/agents/shifter/tools").await?;
+    let calls: Vec<_> = model
+        .requests()
+        .into_iter()
+        .skip(before)
+        .filter(|r| r.body["tools"].is_array())
+        .collect();
+    assert_eq!(calls.len(), 2, "one call before the edit, one after");
+    assert_eq!(offered_in(&calls[0].body), listed_as_offered(&open));
+    assert_eq!(offered_in(&calls[1].body), listed_as_offered(&locked));
+    assert!(
+        offered_in(&calls[1].body).len() < offered_in(&calls[0].body).len(),
+        "locked offers less than open"
+    );
+    assert!(
+        offered_in(&calls[0].body)
+            .iter()
+            .any(|(name, description, _)| name == "bash" && description.contains("default 77 s")),
+        "the bash description quotes the configured default timeout"
     );
     Ok(())
 }
