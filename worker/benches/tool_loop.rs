@@ -120,10 +120,12 @@ async fn one_run(tools: &ToolBox, turns: usize) -> Measured {
         },
         system_prompt: "You are a general-purpose AI agent with a workspace. Use your tools."
             .into(),
-        tools: chorus_proto::tools::TOOLS
-            .iter()
-            .map(|t| t.spec(&Default::default()))
-            .collect(),
+        tools: std::sync::Arc::new(
+            chorus_proto::tools::TOOLS
+                .iter()
+                .map(|t| t.spec(&Default::default()))
+                .collect(),
+        ),
         docs_dir: None,
     });
     let input = LoopInput {

@@ -210,7 +210,7 @@ impl Runner {
                 route: run.model.clone(),
             },
             system_prompt: run.agent.system_prompt.clone(),
-            tools: run.agent.offered.clone(),
+            tools: std::sync::Arc::new(run.agent.offered.clone()),
             docs_dir: Some(self.agent_dir.join("docs")),
         });
         let inbox = Inbox::default();
@@ -349,7 +349,7 @@ fn apply(agent: &mut LiveAgent, change: AgentChange) {
     }
     // `change.tools` (the names alone) is for older workers.
     if let Some(offered) = change.offered {
-        agent.tools = offered;
+        agent.tools = std::sync::Arc::new(offered);
     }
 }
 

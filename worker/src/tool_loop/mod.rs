@@ -43,8 +43,9 @@ pub struct LiveAgent {
     pub system_prompt: String,
     /// The tools offered to the model, exactly as the control plane sent them (the
     /// permission profile may allow or ask for them). A tool this worker has no
-    /// executor for runs in the control plane.
-    pub tools: Vec<ToolSpec>,
+    /// executor for runs in the control plane. Shared: the loop clones the agent
+    /// before every model call, and the specs (schemas included) change rarely.
+    pub tools: std::sync::Arc<Vec<ToolSpec>>,
     /// The agent's docs directory, whose files follow the system prompt.
     pub docs_dir: Option<std::path::PathBuf>,
 }
@@ -351,18 +352,21 @@ fn take_inputs(
 
 /// The schemas offered to the model, made again only when the offered tools
 /// change (a permissions change), which is rare.
-type Offered = Option<(Vec<ToolSpec>, Vec<crate::model::ToolSchema>)>;
+type Offered = Option<(std::sync::Arc<Vec<ToolSpec>>, Vec<crate::model::ToolSchema>)>;
 
 fn offered_schemas<'a>(
     offered: &'a mut Offered,
-    tools: &[ToolSpec],
+    tools: &std::sync::Arc<Vec<ToolSpec>>,
 ) -> &'a [crate::model::ToolSchema] {
-    if offered.as_ref().map(|(specs, _)| specs.as_slice()) != Some(tools) {
+    let same = offered
+        .as_ref()
+        .is_some_and(|(specs, _)| std::sync::Arc::ptr_eq(specs, tools) || specs == tools);
+    if !same {
         let schemas = tools
             .iter()
             .map(crate::model::ToolSchema::from_spec)
             .collect();
-        *offered = Some((tools.to_vec(), schemas));
+        *offered = Some((tools.clone(), schemas));
     }
     offered
         .as_ref()

@@ -210,7 +210,7 @@ fn live_agent() -> LiveAgent {
             },
         },
         system_prompt: "sys".into(),
-        tools: every_tool(),
+        tools: std::sync::Arc::new(every_tool()),
         docs_dir: None,
     }
 }
@@ -1223,7 +1223,7 @@ async fn an_offered_control_plane_tool_the_worker_does_not_know_runs_through_the
         let dir = tempfile::tempdir().unwrap();
         let tools = ToolBox::new(Workspace::new(dir.path()), Default::default());
         let (_agent_tx, agent_rx) = watch::channel(LiveAgent {
-            tools: offered,
+            tools: std::sync::Arc::new(offered),
             ..live_agent()
         });
         let (tx, mut rx) = mpsc::unbounded_channel();
