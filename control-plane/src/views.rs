@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use crate::store::{ApprovalRecord, ApprovalStatus, AuditRecord, QuestionKind};
+use crate::store::{ApprovalRecord, ApprovalStatus, AuditDecision, AuditRecord, QuestionKind};
 
 /// One approval request (`GET /api/approvals`, `…/{id}`, and the answer's reply).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -61,7 +61,7 @@ pub struct AuditView {
     pub agent_name: String,
     pub timestamp: String,
     pub action: String,
-    pub decision: String,
+    pub decision: AuditDecision,
     pub user_id: Option<String>,
     pub detail: Option<String>,
     pub thread_id: Option<u64>,
@@ -131,7 +131,7 @@ mod tests {
             agent_name: "helper".into(),
             timestamp: "2026-11-26T12:00:00.000Z".into(),
             action: "tool:bash:ls".into(),
-            decision: "allow".into(),
+            decision: AuditDecision::Allow,
             user_id: None,
             detail: Some("{}".into()),
             thread_id: Some(3),

@@ -131,7 +131,7 @@ async fn delete_until_done(store: &Store, workers: &WorkerManager, name: &str, t
                     let entry = AuditEntry {
                         agent_name: name,
                         action: "agent:delete_files",
-                        decision: "done",
+                        decision: crate::store::AuditDecision::Done,
                         user_id: Some(&crate::principal::Principal::Scheduler),
                         detail: Some(detail),
                         thread_id: None,

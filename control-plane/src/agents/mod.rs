@@ -917,7 +917,7 @@ impl AgentService {
         let entry = AuditEntry {
             agent_name: agent,
             action,
-            decision: "done",
+            decision: crate::store::AuditDecision::Done,
             user_id: Some(user),
             detail,
             thread_id: None,

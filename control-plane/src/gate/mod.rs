@@ -26,7 +26,7 @@ use crate::permissions::{Decision, Explanation, PermissionsSetting};
 use crate::principal::{Frontend, Person, Principal, root_person};
 use crate::questions::{Outcome, QuestionKind, Questions};
 use crate::runs::Runs;
-use crate::store::{AgentUpdate, AuditEntry, NewApproval, Store, format_time};
+use crate::store::{AgentUpdate, AuditDecision, AuditEntry, NewApproval, Store, format_time};
 use crate::switches::OnAsk;
 use crate::workers::registry::{Generation, Registry};
 use actions::actions_for;
@@ -249,7 +249,7 @@ impl ToolGate {
         // A dial-in worker asked: the audit row names its credential.
         let worker = self.registry.credential_of(&check.agent, check.generation);
         // `answered_by`: who answered an ask (the row's user is the thread's).
-        let audit = |decision: &'static str,
+        let audit = |decision: AuditDecision,
                      explanations: Option<&[Explanation]>,
                      answered_by: Option<&str>| {
             let mut detail = match explanations {
@@ -289,7 +289,7 @@ impl ToolGate {
         let profile = match self.profiles.get(&record.permissions) {
             Ok(profile) => profile,
             Err(e) => {
-                audit("deny", None, None).await;
+                audit(AuditDecision::Deny, None, None).await;
                 return deny(format!(
                     "the agent's permission profile cannot be used ({e}); every tool call is denied until it is fixed"
                 ));
@@ -299,15 +299,17 @@ impl ToolGate {
         // Every arm either audits an allow and falls through to execution, or audits
         // a deny and returns it.
         match decision {
-            Decision::Allow => audit("allow", Some(&explanations), None).await,
+            Decision::Allow => audit(AuditDecision::Allow, Some(&explanations), None).await,
             Decision::Deny => {
-                audit("deny", Some(&explanations), None).await;
+                audit(AuditDecision::Deny, Some(&explanations), None).await;
                 return deny(denial(&profile_label(&record.permissions), &explanations));
             }
             Decision::Ask => match record.on_ask {
-                OnAsk::Allow => audit("ask_auto_allowed", Some(&explanations), None).await,
+                OnAsk::Allow => {
+                    audit(AuditDecision::AskAutoAllowed, Some(&explanations), None).await
+                }
                 OnAsk::Deny => {
-                    audit("ask_auto_denied", Some(&explanations), None).await;
+                    audit(AuditDecision::AskAutoDenied, Some(&explanations), None).await;
                     return deny(format!(
                         "Permission denied: {} needs a person's approval and this agent does not ask (on_ask = deny)",
                         asked(&explanations)
@@ -326,11 +328,20 @@ impl ToolGate {
                         .await;
                     match answer {
                         Ok(Outcome::Answered(answer)) if answer.approved() => {
-                            audit("ask_approved", Some(&explanations), Some(&answer.by.text()))
-                                .await
+                            audit(
+                                AuditDecision::AskApproved,
+                                Some(&explanations),
+                                Some(&answer.by.text()),
+                            )
+                            .await
                         }
                         Ok(Outcome::Answered(answer)) => {
-                            audit("ask_denied", Some(&explanations), Some(&answer.by.text())).await;
+                            audit(
+                                AuditDecision::AskDenied,
+                                Some(&explanations),
+                                Some(&answer.by.text()),
+                            )
+                            .await;
                             return deny(format!(
                                 "Permission denied by {}: {} was not approved",
                                 answer.by,
@@ -338,7 +349,7 @@ impl ToolGate {
                             ));
                         }
                         Ok(Outcome::Expired) => {
-                            audit("ask_expired", Some(&explanations), None).await;
+                            audit(AuditDecision::AskExpired, Some(&explanations), None).await;
                             return deny(format!(
                                 "Permission denied: nobody approved {} within {:.0?}",
                                 asked(&explanations),
@@ -346,7 +357,7 @@ impl ToolGate {
                             ));
                         }
                         Err(message) => {
-                            audit("deny", Some(&explanations), None).await;
+                            audit(AuditDecision::Deny, Some(&explanations), None).await;
                             return deny(message);
                         }
                     }

@@ -891,8 +891,8 @@ impl AgentActor {
     /// thread's answer (the messages themselves carry no worker).
     async fn audit_answer(&self, thread_id: u64, run_id: &str, event: &WorkerEvent, worker: &str) {
         let (decision, outcome) = match event {
-            WorkerEvent::RunCompleted { .. } => ("done", "completed"),
-            _ => ("failed", "failed"),
+            WorkerEvent::RunCompleted { .. } => (crate::store::AuditDecision::Done, "completed"),
+            _ => (crate::store::AuditDecision::Failed, "failed"),
         };
         let detail = json!({"run_id": run_id, "outcome": outcome}).to_string();
         let entry = crate::store::AuditEntry {

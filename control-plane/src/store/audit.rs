@@ -5,13 +5,70 @@ use sqlx::Row;
 use super::{Store, StoreError, now};
 use crate::principal::Principal;
 
+/// What an audit row records: a tool call's decision (and how an ask ended), or a
+/// change that was carried out or failed. A closed set; the store's text is `as_str`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditDecision {
+    /// The profile allowed the call.
+    Allow,
+    /// Refused: the profile, an unclear state (no profile, a restart), or an ask
+    /// that could not be put to anyone.
+    Deny,
+    /// Asked, and a person approved.
+    AskApproved,
+    /// Asked, and a person denied.
+    AskDenied,
+    /// Asked, and nobody answered in time.
+    AskExpired,
+    /// Asked, and the agent's `on_ask = "allow"` answered.
+    AskAutoAllowed,
+    /// Asked, and the agent's `on_ask = "deny"` answered.
+    AskAutoDenied,
+    /// A change (an agent's lifecycle, a thread's answer) was carried out.
+    Done,
+    /// A change was attempted and failed.
+    Failed,
+}
+
+impl AuditDecision {
+    pub const ALL: [AuditDecision; 9] = [
+        AuditDecision::Allow,
+        AuditDecision::Deny,
+        AuditDecision::AskApproved,
+        AuditDecision::AskDenied,
+        AuditDecision::AskExpired,
+        AuditDecision::AskAutoAllowed,
+        AuditDecision::AskAutoDenied,
+        AuditDecision::Done,
+        AuditDecision::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditDecision::Allow => "allow",
+            AuditDecision::Deny => "deny",
+            AuditDecision::AskApproved => "ask_approved",
+            AuditDecision::AskDenied => "ask_denied",
+            AuditDecision::AskExpired => "ask_expired",
+            AuditDecision::AskAutoAllowed => "ask_auto_allowed",
+            AuditDecision::AskAutoDenied => "ask_auto_denied",
+            AuditDecision::Done => "done",
+            AuditDecision::Failed => "failed",
+        }
+    }
+
+    fn parse(text: &str) -> Option<AuditDecision> {
+        AuditDecision::ALL.into_iter().find(|d| d.as_str() == text)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct AuditEntry<'a> {
     pub agent_name: &'a str,
     /// `tool:<name>:<detail>` for tool calls, `agent:<verb>` for lifecycle changes.
     pub action: &'a str,
-    /// allow | deny | ask_approved | ask_denied | done | failed
-    pub decision: &'a str,
+    pub decision: AuditDecision,
     /// Who triggered it (stored as its text form: `api`, `discord:42`, …), or none.
     pub user_id: Option<&'a Principal>,
     /// Parameters or old/new values (secrets already redacted by the caller).
@@ -30,7 +87,7 @@ pub struct AuditRecord {
     pub agent_name: String,
     pub timestamp: String,
     pub action: String,
-    pub decision: String,
+    pub decision: AuditDecision,
     pub user_id: Option<Principal>,
     pub detail: Option<String>,
     pub thread_id: Option<u64>,
@@ -50,7 +107,7 @@ impl Store {
         .bind(entry.agent_name)
         .bind(now())
         .bind(entry.action)
-        .bind(entry.decision)
+        .bind(entry.decision.as_str())
         .bind(entry.user_id.map(Principal::text))
         .bind(entry.detail)
         .bind(entry.thread_id.map(|t| t as i64))
@@ -84,7 +141,13 @@ impl Store {
                     agent_name: row.try_get("agent_name")?,
                     timestamp: row.try_get("timestamp")?,
                     action: row.try_get("action_string")?,
-                    decision: row.try_get("decision")?,
+                    decision: {
+                        let text: String = row.try_get("decision")?;
+                        AuditDecision::parse(&text).ok_or(StoreError::Corrupt {
+                            column: "audit_log.decision",
+                            value: text,
+                        })?
+                    },
                     user_id: row
                         .try_get::<Option<String>, _>("user_id")?
                         .map(|text| Principal::parse(&text)),
@@ -121,4 +184,66 @@ pub(super) async fn record_result(
     .execute(&mut *tx)
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every decision is stored as its text and read back as itself; a row with a
+    /// text outside the set is a corrupt row, not a guess.
+    #[tokio::test]
+    async fn every_decision_reads_back_and_a_foreign_one_is_corrupt() {
+        let (store, _dir) = crate::store::test_store_with_agent().await;
+        let agent = "a";
+        for decision in AuditDecision::ALL {
+            store
+                .audit(AuditEntry {
+                    agent_name: agent,
+                    action: "tool:view:a",
+                    decision,
+                    user_id: None,
+                    detail: None,
+                    thread_id: None,
+                    call_id: None,
+                    worker: None,
+                })
+                .await
+                .unwrap();
+        }
+        let mut read: Vec<AuditDecision> = store
+            .audit_page(agent, None, 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.decision)
+            .collect();
+        read.reverse();
+        assert_eq!(read, AuditDecision::ALL);
+        for d in AuditDecision::ALL {
+            assert_eq!(
+                serde_json::to_value(d).unwrap(),
+                d.as_str(),
+                "the API shows the stored text"
+            );
+        }
+        store
+            .execute(
+                sqlx::query(
+                    "INSERT INTO audit_log (agent_name, timestamp, action_string, decision) \
+                     VALUES ($1, $2, 'x', 'maybe')",
+                )
+                .bind(agent)
+                .bind(now()),
+            )
+            .await
+            .unwrap();
+        assert!(matches!(
+            store.audit_page(agent, None, 100).await,
+            Err(StoreError::Corrupt {
+                column: "audit_log.decision",
+                ..
+            })
+        ));
+    }
 }

@@ -39,7 +39,7 @@ use sqlx::{Connection, SqlSafeStr};
 
 pub use agents::{AgentIncarnation, AgentRecord, AgentStatus, AgentUpdate, NewAgent};
 pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval, QuestionKind};
-pub use audit::{AuditEntry, AuditRecord};
+pub use audit::{AuditDecision, AuditEntry, AuditRecord};
 pub use error::{DISK_FULL, StoreError, is_no_space};
 pub use jobs::{JobRecord, JobStatus, OrphanJob};
 pub use owner_lock::{DatabaseLock, Taken};
