@@ -6,6 +6,12 @@
 //! the worker, marks the row destroyed, and only then deletes files, marking the row
 //! until they are gone. Any failure in between leaves a state [`AgentService::repair`]
 //! (run at every start) or the next create of the name completes.
+//!
+//! Destroy marks the row with `purge_files` unless files are kept; if marking fails, the
+//! worker is started again and nothing else changed. At start, `repair` finishes
+//! unfinished deletions and marks destroyed an active row whose directory is gone, saying
+//! why in the log and the audit log. With dial-in workers, files on their volume are
+//! deleted only by a worker, for one named incarnation, in the background (`deletion`).
 
 mod deletion;
 pub mod files;

@@ -6,6 +6,16 @@
 //! `notices` (what the feed posts unasked), all through `outbox` and `rest`.
 //! Serenity stays in `adapter` (the connection, events, interaction answers) and
 //! `commands` (the registered commands).
+//!
+//! Roles: `messages` vouches each author's mapped role to the gate, which uses it only
+//! for a user `[roles]` does not name, and keeps it in memory only (after a restart a
+//! member counts as a viewer until their next message). A reply to a part still being
+//! posted waits until it is recorded (`message_refs`). `rest` sends again only a request
+//! that never reached Discord, and allows no mentions. With `[discord] api_base` the
+//! bot's REST goes there with serenity's own ratelimiter off (it would ignore the proxy),
+//! and the gateway URL is asked of that base too, so a test never reaches Discord.
+//! `adapter` answers an interaction at once, or defers it after 1.5 s and finishes
+//! with an edit.
 
 pub mod access;
 pub mod actions;

@@ -9,6 +9,18 @@
 //! [`Runs`], which sends commands and awaits the answers. The database is the truth
 //! a restarted control plane starts from: runs are rows (`store::runs`), and every
 //! worker event is stored idempotently by its `(run_id, seq)`.
+//!
+//! Also kept here (see `actor`, `assignment`, `publisher`, `idle`):
+//! - an assignment over the link limit is never sent: its thread fails, naming the bound;
+//! - a run over its budget (`reports`) is failed and cancelled; every failed thread gets
+//!   a `FailureKind` with its message;
+//! - a tool check's audit row, queued after the events before it, is committed with or
+//!   after them before the gate answers;
+//! - a kill takes the run off the queue or sends `CancelRun`, withdraws its question and
+//!   ends the thread `killed`; what the worker still sends about it is dropped (an ended
+//!   run of this agent: expected, logged at debug; a run it never had: a warning);
+//! - every known secret is scrubbed from a worker event's text by `grpc` before the event
+//!   reaches the actor, so nothing here stores, publishes or logs one.
 
 mod actor;
 mod assignment;

@@ -8,6 +8,11 @@
 //! queued committed together); reads use a pool and never wait for the write
 //! lock. A busy database (another process, a checkpoint) makes the writer wait
 //! (up to [`BUSY_TIMEOUT`]), never fail.
+//!
+//! The writer's transactions are `BEGIN IMMEDIATE` on SQLite, each write in a
+//! savepoint when there are several; a pooled connection sqlx still counts as inside a
+//! transaction is closed, not reused; a full disk is [`StoreError::DiskFull`] (HTTP 507
+//! `disk_full`).
 
 mod agents;
 mod approvals;
