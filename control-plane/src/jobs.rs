@@ -12,6 +12,8 @@
 //! Every end (or loss) is told on the live feed as a `notification` of kind
 //! `task_ended` (its wire name, for now), once: only the report that moves the job
 //! out of `running` does.
+//!
+//! At start-up, the jobs a previous control plane left `running` are marked lost too.
 
 use std::sync::Arc;
 

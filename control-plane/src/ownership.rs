@@ -11,6 +11,10 @@
 //!
 //! With Postgres the same guard lives in the database (`store::DatabaseLock`): two
 //! control planes on two hosts share no data directory but may share a database.
+//!
+//! The Postgres lock is a session-level advisory lock on a connection of its own (named
+//! by its `application_name`), checked every 5 s and taken again if the server ended the
+//! session; the server lets go when the owner dies.
 
 use std::fmt;
 use std::io::{Read, Seek, Write};

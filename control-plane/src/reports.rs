@@ -9,6 +9,11 @@
 //!   down (the connection reads no faster), never an unbounded queue here.
 //!
 //! Pure: no I/O, no clock (callers pass the time).
+//!
+//! The bounds: token counts over 10^9 per call become unknown, durations over 7 days are
+//! clamped, timestamps more than a day off are replaced; a run stores at most 50,000
+//! steps and messages and 512 MiB; a worker is read at most 2,000 messages and 32 MiB a
+//! second (2 s burst).
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,20 @@
 //! `chorus serve`: builds every part, binds the listeners, and tears it all down in
 //! order on SIGINT/SIGTERM.
+//!
+//! Start-up binds both ports first, then takes the locks (`ownership`), and only then
+//! creates anything in the data directory or opens the store: a start that fails on a
+//! busy port or a held lock leaves no file behind.
+//!
+//! Shutdown, on SIGINT/SIGTERM, in this order:
+//! 1. the drain (`Runs::drain`): `/readyz` answers 503 and no queued run is delivered any
+//!    more (it stays queued in the store for the next start); a message that still
+//!    arrives is stored;
+//! 2. every agent's context saved (trigger `shutdown`, described by its first line: no
+//!    model call, 10 s in all);
+//! 3. the runs stop taking worker events;
+//! 4. workers stopped (their runs stay open in the store and are resumed at the next
+//!    start);
+//! 5. listeners closed, then the database.
 
 use chorus_proto::domain::TraceExport;
 use std::net::SocketAddr;

@@ -5,6 +5,16 @@
 //! `client` talks to the API, `render` and `follow` are pure (JSON in, text out),
 //! `send` follows a run live. Exit codes: 0 when the command (or the thread it
 //! followed) succeeded, 1 otherwise with the reason on stderr.
+//!
+//! The modules: `sse` (a pure event-stream parser), `feed` (the live feed followed
+//! across drops: reopened with `Last-Event-ID`, backing off, for both `send` and
+//! `events`), `follow::Prompt` (keeps an approval's prompt on its own line), `send` (opens
+//! the event stream before it posts the message, so nothing of the thread is missed, then
+//! follows the thread on `/api/events`), `events` (the feed, until Ctrl-C), `status` (the
+//! server's diagnosis, else this shell's), `destroy` (the question before deleting: none
+//! without a terminal and without `--yes`, so nothing is deleted), `approval_id` (a
+//! unique prefix to a whole id). Escape codes only on a terminal without `NO_COLOR`;
+//! every command but `serve` and `completions` takes `--json`.
 
 pub mod approval_id;
 pub mod client;

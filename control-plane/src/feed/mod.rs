@@ -13,6 +13,9 @@
 //! subscriber that takes the ring's tail and subscribes under that lock sees every
 //! later event exactly once. Nothing here is stored: the store is the durable record.
 //! What an event says is typed ([`FeedEvent`], in `event`).
+//!
+//! The wire JSON of every kind is checked against output recorded before it was typed
+//! (`tests/fixtures/feed_events.json`).
 
 mod event;
 

@@ -4,6 +4,12 @@
 //! (`access::authenticate`: the token's user and role), then checked against its
 //! route's act before the handler runs. Handlers live in one module per resource.
 //! Only this module tree uses axum for the API (the model relay has its own router).
+//!
+//! Every `/api` route, unknown ones included, is behind a token: the API token (user
+//! `api`) or an issued one (`user_tokens`). A refused request gets a 403 naming the role
+//! needed and the caller's. Errors are `{"error":{code,message}}`. What can grow without
+//! end is paged (`…/audit`, `…/threads/{id}`: at most 1000 items and about 8 MiB per list
+//! a page, with a `next` cursor).
 
 pub mod access;
 mod agents;

@@ -5,6 +5,15 @@
 //! hands each batch to the [`Collector`](collector::Collector) task, which sends it
 //! (gRPC or HTTP/protobuf) without ever making a run wait. Without an endpoint no
 //! exporter starts and nothing else changes.
+//!
+//! Workers' spans (`relay`; `span_batch`: the pure passes over a batch; `run_traces`:
+//! the traces each agent's workers were given): a batch is bounded (1,000 spans/s per
+//! agent, 5,000 at once; the rest dropped and counted), scrubbed in every string (a full
+//! destructuring of each OTLP message and one walk over `AnyValue`), and each span keeps
+//! its trace id only if it is one of its agent's runs', else it is re-rooted by a keyed
+//! hash; the contexts a worker hands the gate or the model relay pass the same check.
+//! `gateway_watch` hands serenity's failed-gateway lines to the Discord front end
+//! instead of the log.
 
 pub mod collector;
 pub mod config;

@@ -4,6 +4,16 @@
 //!
 //! This module knows nothing of gRPC: it reports through an [`EventSink`] and reaches
 //! models through a [`ClientFactory`].
+//!
+//! - A tool the control plane runs has its `tool` step open from before its check until
+//!   its result is back ("… in the control plane"), so the watchdog sees a running tool,
+//!   not a stuck run.
+//! - The model is re-read before each call, so a switch applies mid-run.
+//! - User messages for the run (the assignment's `inputs`, then injected ones) are taken
+//!   only right before a model call (never between a tool call and its result), each
+//!   reported by `InputTaken` before that call's `StepStarted`; a final answer with
+//!   messages waiting goes on with another call instead of ending the run (within the
+//!   iteration cap).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
