@@ -14,6 +14,10 @@
 //! one (a destroyed agent of the same name), or never finished, is deleted before
 //! the layout, and a deletion asked for a destroyed incarnation leaves a newer one's
 //! directory alone.
+//!
+//! The incarnation is written to `.chorus-incarnation` once a layout is finished (git
+//! commit included). This replaced a one-shot `fresh` flag, which a first assignment that
+//! failed after being handed over lost, leaving the new agent in the old one's files.
 
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};

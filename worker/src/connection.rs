@@ -1,6 +1,11 @@
 //! The worker's end of the chorus.v1 link. One of the two modules that see generated
 //! protocol types (the other is the control plane's gRPC service): it dials, attaches
 //! with the worker's credential, and converts between the wire and domain types.
+//!
+//! A dial-in link that served an agent or did an errand is followed by a new one at once
+//! (`LinkEnd::Worked`); one that ended before it was given anything, or failed, by the
+//! reconnect backoff, 250 ms doubling to 30 s; a refused join token ends the worker
+//! (exit 3) rather than retrying forever.
 
 use std::time::{Duration, Instant};
 

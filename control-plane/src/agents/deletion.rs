@@ -16,6 +16,20 @@
 //! a copy of an agent destroyed without keeping its files, is one no agent can use
 //! again, and is deleted on that worker (with a volume per worker, a copy a worker
 //! kept while it was away).
+//!
+//! The errand (`pool::Work::Delete`): `DeleteAgentFiles {agent, incarnation}` is the
+//! stream's first message; the worker takes the lock (2 s wait: a holder may be serving a
+//! newer agent of the name), deletes everything but the lock file if the directory is
+//! that incarnation's (or unfinished), answers `AgentFilesDeleted` (`deleted` only when it
+//! removed something besides the lock file), and the control plane ends the stream (the
+//! worker joins again). Attempts back off from 1 s doubling to 5 min; once a worker has
+//! answered, the row's `purge_files` is cleared and `agent:delete_files` audited.
+//! Leftovers: each joining link's `Hello.directories` goes to `AgentService::tidy_volume`,
+//! which deletes (the same errand) every directory no agent can use again: an older
+//! incarnation than the row's, or the row's own when it was destroyed without
+//! `keep_files` (`agents.files_kept`, migration 0014), on that link's volume only
+//! (`Deletion.volume`), tried once (the next join from the volume names it again). A name
+//! the store never had is left alone.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

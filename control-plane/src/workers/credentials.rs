@@ -18,6 +18,15 @@
 //! Invariant: a link is registered under its credential before the store is asked
 //! a second time whether the credential still holds, and a revocation is written
 //! before the links are ended, so no link outlives the revocation of its credential.
+//!
+//! The principal is recorded in the pool's link and the registry's slot, so the gate's
+//! and the run actor's audit rows carry it (`audit_log.worker`; `thread:answer` when a
+//! dial-in worker ends a run). Revoking a credential cancels a token every link that
+//! joined with it holds: an idle link leaves the pool, a serving link is detached (its
+//! agent re-placed as after a worker's death), an errand is dropped, and the stream ends
+//! with `Unauthenticated` naming the revocation. Placements are recorded before the
+//! `Welcome`; rows from before migration 0016 are volume `*`, taken by the first volume
+//! naming them.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

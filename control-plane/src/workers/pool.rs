@@ -21,6 +21,22 @@
 //! Invariant: an idle connection is handed work at most once, and work goes to a
 //! connection whose task is alive to receive it (a connection that went away
 //! between being taken and being told is skipped).
+//!
+//! Each link's `Hello` names its volume (`Hello.volume`, an id made once in
+//! `<data-dir>/.chorus-volume`) and the directories on it (`Hello.directories`). For 10 s
+//! after the control plane starts ([`REJOIN_GRACE`]), an agent whose files may exist (one
+//! from before the start, or revived with kept files) waits for a link holding them,
+//! since the workers rejoin on their own backoff; a new incarnation never waits.
+//!
+//! A dial-in link's stream waits here, reading only keep-alives, until a supervisor hands
+//! it `(agent, credential, incarnation)`; the stream's handler then attaches it in the
+//! `Registry` exactly like a launched worker and sends a `Welcome` with `dial_in`
+//! (credential, template). Ending a remote generation is closing its stream (revoking
+//! the slot); the worker then winds its runs down, ends its own tools (the control plane
+//! cannot see its processes) and joins again. A remote generation ends when its link
+//! does (no process exit to wait for), so its agent is placed again after the restart
+//! delay alone (250 ms at first). A worker process serves `--agents N` agents with one
+//! independent link each.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
