@@ -6,6 +6,9 @@
 //! `Summary` event (`worker/src/summary.rs`). [`WorkerSummarizer`] pairs the two by
 //! request id. Callers bound the wait themselves and fall back to something that
 //! needs no model; a request whose worker died is simply never answered.
+//!
+//! A request carries at most 256 KiB of conversation (the first user message, a note,
+//! and the latest whole exchanges); the fallbacks are the first line or the note.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -21,6 +21,12 @@
 //!   run of this agent: expected, logged at debug; a run it never had: a warning);
 //! - every known secret is scrubbed from a worker event's text by `grpc` before the event
 //!   reaches the actor, so nothing here stores, publishes or logs one.
+//!
+//! A user message sent into a going run is stored *pending* (no place in the thread
+//! yet) and sent to the worker as `InjectMessage`; the run takes it right before its next
+//! model call (never between a tool call and its result) and reports `InputTaken`, which
+//! gives the message its place. A message the run did not take before it ended starts
+//! the thread's next run.
 
 mod actor;
 mod assignment;

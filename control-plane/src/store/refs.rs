@@ -2,6 +2,14 @@
 //! the bot posted (or received) names the thread it belongs to and, when it is one
 //! of Chorus's messages, that message. A reply to it routes by the map, after a
 //! restart too, the same way a reply to a Chorus message id does over HTTP.
+//!
+//! A frontend records every message it posts, and passes a reply's reference as
+//! `ReplyTo::External`. `answers_owed` (here too) is a frontend's promise to answer: a row
+//! per thread a Discord message started or went into (channel, the message to reply to),
+//! written (with the message's reference) by a hook the run actor awaits after storing
+//! the message and before it hands a run to the worker (`Runs::receive_then`), so no model
+//! is asked for an answer nobody knows is owed, and deleted once the answer is posted (or
+//! refused for good); at start the Discord front end follows every row again.
 
 use super::{Store, StoreError, now};
 

@@ -2,6 +2,15 @@
 //! model write off the actor: a new thread's title once its first run answered,
 //! and the summary of what a continuation of a long ended thread leaves out, which
 //! its first run waits for (`seeding`).
+//!
+//! A continuation whose conversation is over 256 KiB is cut to its latest whole
+//! exchanges: the actor creates the thread at once with a note in its first message and
+//! starts a task that asks the worker (`Summarize`); the answer, or after 90 s its
+//! absence, comes back to the actor as a command (`Seeded`), the note becomes the
+//! summary, and the first run is queued. Until then the thread counts as going (a reply
+//! waits in it as an input; a kill ends it). A thread going without any run (a control
+//! plane that stopped while it was seeded, or between creating it and queueing its run)
+//! gets its first run at the next start, from the note.
 
 use std::time::Duration;
 
