@@ -2,6 +2,25 @@
 //! ([`ModelClient::stream`]); the non-streaming call is built on it. Every format
 //! converts exactly to and from Chorus's one message model
 //! ([`chorus_proto::domain::ChatMessage`]).
+//!
+//! Irregular servers: streamed tool calls are keyed by index (a new `id` at a used
+//! index starts a new call) and their name is set once (llama.cpp repeats it in every
+//! fragment). An assistant turn with tool calls is sent with `"content": ""` (never
+//! `null`); a request with tools says `tool_choice: "auto"` (llama-cpp-python offers
+//! tools only then), one without never does. A 200 stream with no events is asked once
+//! more without streaming to learn the real error; the relay sends a request whose
+//! pooled connection the server had closed (no response byte) once more on a new
+//! connection, and calls that "closed the connection", never "unreachable". A stream
+//! that ends without a finish reason (`[DONE]` alone, or the end of the body) was cut
+//! by the server: empty or in a tool call it is a failed attempt, with text it is kept
+//! and continued (`Interrupted`), never a final answer. An error sent inside a 200
+//! stream is classified as the same error sent as a status (`classify_stream_error`). A
+//! length stop is judged by `tool_loop::length_stop` from what is known: input plus
+//! output against the route's `context_window` (settings, or the provider's list);
+//! without one, every `max_tokens` used is the output limit and fewer is unsure
+//! (continued once, full if the continuation adds nothing). What was streamed is kept
+//! either way. `ModelRoute.limits` carries `max_tokens` and `context_window`. Missing
+//! usage stays `None` up to the API (`null`), never 0.
 
 pub mod anthropic;
 pub mod http;
