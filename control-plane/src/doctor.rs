@@ -5,6 +5,13 @@
 //! advice is pure. A running Chorus serves its own (`GET /api/status`, built by
 //! [`ServerSetup`]) as JSON, which `chorus status` reads back into a `Diagnosis` and
 //! renders with the same code, so the server's view and the start block read alike.
+//!
+//! Each provider is usable, refused, unreachable, not configured, or (a local server
+//! nobody configured, probed at its default address) not running, said in one quiet line
+//! in the provider's words and never as a warning. `chorus status` reads the server's
+//! `GET /api/status` JSON back into a `Diagnosis`; only when no Chorus answers does it
+//! make one uncached check of this shell's settings (`Catalog::uncached`), shown as this
+//! shell's, never as the server's.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
