@@ -479,7 +479,8 @@ impl Actions {
         let posted = self
             .outbox
             .post(channel, restored.thread_id, &text, None)
-            .await?;
+            .await
+            .map_err(|e| e.to_string())?;
         if let Err(e) = self
             .api
             .store

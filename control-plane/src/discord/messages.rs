@@ -14,7 +14,7 @@ use std::time::Instant;
 use tokio::sync::broadcast::error::RecvError;
 
 use super::access::{self, DiscordRoles};
-use super::outbox::{Outbox, Post, Request};
+use super::outbox::{Outbox, OutboxError, Post, Request};
 use super::split::{ATTACH_AFTER_CHARS, MESSAGE_CHARS, Outgoing, plan};
 use super::status::{Pacer, Progress};
 use crate::feed::{FeedEvent, ThreadEvent};
@@ -409,11 +409,21 @@ impl Messages {
                         tracing::warn!(agent, thread, error = %e, "cannot record a posted message");
                     }
                 }
-                Err(e) => {
+                Err(OutboxError::Refused(e)) => {
                     // Refused for good (not a 429, not unreachable): asking again at
                     // every start would only be refused again.
                     tracing::error!(agent, thread, error = %e, "cannot post an answer on Discord");
                     break;
+                }
+                Err(OutboxError::Stopped) => {
+                    // Nobody refused it: the answer stays owed, and is posted at the
+                    // next start.
+                    tracing::warn!(
+                        agent,
+                        thread,
+                        "the answer stays owed: Discord's sender stopped"
+                    );
+                    return;
                 }
             }
         }

@@ -62,10 +62,23 @@ pub trait Transport: Send + Sync + 'static {
     async fn send(&self, channel: u64, request: &Request) -> Sent;
 }
 
+/// Why a request was not taken by Discord; the caller decides on the variant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OutboxError {
+    /// Discord refused it (or its answer made no sense): sending it again would be
+    /// refused again.
+    #[error("{0}")]
+    Refused(String),
+    /// The channel's sender stopped before Discord answered (a failure inside
+    /// Chorus, or Chorus stopping): what was owed is still owed.
+    #[error("the channel's sender stopped before Discord answered")]
+    Stopped,
+}
+
 /// A request waiting its turn, with the caller waiting for its answer.
 struct Queued {
     request: Request,
-    done: oneshot::Sender<Result<u64, String>>,
+    done: oneshot::Sender<Result<u64, OutboxError>>,
 }
 
 /// The senders of every channel, each started on first use.
@@ -90,7 +103,7 @@ impl Outbox {
         lane: u64,
         content: &str,
         reply_to: Option<u64>,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, OutboxError> {
         let post = Post {
             reply_to,
             ..Post::text(content)
@@ -100,29 +113,40 @@ impl Outbox {
 
     /// Queues `request` for `channel` in `lane` and waits until Discord took it;
     /// returns the id of the message posted or edited.
-    pub async fn send(&self, channel: u64, lane: u64, request: Request) -> Result<u64, String> {
+    pub async fn send(
+        &self,
+        channel: u64,
+        lane: u64,
+        request: Request,
+    ) -> Result<u64, OutboxError> {
         let (done, posted) = oneshot::channel();
-        let queued = Queued { request, done };
-        let sender = {
-            let mut channels = self
-                .channels
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            channels
-                .entry(channel)
-                .or_insert_with(|| {
+        let mut queued = (lane, Queued { request, done });
+        // A sender that stopped (it panicked) is replaced once, so one failure
+        // does not silence the channel until the next start.
+        for _ in 0..2 {
+            let sender = {
+                let mut channels = self
+                    .channels
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let sender = channels.entry(channel).or_insert_with(|| {
                     let (tx, rx) = mpsc::unbounded_channel();
                     tokio::spawn(drive(channel, self.transport.clone(), rx));
                     tx
-                })
-                .clone()
-        };
-        sender
-            .send((lane, queued))
-            .map_err(|_| "the channel's sender stopped".to_string())?;
-        posted
-            .await
-            .map_err(|_| "the channel's sender stopped".to_string())?
+                });
+                if sender.is_closed() {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    tokio::spawn(drive(channel, self.transport.clone(), rx));
+                    *sender = tx;
+                }
+                sender.clone()
+            };
+            match sender.send(queued) {
+                Ok(()) => return posted.await.map_err(|_| OutboxError::Stopped)?,
+                Err(mpsc::error::SendError(back)) => queued = back,
+            }
+        }
+        Err(OutboxError::Stopped)
     }
 }
 
@@ -156,7 +180,7 @@ async fn drive(
                     }
                     Sent::Failed(reason) => {
                         tracing::error!(channel, %reason, "Discord refused a message");
-                        let _ = queued.done.send(Err(reason));
+                        let _ = queued.done.send(Err(OutboxError::Refused(reason)));
                     }
                 }
             }
@@ -173,6 +197,52 @@ async fn sleep_until(at: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Panics on the first request (a bug inside Chorus), refuses "no", posts the rest.
+    struct Fragile {
+        calls: Mutex<u32>,
+    }
+
+    #[tonic::async_trait]
+    impl Transport for Fragile {
+        async fn send(&self, _channel: u64, request: &Request) -> Sent {
+            let first = {
+                let mut calls = self.calls.lock().unwrap();
+                *calls += 1;
+                *calls == 1
+            };
+            assert!(!first, "the sender's first request dies with it");
+            let rate = RateLimit {
+                limit: None,
+                remaining: None,
+                reset_after: None,
+            };
+            match request {
+                Request::Post(Post { content, .. }) if content == "no" => {
+                    Sent::Failed("Discord answered 400: no".into())
+                }
+                _ => Sent::Posted { id: 7, rate },
+            }
+        }
+    }
+
+    /// A sender that stopped is told apart from a refusal (what was owed stays
+    /// owed), and the channel gets a new sender instead of staying silent.
+    #[tokio::test]
+    async fn a_stopped_sender_is_not_a_refusal_and_the_channel_goes_on() {
+        let outbox = Outbox::new(Arc::new(Fragile {
+            calls: Mutex::new(0),
+        }));
+        assert_eq!(
+            outbox.post(1, 0, "lost", None).await,
+            Err(OutboxError::Stopped)
+        );
+        assert_eq!(outbox.post(1, 0, "again", None).await, Ok(7));
+        assert_eq!(
+            outbox.post(1, 0, "no", None).await,
+            Err(OutboxError::Refused("Discord answered 400: no".into()))
+        );
+    }
 
     /// Refuses the first `refuse` posts with a 429, then posts; records the order.
     struct Recorder {
