@@ -14,14 +14,13 @@ use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
 use crate::feed::ThreadEvent;
-use chorus_proto::domain::{ChatMessage, FailureKind, StepKind, Usage};
-use chorus_proto::tools::RunsIn;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::agents::active_agent;
 use super::{ApiError, ApiJson, AppState, Caller};
 use crate::runs::ReplyTo;
-use crate::store::{Progress, StepRecord, StoredMessage, ThreadRecord};
+use crate::store::ThreadRecord;
+use crate::views::{MessageView, ThreadSummary, ThreadView};
 
 /// Longest user message accepted, in bytes.
 const MAX_MESSAGE_BYTES: usize = 256 * 1024;
@@ -76,68 +75,6 @@ pub(super) async fn send_message(
     ))
 }
 
-#[derive(Serialize)]
-pub(super) struct ThreadSummary {
-    id: u64,
-    status: &'static str,
-    created_at: String,
-    updated_at: String,
-    ended_at: Option<String>,
-    /// Why the thread failed, for people; null unless it failed.
-    error: Option<String>,
-    /// How it failed, for programs (`interrupted`, `model_error`, `limit` …); null
-    /// unless it failed (and for threads that failed before kinds were recorded).
-    failure_kind: Option<FailureKind>,
-    /// What the thread is about, in one line.
-    summary: Option<String>,
-    /// The ended thread this one continues.
-    continued_from: Option<u64>,
-    /// From its creation to its end (or to now while it goes).
-    elapsed_ms: u64,
-    /// Steps so far, and what it is doing now (its open step), if anything.
-    step_number: u32,
-    current_step: Option<String>,
-}
-
-impl ThreadSummary {
-    /// The thread as both routes show it; `progress` from `Store::threads_progress`
-    /// (none: no step yet).
-    fn new(t: ThreadRecord, progress: Option<Progress>) -> Self {
-        let parse = |s: &str| chrono::DateTime::parse_from_rfc3339(s).ok();
-        let end = t
-            .ended_at
-            .as_deref()
-            .and_then(parse)
-            .map(|t| t.with_timezone(&chrono::Utc))
-            .unwrap_or_else(chrono::Utc::now);
-        let elapsed_ms = parse(&t.created_at)
-            .map(|start| {
-                (end - start.with_timezone(&chrono::Utc))
-                    .num_milliseconds()
-                    .max(0) as u64
-            })
-            .unwrap_or(0);
-        ThreadSummary {
-            id: t.id,
-            status: t.status.as_str(),
-            created_at: t.created_at,
-            updated_at: t.updated_at,
-            ended_at: t.ended_at,
-            error: t.error,
-            failure_kind: t.failure_kind,
-            summary: t.summary,
-            continued_from: t.continued_from,
-            elapsed_ms,
-            current_step: if t.status.is_finished() {
-                None
-            } else {
-                progress.as_ref().and_then(|p| p.current_step.clone())
-            },
-            step_number: progress.map_or(0, |p| p.step_number),
-        }
-    }
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
@@ -175,89 +112,6 @@ pub(super) async fn list_threads(
             })
             .collect(),
     ))
-}
-
-#[derive(Serialize)]
-struct MessageView {
-    /// Stable; a reply names it (`reply_to`).
-    id: u64,
-    #[serde(flatten)]
-    message: ChatMessage,
-    created_at: String,
-    /// Sent while a run was going; no model has seen it yet.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pending: bool,
-}
-
-impl From<StoredMessage> for MessageView {
-    fn from(m: StoredMessage) -> Self {
-        MessageView {
-            id: m.id,
-            message: m.message,
-            created_at: m.created_at,
-            pending: m.pending,
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct StepView {
-    number: u32,
-    kind: StepKind,
-    description: String,
-    started_at: String,
-    ended_at: Option<String>,
-    duration_ms: Option<u64>,
-    failed: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    usage: Option<UsageView>,
-    /// Where a tool step's tool runs (`worker`, `control_plane`); absent for other
-    /// steps, calls refused before they ran, and steps stored before it was kept.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    runs_in: Option<RunsIn>,
-}
-
-#[derive(Serialize)]
-struct UsageView {
-    input_tokens: u64,
-    output_tokens: u64,
-}
-
-impl From<StepRecord> for StepView {
-    fn from(s: StepRecord) -> Self {
-        let usage = match (s.input_tokens, s.output_tokens) {
-            (None, None) => None,
-            (i, o) => Some(UsageView {
-                input_tokens: i.unwrap_or(0),
-                output_tokens: o.unwrap_or(0),
-            }),
-        };
-        StepView {
-            number: s.number,
-            kind: s.kind,
-            description: s.description,
-            started_at: s.started_at,
-            ended_at: s.ended_at,
-            duration_ms: s.duration_ms,
-            runs_in: s.runs_in,
-            failed: s.failed,
-            usage,
-        }
-    }
-}
-
-#[derive(Serialize)]
-pub(super) struct ThreadView {
-    agent: String,
-    #[serde(flatten)]
-    summary: ThreadSummary,
-    messages: Vec<MessageView>,
-    steps: Vec<StepView>,
-    /// Tokens used by all of the thread's model calls; null when no provider
-    /// reported any (unknown is not zero).
-    usage: Option<Usage>,
-    /// The next page of messages and steps, when there is more.
-    next: Option<String>,
 }
 
 /// Messages and steps a page holds unless `limit` says otherwise.
