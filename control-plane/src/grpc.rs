@@ -2,6 +2,21 @@
 //! protocol types (the other is the worker's connection module): it authenticates the
 //! worker, converts wire messages to domain types and back, and ends a connection that
 //! has gone silent (a hung worker). Everything else happens behind domain types.
+//!
+//! **Authentication**: metadata `authorization: Bearer <credential>` and
+//! `x-chorus-agent: <name>`. The credential is 32 random bytes made for one launch of
+//! one agent's worker (a generation, `workers::registry`), handed over on the worker's
+//! stdin, compared in constant time, spent when its connection ends (the model relay
+//! refuses it from that moment) and revoked when the process ends. A wrong or foreign
+//! credential is `UNAUTHENTICATED`; a second connection with a good one, or a spent
+//! one, is `FAILED_PRECONDITION`. A dial-in worker presents the join token instead
+//! (`workers::credentials`).
+//!
+//! **Liveness**: the worker sends `Heartbeat` at the interval `Welcome` names, from
+//! its connection loop, apart from its runs' tasks (so a long model call or tool does
+//! not silence it). A connection that carries nothing for three intervals
+//! (`WorkerSettings::silence_limit`) is ended; the supervisor then kills the process
+//! at once and restarts it, and its runs are resumed like any worker's death.
 
 use std::pin::Pin;
 use std::sync::Arc;

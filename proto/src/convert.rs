@@ -1,7 +1,10 @@
 //! Conversions between the generated wire types and [`crate::domain`].
 //!
 //! Domain → wire is total. Wire → domain is checked: a message that is missing a
-//! required part is a [`ProtocolError`], never a silently defaulted value.
+//! required part is a [`ProtocolError`], never a silently defaulted value. One
+//! exception: a `RunFailed` whose kind is unset or unknown becomes `internal` with the
+//! value named in its message, because a refused message is skipped, and refusing the
+//! one message that ends a run would leave its thread `running` with the reason lost.
 
 use crate::domain::{
     AgentChange, AgentDirectory, AgentSettings, ChatMessage, ControlCommand, Credential, DialIn,

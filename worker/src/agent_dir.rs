@@ -18,6 +18,10 @@
 //! The incarnation is written to `.chorus-incarnation` once a layout is finished (git
 //! commit included). This replaced a one-shot `fresh` flag, which a first assignment that
 //! failed after being handed over lost, leaving the new agent in the old one's files.
+//!
+//! A template names plain relative paths only (anything else refuses the layout), and
+//! all file work (lock, layout, deletion) runs off the runtime's threads
+//! (`spawn_blocking`).
 
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};

@@ -3,6 +3,9 @@
 //! cannot decode), so every event is measured before it is queued: free text that may
 //! be shortened (a step's description, an error) is cut to fit; anything else that
 //! cannot fit is not sent, and its run fails with an error naming the bound.
+//! Live text (a `TextDelta`) that cannot fit is only dropped: the reply it belongs to
+//! is measured again when it is appended. Tool results are cut to
+//! [`MAX_TOOL_RESULT_BYTES`], head and tail with a note ([`cap_tool_result`]).
 //! Pure: no I/O.
 
 use chorus_proto::domain::{Role, WorkerEvent};

@@ -5,7 +5,10 @@
 //! (the agent's configuration), and answers the worker.
 //!
 //! Invariants: every call gets exactly one decision and one audit row; anything that
-//! goes wrong (no profile, no answer, a restart) is a deny.
+//! goes wrong (no profile, no answer, a restart) is a deny. When the profile asks and
+//! the agent's `on_ask` is `allow`, the call is allowed without a person, which amounts
+//! to granting the `open` preset (`switches::OnAsk`). Who may do what at a front end is
+//! [`policy`]: every front end checks a request's role with [`policy::allowed`].
 
 pub mod actions;
 pub mod policy;

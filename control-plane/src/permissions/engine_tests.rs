@@ -90,8 +90,8 @@ fn bash_chains_cannot_ride_on_an_allowed_prefix() {
 }
 
 /// What `standard` runs without asking must only read: every way found for an allowed
-/// command to run a program or write a file asks instead (see ARCHITECTURE.md,
-/// *Permissions*, "Read-only means read-only").
+/// command to run a program or write a file asks instead (see `presets.rs`, "Read-only means
+/// read-only", and `worker/src/tools/safe_env.rs`).
 #[test]
 fn read_only_commands_cannot_run_programs_or_write() {
     let standard = preset("standard");

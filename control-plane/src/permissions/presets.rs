@@ -1,5 +1,23 @@
 //! The built-in profiles `open`, `standard` and `locked`.
 //!
+//! **Read-only means read-only.** What `standard` runs without asking (`ls`, `cat`,
+//! `head`, `tail`, `wc`, `grep`, `rg`, `find`, `pwd`, `git status|diff|log|show|branch`)
+//! must neither write nor run a program the agent chose. The rules are the first wall
+//! (git's configuration, `worker/src/tools/safe_env.rs`, is the second):
+//! The rules refuse every option found that writes or runs something: `rg --pre`
+//! and `--hostname-bin`; `find -exec|-execdir|-ok|-okdir|-delete|-fprint*|-fls`;
+//! `git … --output`, `--no-index`, and anything between `git` and its subcommand
+//! (`-c`, `--config-env`, `-C`, `--exec-path`, `--git-dir`); signature checks
+//! (`--show-signature`, `%G…` in a format: gpg reads `~/.gnupg/gpg.conf`, where
+//! `dirmngr-program` names a program gpg starts on an unknown key); `wc --files0-from` (file
+//! names, absolute ones too, read from a file); a leading `VAR=value` (so no
+//! `GREP_OPTIONS` or `GIT_*`). `engine_tests::read_only_commands_cannot_run_programs_or_write`
+//! holds the list. The file tools ask before writing a path with a `.git`,
+//! `.gitattributes`, `.gitmodules` or `.envrc` component (any case, any depth).
+//! Redirections stay in the command's text, so the rules for read-only commands accept
+//! only words free of shell syntax (no `;&|<>$` or backticks, no absolute or `..` paths,
+//! no word starting with a glob, no quoted word starting with `-`).
+//!
 //! Each rule carries examples that are checked whenever the preset is compiled (and by a
 //! unit test), so a preset cannot ship with a rule that does not do what it says.
 //!

@@ -13,6 +13,54 @@
 //! savepoint when there are several; a pooled connection sqlx still counts as inside a
 //! transaction is closed, not reused; a full disk is [`StoreError::DiskFull`] (HTTP 507
 //! `disk_full`).
+//!
+//! **Backends.** The store talks to the database only through sqlx's `Any` driver
+//! (`AnyPool`, `AnyConnection`, `AnyRow`): one set of queries, the backend chosen at
+//! start by the connection URL. What this costs and keeps:
+//! - Only types every backend shares cross the boundary: `i64`, `String`, `Option` of
+//!   them (a flag is an `i64` 0/1, a time RFC 3339 text, JSON text); no `bool`, no
+//!   backend type. Every query uses `$N` placeholders and SQL both backends run.
+//! - What differs per backend is confined to this module: how a connection is set
+//!   up (SQLite: the URL from the file path, `journal_mode = WAL` once, `busy_timeout`,
+//!   `synchronous` and `foreign_keys` on every connection), the migration set
+//!   (`migrations/<backend>/`), and the writer's `BEGIN` (`IMMEDIATE` on SQLite).
+//! - The one writer and its invariants hold on every backend (group commit, order,
+//!   savepoints; `BEGIN` on Postgres, whose `synchronous_commit` is its durability).
+//! - Selection: `DATABASE_URL` (or `[store] database_url`) naming `postgres://…`
+//!   selects Postgres (`config::Database`); unset, SQLite in the data directory. The URL
+//!   is a `Secret`: no flag (command lines are world-readable), blanked from the
+//!   control plane's own environment block like the keys, never in a worker's
+//!   environment (workers start with a cleared one), its password and the URL in
+//!   `KnownSecrets`, and people see `Database::describe` (user, host, port, database;
+//!   never the password, and the TLS the URL's `sslmode` gives), also in the error when
+//!   it cannot be opened.
+//! - TLS to Postgres: sqlx with rustls (ring; the public roots, or the URL's
+//!   `sslrootcert`), libpq's `sslmode` meanings; no new crates (rustls and webpki-roots
+//!   were in the tree). CI's Postgres runs with TLS on, so every Postgres test connects
+//!   over it, and one verifies the server (`verify-full`) and checks in `pg_stat_ssl`
+//!   that every connection chorus holds is encrypted.
+//! - Errors keep their meaning per backend: a unique-constraint conflict is recognised
+//!   by SQLite's column name or Postgres's constraint name; "disk full" by SQLite's
+//!   codes or SQLSTATE 53100.
+//! - Tested on both: CI starts a throwaway Postgres and runs the control plane's and
+//!   the end-to-end tests on it as well (`CHORUS_TEST_POSTGRES`); the tests about the
+//!   SQLite file itself (full disk, failure injection with triggers, file modes) stay on
+//!   SQLite.
+//!
+//! **Durability** (`[store] durability`). WAL mode with `synchronous = NORMAL` by
+//! default: a commit is in the WAL file when the caller hears `Ok`, not yet flushed to
+//! the disk. So an application crash (chorus killed, even with SIGKILL) loses nothing
+//! committed; a power loss or kernel crash can lose the commits since the last
+//! checkpoint's flush (a few seconds at most), never corrupts the database.
+//! `durability = "full"` flushes every commit (`fsync`) before it counts. What each
+//! failure loses: a **chorus crash** loses events still queued to the writer, which no
+//! client was shown (the feed publishes only what is committed: tested by SIGKILLing
+//! chorus in a burst of runs, `storage::every_event_the_feed_showed_survives_a_sigkill_during_a_burst`),
+//! and the runs going are resumed at the next start (ARCHITECTURE.md, *Durable
+//! runs*); a **worker crash** loses only what it had not sent yet (its run is resumed from the stored
+//! history); a **power loss** with `normal` can also lose the last commits.
+//! `chorus.db` is created 0600 before SQLite opens it; SQLite gives `-wal` and `-shm` the
+//! database file's mode.
 
 mod agents;
 mod approvals;

@@ -14,6 +14,16 @@
 //!   one), and the others of its batch commit; a commit that fails fails every
 //!   write of its batch (nothing of it was written).
 //! - Only this task writes; readers use the pool and never wait for the write lock.
+//!
+//! **Group commit.** One task owns the only writing connection, takes whatever writes
+//! have queued (at most 256, `MAX_BATCH`) and runs them as one transaction. It takes SQLite's write lock up front (`BEGIN
+//! IMMEDIATE`: a deferred `BEGIN` that reads first cannot wait for the lock later). With
+//! several writes, each runs inside a savepoint, so one that fails (a constraint, a
+//! `NotFound` after a write) is rolled back alone; a failed `COMMIT` fails every write of
+//! the batch. On a full disk SQLite rolls the transaction back by itself; the writer
+//! sends a `ROLLBACK` whatever happened (its error ignored), so writes work again once
+//! space is freed. The readers' pool closes any connection sqlx still counts as inside a
+//! transaction (`before_acquire`).
 
 use std::time::Instant;
 

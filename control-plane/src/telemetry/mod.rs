@@ -14,6 +14,15 @@
 //! hash; the contexts a worker hands the gate or the model relay pass the same check.
 //! `gateway_watch` hands serenity's failed-gateway lines to the Discord front end
 //! instead of the log.
+//!
+//! One thread run is one trace across both processes. With export on, `Welcome`'s
+//! `trace_export` names the worker's service (`<service>-worker`) and the control
+//! plane's resource attributes, and the relay labels each batch with the agent of the
+//! credential that sent it (`chorus.agent`); without it the worker's sampler drops
+//! everything. `AssignRun.trace_context` carries the `traceparent` of the control
+//! plane's `run` span, which the worker's `run` span continues; a worker's model
+//! request carries its `llm_call` span's, which the relay's `llm_relay` span
+//! continues. A worker never learns where the collector is or its key.
 
 pub mod collector;
 pub mod config;

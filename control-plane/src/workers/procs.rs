@@ -9,6 +9,15 @@
 //! start; `generation` is the worker's. A process is ended only when its own
 //! `/proc/<pid>/environ` carries a matching mark, and it is signalled through a pidfd
 //! opened *before* that check, so a pid reused in between is never hit.
+//!
+//! When a launched worker's generation ends (exit, kill, hang, stop), its supervisor
+//! ends every process with that exact mark (`workers::end_tool_processes`; a dial-in
+//! worker ends its own); at start-up the control plane ends every process with its
+//! instance's mark, before any worker starts (`serve`). No cgroup is used: the host
+//! this was built on has a hybrid v1 hierarchy (v2 only at `/sys/fs/cgroup/unified`),
+//! and the worker's layers (`worker/src/tools/procs.rs`) with this one need none.
+//! Limit: a process that both leaves its group and replaces its whole environment is
+//! found only while its worker lives (the worker's subreaper).
 
 use std::collections::HashSet;
 use std::os::fd::OwnedFd;

@@ -6,6 +6,12 @@
 //! A lock is released when its guard drops, so it is freed when the write ends, on
 //! error, and when the task is cancelled. Entries live only while someone holds or
 //! waits for them.
+//!
+//! Every run of a worker shares one [`FileLocks`]; a writer waits at most the lock
+//! timeout ([`DEFAULT_LOCK_TIMEOUT`], 30 s, by default) and then tells the model the
+//! file is locked. The wait is a `wait` step of its own inside its tool step
+//! ("Awaiting file lock on a.txt", `tool_loop::pipeline`), ended when the lock is
+//! taken or failed when the wait times out.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -23,8 +23,14 @@
 //! their names are free; remote and submodule commands; aliases, which never shadow the
 //! built-in commands the preset allows) is defined only in `.git/config` or a file it
 //! includes, which the `standard` preset does not let an agent write without asking
-//! (`control-plane/src/permissions/presets.rs`). ARCHITECTURE.md, *Permissions*, has the
-//! whole argument.
+//! (`control-plane/src/permissions/presets.rs`). The rest of that list:
+//! `interactive.diffFilter`, `core.alternateRefsCommand`, `gpg.ssh.defaultKeyCommand`,
+//! `remote.<r>.uploadpack|receivepack|vcs`, `submodule.<s>.update`. So once a person
+//! approves a write to `.git/config`, `git diff` may run the external diff or textconv
+//! it names: the approval is the boundary. Hooks stay off for every git, approved or
+//! not (a `git commit` runs no `pre-commit`); `git config --global` fails; a bare
+//! repository is used with `--git-dir`. `uploadpack.packObjectsHook` and `trace2.*` are
+//! read only from system, global or command-line config, all out of an agent's reach.
 
 use std::ffi::OsString;
 use std::path::Path;

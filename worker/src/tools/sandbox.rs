@@ -36,6 +36,20 @@
 //!   regardless) and a warning in its result; otherwise the call is refused with the
 //!   reason.
 //!
+//! The policy comes with each `AssignRun` (`AgentSettings.sandbox`: the `[sandbox]`
+//! settings, the agent's network switch, whether to run unconfined where Landlock is
+//! missing; home and temp dir are the agent directory's `home/` and `tmp/`), so the
+//! worker's environment stays clean. In the child, between fork and exec and with no
+//! allocation: `setsid` (`bash::shell_command`, beside `PR_SET_PDEATHSIG`), the
+//! rlimits, every capability dropped, `restrict_self`, and the seccomp filter last.
+//! Landlock is probed once per process on a throwaway thread (it restricts only the
+//! calling thread); chorus probes the same way at start (`sandbox_probe`), logs the
+//! result and shows it in `GET /api/agents/{name}`. The process count is watched by
+//! the spawner thread every 200 ms, and a shell's group is killed past
+//! `max_processes` (`procs::spawn_limited`). Cost: building the ruleset takes about
+//! 0.3 ms per call; a `bash -c true` call took about 4 ms either way on a loaded
+//! 2-core host (the difference is in the noise).
+//!
 //! Pure choices (which paths, what the result says) are separate from the system calls.
 
 use std::path::{Path, PathBuf};
