@@ -509,6 +509,7 @@ impl From<ToolSpec> for pb::ToolSpec {
             description: spec.description,
             schema_json: spec.schema_json,
             runs_in: pb::ToolRunsIn::from(spec.runs_in) as i32,
+            ends_turn: spec.ends_turn,
         }
     }
 }
@@ -522,6 +523,7 @@ impl TryFrom<pb::ToolSpec> for ToolSpec {
             wire_name: spec.wire_name,
             description: spec.description,
             schema_json: spec.schema_json,
+            ends_turn: spec.ends_turn,
         })
     }
 }

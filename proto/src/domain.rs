@@ -163,6 +163,8 @@ pub struct ToolSpec {
     /// The JSON Schema of its arguments (an object schema), as JSON text.
     pub schema_json: String,
     pub runs_in: crate::tools::RunsIn,
+    /// A successful call ends the run's turn (the task board's control tools).
+    pub ends_turn: bool,
 }
 
 /// How an agent's tool processes are confined (Landlock and resource limits; the

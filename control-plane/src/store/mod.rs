@@ -194,12 +194,13 @@ macro_rules! migrations {
             (17, "jobs", "0017_jobs.sql"),
             (18, "questions", "0018_questions.sql"),
             (19, "step runs in", "0019_step_runs_in.sql"),
+            (23, "task turns", "0023_task_turns.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 19] = match backend {
+    let set: [(i64, &'static str, &'static str); 20] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };

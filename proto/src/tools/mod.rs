@@ -14,6 +14,7 @@
 //! line in [`TOOLS`]; a tool that runs in the control plane needs no worker code.
 
 mod bash;
+mod contract;
 mod files;
 mod jobs;
 mod self_edit;
@@ -23,6 +24,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 pub use bash::BASH;
+pub use contract::{
+    ASK_AGENT, ASK_QUESTION, ASK_QUESTIONS, AgentQuestion, COMPLETION_REPORT, CompletionReport,
+    DELEGATE_TO_AGENT, Delegation, Plan, PlannerQuestion, Question, QuestionOption, Questions,
+    ReportStatus, SUBMIT_PLAN,
+};
 pub use files::{
     CREATE_FILE, FILE_CREATE, FILE_DELETE, FILE_LIST, FILE_PATCH, FILE_READ, FILE_SEARCH,
     FILE_WRITE, STR_REPLACE, VIEW,
@@ -54,6 +60,17 @@ pub static TOOLS: &[ToolDef] = &[
     self_edit::DOCS_TOOL,
     self_edit::PERMISSIONS_TOOL,
     self_edit::MODEL_TOOL,
+];
+
+/// The task board's control tools, offered by thread role rather than by profile
+/// (the control plane's `tasks::contract` says which role has which).
+pub static ROLE_TOOLS: &[ToolDef] = &[
+    contract::SUBMIT_PLAN_TOOL,
+    contract::ASK_QUESTIONS_TOOL,
+    contract::COMPLETION_REPORT_TOOL,
+    contract::ASK_QUESTION_TOOL,
+    contract::DELEGATE_TO_AGENT_TOOL,
+    contract::ASK_AGENT_TOOL,
 ];
 
 /// Where a tool is executed: beside the resource it changes.
@@ -158,6 +175,7 @@ impl ToolDef {
             description: (self.description)(settings),
             schema_json: (self.parameters)(settings).to_string(),
             runs_in: self.runs_in,
+            ends_turn: false,
         }
     }
 
@@ -167,12 +185,13 @@ impl ToolDef {
     }
 }
 
-/// The tool called `name`: by its name, its wire name or one of its older names.
+/// The tool called `name` (a profile's or a role's): by its name, its wire name or
+/// one of its older names.
 pub fn find(name: &str) -> Option<&'static ToolDef> {
-    TOOLS
-        .iter()
+    let all = || TOOLS.iter().chain(ROLE_TOOLS);
+    all()
         .find(|t| t.name == name || t.aliases.contains(&name))
-        .or_else(|| TOOLS.iter().find(|t| to_wire(t.name) == name))
+        .or_else(|| all().find(|t| to_wire(t.name) == name))
 }
 
 /// Every tool's Chorus name, in the registry's order.

@@ -11,7 +11,7 @@ fn the_registry_is_consistent() {
     let settings = SchemaSettings::default();
     let mut wire_seen = HashSet::new();
     let mut names_seen = HashSet::new();
-    for tool in TOOLS {
+    for tool in TOOLS.iter().chain(ROLE_TOOLS) {
         let wire = tool.wire_name();
         assert!(is_valid_wire_name(&wire), "{} → {wire}", tool.name);
         assert!(wire_seen.insert(wire.to_string()), "two tools share {wire}");
@@ -126,4 +126,31 @@ fn control_plane_tools_check_their_arguments_here() {
     assert!((model.check_args)(r#"{"new_model":"x"}"#).is_ok());
     assert!((model.check_args)(r#"{"model":"x"}"#).is_err());
     assert_eq!(RunsIn::ControlPlane.as_str(), "control_plane");
+}
+
+/// The control tools' arguments are typed: a report with an unknown status or a
+/// stray field is refused before it runs, and the typed forms read what the schema
+/// describes.
+#[test]
+fn control_tools_read_exactly_their_schema() {
+    let report = parse_args::<CompletionReport>(
+        r#"{"status":"blocked","summary":"s","output":"o","blocked_reason":"need a key"}"#,
+    )
+    .unwrap();
+    assert_eq!(report.status, ReportStatus::Blocked);
+    assert_eq!(report.blocked_reason.as_deref(), Some("need a key"));
+    assert!(parse_args::<CompletionReport>(r#"{"status":"done","summary":"s"}"#).is_err());
+    assert!(parse_args::<Plan>(r#"{"summary":"s","requirements":[],"acceptance_criteria":[],"steps":[],"assignee":"a","extra":1}"#).is_err());
+    let questions = parse_args::<Questions>(
+        r#"{"questions":[{"id":"q1","question":"Which?","options":[{"label":"A","description":"first"}],"multi_select":true},{"id":"q2","question":"Why?"}]}"#,
+    )
+    .unwrap();
+    assert_eq!(questions.questions.len(), 2);
+    assert!(questions.questions[0].multi_select);
+    assert!(questions.questions[1].options.is_empty());
+    assert_eq!(describe(DELEGATE_TO_AGENT, r#"{"agent":"reviewer","instructions":"Check  it\nall"}"#), "delegate_to_agent: reviewer: Check it all");
+    assert_eq!(
+        actions_of(ASK_AGENT, r#"{"agent":"b","question":"q"}"#),
+        (ASK_AGENT, Actions::Detail("b".into()))
+    );
 }
