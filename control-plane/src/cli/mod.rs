@@ -22,6 +22,7 @@ pub mod destroy;
 pub mod events;
 pub mod feed;
 pub mod follow;
+pub mod grants;
 pub mod render;
 pub mod send;
 pub mod sse;
@@ -195,6 +196,20 @@ pub enum ClientCommand {
         client: ClientArgs,
         #[command(subcommand)]
         command: UserCommand,
+    },
+    /// Tools granted to an agent at run time: list them, grant (`add`) or take back (`rm`).
+    #[command(
+        after_help = "Examples:\n  chorus grants coder\n  chorus grants coder add bash\n  chorus grants coder rm bash\n\n\
+        A granted tool's every call is allowed whatever the agent's profile says (the file\n\
+        jail and the sandbox still hold), from its next tool call. You grant no more than\n\
+        your role may: bash and the file writers amount to the 'open' preset (admins)."
+    )]
+    Grants {
+        #[command(flatten)]
+        client: ClientArgs,
+        agent: String,
+        #[command(subcommand)]
+        command: Option<grants::GrantsCommand>,
     },
     /// Who the token you use acts as, and its role.
     #[command(after_help = "Example:\n  CHORUS_API_TOKEN=chorus_… chorus whoami")]
@@ -551,6 +566,7 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<bool> {
         Cmd::Events { agent } => events::follow(&client, agent.as_deref(), args.json, style).await,
         Cmd::Context(command) => context(&client, command, out).await,
         Cmd::User(UserCommand::Token(command)) => token(&client, command, out, style).await,
+        Cmd::Grants { agent, command } => grants::run(&client, &agent, command, out).await,
         Cmd::Whoami => {
             let me = client.get("/api/whoami").await?;
             out.show(&me, |m| {
@@ -729,6 +745,10 @@ enum Cmd {
     User(UserCommand),
     Whoami,
     Worker(worker::WorkerCommand),
+    Grants {
+        agent: String,
+        command: Option<grants::GrantsCommand>,
+    },
 }
 
 fn split(command: ClientCommand) -> (ClientArgs, Cmd) {
@@ -774,6 +794,11 @@ fn split(command: ClientCommand) -> (ClientArgs, Cmd) {
         ClientCommand::Context { client, command } => (client, Cmd::Context(command)),
         ClientCommand::User { client, command } => (client, Cmd::User(command)),
         ClientCommand::Whoami { client } => (client, Cmd::Whoami),
+        ClientCommand::Grants {
+            client,
+            agent,
+            command,
+        } => (client, Cmd::Grants { agent, command }),
         ClientCommand::Worker { client, command } => (client, Cmd::Worker(command)),
     }
 }

@@ -664,6 +664,21 @@ pub fn feed_line(kind: &str, data: &Value, style: Style) -> Option<String> {
     Some(format!("{head} {body}\n"))
 }
 
+/// An agent's granted tools (`chorus grants`).
+pub fn grants(agent: &str, list: &Value) -> String {
+    let rows = rows_of(&list["grants"], |g| {
+        vec![
+            cell(&g["tool"]),
+            cell(&g["granted_by"]),
+            cell(&g["granted_at"]),
+        ]
+    });
+    if rows.is_empty() {
+        return format!("No tools are granted to {agent}: its profile decides every call.\n");
+    }
+    table(&["TOOL", "GRANTED BY", "AT"], &rows, |_, c| c.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

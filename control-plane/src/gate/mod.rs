@@ -7,7 +7,9 @@
 //! Invariants: every call gets exactly one decision and one audit row; anything that
 //! goes wrong (no profile, no answer, a restart) is a deny. When the profile asks and
 //! the agent's `on_ask` is `allow`, the call is allowed without a person, which amounts
-//! to granting the `open` preset (`switches::OnAsk`). Who may do what at a front end is
+//! to granting the `open` preset (`switches::OnAsk`). A call of a tool granted to the
+//! agent at run time (`agents::grants`) is allowed whatever the profile says, and
+//! audited as an allow naming the grant. Who may do what at a front end is
 //! [`policy`]: every front end checks a request's role with [`policy::allowed`].
 
 pub mod actions;
@@ -303,6 +305,12 @@ impl ToolGate {
         // a deny and returns it.
         match decision {
             Decision::Allow => audit(AuditDecision::Allow, Some(&explanations), None).await,
+            // A granted tool: every call is allowed, whatever the profile says
+            // (`agents::grants`); the audit row says so and what the profile said.
+            Decision::Ask | Decision::Deny if granted(&record.grants, &call.name) => {
+                let explanations = by_grant(explanations);
+                audit(AuditDecision::Allow, Some(&explanations), None).await
+            }
             Decision::Deny => {
                 audit(AuditDecision::Deny, Some(&explanations), None).await;
                 return deny(denial(&profile_label(&record.permissions), &explanations));
@@ -639,6 +647,31 @@ async fn authority(store: &Store, settings: &GateSettings, started_by: Option<&P
     })
     .await;
     settings.role_of_person(root.as_ref())
+}
+
+/// Whether the tool called `name` (any of its names) is granted to the agent.
+fn granted(grants: &[String], name: &str) -> bool {
+    chorus_proto::tools::find(name).is_some_and(|tool| grants.iter().any(|g| g == tool.name))
+}
+
+/// The explanations of a call allowed by a grant: each action allowed, saying what
+/// the profile would have done.
+fn by_grant(explanations: Vec<Explanation>) -> Vec<Explanation> {
+    explanations
+        .into_iter()
+        .map(|e| Explanation {
+            reason: format!(
+                "allowed: the tool is granted to this agent (the profile: {})",
+                e.reason
+            ),
+            decision: Decision::Allow,
+            list: None,
+            rule_index: None,
+            pattern: None,
+            about: None,
+            action: e.action,
+        })
+        .collect()
 }
 
 /// How a profile is named in messages.

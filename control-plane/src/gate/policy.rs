@@ -22,8 +22,8 @@ pub enum Act {
     ManageContext,
     /// Approve or deny a tool call waiting for a person.
     AnswerApprovals,
-    /// Change an agent's settings (permissions and `on_ask` only within what the
-    /// role may grant).
+    /// Change an agent's settings, and grant or take back tools (permissions,
+    /// `on_ask` and tools only within what the role may grant).
     ConfigureAgents,
     /// Create an agent (its permissions within what the role may grant).
     CreateAgents,

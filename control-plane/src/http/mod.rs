@@ -16,6 +16,7 @@ mod agents;
 mod context;
 mod error;
 mod events;
+mod grants;
 mod health;
 mod jobs;
 mod models;
@@ -101,6 +102,19 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
         ),
         declare(GET, "/api/agents/{name}/tools", Look, tools::of_agent),
         declare(GET, "/api/agents/{name}/audit", Look, permissions::audit),
+        declare(GET, "/api/agents/{name}/grants", Look, grants::list),
+        declare(
+            POST,
+            "/api/agents/{name}/grants",
+            ConfigureAgents,
+            grants::grant,
+        ),
+        declare(
+            DELETE,
+            "/api/agents/{name}/grants/{tool}",
+            ConfigureAgents,
+            grants::revoke,
+        ),
         // Threads.
         declare(
             POST,

@@ -144,10 +144,17 @@ impl Builder<'_> {
             Ok(route) => route,
             Err(e) => return config(e.to_string()),
         };
+        // Granted tools are offered beside the profile's (from memory after the first read).
+        let grants = self
+            .store
+            .agent_policy(&agent.name)
+            .await?
+            .map(|policy| policy.grants)
+            .unwrap_or_default();
         let (tools, offered) = match self.profiles.get(&agent.permissions) {
             Ok(profile) => (
-                offered_tools(&profile),
-                offered_specs(&profile, &self.settings.tool_schemas),
+                offered_tools(&profile, &grants),
+                offered_specs(&profile, &grants, &self.settings.tool_schemas),
             ),
             Err(e) => {
                 return config(format!(

@@ -66,6 +66,7 @@ mod agents;
 mod approvals;
 mod audit;
 mod error;
+mod grants;
 mod jobs;
 mod messages;
 mod owner_lock;
@@ -94,6 +95,7 @@ pub use agents::{AgentIncarnation, AgentRecord, AgentStatus, AgentUpdate, NewAge
 pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval, QuestionKind};
 pub use audit::{AuditDecision, AuditEntry, AuditRecord};
 pub use error::{DISK_FULL, StoreError, is_no_space};
+pub use grants::GrantRecord;
 pub use jobs::{JobRecord, JobStatus, OrphanJob};
 pub use owner_lock::{DatabaseLock, Taken};
 pub use policies::AgentPolicy;
@@ -194,12 +196,13 @@ macro_rules! migrations {
             (17, "jobs", "0017_jobs.sql"),
             (18, "questions", "0018_questions.sql"),
             (19, "step runs in", "0019_step_runs_in.sql"),
+            (22, "agent grants", "0022_agent_grants.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 19] = match backend {
+    let set: [(i64, &'static str, &'static str); 20] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };

@@ -6,6 +6,7 @@ mod dial_in;
 mod discord;
 mod discord_commands;
 mod feed;
+mod grants;
 mod lifecycle;
 mod limits;
 mod logs;

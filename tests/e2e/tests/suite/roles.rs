@@ -144,6 +144,24 @@ fn case(route: &Route, s: &Subjects) -> Option<Case> {
         ("GET", "/api/agents/{name}/audit") => {
             same(Viewer, req("/api/agents/subject/audit", None), 200)
         }
+        ("GET", "/api/agents/{name}/grants") => {
+            same(Viewer, req("/api/agents/subject/grants", None), 200)
+        }
+        ("POST", "/api/agents/{name}/grants") => two(
+            Operator,
+            req(
+                "/api/agents/subject/grants",
+                Some(json!({"tools": ["view"]})),
+            ),
+            req("/api/agents/ghost/grants", Some(json!({"tools": ["view"]}))),
+            404,
+        ),
+        ("DELETE", "/api/agents/{name}/grants/{tool}") => two(
+            Operator,
+            req("/api/agents/subject/grants/view", None),
+            req("/api/agents/ghost/grants/view", None),
+            404,
+        ),
         ("POST", "/api/agents/{name}/messages") => two(
             Viewer,
             req(
