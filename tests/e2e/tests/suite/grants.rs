@@ -80,10 +80,13 @@ async fn a_granted_tool_runs_from_the_next_call_until_it_is_taken_back() -> anyh
     };
     model.push(bash("c1", "one.txt"));
     // The second call is made while the grant is given, the third while it is taken back.
-    model.push(Reply::Held(
-        granted.clone(),
-        Box::new(bash("c2", "two.txt")),
-    ));
+    // c2 also writes beside the workspace: a grant lifts the gate, not the sandbox.
+    let c2 = tool_call(
+        "c2",
+        "bash",
+        json!({"command": "echo c2 > two.txt; echo x > ../escaped.txt"}),
+    );
+    model.push(Reply::Held(granted.clone(), Box::new(c2)));
     model.push(Reply::Held(
         revoked.clone(),
         Box::new(bash("c3", "three.txt")),
@@ -137,13 +140,23 @@ async fn a_granted_tool_runs_from_the_next_call_until_it_is_taken_back() -> anyh
                 .contains("Permission denied by profile 'locked'"),
         "c1 is refused before the grant: {results:?}"
     );
-    assert!(!results[1].0, "c2 runs under the grant: {results:?}");
     assert!(
-        results[2].0 && results[2].1.contains("Permission denied"),
+        !results[1].1.contains("Permission denied by"),
+        "c2 runs under the grant: {results:?}"
+    );
+    assert!(
+        results[2].0
+            && results[2]
+                .1
+                .contains("Permission denied by profile 'locked'"),
         "c3 is refused after the revoke: {results:?}"
     );
     assert!(!workspace.join("one.txt").exists());
     assert_eq!(std::fs::read_to_string(workspace.join("two.txt"))?, "c2\n");
+    assert!(
+        !chorus.agent_dir("coder").join("escaped.txt").exists(),
+        "a granted bash still runs in the sandbox: {results:?}"
+    );
     assert!(!workspace.join("three.txt").exists());
 
     // Offered: not before the grant, from the model call after it, not after the revoke.
