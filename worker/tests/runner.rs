@@ -72,6 +72,8 @@ fn assignment(run_id: &str, thread_id: u64, summary: &str) -> ControlCommand {
         inputs: Vec::new(),
         thread_summary: summary.into(),
         thread_started_at_ms: 0,
+        role_tools: Vec::new(),
+        workdir: None,
     }))
 }
 

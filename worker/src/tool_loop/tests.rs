@@ -1210,6 +1210,7 @@ async fn an_offered_control_plane_tool_the_worker_does_not_know_runs_through_the
         schema_json: json!({"type": "object", "properties": {"done": {"type": "boolean"}}})
             .to_string(),
         runs_in: RunsIn::ControlPlane,
+        ends_turn: false,
     };
     let run = |offered: Vec<ToolSpec>| async move {
         let model = Scripted::new(vec![
