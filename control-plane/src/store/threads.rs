@@ -1070,6 +1070,75 @@ mod tests {
     use super::*;
     use crate::store::test_store_with_agent;
 
+    /// A thread's role and working directory are stored and read back; only an
+    /// ended thread with a role is reopened (a chat thread that ended stays ended,
+    /// a going one is left as it is).
+    #[tokio::test]
+    async fn only_an_ended_thread_with_a_role_is_reopened() {
+        for role in [
+            ThreadRole::Planner,
+            ThreadRole::Worker,
+            ThreadRole::Answerer,
+        ] {
+            assert_eq!(ThreadRole::parse(role.as_str()), Some(role));
+            assert_eq!(
+                serde_json::to_value(role).unwrap(),
+                serde_json::json!(role.as_str())
+            );
+        }
+        assert_eq!(ThreadRole::parse("boss"), None);
+        let (store, _dir) = test_store_with_agent().await;
+        let (task, _) = store
+            .start_role_thread(
+                "a",
+                &ChatMessage::user("do task 7"),
+                "api",
+                ThreadRole::Worker,
+                Some("tasks/7"),
+            )
+            .await
+            .unwrap();
+        let (chat, _) = store
+            .start_thread("a", &ChatMessage::user("hi"), "api", None)
+            .await
+            .unwrap();
+        let record = store.thread("a", task).await.unwrap().unwrap();
+        assert_eq!(
+            (record.role, record.workdir.as_deref(), record.status),
+            (
+                Some(ThreadRole::Worker),
+                Some("tasks/7"),
+                ThreadStatus::Running
+            )
+        );
+        let chat_record = store.thread("a", chat).await.unwrap().unwrap();
+        assert_eq!((chat_record.role, chat_record.workdir), (None, None));
+        assert!(!store.reopen_role_thread("a", task).await.unwrap(), "going");
+        let failure = Failure::new(FailureKind::ModelError, "no");
+        for thread in [task, chat] {
+            store
+                .set_thread_status("a", thread, ThreadStatus::Failed, Some(&failure))
+                .await
+                .unwrap();
+        }
+        assert!(store.reopen_role_thread("a", task).await.unwrap());
+        assert!(!store.reopen_role_thread("a", chat).await.unwrap());
+        let reopened = store.thread("a", task).await.unwrap().unwrap();
+        assert_eq!(
+            (
+                reopened.status,
+                reopened.ended_at,
+                reopened.error,
+                reopened.failure_kind
+            ),
+            (ThreadStatus::Running, None, None, None)
+        );
+        assert_eq!(
+            store.thread("a", chat).await.unwrap().unwrap().status,
+            ThreadStatus::Failed
+        );
+    }
+
     #[tokio::test]
     async fn thread_ids_count_up_per_agent() {
         let (store, _dir) = test_store_with_agent().await;
