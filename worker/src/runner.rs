@@ -215,7 +215,7 @@ impl Runner {
             Err(error) => {
                 tracing::warn!(run_id = %run.run_id, %error, "run refused: its working directory cannot be used");
                 self.sink.send(WorkerEvent::RunFailed {
-                    run_id: run.run_id.clone(),
+                    run_id: run.run_id,
                     kind: chorus_proto::domain::FailureKind::Config,
                     error,
                 });

@@ -749,7 +749,7 @@ impl AgentActor {
             catalog: &self.shared.catalog,
             profiles: &self.shared.profiles,
             settings: &self.shared.settings,
-            role_hooks: self.shared.role_hooks.get().map(|h| h.as_ref()),
+            role_hooks: self.shared.role_hooks.get().map(AsRef::as_ref),
         };
         let mut run = match builder.build(agent, thread, attempt).await? {
             Ok(run) => run,

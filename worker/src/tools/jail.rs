@@ -186,7 +186,7 @@ impl Workspace {
             return Err(JailError::Root(dir.to_string()));
         }
         let mut sub = self.sub.clone();
-        sub.extend(parts.iter().map(|p| p.to_string()));
+        sub.extend(parts.iter().map(ToString::to_string));
         let narrowed = Workspace {
             root: self.base.join(sub.join("/")),
             base: self.base.clone(),
