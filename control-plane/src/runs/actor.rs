@@ -645,7 +645,6 @@ impl AgentActor {
                     agent.name
                 )));
             }
-            self.show(thread_id, status_event(ThreadStatus::Running, None));
             tracing::info!(agent = %agent.name, thread_id, %user, "ended thread with a role woken by its next message");
         }
         let message_id = store
@@ -1153,21 +1152,26 @@ impl AgentActor {
         status: ThreadStatus,
         failure: Option<&Failure>,
     ) -> Result<(), StoreError> {
-        // Told even when the store refuses (below): the turn is over either way.
-        if status.is_finished()
-            && let Some((role, run_id)) = self.roles.remove(&thread_id)
-        {
-            self.turn_ended(thread_id, role, run_id, status, failure);
-        }
+        let role = status
+            .is_finished()
+            .then(|| self.roles.remove(&thread_id))
+            .flatten();
         // A question to a person the thread was waiting on is withdrawn.
         self.shared
             .approvals
             .cancel_thread(&self.agent, thread_id)
             .await;
-        self.shared
+        let stored = self
+            .shared
             .store
             .set_thread_status(&self.agent, thread_id, status, failure)
-            .await?;
+            .await;
+        // Told once the store says so (the engine reads the thread), and even when
+        // it could not: the turn is over either way.
+        if let Some((role, run_id)) = role {
+            self.turn_ended(thread_id, role, run_id, status, failure);
+        }
+        stored?;
         if status.is_finished() {
             crate::metrics::run_ended(status.as_str());
         }
