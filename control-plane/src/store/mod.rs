@@ -102,7 +102,9 @@ pub use policies::AgentPolicy;
 pub use refs::{MessageRef, OwedAnswer};
 pub use runs::{NewRun, RunMark, RunRecord, RunStatus};
 pub use sessions::{Cleared, SessionRecord, context_cutoff};
-pub use threads::{Progress, StepRecord, StoredMessage, ThreadRecord, ThreadStatus, summary_of};
+pub use threads::{
+    Progress, StepRecord, StoredMessage, ThreadRecord, ThreadRole, ThreadStatus, summary_of,
+};
 pub use user_tokens::{NewUserToken, UserTokenRecord};
 pub use worker_trust::{CredentialLookup, Placed, WorkerCredentialRecord};
 pub use writer::Pending;
@@ -196,13 +198,14 @@ macro_rules! migrations {
             (17, "jobs", "0017_jobs.sql"),
             (18, "questions", "0018_questions.sql"),
             (19, "step runs in", "0019_step_runs_in.sql"),
+            (21, "thread roles", "0021_thread_roles.sql"),
             (22, "agent grants", "0022_agent_grants.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 20] = match backend {
+    let set: [(i64, &'static str, &'static str); 21] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };
