@@ -26,6 +26,7 @@ pub mod render;
 pub mod send;
 pub mod sse;
 pub mod status;
+pub mod task;
 pub mod worker;
 
 use std::io::{IsTerminal, Write};
@@ -201,6 +202,16 @@ pub enum ClientCommand {
     Whoami {
         #[command(flatten)]
         client: ClientArgs,
+    },
+    /// The task board: create tasks, answer their questions, start, follow and accept them.
+    #[command(
+        after_help = "Examples:\n  chorus task create \"Add a cache\" -d \"Cache the lookups\"\n  chorus task answer 7 q1=Postgres\n  chorus task start 7\n  chorus task list --status review\n  chorus task accept 7"
+    )]
+    Task {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: task::TaskCommand,
     },
     /// Join credentials of dial-in workers (admin).
     #[command(
@@ -561,6 +572,7 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<bool> {
                 )
             })
         }
+        Cmd::Task(command) => task::run(&client, command, args.json, style).await,
         Cmd::Worker(command) => {
             let answer = worker::run(&client, command, args.json).await?;
             out.show(&answer, worker::text)
@@ -728,6 +740,7 @@ enum Cmd {
     Context(ContextCommand),
     User(UserCommand),
     Whoami,
+    Task(task::TaskCommand),
     Worker(worker::WorkerCommand),
 }
 
@@ -774,6 +787,7 @@ fn split(command: ClientCommand) -> (ClientArgs, Cmd) {
         ClientCommand::Context { client, command } => (client, Cmd::Context(command)),
         ClientCommand::User { client, command } => (client, Cmd::User(command)),
         ClientCommand::Whoami { client } => (client, Cmd::Whoami),
+        ClientCommand::Task { client, command } => (client, Cmd::Task(command)),
         ClientCommand::Worker { client, command } => (client, Cmd::Worker(command)),
     }
 }
