@@ -176,7 +176,10 @@ mod tests {
             "/api/tasks?status=planned&agent=coder&q=fix+%26+test"
         );
         assert_eq!(list_path(None, Some(""), None), "/api/tasks");
-        assert_eq!(list_path(None, None, Some("é/?")), "/api/tasks?q=%C3%A9%2F%3F");
+        assert_eq!(
+            list_path(None, None, Some("é/?")),
+            "/api/tasks?q=%C3%A9%2F%3F"
+        );
     }
 
     #[test]

@@ -399,21 +399,52 @@ fn announce(json: bool, kind: &str, task: &Value, style: Style) -> anyhow::Resul
     Ok(())
 }
 
-/// Follows task `id` through `phase` until the wait is over (`follow::verdict`).
+/// Follows task `id` through `phase` until the wait is over (`follow::verdict`),
+/// printing to stdout.
 async fn watch(
     client: &Client,
-    mut feed: Feed<'_>,
+    feed: Feed<'_>,
     id: u64,
     phase: Phase,
     json: bool,
     style: Style,
 ) -> anyhow::Result<bool> {
-    let mut out = std::io::stdout();
+    let interrupted = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let watched = watch_into(
+        client,
+        feed,
+        (id, phase),
+        json,
+        style,
+        &mut std::io::stdout(),
+        interrupted,
+    )
+    .await?;
+    if watched.is_none() {
+        eprintln!(
+            "\nstopped following task {id}; it goes on (chorus task show {id}, chorus task follow {id})"
+        );
+    }
+    Ok(watched.unwrap_or(false))
+}
+
+/// `watch` writing to `out` until the wait is over (`Some(ok)`) or `interrupted`
+/// (`None`).
+async fn watch_into(
+    client: &Client,
+    mut feed: Feed<'_>,
+    (id, phase): (u64, Phase),
+    json: bool,
+    style: Style,
+    out: &mut impl Write,
+    interrupted: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<Option<bool>> {
     let mut follow = TaskFollow::new(id, style);
     let mut reread = true;
-    let mut tick = tokio::time::interval(REREAD);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + REREAD, REREAD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
     loop {
         if std::mem::take(&mut reread) {
@@ -429,7 +460,7 @@ async fn watch(
                 } else {
                     write!(out, "{}", follow::ending(&task, style, chrono::Utc::now()))?;
                 }
-                return Ok(ok);
+                return Ok(Some(ok));
             }
         }
         let event = tokio::select! {
@@ -438,10 +469,7 @@ async fn watch(
                 reread = true;
                 continue;
             }
-            _ = &mut interrupted => {
-                eprintln!("\nstopped following task {id}; it goes on (chorus task show {id}, chorus task follow {id})");
-                return Ok(false);
-            }
+            () = &mut interrupted => return Ok(None),
         };
         let event = event.map_err(|e| {
             anyhow::anyhow!("stopped following task {id}: {e}; it goes on: chorus task show {id}")
@@ -545,8 +573,186 @@ fn delete_question(task: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use axum::Router;
+    use axum::routing::get;
+    use futures::StreamExt;
+
     use super::*;
+    use crate::cli::client::ClientArgs;
     use clap::Parser;
+
+    const PLAIN: Style = Style { color: false };
+
+    /// A stand-in for the task routes: the feed carries the planner thread's events
+    /// (its first step before the task names the thread) and the task's events; each
+    /// read of the task shows it one stage further.
+    async fn board() -> (String, Arc<AtomicUsize>) {
+        let reads = Arc::new(AtomicUsize::new(0));
+        let counted = reads.clone();
+        let events = [
+            (
+                "step_started",
+                json!({"agent": "planner", "thread_id": 3, "number": 1,
+                                    "kind": "llm_call", "description": "Calling model m"}),
+            ),
+            (
+                "task",
+                json!({"task_id": 9, "kind": "created", "by": "api", "data": {}}),
+            ),
+            (
+                "task",
+                json!({"task_id": 7, "kind": "planning_started", "by": "chorus", "data": {},
+                            "status": "planning"}),
+            ),
+            (
+                "text",
+                json!({"agent": "planner", "thread_id": 3, "step": 1, "text": "Two questions."}),
+            ),
+            (
+                "step_ended",
+                json!({"agent": "planner", "thread_id": 3, "number": 1,
+                                  "duration_ms": 1500, "failed": false}),
+            ),
+            (
+                "step_started",
+                json!({"agent": "other", "thread_id": 4, "number": 1,
+                                    "kind": "tool", "description": "not this task's"}),
+            ),
+            (
+                "status",
+                json!({"agent": "planner", "thread_id": 3, "status": "completed"}),
+            ),
+            (
+                "task",
+                json!({"task_id": 7, "kind": "status_changed", "by": "chorus",
+                            "data": {"from": "planning", "to": "awaiting_input", "reason": null},
+                            "status": "awaiting_input"}),
+            ),
+        ];
+        let stream: String = events
+            .iter()
+            .enumerate()
+            .map(|(i, (kind, data))| format!("id: 1.{i}\nevent: {kind}\ndata: {data}\n\n"))
+            .collect();
+        let app = Router::new()
+            .route(
+                "/api/events",
+                get(move || {
+                    let stream = stream.clone();
+                    async move {
+                        // The feed stays open after these, as the real one does.
+                        let body = futures::stream::iter([Ok::<_, std::io::Error>(stream)])
+                            .chain(futures::stream::pending());
+                        (
+                            [("content-type", "text/event-stream")],
+                            axum::body::Body::from_stream(body),
+                        )
+                    }
+                }),
+            )
+            .route(
+                "/api/tasks/7",
+                get(move || {
+                    let read = counted.fetch_add(1, Ordering::SeqCst);
+                    let run = json!([{"id": 1, "role": "planner", "agent": "planner", "thread_id": 3}]);
+                    let task = match read {
+                        0 => json!({"id": 7, "status": "planning", "runs": [], "questions": []}),
+                        1 => json!({"id": 7, "status": "planning", "runs": run, "questions": []}),
+                        _ => json!({"id": 7, "status": "awaiting_input", "runs": run,
+                                    "questions": [{"id": "q1", "question": "Which backend?",
+                                                   "options": [{"label": "SQLite"}], "answer": null}]}),
+                    };
+                    async move { axum::Json(task) }
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{addr}"), reads)
+    }
+
+    fn client(url: &str) -> Client {
+        Client::new(&ClientArgs {
+            url: url.to_string(),
+            token: Some("t".into()),
+            data_dir: PathBuf::from("/nonexistent"),
+            json: false,
+        })
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn following_planning_shows_the_planner_thread_and_ends_at_its_questions() {
+        let (url, reads) = board().await;
+        let client = client(&url);
+        let feed = Feed::open(&client, "/api/events").await.unwrap();
+        let mut out = Vec::new();
+        let ended = tokio::time::timeout(
+            Duration::from_secs(60),
+            watch_into(
+                &client,
+                feed,
+                (7, Phase::Planning),
+                false,
+                PLAIN,
+                &mut out,
+                std::future::pending(),
+            ),
+        )
+        .await
+        .expect("the wait ends at the questions")
+        .unwrap();
+        assert_eq!(ended, Some(true));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "* planning_started by chorus\n\
+             == planner (planner), thread 3\n\
+             -> step 1: Calling model m\n\
+             Two questions.\n   turn completed\n\
+             * status_changed by chorus: planning -> awaiting_input\n\
+             task 7 awaiting_input\n[q1] Which backend?\n    1. SQLite\n    open\n\
+             Answer with: chorus task answer 7 q1=\"…\"\n  (or chorus task answer 7 on a terminal, which asks each in turn)\n"
+        );
+        // Read at the start and after each of the task's own events, not another task's.
+        assert_eq!(reads.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn with_json_only_the_tasks_events_are_printed_and_the_task_last() {
+        let (url, _) = board().await;
+        let client = client(&url);
+        let feed = Feed::open(&client, "/api/events").await.unwrap();
+        let mut out = Vec::new();
+        let ended = watch_into(
+            &client,
+            feed,
+            (7, Phase::Planning),
+            true,
+            PLAIN,
+            &mut out,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(ended, Some(true));
+        let lines: Vec<Value> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let kinds: Vec<&str> = lines.iter().map(|l| l["kind"].as_str().unwrap()).collect();
+        // The first step came before the thread was known: --json lines are only
+        // what arrives after (the final task has it all).
+        assert_eq!(
+            kinds,
+            ["task", "text", "step_ended", "status", "task", "task"],
+            "{lines:#?}"
+        );
+        assert_eq!(lines.last().unwrap()["data"]["status"], "awaiting_input");
+    }
 
     #[derive(Debug, Parser)]
     struct Cli {
