@@ -13,7 +13,8 @@
 //! follows the thread on `/api/events`), `events` (the feed, until Ctrl-C), `status` (the
 //! server's diagnosis, else this shell's), `destroy` (the question before deleting: none
 //! without a terminal and without `--yes`, so nothing is deleted), `approval_id` (a
-//! unique prefix to a whole id). Escape codes only on a terminal without `NO_COLOR`;
+//! unique prefix to a whole id), `task` (the task board: `chorus task …`, its own
+//! pure parts in `task::{args, render, follow}`). Escape codes only on a terminal without `NO_COLOR`;
 //! every command but `serve` and `completions` takes `--json`.
 
 pub mod approval_id;

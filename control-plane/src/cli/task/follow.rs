@@ -184,19 +184,32 @@ impl TaskFollow {
     /// Takes the threads the task (as just read) names in its runs; what was kept
     /// of a new one's events is printed now.
     pub fn learn(&mut self, task: &Value) -> Vec<String> {
+        // The planner's thread is named as soon as planning starts, its run's a
+        // moment later.
+        let planner = task["planner_thread"].as_u64().map(|thread_id| {
+            (
+                thread_id,
+                task["planner_agent"].as_str().unwrap_or("planner"),
+                "planner",
+            )
+        });
+        let runs = task["runs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|run| {
+                Some((
+                    run["thread_id"].as_u64()?,
+                    run["agent"].as_str().unwrap_or("?"),
+                    run["role"].as_str().unwrap_or("?"),
+                ))
+            });
         let mut out = Vec::new();
-        for run in task["runs"].as_array().into_iter().flatten() {
-            let Some(thread_id) = run["thread_id"].as_u64() else {
-                continue;
-            };
+        for (thread_id, agent, role) in planner.into_iter().chain(runs) {
             if self.threads.contains_key(&thread_id) {
                 continue;
             }
-            let name = format!(
-                "== {} ({}), thread {thread_id}",
-                run["agent"].as_str().unwrap_or("?"),
-                run["role"].as_str().unwrap_or("?")
-            );
+            let name = format!("== {agent} ({role}), thread {thread_id}");
             self.threads
                 .insert(thread_id, (Follow::new(thread_id, self.style), name));
             let (kept, others): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.pending)
@@ -364,6 +377,19 @@ mod tests {
         );
         assert_eq!(f.learn(&t), Vec::<String>::new());
         assert_eq!(f.thread_ids(), vec![3]);
+        // The task names its planner's thread before the run does.
+        let mut g = TaskFollow::new(7, PLAIN);
+        g.on_feed(
+            "step_started",
+            &json!({"thread_id": 5, "number": 1, "kind": "tool", "description": "view ."}),
+        );
+        let mut named = task("planning");
+        named["planner_thread"] = json!(5);
+        named["planner_agent"] = json!("planner");
+        assert_eq!(
+            g.learn(&named).concat(),
+            "== planner (planner), thread 5\n-> step 1: view .\n"
+        );
         let ended = f.on_feed(
             "status",
             &json!({"agent": "planner", "thread_id": 3, "status": "completed"}),

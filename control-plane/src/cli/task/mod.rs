@@ -185,9 +185,10 @@ pub async fn run(
         Ok(true)
     };
     if let Some((button, id)) = button(&command) {
-        let task = client
+        let answer = client
             .post(&format!("/api/tasks/{id}/{button}"), &json!({}))
             .await?;
+        let task = task_of(client, id, answer).await?;
         return show(&task, summary_line(&task, style));
     }
     match command {
@@ -266,9 +267,10 @@ pub async fn run(
                 args::answers_body(&answers)?
             };
             let feed = open_feed(client, no_wait).await?;
-            let task = client
+            let answer = client
                 .post(&format!("/api/tasks/{id}/answers"), &body)
                 .await?;
+            let task = task_of(client, id, answer).await?;
             let Some(feed) = feed else {
                 return show(&task, summary_line(&task, style));
             };
@@ -277,9 +279,10 @@ pub async fn run(
         }
         TaskCommand::Start { id, no_wait } => {
             let feed = open_feed(client, no_wait).await?;
-            let task = client
+            let answer = client
                 .post(&format!("/api/tasks/{id}/start"), &json!({}))
                 .await?;
+            let task = task_of(client, id, answer).await?;
             let Some(feed) = feed else {
                 return show(&task, summary_line(&task, style));
             };
@@ -306,12 +309,13 @@ pub async fn run(
             show(&answer, format!("Message sent to task {id}'s agent.\n"))
         }
         TaskCommand::SendBack { id, text } => {
-            let task = client
+            let answer = client
                 .post(
                     &format!("/api/tasks/{id}/send-back"),
                     &json!({ "message": text }),
                 )
                 .await?;
+            let task = task_of(client, id, answer).await?;
             show(&task, summary_line(&task, style))
         }
         TaskCommand::Edit { id, edit } => {
@@ -358,6 +362,15 @@ pub async fn run(
         | TaskCommand::Reopen { .. }
         | TaskCommand::Retry { .. } => unreachable!("buttons are handled above"),
     }
+}
+
+/// The task a request answered with, or (when it answered with something else)
+/// the task as it is now.
+async fn task_of(client: &Client, id: u64, answer: Value) -> anyhow::Result<Value> {
+    if answer["id"].as_u64() == Some(id) && answer["status"].is_string() {
+        return Ok(answer);
+    }
+    client.get(&format!("/api/tasks/{id}")).await
 }
 
 fn task_id(task: &Value) -> anyhow::Result<u64> {

@@ -167,8 +167,13 @@ pub fn plan(task: &Value) -> String {
 pub fn questions(task: &Value, style: Style) -> String {
     let mut out = String::new();
     for q in task["questions"].as_array().into_iter().flatten() {
+        // Ids are unique within a round: a later round's say which.
+        let round = match q["round"].as_u64() {
+            Some(round) if round > 1 => format!("round {round}, "),
+            _ => String::new(),
+        };
         out.push_str(&format!(
-            "[{}] {}{}\n",
+            "[{round}{}] {}{}\n",
             cell(&q["id"]),
             q["question"].as_str().unwrap_or(""),
             if q["multi_select"] == true {
@@ -454,7 +459,7 @@ mod tests {
                     {"label": "SQLite", "description": "one file"}, {"label": "Postgres", "description": ""}],
                  "multi_select": false, "asked_at": "2026-11-26T15:07:00Z",
                  "answer": null, "answered_by": null, "answered_at": null},
-                {"id": "q2", "question": "How big?", "options": [], "multi_select": false,
+                {"id": "q2", "round": 2, "question": "How big?", "options": [], "multi_select": false,
                  "asked_at": "2026-11-26T15:07:00Z", "answer": "1000 entries",
                  "answered_by": "bob", "answered_at": "2026-11-26T15:08:00Z"}],
             "attachments": [{"name": "spec.md", "size": 120, "uploaded_by": "alice",
@@ -487,7 +492,7 @@ mod tests {
             "Acceptance criteria:\n  1. tests pass\n",
             "Steps:\n  1. write the cache\n  2. wire it\n",
             "  [q1] Which backend?\n      1. SQLite — one file\n      2. Postgres\n      open\n",
-            "  [q2] How big?\n      answer: 1000 entries (by bob)\n",
+            "  [round 2, q2] How big?\n      answer: 1000 entries (by bob)\n",
             "  spec.md (120 bytes, by alice at 2026-11-26 15:06:30)\n",
             "Agent chain: coder (task 7) -> reviewer (task 8)\n",
             "  #1 planner planner (thread 3, api): asked; 2 model calls, 120 in / 40 out tokens",
