@@ -13,7 +13,8 @@
 //! follows the thread on `/api/events`), `events` (the feed, until Ctrl-C), `status` (the
 //! server's diagnosis, else this shell's), `destroy` (the question before deleting: none
 //! without a terminal and without `--yes`, so nothing is deleted), `approval_id` (a
-//! unique prefix to a whole id). Escape codes only on a terminal without `NO_COLOR`;
+//! unique prefix to a whole id), `task` (the task board: `chorus task …`, its own
+//! pure parts in `task::{args, render, follow}`). Escape codes only on a terminal without `NO_COLOR`;
 //! every command but `serve` and `completions` takes `--json`.
 
 pub mod approval_id;
@@ -27,6 +28,7 @@ pub mod render;
 pub mod send;
 pub mod sse;
 pub mod status;
+pub mod task;
 pub mod worker;
 
 use std::io::{IsTerminal, Write};
@@ -216,6 +218,16 @@ pub enum ClientCommand {
     Whoami {
         #[command(flatten)]
         client: ClientArgs,
+    },
+    /// The task board: create tasks, answer their questions, start, follow and accept them.
+    #[command(
+        after_help = "Examples:\n  chorus task create \"Add a cache\" -d \"Cache the lookups\"\n  chorus task answer 7 q1=Postgres\n  chorus task start 7\n  chorus task list --status review\n  chorus task accept 7"
+    )]
+    Task {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: task::TaskCommand,
     },
     /// Join credentials of dial-in workers (admin).
     #[command(
@@ -577,6 +589,7 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<bool> {
                 )
             })
         }
+        Cmd::Task(command) => task::run(&client, command, args.json, style).await,
         Cmd::Worker(command) => {
             let answer = worker::run(&client, command, args.json).await?;
             out.show(&answer, worker::text)
@@ -744,6 +757,7 @@ enum Cmd {
     Context(ContextCommand),
     User(UserCommand),
     Whoami,
+    Task(task::TaskCommand),
     Worker(worker::WorkerCommand),
     Grants {
         agent: String,
@@ -799,6 +813,7 @@ fn split(command: ClientCommand) -> (ClientArgs, Cmd) {
             agent,
             command,
         } => (client, Cmd::Grants { agent, command }),
+        ClientCommand::Task { client, command } => (client, Cmd::Task(command)),
         ClientCommand::Worker { client, command } => (client, Cmd::Worker(command)),
     }
 }

@@ -23,6 +23,7 @@ mod sandbox;
 mod secrets;
 mod sessions;
 mod storage;
+mod task_cli;
 mod tasks;
 mod telemetry;
 mod threads;
