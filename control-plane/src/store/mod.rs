@@ -74,6 +74,7 @@ mod refs;
 mod run_events;
 mod runs;
 mod sessions;
+mod tasks;
 mod threads;
 mod user_tokens;
 mod worker_trust;
@@ -100,6 +101,11 @@ pub use policies::AgentPolicy;
 pub use refs::{MessageRef, OwedAnswer};
 pub use runs::{NewRun, RunMark, RunRecord, RunStatus};
 pub use sessions::{Cleared, SessionRecord, context_cutoff};
+pub use tasks::{
+    ChainChange, ChainEntry, NewQuestion, NewTask, PlanFields, QuestionOption, QuestionRecord,
+    ReportStatus, RunOutcome, RunRole, TaskAttachment, TaskFilter, TaskRecord, TaskReport, TaskRun,
+    WaitingKind, WaitingOn,
+};
 pub use threads::{Progress, StepRecord, StoredMessage, ThreadRecord, ThreadStatus, summary_of};
 pub use user_tokens::{NewUserToken, UserTokenRecord};
 pub use worker_trust::{CredentialLookup, Placed, WorkerCredentialRecord};
@@ -194,12 +200,13 @@ macro_rules! migrations {
             (17, "jobs", "0017_jobs.sql"),
             (18, "questions", "0018_questions.sql"),
             (19, "step runs in", "0019_step_runs_in.sql"),
+            (20, "tasks", "0020_tasks.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 19] = match backend {
+    let set: [(i64, &'static str, &'static str); 20] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };
