@@ -49,6 +49,9 @@ pub enum BoardError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A task's files could not be written (the disk full is `Store(DiskFull)`).
+    #[error("{0}")]
+    Files(String),
 }
 
 /// A new task.
@@ -595,10 +598,11 @@ impl Board {
             std::fs::rename(&partial, dir.join(name))
         };
         write().map_err(|e| {
+            let detail = format!("{}: {e}", dir.join(name).display());
             if crate::store::is_no_space(&e) {
-                BoardError::Store(StoreError::DiskFull(e.to_string()))
+                BoardError::Store(StoreError::DiskFull(detail))
             } else {
-                BoardError::Store(StoreError::open_file(&dir, e))
+                BoardError::Files(format!("cannot store the attachment at {detail}"))
             }
         })?;
         let event = self
