@@ -277,6 +277,10 @@ impl Board {
         fields: PlanFields,
         by: &Principal,
     ) -> Result<TaskView, BoardError> {
+        let mut fields = fields;
+        if let Some(title) = &mut fields.title {
+            *title = title.trim().to_string();
+        }
         if fields.names().is_empty() {
             return Err(BoardError::Invalid(
                 "nothing to change: send any of title, description, review, summary, \
