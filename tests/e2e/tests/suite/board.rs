@@ -200,7 +200,18 @@ async fn tasks_are_created_listed_edited_moved_along_the_table_and_their_history
         "planning"
     );
 
-    // Fail, then reopen: back to its plan (it has an assignee), editable again.
+    // Another person, an operator by the default role, and the assignee's feed.
+    let olga: Value = chorus
+        .api(Method::POST, "/api/users/olga/tokens")
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let olga = olga["token"].as_str().unwrap().to_string();
+    let mut coder_feed = chorus.open_events("?agent=coder", None).await?;
+
+    // Fail, then reopen (by olga): back to its plan (it has an assignee), editable again.
     let (status, failed) = call(
         &chorus,
         Method::POST,
@@ -220,13 +231,13 @@ async fn tasks_are_created_listed_edited_moved_along_the_table_and_their_history
     )
     .await;
     assert_eq!(status, 409, "{locked}");
-    let (status, reopened) = call(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/reopen"),
-        None,
-    )
-    .await;
+    let reopened = reqwest::Client::new()
+        .post(format!("{}/api/tasks/{id}/reopen", chorus.http_url))
+        .bearer_auth(&olga)
+        .send()
+        .await?;
+    let status = reopened.status();
+    let reopened: Value = reopened.json().await?;
     assert_eq!(
         (status, &reopened["status"]),
         (StatusCode::OK, &json!("planned"))
@@ -274,7 +285,7 @@ async fn tasks_are_created_listed_edited_moved_along_the_table_and_their_history
             ),
             (
                 "status_changed".into(),
-                "api".into(),
+                "olga".into(),
                 json!(["failed", "planned"])
             ),
         ]
@@ -283,6 +294,32 @@ async fn tasks_are_created_listed_edited_moved_along_the_table_and_their_history
         events
             .windows(2)
             .all(|w| w[0]["id"].as_u64() < w[1]["id"].as_u64())
+    );
+
+    // The assignee's feed had both changes, each with who made it and where the task went.
+    let mut changes = Vec::new();
+    while changes.len() < 2 {
+        let next = tokio::time::timeout(Duration::from_secs(10), coder_feed.next()).await??;
+        let (kind, data) = next.expect("the feed stays open");
+        if kind == "task" {
+            assert_eq!(
+                (&data["agent"], &data["task_id"]),
+                (&json!("coder"), &json!(id))
+            );
+            changes.push(json!([
+                data["kind"],
+                data["by"],
+                data["status"],
+                data["data"]["to"]
+            ]));
+        }
+    }
+    assert_eq!(
+        changes,
+        [
+            json!(["status_changed", "api", "failed", "failed"]),
+            json!(["status_changed", "olga", "planned", "planned"]),
+        ]
     );
 
     // Deleted: gone, its history with it.
