@@ -534,3 +534,47 @@ async fn runs_and_the_chain_are_recorded_and_a_going_run_holds_off_delete() {
     assert!(!f.board.attachments_dir(id).exists());
     assert!(f.board.run(run).await.unwrap().is_none());
 }
+
+/// Moves racing from one status: exactly one passes the table from it, the others
+/// are re-checked against where the winner took the task (compare-and-set).
+#[tokio::test]
+async fn racing_moves_from_one_status_cannot_both_pass() {
+    let f = fixture().await;
+    let board = std::sync::Arc::new(f.board);
+    let id = board.create(task("t"), &alice()).await.unwrap().id;
+    let mut racers = Vec::new();
+    for i in 0..12 {
+        let board = board.clone();
+        // Half plan it, half ask: from planning both are moves, but only one can be
+        // the move from planning; after it, planned → awaiting_input is refused
+        // and awaiting_input → planned too.
+        let to = if i % 2 == 0 {
+            TaskStatus::Planned
+        } else {
+            TaskStatus::AwaitingInput
+        };
+        racers.push(tokio::spawn(async move {
+            board
+                .transition(id, to, &Principal::agent("planner", i), None)
+                .await
+        }));
+    }
+    let mut passed = 0;
+    for racer in racers {
+        match racer.await.unwrap() {
+            Ok(_) => passed += 1,
+            Err(BoardError::Conflict { .. }) => {}
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    let from_planning: Vec<_> = board
+        .history(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == TaskEventKind::StatusChanged)
+        .collect();
+    assert_eq!(passed, 1, "{from_planning:?}");
+    assert_eq!(from_planning.len(), 1);
+    assert_eq!(from_planning[0].data["from"], "planning");
+}
