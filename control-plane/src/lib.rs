@@ -35,6 +35,7 @@ pub mod sessions;
 pub mod store;
 pub mod summaries;
 pub mod switches;
+pub mod tasks;
 pub mod telemetry;
 pub mod token_bucket;
 pub mod user_tokens;

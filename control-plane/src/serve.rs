@@ -428,6 +428,12 @@ pub async fn start(
         catalog: catalog.clone(),
         gate,
         sessions: sessions.clone(),
+        tasks: Arc::new(crate::tasks::Board::new(
+            store.clone(),
+            runs.feed().clone(),
+            settings.tasks.clone(),
+            &data_dir,
+        )),
         api_token,
         sandbox,
         thread_retention: settings.threads.retention,

@@ -23,6 +23,8 @@ pub struct Services {
     pub catalog: Arc<Catalog>,
     pub gate: Arc<ToolGate>,
     pub sessions: Arc<Sessions>,
+    /// The task board.
+    pub tasks: Arc<crate::tasks::Board>,
     pub api_token: Secret,
     /// How tool processes are confined on this host (`sandbox_probe`).
     pub sandbox: String,

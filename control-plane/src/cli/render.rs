@@ -660,6 +660,13 @@ pub fn feed_line(kind: &str, data: &Value, style: Style) -> Option<String> {
         ),
         FeedEvent::Summary { summary } => format!("titled: {}", one_line(summary, 100)),
         FeedEvent::Notification(notification) => one_line(notification.text(), 120),
+        FeedEvent::Task(change) => format!(
+            "task {} {} by {} ({})",
+            change.task_id,
+            change.kind,
+            change.by,
+            style.status(change.status.as_str())
+        ),
     };
     Some(format!("{head} {body}\n"))
 }

@@ -22,6 +22,7 @@ mod jobs;
 mod models;
 mod permissions;
 mod status;
+mod tasks;
 mod threads;
 mod tools;
 mod users;
@@ -230,6 +231,38 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
             ManageWorkers,
             worker_tokens::revoke,
         ),
+        // Tasks.
+        declare(POST, "/api/tasks", ManageTasks, tasks::create),
+        declare(GET, "/api/tasks", Look, tasks::list),
+        declare(GET, "/api/tasks/{id}", Look, tasks::show),
+        declare(PATCH, "/api/tasks/{id}", ManageTasks, tasks::update),
+        declare(DELETE, "/api/tasks/{id}", ManageTasks, tasks::delete),
+        declare(GET, "/api/tasks/{id}/history", Look, tasks::history),
+        declare(POST, "/api/tasks/{id}/pause", ManageTasks, tasks::pause),
+        declare(POST, "/api/tasks/{id}/resume", ManageTasks, tasks::resume),
+        declare(
+            POST,
+            "/api/tasks/{id}/complete",
+            ManageTasks,
+            tasks::complete,
+        ),
+        declare(POST, "/api/tasks/{id}/fail", ManageTasks, tasks::fail),
+        declare(POST, "/api/tasks/{id}/reopen", ManageTasks, tasks::reopen),
+        declare(POST, "/api/tasks/{id}/accept", ManageTasks, tasks::accept),
+        {
+            // The upload bounds its own body (`[tasks] attachment_max_bytes`).
+            let (route, endpoint) = declare(
+                POST,
+                "/api/tasks/{id}/attachments",
+                ManageTasks,
+                tasks::upload,
+            );
+            (
+                route,
+                endpoint.layer(axum::extract::DefaultBodyLimit::disable()),
+            )
+        },
+        declare(GET, "/api/tasks/{id}/attachments", Look, tasks::attachments),
     ]
 }
 

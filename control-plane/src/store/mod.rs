@@ -75,6 +75,7 @@ mod refs;
 mod run_events;
 mod runs;
 mod sessions;
+mod tasks;
 mod threads;
 mod user_tokens;
 mod worker_trust;
@@ -102,6 +103,11 @@ pub use policies::AgentPolicy;
 pub use refs::{MessageRef, OwedAnswer};
 pub use runs::{NewRun, RunMark, RunRecord, RunStatus};
 pub use sessions::{Cleared, SessionRecord, context_cutoff};
+pub use tasks::{
+    ChainChange, ChainEntry, NewQuestion, NewTask, PlanFields, QuestionOption, QuestionRecord,
+    ReportStatus, RunOutcome, RunRole, TaskAttachment, TaskFilter, TaskRecord, TaskReport, TaskRun,
+    WaitingKind, WaitingOn,
+};
 pub use threads::{
     Progress, StepRecord, StoredMessage, ThreadRecord, ThreadRole, ThreadStatus, summary_of,
 };
@@ -198,6 +204,7 @@ macro_rules! migrations {
             (17, "jobs", "0017_jobs.sql"),
             (18, "questions", "0018_questions.sql"),
             (19, "step runs in", "0019_step_runs_in.sql"),
+            (20, "tasks", "0020_tasks.sql"),
             (21, "thread roles", "0021_thread_roles.sql"),
             (22, "agent grants", "0022_agent_grants.sql"),
         )
@@ -205,7 +212,7 @@ macro_rules! migrations {
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 21] = match backend {
+    let set: [(i64, &'static str, &'static str); 22] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };

@@ -1,5 +1,6 @@
 mod api;
 mod architecture;
+mod board;
 mod cli;
 mod concurrent;
 mod dial_in;
