@@ -109,6 +109,8 @@ pub struct FileSettings {
     pub telemetry: FileTelemetry,
     #[serde(default)]
     pub store: FileStore,
+    #[serde(default)]
+    pub tasks: FileTasks,
     /// Roles by user id (`api` is whoever holds the API token; `default` is everyone
     /// not listed): admin | operator | viewer.
     #[serde(default)]
@@ -464,6 +466,86 @@ impl Default for ThreadSettings {
     }
 }
 
+/// `[tasks]`: the task board.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileTasks {
+    /// The agent that plans new tasks (created from the template at first use).
+    pub planner: Option<String>,
+    /// A task's time budget in seconds (a new task takes it; shown in the task).
+    pub time_limit_secs: Option<u64>,
+    /// A task's budget of model calls.
+    pub model_call_limit: Option<u64>,
+    /// How deep delegations may nest (a task's child's child …).
+    pub max_delegation_depth: Option<u32>,
+    /// The largest attachment accepted, in bytes (larger: 413).
+    pub attachment_max_bytes: Option<u64>,
+    /// The Discord channel where tasks post their questions, blocks and ends.
+    pub discord_channel: Option<String>,
+}
+
+/// The resolved `[tasks]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskSettings {
+    pub planner: String,
+    pub time_limit_secs: u64,
+    pub model_call_limit: u64,
+    pub max_delegation_depth: u32,
+    pub attachment_max_bytes: u64,
+    pub discord_channel: Option<String>,
+}
+
+impl TaskSettings {
+    fn from_file(file: &FileTasks) -> Result<Self, ConfigError> {
+        let planner = file.planner.clone().unwrap_or_else(|| "planner".into());
+        crate::agents::name::validate(&planner).map_err(|e| ConfigError::Invalid {
+            name: "[tasks] planner",
+            message: e.to_string(),
+        })?;
+        Ok(TaskSettings {
+            planner,
+            time_limit_secs: in_range(
+                "[tasks] time_limit_secs",
+                file.time_limit_secs,
+                3600,
+                1..=u64::MAX,
+            )?,
+            model_call_limit: in_range(
+                "[tasks] model_call_limit",
+                file.model_call_limit,
+                200,
+                1..=u64::MAX,
+            )?,
+            max_delegation_depth: in_range(
+                "[tasks] max_delegation_depth",
+                file.max_delegation_depth,
+                5,
+                1..=u32::MAX,
+            )?,
+            attachment_max_bytes: in_range(
+                "[tasks] attachment_max_bytes",
+                file.attachment_max_bytes,
+                10 << 20,
+                1..=u64::MAX,
+            )?,
+            discord_channel: file
+                .discord_channel
+                .clone()
+                .filter(|c| !c.trim().is_empty()),
+        })
+    }
+}
+
+impl Default for TaskSettings {
+    #[allow(
+        clippy::expect_used,
+        reason = "constants; a unit test reads the defaults"
+    )]
+    fn default() -> Self {
+        TaskSettings::from_file(&FileTasks::default()).expect("the defaults are in range")
+    }
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileDiscord {
@@ -538,6 +620,8 @@ pub struct Settings {
     pub sandbox: SandboxSettings,
     pub threads: ThreadSettings,
     pub context: ContextSettings,
+    /// The task board (`[tasks]`).
+    pub tasks: TaskSettings,
     /// `None`: no Discord front end (no `DISCORD_TOKEN`).
     pub discord: Option<DiscordSettings>,
     /// Where traces are exported (`OTEL_EXPORTER_OTLP_*`); `None`: nowhere.
@@ -889,6 +973,7 @@ impl Settings {
             threads: ThreadSettings::from_file(&file.threads)?,
             sandbox: SandboxSettings::from_file(file.sandbox),
             context: ContextSettings::from_file(&file.context)?,
+            tasks: TaskSettings::from_file(&file.tasks)?,
             discord: DiscordSettings::resolve(file.discord, &env)?,
             metrics_open: file.metrics.open,
             header_deadline: Duration::from_secs(in_range(
@@ -1082,6 +1167,39 @@ mod tests {
         assert_eq!(s.default_model.as_deref(), Some("claude-sonnet-4-5"));
         assert_eq!(s.threads.stuck_after, Duration::from_secs(900));
         assert_eq!(s.context.idle_timeout, Some(Duration::from_secs(1800)));
+        // The example says the defaults.
+        assert_eq!(s.tasks, TaskSettings::default());
+    }
+
+    #[test]
+    fn tasks_take_their_defaults_and_refuse_what_cannot_work() {
+        let t = TaskSettings::default();
+        assert_eq!(
+            (t.planner.as_str(), t.time_limit_secs, t.model_call_limit),
+            ("planner", 3600, 200)
+        );
+        assert_eq!(
+            (t.max_delegation_depth, t.attachment_max_bytes),
+            (5, 10 << 20)
+        );
+        assert_eq!(t.discord_channel, None);
+        let read = |text: &str| {
+            let file: FileSettings = toml::from_str(text).unwrap();
+            Settings::resolve(ServeArgs::default(), file, |_| None)
+        };
+        let set = read("[tasks]\nplanner = \"plans\"\nattachment_max_bytes = 5\n").unwrap();
+        assert_eq!(
+            (set.tasks.planner.as_str(), set.tasks.attachment_max_bytes),
+            ("plans", 5)
+        );
+        for bad in [
+            "[tasks]\nplanner = \"no/slash\"\n",
+            "[tasks]\ntime_limit_secs = 0\n",
+            "[tasks]\nattachment_max_bytes = 0\n",
+        ] {
+            let e = read(bad).unwrap_err().to_string();
+            assert!(e.contains("[tasks]"), "{bad}: {e}");
+        }
     }
     use std::collections::HashMap;
 

@@ -381,6 +381,19 @@ pub async fn start(
         settings.context,
     );
     runs.set_idle_saver(sessions.clone());
+    // The task board and its engine: the runs' role hooks, set before any run resumes.
+    let board = Arc::new(crate::tasks::Board::new(
+        store.clone(),
+        runs.feed().clone(),
+        settings.tasks.clone(),
+        &data_dir,
+    ));
+    let engine = crate::tasks::engine::Engine::launch(
+        store.clone(),
+        board.clone(),
+        runs.clone(),
+        agents.clone(),
+    );
     let connections = TaskTracker::new();
     let mut worker_routes = tonic::service::Routes::new(
         WorkerLinkService::new(
@@ -428,6 +441,8 @@ pub async fn start(
         catalog: catalog.clone(),
         gate,
         sessions: sessions.clone(),
+        tasks: board,
+        engine: engine.clone(),
         api_token,
         sandbox,
         thread_retention: settings.threads.retention,
@@ -492,6 +507,16 @@ pub async fn start(
     // Threads the last control plane left going go on (durable runs); those it left
     // going without a run (from before runs were recorded) cannot, and fail.
     let resumed = runs.resume_all().await?;
+    match engine.recover().await {
+        Ok(0) => {}
+        Ok(told) => tracing::info!(
+            turns = told,
+            "applied task turns that ended while chorus was down"
+        ),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot check tasks' turns that ended while chorus was down")
+        }
+    }
     if resumed > 0 {
         tracing::warn!(
             threads = resumed,

@@ -23,6 +23,10 @@ pub struct Services {
     pub catalog: Arc<Catalog>,
     pub gate: Arc<ToolGate>,
     pub sessions: Arc<Sessions>,
+    /// The task board.
+    pub tasks: Arc<crate::tasks::Board>,
+    /// What moves tasks between people and agents (planning, start, answers).
+    pub engine: Arc<crate::tasks::engine::Engine>,
     pub api_token: Secret,
     /// How tool processes are confined on this host (`sandbox_probe`).
     pub sandbox: String,

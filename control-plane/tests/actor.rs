@@ -5,12 +5,13 @@
 //! its messages and steps in the store, and what was sent to the worker.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use chorus_control_plane::runs::{EventRejected, Routed};
-use chorus_control_plane::store::{RunStatus, ThreadStatus};
+use chorus_control_plane::runs::{EventRejected, Routed, TurnEnd};
+use chorus_control_plane::store::{RunStatus, ThreadRole, ThreadStatus};
 use chorus_proto::domain::{
     AgentChange, ChatMessage, ControlCommand, Failure, FailureKind, Role, StepKind, WorkerEvent,
 };
 use chorus_test_support::fake_worker::{FakeWorker, Plane, USER};
+use chorus_test_support::role_hooks::TestHooks;
 
 const A: &str = "a";
 
@@ -753,4 +754,240 @@ async fn a_run_requeued_after_the_next_worker_attached_goes_to_that_worker() {
     let again = second.assignment().await;
     assert_eq!(again.run_id, run.run_id);
     assert_eq!(again.thread_id, thread);
+}
+
+// ------------------------------------------------------------------ threads with a role
+
+/// A plane with agent `a` and the test task engine.
+async fn plane_with_hooks(
+    adjust: impl FnOnce(&mut chorus_control_plane::runs::RunSettings),
+) -> (Plane, std::sync::Arc<TestHooks>) {
+    let plane = Plane::with(adjust).await;
+    plane.add_agent(A).await;
+    let hooks = std::sync::Arc::new(TestHooks::default());
+    plane.runs.set_role_hooks(hooks.clone());
+    (plane, hooks)
+}
+
+/// A thread with a role is offered its role's tools beside the agent's and works in
+/// its directory; each end of its turn (completed, failed, killed) is told to the
+/// engine, with the run that completed; a chat thread's end is not (the control).
+#[tokio::test]
+async fn each_end_of_a_role_threads_turn_is_told_to_the_engine() {
+    let (plane, hooks) = plane_with_hooks(|_| {}).await;
+    let mut worker = plane.worker(A).await;
+
+    let planner = plane
+        .start_role(A, "plan task 7", ThreadRole::Planner, None)
+        .await
+        .unwrap();
+    let run = worker.assignment().await;
+    assert_eq!(run.thread_id, planner);
+    let offered: Vec<_> = run.role_tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(offered, ["submit_plan"]);
+    assert!(run.role_tools[0].ends_turn);
+    assert_eq!(run.workdir, None);
+    assert!(
+        run.agent.offered.iter().all(|t| t.name != "submit_plan"),
+        "the agent's own tools are apart"
+    );
+    worker.answer(&run.run_id, "planned").await;
+    worker.complete(&run.run_id).await.unwrap();
+    assert_eq!(
+        hooks.until_ended(1).await,
+        [(
+            A.to_string(),
+            planner,
+            ThreadRole::Planner,
+            TurnEnd::Completed {
+                run_id: run.run_id.clone()
+            }
+        )]
+    );
+    assert_eq!(
+        plane.thread(A, planner).await.role,
+        Some(ThreadRole::Planner)
+    );
+
+    // The control: a chat thread's end is nobody's business but its own.
+    let chat = plane.send(A, "hi").await.thread_id;
+    let run = worker.assignment().await;
+    assert!(run.role_tools.is_empty());
+    worker.complete(&run.run_id).await.unwrap();
+    plane.until_status(A, chat, ThreadStatus::Completed).await;
+
+    let task = plane
+        .start_role(A, "do task 7", ThreadRole::Worker, Some("tasks/7"))
+        .await
+        .unwrap();
+    let run = worker.assignment().await;
+    assert_eq!(run.workdir.as_deref(), Some("tasks/7"));
+    assert_eq!(run.role_tools[0].name, "completion_report");
+    assert_eq!(
+        plane.thread(A, task).await.workdir.as_deref(),
+        Some("tasks/7")
+    );
+    worker
+        .fail(&run.run_id, FailureKind::ModelError, "the provider said no")
+        .await;
+    let failed = hooks.until_ended(2).await.pop().unwrap();
+    assert_eq!(
+        failed,
+        (
+            A.to_string(),
+            task,
+            ThreadRole::Worker,
+            TurnEnd::Failed(Failure::new(
+                FailureKind::ModelError,
+                "the provider said no"
+            ))
+        )
+    );
+
+    let killed = plane
+        .start_role(A, "answer b", ThreadRole::Answerer, None)
+        .await
+        .unwrap();
+    let run = worker.assignment().await;
+    worker.step(&run.run_id, 1, StepKind::LlmCall).await;
+    assert!(plane.runs.kill_thread(A, killed, USER).await.unwrap());
+    assert!(matches!(
+        worker.command().await,
+        ControlCommand::CancelRun { .. }
+    ));
+    let ended = hooks.until_ended(3).await;
+    assert_eq!(ended[2].1, killed);
+    assert_eq!(ended[2].3, TurnEnd::Killed);
+    assert_eq!(ended.len(), 3, "the chat thread was never told: {ended:?}");
+
+    // A working directory that leaves the workspace is refused; no thread starts.
+    for bad in ["../elsewhere", "/etc", "tasks/../../x", ""] {
+        let refused = plane
+            .start_role(A, "x", ThreadRole::Worker, Some(bad))
+            .await
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("working directory"),
+            "{refused}"
+        );
+    }
+    assert!(worker.sent().is_empty());
+}
+
+/// The next message of a completed thread with a role wakes that same thread:
+/// its next run has the history and the message, and its end is told again. A
+/// reply to one of its messages does the same (never a continuation without the
+/// role). A message while it runs is injected; a run that ends without taking it
+/// starts the next run, and only that run's end is told.
+#[tokio::test]
+async fn a_message_wakes_a_completed_role_thread_with_its_history() {
+    let (plane, hooks) = plane_with_hooks(|_| {}).await;
+    let mut worker = plane.worker(A).await;
+    let thread = plane
+        .start_role(A, "plan task 7", ThreadRole::Planner, None)
+        .await
+        .unwrap();
+    let run = worker.assignment().await;
+    worker.answer(&run.run_id, "two questions").await;
+    worker.complete(&run.run_id).await.unwrap();
+    hooks.until_ended(1).await;
+    plane.until_status(A, thread, ThreadStatus::Completed).await;
+
+    let received = plane
+        .message_thread(A, thread, "the answers")
+        .await
+        .unwrap();
+    assert_eq!(
+        (received.thread_id, received.routed),
+        (thread, Routed::Injected)
+    );
+    let woken = worker.assignment().await;
+    assert_eq!(woken.thread_id, thread);
+    assert_eq!(woken.role_tools[0].name, "submit_plan");
+    assert_eq!(
+        woken
+            .messages
+            .iter()
+            .map(|m| m.content.as_str())
+            .collect::<Vec<_>>(),
+        ["plan task 7", "two questions"],
+        "the history"
+    );
+    assert_eq!(woken.inputs.len(), 1);
+    assert_eq!(woken.inputs[0].content, "the answers");
+    let record = plane.thread(A, thread).await;
+    assert_eq!(
+        (record.status, record.ended_at),
+        (ThreadStatus::Running, None)
+    );
+
+    // A message while it runs is injected; the run ends without taking it.
+    let injected = plane.message_thread(A, thread, "one more").await.unwrap();
+    match worker.command().await {
+        ControlCommand::InjectMessage { run_id, input } => {
+            assert_eq!(run_id, woken.run_id);
+            assert_eq!(input.message_id, injected.message_id);
+        }
+        other => panic!("expected the message injected, got {other:?}"),
+    }
+    worker.take_input(&woken.run_id, received.message_id).await;
+    worker.answer(&woken.run_id, "planned").await;
+    worker.complete(&woken.run_id).await.unwrap();
+    let next = worker.assignment().await;
+    assert_eq!(next.thread_id, thread);
+    assert_eq!(next.inputs[0].content, "one more");
+    assert_eq!(hooks.ended().len(), 1, "the turn goes on in the next run");
+    worker.take_input(&next.run_id, injected.message_id).await;
+    worker.complete(&next.run_id).await.unwrap();
+    let ended = hooks.until_ended(2).await;
+    assert_eq!(
+        ended[1].3,
+        TurnEnd::Completed {
+            run_id: next.run_id.clone()
+        }
+    );
+
+    // A reply to one of its messages wakes it too.
+    let first = plane.store.thread_messages(A, thread).await.unwrap()[0].id;
+    let replied = plane.reply(A, "and this", first).await;
+    assert_eq!(replied.thread_id, thread, "not a continuation");
+    assert_eq!(worker.assignment().await.thread_id, thread);
+
+    // A chat thread that ended is not woken this way (a reply continues it).
+    let chat = plane.send(A, "hi").await.thread_id;
+    let run = loop {
+        let run = worker.assignment().await;
+        if run.thread_id == chat {
+            break run;
+        }
+    };
+    worker.complete(&run.run_id).await.unwrap();
+    plane.until_status(A, chat, ThreadStatus::Completed).await;
+    let refused = plane.message_thread(A, chat, "x").await.unwrap_err();
+    assert!(refused.to_string().contains("no role"), "{refused}");
+}
+
+/// A role thread whose worker is lost beyond resumption (resumed too often
+/// without progress) ends its turn as failed, and the engine is told.
+#[tokio::test]
+async fn a_role_thread_lost_beyond_resumption_ends_its_turn_failed() {
+    let (plane, hooks) = plane_with_hooks(|settings| settings.threads.max_resumes = 0).await;
+    let thread = plane
+        .start_role(A, "do it", ThreadRole::Worker, Some("tasks/1"))
+        .await
+        .unwrap();
+    let mut worker = plane.worker(A).await;
+    let run = worker.assignment().await;
+    worker.step(&run.run_id, 1, StepKind::LlmCall).await;
+    worker.die("connection reset").await;
+    let ended = hooks.until_ended(1).await;
+    match &ended[0] {
+        (agent, t, ThreadRole::Worker, TurnEnd::Failed(failure)) => {
+            assert_eq!((agent.as_str(), *t), (A, thread));
+            assert_eq!(failure.kind, FailureKind::Interrupted);
+            assert!(failure.message.contains("connection reset"), "{failure:?}");
+        }
+        other => panic!("expected a failed turn, got {other:?}"),
+    }
+    assert_eq!(plane.thread(A, thread).await.status, ThreadStatus::Failed);
 }

@@ -285,6 +285,8 @@ impl From<ControlCommand> for pb::ControlMessage {
                 inputs: run.inputs.into_iter().map(Into::into).collect(),
                 thread_summary: run.thread_summary,
                 thread_started_at_ms: run.thread_started_at_ms,
+                role_tools: run.role_tools.into_iter().map(Into::into).collect(),
+                workdir: run.workdir.unwrap_or_default(),
             }),
             ControlCommand::InjectMessage { run_id, input } => {
                 ControlBody::InjectMessage(pb::InjectMessage {
@@ -411,6 +413,12 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                     inputs: run.inputs.into_iter().map(Into::into).collect(),
                     thread_summary: run.thread_summary,
                     thread_started_at_ms: run.thread_started_at_ms,
+                    role_tools: run
+                        .role_tools
+                        .into_iter()
+                        .map(ToolSpec::try_from)
+                        .collect::<Result<_, _>>()?,
+                    workdir: (!run.workdir.is_empty()).then_some(run.workdir),
                 }))
             }
             ControlBody::InjectMessage(m) => ControlCommand::InjectMessage {
@@ -1118,6 +1126,15 @@ mod tests {
                 }],
                 thread_summary: "Fix the build".into(),
                 thread_started_at_ms: 1_700_000_000_000,
+                role_tools: vec![ToolSpec {
+                    name: "submit_plan".into(),
+                    wire_name: "submit_plan".into(),
+                    description: "Submit the plan".into(),
+                    schema_json: "{\"type\":\"object\"}".into(),
+                    runs_in: crate::tools::RunsIn::ControlPlane,
+                    ends_turn: true,
+                }],
+                workdir: Some("tasks/7".into()),
             })),
             ControlCommand::Summarize(Box::new(SummaryRequest {
                 request_id: 3,

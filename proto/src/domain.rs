@@ -163,7 +163,8 @@ pub struct ToolSpec {
     /// The JSON Schema of its arguments (an object schema), as JSON text.
     pub schema_json: String,
     pub runs_in: crate::tools::RunsIn,
-    /// A successful call ends the run's turn (the task board's control tools).
+    /// A successful call ends the run's turn (a task role's finishing tools): the
+    /// worker ends the run after the batch it was in, with no further model call.
     pub ends_turn: bool,
 }
 
@@ -277,6 +278,12 @@ pub struct RunAssignment {
     /// can describe it beside the agent's other threads.
     pub thread_summary: String,
     pub thread_started_at_ms: i64,
+    /// The tools of the thread's role in a task, offered beside the agent's (a
+    /// change of the agent's tools leaves them as they are).
+    pub role_tools: Vec<ToolSpec>,
+    /// The directory the run's tools work in, relative to the agent's workspace
+    /// (`tasks/7`); `None`: the whole workspace.
+    pub workdir: Option<String>,
 }
 
 /// A user message the model has not seen yet, with its id in the thread.

@@ -61,6 +61,9 @@ struct ActiveRun {
     agent: watch::Sender<LiveAgent>,
     /// User messages injected into the run, taken before its next model call.
     inbox: Inbox,
+    /// Its thread's role tools (a task's), offered beside the agent's whatever
+    /// change of the agent's tools comes.
+    role_tools: Vec<chorus_proto::domain::ToolSpec>,
 }
 
 /// Tool settings of this worker process (flags or environment of `chorus-worker`).
@@ -149,7 +152,8 @@ impl Runner {
             ControlCommand::UpdateAgent(change) => {
                 tracing::info!(?change.model, tools = ?change.tools, "agent changed");
                 for run in self.runs().values() {
-                    run.agent.send_modify(|agent| apply(agent, change.clone()));
+                    run.agent
+                        .send_modify(|agent| apply(agent, change.clone(), &run.role_tools));
                 }
             }
             ControlCommand::ToolDecision(decision) => {
@@ -203,6 +207,21 @@ impl Runner {
     }
 
     fn start(&self, run: RunAssignment) {
+        // Every tool process of this run is confined as the control plane says; a
+        // task's run works in its own directory under the workspace.
+        let sandbox = Sandbox::for_agent(run.agent.sandbox.clone(), &self.agent_dir);
+        let workspace = match working_directory(&sandbox.workspace, run.workdir.as_deref()) {
+            Ok(workspace) => workspace,
+            Err(error) => {
+                tracing::warn!(run_id = %run.run_id, %error, "run refused: its working directory cannot be used");
+                self.sink.send(WorkerEvent::RunFailed {
+                    run_id: run.run_id,
+                    kind: chorus_proto::domain::FailureKind::Config,
+                    error,
+                });
+                return;
+            }
+        };
         let cancel = CancellationToken::new();
         let (agent_tx, agent_rx) = watch::channel(LiveAgent {
             model: ModelSelection {
@@ -210,7 +229,7 @@ impl Runner {
                 route: run.model.clone(),
             },
             system_prompt: run.agent.system_prompt.clone(),
-            tools: std::sync::Arc::new(run.agent.offered.clone()),
+            tools: std::sync::Arc::new(offered_with(&run.agent.offered, &run.role_tools)),
             docs_dir: Some(self.agent_dir.join("docs")),
         });
         let inbox = Inbox::default();
@@ -227,14 +246,12 @@ impl Runner {
                 cancel: cancel.clone(),
                 agent: agent_tx,
                 inbox: inbox.clone(),
+                role_tools: run.role_tools.clone(),
             },
         );
         let board = self.board.clone();
         let gate = self.gate.clone();
-        // Every tool process of this run is confined as the control plane says.
         let mut config = self.tools.clone();
-        let sandbox = Sandbox::for_agent(run.agent.sandbox.clone(), &self.agent_dir);
-        let workspace = Workspace::new(&sandbox.workspace);
         config.bash.sandbox = Some(sandbox);
         let tools = ToolBox::new(workspace, self.locks.clone())
             .with_jobs(self.background.clone())
@@ -339,8 +356,46 @@ impl Runner {
     }
 }
 
+/// The jail of a run's file tools: the agent's workspace, or the run's working
+/// directory under it (made if missing; `..`, absolute paths and symlinks refused).
+/// The sandbox of its commands still allows the whole workspace.
+fn working_directory(
+    workspace: &std::path::Path,
+    workdir: Option<&str>,
+) -> Result<Workspace, String> {
+    let whole = Workspace::new(workspace);
+    match workdir {
+        None => Ok(whole),
+        Some(dir) => whole.within(dir).map_err(|e| {
+            format!("the run's working directory cannot be used: {e}; the run did not start")
+        }),
+    }
+}
+
+/// The tools a run offers: its agent's, then its thread's role tools (a role tool
+/// named like one of the agent's is left out: the agent's own stands).
+fn offered_with(
+    offered: &[chorus_proto::domain::ToolSpec],
+    role_tools: &[chorus_proto::domain::ToolSpec],
+) -> Vec<chorus_proto::domain::ToolSpec> {
+    let mut all = offered.to_vec();
+    for tool in role_tools {
+        if !all
+            .iter()
+            .any(|t| t.name == tool.name || t.wire_name == tool.wire_name)
+        {
+            all.push(tool.clone());
+        }
+    }
+    all
+}
+
 /// Applies a change to what a run knows of its agent.
-fn apply(agent: &mut LiveAgent, change: AgentChange) {
+fn apply(
+    agent: &mut LiveAgent,
+    change: AgentChange,
+    role_tools: &[chorus_proto::domain::ToolSpec],
+) {
     if let Some((display, route)) = change.model {
         agent.model = ModelSelection { display, route };
     }
@@ -349,7 +404,7 @@ fn apply(agent: &mut LiveAgent, change: AgentChange) {
     }
     // `change.tools` (the names alone) is for older workers.
     if let Some(offered) = change.offered {
-        agent.tools = std::sync::Arc::new(offered);
+        agent.tools = std::sync::Arc::new(offered_with(&offered, role_tools));
     }
 }
 

@@ -47,7 +47,11 @@ fn fast() -> RetryPolicy {
 }
 
 fn assignment(run_id: &str, thread_id: u64, summary: &str) -> ControlCommand {
-    ControlCommand::AssignRun(Box::new(RunAssignment {
+    ControlCommand::AssignRun(Box::new(run(run_id, thread_id, summary)))
+}
+
+fn run(run_id: &str, thread_id: u64, summary: &str) -> RunAssignment {
+    RunAssignment {
         run_id: run_id.into(),
         thread_id,
         agent: AgentSettings {
@@ -72,7 +76,9 @@ fn assignment(run_id: &str, thread_id: u64, summary: &str) -> ControlCommand {
         inputs: Vec::new(),
         thread_summary: summary.into(),
         thread_started_at_ms: 0,
-    }))
+        role_tools: Vec::new(),
+        workdir: None,
+    }
 }
 
 /// A runner whose model calls go to `model`, the events it sends, and the agent's
@@ -319,4 +325,127 @@ async fn every_summary_request_gets_exactly_one_answer_over_either_wire() {
         );
         assert_eq!(sent["max_tokens"], 1024, "{sent}");
     }
+}
+
+/// The names of the tools offered in a request (OpenAI wire).
+fn offered_in(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(|t| {
+                    t["function"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A task's run: its role's tools are offered beside the agent's and stay offered
+/// when the agent's tools change mid-run; its file tools work in its directory
+/// (made under the workspace), where the same name as a workspace file reads the
+/// task's own. A working directory that climbs out fails the run before any model
+/// call, as a configuration error.
+#[tokio::test]
+async fn a_task_run_offers_its_role_tools_and_works_in_its_directory() {
+    let model = FakeModel::start(Wire::OpenAi, &["m"]).await;
+    let hold = Hold::new();
+    model.push(Reply::Held(
+        hold.clone(),
+        Box::new(fake_model::tool_call(
+            "c1",
+            "view",
+            serde_json::json!({"path": "x"}),
+        )),
+    ));
+    model.push(fake_model::text("done"));
+    let (runner, mut events, agent_dir) = runner(&model);
+    let workspace = agent_dir.path().join("workspace");
+    std::fs::write(workspace.join("x"), "the workspace's").unwrap();
+    std::fs::create_dir_all(workspace.join("tasks/9")).unwrap();
+    std::fs::write(workspace.join("tasks/9/x"), "the task's").unwrap();
+    let mut task = run("r1", 1, "");
+    task.workdir = Some("tasks/9".into());
+    task.role_tools = vec![chorus_proto::domain::ToolSpec {
+        name: "submit_plan".into(),
+        wire_name: "submit_plan".into(),
+        description: "Submit the plan".into(),
+        schema_json: r#"{"type":"object"}"#.into(),
+        runs_in: chorus_proto::tools::RunsIn::ControlPlane,
+        ends_turn: true,
+    }];
+    runner.handle(ControlCommand::AssignRun(Box::new(task)));
+    model.wait_for_requests(1, WAIT).await;
+    runner.handle(ControlCommand::UpdateAgent(
+        chorus_proto::domain::AgentChange {
+            model: None,
+            system_prompt: None,
+            tools: Some(vec!["file_read".into()]),
+            offered: Some(vec![
+                chorus_proto::tools::find("file_read")
+                    .unwrap()
+                    .spec(&Default::default()),
+            ]),
+        },
+    ));
+    hold.release();
+    let mut seen = Vec::new();
+    until(&mut events, &mut seen, |e| {
+        matches!(e, WorkerEvent::ToolCheck { .. })
+    })
+    .await;
+    let Some(WorkerEvent::ToolCheck { request_id, .. }) = seen.last().map(|s| &s.event) else {
+        unreachable!()
+    };
+    runner.handle(ControlCommand::ToolDecision(
+        chorus_proto::domain::ToolDecision {
+            request_id: *request_id,
+            allowed: true,
+            message: String::new(),
+            result: None,
+        },
+    ));
+    until(&mut events, &mut seen, completed("r1")).await;
+    let requests = model.requests();
+    assert_eq!(offered_in(&requests[0].body), ["view", "submit_plan"]);
+    assert_eq!(
+        offered_in(&requests[1].body),
+        ["file_read", "submit_plan"],
+        "the agent's change leaves the role's tools"
+    );
+    let result = seen
+        .iter()
+        .find_map(|s| match &s.event {
+            WorkerEvent::MessageAppended { message, .. } if message.tool_call_id.is_some() => {
+                Some(message.content.clone())
+            }
+            _ => None,
+        })
+        .unwrap();
+    assert!(result.contains("the task's"), "{result}");
+
+    runner.handle(ControlCommand::AssignRun(Box::new(RunAssignment {
+        workdir: Some("../elsewhere".into()),
+        ..run("r2", 2, "")
+    })));
+    let mut seen = Vec::new();
+    until(
+        &mut events,
+        &mut seen,
+        |e| matches!(e, WorkerEvent::RunFailed { run_id, .. } if run_id == "r2"),
+    )
+    .await;
+    match &seen.last().unwrap().event {
+        WorkerEvent::RunFailed { kind, error, .. } => {
+            assert_eq!(*kind, chorus_proto::domain::FailureKind::Config);
+            assert!(error.contains("working directory"), "{error}");
+        }
+        _ => unreachable!(),
+    }
+    assert_eq!(model.requests().len(), 2, "no model call for it");
+    assert!(!agent_dir.path().join("elsewhere").exists());
 }

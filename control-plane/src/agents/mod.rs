@@ -15,6 +15,7 @@
 
 mod deletion;
 pub mod files;
+mod grants;
 pub mod name;
 
 use std::collections::HashSet;
@@ -24,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use crate::permissions::grants::{Role, granted, may_grant};
-use crate::permissions::profiles::{offered_specs, offered_tools, setting_name, to_stored};
+use crate::permissions::profiles::{setting_name, to_stored};
 use crate::permissions::{PermissionsSetting, Profile};
 use crate::principal::Principal;
 use crate::providers::catalog::Catalog;
@@ -475,16 +476,7 @@ impl AgentService {
             Some(format!("old={} new={}", before.permissions, stored)),
         )
         .await;
-        self.runs
-            .agent_changed(
-                name,
-                AgentChange {
-                    tools: Some(offered_tools(&profile)),
-                    offered: Some(offered_specs(&profile, &self.runs.tool_schemas())),
-                    ..AgentChange::default()
-                },
-            )
-            .await;
+        self.offer_tools(name, &profile).await;
         Ok(setting_name(&setting)
             .unwrap_or("a custom profile")
             .to_string())

@@ -113,6 +113,36 @@ impl Client {
         self.call(Method::POST, path, Some(body)).await
     }
 
+    /// Uploads `file` as the multipart field `file` (named by its file name) and
+    /// returns the answer's JSON.
+    pub async fn post_file(&self, path: &str, file: &Path) -> anyhow::Result<Value> {
+        let bytes = tokio::fs::read(file)
+            .await
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        let name = file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .ok_or_else(|| anyhow!("{} names no file", file.display()))?;
+        let form = reqwest::multipart::Form::new().part(
+            "file",
+            reqwest::multipart::Part::bytes(bytes).file_name(name),
+        );
+        let response = self
+            .request(Method::POST, path)
+            .timeout(Duration::from_secs(300))
+            .multipart(form)
+            .send()
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if status.is_success() {
+            return Ok(value);
+        }
+        Err(api_error(status, &value))
+    }
+
     /// Opens a server-sent event stream (no overall timeout: it lasts).
     pub async fn stream(
         &self,
@@ -146,10 +176,11 @@ impl Client {
     }
 }
 
-/// The API's `{"error": {"code", "message"}}` as one sentence.
+/// The API's `{"error": {"code", "message"}}` (or `{"error": "…"}`) as one sentence.
 pub fn api_error(status: StatusCode, body: &Value) -> anyhow::Error {
     let message = body["error"]["message"]
         .as_str()
+        .or_else(|| body["error"].as_str())
         .map(str::to_string)
         .or_else(|| body.as_str().map(str::to_string))
         .unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_string());
@@ -187,6 +218,13 @@ mod tests {
         assert_eq!(
             api_error(StatusCode::NOT_FOUND, &body).to_string(),
             "no agent named 'x' (HTTP 404)"
+        );
+        // A task's invalid transition names the allowed ones in its message.
+        let conflict = json!({"error": "task 7 is completed; it cannot go to active (allowed: review)",
+                              "allowed": ["review"]});
+        assert_eq!(
+            api_error(StatusCode::CONFLICT, &conflict).to_string(),
+            "task 7 is completed; it cannot go to active (allowed: review) (HTTP 409)"
         );
         assert!(
             api_error(StatusCode::UNAUTHORIZED, &Value::Null)

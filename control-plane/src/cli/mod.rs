@@ -13,7 +13,8 @@
 //! follows the thread on `/api/events`), `events` (the feed, until Ctrl-C), `status` (the
 //! server's diagnosis, else this shell's), `destroy` (the question before deleting: none
 //! without a terminal and without `--yes`, so nothing is deleted), `approval_id` (a
-//! unique prefix to a whole id). Escape codes only on a terminal without `NO_COLOR`;
+//! unique prefix to a whole id), `task` (the task board: `chorus task …`, its own
+//! pure parts in `task::{args, render, follow}`). Escape codes only on a terminal without `NO_COLOR`;
 //! every command but `serve` and `completions` takes `--json`.
 
 pub mod approval_id;
@@ -22,10 +23,12 @@ pub mod destroy;
 pub mod events;
 pub mod feed;
 pub mod follow;
+pub mod grants;
 pub mod render;
 pub mod send;
 pub mod sse;
 pub mod status;
+pub mod task;
 pub mod worker;
 
 use std::io::{IsTerminal, Write};
@@ -196,11 +199,35 @@ pub enum ClientCommand {
         #[command(subcommand)]
         command: UserCommand,
     },
+    /// Tools granted to an agent at run time: list them, grant (`add`) or take back (`rm`).
+    #[command(
+        after_help = "Examples:\n  chorus grants coder\n  chorus grants coder add bash\n  chorus grants coder rm bash\n\n\
+        A granted tool's every call is allowed whatever the agent's profile says (the file\n\
+        jail and the sandbox still hold), from its next tool call. You grant no more than\n\
+        your role may: bash and the file writers amount to the 'open' preset (admins)."
+    )]
+    Grants {
+        #[command(flatten)]
+        client: ClientArgs,
+        agent: String,
+        #[command(subcommand)]
+        command: Option<grants::GrantsCommand>,
+    },
     /// Who the token you use acts as, and its role.
     #[command(after_help = "Example:\n  CHORUS_API_TOKEN=chorus_… chorus whoami")]
     Whoami {
         #[command(flatten)]
         client: ClientArgs,
+    },
+    /// The task board: create tasks, answer their questions, start, follow and accept them.
+    #[command(
+        after_help = "Examples:\n  chorus task create \"Add a cache\" -d \"Cache the lookups\"\n  chorus task answer 7 q1=Postgres\n  chorus task start 7\n  chorus task list --status review\n  chorus task accept 7"
+    )]
+    Task {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: task::TaskCommand,
     },
     /// Join credentials of dial-in workers (admin).
     #[command(
@@ -551,6 +578,7 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<bool> {
         Cmd::Events { agent } => events::follow(&client, agent.as_deref(), args.json, style).await,
         Cmd::Context(command) => context(&client, command, out).await,
         Cmd::User(UserCommand::Token(command)) => token(&client, command, out, style).await,
+        Cmd::Grants { agent, command } => grants::run(&client, &agent, command, out).await,
         Cmd::Whoami => {
             let me = client.get("/api/whoami").await?;
             out.show(&me, |m| {
@@ -561,6 +589,7 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<bool> {
                 )
             })
         }
+        Cmd::Task(command) => task::run(&client, command, args.json, style).await,
         Cmd::Worker(command) => {
             let answer = worker::run(&client, command, args.json).await?;
             out.show(&answer, worker::text)
@@ -728,7 +757,12 @@ enum Cmd {
     Context(ContextCommand),
     User(UserCommand),
     Whoami,
+    Task(task::TaskCommand),
     Worker(worker::WorkerCommand),
+    Grants {
+        agent: String,
+        command: Option<grants::GrantsCommand>,
+    },
 }
 
 fn split(command: ClientCommand) -> (ClientArgs, Cmd) {
@@ -774,6 +808,12 @@ fn split(command: ClientCommand) -> (ClientArgs, Cmd) {
         ClientCommand::Context { client, command } => (client, Cmd::Context(command)),
         ClientCommand::User { client, command } => (client, Cmd::User(command)),
         ClientCommand::Whoami { client } => (client, Cmd::Whoami),
+        ClientCommand::Grants {
+            client,
+            agent,
+            command,
+        } => (client, Cmd::Grants { agent, command }),
+        ClientCommand::Task { client, command } => (client, Cmd::Task(command)),
         ClientCommand::Worker { client, command } => (client, Cmd::Worker(command)),
     }
 }

@@ -660,8 +660,30 @@ pub fn feed_line(kind: &str, data: &Value, style: Style) -> Option<String> {
         ),
         FeedEvent::Summary { summary } => format!("titled: {}", one_line(summary, 100)),
         FeedEvent::Notification(notification) => one_line(notification.text(), 120),
+        FeedEvent::Task(change) => format!(
+            "task {} {} by {} ({})",
+            change.task_id,
+            change.kind,
+            change.by,
+            style.status(change.status.as_str())
+        ),
     };
     Some(format!("{head} {body}\n"))
+}
+
+/// An agent's granted tools (`chorus grants`).
+pub fn grants(agent: &str, list: &Value) -> String {
+    let rows = rows_of(&list["grants"], |g| {
+        vec![
+            cell(&g["tool"]),
+            cell(&g["granted_by"]),
+            cell(&g["granted_at"]),
+        ]
+    });
+    if rows.is_empty() {
+        return format!("No tools are granted to {agent}: its profile decides every call.\n");
+    }
+    table(&["TOOL", "GRANTED BY", "AT"], &rows, |_, c| c.to_string())
 }
 
 #[cfg(test)]

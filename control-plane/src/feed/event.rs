@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::store::ThreadStatus;
+use crate::tasks::history::TaskEventKind;
+use crate::tasks::status::TaskStatus;
 
 /// One event of the feed, by kind. Serialised as `{"kind": …, "data": {…}}`; the
 /// SSE streams send the kind as the event name and the data as its payload.
@@ -49,6 +51,23 @@ pub enum FeedEvent {
     },
     /// An event of the agent that belongs to no thread.
     Notification(Notification),
+    /// An event of a task's history (no thread: published under the agent it
+    /// concerns, `tasks::board`).
+    Task(TaskChange),
+}
+
+/// One event of a task's history as the feed tells it, with the task's status after it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskChange {
+    pub task_id: u64,
+    /// The history event's id (`GET /api/tasks/{id}/history`).
+    pub event_id: u64,
+    pub at: String,
+    pub kind: TaskEventKind,
+    /// Who caused it (a principal's text).
+    pub by: String,
+    pub status: TaskStatus,
+    pub data: Value,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -236,6 +255,7 @@ impl FeedEvent {
             FeedEvent::ApprovalAnswered(_) => "approval_answered",
             FeedEvent::Summary { .. } => "summary",
             FeedEvent::Notification(_) => "notification",
+            FeedEvent::Task(_) => "task",
         }
     }
 
@@ -317,8 +337,11 @@ mod tests {
                 expected(kind, data).to_string(),
                 "{kind}"
             );
-            // Only notifications belong to no thread.
-            assert_eq!(!thread, matches!(event, FeedEvent::Notification(_)));
+            // Only notifications and task events belong to no thread.
+            assert_eq!(
+                !thread,
+                matches!(event, FeedEvent::Notification(_) | FeedEvent::Task(_))
+            );
             kinds.insert(event.kind());
         }
         // Every kind was recorded.
@@ -334,6 +357,7 @@ mod tests {
                 "step_ended",
                 "step_started",
                 "summary",
+                "task",
                 "text",
                 "thread_created",
             ]

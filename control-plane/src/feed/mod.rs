@@ -1,6 +1,7 @@
 //! The live feed of thread events: threads created, steps as they start and end,
 //! streamed model text, messages, approvals, and each status; and of agent events
-//! that belong to no thread (`notification`: an idle save). Frontends subscribe to
+//! that belong to no thread (`notification`: an idle save; `task`: an event of a
+//! task's history). Frontends subscribe to
 //! one thread (`…/threads/{id}/events`) or to everything (`GET /api/events`).
 //!
 //! Every event has an id, `<boot>.<seq>`: `boot` names this start of the control
@@ -27,7 +28,7 @@ use tokio::sync::broadcast;
 
 pub use event::{
     Answer, ApprovalAnswered, ApprovalAsked, FeedEvent, Notification, StatusChange, StatusDetail,
-    StepEnded, StepStarted, ThreadCreated, ThreadOrigin,
+    StepEnded, StepStarted, TaskChange, ThreadCreated, ThreadOrigin,
 };
 
 /// One event of one thread, or of an agent (`thread_id` `None`).
@@ -140,6 +141,11 @@ impl ThreadFeed {
     /// An event of the agent that belongs to no thread (its `thread_id` is null).
     pub fn publish_agent(&self, agent: &str, notification: Notification) {
         self.publish_event(agent, None, FeedEvent::Notification(notification));
+    }
+
+    /// An event of a task's history, under the agent it concerns (no thread).
+    pub fn publish_task(&self, agent: &str, change: TaskChange) {
+        self.publish_event(agent, None, FeedEvent::Task(change));
     }
 
     fn publish_event(&self, agent: &str, thread_id: Option<u64>, event: FeedEvent) {

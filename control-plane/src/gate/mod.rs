@@ -7,8 +7,19 @@
 //! Invariants: every call gets exactly one decision and one audit row; anything that
 //! goes wrong (no profile, no answer, a restart) is a deny. When the profile asks and
 //! the agent's `on_ask` is `allow`, the call is allowed without a person, which amounts
-//! to granting the `open` preset (`switches::OnAsk`). Who may do what at a front end is
-//! [`policy`]: every front end checks a request's role with [`policy::allowed`].
+//! to granting the `open` preset (`switches::OnAsk`). A call of a tool granted to the
+//! agent at run time (`agents::grants`) is allowed whatever the profile says, and
+//! audited as an allow naming the grant.
+//!
+//! A thread with a role in a task (`runs::roles`): a call of one of its role's tools
+//! (`RoleHooks::owns`) is the role's finishing contract, not a permission: allowed
+//! without the profile, audited as an allow saying so, and carried out by the task
+//! engine (`RoleHooks::execute`). The same name called by a thread without that
+//! role goes the normal way (an unknown tool, refused). Such a thread never waits
+//! for a person: an ask its agent would put to one (`on_ask = prompt`) is a deny.
+//!
+//! Who may do what at a front end is [`policy`]: every front end checks a request's
+//! role with [`policy::allowed`].
 
 pub mod actions;
 pub mod policy;
@@ -224,11 +235,15 @@ impl ToolGate {
             message,
             result: None,
         };
-        // The run's thread and who started it, from the actor that owns the run
-        // (no read of the store).
-        let Some((thread_id, started_by)) = self
+        // The run's thread, who started it and its role, from the actor that owns
+        // the run (no read of the store).
+        let Some(crate::runs::RunContext {
+            thread_id,
+            started_by,
+            role,
+        }) = self
             .runs
-            .thread_of(&check.agent, check.generation, &check.run_id)
+            .run_context(&check.agent, check.generation, &check.run_id)
             .await
         else {
             return deny("this run is not known to the control plane; the tool was not run".into());
@@ -289,6 +304,43 @@ impl ToolGate {
             }
         };
 
+        // A role's finishing tool, called by a thread with that role: its contract,
+        // not the profile's, says it may (and only the engine carries it out).
+        if let (Some(role), Some(hooks)) = (role, self.runs.role_hooks())
+            && hooks.owns(role, &call.name)
+        {
+            let contract = [role_explanation(
+                &shown_actions.join(" "),
+                Decision::Allow,
+                format!("finishing contract of the {role} role"),
+            )];
+            audit(AuditDecision::Allow, Some(&contract), None).await;
+            let result = hooks
+                .execute(
+                    &check.agent,
+                    thread_id,
+                    &check.run_id,
+                    role,
+                    &call.name,
+                    &call.arguments,
+                )
+                .await;
+            return ToolDecision {
+                request_id: check.request_id,
+                allowed: true,
+                message: String::new(),
+                result: Some(match result {
+                    Ok(content) => ToolResult {
+                        content,
+                        is_error: false,
+                    },
+                    Err(content) => ToolResult {
+                        content,
+                        is_error: true,
+                    },
+                }),
+            };
+        }
         let profile = match self.profiles.get(&record.permissions) {
             Ok(profile) => profile,
             Err(e) => {
@@ -303,6 +355,12 @@ impl ToolGate {
         // a deny and returns it.
         match decision {
             Decision::Allow => audit(AuditDecision::Allow, Some(&explanations), None).await,
+            // A granted tool: every call is allowed, whatever the profile says
+            // (`agents::grants`); the audit row says so and what the profile said.
+            Decision::Ask | Decision::Deny if granted(&record.grants, &call.name) => {
+                let explanations = by_grant(explanations);
+                audit(AuditDecision::Allow, Some(&explanations), None).await
+            }
             Decision::Deny => {
                 audit(AuditDecision::Deny, Some(&explanations), None).await;
                 return deny(denial(&profile_label(&record.permissions), &explanations));
@@ -315,6 +373,24 @@ impl ToolGate {
                     audit(AuditDecision::AskAutoDenied, Some(&explanations), None).await;
                     return deny(format!(
                         "Permission denied: {} needs a person's approval and this agent does not ask (on_ask = deny)",
+                        asked(&explanations)
+                    ));
+                }
+                // A task's run never waits for a person on a permission: its ask
+                // resolves as its agent's `on_ask`, and `prompt` as a deny.
+                OnAsk::Prompt if let Some(role) = role => {
+                    let mut why = explanations.clone();
+                    why.push(role_explanation(
+                        &asked(&explanations),
+                        Decision::Deny,
+                        format!(
+                            "a thread with the {role} role never waits for a person: on_ask = prompt resolves as deny"
+                        ),
+                    ));
+                    audit(AuditDecision::AskAutoDenied, Some(&why), None).await;
+                    return deny(format!(
+                        "Permission denied: {} needs a person's approval, and a task's run does not wait for one \
+                         (its agent's on_ask is prompt, which is a deny here); do without it, or finish with what you have",
                         asked(&explanations)
                     ));
                 }
@@ -639,6 +715,45 @@ async fn authority(store: &Store, settings: &GateSettings, started_by: Option<&P
     })
     .await;
     settings.role_of_person(root.as_ref())
+}
+
+/// Whether the tool called `name` (any of its names) is granted to the agent.
+fn granted(grants: &[String], name: &str) -> bool {
+    chorus_proto::tools::find(name).is_some_and(|tool| grants.iter().any(|g| g == tool.name))
+}
+
+/// The explanations of a call allowed by a grant: each action allowed, saying what
+/// the profile would have done.
+fn by_grant(explanations: Vec<Explanation>) -> Vec<Explanation> {
+    explanations
+        .into_iter()
+        .map(|e| Explanation {
+            reason: format!(
+                "allowed: the tool is granted to this agent (the profile: {})",
+                e.reason
+            ),
+            decision: Decision::Allow,
+            list: None,
+            rule_index: None,
+            pattern: None,
+            about: None,
+            action: e.action,
+        })
+        .collect()
+}
+
+/// A decision the profile did not make (a role's contract), as the audit row's
+/// explanation.
+fn role_explanation(action: &str, decision: Decision, reason: String) -> Explanation {
+    Explanation {
+        action: action.to_string(),
+        decision,
+        list: None,
+        rule_index: None,
+        pattern: None,
+        about: None,
+        reason,
+    }
 }
 
 /// How a profile is named in messages.

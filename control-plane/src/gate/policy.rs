@@ -22,8 +22,8 @@ pub enum Act {
     ManageContext,
     /// Approve or deny a tool call waiting for a person.
     AnswerApprovals,
-    /// Change an agent's settings (permissions and `on_ask` only within what the
-    /// role may grant).
+    /// Change an agent's settings, and grant or take back tools (permissions,
+    /// `on_ask` and tools only within what the role may grant).
     ConfigureAgents,
     /// Create an agent (its permissions within what the role may grant).
     CreateAgents,
@@ -35,6 +35,10 @@ pub enum Act {
     ManageTokens,
     /// Issue, list and revoke dial-in workers' join credentials.
     ManageWorkers,
+    /// Create, edit, delete and move tasks (the board's buttons) and upload their
+    /// attachments: a task sets agents to work, so it is an operator's, like
+    /// changing an agent's course. Reading tasks is `Look`.
+    ManageTasks,
 }
 
 impl Act {
@@ -48,7 +52,8 @@ impl Act {
             | Act::ConfigureAgents
             | Act::CreateAgents
             | Act::DestroyAgents
-            | Act::RefreshModels => Role::Operator,
+            | Act::RefreshModels
+            | Act::ManageTasks => Role::Operator,
             Act::ManageTokens | Act::ManageWorkers => Role::Admin,
         }
     }
@@ -67,6 +72,7 @@ impl Act {
             Act::RefreshModels => "refresh the model list",
             Act::ManageTokens => "manage API tokens",
             Act::ManageWorkers => "manage worker credentials",
+            Act::ManageTasks => "create or change tasks",
         }
     }
 }
@@ -108,6 +114,7 @@ mod tests {
             Act::RefreshModels,
             Act::ManageTokens,
             Act::ManageWorkers,
+            Act::ManageTasks,
         ];
         for act in all {
             assert!(allowed(Role::Admin, act), "{act:?}");

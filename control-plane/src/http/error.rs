@@ -1,4 +1,6 @@
-//! One error shape for every HTTP failure: `{"error": {"code": …, "message": …}}`.
+//! One error shape for every HTTP failure: `{"error": {"code": …, "message": …}}`,
+//! with fields beside `error` where a program needs more (an invalid task move's
+//! `allowed` statuses).
 
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
@@ -15,6 +17,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// More fields beside `error` for a program to read (e.g. `allowed`).
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ApiError {
@@ -23,7 +27,14 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            extra: serde_json::Map::new(),
         }
+    }
+
+    /// The same error with one more field beside `error`.
+    pub fn with(mut self, key: &str, value: serde_json::Value) -> Self {
+        self.extra.insert(key.to_string(), value);
+        self
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -63,7 +74,13 @@ impl IntoResponse for ApiError {
         if self.status.is_server_error() {
             tracing::error!(code = self.code, message = %self.message, "request failed");
         }
-        let body = serde_json::json!({ "error": { "code": self.code, "message": self.message } });
+        let mut body = serde_json::Map::new();
+        body.insert(
+            "error".into(),
+            serde_json::json!({ "code": self.code, "message": self.message }),
+        );
+        body.extend(self.extra);
+        let body = serde_json::Value::Object(body);
         let mut response = (self.status, Json(body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(

@@ -16,11 +16,13 @@ mod agents;
 mod context;
 mod error;
 mod events;
+mod grants;
 mod health;
 mod jobs;
 mod models;
 mod permissions;
 mod status;
+mod tasks;
 mod threads;
 mod tools;
 mod users;
@@ -101,6 +103,19 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
         ),
         declare(GET, "/api/agents/{name}/tools", Look, tools::of_agent),
         declare(GET, "/api/agents/{name}/audit", Look, permissions::audit),
+        declare(GET, "/api/agents/{name}/grants", Look, grants::list),
+        declare(
+            POST,
+            "/api/agents/{name}/grants",
+            ConfigureAgents,
+            grants::grant,
+        ),
+        declare(
+            DELETE,
+            "/api/agents/{name}/grants/{tool}",
+            ConfigureAgents,
+            grants::revoke,
+        ),
         // Threads.
         declare(
             POST,
@@ -216,6 +231,53 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
             ManageWorkers,
             worker_tokens::revoke,
         ),
+        // Tasks.
+        declare(POST, "/api/tasks", ManageTasks, tasks::create),
+        declare(GET, "/api/tasks", Look, tasks::list),
+        declare(GET, "/api/tasks/{id}", Look, tasks::show),
+        declare(PATCH, "/api/tasks/{id}", ManageTasks, tasks::update),
+        declare(DELETE, "/api/tasks/{id}", ManageTasks, tasks::delete),
+        declare(GET, "/api/tasks/{id}/history", Look, tasks::history),
+        declare(POST, "/api/tasks/{id}/pause", ManageTasks, tasks::pause),
+        declare(POST, "/api/tasks/{id}/resume", ManageTasks, tasks::resume),
+        declare(
+            POST,
+            "/api/tasks/{id}/complete",
+            ManageTasks,
+            tasks::complete,
+        ),
+        declare(POST, "/api/tasks/{id}/fail", ManageTasks, tasks::fail),
+        declare(POST, "/api/tasks/{id}/reopen", ManageTasks, tasks::reopen),
+        declare(POST, "/api/tasks/{id}/accept", ManageTasks, tasks::accept),
+        declare(POST, "/api/tasks/{id}/start", ManageTasks, tasks::start),
+        declare(POST, "/api/tasks/{id}/retry", ManageTasks, tasks::retry),
+        declare(
+            POST,
+            "/api/tasks/{id}/send-back",
+            ManageTasks,
+            tasks::send_back,
+        ),
+        declare(POST, "/api/tasks/{id}/answers", ManageTasks, tasks::answers),
+        declare(
+            POST,
+            "/api/tasks/{id}/messages",
+            ManageTasks,
+            tasks::message,
+        ),
+        {
+            // The upload bounds its own body (`[tasks] attachment_max_bytes`).
+            let (route, endpoint) = declare(
+                POST,
+                "/api/tasks/{id}/attachments",
+                ManageTasks,
+                tasks::upload,
+            );
+            (
+                route,
+                endpoint.layer(axum::extract::DefaultBodyLimit::disable()),
+            )
+        },
+        declare(GET, "/api/tasks/{id}/attachments", Look, tasks::attachments),
     ]
 }
 

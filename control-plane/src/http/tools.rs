@@ -78,10 +78,21 @@ pub(super) async fn of_agent(
     let settings = settings(&state);
     // Exactly the tools the model is offered: one its profile always denies is left
     // out of the schemas, so it is left out here too.
-    let tools = offered(&profile)
+    let grants: Vec<String> = state
+        .store
+        .agent_grants(&name)
+        .await?
+        .into_iter()
+        .map(|g| g.tool)
+        .collect();
+    let tools = offered(&profile, &grants)
         .map(|tool| {
-            let (decision, _) =
-                decide_actions(&profile, &actions_for(tool.name, tool.typical_call));
+            // A granted tool's every call is allowed (see `gate`).
+            let decision = if grants.iter().any(|g| g == tool.name) {
+                Decision::Allow
+            } else {
+                decide_actions(&profile, &actions_for(tool.name, tool.typical_call)).0
+            };
             view(tool, &settings, Some(decision))
         })
         .collect();

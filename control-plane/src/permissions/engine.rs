@@ -330,6 +330,17 @@ impl Profile {
         (decision, explanations)
     }
 
+    /// Whether some rule of the allow list (`ask`: of the ask list) may match an
+    /// action of `tool`; errs on the side of true like [`Profile::may_use_tool`].
+    pub fn list_reaches_tool(&self, ask: bool, tool: &str) -> bool {
+        let list = if ask {
+            &self.inner.ask
+        } else {
+            &self.inner.allow
+        };
+        list.rules.iter().any(|rule| rule.reach.reaches_tool(tool))
+    }
+
     /// False when no allow or ask rule can ever match an action of `tool`, so the tool can
     /// be left out of the tool list sent to the model. Errs on the side of true: a rule
     /// whose start cannot be read (see `reach`) counts as reaching every tool.

@@ -45,23 +45,36 @@ pub fn setting_name(setting: &PermissionsSetting) -> Option<&str> {
     }
 }
 
-/// The tools a profile may ever allow or ask for: only these are offered to the model.
-pub fn offered_tools(profile: &Profile) -> Vec<String> {
-    offered(profile).map(|tool| tool.name.to_string()).collect()
+/// The tools a profile may ever allow or ask for, and those granted (`grants`,
+/// Chorus names): only these are offered to the model.
+pub fn offered_tools(profile: &Profile, grants: &[String]) -> Vec<String> {
+    offered(profile, grants)
+        .map(|tool| tool.name.to_string())
+        .collect()
 }
 
-/// The tools a profile may ever allow or ask for, as the model is offered them.
-pub fn offered_specs(profile: &Profile, settings: &SchemaSettings) -> Vec<ToolSpec> {
-    offered(profile).map(|tool| tool.spec(settings)).collect()
+/// [`offered_tools`], as the model is offered them.
+pub fn offered_specs(
+    profile: &Profile,
+    grants: &[String],
+    settings: &SchemaSettings,
+) -> Vec<ToolSpec> {
+    offered(profile, grants)
+        .map(|tool| tool.spec(settings))
+        .collect()
 }
 
 /// The definitions of the tools a profile may ever allow or ask for (under any of
-/// their names), in the registry's order.
-pub fn offered(profile: &Profile) -> impl Iterator<Item = &'static ToolDef> + '_ {
-    TOOLS.iter().filter(|tool| {
-        std::iter::once(tool.action_name)
-            .chain(tool.aliases.iter().copied())
-            .any(|name| profile.may_use_tool(name))
+/// their names), and of those granted, in the registry's order.
+pub fn offered<'a>(
+    profile: &'a Profile,
+    grants: &'a [String],
+) -> impl Iterator<Item = &'static ToolDef> + 'a {
+    TOOLS.iter().filter(move |tool| {
+        grants.iter().any(|granted| granted == tool.name)
+            || std::iter::once(tool.action_name)
+                .chain(tool.aliases.iter().copied())
+                .any(|name| profile.may_use_tool(name))
     })
 }
 

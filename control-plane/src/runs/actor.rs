@@ -37,11 +37,12 @@ use super::assignment::{Attempt, Builder};
 use super::decide::{self, OnLoss, Resumption, Route};
 use super::idle::IdleClock;
 use super::publisher::{Publication, Publisher};
+use super::roles::{RunContext, TurnEnd};
 use super::{EventRejected, Received, ReplyTo, Routed, Shared, status_event};
 use crate::feed::{self, FeedEvent, StatusChange, StatusDetail, ThreadCreated, ThreadOrigin};
 use crate::reports::{self, RunBudget};
 use crate::store::{
-    AgentRecord, RunMark, RunRecord, RunStatus, StoreError, ThreadRecord, ThreadStatus,
+    AgentRecord, RunMark, RunRecord, RunStatus, StoreError, ThreadRecord, ThreadRole, ThreadStatus,
     format_epoch_ms,
 };
 use crate::workers::WorkerLost;
@@ -68,6 +69,23 @@ pub(super) enum Command {
         /// Run once the message is stored and before any run it starts is handed to
         /// the worker (a front end's records of it: see [`super::Runs::receive_then`]).
         then: Option<super::OnReceived>,
+        reply: oneshot::Sender<Result<Received, StoreError>>,
+    },
+    /// A new thread with a role in a task (`Runs::start_role_thread`).
+    StartRole {
+        agent: Box<AgentRecord>,
+        content: String,
+        user: String,
+        role: ThreadRole,
+        workdir: Option<String>,
+        reply: oneshot::Sender<Result<u64, StoreError>>,
+    },
+    /// The next message of a given thread (`Runs::message_thread`).
+    Message {
+        agent: Box<AgentRecord>,
+        thread_id: u64,
+        content: String,
+        user: String,
         reply: oneshot::Sender<Result<Received, StoreError>>,
     },
     Event {
@@ -105,7 +123,7 @@ pub(super) enum Command {
     ThreadOf {
         generation: Generation,
         run_id: String,
-        reply: oneshot::Sender<Option<(u64, Option<crate::principal::Principal>)>>,
+        reply: oneshot::Sender<Option<RunContext>>,
     },
     SetWaiting {
         thread_id: u64,
@@ -138,6 +156,8 @@ struct ActiveRun {
     thread_id: u64,
     /// Who started the thread (the gate decides with their authority).
     started_by: Option<crate::principal::Principal>,
+    /// The thread's role in a task, if any (the gate lets it call the role's tools).
+    role: Option<ThreadRole>,
     /// Kept so the run can be handed to another worker if its first one dies early.
     assignment: Box<RunAssignment>,
     /// The worker generation the run was handed to, if any.
@@ -148,6 +168,9 @@ struct ActiveRun {
     /// plane's view of the run mirrors the worker's in traces.
     span: tracing::Span,
     open_steps: HashMap<u32, (StepKind, tracing::Span)>,
+    /// The tool calls the model asked for whose results have not come yet (id →
+    /// name, arguments): a task's history records each call with its result.
+    calls: HashMap<String, (String, String)>,
     /// What the run has stored so far, against `reports::RunLimits`.
     budget: RunBudget,
     /// When the worker last reported anything of it (for the watchdog).
@@ -168,6 +191,9 @@ pub(super) struct AgentActor {
     /// request neither competes with the run for a local server (which may cut one
     /// of the two streams) nor shows a tool call still running as interrupted.
     answered: HashSet<u64>,
+    /// Threads with a role that have a run here, with their last run's id: the end
+    /// of their turn is told to the task engine (`roles`).
+    roles: HashMap<u64, (ThreadRole, String)>,
     /// `runs.len() + seeding.len()`, for readers outside the actor.
     active: Arc<AtomicUsize>,
     /// This actor's own queue, for the tasks it starts to report back (weak: the
@@ -204,6 +230,7 @@ impl AgentActor {
             seeding: HashSet::new(),
             untitled: HashSet::new(),
             answered: HashSet::new(),
+            roles: HashMap::new(),
             active,
             itself,
             idle: IdleClock::new(Instant::now()),
@@ -284,6 +311,28 @@ impl AgentActor {
                 }
                 let _ = reply.send(received);
             }
+            Command::StartRole {
+                agent,
+                content,
+                user,
+                role,
+                workdir,
+                reply,
+            } => {
+                let started = self
+                    .start_role(&agent, &content, &user, role, workdir.as_deref())
+                    .await;
+                let _ = reply.send(started);
+            }
+            Command::Message {
+                agent,
+                thread_id,
+                content,
+                user,
+                reply,
+            } => {
+                let _ = reply.send(self.message(&agent, thread_id, &content, &user).await);
+            }
             Command::Event {
                 generation,
                 seq,
@@ -340,7 +389,11 @@ impl AgentActor {
                     .filter(|run| run.delivered_to == Some(generation))
                     .map(|run| {
                         run.started = true;
-                        (run.thread_id, run.started_by.clone())
+                        RunContext {
+                            thread_id: run.thread_id,
+                            started_by: run.started_by.clone(),
+                            role: run.role,
+                        }
                     });
                 let _ = reply.send(thread);
             }
@@ -444,16 +497,19 @@ impl AgentActor {
         user: &str,
     ) -> Result<Received, StoreError> {
         let store = &self.shared.store;
-        let target = match reply_to {
+        let replied = match reply_to {
             Some(reply_to) => match reply_to.thread(store, &agent.name).await? {
-                Some(thread) => store
-                    .thread(&agent.name, thread)
-                    .await?
-                    .map(|t| (t.id, t.status, self.is_going(t.id))),
+                Some(thread) => store.thread(&agent.name, thread).await?,
                 None => None,
             },
             None => None,
         };
+        // A reply into a task's thread goes on in that thread (its role's contract
+        // holds for the turn it starts), never in a continuation without it.
+        if let Some(thread) = replied.as_ref().filter(|t| t.role.is_some()) {
+            return self.message(agent, thread.id, content, user).await;
+        }
+        let target = replied.map(|t| (t.id, t.status, self.is_going(t.id)));
         match decide::route(target) {
             Route::New => {
                 let (thread_id, message_id) = store
@@ -536,6 +592,92 @@ impl AgentActor {
         }
     }
 
+    /// Starts a thread with a role in a task: created running with its first
+    /// message, announced, its first run queued.
+    async fn start_role(
+        &mut self,
+        agent: &AgentRecord,
+        content: &str,
+        user: &str,
+        role: ThreadRole,
+        workdir: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        let (thread_id, _) = self
+            .shared
+            .store
+            .start_role_thread(
+                &agent.name,
+                &ChatMessage::user(content),
+                user,
+                role,
+                workdir,
+            )
+            .await?;
+        if self.shared.settings.threads.titles {
+            self.untitled.insert(thread_id);
+        }
+        tracing::info!(agent = %agent.name, thread_id, role = role.as_str(), workdir, "thread with a role started");
+        self.thread_created(agent, thread_id, user, None).await?;
+        Ok(thread_id)
+    }
+
+    /// The next message of `thread_id`: into its going run; else its next run
+    /// starts with it, whatever its status: an ended thread with a role is
+    /// reopened first (its history goes on). An ended chat thread is refused (a
+    /// reply to it starts a continuation instead).
+    async fn message(
+        &mut self,
+        agent: &AgentRecord,
+        thread_id: u64,
+        content: &str,
+        user: &str,
+    ) -> Result<Received, StoreError> {
+        let store = self.shared.store.clone();
+        let Some(thread) = store.thread(&agent.name, thread_id).await? else {
+            return Err(StoreError::NotFound(format!(
+                "agent '{}' has no thread {thread_id}",
+                agent.name
+            )));
+        };
+        let going = self.is_going(thread_id);
+        if !going && thread.status.is_finished() {
+            if !store.reopen_role_thread(&agent.name, thread_id).await? {
+                return Err(StoreError::Conflict(format!(
+                    "thread {thread_id} of '{}' has ended and has no role in a task; reply to \
+                     one of its messages to continue it in a new thread",
+                    agent.name
+                )));
+            }
+            tracing::info!(agent = %agent.name, thread_id, %user, "ended thread with a role woken by its next message");
+        }
+        let message_id = store
+            .add_user_message(&agent.name, thread_id, content, true)
+            .await?;
+        let route = match (going, thread.status) {
+            (true, _) => Route::Inject { thread: thread_id },
+            // Going in the store but not here: its run is about to be resumed and
+            // takes the message with it.
+            (false, ThreadStatus::Running | ThreadStatus::WaitingForPermission) => {
+                Route::Inject { thread: thread_id }
+            }
+            (false, _) => Route::Wake { thread: thread_id },
+        };
+        match route {
+            Route::Wake { .. } => {
+                self.set_status(thread_id, ThreadStatus::Running).await;
+                if let Some(record) = store.thread(&agent.name, thread_id).await? {
+                    self.queue_run(agent, &record, Attempt::FIRST).await?;
+                }
+            }
+            _ => self.inject(thread_id, message_id, content),
+        }
+        Ok(Received {
+            thread_id,
+            message_id,
+            routed: Routed::Injected,
+        })
+    }
+
     /// A thread was created running: announce it and queue its first run.
     async fn thread_created(
         &mut self,
@@ -609,6 +751,7 @@ impl AgentActor {
             catalog: &self.shared.catalog,
             profiles: &self.shared.profiles,
             settings: &self.shared.settings,
+            role_hooks: self.shared.role_hooks.get().map(AsRef::as_ref),
         };
         let mut run = match builder.build(agent, thread, attempt).await? {
             Ok(run) => run,
@@ -620,6 +763,10 @@ impl AgentActor {
                     error = %failure.message,
                     "run ended before it started"
                 );
+                // The turn of a thread with a role ends here too.
+                if let Some(role) = thread.role {
+                    self.roles.insert(thread.id, (role, String::new()));
+                }
                 self.end_thread(thread.id, ThreadStatus::Failed, Some(&failure))
                     .await?;
                 return Ok(());
@@ -647,16 +794,21 @@ impl AgentActor {
         run.trace_context = crate::telemetry::context_of(&span);
         self.shared.traces.give(&agent.name, &run.trace_context);
         self.queue.push_back(run.run_id.clone());
+        if let Some(role) = thread.role {
+            self.roles.insert(thread.id, (role, run.run_id.clone()));
+        }
         self.runs.insert(
             run.run_id.clone(),
             ActiveRun {
                 thread_id: thread.id,
                 started_by: thread.created_by.clone(),
+                role: thread.role,
                 span,
                 assignment: Box::new(run),
                 delivered_to: None,
                 started: false,
                 open_steps: HashMap::new(),
+                calls: HashMap::new(),
                 budget: RunBudget::default(),
                 last_event: Instant::now(),
             },
@@ -750,7 +902,7 @@ impl AgentActor {
         if !self.runs.contains_key(&run_id) {
             return Err(self.not_going(&run_id).await);
         }
-        let (thread_id, over_budget) = {
+        let (thread_id, over_budget, call_ended) = {
             let run = self
                 .runs
                 .get_mut(&run_id)
@@ -760,8 +912,16 @@ impl AgentActor {
             run.last_event = Instant::now();
             run.trace(&event);
             let over_budget = run.budget.charge(&event, self.shared.run_limits).err();
-            (run.thread_id, over_budget)
+            (run.thread_id, over_budget, run.call_ended(&event))
         };
+        // A task's history has every tool call of its threads.
+        if let (Some((tool, arguments, failed)), Some((role, _)), Some(hooks)) = (
+            call_ended,
+            self.roles.get(&thread_id),
+            self.shared.role_hooks.get(),
+        ) {
+            hooks.tool_call_ended(agent, thread_id, *role, &tool, &arguments, failed);
+        }
         if let Some(reason) = over_budget {
             self.flush().await;
             self.stop_run(&run_id, thread_id, reason).await;
@@ -996,22 +1156,34 @@ impl AgentActor {
         self.end_thread(run.thread_id, status, failure).await
     }
 
-    /// Finishes a thread in the store and tells live subscribers.
+    /// Finishes a thread in the store and tells live subscribers; a thread with a
+    /// role tells the task engine its turn ended.
     async fn end_thread(
-        &self,
+        &mut self,
         thread_id: u64,
         status: ThreadStatus,
         failure: Option<&Failure>,
     ) -> Result<(), StoreError> {
+        let role = status
+            .is_finished()
+            .then(|| self.roles.remove(&thread_id))
+            .flatten();
         // A question to a person the thread was waiting on is withdrawn.
         self.shared
             .approvals
             .cancel_thread(&self.agent, thread_id)
             .await;
-        self.shared
+        let stored = self
+            .shared
             .store
             .set_thread_status(&self.agent, thread_id, status, failure)
-            .await?;
+            .await;
+        // Told once the store says so (the engine reads the thread), and even when
+        // it could not: the turn is over either way.
+        if let Some((role, run_id)) = role {
+            self.turn_ended(thread_id, role, run_id, status, failure);
+        }
+        stored?;
         if status.is_finished() {
             crate::metrics::run_ended(status.as_str());
         }
@@ -1020,6 +1192,29 @@ impl AgentActor {
             status_event(status, failure.map(|f| (f.kind, f.message.as_str()))),
         );
         Ok(())
+    }
+
+    /// Tells the task engine a turn of a thread with a role ended (it only queues).
+    fn turn_ended(
+        &self,
+        thread_id: u64,
+        role: ThreadRole,
+        run_id: String,
+        status: ThreadStatus,
+        failure: Option<&Failure>,
+    ) {
+        let Some(hooks) = self.shared.role_hooks.get() else {
+            return;
+        };
+        let end = match status {
+            ThreadStatus::Completed => TurnEnd::Completed { run_id },
+            ThreadStatus::Killed => TurnEnd::Killed,
+            _ => TurnEnd::Failed(failure.cloned().unwrap_or_else(|| {
+                Failure::new(FailureKind::Internal, "the run ended without a reason")
+            })),
+        };
+        tracing::debug!(agent = %self.agent, thread_id, role = role.as_str(), ?end, "turn of a thread with a role ended");
+        hooks.turn_ended(&self.agent, thread_id, role, end);
     }
 
     /// Moves a going thread to `status` and tells live subscribers.
@@ -1336,6 +1531,37 @@ impl AgentActor {
 
 /// Worker events the actor queues to the store without waiting for the commit
 /// (published once stored): the frequent ones that only add to a thread.
+impl ActiveRun {
+    /// Remembers the tool calls an assistant message asks for; a tool result ends
+    /// one: its name, arguments and whether it failed.
+    fn call_ended(&mut self, event: &WorkerEvent) -> Option<(String, String, bool)> {
+        let WorkerEvent::MessageAppended { message, .. } = event else {
+            return None;
+        };
+        match message.role {
+            Role::Assistant => {
+                for call in &message.tool_calls {
+                    self.calls
+                        .insert(call.id.clone(), (call.name.clone(), call.arguments.clone()));
+                }
+                None
+            }
+            Role::Tool => {
+                let asked = message
+                    .tool_call_id
+                    .as_ref()
+                    .and_then(|id| self.calls.remove(id));
+                // A call asked before a resumption: its name is on the result.
+                let (name, arguments) = asked.unwrap_or_else(|| {
+                    (message.tool_name.clone().unwrap_or_default(), String::new())
+                });
+                Some((name, arguments, message.is_error))
+            }
+            _ => None,
+        }
+    }
+}
+
 fn is_pipelined(event: &WorkerEvent) -> bool {
     matches!(
         event,

@@ -112,6 +112,8 @@ pub struct Builder<'a> {
     pub catalog: &'a Catalog,
     pub profiles: &'a ProfileCache,
     pub settings: &'a RunSettings,
+    /// The task engine, which says what a thread with a role is offered.
+    pub role_hooks: Option<&'a dyn super::RoleHooks>,
 }
 
 impl Builder<'_> {
@@ -144,10 +146,17 @@ impl Builder<'_> {
             Ok(route) => route,
             Err(e) => return config(e.to_string()),
         };
+        // Granted tools are offered beside the profile's (from memory after the first read).
+        let grants = self
+            .store
+            .agent_policy(&agent.name)
+            .await?
+            .map(|policy| policy.grants)
+            .unwrap_or_default();
         let (tools, offered) = match self.profiles.get(&agent.permissions) {
             Ok(profile) => (
-                offered_tools(&profile),
-                offered_specs(&profile, &self.settings.tool_schemas),
+                offered_tools(&profile, &grants),
+                offered_specs(&profile, &grants, &self.settings.tool_schemas),
             ),
             Err(e) => {
                 return config(format!(
@@ -180,6 +189,12 @@ impl Builder<'_> {
             })
             .collect();
         let first_step_number = self.store.next_step_number(&agent.name, thread.id).await?;
+        // A thread with a role is offered its role's tools beside the agent's (none
+        // without the engine, whose gate would refuse them anyway).
+        let role_tools = match (thread.role, self.role_hooks) {
+            (Some(role), Some(hooks)) => hooks.offered(role),
+            _ => Vec::new(),
+        };
         let run = RunAssignment {
             run_id: uuid::Uuid::new_v4().to_string(),
             thread_id: thread.id,
@@ -203,6 +218,8 @@ impl Builder<'_> {
             thread_started_at_ms: chrono::DateTime::parse_from_rfc3339(&thread.created_at)
                 .map(|t| t.timestamp_millis())
                 .unwrap_or(0),
+            role_tools,
+            workdir: thread.workdir.clone(),
         };
         Ok(assignment_fits(run))
     }
@@ -258,6 +275,8 @@ mod tests {
             inputs: Vec::new(),
             thread_summary: String::new(),
             thread_started_at_ms: 0,
+            role_tools: Vec::new(),
+            workdir: None,
         }
     }
 

@@ -33,6 +33,7 @@ mod assignment;
 pub mod decide;
 pub mod idle;
 mod publisher;
+pub mod roles;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -48,12 +49,13 @@ use crate::principal::Principal;
 use crate::providers::catalog::Catalog;
 use crate::questions::Questions;
 use crate::reports::RunLimits;
-use crate::store::{AgentRecord, Store, StoreError, ThreadStatus};
+use crate::store::{AgentRecord, Store, StoreError, ThreadRole, ThreadStatus};
 use crate::summaries::Summarizer;
 use crate::workers::WorkerLost;
 use crate::workers::registry::{Generation, Registry};
 
 pub use assignment::{RunSettings, schema_settings};
+pub use roles::{RoleHooks, RunContext, TurnEnd};
 
 /// Commands an agent's actor takes at once before senders wait.
 const COMMAND_QUEUE: usize = 256;
@@ -142,6 +144,38 @@ pub struct Received {
     pub routed: Routed,
 }
 
+/// The answer when an agent's actor is gone.
+fn stopped() -> StoreError {
+    StoreError::Conflict("the agent's run queue has stopped; restart chorus".into())
+}
+
+/// Checks a thread's working directory: relative to the agent's workspace, below it
+/// (no `..`, not absolute, not the workspace itself), plain names only.
+pub fn check_workdir(workdir: &str) -> Result<(), String> {
+    let refuse = |why: &str| {
+        Err(format!(
+            "the working directory '{workdir}' {why}; give a directory relative to the agent's workspace, like tasks/7"
+        ))
+    };
+    if workdir.starts_with('/') {
+        return refuse("is absolute");
+    }
+    if workdir.contains('\0') || workdir.contains('\\') {
+        return refuse("has a NUL byte or a backslash");
+    }
+    let parts: Vec<&str> = workdir
+        .split('/')
+        .filter(|p| !p.is_empty() && *p != ".")
+        .collect();
+    if parts.contains(&"..") {
+        return refuse("leaves the workspace ('..')");
+    }
+    if parts.is_empty() {
+        return refuse("names the workspace itself");
+    }
+    Ok(())
+}
+
 /// A `status` event of the live feed: the status and, when the thread failed, how
 /// (`failure_kind`, for programs) and why (`error`, for people), as the thread view
 /// shows them.
@@ -176,6 +210,9 @@ pub(crate) struct Shared {
     traces: Arc<crate::telemetry::run_traces::RunTraces>,
     /// Set once at start; without it no agent is idle-saved.
     idle_saver: OnceLock<Arc<dyn IdleSaver>>,
+    /// The task engine, set once at start: threads with a role are offered its
+    /// tools and tell it when their turns end (without it they are offered none).
+    role_hooks: OnceLock<Arc<dyn RoleHooks>>,
     /// Set at shutdown: what workers still report is not applied (their runs stay
     /// open in the store and are resumed by the next start).
     stopping: AtomicBool,
@@ -218,6 +255,7 @@ impl Runs {
                 summarizer,
                 traces: Arc::default(),
                 idle_saver: OnceLock::new(),
+                role_hooks: OnceLock::new(),
                 stopping: AtomicBool::new(false),
                 draining: AtomicBool::new(false),
             }),
@@ -337,11 +375,7 @@ impl Runs {
             reply,
         })
         .await
-        .unwrap_or_else(|| {
-            Err(StoreError::Conflict(
-                "the agent's run queue has stopped; restart chorus".into(),
-            ))
-        })
+        .unwrap_or_else(|| Err(stopped()))
     }
 
     /// Starts a new thread for `content`; returns its id.
@@ -352,6 +386,63 @@ impl Runs {
         user: &Principal,
     ) -> Result<u64, StoreError> {
         Ok(self.receive(agent, content, None, user).await?.thread_id)
+    }
+
+    /// Starts a thread with `role` in a task (working in `workdir`, relative to the
+    /// agent's workspace, when set) for `content`; returns its id.
+    pub async fn start_role_thread(
+        &self,
+        agent: &AgentRecord,
+        content: &str,
+        user: &Principal,
+        role: ThreadRole,
+        workdir: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        if let Some(workdir) = workdir {
+            // The engine names it (`tasks/<id>`); a bad one is its bug, refused here too.
+            check_workdir(workdir).map_err(StoreError::Conflict)?;
+        }
+        self.ask(&agent.name, |reply| actor::Command::StartRole {
+            agent: Box::new(agent.clone()),
+            content: content.to_string(),
+            user: user.text(),
+            role,
+            workdir: workdir.map(str::to_string),
+            reply,
+        })
+        .await
+        .unwrap_or_else(|| Err(stopped()))
+    }
+
+    /// The next message of a thread (a task's answer, its follow-up): into its
+    /// going run, or as its next run whatever its status (an ended thread is woken,
+    /// with its history; never continued into a new thread).
+    pub async fn message_thread(
+        &self,
+        agent: &AgentRecord,
+        thread_id: u64,
+        content: &str,
+        user: &Principal,
+    ) -> Result<Received, StoreError> {
+        self.ask(&agent.name, |reply| actor::Command::Message {
+            agent: Box::new(agent.clone()),
+            thread_id,
+            content: content.to_string(),
+            user: user.text(),
+            reply,
+        })
+        .await
+        .unwrap_or_else(|| Err(stopped()))
+    }
+
+    /// The task engine (once, at start).
+    pub fn set_role_hooks(&self, hooks: Arc<dyn RoleHooks>) {
+        let _ = self.shared.role_hooks.set(hooks);
+    }
+
+    /// The task engine, once set.
+    pub fn role_hooks(&self) -> Option<&Arc<dyn RoleHooks>> {
+        self.shared.role_hooks.get()
     }
 
     /// The live feed of every thread's events.
@@ -376,6 +467,18 @@ impl Runs {
         generation: Generation,
         run_id: &str,
     ) -> Option<(u64, Option<Principal>)> {
+        self.run_context(agent, generation, run_id)
+            .await
+            .map(|run| (run.thread_id, run.started_by))
+    }
+
+    /// [`Runs::thread_of`] with the thread's role, from the actor that owns the run.
+    pub async fn run_context(
+        &self,
+        agent: &str,
+        generation: Generation,
+        run_id: &str,
+    ) -> Option<RunContext> {
         self.ask(agent, |reply| actor::Command::ThreadOf {
             generation,
             run_id: run_id.to_string(),

@@ -245,9 +245,11 @@ impl Store {
         let Some(record) = self.active_agent(name).await? else {
             return Ok(None);
         };
+        let grants = self.agent_grants(name).await?;
         let policy = AgentPolicy {
             permissions: record.permissions,
             on_ask: record.on_ask,
+            grants: grants.into_iter().map(|g| g.tool).collect(),
         };
         self.policies.put(name, generation, policy.clone());
         Ok(Some(policy))
@@ -418,6 +420,7 @@ mod tests {
         let policy = |p: &str, a: &str| AgentPolicy {
             permissions: p.into(),
             on_ask: OnAsk::parse(a).unwrap(),
+            grants: Vec::new(),
         };
         assert_eq!(
             store.agent_policy("a").await.unwrap(),

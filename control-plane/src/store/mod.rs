@@ -66,6 +66,7 @@ mod agents;
 mod approvals;
 mod audit;
 mod error;
+mod grants;
 mod jobs;
 mod messages;
 mod owner_lock;
@@ -74,6 +75,8 @@ mod refs;
 mod run_events;
 mod runs;
 mod sessions;
+mod task_turns;
+mod tasks;
 mod threads;
 mod user_tokens;
 mod worker_trust;
@@ -94,13 +97,22 @@ pub use agents::{AgentIncarnation, AgentRecord, AgentStatus, AgentUpdate, NewAge
 pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval, QuestionKind};
 pub use audit::{AuditDecision, AuditEntry, AuditRecord};
 pub use error::{DISK_FULL, StoreError, is_no_space};
+pub use grants::GrantRecord;
 pub use jobs::{JobRecord, JobStatus, OrphanJob};
 pub use owner_lock::{DatabaseLock, Taken};
 pub use policies::AgentPolicy;
 pub use refs::{MessageRef, OwedAnswer};
 pub use runs::{NewRun, RunMark, RunRecord, RunStatus};
 pub use sessions::{Cleared, SessionRecord, context_cutoff};
-pub use threads::{Progress, StepRecord, StoredMessage, ThreadRecord, ThreadStatus, summary_of};
+pub use task_turns::ThreadUsage;
+pub use tasks::{
+    ChainChange, ChainEntry, NewQuestion, NewTask, PlanFields, QuestionOption, QuestionRecord,
+    ReportStatus, RunOutcome, TaskAttachment, TaskFilter, TaskRecord, TaskReport, TaskRun,
+    WaitingKind, WaitingOn,
+};
+pub use threads::{
+    Progress, StepRecord, StoredMessage, ThreadRecord, ThreadRole, ThreadStatus, summary_of,
+};
 pub use user_tokens::{NewUserToken, UserTokenRecord};
 pub use worker_trust::{CredentialLookup, Placed, WorkerCredentialRecord};
 pub use writer::Pending;
@@ -194,13 +206,16 @@ macro_rules! migrations {
             (17, "jobs", "0017_jobs.sql"),
             (18, "questions", "0018_questions.sql"),
             (19, "step runs in", "0019_step_runs_in.sql"),
-            (23, "task turns", "0023_task_turns.sql"),
+            (20, "tasks", "0020_tasks.sql"),
+            (21, "thread roles", "0021_thread_roles.sql"),
+            (22, "agent grants", "0022_agent_grants.sql"),
+            (23, "task run links", "0023_task_run_links.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 20] = match backend {
+    let set: [(i64, &'static str, &'static str); 23] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };

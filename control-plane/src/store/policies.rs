@@ -1,8 +1,8 @@
 //! What the permission gate reads of an agent on every tool call (its permission
-//! profile and what it does on an ASK), kept in memory so a call costs no read.
+//! profile, what it does on an ASK, and the tools granted to it), kept in memory so a call costs no read.
 //!
-//! Invariant: every write that can change an agent's status, `permissions` or
-//! `on_ask` calls [`Policies::changed`] once it is committed. A read that raced
+//! Invariant: every write that can change an agent's status, `permissions`,
+//! `on_ask` or grants calls [`Policies::changed`] once it is committed. A read that raced
 //! with such a write is not cached: the generation it started under is gone.
 
 use std::collections::HashMap;
@@ -15,6 +15,9 @@ pub struct AgentPolicy {
     pub permissions: String,
     /// What an ASK does.
     pub on_ask: crate::switches::OnAsk,
+    /// The tools granted to it at run time (Chorus names): every call of one is
+    /// allowed whatever the profile says (`store::grants`).
+    pub grants: Vec<String>,
 }
 
 #[derive(Default)]
@@ -67,6 +70,7 @@ mod tests {
         AgentPolicy {
             permissions: permissions.into(),
             on_ask: crate::switches::OnAsk::Prompt,
+            grants: Vec::new(),
         }
     }
 

@@ -1,29 +1,10 @@
-//! The task engine's state of each thread working on a task (`tasks::engine`): one
-//! row per task run, found by its thread. The control call a turn made is kept
-//! here until the turn's end is applied, so a restart in between loses nothing.
+//! What the task engine (`tasks::engine`) keeps about a task run between its turns
+//! (migration 0023): its chain of agents, the run it answers, whether it was sent
+//! the one follow-up; and what its thread's work cost (read from its steps).
 
 use sqlx::Row;
 
-use super::{Store, StoreError, ThreadRole};
-use crate::tasks::contract::Call;
-
-/// One thread's place in a task.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TaskTurn {
-    pub run_id: u64,
-    pub task_id: u64,
-    pub agent: String,
-    pub thread_id: u64,
-    pub role: ThreadRole,
-    /// The agents from the task's root down to this thread's.
-    pub chain: Vec<String>,
-    /// The run whose `ask_agent` this thread answers.
-    pub asked_by: Option<u64>,
-    /// The control call of the current turn, until its end is applied.
-    pub call: Option<Call>,
-    /// The thread was sent the one follow-up and has not made a call since.
-    pub followed_up: bool,
-}
+use super::{Store, StoreError};
 
 /// What a thread's model calls cost.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -33,110 +14,60 @@ pub struct ThreadUsage {
     pub model_calls: u64,
 }
 
-const COLUMNS: &str =
-    "run_id, task_id, agent_name, thread_id, role, chain, asked_by, call, followed_up";
-
-fn turn(row: &sqlx::any::AnyRow) -> Result<TaskTurn, StoreError> {
-    let role: String = row.try_get("role")?;
-    let chain: String = row.try_get("chain")?;
-    let call: Option<String> = row.try_get("call")?;
-    Ok(TaskTurn {
-        run_id: row.try_get::<i64, _>("run_id")? as u64,
-        task_id: row.try_get::<i64, _>("task_id")? as u64,
-        agent: row.try_get("agent_name")?,
-        thread_id: row.try_get::<i64, _>("thread_id")? as u64,
-        role: ThreadRole::parse(&role)
-            .ok_or_else(|| StoreError::Corrupt { column: "task_turns.role", value: role.clone() })?,
-        chain: serde_json::from_str(&chain).unwrap_or_default(),
-        asked_by: row.try_get::<Option<i64>, _>("asked_by")?.map(|r| r as u64),
-        // A call this build cannot read is dropped: the turn then gets its follow-up.
-        call: call.and_then(|c| serde_json::from_str(&c).ok()),
-        followed_up: row.try_get::<i64, _>("followed_up")? != 0,
-    })
-}
-
 impl Store {
-    /// A thread starts working on a task, as task run `run_id`.
-    pub async fn task_turn_started(
+    /// Sets where a run stands among agents: its chain and the run it answers.
+    pub async fn set_task_run_links(
         &self,
-        run_id: u64,
-        task_id: u64,
-        agent: &str,
-        thread_id: u64,
-        role: ThreadRole,
+        run: u64,
         chain: &[String],
         asked_by: Option<u64>,
     ) -> Result<(), StoreError> {
         self.execute(
-            sqlx::query(
-                "INSERT INTO task_turns (run_id, task_id, agent_name, thread_id, role, chain, asked_by) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            )
-            .bind(run_id as i64)
-            .bind(task_id as i64)
-            .bind(agent.to_owned())
-            .bind(thread_id as i64)
-            .bind(role.as_str())
-            .bind(serde_json::to_string(chain).unwrap_or_else(|_| "[]".into()))
-            .bind(asked_by.map(|r| r as i64)),
+            sqlx::query("UPDATE task_runs SET chain = $2, asked_by = $3 WHERE id = $1")
+                .bind(run as i64)
+                .bind(serde_json::to_string(chain).unwrap_or_else(|_| "[]".into()))
+                .bind(asked_by.map(|r| r as i64)),
         )
         .await?;
         Ok(())
     }
 
-    /// The task turn of `agent`'s thread, if it works on a task.
-    pub async fn task_turn(
+    pub async fn set_task_run_followed_up(
         &self,
-        agent: &str,
-        thread_id: u64,
-    ) -> Result<Option<TaskTurn>, StoreError> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM task_turns WHERE agent_name = $1 AND thread_id = $2"
-        )))
-        .bind(agent)
-        .bind(thread_id as i64)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(turn).transpose()
-    }
-
-    pub async fn task_turn_of_run(&self, run_id: u64) -> Result<Option<TaskTurn>, StoreError> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM task_turns WHERE run_id = $1"
-        )))
-        .bind(run_id as i64)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(turn).transpose()
-    }
-
-    /// Records (or clears) the control call of the run's current turn.
-    pub async fn task_turn_call(&self, run_id: u64, call: Option<&Call>) -> Result<(), StoreError> {
-        let call = call.map(|c| serde_json::to_string(c).unwrap_or_default());
+        run: u64,
+        followed_up: bool,
+    ) -> Result<(), StoreError> {
         self.execute(
-            sqlx::query("UPDATE task_turns SET call = $2 WHERE run_id = $1")
-                .bind(run_id as i64)
-                .bind(call),
-        )
-        .await?;
-        Ok(())
-    }
-
-    pub async fn task_turn_followed_up(&self, run_id: u64, followed_up: bool) -> Result<(), StoreError> {
-        self.execute(
-            sqlx::query("UPDATE task_turns SET followed_up = $2 WHERE run_id = $1")
-                .bind(run_id as i64)
+            sqlx::query("UPDATE task_runs SET followed_up = $2 WHERE id = $1")
+                .bind(run as i64)
                 .bind(i64::from(followed_up)),
         )
         .await?;
         Ok(())
     }
 
+    /// Reopens an ended run (a report sent back for more work).
+    pub async fn reopen_task_run(&self, run: u64) -> Result<(), StoreError> {
+        self.execute(
+            sqlx::query(
+                "UPDATE task_runs SET outcome = NULL, ended_at = NULL, followed_up = 0 WHERE id = $1",
+            )
+            .bind(run as i64),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// What the thread's model calls have cost so far.
-    pub async fn thread_usage(&self, agent: &str, thread_id: u64) -> Result<ThreadUsage, StoreError> {
+    pub async fn thread_usage(
+        &self,
+        agent: &str,
+        thread_id: u64,
+    ) -> Result<ThreadUsage, StoreError> {
         let row = sqlx::query(
             "SELECT CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT) AS i, \
-             CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT) AS o, COUNT(*) AS n FROM thread_steps WHERE agent_name = $1 AND thread_id = $2 AND kind = 'llm_call'",
+             CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT) AS o, COUNT(*) AS n \
+             FROM thread_steps WHERE agent_name = $1 AND thread_id = $2 AND kind = 'llm_call'",
         )
         .bind(agent)
         .bind(thread_id as i64)
@@ -148,9 +79,7 @@ impl Store {
             model_calls: row.try_get::<i64, _>("n")?.max(0) as u64,
         })
     }
-}
 
-impl Store {
     /// The work of these threads so far: model calls, and the milliseconds of their
     /// steps (an open step counts until now).
     pub async fn threads_work(
@@ -187,5 +116,34 @@ impl Store {
             }
         }
         Ok(spent)
+    }
+}
+
+impl Store {
+    /// The thread's open step (its text and start), else when its last step ended.
+    pub async fn thread_activity(
+        &self,
+        agent: &str,
+        thread_id: u64,
+    ) -> Result<(Option<(String, String)>, Option<String>), StoreError> {
+        let row = sqlx::query(
+            "SELECT description, started_at, ended_at FROM thread_steps \
+             WHERE agent_name = $1 AND thread_id = $2 ORDER BY step_number DESC LIMIT 1",
+        )
+        .bind(agent)
+        .bind(thread_id as i64)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else {
+            return Ok((None, None));
+        };
+        let ended: Option<String> = row.try_get("ended_at")?;
+        Ok(match ended {
+            None => (
+                Some((row.try_get("description")?, row.try_get("started_at")?)),
+                None,
+            ),
+            Some(ended) => (None, Some(ended)),
+        })
     }
 }

@@ -83,6 +83,45 @@ impl ThreadStatus {
     }
 }
 
+/// A thread's part in a task (`threads.role`; a chat thread has none): what its
+/// runs are offered beside the agent's tools and how its turns must end are the
+/// task engine's (`runs::roles`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThreadRole {
+    /// Turns a task into a plan, or asks about it first.
+    Planner,
+    /// Works a started task and ends with a report.
+    Worker,
+    /// Answers another agent's `ask_agent`.
+    Answerer,
+}
+
+impl ThreadRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ThreadRole::Planner => "planner",
+            ThreadRole::Worker => "worker",
+            ThreadRole::Answerer => "answerer",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ThreadRole> {
+        Some(match s {
+            "planner" => ThreadRole::Planner,
+            "worker" => ThreadRole::Worker,
+            "answerer" => ThreadRole::Answerer,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for ThreadRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThreadRecord {
     pub agent_name: String,
@@ -102,6 +141,11 @@ pub struct ThreadRecord {
     pub summary: Option<String>,
     /// The ended thread this one continues.
     pub continued_from: Option<u64>,
+    /// Its part in a task; `None` for a chat thread.
+    pub role: Option<ThreadRole>,
+    /// The directory under the agent's workspace its runs work in (`tasks/7`);
+    /// `None`: the whole workspace.
+    pub workdir: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,6 +210,14 @@ fn thread_from_row(row: &AnyRow) -> Result<ThreadRecord, StoreError> {
         continued_from: row
             .try_get::<Option<i64>, _>("continued_from")?
             .map(|id| id as u64),
+        role: match row.try_get::<Option<String>, _>("role")? {
+            Some(role) => Some(ThreadRole::parse(&role).ok_or(StoreError::Corrupt {
+                column: "threads.role",
+                value: role,
+            })?),
+            None => None,
+        },
+        workdir: row.try_get("workdir")?,
     })
 }
 
@@ -244,6 +296,76 @@ impl Store {
             &summary_of(&first.content),
             continued_from,
         )
+        .await
+    }
+
+    /// Creates a running thread with the role `role` in a task, working in
+    /// `workdir` (relative to the agent's workspace) when set, with its first user
+    /// message; returns the thread's id and the message's.
+    pub async fn start_role_thread(
+        &self,
+        agent: &str,
+        first: &ChatMessage,
+        user: &str,
+        role: ThreadRole,
+        workdir: Option<&str>,
+    ) -> Result<(u64, u64), StoreError> {
+        let at = now();
+        let agent = agent.to_owned();
+        let first = first.clone();
+        let user = user.to_owned();
+        let workdir = workdir.map(str::to_owned);
+        self.write(move |tx| {
+            Box::pin(async move {
+                let summary = summary_of(&first.content);
+                let id = new_thread(
+                    tx,
+                    &agent,
+                    ThreadStatus::Running,
+                    &at,
+                    &user,
+                    &summary,
+                    None,
+                )
+                .await?;
+                sqlx::query(
+                    "UPDATE threads SET role = $3, workdir = $4 WHERE agent_name = $1 AND id = $2",
+                )
+                .bind(&agent)
+                .bind(id as i64)
+                .bind(role.as_str())
+                .bind(&workdir)
+                .execute(&mut *tx)
+                .await?;
+                let message = insert_message(tx, &agent, id, &first, &at, true).await?;
+                Ok((id, message))
+            })
+        })
+        .await
+    }
+
+    /// Makes an ended thread with a role going again (its next turn: a task's
+    /// answer, a follow-up). A chat thread that ended stays ended (a reply to it
+    /// starts a continuation); so does one that is not ended. Returns whether the
+    /// thread was reopened.
+    pub async fn reopen_role_thread(&self, agent: &str, id: u64) -> Result<bool, StoreError> {
+        let at = now();
+        let agent = agent.to_owned();
+        self.write(move |tx| {
+            Box::pin(async move {
+                let done = sqlx::query(
+                    "UPDATE threads SET status = 'running', error = NULL, failure_kind = NULL, \
+                     ended_at = NULL, updated_at = $3 WHERE agent_name = $1 AND id = $2 \
+                     AND role IS NOT NULL AND status IN ('completed', 'failed', 'killed')",
+                )
+                .bind(&agent)
+                .bind(id as i64)
+                .bind(&at)
+                .execute(&mut *tx)
+                .await?;
+                Ok(done.rows_affected() > 0)
+            })
+        })
         .await
     }
 
@@ -345,7 +467,8 @@ impl Store {
     pub async fn thread(&self, agent: &str, id: u64) -> Result<Option<ThreadRecord>, StoreError> {
         let row = sqlx::query(
             "SELECT agent_name, id, status, created_at, updated_at, ended_at, error, failure_kind, \
-             created_by, summary, continued_from FROM threads WHERE agent_name = $1 AND id = $2",
+             created_by, summary, continued_from, role, workdir FROM threads \
+             WHERE agent_name = $1 AND id = $2",
         )
         .bind(agent)
         .bind(id as i64)
@@ -357,7 +480,8 @@ impl Store {
     pub async fn threads(&self, agent: &str) -> Result<Vec<ThreadRecord>, StoreError> {
         let rows = sqlx::query(
             "SELECT agent_name, id, status, created_at, updated_at, ended_at, error, failure_kind, \
-             created_by, summary, continued_from FROM threads WHERE agent_name = $1 ORDER BY id",
+             created_by, summary, continued_from, role, workdir FROM threads \
+             WHERE agent_name = $1 ORDER BY id",
         )
         .bind(agent)
         .fetch_all(&self.pool)
@@ -945,6 +1069,75 @@ async fn read_page<T>(
 mod tests {
     use super::*;
     use crate::store::test_store_with_agent;
+
+    /// A thread's role and working directory are stored and read back; only an
+    /// ended thread with a role is reopened (a chat thread that ended stays ended,
+    /// a going one is left as it is).
+    #[tokio::test]
+    async fn only_an_ended_thread_with_a_role_is_reopened() {
+        for role in [
+            ThreadRole::Planner,
+            ThreadRole::Worker,
+            ThreadRole::Answerer,
+        ] {
+            assert_eq!(ThreadRole::parse(role.as_str()), Some(role));
+            assert_eq!(
+                serde_json::to_value(role).unwrap(),
+                serde_json::json!(role.as_str())
+            );
+        }
+        assert_eq!(ThreadRole::parse("boss"), None);
+        let (store, _dir) = test_store_with_agent().await;
+        let (task, _) = store
+            .start_role_thread(
+                "a",
+                &ChatMessage::user("do task 7"),
+                "api",
+                ThreadRole::Worker,
+                Some("tasks/7"),
+            )
+            .await
+            .unwrap();
+        let (chat, _) = store
+            .start_thread("a", &ChatMessage::user("hi"), "api", None)
+            .await
+            .unwrap();
+        let record = store.thread("a", task).await.unwrap().unwrap();
+        assert_eq!(
+            (record.role, record.workdir.as_deref(), record.status),
+            (
+                Some(ThreadRole::Worker),
+                Some("tasks/7"),
+                ThreadStatus::Running
+            )
+        );
+        let chat_record = store.thread("a", chat).await.unwrap().unwrap();
+        assert_eq!((chat_record.role, chat_record.workdir), (None, None));
+        assert!(!store.reopen_role_thread("a", task).await.unwrap(), "going");
+        let failure = Failure::new(FailureKind::ModelError, "no");
+        for thread in [task, chat] {
+            store
+                .set_thread_status("a", thread, ThreadStatus::Failed, Some(&failure))
+                .await
+                .unwrap();
+        }
+        assert!(store.reopen_role_thread("a", task).await.unwrap());
+        assert!(!store.reopen_role_thread("a", chat).await.unwrap());
+        let reopened = store.thread("a", task).await.unwrap().unwrap();
+        assert_eq!(
+            (
+                reopened.status,
+                reopened.ended_at,
+                reopened.error,
+                reopened.failure_kind
+            ),
+            (ThreadStatus::Running, None, None, None)
+        );
+        assert_eq!(
+            store.thread("a", chat).await.unwrap().unwrap().status,
+            ThreadStatus::Failed
+        );
+    }
 
     #[tokio::test]
     async fn thread_ids_count_up_per_agent() {

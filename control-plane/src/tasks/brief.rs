@@ -5,7 +5,7 @@
 use chorus_proto::tools::{CompletionReport, Plan, QuestionOption};
 
 use super::contract::{self, Contract};
-use super::stand_in::ThreadRole;
+use crate::store::ThreadRole;
 
 /// An agent the planner may assign, as it is shown the list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,7 +54,10 @@ fn bullets(items: &[String]) -> String {
 }
 
 fn task_head(task: &TaskText) -> String {
-    let mut text = format!("# Task {}: {}\n\n{}\n", task.id, task.title, task.description);
+    let mut text = format!(
+        "# Task {}: {}\n\n{}\n",
+        task.id, task.title, task.description
+    );
     if !task.attachments.is_empty() {
         text.push_str(&format!(
             "\nAttachments (in the task's directory):\n{}\n",
@@ -122,9 +125,7 @@ pub fn worker(task: &TaskText, workdir: &str, previous: Option<&str>) -> String 
 
 /// The first message of a delegate's sub-task.
 pub fn delegated(from_agent: &str, parent_task: u64, instructions: &str) -> String {
-    format!(
-        "Agent {from_agent} hands you a sub-task of task {parent_task}:\n\n{instructions}"
-    )
+    format!("Agent {from_agent} hands you a sub-task of task {parent_task}:\n\n{instructions}")
 }
 
 /// The first message of an agent asked a question by another.

@@ -20,7 +20,8 @@ use chorus_proto::tools::{
     SUBMIT_PLAN, SchemaSettings, parse_args,
 };
 
-use super::stand_in::{TaskStatus, ThreadRole};
+use super::status::TaskStatus;
+use crate::store::ThreadRole;
 
 /// What a run of one role must end each turn with.
 #[derive(Debug)]
@@ -176,7 +177,10 @@ fn check_questions(questions: &Questions) -> Result<(), String> {
             return Err("every question needs an id and a question".into());
         }
         if !seen.insert(q.id.as_str()) {
-            return Err(format!("two questions have the id {:?}; give each its own", q.id));
+            return Err(format!(
+                "two questions have the id {:?}; give each its own",
+                q.id
+            ));
         }
     }
     Ok(())
@@ -286,10 +290,18 @@ mod tests {
         assert_eq!(names(ThreadRole::Planner), [SUBMIT_PLAN, ASK_QUESTIONS]);
         assert_eq!(
             names(ThreadRole::Worker),
-            [COMPLETION_REPORT, ASK_QUESTION, DELEGATE_TO_AGENT, ASK_AGENT]
+            [
+                COMPLETION_REPORT,
+                ASK_QUESTION,
+                DELEGATE_TO_AGENT,
+                ASK_AGENT
+            ]
         );
         assert_eq!(names(ThreadRole::Answerer), [ASK_AGENT]);
-        assert_eq!(of(ThreadRole::Worker).owns("completion_report"), Some(COMPLETION_REPORT));
+        assert_eq!(
+            of(ThreadRole::Worker).owns("completion_report"),
+            Some(COMPLETION_REPORT)
+        );
         assert_eq!(of(ThreadRole::Planner).owns(COMPLETION_REPORT), None);
         assert_eq!(of(ThreadRole::Worker).owns(SUBMIT_PLAN), None);
         assert_eq!(of(ThreadRole::Worker).owns("bash"), None);
@@ -308,19 +320,31 @@ mod tests {
             panic!("a follow-up");
         };
         assert!(text.contains("`completion_report`"), "{text}");
-        assert!(!text.contains("submit_plan"), "only the role's own tools: {text}");
-        assert_eq!(on_turn_end(ThreadRole::Worker, None, true), TurnDecision::Violation);
+        assert!(
+            !text.contains("submit_plan"),
+            "only the role's own tools: {text}"
+        );
+        assert_eq!(
+            on_turn_end(ThreadRole::Worker, None, true),
+            TurnDecision::Violation
+        );
         let TurnDecision::FollowUp(text) = on_turn_end(ThreadRole::Planner, None, false) else {
             panic!("a follow-up");
         };
         assert!(text.contains("`submit_plan` or `ask_questions`"), "{text}");
         assert!(!text.contains("completion_report"), "{text}");
-        assert_eq!(on_turn_end(ThreadRole::Answerer, None, false), TurnDecision::Answer);
+        assert_eq!(
+            on_turn_end(ThreadRole::Answerer, None, false),
+            TurnDecision::Answer
+        );
     }
 
     #[test]
     fn each_outcome_leads_to_its_status() {
-        assert_eq!(status_after(&report("complete"), false), TaskStatus::Completed);
+        assert_eq!(
+            status_after(&report("complete"), false),
+            TaskStatus::Completed
+        );
         assert_eq!(status_after(&report("complete"), true), TaskStatus::Review);
         assert_eq!(status_after(&report("blocked"), true), TaskStatus::Blocked);
         assert_eq!(status_after(&report("failed"), false), TaskStatus::Failed);

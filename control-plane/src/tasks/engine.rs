@@ -15,47 +15,27 @@
 //! taken when the turn's end is told, and a turn that ended while the control plane
 //! was down is told again at start: [`Engine::recover`]).
 
-use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use chorus_proto::domain::{Role, ToolSpec};
-use chorus_proto::tools::{AgentQuestion, Delegation, SchemaSettings};
+use chorus_proto::tools::{AgentQuestion, CompletionReport, Delegation, SchemaSettings};
 use serde_json::json;
 use tokio::sync::{Mutex, mpsc};
 
+use super::board::{Board, BoardError, CreateTask};
 use super::brief;
 use super::contract::{self, Call, TurnDecision};
-use super::stand_in::{TaskStatus, ThreadRole};
-// From lane A (board) and lane B (roles), reconciled at merge.
-use super::board::{Board, BoardError, TaskView};
 use super::history::TaskEventKind;
-use super::status::RunOutcome;
-use crate::runs::roles::{RoleHooks, TurnEnd};
-use crate::store::TaskTurn;
+use super::status::TaskStatus;
+use super::view::TaskView;
 use crate::agents::{AgentService, CreateAgent};
 use crate::permissions::PermissionsSetting;
 use crate::permissions::grants::Role as PersonRole;
 use crate::principal::Principal;
 use crate::runs::Runs;
-use crate::store::{AgentRecord, Store};
-
-/// The board's settings (`[tasks]`).
-#[derive(Debug, Clone)]
-pub struct EngineSettings {
-    /// The planning agent's name; created at first use.
-    pub planner: String,
-    /// How deep delegations and questions between agents may chain.
-    pub max_depth: usize,
-}
-
-impl Default for EngineSettings {
-    fn default() -> Self {
-        EngineSettings {
-            planner: "planner".into(),
-            max_depth: 5,
-        }
-    }
-}
+use crate::runs::roles::{RoleHooks, TurnEnd};
+use crate::store::{AgentRecord, ReportStatus, RunOutcome, Store, TaskReport, TaskRun, ThreadRole};
 
 /// Why the engine refused a person's request (mapped to HTTP by the routes).
 #[derive(Debug, thiserror::Error)]
@@ -64,97 +44,240 @@ pub enum EngineError {
     Board(#[from] BoardError),
     #[error("{0}")]
     Invalid(String),
-    #[error("{0}")]
-    Conflict(String),
-    #[error("{0}")]
+    #[error("{message}")]
+    Conflict {
+        message: String,
+        allowed: Vec<TaskStatus>,
+    },
+    #[error(transparent)]
     Store(#[from] crate::store::StoreError),
 }
 
-/// A turn's end, as the actor told it.
-struct Ended {
-    agent: String,
-    thread_id: u64,
-    role: ThreadRole,
-    end: TurnEnd,
+fn conflict(message: String) -> EngineError {
+    EngineError::Conflict {
+        message,
+        allowed: Vec::new(),
+    }
+}
+
+/// What the engine is told from outside its lock, applied in order by its task.
+enum Told {
+    /// A turn of a thread with a role ended.
+    TurnEnded {
+        agent: String,
+        thread_id: u64,
+        role: ThreadRole,
+        end: TurnEnd,
+    },
+    /// A person created a task: its planning starts.
+    Created(u64),
+    /// A tool call of a task's thread has its result.
+    ToolCall {
+        agent: String,
+        thread_id: u64,
+        tool: String,
+        arguments: String,
+        failed: bool,
+    },
 }
 
 pub struct Engine {
     store: Store,
-    board: Board,
+    board: Arc<Board>,
     runs: Arc<Runs>,
     agents: Arc<AgentService>,
-    settings: EngineSettings,
     schema: SchemaSettings,
-    /// Held by every change of a task (a turn's end, a person's button), so none
-    /// interleave; never held across a wait for a model or a worker.
+    /// Held by every change of a task (a turn's end, a person's button, a control
+    /// call), so none interleave; never held across a wait for a model or a worker.
     turn: Mutex<()>,
-    ends: mpsc::UnboundedSender<Ended>,
+    told: mpsc::UnboundedSender<Told>,
 }
 
 impl Engine {
-    /// Starts the engine and the task that applies turns' ends in order.
-    pub fn start(
+    /// Starts the engine: the task that applies what it is told in order, and the
+    /// check of the working tasks against their limits. It is the board's creation
+    /// hook and the runs' role hooks.
+    pub fn launch(
         store: Store,
-        board: Board,
+        board: Arc<Board>,
         runs: Arc<Runs>,
         agents: Arc<AgentService>,
-        settings: EngineSettings,
     ) -> Arc<Engine> {
-        let (ends, mut receiver) = mpsc::unbounded_channel::<Ended>();
+        let (told, mut receiver) = mpsc::unbounded_channel::<Told>();
         let schema = runs.tool_schemas();
         let engine = Arc::new(Engine {
             store,
             board,
             runs,
             agents,
-            settings,
             schema,
             turn: Mutex::new(()),
-            ends,
+            told,
         });
         let weak = Arc::downgrade(&engine);
         tokio::spawn(async move {
-            while let Some(ended) = receiver.recv().await {
+            while let Some(told) = receiver.recv().await {
                 let Some(engine) = weak.upgrade() else { break };
-                if let Err(e) = engine.turn_end(&ended).await {
-                    tracing::error!(agent = %ended.agent, thread_id = ended.thread_id, error = %e, "cannot apply the end of a task turn");
-                }
+                engine.apply_told(told).await;
             }
         });
+        let hook = Arc::downgrade(&engine);
+        engine.board.set_on_created(Arc::new(move |id| {
+            if let Some(engine) = hook.upgrade() {
+                let _ = engine.told.send(Told::Created(id));
+            }
+        }));
+        engine.runs.set_role_hooks(engine.clone());
+        engine.watch_limits();
         engine
+    }
+
+    async fn apply_told(&self, told: Told) {
+        match told {
+            Told::TurnEnded {
+                agent,
+                thread_id,
+                role,
+                end,
+            } => {
+                if let Err(e) = self.turn_end(&agent, thread_id, role, &end).await {
+                    tracing::error!(%agent, thread_id, error = %e, "cannot apply the end of a task turn");
+                }
+            }
+            Told::ToolCall {
+                agent,
+                thread_id,
+                tool,
+                arguments,
+                failed,
+            } => {
+                if let Err(e) = self
+                    .tool_call(&agent, thread_id, &tool, &arguments, failed)
+                    .await
+                {
+                    tracing::warn!(%agent, thread_id, error = %e, "cannot record a task's tool call");
+                }
+            }
+            Told::Created(id) => {
+                if let Err(e) = self.created(id).await {
+                    tracing::warn!(task_id = id, error = %e, "cannot start planning a task");
+                }
+            }
+        }
+    }
+
+    pub fn board(&self) -> &Arc<Board> {
+        &self.board
+    }
+
+    /// A task as people see it: the board's view, with what it waits on now.
+    pub async fn view(&self, task_id: u64) -> Result<TaskView, EngineError> {
+        let task = self.board.get(task_id).await?;
+        self.with_waiting_on(task).await
+    }
+
+    /// The tasks a filter selects (without their runs), each with what it waits on.
+    pub async fn list(
+        &self,
+        filter: &crate::store::TaskFilter,
+    ) -> Result<Vec<TaskView>, EngineError> {
+        let mut tasks = Vec::new();
+        for task in self.board.list(filter).await? {
+            let waiting_on = if task.status.is_finished() {
+                None
+            } else {
+                self.view(task.id).await?.waiting_on
+            };
+            tasks.push(TaskView { waiting_on, ..task });
+        }
+        Ok(tasks)
+    }
+
+    async fn with_waiting_on(&self, task: TaskView) -> Result<TaskView, EngineError> {
+        use super::waiting::{Facts, waiting_on};
+        let runs = runs_of(&task);
+        let mut facts = Facts {
+            status_since: task.status_since.clone(),
+            blocked_reason: task.blocked_reason.clone(),
+            ..Facts::default()
+        };
+        facts.open_question = task
+            .questions
+            .iter()
+            .find(|q| q.answer.is_none())
+            .map(|q| (q.id.clone(), q.question.clone(), q.asked_at.clone()));
+        facts.open_child = task
+            .chain
+            .iter()
+            .find(|c| c.task_id != task.id && c.ended_at.is_none())
+            .map(|c| (c.task_id, c.agent.clone(), c.started_at.clone()));
+        facts.open_answerer = runs
+            .iter()
+            .find(|r| r.role == ThreadRole::Answerer && r.ended_at.is_none())
+            .map(|r| (r.agent.clone(), r.started_at.clone()));
+        if let Some(run) = runs
+            .iter()
+            .rev()
+            .find(|r| r.ended_at.is_none() && r.role != ThreadRole::Answerer)
+            && let Some(thread) = run.thread_id
+        {
+            let (open, last) = self.store.thread_activity(&run.agent, thread).await?;
+            facts.open_step = open;
+            facts.last_activity = last;
+        }
+        let waiting_on = waiting_on(task.status, &facts);
+        Ok(TaskView { waiting_on, ..task })
+    }
+
+    fn settings(&self) -> &crate::config::TaskSettings {
+        self.board.settings()
     }
 
     // ------------------------------------------------------------ people
 
-    /// A task was created: its planning starts.
-    pub async fn created(&self, task_id: u64, by: &Principal) -> Result<(), EngineError> {
+    /// A task was created: the planner gets it in a thread of its own.
+    async fn created(&self, task_id: u64) -> Result<(), EngineError> {
         let _turn = self.turn.lock().await;
-        self.plan(task_id, by).await
-    }
-
-    async fn plan(&self, task_id: u64, by: &Principal) -> Result<(), EngineError> {
         let task = self.board.get(task_id).await?;
+        if task.status != TaskStatus::Planning {
+            return Ok(());
+        }
+        let by = Principal::parse(&task.created_by);
         let planner = match self.planner().await {
             Ok(planner) => planner,
             Err(why) => {
                 self.board
-                    .transition(task_id, TaskStatus::Failed, &Principal::Scheduler, Some(&why))
+                    .transition(
+                        task_id,
+                        TaskStatus::Failed,
+                        &Principal::Scheduler,
+                        Some(why.clone()),
+                    )
                     .await?;
-                return Err(EngineError::Conflict(why));
+                return Err(conflict(why));
             }
         };
         let agents = self.agent_lines().await?;
         let content = brief::planner(&text_of(&task), &agents);
         let thread = self
             .runs
-            .start_role_thread(&planner, &content, by, ThreadRole::Planner, None)
+            .start_role_thread(&planner, &content, &by, ThreadRole::Planner, None)
             .await?;
         let run = self
             .board
-            .add_run(task_id, ThreadRole::Planner, &planner.name, "api", thread)
+            .add_run(
+                task_id,
+                ThreadRole::Planner,
+                &planner.name,
+                "api",
+                Some(thread),
+            )
             .await?;
         self.store
-            .task_turn_started(run, task_id, &planner.name, thread, ThreadRole::Planner, &[planner.name.clone()], None)
+            .set_task_run_links(run, std::slice::from_ref(&planner.name), None)
+            .await?;
+        self.board
+            .set_planner(task_id, &planner.name, thread)
             .await?;
         self.board
             .record(
@@ -168,9 +291,9 @@ impl Engine {
     }
 
     /// The planning agent, created from the template at first use with the planner
-    /// prompt, read-only tools and the default model.
+    /// prompt, read-only tools (`locked`) and the default model.
     async fn planner(&self) -> Result<AgentRecord, String> {
-        let name = &self.settings.planner;
+        let name = &self.settings().planner;
         if let Ok(Some(agent)) = self.store.active_agent(name).await {
             return Ok(agent);
         }
@@ -197,7 +320,7 @@ impl Engine {
             .active_agents()
             .await?
             .into_iter()
-            .filter(|a| a.name != self.settings.planner)
+            .filter(|a| a.name != self.settings().planner)
             .map(|a| brief::AgentLine {
                 about: a
                     .system_prompt
@@ -212,139 +335,152 @@ impl Engine {
             .collect())
     }
 
-    /// Answers to a task's open questions. Once none is open, they go to the thread
-    /// that asked, as its next message.
+    /// Answers to a task's open questions (all of the round at once). They go to
+    /// the thread that asked, as its next message.
     pub async fn answer(
         &self,
         task_id: u64,
-        answers: &HashMap<String, String>,
+        answers: &BTreeMap<String, String>,
         by: &Principal,
     ) -> Result<TaskView, EngineError> {
-        let _turn = self.turn.lock().await;
-        let task = self.board.get(task_id).await?;
-        let open: Vec<_> = task.questions.iter().filter(|q| q.answer.is_none()).collect();
-        if open.is_empty() {
-            return Err(EngineError::Conflict(format!(
-                "task {task_id} has no open question (it is {})",
-                task.status.as_str()
+        if let Some((id, _)) = answers.iter().find(|(_, a)| a.trim().is_empty()) {
+            return Err(EngineError::Invalid(format!(
+                "the answer to '{id}' is empty"
             )));
         }
-        if answers.is_empty() {
-            return Err(EngineError::Invalid("answers is empty: give {\"answers\": {\"<question id>\": \"text\"}}".into()));
-        }
-        for (id, text) in answers {
-            if !open.iter().any(|q| &q.id == id) {
-                let ids: Vec<&str> = open.iter().map(|q| q.id.as_str()).collect();
-                return Err(EngineError::Invalid(format!(
-                    "question {id:?} is not open on task {task_id}; the open ones: {}",
-                    ids.join(", ")
-                )));
-            }
-            if text.trim().is_empty() {
-                return Err(EngineError::Invalid(format!("the answer to {id:?} is empty")));
-            }
-        }
-        for (id, text) in answers {
-            self.board.answer(task_id, id, text, by).await?;
-        }
+        let _turn = self.turn.lock().await;
         let task = self.board.get(task_id).await?;
-        let still_open = task.questions.iter().any(|q| q.answer.is_none());
-        if still_open {
-            return Ok(task);
+        let open = self.board.open_questions(task_id).await?;
+        if !open.is_empty() && answers.len() < open.len() {
+            let missing: Vec<&str> = open
+                .iter()
+                .filter(|q| !answers.contains_key(&q.id))
+                .map(|q| q.id.as_str())
+                .collect();
+            return Err(EngineError::Invalid(format!(
+                "answer every open question at once; missing: {}",
+                missing.join(", ")
+            )));
         }
-        // Every question of the round answered: back to the thread that asked.
-        let Some(run) = task.runs.iter().rev().find(|r| r.ended_at.is_none()) else {
-            return Err(EngineError::Conflict(format!("task {task_id} has no thread waiting for answers")));
-        };
-        let asked: Vec<brief::Answered> = task
-            .questions
+        let round = self.board.answer(task_id, answers, by).await?;
+        let Some(run) = runs_of(&task)
             .iter()
-            .filter(|q| answers.contains_key(&q.id) || q.asked_in_run == Some(run.id))
-            .filter_map(|q| {
-                q.answer.as_ref().map(|a| brief::Answered {
-                    question: q.question.clone(),
-                    answer: a.clone(),
-                })
+            .rev()
+            .find(|r| r.ended_at.is_none() && r.role != ThreadRole::Answerer)
+            .cloned()
+        else {
+            return Err(conflict(format!(
+                "task {task_id} has no thread waiting for answers"
+            )));
+        };
+        let answered: Vec<brief::Answered> = round
+            .iter()
+            .map(|q| brief::Answered {
+                question: q.question.clone(),
+                answer: q.answer.clone().unwrap_or_default(),
             })
             .collect();
         let next = match task.status {
             TaskStatus::AwaitingInput => TaskStatus::Planning,
             _ => TaskStatus::Active,
         };
-        self.board.transition(task_id, next, by, None).await?;
-        let agent = self.agent(&run.agent).await?;
-        self.runs
-            .message_thread(&agent, run.thread_id, &brief::answers(&asked), by)
+        if task.status != next {
+            self.board.transition(task_id, next, by, None).await?;
+        }
+        self.tell_thread(&run, &brief::answers(&answered), by)
             .await?;
-        Ok(self.board.get(task_id).await?)
+        self.view(task_id).await
     }
 
     /// Start: the agent the plan names works the task in a directory of its own.
     pub async fn start(&self, task_id: u64, by: &Principal) -> Result<TaskView, EngineError> {
         let _turn = self.turn.lock().await;
         let task = self.board.get(task_id).await?;
-        self.board.check_transition(&task, TaskStatus::Active)?;
         if task.status != TaskStatus::Planned {
-            return Err(EngineError::Conflict(format!(
-                "task {task_id} is {}; only a planned task can be started (retry a failed or blocked one)",
-                task.status.as_str()
-            )));
+            return Err(EngineError::Conflict {
+                message: format!(
+                    "task {task_id} is {}; only a planned task can be started (retry a failed or blocked one)",
+                    task.status.as_str()
+                ),
+                allowed: super::status::allowed_from(task.status).to_vec(),
+            });
         }
         let Some(assignee) = task.assignee.clone() else {
-            return Err(EngineError::Conflict(format!(
+            return Err(conflict(format!(
                 "task {task_id} has no assignee: set one with PATCH /api/tasks/{task_id} {{\"assignee\": \"…\"}}"
             )));
         };
-        self.work(&task, &assignee, by, None).await?;
-        Ok(self.board.get(task_id).await?)
+        self.work(&task, &assignee, by, None, &[]).await?;
+        self.view(task_id).await
     }
 
     /// Retry: a failed or blocked task gets a new attempt, told how the last ended.
     pub async fn retry(&self, task_id: u64, by: &Principal) -> Result<TaskView, EngineError> {
         let _turn = self.turn.lock().await;
         let task = self.board.get(task_id).await?;
-        self.board.check_transition(&task, TaskStatus::Active)?;
+        if !matches!(task.status, TaskStatus::Failed | TaskStatus::Blocked) {
+            return Err(EngineError::Conflict {
+                message: format!(
+                    "task {task_id} is {}; retry is for failed or blocked tasks",
+                    task.status.as_str()
+                ),
+                allowed: super::status::allowed_from(task.status).to_vec(),
+            });
+        }
         let Some(assignee) = task.assignee.clone() else {
-            return Err(EngineError::Conflict(format!("task {task_id} has no assignee to retry with")));
+            return Err(conflict(format!(
+                "task {task_id} has no assignee to retry with"
+            )));
         };
+        // What still runs of the last attempt is ended first.
+        self.end_open_runs(&task, RunOutcome::Killed, "retried")
+            .await?;
         let previous = task
             .report
             .as_ref()
-            .map(|r| format!("{}: {}", r.status, r.summary))
+            .map(|r| format!("{}: {}\n{}", report_word(r.status), r.summary, r.output))
             .or_else(|| task.blocked_reason.clone());
-        self.work(&task, &assignee, by, previous.as_deref()).await?;
-        Ok(self.board.get(task_id).await?)
+        self.work(&task, &assignee, by, previous.as_deref(), &[])
+            .await?;
+        self.view(task_id).await
     }
 
-    /// Starts a worker thread of `assignee` on `task` (start, retry, a delegation).
+    /// Starts a worker thread of `assignee` on `task` (start, retry, a delegation);
+    /// `chain` is the agents above it (a delegate's parents).
     async fn work(
         &self,
         task: &TaskView,
         assignee: &str,
         by: &Principal,
         previous: Option<&str>,
+        chain: &[String],
     ) -> Result<u64, EngineError> {
         let agent = self.agent(assignee).await?;
         let workdir = workdir_of(task.id);
-        let content = brief::worker(&text_of(task), &workdir, previous);
-        let chain = self.chain_of(task);
+        self.board
+            .transition(task.id, TaskStatus::Active, by, None)
+            .await?;
+        self.copy_attachments(task, &agent)?;
+        let mut text = text_of(task);
+        text.messages = self.queued_messages(task.id).await?;
+        let content = brief::worker(&text, &workdir, previous);
         let thread = self
             .runs
             .start_role_thread(&agent, &content, by, ThreadRole::Worker, Some(&workdir))
             .await?;
         let run = self
             .board
-            .add_run(task.id, ThreadRole::Worker, &agent.name, "api", thread)
+            .add_run(
+                task.id,
+                ThreadRole::Worker,
+                &agent.name,
+                "api",
+                Some(thread),
+            )
             .await?;
-        let mut chain_here = chain;
-        chain_here.push(agent.name.clone());
-        self.store
-            .task_turn_started(run, task.id, &agent.name, thread, ThreadRole::Worker, &chain_here, None)
-            .await?;
-        self.board.chain_started(task.id, &agent.name).await?;
-        self.board
-            .transition(task.id, TaskStatus::Active, by, None)
-            .await?;
+        let mut chain = chain.to_vec();
+        chain.push(agent.name.clone());
+        self.store.set_task_run_links(run, &chain, None).await?;
         self.board
             .record(
                 task.id,
@@ -353,7 +489,52 @@ impl Engine {
                 json!({"agent": agent.name, "thread_id": thread, "run_id": run, "workdir": workdir}),
             )
             .await?;
+        self.board
+            .push_chain(task.id, &agent.name, task.id, by)
+            .await?;
         Ok(thread)
+    }
+
+    /// The task's attachments, copied into its directory of the agent's workspace
+    /// (a worker on this host reads the same data directory; a dial-in worker does
+    /// not get them yet).
+    fn copy_attachments(&self, task: &TaskView, agent: &AgentRecord) -> Result<(), EngineError> {
+        if task.attachments.is_empty() {
+            return Ok(());
+        }
+        let dir = self
+            .agents
+            .dir(&agent.name)
+            .workspace()
+            .join(workdir_of(task.id));
+        let from = self.board.attachments_dir(task.id);
+        let copy = || -> std::io::Result<()> {
+            std::fs::create_dir_all(&dir)?;
+            for attachment in &task.attachments {
+                super::board::check_attachment_name(&attachment.name)
+                    .map_err(std::io::Error::other)?;
+                std::fs::copy(from.join(&attachment.name), dir.join(&attachment.name))?;
+            }
+            Ok(())
+        };
+        copy().map_err(|e| {
+            conflict(format!(
+                "the task's attachments cannot be copied into {}: {e}",
+                dir.display()
+            ))
+        })
+    }
+
+    /// Messages people sent while no agent worked on the task, for the next brief.
+    async fn queued_messages(&self, task_id: u64) -> Result<Vec<String>, EngineError> {
+        Ok(self
+            .board
+            .history(task_id)
+            .await?
+            .into_iter()
+            .filter(|e| e.kind == TaskEventKind::MessageSent && e.data["delivered"] == false)
+            .filter_map(|e| e.data["message"].as_str().map(str::to_string))
+            .collect())
     }
 
     /// A person sends the report back: the same thread goes on with the message.
@@ -364,33 +545,40 @@ impl Engine {
         by: &Principal,
     ) -> Result<TaskView, EngineError> {
         if message.trim().is_empty() {
-            return Err(EngineError::Invalid("send-back needs a message saying what is missing".into()));
+            return Err(EngineError::Invalid(
+                "send-back needs a message saying what is missing: {\"message\": \"…\"}".into(),
+            ));
         }
         let _turn = self.turn.lock().await;
         let task = self.board.get(task_id).await?;
-        self.board.check_transition(&task, TaskStatus::Active)?;
         if task.status != TaskStatus::Review {
-            return Err(EngineError::Conflict(format!(
-                "task {task_id} is {}; only a task in review can be sent back",
-                task.status.as_str()
-            )));
+            return Err(EngineError::Conflict {
+                message: format!(
+                    "task {task_id} is {}; only a task in review can be sent back",
+                    task.status.as_str()
+                ),
+                allowed: super::status::allowed_from(task.status).to_vec(),
+            });
         }
-        let Some(run) = task.runs.iter().rev().find(|r| r.role == ThreadRole::Worker) else {
-            return Err(EngineError::Conflict(format!("task {task_id} has no worker thread")));
+        let Some(run) = runs_of(&task)
+            .iter()
+            .rev()
+            .find(|r| r.role == ThreadRole::Worker)
+            .cloned()
+        else {
+            return Err(conflict(format!("task {task_id} has no worker thread")));
         };
-        let agent = self.agent(&run.agent).await?;
-        self.board.reopen_run(run.id).await?;
+        self.store.reopen_task_run(run.id).await?;
         self.board
-            .transition(task_id, TaskStatus::Active, by, Some(message))
+            .transition(task_id, TaskStatus::Active, by, Some(message.to_string()))
             .await?;
-        self.runs
-            .message_thread(&agent, run.thread_id, &brief::sent_back(&by.text(), message), by)
+        self.tell_thread(&run, &brief::sent_back(&by.text(), message), by)
             .await?;
-        Ok(self.board.get(task_id).await?)
+        self.view(task_id).await
     }
 
     /// A person's message to the agent working on the task: into its thread (its
-    /// running turn takes it at its next model call; otherwise it starts the next
+    /// going turn takes it at its next model call; otherwise it starts the next
     /// turn), or kept for the brief when no agent works on it yet.
     pub async fn message(
         &self,
@@ -399,27 +587,25 @@ impl Engine {
         by: &Principal,
     ) -> Result<TaskView, EngineError> {
         if message.trim().is_empty() {
-            return Err(EngineError::Invalid("message is empty".into()));
+            return Err(EngineError::Invalid("send {\"message\": \"…\"}".into()));
         }
         let _turn = self.turn.lock().await;
         let task = self.board.get(task_id).await?;
-        if matches!(task.status, TaskStatus::Completed | TaskStatus::Failed) {
-            return Err(EngineError::Conflict(format!(
-                "task {task_id} is {}; reopen or retry it first",
-                task.status.as_str()
-            )));
+        if task.status.is_finished() {
+            return Err(EngineError::Conflict {
+                message: format!(
+                    "task {task_id} is {}; reopen or retry it first",
+                    task.status.as_str()
+                ),
+                allowed: super::status::allowed_from(task.status).to_vec(),
+            });
         }
-        let open = task.runs.iter().rev().find(|r| r.ended_at.is_none() && r.role != ThreadRole::Answerer);
-        let delivered = match open {
-            Some(run) => {
-                let agent = self.agent(&run.agent).await?;
-                self.runs
-                    .message_thread(&agent, run.thread_id, &brief::person_message(&by.text(), message), by)
-                    .await?;
-                true
-            }
-            None => false,
-        };
+        let open = runs_of(&task)
+            .iter()
+            .rev()
+            .find(|r| r.ended_at.is_none() && r.role != ThreadRole::Answerer)
+            .cloned();
+        let delivered = open.is_some();
         self.board
             .record(
                 task_id,
@@ -428,160 +614,278 @@ impl Engine {
                 json!({"message": message, "delivered": delivered}),
             )
             .await?;
-        Ok(self.board.get(task_id).await?)
+        if let Some(run) = open {
+            self.tell_thread(&run, &brief::person_message(&by.text(), message), by)
+                .await?;
+        }
+        self.view(task_id).await
     }
 
-    // ------------------------------------------------------------ turns
-
-    async fn turn_end(&self, ended: &Ended) -> Result<(), EngineError> {
+    /// Pause and Fail by a person: the button, and the task's threads stopped.
+    pub async fn press(
+        &self,
+        task_id: u64,
+        button: super::status::Button,
+        by: &Principal,
+    ) -> Result<TaskView, EngineError> {
+        use super::status::Button;
         let _turn = self.turn.lock().await;
-        let Some(turn) = self.store.task_turn(&ended.agent, ended.thread_id).await? else {
+        let task = self.board.press(task_id, button, by).await?;
+        match button {
+            Button::Pause | Button::Fail | Button::Complete => {
+                let why = format!("{} by {}", button.as_str(), by.text());
+                self.end_open_runs(&task, RunOutcome::Killed, &why).await?;
+            }
+            // The worker's thread goes on where it stopped.
+            Button::Resume if task.status == TaskStatus::Active => {
+                if let Some(run) = runs_of(&task)
+                    .iter()
+                    .rev()
+                    .find(|r| r.role == ThreadRole::Worker)
+                    .cloned()
+                {
+                    self.store.reopen_task_run(run.id).await?;
+                    let text = format!("{} resumed the task: go on with it.", by.text());
+                    self.tell_thread(&run, &text, by).await?;
+                }
+            }
+            // Back to the planner: it plans again, in a thread of its own.
+            Button::Reopen if task.status == TaskStatus::Planning => {
+                drop(_turn);
+                let _ = self.told.send(Told::Created(task_id));
+            }
+            _ => {}
+        }
+        self.view(task_id).await
+    }
+
+    /// Ends the task's going runs and kills their threads.
+    async fn end_open_runs(
+        &self,
+        task: &TaskView,
+        outcome: RunOutcome,
+        why: &str,
+    ) -> Result<(), EngineError> {
+        for run in runs_of(task).iter().filter(|r| r.ended_at.is_none()) {
+            let report = json!({"status": "failed", "summary": why, "output": ""});
+            self.end_run(run, outcome, Some(report)).await?;
+            if let Some(thread) = run.thread_id {
+                let _ = self
+                    .runs
+                    .kill_thread(&run.agent, thread, &Principal::Scheduler.text())
+                    .await;
+            }
+        }
+        Ok(())
+    }
+
+    /// A thread's next message (an answer, a report, a nudge, a person's words).
+    async fn tell_thread(
+        &self,
+        run: &TaskRun,
+        text: &str,
+        by: &Principal,
+    ) -> Result<(), EngineError> {
+        let Some(thread) = run.thread_id else {
+            return Err(conflict(format!("task run {} has no thread", run.id)));
+        };
+        let agent = self.agent(&run.agent).await?;
+        self.runs.message_thread(&agent, thread, text, by).await?;
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------- turns
+
+impl Engine {
+    async fn turn_end(
+        &self,
+        agent: &str,
+        thread_id: u64,
+        role: ThreadRole,
+        end: &TurnEnd,
+    ) -> Result<(), EngineError> {
+        let _turn = self.turn.lock().await;
+        let Some(run) = self.board.run_of_thread(agent, thread_id).await? else {
             return Ok(()); // a thread whose task is gone
         };
-        let task = match self.board.get(turn.task_id).await {
+        if run.ended_at.is_some() {
+            return Ok(()); // ended meanwhile (a limit, a person's button)
+        }
+        let task = match self.board.get(run.task_id).await {
             Ok(task) => task,
             Err(BoardError::NotFound(_)) => return Ok(()),
             Err(e) => return Err(e.into()),
         };
-        match &ended.end {
+        match end {
             TurnEnd::Failed(failure) => {
-                let why = format!("the {} thread failed: {}", ended.role_str(), failure.message);
-                self.run_failed(&task, &turn, RunOutcome::Error, &why).await
+                let why = format!("the {role} thread failed: {}", failure.message);
+                self.run_failed(&task, &run, RunOutcome::Error, &why).await
             }
             TurnEnd::Killed => {
-                let why = format!("the {} thread was killed", ended.role_str());
-                self.run_failed(&task, &turn, RunOutcome::Killed, &why).await
+                let why = format!("the {role} thread was killed");
+                self.run_failed(&task, &run, RunOutcome::Killed, &why).await
             }
             TurnEnd::Completed { .. } => {
-                let call = turn.call.clone();
-                self.store.task_turn_call(turn.run_id, None).await?;
-                match contract::on_turn_end(ended.role, call, turn.followed_up) {
+                let call = run
+                    .finishing
+                    .clone()
+                    .and_then(|f| serde_json::from_value::<Call>(f).ok());
+                self.store.set_task_run_finishing(run.id, None).await?;
+                match contract::on_turn_end(role, call, run.followed_up) {
                     TurnDecision::Apply(call) => {
-                        self.store.task_turn_followed_up(turn.run_id, false).await?;
-                        self.apply(&task, &turn, ended, call).await
+                        self.store.set_task_run_followed_up(run.id, false).await?;
+                        self.apply(&task, &run, call).await
                     }
                     TurnDecision::FollowUp(text) => {
-                        self.store.task_turn_followed_up(turn.run_id, true).await?;
+                        self.store.set_task_run_followed_up(run.id, true).await?;
                         self.board
                             .record(
                                 task.id,
                                 TaskEventKind::NudgeSent,
                                 &Principal::Scheduler,
-                                json!({"agent": ended.agent, "thread_id": ended.thread_id, "run_id": turn.run_id}),
+                                json!({"agent": agent, "thread_id": thread_id, "run_id": run.id}),
                             )
                             .await?;
-                        let agent = self.agent(&ended.agent).await?;
-                        self.runs
-                            .message_thread(&agent, ended.thread_id, &text, &Principal::Scheduler)
-                            .await?;
-                        Ok(())
+                        self.tell_thread(&run, &text, &Principal::Scheduler).await
                     }
                     TurnDecision::Violation => {
-                        let raw = self.last_text(&ended.agent, ended.thread_id).await?;
+                        let raw = self.last_text(agent, thread_id).await?;
                         let why = format!(
-                            "{} ended its turn twice without calling {}",
-                            ended.agent,
-                            contract::of(ended.role).tools().collect::<Vec<_>>().join(" or ")
+                            "{agent} ended its turn twice without calling {}",
+                            contract::of(role).tools().collect::<Vec<_>>().join(" or ")
                         );
-                        let report = json!({"status": "protocol_violation", "summary": why, "output": raw});
-                        self.run_ended(&task, &turn, RunOutcome::ProtocolViolation, Some(report.clone())).await?;
-                        self.board.set_report(task.id, &report).await?;
-                        self.board
-                            .transition(task.id, TaskStatus::Failed, &Principal::Scheduler, Some(&why))
+                        let report = TaskReport {
+                            status: ReportStatus::ProtocolViolation,
+                            summary: why.clone(),
+                            output: raw,
+                            blocked_reason: None,
+                        };
+                        self.end_run(&run, RunOutcome::ProtocolViolation, Some(json!(report)))
                             .await?;
-                        self.tell_parent_failed(&task, &ended.agent, &why).await
+                        self.board.set_report(task.id, Some(&report)).await?;
+                        self.board
+                            .transition(
+                                task.id,
+                                TaskStatus::Failed,
+                                &Principal::Scheduler,
+                                Some(why.clone()),
+                            )
+                            .await?;
+                        self.tell_parent(
+                            &task,
+                            agent,
+                            &brief::delegate_failed(agent, task.id, &why),
+                            &Principal::Scheduler,
+                        )
+                        .await
                     }
                     TurnDecision::Answer => {
-                        let answer = self.last_text(&ended.agent, ended.thread_id).await?;
-                        self.run_ended(&task, &turn, RunOutcome::Completed, None).await?;
-                        self.answered_by_agent(&task, &turn, &ended.agent, ended.thread_id, &answer).await
+                        let answer = self.last_text(agent, thread_id).await?;
+                        self.end_run(&run, RunOutcome::Completed, None).await?;
+                        self.answered_by_agent(&task, &run, &answer).await
                     }
                 }
             }
         }
     }
-}
 
-impl Ended {
-    fn role_str(&self) -> &'static str {
-        self.role.as_str()
-    }
-}
-
-impl Engine {
-    /// Applies an accepted control call at the end of the turn that made it.
-    async fn apply(
+    /// Records a tool call of one of the task's threads in its history: the tool's
+    /// Chorus name, what it was called on (as the step shows it), and its result.
+    async fn tool_call(
         &self,
-        task: &TaskView,
-        turn: &TaskTurn,
-        ended: &Ended,
-        call: Call,
+        agent: &str,
+        thread_id: u64,
+        called: &str,
+        arguments: &str,
+        failed: bool,
     ) -> Result<(), EngineError> {
-        let agent_principal = Principal::agent(&ended.agent, ended.thread_id);
+        let Some(run) = self.board.run_of_thread(agent, thread_id).await? else {
+            return Ok(());
+        };
+        let known = chorus_proto::tools::find(called);
+        let tool = known.map_or(called, |t| t.name);
+        let input = known
+            .and_then(|t| t.subject_of(arguments).shown)
+            .unwrap_or_default();
+        self.board
+            .record(
+                run.task_id,
+                TaskEventKind::ToolCall,
+                &Principal::agent(agent, thread_id),
+                json!({"agent": agent, "thread_id": thread_id, "tool": tool, "input": input,
+                       "status": if failed { "error" } else { "ok" }}),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Applies an accepted control call at the end of the turn that made it.
+    async fn apply(&self, task: &TaskView, run: &TaskRun, call: Call) -> Result<(), EngineError> {
+        let thread = run.thread_id.unwrap_or_default();
+        let by = Principal::agent(&run.agent, thread);
         let status = contract::status_after(&call, task.review);
         match &call {
             Call::SubmitPlan(plan) => {
-                self.board.set_plan(task.id, plan).await?;
-                self.run_ended(task, turn, RunOutcome::Planned, None).await?;
+                let fields = crate::store::PlanFields {
+                    summary: Some(Some(plan.summary.clone())),
+                    requirements: Some(plan.requirements.clone()),
+                    acceptance_criteria: Some(plan.acceptance_criteria.clone()),
+                    steps: Some(plan.steps.clone()),
+                    assignee: Some(Some(plan.assignee.clone())),
+                    ..crate::store::PlanFields::default()
+                };
+                self.board.update(task.id, fields, &by).await?;
+                self.end_run(run, RunOutcome::Planned, None).await?;
                 self.board
                     .record(
                         task.id,
                         TaskEventKind::PlanningFinished,
-                        &agent_principal,
+                        &by,
                         json!({"assignee": plan.assignee}),
                     )
                     .await?;
-                self.board.transition(task.id, status, &agent_principal, None).await?;
+                self.board.transition(task.id, status, &by, None).await?;
             }
             Call::AskQuestions(questions) => {
-                self.board
-                    .ask(task.id, turn.run_id, &questions.questions, &agent_principal)
-                    .await?;
-                self.board.transition(task.id, status, &agent_principal, None).await?;
+                self.board.ask(task.id, &questions.questions, &by).await?;
+                self.board.transition(task.id, status, &by, None).await?;
             }
             Call::AskQuestion(question) => {
-                let q = chorus_proto::tools::PlannerQuestion {
-                    id: format!("r{}q{}", turn.run_id, task.questions.len() + 1),
+                let asked = crate::store::NewQuestion {
+                    id: format!("q{}", task.questions.len() + 1),
                     question: question.question.clone(),
                     options: question.options.clone(),
                     multi_select: false,
                 };
                 self.board
-                    .ask(task.id, turn.run_id, std::slice::from_ref(&q), &agent_principal)
+                    .ask(task.id, std::slice::from_ref(&asked), &by)
                     .await?;
-                self.board.transition(task.id, status, &agent_principal, None).await?;
+                self.board.transition(task.id, status, &by, None).await?;
             }
             Call::CompletionReport(report) => {
-                let value = serde_json::to_value(report).unwrap_or_default();
-                let outcome = match report.status {
-                    chorus_proto::tools::ReportStatus::Complete => RunOutcome::Completed,
-                    chorus_proto::tools::ReportStatus::Blocked => RunOutcome::Blocked,
-                    chorus_proto::tools::ReportStatus::Failed => RunOutcome::Failed,
-                };
-                self.run_ended(task, turn, outcome, Some(value.clone())).await?;
-                self.board.set_report(task.id, &value).await?;
-                self.board
-                    .record(task.id, TaskEventKind::ReportReceived, &agent_principal, value)
+                let record = task_report(report);
+                self.end_run(run, outcome_of(report), Some(json!(record)))
                     .await?;
-                self.board.chain_ended(task.id, &ended.agent).await?;
+                self.board.set_report(task.id, Some(&record)).await?;
                 self.board
-                    .transition(task.id, status, &agent_principal, report.blocked_reason.as_deref())
+                    .record(task.id, TaskEventKind::ReportReceived, &by, json!(record))
                     .await?;
-                // A delegate's report is the delegating thread's next message.
-                if let Some(parent) = task.parent_id {
-                    let text = brief::delegate_report(&ended.agent, task.id, report);
-                    self.back_to_parent(parent, task.id, &ended.agent, &text, &agent_principal)
-                        .await?;
-                }
+                self.board.complete_chain(task.id, &run.agent, &by).await?;
+                self.board
+                    .transition(task.id, status, &by, report.blocked_reason.clone())
+                    .await?;
+                let text = brief::delegate_report(&run.agent, task.id, report);
+                self.tell_parent(task, &run.agent, &text, &by).await?;
             }
             Call::DelegateToAgent(delegation) => {
-                self.delegate(task, turn, ended, delegation).await?;
-                self.board.transition(task.id, status, &agent_principal, None).await?;
+                self.delegate(task, run, delegation, &by).await?;
+                self.board.transition(task.id, status, &by, None).await?;
             }
             Call::AskAgent(question) => {
-                self.ask_agent(task, turn, ended, question).await?;
+                self.ask_agent(task, run, question, &by).await?;
                 if task.status == TaskStatus::Active {
-                    self.board.transition(task.id, status, &agent_principal, None).await?;
+                    self.board.transition(task.id, status, &by, None).await?;
                 }
             }
         }
@@ -589,68 +893,82 @@ impl Engine {
     }
 
     /// A child task for the delegate, started at once; its report comes back to
-    /// this thread.
+    /// the delegating thread.
     async fn delegate(
         &self,
         task: &TaskView,
-        turn: &TaskTurn,
-        ended: &Ended,
+        run: &TaskRun,
         delegation: &Delegation,
+        by: &Principal,
     ) -> Result<(), EngineError> {
-        let by = Principal::agent(&ended.agent, ended.thread_id);
+        let title: String = delegation
+            .instructions
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("sub-task")
+            .chars()
+            .take(120)
+            .collect();
         let child = self
             .board
-            .create_child(task.id, &delegation.agent, &brief::delegated(&ended.agent, task.id, &delegation.instructions), &by)
-            .await?;
-        let mut chain = turn.chain.clone();
-        chain.push(delegation.agent.clone());
-        self.board
-            .record(
-                task.id,
-                TaskEventKind::HandoffStarted,
-                &by,
-                json!({"from": ended.agent, "to": delegation.agent, "child_task": child.id, "chain": chain}),
+            .create(
+                CreateTask {
+                    title,
+                    description: brief::delegated(&run.agent, task.id, &delegation.instructions),
+                    review: false,
+                    parent_id: Some(task.id),
+                    assignee: Some(delegation.agent.clone()),
+                },
+                by,
             )
             .await?;
-        // The child starts from the parent's chain: the depth and loop checks see it.
-        self.work(&child, &delegation.agent, &by, None).await?;
+        self.board
+            .push_chain(task.id, &delegation.agent, child.id, by)
+            .await?;
+        self.work(&child, &delegation.agent, by, None, &run.chain)
+            .await?;
         Ok(())
     }
 
-    /// A thread of the other agent, whose reply is this thread's next message.
+    /// A thread of the other agent, whose reply is the asking thread's next message.
     async fn ask_agent(
         &self,
         task: &TaskView,
-        turn: &TaskTurn,
-        ended: &Ended,
+        run: &TaskRun,
         question: &AgentQuestion,
+        by: &Principal,
     ) -> Result<(), EngineError> {
-        let by = Principal::agent(&ended.agent, ended.thread_id);
         let asked = self.agent(&question.agent).await?;
         let thread = self
             .runs
             .start_role_thread(
                 &asked,
-                &brief::asked(&ended.agent, &question.question),
-                &by,
+                &brief::asked(&run.agent, &question.question),
+                by,
                 ThreadRole::Answerer,
                 None,
             )
             .await?;
-        let run = self
+        let answerer = self
             .board
-            .add_run(task.id, ThreadRole::Answerer, &asked.name, "api", thread)
+            .add_run(
+                task.id,
+                ThreadRole::Answerer,
+                &asked.name,
+                "api",
+                Some(thread),
+            )
             .await?;
-        let mut chain = turn.chain.clone();
+        let mut chain = run.chain.clone();
         chain.push(asked.name.clone());
         self.store
-            .task_turn_started(run, task.id, &asked.name, thread, ThreadRole::Answerer, &chain, Some(turn.run_id))
+            .set_task_run_links(answerer, &chain, Some(run.id))
             .await?;
         self.board
             .record(
                 task.id,
                 TaskEventKind::QuestionAsked,
-                &by,
+                by,
                 json!({"to": asked.name, "question": question.question, "thread_id": thread, "chain": chain}),
             )
             .await?;
@@ -661,16 +979,14 @@ impl Engine {
     async fn answered_by_agent(
         &self,
         task: &TaskView,
-        turn: &TaskTurn,
-        agent: &str,
-        thread_id: u64,
+        run: &TaskRun,
         answer: &str,
     ) -> Result<(), EngineError> {
-        let by = Principal::agent(agent, thread_id);
-        let Some(asker_run) = turn.asked_by else {
+        let by = Principal::agent(&run.agent, run.thread_id.unwrap_or_default());
+        let Some(asker_id) = run.asked_by else {
             return Ok(());
         };
-        let Some(asker) = self.store.task_turn_of_run(asker_run).await? else {
+        let Some(asker) = self.board.run(asker_id).await? else {
             return Ok(());
         };
         self.board
@@ -678,105 +994,105 @@ impl Engine {
                 task.id,
                 TaskEventKind::QuestionAnswered,
                 &by,
-                json!({"by_agent": agent, "to": asker.agent, "answer": answer}),
+                json!({"by_agent": run.agent, "to": asker.agent, "answer": answer}),
             )
             .await?;
         if asker.role == ThreadRole::Worker && task.status == TaskStatus::Waiting {
-            self.board.transition(task.id, TaskStatus::Active, &by, None).await?;
+            self.board
+                .transition(task.id, TaskStatus::Active, &by, None)
+                .await?;
         }
-        let asker_agent = self.agent(&asker.agent).await?;
-        self.runs
-            .message_thread(&asker_agent, asker.thread_id, &brief::agent_answer(agent, answer), &by)
-            .await?;
-        Ok(())
+        self.tell_thread(&asker, &brief::agent_answer(&run.agent, answer), &by)
+            .await
     }
 
     /// A run that ended without a report (its thread failed or was killed): the task
-    /// fails with the reason, and a parent hears of it.
+    /// fails with the reason and its partial output, and a parent hears of it.
     async fn run_failed(
         &self,
         task: &TaskView,
-        turn: &TaskTurn,
+        run: &TaskRun,
         outcome: RunOutcome,
         why: &str,
     ) -> Result<(), EngineError> {
-        let partial = self.last_text(&turn.agent, turn.thread_id).await.unwrap_or_default();
-        let report = json!({"status": outcome.as_str(), "summary": why, "output": partial});
-        self.run_ended(task, turn, outcome, Some(report.clone())).await?;
-        if turn.role == ThreadRole::Answerer {
-            // The asker hears that no answer comes.
+        let thread = run.thread_id.unwrap_or_default();
+        let partial = self.last_text(&run.agent, thread).await.unwrap_or_default();
+        let report = TaskReport {
+            status: ReportStatus::Failed,
+            summary: why.to_string(),
+            output: partial,
+            blocked_reason: None,
+        };
+        self.end_run(run, outcome, Some(json!(report))).await?;
+        if run.role == ThreadRole::Answerer {
+            // The asker hears that no answer comes, and goes on.
             return self
-                .answered_by_agent(task, turn, &turn.agent, turn.thread_id, &format!("(no answer: {why})"))
+                .answered_by_agent(task, run, &format!("(no answer: {why})"))
                 .await;
         }
         if !task.status.is_finished() {
-            self.board.set_report(task.id, &report).await?;
+            self.board.set_report(task.id, Some(&report)).await?;
             self.board
-                .transition(task.id, TaskStatus::Failed, &Principal::Scheduler, Some(why))
+                .transition(
+                    task.id,
+                    TaskStatus::Failed,
+                    &Principal::Scheduler,
+                    Some(why.to_string()),
+                )
                 .await?;
         }
-        self.tell_parent_failed(task, &turn.agent, why).await
-    }
-
-    async fn tell_parent_failed(
-        &self,
-        task: &TaskView,
-        agent: &str,
-        why: &str,
-    ) -> Result<(), EngineError> {
-        if let Some(parent) = task.parent_id {
-            let text = brief::delegate_failed(agent, task.id, why);
-            self.back_to_parent(parent, task.id, agent, &text, &Principal::Scheduler)
-                .await?;
-        }
-        Ok(())
+        let text = brief::delegate_failed(&run.agent, task.id, why);
+        self.tell_parent(task, &run.agent, &text, &Principal::Scheduler)
+            .await
     }
 
     /// A child task's end goes to its parent's worker thread as its next message.
-    async fn back_to_parent(
+    async fn tell_parent(
         &self,
-        parent_id: u64,
-        child_id: u64,
+        task: &TaskView,
         agent: &str,
         text: &str,
         by: &Principal,
     ) -> Result<(), EngineError> {
+        let Some(parent_id) = task.parent_id else {
+            return Ok(());
+        };
         let parent = self.board.get(parent_id).await?;
-        let Some(run) = parent
-            .runs
+        let Some(run) = runs_of(&parent)
             .iter()
             .rev()
             .find(|r| r.role == ThreadRole::Worker && r.ended_at.is_none())
+            .cloned()
         else {
             return Ok(());
         };
-        self.board
-            .record(
-                parent_id,
-                TaskEventKind::HandoffCompleted,
-                by,
-                json!({"child_task": child_id, "agent": agent, "chain": parent.chain}),
-            )
-            .await?;
+        self.board.complete_chain(parent_id, agent, by).await?;
         if parent.status == TaskStatus::Waiting {
-            self.board.transition(parent_id, TaskStatus::Active, by, None).await?;
+            self.board
+                .transition(parent_id, TaskStatus::Active, by, None)
+                .await?;
         }
-        let parent_agent = self.agent(&run.agent).await?;
-        self.runs
-            .message_thread(&parent_agent, run.thread_id, text, by)
-            .await?;
-        Ok(())
+        self.tell_thread(&run, text, by).await
     }
 
-    async fn run_ended(
+    async fn end_run(
         &self,
-        _task: &TaskView,
-        turn: &TaskTurn,
+        run: &TaskRun,
         outcome: RunOutcome,
         report: Option<serde_json::Value>,
     ) -> Result<(), EngineError> {
-        let usage = self.store.thread_usage(&turn.agent, turn.thread_id).await?;
-        self.board.end_run(turn.run_id, outcome, report, usage).await?;
+        let usage = match run.thread_id {
+            Some(thread) => self.store.thread_usage(&run.agent, thread).await?,
+            None => crate::store::ThreadUsage::default(),
+        };
+        self.board
+            .end_run(
+                run.id,
+                outcome,
+                report.as_ref(),
+                (usage.input_tokens, usage.output_tokens, usage.model_calls),
+            )
+            .await?;
         Ok(())
     }
 
@@ -797,61 +1113,91 @@ impl Engine {
         self.store
             .active_agent(name)
             .await?
-            .ok_or_else(|| EngineError::Conflict(format!("agent '{name}' does not exist (any more)")))
+            .ok_or_else(|| conflict(format!("agent '{name}' does not exist (any more)")))
     }
 
-    /// The agents from the root task down to this one (a delegation's chain).
-    fn chain_of(&self, task: &TaskView) -> Vec<String> {
-        task.chain.iter().map(|c| c.agent.clone()).collect()
-    }
-
-    /// Checks a control call before it is recorded: agents named exist, and no
-    /// delegation or question between agents loops or goes deeper than the bound.
-    async fn check_call(&self, turn: &TaskTurn, call: &Call) -> Result<(), String> {
-        let names = || async {
-            self.store
-                .active_agents()
-                .await
-                .map(|agents| {
-                    agents
-                        .into_iter()
-                        .map(|a| a.name)
-                        .filter(|n| *n != self.settings.planner)
-                        .collect::<Vec<_>>()
-                })
-                .unwrap_or_default()
-        };
+    /// Checks a control call before it is recorded: the agent it names exists, and
+    /// no delegation or question between agents loops or goes deeper than the bound.
+    async fn check_call(&self, run: &TaskRun, call: &Call) -> Result<(), String> {
         let (target, verb) = match call {
             Call::SubmitPlan(plan) => (&plan.assignee, "assign the task to"),
             Call::DelegateToAgent(d) => (&d.agent, "delegate to"),
             Call::AskAgent(a) => (&a.agent, "ask"),
             _ => return Ok(()),
         };
-        let agents = names().await;
+        let agents: Vec<String> = self
+            .store
+            .active_agents()
+            .await
+            .map_err(|e| format!("the agents cannot be read ({e}); try again"))?
+            .into_iter()
+            .map(|a| a.name)
+            .filter(|n| *n != self.settings().planner)
+            .collect();
         if !agents.contains(target) {
             return Err(format!(
                 "'{target}' is not an agent you can {verb}; the agents are: {}. Call again with one of them.",
-                if agents.is_empty() { "(none)".to_string() } else { agents.join(", ") }
+                if agents.is_empty() {
+                    "(none)".to_string()
+                } else {
+                    agents.join(", ")
+                }
             ));
         }
         if matches!(call, Call::SubmitPlan(_)) {
             return Ok(());
         }
-        if turn.chain.contains(target) {
+        let bound = self.settings().max_delegation_depth as usize;
+        if run.chain.contains(target) {
             return Err(format!(
-                "refused: {target} is already in this chain ({}), so this would loop. Do the work yourself or report.",
-                turn.chain.join(" → ")
+                "refused: {target} is already in this chain ({}), so this would loop. Do it yourself, or end with your answer or report.",
+                run.chain.join(" → ")
             ));
         }
-        if turn.chain.len() >= self.settings.max_depth {
+        if run.chain.len() >= bound {
             return Err(format!(
-                "refused: the chain {} is already {} agents deep (the bound is {}). Do the work yourself or report.",
-                turn.chain.join(" → "),
-                turn.chain.len(),
-                self.settings.max_depth
+                "refused: the chain {} is already {} agents deep, the bound ([tasks] max_delegation_depth) is {bound}. Do it yourself, or end with your answer or report.",
+                run.chain.join(" → "),
+                run.chain.len(),
             ));
         }
         Ok(())
+    }
+}
+
+fn runs_of(task: &TaskView) -> &[TaskRun] {
+    task.runs.as_deref().unwrap_or_default()
+}
+
+fn task_report(report: &CompletionReport) -> TaskReport {
+    use chorus_proto::tools::ReportStatus as Said;
+    TaskReport {
+        status: match report.status {
+            Said::Complete => ReportStatus::Complete,
+            Said::Blocked => ReportStatus::Blocked,
+            Said::Failed => ReportStatus::Failed,
+        },
+        summary: report.summary.clone(),
+        output: report.output.clone(),
+        blocked_reason: report.blocked_reason.clone(),
+    }
+}
+
+fn outcome_of(report: &CompletionReport) -> RunOutcome {
+    use chorus_proto::tools::ReportStatus as Said;
+    match report.status {
+        Said::Complete => RunOutcome::Completed,
+        Said::Blocked => RunOutcome::Blocked,
+        Said::Failed => RunOutcome::Failed,
+    }
+}
+
+fn report_word(status: ReportStatus) -> &'static str {
+    match status {
+        ReportStatus::Complete => "complete",
+        ReportStatus::Blocked => "blocked",
+        ReportStatus::Failed => "failed",
+        ReportStatus::ProtocolViolation => "protocol violation",
     }
 }
 
@@ -866,13 +1212,16 @@ fn text_of(task: &TaskView) -> brief::TaskText {
         id: task.id,
         title: task.title.clone(),
         description: task.description.clone(),
-        plan: task.assignee.as_ref().map(|assignee| chorus_proto::tools::Plan {
-            summary: task.summary.clone().unwrap_or_default(),
-            requirements: task.requirements.clone(),
-            acceptance_criteria: task.acceptance_criteria.clone(),
-            steps: task.steps.clone(),
-            assignee: assignee.clone(),
-        }),
+        plan: task
+            .assignee
+            .as_ref()
+            .map(|assignee| chorus_proto::tools::Plan {
+                summary: task.summary.clone().unwrap_or_default(),
+                requirements: task.requirements.clone(),
+                acceptance_criteria: task.acceptance_criteria.clone(),
+                steps: task.steps.clone(),
+                assignee: assignee.clone(),
+            }),
         answered: task
             .questions
             .iter()
@@ -908,32 +1257,49 @@ impl RoleHooks for Engine {
         arguments: &str,
     ) -> Result<String, String> {
         let Some(name) = contract::of(role).owns(tool) else {
-            return Err(format!("{tool} is not a tool of the {} role", role.as_str()));
+            return Err(format!("{tool} is not a tool of the {role} role"));
         };
         let call = Call::parse(name, arguments)?;
         let _turn = self.turn.lock().await;
-        let turn = match self.store.task_turn(agent, thread_id).await {
-            Ok(Some(turn)) => turn,
-            Ok(None) => return Err("this thread belongs to no task (any more); end your turn".into()),
+        let run = match self.board.run_of_thread(agent, thread_id).await {
+            Ok(Some(run)) if run.ended_at.is_none() => run,
+            Ok(_) => return Err("this thread works on no task (any more); end your turn".into()),
             Err(e) => return Err(format!("the task cannot be read ({e}); try again")),
         };
-        if let Some(earlier) = &turn.call {
+        if let Some(earlier) = run.finishing.as_ref().and_then(|f| f["tool"].as_str()) {
             return Err(format!(
-                "you already called {} in this turn; it stands. End your turn now.",
-                earlier.tool()
+                "you already called {earlier} in this turn; it stands. End your turn now."
             ));
         }
-        self.check_call(&turn, &call).await?;
+        self.check_call(&run, &call).await?;
         let accepted = call.accepted();
         self.store
-            .task_turn_call(turn.run_id, Some(&call))
+            .set_task_run_finishing(run.id, Some(&json!(call)))
             .await
             .map_err(|e| format!("the call cannot be recorded ({e}); try again"))?;
         Ok(accepted)
     }
 
+    fn tool_call_ended(
+        &self,
+        agent: &str,
+        thread_id: u64,
+        _role: ThreadRole,
+        tool: &str,
+        arguments: &str,
+        failed: bool,
+    ) {
+        let _ = self.told.send(Told::ToolCall {
+            agent: agent.to_string(),
+            thread_id,
+            tool: tool.to_string(),
+            arguments: arguments.to_string(),
+            failed,
+        });
+    }
+
     fn turn_ended(&self, agent: &str, thread_id: u64, role: ThreadRole, end: TurnEnd) {
-        let _ = self.ends.send(Ended {
+        let _ = self.told.send(Told::TurnEnded {
             agent: agent.to_string(),
             thread_id,
             role,
@@ -942,14 +1308,13 @@ impl RoleHooks for Engine {
     }
 }
 
-// ---------------------------------------------------------------- limits
+// ---------------------------------------------------------------- limits, restart
 
-/// How often running tasks are checked against their limits.
+/// How often working tasks are checked against their limits.
 const LIMIT_SWEEP: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Engine {
-    /// Checks the working tasks against their limits until the engine is dropped.
-    pub fn watch_limits(self: &Arc<Self>) {
+    fn watch_limits(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(LIMIT_SWEEP);
@@ -964,62 +1329,108 @@ impl Engine {
         });
     }
 
-    /// A task whose agents have worked longer (model calls and tool steps, summed) or
-    /// called the model more often than its limits allow is failed with the reason and
-    /// its partial output, and its open threads are ended.
+    /// The tasks agents are working on, whole.
+    async fn working(&self) -> Result<Vec<TaskView>, EngineError> {
+        let mut working = Vec::new();
+        for status in [
+            TaskStatus::Planning,
+            TaskStatus::Active,
+            TaskStatus::Waiting,
+        ] {
+            let filter = crate::store::TaskFilter {
+                status: Some(status),
+                ..crate::store::TaskFilter::default()
+            };
+            for task in self.board.list(&filter).await? {
+                working.push(self.board.get(task.id).await?);
+            }
+        }
+        Ok(working)
+    }
+
+    /// A task whose agents have worked longer or called the model more often than
+    /// its limits allow is failed with the reason and its partial output, and its
+    /// going threads are ended.
     async fn enforce_limits(&self) -> Result<(), EngineError> {
         let _turn = self.turn.lock().await;
-        for task in self.board.working().await? {
-            let threads: Vec<(String, u64)> = task
-                .runs
+        for task in self.working().await? {
+            let threads: Vec<(String, u64)> = runs_of(&task)
                 .iter()
-                .map(|r| (r.agent.clone(), r.thread_id))
+                .filter_map(|r| r.thread_id.map(|t| (r.agent.clone(), t)))
                 .collect();
             let spent = self.store.threads_work(&threads).await?;
-            let over = limits::exceeded(&task.limits, &spent);
-            let Some(why) = over else { continue };
+            let Some(why) = super::limits::exceeded(&task.limits, &spent) else {
+                continue;
+            };
             tracing::info!(task_id = task.id, reason = %why, "task over its limits; failing it");
-            for run in task.runs.iter().filter(|r| r.ended_at.is_none()) {
-                let Some(turn) = self.store.task_turn_of_run(run.id).await? else { continue };
-                let partial = self.last_text(&turn.agent, turn.thread_id).await.unwrap_or_default();
-                let report = json!({"status": RunOutcome::Limit.as_str(), "summary": why, "output": partial});
-                self.run_ended(&task, &turn, RunOutcome::Limit, Some(report.clone())).await?;
-                self.board.set_report(task.id, &report).await?;
+            let mut partial = String::new();
+            for run in runs_of(&task).iter().filter(|r| r.ended_at.is_none()) {
+                let thread = run.thread_id.unwrap_or_default();
+                partial = self.last_text(&run.agent, thread).await.unwrap_or_default();
+                let report = json!({"status": "failed", "summary": why, "output": partial});
+                self.end_run(run, RunOutcome::Limit, Some(report)).await?;
                 let _ = self
                     .runs
-                    .kill_thread(&turn.agent, turn.thread_id, &Principal::Scheduler.text())
+                    .kill_thread(&run.agent, thread, &Principal::Scheduler.text())
                     .await;
             }
+            let report = TaskReport {
+                status: ReportStatus::Failed,
+                summary: why.clone(),
+                output: partial,
+                blocked_reason: None,
+            };
+            self.board.set_report(task.id, Some(&report)).await?;
             self.board
-                .transition(task.id, TaskStatus::Failed, &Principal::Scheduler, Some(&why))
+                .transition(
+                    task.id,
+                    TaskStatus::Failed,
+                    &Principal::Scheduler,
+                    Some(why.clone()),
+                )
                 .await?;
-            self.tell_parent_failed(&task, task.assignee.as_deref().unwrap_or_default(), &why)
+            let agent = task.assignee.clone().unwrap_or_default();
+            let text = brief::delegate_failed(&agent, task.id, &why);
+            self.tell_parent(&task, &agent, &text, &Principal::Scheduler)
                 .await?;
         }
         Ok(())
     }
 
     /// At start: a turn that ended while the control plane was down (its thread
-    /// ended, its task run still open and not waiting for an answer) is applied now.
+    /// ended, its run still open) is applied now. Returns how many.
     pub async fn recover(&self) -> Result<usize, EngineError> {
         let mut told = 0;
-        for task in self.board.working().await? {
-            for run in task.runs.iter().filter(|r| r.ended_at.is_none()) {
-                let Some(turn) = self.store.task_turn_of_run(run.id).await? else { continue };
-                let Some(thread) = self.store.thread(&turn.agent, turn.thread_id).await? else { continue };
-                let waits_for_answer = matches!(task.status, TaskStatus::AwaitingInput | TaskStatus::Waiting | TaskStatus::Review | TaskStatus::Blocked);
-                if thread.status.is_finished() && (turn.call.is_some() || !waits_for_answer) {
-                    let end = match thread.status {
-                        crate::store::ThreadStatus::Completed => TurnEnd::Completed { run_id: String::new() },
-                        crate::store::ThreadStatus::Killed => TurnEnd::Killed,
-                        _ => TurnEnd::Failed(chorus_proto::domain::Failure::new(
-                            thread.failure_kind.unwrap_or(chorus_proto::domain::FailureKind::Internal),
-                            thread.error.clone().unwrap_or_else(|| "the thread failed".into()),
-                        )),
-                    };
-                    self.turn_ended(&turn.agent, turn.thread_id, turn.role, end);
-                    told += 1;
+        for task in self.working().await? {
+            for run in runs_of(&task).iter().filter(|r| r.ended_at.is_none()) {
+                let Some(thread_id) = run.thread_id else {
+                    continue;
+                };
+                let Some(thread) = self.store.thread(&run.agent, thread_id).await? else {
+                    continue;
+                };
+                // A run that asked and waits for its answer has ended its turn already.
+                let waits = task.status == TaskStatus::Waiting && run.finishing.is_none();
+                if !thread.status.is_finished() || waits {
+                    continue;
                 }
+                let end = match thread.status {
+                    crate::store::ThreadStatus::Completed => TurnEnd::Completed {
+                        run_id: String::new(),
+                    },
+                    crate::store::ThreadStatus::Killed => TurnEnd::Killed,
+                    _ => TurnEnd::Failed(chorus_proto::domain::Failure::new(
+                        thread
+                            .failure_kind
+                            .unwrap_or(chorus_proto::domain::FailureKind::Internal),
+                        thread
+                            .error
+                            .clone()
+                            .unwrap_or_else(|| "the thread failed".into()),
+                    )),
+                };
+                self.turn_ended(&run.agent, thread_id, run.role, end);
+                told += 1;
             }
         }
         Ok(told)

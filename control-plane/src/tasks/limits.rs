@@ -1,16 +1,8 @@
 //! A task's limits (SPEC H, issue 28 point 9): how long its agents may work and how
-//! many model calls they may make, summed over all its runs. Pure.
+//! many model calls they may make, summed over all its runs. Time is work: model
+//! calls and tool steps, summed (waiting for people does not count). Pure.
 
-use serde::{Deserialize, Serialize};
-
-/// The limits of one task (defaults from `[tasks]`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Limits {
-    /// Seconds of work: model calls and tool steps, summed (waiting for people does
-    /// not count).
-    pub time_secs: u64,
-    pub model_calls: u64,
-}
+use super::view::Limits;
 
 /// What a task's threads have spent so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -43,9 +35,41 @@ mod tests {
 
     #[test]
     fn a_task_is_over_when_either_limit_is_passed() {
-        let limits = Limits { time_secs: 60, model_calls: 3 };
-        assert_eq!(exceeded(&limits, &Spent { work_ms: 60_000, model_calls: 3 }), None);
-        assert!(exceeded(&limits, &Spent { work_ms: 0, model_calls: 4 }).unwrap().contains("4 model calls"));
-        assert!(exceeded(&limits, &Spent { work_ms: 61_000, model_calls: 0 }).unwrap().contains("61 s"));
+        let limits = Limits {
+            time_secs: 60,
+            model_calls: 3,
+        };
+        assert_eq!(
+            exceeded(
+                &limits,
+                &Spent {
+                    work_ms: 60_000,
+                    model_calls: 3
+                }
+            ),
+            None
+        );
+        assert!(
+            exceeded(
+                &limits,
+                &Spent {
+                    work_ms: 0,
+                    model_calls: 4
+                }
+            )
+            .unwrap()
+            .contains("4 model calls")
+        );
+        assert!(
+            exceeded(
+                &limits,
+                &Spent {
+                    work_ms: 61_000,
+                    model_calls: 0
+                }
+            )
+            .unwrap()
+            .contains("61 s")
+        );
     }
 }

@@ -8,7 +8,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{Actions, RunsIn, SchemaSettings, Subject, ToolDef, object, parse_args, text, truncate};
+use super::{
+    Actions, RunsIn, SchemaSettings, Subject, ToolDef, object, parse_args, text, truncate,
+};
 
 pub const SUBMIT_PLAN: &str = "submit_plan";
 pub const ASK_QUESTIONS: &str = "ask_questions";
@@ -142,7 +144,8 @@ fn by_asked(args: &Value) -> Subject {
 
 fn named(args: &Value, key: &str, shown: &str) -> Subject {
     let agent = text(args, key).unwrap_or_default();
-    let gist = text(args, shown).map(|s| truncate(&s.split_whitespace().collect::<Vec<_>>().join(" "), 80));
+    let gist = text(args, shown)
+        .map(|s| truncate(&s.split_whitespace().collect::<Vec<_>>().join(" "), 80));
     Subject {
         actions: Actions::Detail(agent.to_string()),
         shown: match (agent.is_empty(), gist) {
@@ -173,7 +176,13 @@ pub(super) const SUBMIT_PLAN_TOOL: ToolDef = ToolDef {
                 "steps": strings("The steps to do it, in order"),
                 "assignee": {"type": "string", "description": "The agent that does the work"}
             }),
-            &["summary", "requirements", "acceptance_criteria", "steps", "assignee"],
+            &[
+                "summary",
+                "requirements",
+                "acceptance_criteria",
+                "steps",
+                "assignee",
+            ],
         )
     },
     subject: by_assignee,
@@ -213,10 +222,13 @@ pub(super) const ASK_QUESTIONS_TOOL: ToolDef = ToolDef {
     },
     subject: |args| Subject {
         actions: Actions::Detail(String::new()),
-        shown: args
-            .get("questions")
-            .and_then(Value::as_array)
-            .map(|q| format!("{} question{}", q.len(), if q.len() == 1 { "" } else { "s" })),
+        shown: args.get("questions").and_then(Value::as_array).map(|q| {
+            format!(
+                "{} question{}",
+                q.len(),
+                if q.len() == 1 { "" } else { "s" }
+            )
+        }),
         writes: None,
     },
     typical_call: r#"{"questions":[{"id":"q1","question":"Which language?","options":[{"label":"Rust"},{"label":"Go"}]}]}"#,

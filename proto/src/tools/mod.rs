@@ -175,6 +175,7 @@ impl ToolDef {
             description: (self.description)(settings),
             schema_json: (self.parameters)(settings).to_string(),
             runs_in: self.runs_in,
+            // The agent's own tools never end a turn; a task role's may.
             ends_turn: false,
         }
     }

@@ -148,7 +148,13 @@ fn control_tools_read_exactly_their_schema() {
     assert_eq!(questions.questions.len(), 2);
     assert!(questions.questions[0].multi_select);
     assert!(questions.questions[1].options.is_empty());
-    assert_eq!(describe(DELEGATE_TO_AGENT, r#"{"agent":"reviewer","instructions":"Check  it\nall"}"#), "delegate_to_agent: reviewer: Check it all");
+    assert_eq!(
+        describe(
+            DELEGATE_TO_AGENT,
+            r#"{"agent":"reviewer","instructions":"Check  it\nall"}"#
+        ),
+        "delegate_to_agent: reviewer: Check it all"
+    );
     assert_eq!(
         actions_of(ASK_AGENT, r#"{"agent":"b","question":"q"}"#),
         (ASK_AGENT, Actions::Detail("b".into()))

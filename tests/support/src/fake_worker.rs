@@ -26,7 +26,8 @@ use chorus_control_plane::providers::catalog::{Catalog, CatalogSnapshot, Provide
 use chorus_control_plane::questions::Questions;
 use chorus_control_plane::runs::{EventRejected, Received, ReplyTo, RunSettings, Runs};
 use chorus_control_plane::store::{
-    AgentRecord, NewAgent, RunRecord, StepRecord, Store, ThreadRecord, ThreadStatus,
+    AgentRecord, NewAgent, RunRecord, StepRecord, Store, StoreError, ThreadRecord, ThreadRole,
+    ThreadStatus,
 };
 use chorus_control_plane::summaries::{Purpose, Summarizer};
 use chorus_control_plane::workers::WorkerLost;
@@ -124,7 +125,35 @@ impl Plane {
             .expect("register the agent")
     }
 
-    async fn agent(&self, name: &str) -> AgentRecord {
+    /// Starts a thread of `agent` with `role` in a task (working in `workdir`).
+    pub async fn start_role(
+        &self,
+        agent: &str,
+        content: &str,
+        role: ThreadRole,
+        workdir: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        let record = self.agent(agent).await;
+        self.runs
+            .start_role_thread(&record, content, &Principal::person(USER), role, workdir)
+            .await
+    }
+
+    /// The next message of `agent`'s thread `thread` (`Runs::message_thread`).
+    pub async fn message_thread(
+        &self,
+        agent: &str,
+        thread: u64,
+        content: &str,
+    ) -> Result<Received, StoreError> {
+        let record = self.agent(agent).await;
+        self.runs
+            .message_thread(&record, thread, content, &Principal::person(USER))
+            .await
+    }
+
+    /// The agent's record as stored.
+    pub async fn agent(&self, name: &str) -> AgentRecord {
         self.store
             .active_agent(name)
             .await

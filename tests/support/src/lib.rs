@@ -10,6 +10,7 @@ pub mod fake_model;
 pub mod fake_worker;
 pub mod otlp;
 pub mod process;
+pub mod role_hooks;
 pub mod wire_rules;
 
 pub use chorus::{Chorus, EventStream, TEST_DB_PASSWORD, TEST_TOKEN, bin_path, test_postgres};

@@ -14,6 +14,10 @@
 //!   reported by `InputTaken` before that call's `StepStarted`; a final answer with
 //!   messages waiting goes on with another call instead of ending the run (within the
 //!   iteration cap).
+//! - A tool whose spec `ends_turn` (a task role's finishing tool), called successfully,
+//!   ends the turn: the rest of its batch runs, its results are stored as usual, and
+//!   the run completes with no further model call (its final text: that reply's). A
+//!   call of it that failed (an error result) does not: the model goes on.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -360,6 +364,14 @@ fn take_inputs(
     }
 }
 
+/// Whether `call` is of an offered tool that ends the turn (by its Chorus or its
+/// wire name, as the model clients may hand it over).
+fn ends_the_turn(offered: &[ToolSpec], call: &chorus_proto::domain::ToolCall) -> bool {
+    offered
+        .iter()
+        .any(|s| s.ends_turn && (s.name == call.name || s.wire_name == call.name))
+}
+
 /// The schemas offered to the model, made again only when the offered tools
 /// change (a permissions change), which is rare.
 type Offered = Option<(std::sync::Arc<Vec<ToolSpec>>, Vec<crate::model::ToolSchema>)>;
@@ -625,6 +637,8 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
         }
 
         let mut malformed = 0;
+        // A finishing tool called successfully in this batch: the turn ends after it.
+        let mut ends_turn = false;
         let (runnable, refused) = reply
             .tool_calls
             .split_at(reply.tool_calls.len().min(MAX_TOOL_CALLS_PER_REPLY));
@@ -648,6 +662,7 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
             if was_malformed {
                 malformed += 1;
             }
+            ends_turn |= !result.is_error && ends_the_turn(&live.tools, call);
             messages.push(result);
         }
         if !refused.is_empty() {
@@ -672,6 +687,9 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
                 emit(&result)?;
                 messages.push(result);
             }
+        }
+        if ends_turn {
+            return Ok(reply.content);
         }
         if malformed == reply.tool_calls.len() {
             bad_replies += 1;

@@ -1210,6 +1210,7 @@ async fn an_offered_control_plane_tool_the_worker_does_not_know_runs_through_the
         schema_json: json!({"type": "object", "properties": {"done": {"type": "boolean"}}})
             .to_string(),
         runs_in: RunsIn::ControlPlane,
+        ends_turn: false,
     };
     let run = |offered: Vec<ToolSpec>| async move {
         let model = Scripted::new(vec![
@@ -1312,4 +1313,142 @@ async fn an_offered_control_plane_tool_the_worker_does_not_know_runs_through_the
     );
     let unknown = &seen[1].last().unwrap().content;
     assert!(unknown.contains("no tool named"), "{unknown}");
+}
+
+/// A gate that carries out every call itself, failing those whose arguments say
+/// `"ok": false` (a finishing tool the engine refused: the model must try again).
+#[derive(Default)]
+struct Finishes {
+    calls: Mutex<Vec<ToolCall>>,
+}
+
+impl ToolGate for Finishes {
+    fn check(
+        &self,
+        _run_id: &str,
+        call: &ToolCall,
+    ) -> mpsc::UnboundedReceiver<crate::gate::GateMessage> {
+        self.calls.lock().unwrap().push(call.clone());
+        let refused = call.arguments.contains(r#""ok": false"#);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let _ = tx.send(crate::gate::GateMessage::Decided(
+            chorus_proto::domain::ToolDecision {
+                request_id: 0,
+                allowed: true,
+                message: String::new(),
+                result: Some(chorus_proto::domain::ToolResult {
+                    content: if refused {
+                        "the assignee is not an agent; the agents are: coder".into()
+                    } else {
+                        "plan recorded; your turn is over".into()
+                    },
+                    is_error: refused,
+                }),
+            },
+        ));
+        rx
+    }
+}
+
+/// A task role's finishing tool (`ends_turn`): a call of it that fails leaves the
+/// turn going (the model is called again with the error); one that succeeds ends
+/// the run right after its batch (the other call of the batch still runs and both
+/// results are stored), with no further model call. Without `ends_turn` (the
+/// positive control) the same script goes on to a third model call.
+#[tokio::test]
+async fn a_successful_turn_ending_tool_ends_the_run_after_its_batch() {
+    use chorus_proto::tools::RunsIn;
+    let spec = |ends_turn: bool| ToolSpec {
+        name: "submit_plan".into(),
+        wire_name: "submit_plan".into(),
+        description: "Submit the plan".into(),
+        schema_json: json!({"type": "object"}).to_string(),
+        runs_in: RunsIn::ControlPlane,
+        ends_turn,
+    };
+    let batch = || {
+        Ok(ModelReply {
+            content: "Here is the plan.".into(),
+            tool_calls: vec![
+                ToolCall {
+                    id: "c1".into(),
+                    name: "submit_plan".into(),
+                    arguments: r#"{"ok": true}"#.into(),
+                },
+                ToolCall {
+                    id: "c2".into(),
+                    name: "submit_plan".into(),
+                    arguments: r#"{"ok": true, "again": 1}"#.into(),
+                },
+            ],
+            stop: StopReason::ToolUse,
+            usage: None,
+            model: None,
+            finish_reason: None,
+        })
+    };
+    let run = |ends_turn: bool| async move {
+        let model = Scripted::new(vec![
+            call_reply("submit_plan", r#"{"ok": false}"#),
+            batch(),
+            reply("after the plan", StopReason::EndTurn),
+        ]);
+        let gate = Finishes::default();
+        let dir = tempfile::tempdir().unwrap();
+        let tools = ToolBox::new(Workspace::new(dir.path()), Default::default());
+        let mut offered = every_tool();
+        offered.push(spec(ends_turn));
+        let (_agent_tx, agent_rx) = watch::channel(LiveAgent {
+            tools: std::sync::Arc::new(offered),
+            ..live_agent()
+        });
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let result = run(
+            &model,
+            &gate,
+            &tools,
+            loop_input(agent_rx),
+            &EventSink::new(tx),
+            &CancellationToken::new(),
+        )
+        .await;
+        let mut stored = Vec::new();
+        while let Ok(sequenced) = rx.try_recv() {
+            if let WorkerEvent::MessageAppended { message, .. } = sequenced.event
+                && message.role == Role::Tool
+            {
+                stored.push((message.tool_call_id.clone(), message.is_error));
+            }
+        }
+        let calls = model.seen.lock().unwrap().len();
+        (
+            result.unwrap(),
+            calls,
+            gate.calls.lock().unwrap().len(),
+            stored,
+        )
+    };
+
+    let (text, model_calls, checked, stored) = run(true).await;
+    assert_eq!(
+        text, "Here is the plan.",
+        "the run ends with the finishing reply's text"
+    );
+    assert_eq!(
+        model_calls, 2,
+        "the failed call let the turn go on; the successful one ended it"
+    );
+    assert_eq!(checked, 3, "the whole batch ran");
+    assert_eq!(
+        stored,
+        vec![
+            (Some("c".to_string()), true),
+            (Some("c1".to_string()), false),
+            (Some("c2".to_string()), false)
+        ],
+        "every result is stored as usual"
+    );
+
+    let (text, model_calls, _, _) = run(false).await;
+    assert_eq!((text.as_str(), model_calls), ("after the plan", 3));
 }

@@ -130,6 +130,12 @@ enum End {
 }
 
 pub async fn run(root: &Path, args: BashArgs, config: &BashConfig) -> ToolOutcome {
+    run_in(root, root, args, config).await
+}
+
+/// [`run`], starting in `cwd` (a run's working directory under the workspace `root`,
+/// which stays the command's home and git's ceiling).
+pub async fn run_in(root: &Path, cwd: &Path, args: BashArgs, config: &BashConfig) -> ToolOutcome {
     if args.command.trim().is_empty() {
         return ToolOutcome::error("command is empty; give the shell command to run");
     }
@@ -145,7 +151,7 @@ pub async fn run(root: &Path, args: BashArgs, config: &BashConfig) -> ToolOutcom
         Some(t) => (Duration::from_secs_f64(t.min(max)), t > max),
     };
     let shell = shell();
-    let mut command = shell_command(root, &args.command);
+    let mut command = shell_command_in(root, cwd, &args.command);
     command.stderr(Stdio::piped()).kill_on_drop(true);
     let (warning, limits) = match confine(&mut command, config.sandbox.as_ref()) {
         Ok(confined) => confined,
@@ -156,7 +162,7 @@ pub async fn run(root: &Path, args: BashArgs, config: &BashConfig) -> ToolOutcom
         Err(e) => {
             return ToolOutcome::error(format!(
                 "could not start {shell} in the workspace {}: {e}",
-                root.display()
+                cwd.display()
             ));
         }
     };
@@ -289,11 +295,16 @@ pub async fn run(root: &Path, args: BashArgs, config: &BashConfig) -> ToolOutcom
 /// A shell running `script` in the workspace, in a session (and process group) of its
 /// own with no terminal, with the allow-listed environment, no stdin and stdout piped.
 pub fn shell_command(root: &Path, script: &str) -> Command {
+    shell_command_in(root, root, script)
+}
+
+/// [`shell_command`], starting in `cwd` (a directory under the workspace `root`).
+pub fn shell_command_in(root: &Path, cwd: &Path, script: &str) -> Command {
     let mut command = Command::new(shell());
     command
         .arg("-c")
         .arg(script)
-        .current_dir(root)
+        .current_dir(cwd)
         .env_clear()
         .envs(environment(root))
         .stdin(Stdio::null())

@@ -158,22 +158,59 @@ impl ExistingFile {
 /// A handle on one workspace directory.
 #[derive(Debug, Clone)]
 pub struct Workspace {
+    /// The agent's workspace.
+    base: PathBuf,
+    /// A run's working directory below it (`tasks/7` as parts), or none.
+    sub: Vec<String>,
+    /// `base` joined with `sub`: where the tools work.
     root: PathBuf,
 }
 
 impl Workspace {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Workspace { root: root.into() }
+        let base = root.into();
+        Workspace {
+            root: base.clone(),
+            base,
+            sub: Vec::new(),
+        }
     }
 
+    /// The jail narrowed to the directory `dir` below this one (a task's run works
+    /// in `tasks/7`): relative, no `..`, never through a symlink, created if missing
+    /// (each use opens it again from the workspace the same way, so a directory
+    /// swapped for a symlink later is refused then, not followed).
+    pub fn within(&self, dir: &str) -> Result<Workspace, JailError> {
+        let parts = parts(dir)?;
+        if parts.is_empty() {
+            return Err(JailError::Root(dir.to_string()));
+        }
+        let mut sub = self.sub.clone();
+        sub.extend(parts.iter().map(ToString::to_string));
+        let narrowed = Workspace {
+            root: self.base.join(sub.join("/")),
+            base: self.base.clone(),
+            sub,
+        };
+        narrowed.open_root(dir)?;
+        Ok(narrowed)
+    }
+
+    /// Where the tools work: the workspace, or the run's directory below it.
     pub fn root(&self) -> &Path {
         &self.root
     }
 
+    /// The agent's whole workspace (a command's home and git's ceiling), whatever
+    /// directory below it the tools work in.
+    pub fn base(&self) -> &Path {
+        &self.base
+    }
+
     pub(crate) fn open_root(&self, path: &str) -> Result<OwnedFd, JailError> {
         // The workspace itself must not have been swapped for a symlink.
-        nix::fcntl::open(
-            &self.root,
+        let base = nix::fcntl::open(
+            &self.base,
             OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::empty(),
         )
@@ -181,9 +218,23 @@ impl Workspace {
             path: path.to_string(),
             message: format!(
                 "the workspace {} cannot be opened: {}",
-                self.root.display(),
+                self.base.display(),
                 e.desc()
             ),
+        })?;
+        if self.sub.is_empty() {
+            return Ok(base);
+        }
+        // The run's directory, one real directory at a time (made again if deleted).
+        let sub: Vec<&str> = self.sub.iter().map(String::as_str).collect();
+        walk_dirs(base, &sub, &self.sub.join("/"), true).map_err(|e| match e {
+            JailError::Symlink(dir) => JailError::Io {
+                path: path.to_string(),
+                message: format!(
+                    "the working directory {dir} goes through a symlink; it must be a real directory"
+                ),
+            },
+            other => other,
         })
     }
 
@@ -435,13 +486,20 @@ fn walk_to_parent<'p>(
     let (name, dirs) = parts
         .split_last()
         .ok_or_else(|| JailError::Root(path.to_string()))?;
-    let mut current = root
+    let root = root
         .as_fd()
         .try_clone_to_owned()
         .map_err(|e| JailError::Io {
             path: path.to_string(),
             message: e.to_string(),
         })?;
+    Ok((walk_dirs(root, dirs, path, create)?, name))
+}
+
+/// Opens each directory of `dirs` below `root` without following symlinks,
+/// creating missing ones when `create`; returns the last.
+fn walk_dirs(root: OwnedFd, dirs: &[&str], path: &str, create: bool) -> Result<OwnedFd, JailError> {
+    let mut current = root;
     for dir in dirs {
         let next = match open_child_dir(&current, *dir) {
             Err(Errno::ENOENT) if create => {
@@ -465,7 +523,7 @@ fn walk_to_parent<'p>(
         })?;
         current = next;
     }
-    Ok((current, name))
+    Ok(current)
 }
 
 /// Opens the directory `name` in `dir`, refusing symlinks.

@@ -183,3 +183,73 @@ fn a_fifo_does_not_hang_a_read() {
     ));
     assert_eq!(ws.delete("pipe"), Ok(Deleted::Special));
 }
+
+/// A task's run works in a directory of its own under the workspace: it is made
+/// if missing, files written land in it, and nothing above it can be named (a file
+/// of the workspace itself is not found from it, `..` is refused). A working
+/// directory that is absolute, climbs out, or is the workspace itself is refused.
+#[test]
+fn a_working_directory_is_a_jail_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "the agent's own").unwrap();
+    let whole = Workspace::new(dir.path());
+    let task = whole.within("tasks/7").unwrap();
+    assert!(dir.path().join("tasks/7").is_dir(), "made if missing");
+    assert_eq!(task.root(), dir.path().join("tasks/7"));
+    assert_eq!(task.base(), dir.path());
+    task.write("out/a.txt", b"done").unwrap();
+    assert_eq!(
+        std::fs::read(dir.path().join("tasks/7/out/a.txt")).unwrap(),
+        b"done"
+    );
+    // Positive control: from the whole workspace the file is there.
+    assert!(whole.open_read("notes.txt").is_ok());
+    assert!(matches!(
+        task.open_read("notes.txt"),
+        Err(JailError::NotFound(_))
+    ));
+    assert!(matches!(
+        task.open_read("../../notes.txt"),
+        Err(JailError::Parent(_))
+    ));
+    assert!(matches!(
+        task.delete("../../notes.txt"),
+        Err(JailError::Parent(_))
+    ));
+    assert!(dir.path().join("notes.txt").exists());
+    for bad in ["../elsewhere", "tasks/../../x", "/etc", "", "."] {
+        assert!(whole.within(bad).is_err(), "{bad:?} is refused");
+    }
+    // Deleted under it (by a command), it is made again at the next use.
+    std::fs::remove_dir_all(dir.path().join("tasks")).unwrap();
+    task.write("b.txt", b"again").unwrap();
+    assert!(dir.path().join("tasks/7/b.txt").exists());
+}
+
+/// A working directory is never reached through a symlink: one planted before
+/// (`tasks` → a directory outside) is refused at once, and one swapped in after
+/// (as the agent's own command could) is refused at the next use; nothing is
+/// written outside either way. Positive control: through the link, a plain path
+/// does reach the outside directory.
+#[test]
+fn a_working_directory_behind_a_symlink_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir(outside.path().join("7")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), dir.path().join("tasks")).unwrap();
+    assert!(dir.path().join("tasks/7").is_dir(), "the link leads out");
+    let whole = Workspace::new(dir.path());
+    assert!(whole.within("tasks/7").is_err());
+
+    std::fs::remove_file(dir.path().join("tasks")).unwrap();
+    let task = whole.within("tasks/7").unwrap();
+    std::fs::remove_dir_all(dir.path().join("tasks")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), dir.path().join("tasks")).unwrap();
+    let refused = task.write("a.txt", b"x").unwrap_err();
+    assert!(refused.to_string().contains("symlink"), "{refused}");
+    assert!(task.open_read("a.txt").is_err());
+    assert_eq!(
+        std::fs::read_dir(outside.path().join("7")).unwrap().count(),
+        0
+    );
+}

@@ -30,7 +30,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 
 use super::ToolOutcome;
-use super::bash::{describe_status, shell, shell_command};
+use super::bash::{describe_status, shell, shell_command_in};
 use super::procs;
 use crate::events::EventSink;
 
@@ -191,13 +191,15 @@ impl BackgroundJobs {
     /// Starts `command` in the workspace, unconfined (unit tests); returns what to
     /// tell the model.
     pub async fn start(self: &Arc<Self>, root: &Path, command: &str) -> ToolOutcome {
-        self.start_in(root, command, None).await
+        self.start_in(root, root, command, None).await
     }
 
-    /// Starts `command` in the workspace inside `sandbox`; returns what to tell the model.
+    /// Starts `command` in `cwd` (the workspace `root` or a run's working directory
+    /// under it) inside `sandbox`; returns what to tell the model.
     pub async fn start_in(
         self: &Arc<Self>,
         root: &Path,
+        cwd: &Path,
         command: &str,
         sandbox: Option<&super::sandbox::Sandbox>,
     ) -> ToolOutcome {
@@ -211,7 +213,7 @@ impl BackgroundJobs {
         }
         let shell = shell();
         // Merged output, as a terminal shows it.
-        let mut shell_cmd = shell_command(root, &format!("exec 2>&1\n{command}"));
+        let mut shell_cmd = shell_command_in(root, cwd, &format!("exec 2>&1\n{command}"));
         shell_cmd.stderr(Stdio::null());
         let (warning, limits) = match super::bash::confine(&mut shell_cmd, sandbox) {
             Ok(confined) => confined,
@@ -222,7 +224,7 @@ impl BackgroundJobs {
             Err(e) => {
                 return ToolOutcome::error(format!(
                     "could not start {shell} in the workspace {}: {e}",
-                    root.display()
+                    cwd.display()
                 ));
             }
         };

@@ -262,6 +262,7 @@ impl ToolBox {
                 return self
                     .jobs
                     .start_in(
+                        self.workspace.base(),
                         self.workspace.root(),
                         &args.command,
                         self.config.bash.sandbox.as_ref(),
@@ -269,7 +270,13 @@ impl ToolBox {
                     .await;
             }
             Request::Bash(args) => {
-                return bash::run(self.workspace.root(), args, &self.config.bash).await;
+                return bash::run_in(
+                    self.workspace.base(),
+                    self.workspace.root(),
+                    args,
+                    &self.config.bash,
+                )
+                .await;
             }
             Request::JobOutput(args) => return self.jobs.output(args).await,
             Request::JobStop(args) => return self.jobs.stop(args).await,

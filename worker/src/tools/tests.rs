@@ -360,3 +360,50 @@ async fn no_text_the_model_reads_names_a_tool_it_does_not_see() {
         );
     }
 }
+
+/// A run with a working directory: the file tools see only it and bash starts in
+/// it, while the command's home stays the agent's workspace.
+#[tokio::test]
+async fn a_run_in_a_working_directory_writes_and_runs_there() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("top.txt"), "top").unwrap();
+    let workspace = Workspace::new(dir.path()).within("tasks/3").unwrap();
+    let tools = ToolBox::new(workspace, Arc::new(FileLocks::new(Duration::from_secs(1))));
+    let written = tools
+        .execute(&json_call(
+            "create_file",
+            json!({"path": "a.txt", "content": "hi"}),
+        ))
+        .await;
+    assert!(!written.is_error, "{}", written.content);
+    assert!(dir.path().join("tasks/3/a.txt").exists());
+    let above = tools
+        .execute(&json_call("view", json!({"path": "../../top.txt"})))
+        .await;
+    assert!(above.is_error, "{}", above.content);
+    let shell = tools
+        .execute(&json_call(
+            "bash",
+            json!({"command": "pwd; ls; echo $HOME"}),
+        ))
+        .await;
+    assert!(!shell.is_error, "{}", shell.content);
+    let home = dir.path().canonicalize().unwrap();
+    let stdout: Vec<&str> = shell
+        .content
+        .lines()
+        .skip_while(|l| *l != "--- stdout ---")
+        .skip(1)
+        .take(3)
+        .collect();
+    assert_eq!(
+        stdout,
+        [
+            home.join("tasks/3").to_str().unwrap(),
+            "a.txt",
+            home.to_str().unwrap()
+        ],
+        "{}",
+        shell.content
+    );
+}

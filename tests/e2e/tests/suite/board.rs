@@ -1,353 +1,536 @@
-//! The task board's flow through the real binaries and a fake model (issue 28's
-//! acceptance): planned by the planner (after questions), started by a person,
-//! worked by the agent the plan names (writing a file, asking another agent,
-//! delegating a sub-task), closed by a completion report; the review step; the one
-//! follow-up and the protocol violation; questions that survive a restart; loops and
-//! depth refused.
+//! The task board over HTTP through a real `chorus serve`: tasks created, listed with
+//! filters, edited, moved by the person's buttons only along the status table (a
+//! refused move is a 409 naming where the task may go), their history saying who did
+//! what, their events on the live feed, and their attachments stored, listed, jailed
+//! and bounded. (Planning, Start and the finishing contract are the engine's, tested
+//! with it.)
 
 use std::time::Duration;
 
-use chorus_test_support::chorus::tool_results;
-use chorus_test_support::fake_model::{text, tool_call};
-use chorus_test_support::{Chorus, FakeModel, FakeOpenAi};
-use reqwest::Method;
+use chorus_test_support::{Chorus, FakeOpenAi};
+use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-const WAIT: Duration = Duration::from_secs(60);
-
-async fn start(model: &FakeModel, data_dir: Option<&std::path::Path>) -> anyhow::Result<Chorus> {
-    let mut builder = Chorus::builder()
-        .env("OPENAI_BASE_URL", &model.base_url())
-        .env("OPENAI_API_KEY", "sk-test-board")
-        .env("CHORUS_DEFAULT_MODEL", "fake-model");
-    if let Some(dir) = data_dir {
-        builder = builder.data_dir(dir);
-    }
-    builder.start().await
-}
-
-async fn agents(chorus: &Chorus, names: &[&str]) -> anyhow::Result<()> {
-    for name in names {
-        chorus
-            .create_agent_with(json!({"name": name, "permissions": "standard",
-                "system_prompt": format!("You are {name}.")}))
-            .await?;
-    }
-    Ok(())
-}
-
-async fn call(chorus: &Chorus, method: Method, path: &str, body: Option<Value>) -> anyhow::Result<(u16, Value)> {
+async fn call(
+    chorus: &Chorus,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
     let mut request = chorus.api(method, path);
     if let Some(body) = body {
         request = request.json(&body);
     }
-    let response = request.send().await?;
-    let status = response.status().as_u16();
-    let text = response.text().await?;
-    Ok((status, serde_json::from_str(&text).unwrap_or(Value::String(text))))
+    let response = request.send().await.expect("request");
+    let status = response.status();
+    let text = response.text().await.expect("body");
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
 }
 
-async fn ok(chorus: &Chorus, method: Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
-    let (status, answer) = call(chorus, method.clone(), path, body).await?;
-    anyhow::ensure!((200..300).contains(&status), "{method} {path}: {status} {answer:#}");
-    Ok(answer)
-}
-
-async fn task(chorus: &Chorus, id: u64) -> anyhow::Result<Value> {
-    ok(chorus, Method::GET, &format!("/api/tasks/{id}"), None).await
-}
-
-/// Polls the task until it is in `status` (failing at once if it ends elsewhere).
-async fn wait_status(chorus: &Chorus, id: u64, status: &str) -> anyhow::Result<Value> {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let task = task(chorus, id).await?;
-        if task["status"] == status {
-            return Ok(task);
-        }
-        let ended = ["completed", "failed"].contains(&task["status"].as_str().unwrap_or_default());
-        if ended || tokio::time::Instant::now() >= deadline {
-            anyhow::bail!("task {id} is not {status}: {task:#}\n{}", chorus.output());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn history(chorus: &Chorus, id: u64) -> anyhow::Result<Vec<Value>> {
-    let history = ok(chorus, Method::GET, &format!("/api/tasks/{id}/history"), None).await?;
-    Ok(history["events"].as_array().cloned().unwrap_or_default())
-}
-
-async fn thread(chorus: &Chorus, agent: &str, id: u64) -> anyhow::Result<Value> {
-    ok(chorus, Method::GET, &format!("/api/agents/{agent}/threads/{id}"), None).await
-}
-
-fn user_messages(thread: &Value) -> Vec<String> {
-    thread["messages"]
+fn ids(list: &Value) -> Vec<u64> {
+    list["tasks"]
         .as_array()
-        .map(|m| {
-            m.iter()
-                .filter(|m| m["role"] == "user")
-                .map(|m| m["content"].as_str().unwrap_or_default().to_string())
-                .collect()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_u64().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn tasks_are_created_listed_edited_moved_along_the_table_and_their_history_says_who()
+-> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder().openai_fake(&model).start().await?;
+    chorus.create_agent("coder").await?;
+
+    // Without a token: 401, nothing created.
+    let anonymous = chorus
+        .anonymous(Method::POST, "/api/tasks")
+        .json(&json!({"title": "sneaky"}))
+        .send()
+        .await?;
+    assert_eq!(anonymous.status(), 401);
+    let anonymous = chorus.anonymous(Method::GET, "/api/tasks").send().await?;
+    assert_eq!(anonymous.status(), 401);
+
+    let mut feed = chorus.open_events("", None).await?;
+    let (status, first) = call(
+        &chorus,
+        Method::POST,
+        "/api/tasks",
+        Some(json!({"title": "Add a health check", "description": "GET /healthz answers ok", "review": true})),
+    )
+    .await;
+    assert_eq!(status, 201, "{first}");
+    assert_eq!(first["status"], "planning");
+    assert_eq!(first["review"], true);
+    assert_eq!(first["created_by"], "api");
+    assert_eq!(
+        first["limits"],
+        json!({"time_secs": 3600, "model_calls": 200})
+    );
+    assert_eq!(first["runs"], json!([]));
+    for key in ["questions", "attachments", "chain", "requirements", "steps"] {
+        assert_eq!(first[key], json!([]), "{key}");
+    }
+    let id = first["id"].as_u64().unwrap();
+    // Its creation is on the live feed, typed, with no thread.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let created = loop {
+        let next = tokio::time::timeout_at(deadline, feed.next()).await??;
+        let (kind, data) = next.expect("the feed stays open");
+        if kind == "task" {
+            break data;
+        }
+    };
+    assert_eq!(
+        (
+            &created["task_id"],
+            &created["kind"],
+            &created["by"],
+            &created["status"]
+        ),
+        (
+            &json!(id),
+            &json!("created"),
+            &json!("api"),
+            &json!("planning")
+        )
+    );
+    assert_eq!(created["thread_id"], Value::Null);
+
+    let (status, second) = call(
+        &chorus,
+        Method::POST,
+        "/api/tasks",
+        Some(json!({"title": "Write the docs"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{second}");
+    let other = second["id"].as_u64().unwrap();
+    let (status, empty) = call(
+        &chorus,
+        Method::POST,
+        "/api/tasks",
+        Some(json!({"title": ""})),
+    )
+    .await;
+    assert_eq!(status, 400, "{empty}");
+
+    // The plan is editable before Start; an assignee must be an agent.
+    let (status, ghost) = call(
+        &chorus,
+        Method::PATCH,
+        &format!("/api/tasks/{id}"),
+        Some(json!({"assignee": "ghost"})),
+    )
+    .await;
+    assert_eq!(status, 400, "{ghost}");
+    assert!(
+        ghost["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the agents are: coder"),
+        "{ghost}"
+    );
+    let (status, edited) = call(
+        &chorus,
+        Method::PATCH,
+        &format!("/api/tasks/{id}"),
+        Some(json!({"summary": "a route", "steps": ["add it", "test it"], "assignee": "coder"})),
+    )
+    .await;
+    assert_eq!(status, 200, "{edited}");
+    assert_eq!(edited["assignee"], "coder");
+    assert_eq!(edited["steps"], json!(["add it", "test it"]));
+
+    // The list and its filters.
+    let list = |query: &'static str| {
+        let chorus = &chorus;
+        async move { call(chorus, Method::GET, &format!("/api/tasks{query}"), None).await }
+    };
+    let (_, all) = list("").await;
+    assert_eq!(ids(&all), [other, id]);
+    assert!(
+        all["tasks"][0].get("runs").is_none(),
+        "lists leave runs out"
+    );
+    assert_eq!(ids(&list("?status=planning").await.1), [other, id]);
+    assert!(ids(&list("?status=planned").await.1).is_empty());
+    assert_eq!(ids(&list("?agent=coder").await.1), [id]);
+    assert_eq!(ids(&list("?q=HEALTHZ").await.1), [id]);
+    assert_eq!(ids(&list("?q=docs&status=planning").await.1), [other]);
+    let (status, bad) = list("?status=pending").await;
+    assert_eq!(status, 400);
+    assert!(
+        bad["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("awaiting_input"),
+        "{bad}"
+    );
+
+    // A button where it does not apply: 409 naming where the task may go.
+    let (status, refused) = call(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/resume"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(
+        refused["allowed"],
+        json!(["awaiting_input", "planned", "failed"])
+    );
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("(from planning it may go to: awaiting_input, planned, failed)"),
+        "{refused}"
+    );
+    assert_eq!(
+        call(&chorus, Method::GET, &format!("/api/tasks/{id}"), None)
+            .await
+            .1["status"],
+        "planning"
+    );
+
+    // Another person, an operator by the default role, and the assignee's feed.
+    let olga: Value = chorus
+        .api(Method::POST, "/api/users/olga/tokens")
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let olga = olga["token"].as_str().unwrap().to_string();
+    let mut coder_feed = chorus.open_events("?agent=coder", None).await?;
+
+    // Fail, then reopen (by olga): back to its plan (it has an assignee), editable again.
+    let (status, failed) = call(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/fail"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, &failed["status"]),
+        (StatusCode::OK, &json!("failed"))
+    );
+    let (status, locked) = call(
+        &chorus,
+        Method::PATCH,
+        &format!("/api/tasks/{id}"),
+        Some(json!({"summary": "too late"})),
+    )
+    .await;
+    assert_eq!(status, 409, "{locked}");
+    let reopened = reqwest::Client::new()
+        .post(format!("{}/api/tasks/{id}/reopen", chorus.http_url))
+        .bearer_auth(&olga)
+        .send()
+        .await?;
+    let status = reopened.status();
+    let reopened: Value = reopened.json().await?;
+    assert_eq!(
+        (status, &reopened["status"]),
+        (StatusCode::OK, &json!("planned"))
+    );
+    let (status, accept) = call(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/accept"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 409, "{accept}");
+    assert_eq!(accept["allowed"], json!(["active", "failed"]));
+
+    // The history: every change, in order, with who made it.
+    let (status, history) = call(
+        &chorus,
+        Method::GET,
+        &format!("/api/tasks/{id}/history"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let events = history["events"].as_array().unwrap();
+    let seen: Vec<(String, String, Value)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["kind"].as_str().unwrap().to_string(),
+                e["by"].as_str().unwrap().to_string(),
+                json!([e["data"]["from"], e["data"]["to"]]),
+            )
         })
-        .unwrap_or_default()
-}
+        .collect();
+    let null = json!([null, null]);
+    assert_eq!(
+        seen,
+        [
+            ("created".into(), "api".into(), null.clone()),
+            ("plan_edited".into(), "api".into(), null),
+            (
+                "status_changed".into(),
+                "api".into(),
+                json!(["planning", "failed"])
+            ),
+            (
+                "status_changed".into(),
+                "olga".into(),
+                json!(["failed", "planned"])
+            ),
+        ]
+    );
+    assert!(
+        events
+            .windows(2)
+            .all(|w| w[0]["id"].as_u64() < w[1]["id"].as_u64())
+    );
 
-fn plan(assignee: &str) -> Value {
-    json!({"summary": "Write a greeting file", "requirements": ["greeting.txt says hello"],
-           "acceptance_criteria": ["the file exists"], "steps": ["write greeting.txt"],
-           "assignee": assignee})
-}
-
-/// The kinds of a task's history, in order.
-fn kinds(events: &[Value]) -> Vec<String> {
-    events.iter().map(|e| e["kind"].as_str().unwrap_or_default().to_string()).collect()
-}
-
-/// Asserts `wanted` occur in `events` in this order (others may come between).
-fn in_order(events: &[Value], wanted: &[(&str, fn(&Value) -> bool)]) {
-    let mut at = 0;
-    for (kind, holds) in wanted {
-        match events[at..].iter().position(|e| e["kind"] == *kind && holds(e)) {
-            Some(i) => at += i + 1,
-            None => panic!("no {kind} (in order) in {:#}", Value::Array(events.to_vec())),
+    // The assignee's feed had both changes, each with who made it and where the task went.
+    let mut changes = Vec::new();
+    while changes.len() < 2 {
+        let next = tokio::time::timeout(Duration::from_secs(10), coder_feed.next()).await??;
+        let (kind, data) = next.expect("the feed stays open");
+        if kind == "task" {
+            assert_eq!(
+                (&data["agent"], &data["task_id"]),
+                (&json!("coder"), &json!(id))
+            );
+            changes.push(json!([
+                data["kind"],
+                data["by"],
+                data["status"],
+                data["data"]["to"]
+            ]));
         }
     }
-}
+    assert_eq!(
+        changes,
+        [
+            json!(["status_changed", "api", "failed", "failed"]),
+            json!(["status_changed", "olga", "planned", "planned"]),
+        ]
+    );
 
-fn any(_: &Value) -> bool {
-    true
-}
-
-/// The whole flow: questions (one with options), answers to the same planner
-/// thread, a plan naming coder, Start, a file written, a question to reviewer, a
-/// sub-task delegated to reviewer which reports, coder's report, the task completed;
-/// the history has every step, every tool call, the chain, and who changed each status.
-#[tokio::test]
-async fn a_task_is_planned_after_questions_worked_with_help_and_completed_by_its_report() -> anyhow::Result<()> {
-    let model = FakeOpenAi::start().await;
-    let chorus = start(&model, None).await?;
-    agents(&chorus, &["coder", "reviewer"]).await?;
-
-    model.push(tool_call("p1", "ask_questions", json!({"questions": [
-        {"id": "q1", "question": "Which greeting?", "options": [{"label": "hello", "description": "plain"}, {"label": "hi"}]},
-        {"id": "q2", "question": "Which file name?"}]})));
-    let created = ok(&chorus, Method::POST, "/api/tasks", Some(json!({"title": "Greet", "description": "Write a greeting file"}))).await?;
-    let id = created["id"].as_u64().unwrap();
-    assert_eq!(created["status"], "planning");
-
-    let asked = wait_status(&chorus, id, "awaiting_input").await?;
-    let questions = asked["questions"].as_array().unwrap();
-    assert_eq!(questions.len(), 2, "{asked:#}");
-    assert_eq!(questions[0]["options"][0]["label"], "hello");
-    assert_eq!(asked["waiting_on"]["kind"], "question", "{asked:#}");
-    let planner_thread = asked["runs"][0]["thread_id"].as_u64().unwrap();
-
-    model.push(tool_call("p2", "submit_plan", plan("coder")));
-    ok(&chorus, Method::POST, &format!("/api/tasks/{id}/answers"),
-       Some(json!({"answers": {"q1": "hello", "q2": "greeting.txt"}}))).await?;
-    let planned = wait_status(&chorus, id, "planned").await?;
-    assert_eq!(planned["assignee"], "coder");
-    assert_eq!(planned["summary"], "Write a greeting file");
-    let planner_runs: Vec<&Value> = planned["runs"].as_array().unwrap().iter().filter(|r| r["role"] == "planner").collect();
-    assert_eq!(planner_runs.len(), 1, "the answers went to the same planner thread: {planned:#}");
-    assert_eq!(planner_runs[0]["thread_id"], planner_thread);
-    let planner = thread(&chorus, "planner", planner_thread).await?;
-    let said = user_messages(&planner);
-    assert!(said.len() >= 2 && said[1].contains("greeting.txt"), "the answers are the planner's next message: {said:#?}");
-
-    model.push(tool_call("c1", "create_file", json!({"path": "greeting.txt", "content": "hello"})));
-    model.push(tool_call("c2", "ask_agent", json!({"agent": "reviewer", "question": "Is 'hello' friendly?"})));
-    model.push(text("Yes, it is friendly."));
-    model.push(tool_call("c3", "delegate_to_agent", json!({"agent": "reviewer", "instructions": "Check greeting.txt says hello"})));
-    model.push(tool_call("r1", "completion_report", json!({"status": "complete", "summary": "checked", "output": "greeting.txt says hello"})));
-    model.push(tool_call("c4", "completion_report", json!({"status": "complete", "summary": "wrote greeting.txt", "output": "greeting.txt: hello"})));
-    ok(&chorus, Method::POST, &format!("/api/tasks/{id}/start"), None).await?;
-    let done = wait_status(&chorus, id, "completed").await?;
-
-    assert_eq!(done["report"]["status"], "complete", "{done:#}");
-    assert_eq!(done["report"]["summary"], "wrote greeting.txt");
-    let written = chorus.agent_dir("coder").join("workspace").join(format!("tasks/{id}/greeting.txt"));
-    assert_eq!(std::fs::read_to_string(&written)?, "hello", "the file is in the task's directory");
-    assert_eq!(done["chain"][0]["agent"], "coder");
-    assert!(done["waiting_on"].is_null(), "{done:#}");
-
-    // The sub-task: a child task of reviewer, reported complete, its chain coder → reviewer.
-    let children = ok(&chorus, Method::GET, "/api/tasks?agent=reviewer", None).await?;
-    let child = children["tasks"].as_array().unwrap().iter().find(|t| t["parent_id"] == id).cloned()
-        .unwrap_or_else(|| panic!("a child task: {children:#}"));
-    let child = task(&chorus, child["id"].as_u64().unwrap()).await?;
-    assert_eq!(child["status"], "completed", "{child:#}");
-    let chain: Vec<&str> = child["chain"].as_array().unwrap().iter().map(|c| c["agent"].as_str().unwrap()).collect();
-    assert_eq!(chain, ["coder", "reviewer"], "{child:#}");
-
-    // Coder's thread got reviewer's answer and the child's report as next messages.
-    let worker_run = done["runs"].as_array().unwrap().iter().find(|r| r["role"] == "worker").unwrap();
-    let coder = thread(&chorus, "coder", worker_run["thread_id"].as_u64().unwrap()).await?;
-    let said = user_messages(&coder);
-    assert!(said.iter().any(|m| m.contains("Yes, it is friendly.")), "{said:#?}");
-    assert!(said.iter().any(|m| m.contains("reported complete") && m.contains("greeting.txt says hello")), "{said:#?}");
-    assert!(tool_results(&coder).iter().all(|(error, _)| !error), "{coder:#}");
-
-    let events = history(&chorus, id).await?;
-    let ids: Vec<u64> = events.iter().map(|e| e["id"].as_u64().unwrap()).collect();
-    assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids grow: {ids:?}");
-    in_order(&events, &[
-        ("created", |e| e["by"] == "api"),
-        ("planning_started", any),
-        ("question_asked", any),
-        ("status_changed", |e| e["data"]["to"] == "awaiting_input" && e["by"].as_str().unwrap().starts_with("agent:planner:")),
-        ("question_answered", |e| e["by"] == "api"),
-        ("status_changed", |e| e["data"]["to"] == "planning" && e["by"] == "api"),
-        ("planning_finished", any),
-        ("status_changed", |e| e["data"]["to"] == "planned" && e["by"].as_str().unwrap().starts_with("agent:planner:")),
-        ("status_changed", |e| e["data"]["to"] == "active" && e["by"] == "api"),
-        ("started", |e| e["data"]["agent"] == "coder"),
-        ("tool_call", |e| e["data"]["tool"] == "create_file" && e["data"]["status"] == "ok"),
-        ("question_asked", |e| e["data"]["to"] == "reviewer"),
-        ("question_answered", |e| e["data"]["by_agent"] == "reviewer"),
-        ("handoff_started", |e| e["data"]["to"] == "reviewer" && e["data"]["chain"] == json!(["coder", "reviewer"])),
-        ("handoff_completed", any),
-        ("report_received", |e| e["data"]["status"] == "complete"),
-        ("status_changed", |e| e["data"]["to"] == "completed" && e["by"].as_str().unwrap().starts_with("agent:coder:")),
-    ]);
-    assert!(model.take_violations().is_empty());
+    // Deleted: gone, its history with it.
+    let (status, _) = call(
+        &chorus,
+        Method::DELETE,
+        &format!("/api/tasks/{other}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 204);
+    let (status, gone) = call(&chorus, Method::GET, &format!("/api/tasks/{other}"), None).await;
+    assert_eq!(status, 404, "{gone}");
+    let (status, _) = call(&chorus, Method::GET, "/api/tasks/x", None).await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        chorus
+            .query_store(&format!(
+                "SELECT COUNT(*) FROM task_events WHERE task_id = {other}"
+            ))
+            .await?
+            .trim(),
+        "0"
+    );
     Ok(())
 }
 
-/// Creates a task and lets the planner plan it for `assignee` at once.
-async fn planned_task(chorus: &Chorus, model: &FakeModel, body: Value, assignee: &str) -> anyhow::Result<u64> {
-    model.push(tool_call("plan", "submit_plan", plan(assignee)));
-    let created = ok(chorus, Method::POST, "/api/tasks", Some(body)).await?;
-    let id = created["id"].as_u64().unwrap();
-    wait_status(chorus, id, "planned").await?;
-    Ok(id)
+async fn upload(
+    chorus: &Chorus,
+    id: u64,
+    name: &str,
+    bytes: Vec<u8>,
+) -> anyhow::Result<(StatusCode, Value)> {
+    let form = reqwest::multipart::Form::new().part(
+        "file",
+        reqwest::multipart::Part::bytes(bytes).file_name(name.to_string()),
+    );
+    let response = chorus
+        .api(Method::POST, &format!("/api/tasks/{id}/attachments"))
+        .multipart(form)
+        .send()
+        .await?;
+    let status = response.status();
+    let text = response.text().await?;
+    Ok((
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    ))
 }
 
-/// With review on, a complete report waits for a person: sent back with a message,
-/// the same thread goes on; accepted, the task completes.
-#[tokio::test]
-async fn a_reviewed_task_is_sent_back_into_the_same_thread_then_accepted() -> anyhow::Result<()> {
-    let model = FakeOpenAi::start().await;
-    let chorus = start(&model, None).await?;
-    agents(&chorus, &["coder"]).await?;
-    let id = planned_task(&chorus, &model, json!({"title": "Greet", "description": "d", "review": true}), "coder").await?;
-
-    model.push(tool_call("c1", "completion_report", json!({"status": "complete", "summary": "first", "output": "o"})));
-    ok(&chorus, Method::POST, &format!("/api/tasks/{id}/start"), None).await?;
-    let review = wait_status(&chorus, id, "review").await?;
-    assert_eq!(review["report"]["summary"], "first");
-    assert_eq!(review["waiting_on"]["kind"], "person");
-    let (status, refused) = call(&chorus, Method::POST, &format!("/api/tasks/{id}/start"), None).await?;
-    assert_eq!(status, 409, "{refused:#}");
-    assert!(refused["error"].as_str().unwrap().contains("review"), "{refused:#}");
-
-    model.push(tool_call("c2", "completion_report", json!({"status": "complete", "summary": "second", "output": "o!"})));
-    ok(&chorus, Method::POST, &format!("/api/tasks/{id}/send-back"), Some(json!({"message": "add an exclamation mark"}))).await?;
-    let again = wait_status(&chorus, id, "review").await?;
-    assert_eq!(again["report"]["summary"], "second", "{again:#}");
-    let workers: Vec<&Value> = again["runs"].as_array().unwrap().iter().filter(|r| r["role"] == "worker").collect();
-    assert_eq!(workers.len(), 1, "the same run goes on: {again:#}");
-    let coder = thread(&chorus, "coder", workers[0]["thread_id"].as_u64().unwrap()).await?;
-    assert!(user_messages(&coder).iter().any(|m| m.contains("add an exclamation mark")), "{coder:#}");
-
-    let accepted = ok(&chorus, Method::POST, &format!("/api/tasks/{id}/accept"), None).await?;
-    assert_eq!(accepted["status"], "completed");
-    let events = history(&chorus, id).await?;
-    in_order(&events, &[
-        ("status_changed", |e| e["data"]["to"] == "review"),
-        ("status_changed", |e| e["data"]["to"] == "active" && e["by"] == "api"),
-        ("status_changed", |e| e["data"]["to"] == "review"),
-        ("status_changed", |e| e["data"]["to"] == "completed" && e["by"] == "api"),
-    ]);
-    Ok(())
+/// The multipart body written by hand, the file name as given (reqwest would
+/// percent-encode a `/` in it; curl and others send it raw).
+async fn upload_raw(
+    chorus: &Chorus,
+    id: u64,
+    name: &str,
+    bytes: &[u8],
+) -> anyhow::Result<(StatusCode, Value)> {
+    let boundary = "chorus-test-boundary";
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n\
+         Content-Type: application/octet-stream\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(bytes);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let response = chorus
+        .api(Method::POST, &format!("/api/tasks/{id}/attachments"))
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(body)
+        .send()
+        .await?;
+    let status = response.status();
+    let text = response.text().await?;
+    Ok((
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    ))
 }
 
-/// A turn without a report gets exactly one follow-up naming the role's tools;
-/// ending again without one fails the task as a protocol violation, with the raw
-/// output kept. A delegate's thread never gets its parent's follow-up.
 #[tokio::test]
-async fn a_silent_worker_gets_one_follow_up_then_fails_and_a_delegate_never_gets_its_parents() -> anyhow::Result<()> {
-    let model = FakeOpenAi::start().await;
-    let chorus = start(&model, None).await?;
-    agents(&chorus, &["coder", "reviewer"]).await?;
-    let id = planned_task(&chorus, &model, json!({"title": "T", "description": "d"}), "coder").await?;
+async fn attachments_land_in_the_tasks_directory_are_listed_jailed_and_bounded()
+-> anyhow::Result<()> {
+    let chorus = Chorus::builder()
+        .config("[tasks]\nattachment_max_bytes = 4096\n")
+        .start()
+        .await?;
+    let (_, task) = call(
+        &chorus,
+        Method::POST,
+        "/api/tasks",
+        Some(json!({"title": "with files"})),
+    )
+    .await;
+    let id = task["id"].as_u64().unwrap();
+    let dir = chorus.data_dir.join(format!("tasks/{id}/attachments"));
 
-    model.push(tool_call("c1", "delegate_to_agent", json!({"agent": "reviewer", "instructions": "look"})));
-    model.push(tool_call("r1", "completion_report", json!({"status": "complete", "summary": "looked", "output": ""})));
-    model.push(text("I think I am done."));
-    model.push(text("Really, all done."));
-    ok(&chorus, Method::POST, &format!("/api/tasks/{id}/start"), None).await?;
-    let failed = wait_status(&chorus, id, "failed").await?;
-    assert_eq!(failed["report"]["status"], "protocol_violation", "{failed:#}");
-    assert_eq!(failed["report"]["output"], "Really, all done.");
-    let run = failed["runs"].as_array().unwrap().iter().find(|r| r["role"] == "worker").unwrap();
-    assert_eq!(run["outcome"], "protocol_violation");
+    let spec = b"# Spec\nAnswer ok.\n".to_vec();
+    let (status, added) = upload(&chorus, id, "spec.md", spec.clone()).await?;
+    assert_eq!(status, 201, "{added}");
+    assert_eq!(
+        (&added["name"], &added["size"], &added["uploaded_by"]),
+        (&json!("spec.md"), &json!(spec.len()), &json!("api"))
+    );
+    assert_eq!(std::fs::read(dir.join("spec.md"))?, spec);
+    // Exactly at the bound is accepted.
+    let (status, full) = upload(&chorus, id, "full.bin", vec![7; 4096]).await?;
+    assert_eq!(status, 201, "{full}");
 
-    let events = history(&chorus, id).await?;
-    assert_eq!(kinds(&events).iter().filter(|k| *k == "nudge_sent").count(), 1, "{events:#?}");
-    let coder = thread(&chorus, "coder", run["thread_id"].as_u64().unwrap()).await?;
-    let nudges: Vec<String> = user_messages(&coder).into_iter().filter(|m| m.contains("without a call of")).collect();
-    assert_eq!(nudges.len(), 1);
-    assert!(nudges[0].contains("`completion_report`") && !nudges[0].contains("submit_plan"), "{}", nudges[0]);
+    // A name with a path in it is refused with why, and nothing lands anywhere.
+    let (status, escaped) = upload(&chorus, id, "../x", b"escape".to_vec()).await?;
+    assert_eq!(status, 400, "{escaped}");
+    assert!(
+        escaped["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("refused: it holds"),
+        "{escaped}"
+    );
+    for name in ["../x", "../../x", "a/b", "a\\\\b", "..", ".env"] {
+        let (status, refused) = upload_raw(&chorus, id, name, b"escape").await?;
+        assert_eq!(status, 400, "{name}: {refused}");
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("is refused: it "),
+            "{name}: {refused}"
+        );
+    }
+    // The raw upload itself works (the positive control of the refusals above).
+    let (status, raw) = upload_raw(&chorus, id, "raw.txt", b"raw").await?;
+    assert_eq!(status, 201, "{raw}");
+    // One byte past the bound: 413, not stored.
+    let (status, big) = upload(&chorus, id, "big.bin", vec![0; 4097]).await?;
+    assert_eq!(status, 413, "{big}");
+    assert!(
+        big["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("4096 bytes"),
+        "{big}"
+    );
+    // Far past it (the client is still sending when it is refused): 413 all the same.
+    let (status, _) = upload(&chorus, id, "huge.bin", vec![0; 1 << 20]).await?;
+    assert_eq!(status, 413);
 
-    let children = ok(&chorus, Method::GET, "/api/tasks?agent=reviewer", None).await?;
-    let child = &children["tasks"][0];
-    let child = task(&chorus, child["id"].as_u64().unwrap()).await?;
-    let reviewer = thread(&chorus, "reviewer", child["runs"][0]["thread_id"].as_u64().unwrap()).await?;
-    assert!(user_messages(&reviewer).iter().all(|m| !m.contains("without a call of")), "{reviewer:#}");
-    Ok(())
-}
+    let mut on_disk: Vec<String> = std::fs::read_dir(&dir)?
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    on_disk.sort();
+    assert_eq!(on_disk, ["full.bin", "raw.txt", "spec.md"]);
+    let on_top: Vec<String> = std::fs::read_dir(chorus.data_dir.join("tasks"))?
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        on_top,
+        [id.to_string()],
+        "nothing escaped the task's directory"
+    );
+    assert!(!chorus.data_dir.join("x").exists());
+    assert!(!chorus.data_dir.join("tasks/x").exists());
+    assert!(!chorus.data_dir.join(format!("tasks/{id}/x")).exists());
 
-/// A planner's question stays open across a SIGKILL of the control plane (and so of
-/// its worker); answered after the restart, the same planner thread goes on.
-#[tokio::test]
-async fn a_question_survives_a_crash_and_its_answer_continues_the_same_thread() -> anyhow::Result<()> {
-    let model = FakeOpenAi::start().await;
-    let data = tempfile::tempdir()?;
-    let chorus = start(&model, Some(data.path())).await?;
-    agents(&chorus, &["coder"]).await?;
-    model.push(tool_call("p1", "ask_questions", json!({"questions": [{"id": "q1", "question": "Which port?"}]})));
-    let created = ok(&chorus, Method::POST, "/api/tasks", Some(json!({"title": "Serve", "description": "d"}))).await?;
-    let id = created["id"].as_u64().unwrap();
-    let asked = wait_status(&chorus, id, "awaiting_input").await?;
-    let planner_thread = asked["runs"][0]["thread_id"].as_u64().unwrap();
-    chorus.kill().await?;
+    let (status, listed) = call(
+        &chorus,
+        Method::GET,
+        &format!("/api/tasks/{id}/attachments"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let names: Vec<&str> = listed["attachments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["full.bin", "raw.txt", "spec.md"]);
+    let (_, shown) = call(&chorus, Method::GET, &format!("/api/tasks/{id}"), None).await;
+    assert_eq!(shown["attachments"], listed["attachments"]);
+    let (_, history) = call(
+        &chorus,
+        Method::GET,
+        &format!("/api/tasks/{id}/history"),
+        None,
+    )
+    .await;
+    let added: Vec<&Value> = history["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "attachment_added")
+        .map(|e| &e["data"]["name"])
+        .collect();
+    assert_eq!(
+        added,
+        [&json!("spec.md"), &json!("full.bin"), &json!("raw.txt")]
+    );
 
-    let chorus = start(&model, Some(data.path())).await?;
-    let still = task(&chorus, id).await?;
-    assert_eq!(still["status"], "awaiting_input");
-    assert!(still["questions"][0]["answer"].is_null());
-    model.push(tool_call("p2", "submit_plan", plan("coder")));
-    ok(&chorus, Method::POST, &format!("/api/tasks/{id}/answers"), Some(json!({"answers": {"q1": "8080"}}))).await?;
-    let planned = wait_status(&chorus, id, "planned").await?;
-    assert_eq!(planned["runs"].as_array().unwrap().len(), 1, "{planned:#}");
-    let planner = thread(&chorus, "planner", planner_thread).await?;
-    let said = user_messages(&planner);
-    assert!(said[0].contains("Task") && said.last().unwrap().contains("8080"), "{said:#?}");
-    Ok(())
-}
-
-/// A → B → A through `ask_agent` is refused as a loop, and a delegation past the
-/// depth bound is refused; both say why, and the asker goes on.
-#[tokio::test]
-async fn loops_and_chains_past_the_bound_are_refused_with_a_clear_error() -> anyhow::Result<()> {
-    let model = FakeOpenAi::start().await;
-    let chorus = start(&model, None).await?;
-    agents(&chorus, &["coder", "reviewer"]).await?;
-    let id = planned_task(&chorus, &model, json!({"title": "T", "description": "d"}), "coder").await?;
-
-    model.push(tool_call("c1", "ask_agent", json!({"agent": "reviewer", "question": "q?"})));
-    model.push(tool_call("r1", "ask_agent", json!({"agent": "coder", "question": "back at you?"})));
-    model.push(text("No idea, sorry."));
-    model.push(tool_call("c2", "completion_report", json!({"status": "complete", "summary": "s", "output": ""})));
-    ok(&chorus, Method::POST, &format!("/api/tasks/{id}/start"), None).await?;
-    let done = wait_status(&chorus, id, "completed").await?;
-    let answerer = done["runs"].as_array().unwrap().iter().find(|r| r["role"] == "answerer").cloned()
-        .unwrap_or_else(|| panic!("an answerer run: {done:#}"));
-    let reviewer = thread(&chorus, "reviewer", answerer["thread_id"].as_u64().unwrap()).await?;
-    let results = tool_results(&reviewer);
-    assert!(results.iter().any(|(error, r)| *error && r.contains("loop") && r.contains("coder → reviewer")), "{results:#?}");
+    // No such task; no file field.
+    let (status, _) = upload(&chorus, 999, "a.txt", b"a".to_vec()).await?;
+    assert_eq!(status, 404);
+    let response = chorus
+        .api(Method::POST, &format!("/api/tasks/{id}/attachments"))
+        .multipart(reqwest::multipart::Form::new().text("note", "hi"))
+        .send()
+        .await?;
+    assert_eq!(response.status(), 400);
     Ok(())
 }

@@ -234,14 +234,14 @@ async fn agents_threads_and_context_from_the_terminal_client() -> anyhow::Result
 
 /// A terminal: the client's stdin, stdout and stderr on a pty; what it prints is
 /// collected from the other end.
-struct Terminal {
+pub(super) struct Terminal {
     child: std::process::Child,
     input: std::fs::File,
     screen: Arc<Mutex<String>>,
 }
 
 impl Terminal {
-    fn spawn(chorus: &Chorus, args: &[&str]) -> anyhow::Result<Terminal> {
+    pub(super) fn spawn(chorus: &Chorus, args: &[&str]) -> anyhow::Result<Terminal> {
         let pty = nix::pty::openpty(None, None)?;
         let slave: OwnedFd = pty.slave;
         let child = Command::new(bin_path("chorus"))
@@ -277,11 +277,11 @@ impl Terminal {
         })
     }
 
-    fn screen(&self) -> String {
+    pub(super) fn screen(&self) -> String {
         self.screen.lock().unwrap().clone()
     }
 
-    async fn wait_for(&self, what: &str) -> anyhow::Result<()> {
+    pub(super) async fn wait_for(&self, what: &str) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(30);
         while !self.screen().contains(what) {
             anyhow::ensure!(
@@ -294,12 +294,12 @@ impl Terminal {
         Ok(())
     }
 
-    fn type_line(&mut self, line: &str) -> anyhow::Result<()> {
+    pub(super) fn type_line(&mut self, line: &str) -> anyhow::Result<()> {
         self.input.write_all(format!("{line}\n").as_bytes())?;
         Ok(())
     }
 
-    async fn exit_code(mut self) -> anyhow::Result<(Option<i32>, String)> {
+    pub(super) async fn exit_code(mut self) -> anyhow::Result<(Option<i32>, String)> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = self.child.try_wait()? {

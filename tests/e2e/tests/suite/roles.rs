@@ -81,6 +81,7 @@ struct Subjects {
     thread: u64,
     approval: String,
     vera_token_id: String,
+    task: u64,
 }
 
 fn req(path: impl Into<String>, body: Option<Value>) -> Req {
@@ -91,6 +92,7 @@ fn case(route: &Route, s: &Subjects) -> Option<Case> {
     use Role::{Admin, Operator, Viewer};
     let t = s.thread;
     let a = &s.approval;
+    let k = s.task;
     let same = |needs, r: Req, status| {
         Some(Case {
             needs,
@@ -144,6 +146,24 @@ fn case(route: &Route, s: &Subjects) -> Option<Case> {
         ("GET", "/api/agents/{name}/audit") => {
             same(Viewer, req("/api/agents/subject/audit", None), 200)
         }
+        ("GET", "/api/agents/{name}/grants") => {
+            same(Viewer, req("/api/agents/subject/grants", None), 200)
+        }
+        ("POST", "/api/agents/{name}/grants") => two(
+            Operator,
+            req(
+                "/api/agents/subject/grants",
+                Some(json!({"tools": ["view"]})),
+            ),
+            req("/api/agents/ghost/grants", Some(json!({"tools": ["view"]}))),
+            404,
+        ),
+        ("DELETE", "/api/agents/{name}/grants/{tool}") => two(
+            Operator,
+            req("/api/agents/subject/grants/view", None),
+            req("/api/agents/ghost/grants/view", None),
+            404,
+        ),
         ("POST", "/api/agents/{name}/messages") => two(
             Viewer,
             req(
@@ -268,6 +288,49 @@ fn case(route: &Route, s: &Subjects) -> Option<Case> {
             req("/api/workers/tokens/none", None),
             404,
         ),
+        ("POST", "/api/tasks") => two(
+            Operator,
+            req("/api/tasks", Some(json!({"title": "the viewer's task"}))),
+            req("/api/tasks", Some(json!({"title": " "}))),
+            400,
+        ),
+        ("GET", "/api/tasks") => same(Viewer, req("/api/tasks", None), 200),
+        ("GET", "/api/tasks/{id}") => same(Viewer, req(format!("/api/tasks/{k}"), None), 200),
+        ("PATCH", "/api/tasks/{id}") => two(
+            Operator,
+            req(format!("/api/tasks/{k}"), Some(json!({"title": "renamed"}))),
+            req("/api/tasks/999999", Some(json!({"title": "x"}))),
+            404,
+        ),
+        ("DELETE", "/api/tasks/{id}") => two(
+            Operator,
+            req(format!("/api/tasks/{k}"), None),
+            req("/api/tasks/999999", None),
+            404,
+        ),
+        ("GET", "/api/tasks/{id}/history") => {
+            same(Viewer, req(format!("/api/tasks/{k}/history"), None), 200)
+        }
+        ("GET", "/api/tasks/{id}/attachments") => same(
+            Viewer,
+            req(format!("/api/tasks/{k}/attachments"), None),
+            200,
+        ),
+        ("POST", "/api/tasks/{id}/attachments") => two(
+            Operator,
+            req(format!("/api/tasks/{k}/attachments"), None),
+            req("/api/tasks/none/attachments", None),
+            400,
+        ),
+        ("POST", path) if path.starts_with("/api/tasks/{id}/") => {
+            let button = path.rsplit('/').next().unwrap_or_default();
+            two(
+                Operator,
+                req(format!("/api/tasks/{k}/{button}"), None),
+                req(format!("/api/tasks/999999/{button}"), None),
+                404,
+            )
+        }
         _ => None,
     }
 }
@@ -324,6 +387,12 @@ async fn snapshot(chorus: &Chorus, thread: u64, approval: &str) -> anyhow::Resul
         "workers": workers,
         "changes": changes,
         "ran": chorus.agent_dir("subject").join("workspace/approved.txt").exists(),
+        "tasks": get("/api/tasks".into()).await?["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| json!([t["id"], t["title"], t["status"], t["attachments"]]))
+            .collect::<Vec<_>>(),
     }))
 }
 
@@ -382,7 +451,16 @@ async fn every_route_with_every_role_and_a_refusal_changes_nothing() -> anyhow::
         .json()
         .await?;
     let approval = pending[0]["id"].as_str().unwrap().to_string();
+    let task: Value = chorus
+        .api(Method::POST, "/api/tasks")
+        .json(&json!({"title": "a subject task"}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
     let subjects = Subjects {
+        task: task["id"].as_u64().unwrap(),
         thread,
         approval: approval.clone(),
         vera_token_id: tokens[0].2["id"].as_str().unwrap().to_string(),

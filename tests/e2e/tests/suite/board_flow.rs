@@ -1,0 +1,669 @@
+//! The task board's flow through the real binaries and a fake model (issue 28's
+//! acceptance): planned by the planner (after questions), started by a person,
+//! worked by the agent the plan names (writing a file, asking another agent,
+//! delegating a sub-task), closed by a completion report; the review step; the one
+//! follow-up and the protocol violation; questions that survive a restart; loops and
+//! depth refused.
+
+use std::time::Duration;
+
+use chorus_test_support::chorus::tool_results;
+use chorus_test_support::fake_model::{text, tool_call};
+use chorus_test_support::{Chorus, FakeModel, FakeOpenAi};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn start(model: &FakeModel, data_dir: Option<&std::path::Path>) -> anyhow::Result<Chorus> {
+    let mut builder = Chorus::builder()
+        .env("OPENAI_BASE_URL", &model.base_url())
+        .env("OPENAI_API_KEY", "sk-test-board")
+        .env("CHORUS_DEFAULT_MODEL", "fake-model");
+    if let Some(dir) = data_dir {
+        builder = builder.data_dir(dir);
+    }
+    builder.start().await
+}
+
+async fn agents(chorus: &Chorus, names: &[&str]) -> anyhow::Result<()> {
+    for name in names {
+        chorus
+            .create_agent_with(json!({"name": name, "permissions": "standard",
+                "system_prompt": format!("You are {name}.")}))
+            .await?;
+    }
+    Ok(())
+}
+
+async fn call(
+    chorus: &Chorus,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> anyhow::Result<(u16, Value)> {
+    let mut request = chorus.api(method, path);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await?;
+    let status = response.status().as_u16();
+    let text = response.text().await?;
+    Ok((
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    ))
+}
+
+async fn ok(
+    chorus: &Chorus,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> anyhow::Result<Value> {
+    let (status, answer) = call(chorus, method.clone(), path, body).await?;
+    anyhow::ensure!(
+        (200..300).contains(&status),
+        "{method} {path}: {status} {answer:#}"
+    );
+    Ok(answer)
+}
+
+async fn task(chorus: &Chorus, id: u64) -> anyhow::Result<Value> {
+    ok(chorus, Method::GET, &format!("/api/tasks/{id}"), None).await
+}
+
+/// Polls the task until it is in `status` (failing at once if it ends elsewhere).
+async fn wait_status(chorus: &Chorus, id: u64, status: &str) -> anyhow::Result<Value> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let task = task(chorus, id).await?;
+        if task["status"] == status {
+            return Ok(task);
+        }
+        let ended = ["completed", "failed"].contains(&task["status"].as_str().unwrap_or_default());
+        if ended || tokio::time::Instant::now() >= deadline {
+            anyhow::bail!("task {id} is not {status}: {task:#}\n{}", chorus.output());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn history(chorus: &Chorus, id: u64) -> anyhow::Result<Vec<Value>> {
+    let history = ok(
+        chorus,
+        Method::GET,
+        &format!("/api/tasks/{id}/history"),
+        None,
+    )
+    .await?;
+    Ok(history["events"].as_array().cloned().unwrap_or_default())
+}
+
+async fn thread(chorus: &Chorus, agent: &str, id: u64) -> anyhow::Result<Value> {
+    ok(
+        chorus,
+        Method::GET,
+        &format!("/api/agents/{agent}/threads/{id}"),
+        None,
+    )
+    .await
+}
+
+fn user_messages(thread: &Value) -> Vec<String> {
+    thread["messages"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .filter(|m| m["role"] == "user")
+                .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn plan(assignee: &str) -> Value {
+    json!({"summary": "Write a greeting file", "requirements": ["greeting.txt says hello"],
+           "acceptance_criteria": ["the file exists"], "steps": ["write greeting.txt"],
+           "assignee": assignee})
+}
+
+/// The kinds of a task's history, in order.
+fn kinds(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Asserts `wanted` occur in `events` in this order (others may come between).
+/// A history event wanted: its kind, and what must hold of it.
+type Wanted<'a> = (&'a str, fn(&Value) -> bool);
+
+fn in_order(events: &[Value], wanted: &[Wanted]) {
+    let mut at = 0;
+    for (kind, holds) in wanted {
+        match events[at..]
+            .iter()
+            .position(|e| e["kind"] == *kind && holds(e))
+        {
+            Some(i) => at += i + 1,
+            None => panic!(
+                "no {kind} (in order) in {:#}",
+                Value::Array(events.to_vec())
+            ),
+        }
+    }
+}
+
+fn any(_: &Value) -> bool {
+    true
+}
+
+/// The whole flow: questions (one with options), answers to the same planner
+/// thread, a plan naming coder, Start, a file written, a question to reviewer, a
+/// sub-task delegated to reviewer which reports, coder's report, the task completed;
+/// the history has every step, every tool call, the chain, and who changed each status.
+#[tokio::test]
+async fn a_task_is_planned_after_questions_worked_with_help_and_completed_by_its_report()
+-> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = start(&model, None).await?;
+    agents(&chorus, &["coder", "reviewer"]).await?;
+
+    model.push(tool_call("p1", "ask_questions", json!({"questions": [
+        {"id": "q1", "question": "Which greeting?", "options": [{"label": "hello", "description": "plain"}, {"label": "hi"}]},
+        {"id": "q2", "question": "Which file name?"}]})));
+    let created = ok(
+        &chorus,
+        Method::POST,
+        "/api/tasks",
+        Some(json!({"title": "Greet", "description": "Write a greeting file"})),
+    )
+    .await?;
+    let id = created["id"].as_u64().unwrap();
+    assert_eq!(created["status"], "planning");
+
+    let asked = wait_status(&chorus, id, "awaiting_input").await?;
+    let questions = asked["questions"].as_array().unwrap();
+    assert_eq!(questions.len(), 2, "{asked:#}");
+    assert_eq!(questions[0]["options"][0]["label"], "hello");
+    assert_eq!(asked["waiting_on"]["kind"], "question", "{asked:#}");
+    let planner_thread = asked["runs"][0]["thread_id"].as_u64().unwrap();
+
+    model.push(tool_call("p2", "submit_plan", plan("coder")));
+    ok(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/answers"),
+        Some(json!({"answers": {"q1": "hello", "q2": "greeting.txt"}})),
+    )
+    .await?;
+    let planned = wait_status(&chorus, id, "planned").await?;
+    assert_eq!(planned["assignee"], "coder");
+    assert_eq!(planned["summary"], "Write a greeting file");
+    let planner_runs: Vec<&Value> = planned["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["role"] == "planner")
+        .collect();
+    assert_eq!(
+        planner_runs.len(),
+        1,
+        "the answers went to the same planner thread: {planned:#}"
+    );
+    assert_eq!(planner_runs[0]["thread_id"], planner_thread);
+    let planner = thread(&chorus, "planner", planner_thread).await?;
+    let said = user_messages(&planner);
+    assert!(
+        said.len() >= 2 && said[1].contains("greeting.txt"),
+        "the answers are the planner's next message: {said:#?}"
+    );
+
+    model.push(tool_call(
+        "c1",
+        "create_file",
+        json!({"path": "greeting.txt", "content": "hello"}),
+    ));
+    model.push(tool_call(
+        "c2",
+        "ask_agent",
+        json!({"agent": "reviewer", "question": "Is 'hello' friendly?"}),
+    ));
+    model.push(text("Yes, it is friendly."));
+    model.push(tool_call(
+        "c3",
+        "delegate_to_agent",
+        json!({"agent": "reviewer", "instructions": "Check greeting.txt says hello"}),
+    ));
+    model.push(tool_call(
+        "r1",
+        "completion_report",
+        json!({"status": "complete", "summary": "checked", "output": "greeting.txt says hello"}),
+    ));
+    model.push(tool_call("c4", "completion_report", json!({"status": "complete", "summary": "wrote greeting.txt", "output": "greeting.txt: hello"})));
+    ok(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/start"),
+        None,
+    )
+    .await?;
+    let done = wait_status(&chorus, id, "completed").await?;
+
+    assert_eq!(done["report"]["status"], "complete", "{done:#}");
+    assert_eq!(done["report"]["summary"], "wrote greeting.txt");
+    let written = chorus
+        .agent_dir("coder")
+        .join("workspace")
+        .join(format!("tasks/{id}/greeting.txt"));
+    assert_eq!(
+        std::fs::read_to_string(&written)?,
+        "hello",
+        "the file is in the task's directory"
+    );
+    assert_eq!(done["chain"][0]["agent"], "coder");
+    assert!(done["waiting_on"].is_null(), "{done:#}");
+
+    // The sub-task: a child task of reviewer, reported complete, its chain coder → reviewer.
+    let children = ok(&chorus, Method::GET, "/api/tasks?agent=reviewer", None).await?;
+    let child = children["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["parent_id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("a child task: {children:#}"));
+    let child = task(&chorus, child["id"].as_u64().unwrap()).await?;
+    assert_eq!(child["status"], "completed", "{child:#}");
+    let chain: Vec<&str> = done["chain"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["agent"].as_str().unwrap())
+        .collect();
+    assert_eq!(chain, ["coder", "reviewer"], "the parent's chain: {done:#}");
+    assert_eq!(done["chain"][1]["task_id"], child["id"], "{done:#}");
+    assert!(
+        done["chain"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| !c["ended_at"].is_null()),
+        "{done:#}"
+    );
+
+    // Coder's thread got reviewer's answer and the child's report as next messages.
+    let worker_run = done["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["role"] == "worker")
+        .unwrap();
+    let coder = thread(&chorus, "coder", worker_run["thread_id"].as_u64().unwrap()).await?;
+    let said = user_messages(&coder);
+    assert!(
+        said.iter().any(|m| m.contains("Yes, it is friendly.")),
+        "{said:#?}"
+    );
+    assert!(
+        said.iter()
+            .any(|m| m.contains("reported complete") && m.contains("greeting.txt says hello")),
+        "{said:#?}"
+    );
+    assert!(
+        tool_results(&coder).iter().all(|(error, _)| !error),
+        "{coder:#}"
+    );
+
+    let events = history(&chorus, id).await?;
+    let ids: Vec<u64> = events.iter().map(|e| e["id"].as_u64().unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids grow: {ids:?}");
+    in_order(
+        &events,
+        &[
+            ("created", |e| e["by"] == "api"),
+            ("planning_started", any),
+            ("question_asked", any),
+            ("status_changed", |e| {
+                e["data"]["to"] == "awaiting_input"
+                    && e["by"].as_str().unwrap().starts_with("agent:planner:")
+            }),
+            ("question_answered", |e| e["by"] == "api"),
+            ("status_changed", |e| {
+                e["data"]["to"] == "planning" && e["by"] == "api"
+            }),
+            ("planning_finished", any),
+            ("status_changed", |e| {
+                e["data"]["to"] == "planned"
+                    && e["by"].as_str().unwrap().starts_with("agent:planner:")
+            }),
+            ("status_changed", |e| {
+                e["data"]["to"] == "active" && e["by"] == "api"
+            }),
+            ("started", |e| e["data"]["agent"] == "coder"),
+            ("handoff_started", |e| e["data"]["agent"] == "coder"),
+            ("tool_call", |e| {
+                e["data"]["tool"] == "create_file" && e["data"]["status"] == "ok"
+            }),
+            ("question_asked", |e| e["data"]["to"] == "reviewer"),
+            ("question_answered", |e| e["data"]["by_agent"] == "reviewer"),
+            ("handoff_started", |e| e["data"]["agent"] == "reviewer"),
+            ("handoff_completed", |e| e["data"]["agent"] == "reviewer"),
+            ("report_received", |e| e["data"]["status"] == "complete"),
+            ("status_changed", |e| {
+                e["data"]["to"] == "completed"
+                    && e["by"].as_str().unwrap().starts_with("agent:coder:")
+            }),
+        ],
+    );
+    assert!(model.take_violations().is_empty());
+    Ok(())
+}
+
+/// Creates a task and lets the planner plan it for `assignee` at once.
+async fn planned_task(
+    chorus: &Chorus,
+    model: &FakeModel,
+    body: Value,
+    assignee: &str,
+) -> anyhow::Result<u64> {
+    model.push(tool_call("plan", "submit_plan", plan(assignee)));
+    let created = ok(chorus, Method::POST, "/api/tasks", Some(body)).await?;
+    let id = created["id"].as_u64().unwrap();
+    wait_status(chorus, id, "planned").await?;
+    Ok(id)
+}
+
+/// With review on, a complete report waits for a person: sent back with a message,
+/// the same thread goes on; accepted, the task completes.
+#[tokio::test]
+async fn a_reviewed_task_is_sent_back_into_the_same_thread_then_accepted() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = start(&model, None).await?;
+    agents(&chorus, &["coder"]).await?;
+    let id = planned_task(
+        &chorus,
+        &model,
+        json!({"title": "Greet", "description": "d", "review": true}),
+        "coder",
+    )
+    .await?;
+
+    model.push(tool_call(
+        "c1",
+        "completion_report",
+        json!({"status": "complete", "summary": "first", "output": "o"}),
+    ));
+    ok(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/start"),
+        None,
+    )
+    .await?;
+    let review = wait_status(&chorus, id, "review").await?;
+    assert_eq!(review["report"]["summary"], "first");
+    assert_eq!(review["waiting_on"]["kind"], "person");
+    let (status, refused) = call(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/start"),
+        None,
+    )
+    .await?;
+    assert_eq!(status, 409, "{refused:#}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("review"),
+        "{refused:#}"
+    );
+
+    model.push(tool_call(
+        "c2",
+        "completion_report",
+        json!({"status": "complete", "summary": "second", "output": "o!"}),
+    ));
+    ok(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/send-back"),
+        Some(json!({"message": "add an exclamation mark"})),
+    )
+    .await?;
+    let again = wait_status(&chorus, id, "review").await?;
+    assert_eq!(again["report"]["summary"], "second", "{again:#}");
+    let workers: Vec<&Value> = again["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["role"] == "worker")
+        .collect();
+    assert_eq!(workers.len(), 1, "the same run goes on: {again:#}");
+    let coder = thread(&chorus, "coder", workers[0]["thread_id"].as_u64().unwrap()).await?;
+    assert!(
+        user_messages(&coder)
+            .iter()
+            .any(|m| m.contains("add an exclamation mark")),
+        "{coder:#}"
+    );
+
+    let accepted = ok(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/accept"),
+        None,
+    )
+    .await?;
+    assert_eq!(accepted["status"], "completed");
+    let events = history(&chorus, id).await?;
+    in_order(
+        &events,
+        &[
+            ("status_changed", |e| e["data"]["to"] == "review"),
+            ("status_changed", |e| {
+                e["data"]["to"] == "active" && e["by"] == "api"
+            }),
+            ("status_changed", |e| e["data"]["to"] == "review"),
+            ("status_changed", |e| {
+                e["data"]["to"] == "completed" && e["by"] == "api"
+            }),
+        ],
+    );
+    Ok(())
+}
+
+/// A turn without a report gets exactly one follow-up naming the role's tools;
+/// ending again without one fails the task as a protocol violation, with the raw
+/// output kept. A delegate's thread never gets its parent's follow-up.
+#[tokio::test]
+async fn a_silent_worker_gets_one_follow_up_then_fails_and_a_delegate_never_gets_its_parents()
+-> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = start(&model, None).await?;
+    agents(&chorus, &["coder", "reviewer"]).await?;
+    let id = planned_task(
+        &chorus,
+        &model,
+        json!({"title": "T", "description": "d"}),
+        "coder",
+    )
+    .await?;
+
+    model.push(tool_call(
+        "c1",
+        "delegate_to_agent",
+        json!({"agent": "reviewer", "instructions": "look"}),
+    ));
+    model.push(tool_call(
+        "r1",
+        "completion_report",
+        json!({"status": "complete", "summary": "looked", "output": ""}),
+    ));
+    model.push(text("I think I am done."));
+    model.push(text("Really, all done."));
+    ok(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/start"),
+        None,
+    )
+    .await?;
+    let failed = wait_status(&chorus, id, "failed").await?;
+    assert_eq!(
+        failed["report"]["status"], "protocol_violation",
+        "{failed:#}"
+    );
+    assert_eq!(failed["report"]["output"], "Really, all done.");
+    let run = failed["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["role"] == "worker")
+        .unwrap();
+    assert_eq!(run["outcome"], "protocol_violation");
+
+    let events = history(&chorus, id).await?;
+    assert_eq!(
+        kinds(&events).iter().filter(|k| *k == "nudge_sent").count(),
+        1,
+        "{events:#?}"
+    );
+    let coder = thread(&chorus, "coder", run["thread_id"].as_u64().unwrap()).await?;
+    let nudges: Vec<String> = user_messages(&coder)
+        .into_iter()
+        .filter(|m| m.contains("without a call of"))
+        .collect();
+    assert_eq!(nudges.len(), 1);
+    assert!(
+        nudges[0].contains("`completion_report`") && !nudges[0].contains("submit_plan"),
+        "{}",
+        nudges[0]
+    );
+
+    let children = ok(&chorus, Method::GET, "/api/tasks?agent=reviewer", None).await?;
+    let child = &children["tasks"][0];
+    let child = task(&chorus, child["id"].as_u64().unwrap()).await?;
+    let reviewer = thread(
+        &chorus,
+        "reviewer",
+        child["runs"][0]["thread_id"].as_u64().unwrap(),
+    )
+    .await?;
+    assert!(
+        user_messages(&reviewer)
+            .iter()
+            .all(|m| !m.contains("without a call of")),
+        "{reviewer:#}"
+    );
+    Ok(())
+}
+
+/// A planner's question stays open across a SIGKILL of the control plane (and so of
+/// its worker); answered after the restart, the same planner thread goes on.
+#[tokio::test]
+async fn a_question_survives_a_crash_and_its_answer_continues_the_same_thread() -> anyhow::Result<()>
+{
+    let model = FakeOpenAi::start().await;
+    let data = tempfile::tempdir()?;
+    let chorus = start(&model, Some(data.path())).await?;
+    agents(&chorus, &["coder"]).await?;
+    model.push(tool_call(
+        "p1",
+        "ask_questions",
+        json!({"questions": [{"id": "q1", "question": "Which port?"}]}),
+    ));
+    let created = ok(
+        &chorus,
+        Method::POST,
+        "/api/tasks",
+        Some(json!({"title": "Serve", "description": "d"})),
+    )
+    .await?;
+    let id = created["id"].as_u64().unwrap();
+    let asked = wait_status(&chorus, id, "awaiting_input").await?;
+    let planner_thread = asked["runs"][0]["thread_id"].as_u64().unwrap();
+    chorus.kill().await?;
+
+    let chorus = start(&model, Some(data.path())).await?;
+    let still = task(&chorus, id).await?;
+    assert_eq!(still["status"], "awaiting_input");
+    assert!(still["questions"][0]["answer"].is_null());
+    model.push(tool_call("p2", "submit_plan", plan("coder")));
+    ok(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/answers"),
+        Some(json!({"answers": {"q1": "8080"}})),
+    )
+    .await?;
+    let planned = wait_status(&chorus, id, "planned").await?;
+    assert_eq!(planned["runs"].as_array().unwrap().len(), 1, "{planned:#}");
+    let planner = thread(&chorus, "planner", planner_thread).await?;
+    let said = user_messages(&planner);
+    assert!(
+        said[0].contains("Task") && said.last().unwrap().contains("8080"),
+        "{said:#?}"
+    );
+    Ok(())
+}
+
+/// A → B → A through `ask_agent` is refused as a loop, and a delegation past the
+/// depth bound is refused; both say why, and the asker goes on.
+#[tokio::test]
+async fn loops_and_chains_past_the_bound_are_refused_with_a_clear_error() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = start(&model, None).await?;
+    agents(&chorus, &["coder", "reviewer"]).await?;
+    let id = planned_task(
+        &chorus,
+        &model,
+        json!({"title": "T", "description": "d"}),
+        "coder",
+    )
+    .await?;
+
+    model.push(tool_call(
+        "c1",
+        "ask_agent",
+        json!({"agent": "reviewer", "question": "q?"}),
+    ));
+    model.push(tool_call(
+        "r1",
+        "ask_agent",
+        json!({"agent": "coder", "question": "back at you?"}),
+    ));
+    model.push(text("No idea, sorry."));
+    model.push(tool_call(
+        "c2",
+        "completion_report",
+        json!({"status": "complete", "summary": "s", "output": ""}),
+    ));
+    ok(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/start"),
+        None,
+    )
+    .await?;
+    let done = wait_status(&chorus, id, "completed").await?;
+    let answerer = done["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["role"] == "answerer")
+        .cloned()
+        .unwrap_or_else(|| panic!("an answerer run: {done:#}"));
+    let reviewer = thread(&chorus, "reviewer", answerer["thread_id"].as_u64().unwrap()).await?;
+    let results = tool_results(&reviewer);
+    assert!(
+        results
+            .iter()
+            .any(|(error, r)| *error && r.contains("loop") && r.contains("coder → reviewer")),
+        "{results:#?}"
+    );
+    Ok(())
+}
