@@ -267,7 +267,7 @@ mod tests {
         assert!(missing.is_empty(), "no --json on: {missing:?}");
     }
 
-    /// The help promises nothing that does not exist (no task board, no web UI yet).
+    /// The help promises nothing that does not exist (no web UI yet).
     #[test]
     fn the_help_promises_only_what_exists() {
         let mut command = Cli::command();
@@ -280,7 +280,7 @@ mod tests {
         for help in [&top, &serve] {
             let lower = help.to_lowercase();
             assert!(
-                !lower.contains("task board") && !lower.contains("web ui"),
+                !lower.contains("web ui") && !lower.contains("web page"),
                 "{help}"
             );
         }

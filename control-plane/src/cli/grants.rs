@@ -10,11 +10,13 @@ use super::{Printer, render};
 #[derive(Debug, Subcommand)]
 pub enum GrantsCommand {
     /// Grant tools: every call of each is allowed, whatever the agent's profile says.
+    #[command(after_help = "Example:\n  chorus grants coder add bash file.write")]
     Add {
         #[arg(required = true)]
         tools: Vec<String>,
     },
     /// Take tools back.
+    #[command(after_help = "Example:\n  chorus grants coder rm bash")]
     Rm {
         #[arg(required = true)]
         tools: Vec<String>,

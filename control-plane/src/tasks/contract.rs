@@ -71,7 +71,7 @@ impl Contract {
     /// Whether `name` (any of a tool's names) is one of this role's tools; its
     /// Chorus name if so.
     pub fn owns(&self, name: &str) -> Option<&'static str> {
-        let tool = tools::find(name)?;
+        let tool = tools::find_any(name)?;
         self.tools().find(|t| *t == tool.name)
     }
 
@@ -79,7 +79,7 @@ impl Contract {
     /// ends the turn.
     pub fn specs(&self, settings: &SchemaSettings) -> Vec<ToolSpec> {
         self.tools()
-            .filter_map(tools::find)
+            .filter_map(tools::find_any)
             .map(|tool| ToolSpec {
                 ends_turn: true,
                 ..tool.spec(settings)
@@ -105,7 +105,7 @@ impl Call {
     /// is wrong, for the model.
     pub fn parse(tool: &str, arguments: &str) -> Result<Call, String> {
         let wrong = |e: serde_json::Error| {
-            let schema = tools::find(tool)
+            let schema = tools::find_any(tool)
                 .map(|t| (t.parameters)(&SchemaSettings::default()).to_string())
                 .unwrap_or_default();
             format!("{tool} was not called as its schema says ({e}); the schema: {schema}")
@@ -218,7 +218,7 @@ pub fn follow_up(contract: &Contract) -> String {
     let settings = SchemaSettings::default();
     let lines: Vec<String> = contract
         .tools()
-        .filter_map(tools::find)
+        .filter_map(tools::find_any)
         .map(|t| format!("- `{}`: {}", t.wire_name(), (t.description)(&settings)))
         .collect();
     format!(

@@ -803,7 +803,7 @@ impl Engine {
         let Some(run) = self.board.run_of_thread(agent, thread_id).await? else {
             return Ok(());
         };
-        let known = chorus_proto::tools::find(called);
+        let known = chorus_proto::tools::find_any(called);
         let tool = known.map_or(called, |t| t.name);
         let input = known
             .and_then(|t| t.subject_of(arguments).shown)

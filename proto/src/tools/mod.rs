@@ -186,13 +186,22 @@ impl ToolDef {
     }
 }
 
-/// The tool called `name` (a profile's or a role's): by its name, its wire name or
-/// one of its older names.
+/// The tool called `name`: by its name, its wire name or one of its older names.
+/// Only the tools profiles offer; a task role's control tools are [`find_any`]'s.
 pub fn find(name: &str) -> Option<&'static ToolDef> {
-    let all = || TOOLS.iter().chain(ROLE_TOOLS);
-    all()
+    find_in(TOOLS, name)
+}
+
+/// The tool called `name` among every tool, a task role's control tools included.
+pub fn find_any(name: &str) -> Option<&'static ToolDef> {
+    find(name).or_else(|| find_in(ROLE_TOOLS, name))
+}
+
+fn find_in(tools: &'static [ToolDef], name: &str) -> Option<&'static ToolDef> {
+    tools
+        .iter()
         .find(|t| t.name == name || t.aliases.contains(&name))
-        .or_else(|| all().find(|t| to_wire(t.name) == name))
+        .or_else(|| tools.iter().find(|t| to_wire(t.name) == name))
 }
 
 /// Every tool's Chorus name, in the registry's order.
@@ -209,7 +218,7 @@ fn parse(arguments: &str) -> Value {
 /// "bash: cargo test". Named as the model called it.
 pub fn describe(name: &str, arguments: &str) -> String {
     let args = serde_json::from_str::<Value>(arguments).ok();
-    let shown = match (find(name), &args) {
+    let shown = match (find_any(name), &args) {
         (Some(tool), Some(args)) => (tool.subject)(args).shown,
         // An unknown tool: its path, if it names one.
         (None, Some(args)) => text(args, "path").map(|p| truncate(p, 120)),

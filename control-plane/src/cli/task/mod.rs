@@ -110,18 +110,25 @@ pub enum TaskCommand {
     )]
     SendBack { id: u64, text: String },
     /// Accept a task's report (a task in review becomes completed).
+    #[command(after_help = "Example:\n  chorus task accept 7")]
     Accept { id: u64 },
-    /// Pause a task.
+    /// Pause a task: its agents stop, and it is blocked until resumed.
+    #[command(after_help = "Example:\n  chorus task pause 7")]
     Pause { id: u64 },
     /// Resume a paused task.
+    #[command(after_help = "Example:\n  chorus task resume 7")]
     Resume { id: u64 },
     /// Mark a task completed by hand.
+    #[command(after_help = "Example:\n  chorus task complete 7")]
     Complete { id: u64 },
     /// Mark a task failed by hand.
+    #[command(after_help = "Example:\n  chorus task fail 7")]
     Fail { id: u64 },
     /// Reopen a finished task.
+    #[command(after_help = "Example:\n  chorus task reopen 7")]
     Reopen { id: u64 },
     /// Retry a failed or blocked task.
+    #[command(after_help = "Example:\n  chorus task retry 7")]
     Retry { id: u64 },
     /// Change the plan before Start (a list given replaces the task's list).
     #[command(
