@@ -1,7 +1,7 @@
 //! `/api/tasks`: the task board over HTTP (the board is `tasks::board`). Create
 //! (201, `planning`; the engine is told through `Board::created`), list with filters
 //! (`?status=&agent=&q=`), show, edit (`PATCH`: the plan only before Start), delete
-//! (409 while a run of it is going), its history, the person's buttons (pause,
+//! (its going threads stopped first), its history, the person's buttons (pause,
 //! resume, complete, fail, reopen, accept; start, retry, send-back, answers and
 //! messages, which the engine carries to the task's threads), and its
 //! attachments (multipart field `file`, at most `[tasks] attachment_max_bytes`: 413
@@ -172,9 +172,13 @@ pub(super) async fn update(
 
 pub(super) async fn delete(
     State(state): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    state.tasks.delete(task_id(&id)?).await?;
+    state
+        .engine
+        .delete(task_id(&id)?, &caller.principal())
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -397,13 +397,10 @@ impl Engine {
         let _turn = self.turn.lock().await;
         let task = self.board.get(task_id).await?;
         if task.status != TaskStatus::Planned {
-            return Err(EngineError::Conflict {
-                message: format!(
-                    "task {task_id} is {}; only a planned task can be started (retry a failed or blocked one)",
-                    task.status.as_str()
-                ),
-                allowed: super::status::allowed_from(task.status).to_vec(),
-            });
+            return Err(refused(
+                &task,
+                "start is for planned tasks (retry a failed or blocked one)",
+            ));
         }
         let Some(assignee) = task.assignee.clone() else {
             return Err(conflict(format!(
@@ -419,13 +416,7 @@ impl Engine {
         let _turn = self.turn.lock().await;
         let task = self.board.get(task_id).await?;
         if !matches!(task.status, TaskStatus::Failed | TaskStatus::Blocked) {
-            return Err(EngineError::Conflict {
-                message: format!(
-                    "task {task_id} is {}; retry is for failed or blocked tasks",
-                    task.status.as_str()
-                ),
-                allowed: super::status::allowed_from(task.status).to_vec(),
-            });
+            return Err(refused(&task, "retry is for failed or blocked tasks"));
         }
         let Some(assignee) = task.assignee.clone() else {
             return Err(conflict(format!(
@@ -552,13 +543,7 @@ impl Engine {
         let _turn = self.turn.lock().await;
         let task = self.board.get(task_id).await?;
         if task.status != TaskStatus::Review {
-            return Err(EngineError::Conflict {
-                message: format!(
-                    "task {task_id} is {}; only a task in review can be sent back",
-                    task.status.as_str()
-                ),
-                allowed: super::status::allowed_from(task.status).to_vec(),
-            });
+            return Err(refused(&task, "send-back is for tasks in review"));
         }
         let Some(run) = runs_of(&task)
             .iter()
@@ -592,13 +577,7 @@ impl Engine {
         let _turn = self.turn.lock().await;
         let task = self.board.get(task_id).await?;
         if task.status.is_finished() {
-            return Err(EngineError::Conflict {
-                message: format!(
-                    "task {task_id} is {}; reopen or retry it first",
-                    task.status.as_str()
-                ),
-                allowed: super::status::allowed_from(task.status).to_vec(),
-            });
+            return Err(refused(&task, "reopen or retry it first"));
         }
         let open = runs_of(&task)
             .iter()
@@ -657,6 +636,16 @@ impl Engine {
             _ => {}
         }
         self.view(task_id).await
+    }
+
+    /// Deletes a task: its going threads are stopped first (their history stays in
+    /// the agents' thread lists).
+    pub async fn delete(&self, task_id: u64, by: &Principal) -> Result<(), EngineError> {
+        let _turn = self.turn.lock().await;
+        let task = self.board.get(task_id).await?;
+        let why = format!("the task was deleted by {}", by.text());
+        self.end_open_runs(&task, RunOutcome::Killed, &why).await?;
+        Ok(self.board.delete(task_id).await?)
     }
 
     /// Ends the task's going runs and kills their threads.
@@ -1162,6 +1151,22 @@ impl Engine {
             ));
         }
         Ok(())
+    }
+}
+
+/// A person's request the task's status does not allow: a 409 that says where the
+/// task may go from here.
+fn refused(task: &TaskView, rule: &str) -> EngineError {
+    let allowed = super::status::allowed_from(task.status).to_vec();
+    EngineError::Conflict {
+        message: format!(
+            "task {} is {}; {rule} (allowed from {}: {})",
+            task.id,
+            task.status,
+            task.status,
+            super::status::words(&allowed)
+        ),
+        allowed,
     }
 }
 

@@ -152,15 +152,18 @@ pub fn task_event_line(data: &Value, style: Style) -> Option<String> {
     )))
 }
 
+/// A thread: its agent's name and its id (ids are per agent).
+type ThreadKey = (String, u64);
+
 pub struct TaskFollow {
     task_id: u64,
     style: Style,
-    /// Each thread of the task, by id, with the line that names it.
-    threads: HashMap<u64, (Follow, String)>,
+    /// Each thread of the task, with the line that names it.
+    threads: HashMap<ThreadKey, (Follow, String)>,
     /// The thread whose lines were printed last (a new one gets its name first).
-    last: Option<u64>,
+    last: Option<ThreadKey>,
     /// Events of threads the task has not named yet.
-    pending: VecDeque<(u64, FeedEvent)>,
+    pending: VecDeque<(ThreadKey, FeedEvent)>,
 }
 
 impl TaskFollow {
@@ -174,11 +177,9 @@ impl TaskFollow {
         }
     }
 
-    /// The ids of the threads followed.
-    pub fn thread_ids(&self) -> Vec<u64> {
-        let mut ids: Vec<u64> = self.threads.keys().copied().collect();
-        ids.sort_unstable();
-        ids
+    /// Whether `agent`'s thread `thread_id` is one of the task's.
+    pub fn follows(&self, agent: &str, thread_id: u64) -> bool {
+        self.threads.contains_key(&(agent.to_string(), thread_id))
     }
 
     /// Takes the threads the task (as just read) names in its runs; what was kept
@@ -206,18 +207,19 @@ impl TaskFollow {
             });
         let mut out = Vec::new();
         for (thread_id, agent, role) in planner.into_iter().chain(runs) {
-            if self.threads.contains_key(&thread_id) {
+            let key = (agent.to_string(), thread_id);
+            if self.threads.contains_key(&key) {
                 continue;
             }
             let name = format!("== {agent} ({role}), thread {thread_id}");
             self.threads
-                .insert(thread_id, (Follow::new(thread_id, self.style), name));
+                .insert(key.clone(), (Follow::new(thread_id, self.style), name));
             let (kept, others): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.pending)
                 .into_iter()
-                .partition(|(t, _)| *t == thread_id);
+                .partition(|(k, _)| *k == key);
             self.pending = others;
             for (_, event) in kept {
-                out.extend(self.thread_event(thread_id, &event));
+                out.extend(self.thread_event(&key, &event));
             }
         }
         out
@@ -243,29 +245,32 @@ impl TaskFollow {
             }
             _ => {}
         }
-        let Some(thread_id) = data["thread_id"].as_u64() else {
+        let (Some(agent), Some(thread_id)) = (data["agent"].as_str(), data["thread_id"].as_u64())
+        else {
             return Step::default();
         };
+        let key = (agent.to_string(), thread_id);
         // A kind this build does not know (a newer server's) is not this follower's.
         let Ok(event) = FeedEvent::from_wire(kind, data.clone()) else {
             return Step::default();
         };
-        if !self.threads.contains_key(&thread_id) {
+        if !self.threads.contains_key(&key) {
             if self.pending.len() == PENDING {
                 self.pending.pop_front();
             }
-            self.pending.push_back((thread_id, event));
+            self.pending.push_back((key, event));
             return Step::default();
         }
         Step {
-            print: self.thread_event(thread_id, &event),
+            print: self.thread_event(&key, &event),
             reread: false,
         }
     }
 
-    fn thread_event(&mut self, thread_id: u64, event: &FeedEvent) -> Vec<String> {
+    fn thread_event(&mut self, key: &ThreadKey, event: &FeedEvent) -> Vec<String> {
         let style = self.style;
-        let Some((follow, name)) = self.threads.get_mut(&thread_id) else {
+        let thread_id = key.1;
+        let Some((follow, name)) = self.threads.get_mut(key) else {
             return Vec::new();
         };
         let mut texts = Vec::new();
@@ -286,10 +291,10 @@ impl TaskFollow {
                 ))),
             }
         }
-        if !texts.is_empty() && self.last != Some(thread_id) {
+        if !texts.is_empty() && self.last.as_ref() != Some(key) {
             let lead = if self.last.is_some() { "\n" } else { "" };
             texts.insert(0, format!("{lead}{}\n", style.bold(name)));
-            self.last = Some(thread_id);
+            self.last = Some(key.clone());
         }
         texts
     }
@@ -376,12 +381,12 @@ mod tests {
             "== planner (planner), thread 3\n-> step 1: Calling model m\n"
         );
         assert_eq!(f.learn(&t), Vec::<String>::new());
-        assert_eq!(f.thread_ids(), vec![3]);
+        assert!(f.follows("planner", 3) && !f.follows("coder", 3));
         // The task names its planner's thread before the run does.
         let mut g = TaskFollow::new(7, PLAIN);
         g.on_feed(
             "step_started",
-            &json!({"thread_id": 5, "number": 1, "kind": "tool", "description": "view ."}),
+            &json!({"agent": "planner", "thread_id": 5, "number": 1, "kind": "tool", "description": "view ."}),
         );
         let mut named = task("planning");
         named["planner_thread"] = json!(5);
@@ -417,24 +422,25 @@ mod tests {
     fn each_thread_is_named_when_its_lines_begin() {
         let mut f = TaskFollow::new(7, PLAIN);
         let mut t = task("active");
+        // Thread ids are per agent: the planner's thread 3 and coder's thread 3.
         t["runs"] = json!([{"role": "planner", "agent": "planner", "thread_id": 3},
-                           {"role": "worker", "agent": "coder", "thread_id": 4}]);
+                           {"role": "worker", "agent": "coder", "thread_id": 3}]);
         assert!(f.learn(&t).is_empty());
-        let line = |f: &mut TaskFollow, thread: u64, n: u32| {
+        let line = |f: &mut TaskFollow, agent: &str, n: u32| {
             f.on_feed(
                 "step_started",
-                &json!({"thread_id": thread, "number": n, "kind": "tool", "description": "view ."}),
+                &json!({"agent": agent, "thread_id": 3, "number": n, "kind": "tool", "description": "view ."}),
             )
             .print
             .concat()
         };
         assert_eq!(
-            line(&mut f, 4, 1),
-            "== coder (worker), thread 4\n-> step 1: view .\n"
+            line(&mut f, "coder", 1),
+            "== coder (worker), thread 3\n-> step 1: view .\n"
         );
-        assert_eq!(line(&mut f, 4, 2), "-> step 2: view .\n");
+        assert_eq!(line(&mut f, "coder", 2), "-> step 2: view .\n");
         assert_eq!(
-            line(&mut f, 3, 1),
+            line(&mut f, "planner", 1),
             "\n== planner (planner), thread 3\n-> step 1: view .\n"
         );
     }

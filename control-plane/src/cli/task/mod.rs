@@ -498,9 +498,10 @@ async fn watch_into(
         let step = follow.on_feed(&event.event, &data);
         if json {
             let ours = event.event == "task" && data["task_id"].as_u64() == Some(id)
-                || data["thread_id"]
-                    .as_u64()
-                    .is_some_and(|t| follow.thread_ids().contains(&t));
+                || data["agent"]
+                    .as_str()
+                    .zip(data["thread_id"].as_u64())
+                    .is_some_and(|(a, t)| follow.follows(a, t));
             if ours {
                 writeln!(
                     out,

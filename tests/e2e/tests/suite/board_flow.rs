@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use chorus_test_support::chorus::tool_results;
-use chorus_test_support::fake_model::{text, tool_call};
+use chorus_test_support::fake_model::{Hold, Reply, text, tool_call};
 use chorus_test_support::{Chorus, FakeModel, FakeOpenAi};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -665,5 +665,112 @@ async fn loops_and_chains_past_the_bound_are_refused_with_a_clear_error() -> any
             .any(|(error, r)| *error && r.contains("loop") && r.contains("coder → reviewer")),
         "{results:#?}"
     );
+    Ok(())
+}
+
+/// A delegation past `[tasks] max_delegation_depth` is refused saying so, and the
+/// delegate goes on; a task past its model-call limit fails with the reason and
+/// its partial output.
+#[tokio::test]
+async fn a_chain_past_the_bound_is_refused_and_a_task_past_its_limit_fails() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder()
+        .env("OPENAI_BASE_URL", &model.base_url())
+        .env("OPENAI_API_KEY", "sk-test-board")
+        .env("CHORUS_DEFAULT_MODEL", "fake-model")
+        .config("[tasks]\nmax_delegation_depth = 2\nmodel_call_limit = 6\n")
+        .start()
+        .await?;
+    agents(&chorus, &["coder", "reviewer", "tester"]).await?;
+    let id = planned_task(
+        &chorus,
+        &model,
+        json!({"title": "T", "description": "d"}),
+        "coder",
+    )
+    .await?;
+
+    model.push(tool_call(
+        "c1",
+        "delegate_to_agent",
+        json!({"agent": "reviewer", "instructions": "review"}),
+    ));
+    model.push(tool_call(
+        "r1",
+        "delegate_to_agent",
+        json!({"agent": "tester", "instructions": "test"}),
+    ));
+    model.push(tool_call(
+        "r2",
+        "completion_report",
+        json!({"status": "complete", "summary": "reviewed", "output": ""}),
+    ));
+    model.push(tool_call(
+        "c2",
+        "completion_report",
+        json!({"status": "complete", "summary": "done", "output": ""}),
+    ));
+    ok(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/start"),
+        None,
+    )
+    .await?;
+    let done = wait_status(&chorus, id, "completed").await?;
+    let child =
+        ok(&chorus, Method::GET, "/api/tasks?agent=reviewer", None).await?["tasks"][0].clone();
+    let child = task(&chorus, child["id"].as_u64().unwrap()).await?;
+    let reviewer = thread(
+        &chorus,
+        "reviewer",
+        child["runs"][0]["thread_id"].as_u64().unwrap(),
+    )
+    .await?;
+    let results = tool_results(&reviewer);
+    assert!(
+        results.iter().any(|(error, r)| *error
+            && r.contains("2 agents deep")
+            && r.contains("max_delegation_depth")),
+        "{results:#?}"
+    );
+    let everyone = ok(&chorus, Method::GET, "/api/tasks?agent=tester", None).await?;
+    assert_eq!(everyone["tasks"], json!([]), "no sub-task for tester");
+    assert_eq!(done["report"]["summary"], "done");
+
+    // Six model calls at most: the seventh fails the task, with what it wrote.
+    let id = planned_task(
+        &chorus,
+        &model,
+        json!({"title": "Long", "description": "d"}),
+        "coder",
+    )
+    .await?;
+    for n in 0..6 {
+        model.push(tool_call(&format!("v{n}"), "view", json!({"path": "."})));
+    }
+    // The seventh call waits: the task is over its limit while it does.
+    let waiting = Hold::new();
+    model.push(Reply::Held(waiting.clone(), Box::new(text("never seen"))));
+    ok(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/start"),
+        None,
+    )
+    .await?;
+    let failed = wait_status(&chorus, id, "failed").await?;
+    let why = failed["report"]["summary"].as_str().unwrap();
+    assert!(
+        why.contains("model calls") && why.contains("limit of 6"),
+        "{failed:#}"
+    );
+    let run = failed["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["role"] == "worker")
+        .unwrap();
+    assert_eq!(run["outcome"], "limit", "{failed:#}");
     Ok(())
 }
