@@ -857,14 +857,32 @@ impl Engine {
                 self.end_run(run, outcome_of(report), Some(json!(record)))
                     .await?;
                 self.board.set_report(task.id, Some(&record)).await?;
+                // A delegate's claims are checked where they can be: the files it names.
+                let checked = match task.parent_id {
+                    Some(_) => self.check_files(&run.agent, task.id, report),
+                    None => Vec::new(),
+                };
+                let mut data = json!(record);
+                if !checked.is_empty() {
+                    data["checked_files"] = json!(
+                        checked
+                            .iter()
+                            .map(|(file, exists)| json!({"file": file, "exists": exists}))
+                            .collect::<Vec<_>>()
+                    );
+                }
                 self.board
-                    .record(task.id, TaskEventKind::ReportReceived, &by, json!(record))
+                    .record(task.id, TaskEventKind::ReportReceived, &by, data)
                     .await?;
                 self.board.complete_chain(task.id, &run.agent, &by).await?;
                 self.board
                     .transition(task.id, status, &by, report.blocked_reason.clone())
                     .await?;
-                let text = brief::delegate_report(&run.agent, task.id, report);
+                let mut text = brief::delegate_report(&run.agent, task.id, report);
+                if let Some(verdict) = super::claims::verdict(&checked) {
+                    text.push_str(&verdict);
+                    text.push('\n');
+                }
                 self.tell_parent(task, &run.agent, &text, &by).await?;
             }
             Call::DelegateToAgent(delegation) => {
@@ -879,6 +897,29 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Which of the files a report names exist in its task's directory. Only where
+    /// the agent's workspace is on this host (a local worker's); none otherwise.
+    fn check_files(
+        &self,
+        agent: &str,
+        task_id: u64,
+        report: &CompletionReport,
+    ) -> Vec<(String, bool)> {
+        let workspace = self.agents.dir(agent).workspace();
+        if !workspace.is_dir() {
+            return Vec::new();
+        }
+        let dir = workspace.join(workdir_of(task_id));
+        let text = format!("{}\n{}", report.summary, report.output);
+        super::claims::named_files(&text)
+            .into_iter()
+            .map(|name| {
+                let exists = dir.join(&name).is_file();
+                (name, exists)
+            })
+            .collect()
     }
 
     /// A child task for the delegate, started at once; its report comes back to

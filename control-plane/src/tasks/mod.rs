@@ -17,6 +17,7 @@
 
 pub mod board;
 pub mod brief;
+pub mod claims;
 pub mod contract;
 pub mod engine;
 pub mod history;

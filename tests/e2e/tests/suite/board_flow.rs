@@ -238,9 +238,14 @@ async fn a_task_is_planned_after_questions_worked_with_help_and_completed_by_its
         json!({"agent": "reviewer", "instructions": "Check greeting.txt says hello"}),
     ));
     model.push(tool_call(
+        "r0",
+        "create_file",
+        json!({"path": "review.md", "content": "looks good"}),
+    ));
+    model.push(tool_call(
         "r1",
         "completion_report",
-        json!({"status": "complete", "summary": "checked", "output": "greeting.txt says hello"}),
+        json!({"status": "complete", "summary": "checked", "output": "wrote review.md and notes.txt"}),
     ));
     model.push(tool_call("c4", "completion_report", json!({"status": "complete", "summary": "wrote greeting.txt", "output": "greeting.txt: hello"})));
     ok(
@@ -309,7 +314,13 @@ async fn a_task_is_planned_after_questions_worked_with_help_and_completed_by_its
     );
     assert!(
         said.iter()
-            .any(|m| m.contains("reported complete") && m.contains("greeting.txt says hello")),
+            .any(|m| m.contains("reported complete") && m.contains("wrote review.md")),
+        "{said:#?}"
+    );
+    // The delegate's claims, checked: the file it wrote is there, the other is not.
+    assert!(
+        said.iter()
+            .any(|m| m.contains("found review.md; NOT found notes.txt")),
         "{said:#?}"
     );
     assert!(
@@ -562,8 +573,8 @@ async fn a_silent_worker_gets_one_follow_up_then_fails_and_a_delegate_never_gets
     Ok(())
 }
 
-/// A planner's question stays open across a SIGKILL of the control plane (and so of
-/// its worker); answered after the restart, the same planner thread goes on.
+/// A planner's question stays open across a SIGKILL of its worker and then of the
+/// control plane; answered after the restart, the same planner thread goes on.
 #[tokio::test]
 async fn a_question_survives_a_crash_and_its_answer_continues_the_same_thread() -> anyhow::Result<()>
 {
@@ -586,6 +597,11 @@ async fn a_question_survives_a_crash_and_its_answer_continues_the_same_thread() 
     let id = created["id"].as_u64().unwrap();
     let asked = wait_status(&chorus, id, "awaiting_input").await?;
     let planner_thread = asked["runs"][0]["thread_id"].as_u64().unwrap();
+    // The planner's worker is SIGKILLed, then the control plane: the question stays.
+    let worker = chorus.wait_worker_running("planner", WAIT).await?;
+    chorus_test_support::process::signal(worker, nix::sys::signal::Signal::SIGKILL);
+    let still = task(&chorus, id).await?;
+    assert_eq!(still["status"], "awaiting_input", "{still:#}");
     chorus.kill().await?;
 
     let chorus = start(&model, Some(data.path())).await?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chorus_control_plane::http::{Route, routes};
 use chorus_control_plane::permissions::grants::Role;
-use chorus_test_support::fake_model::{text, tool_call};
+use chorus_test_support::fake_model::{Hold, Reply, text, tool_call};
 use chorus_test_support::{Chorus, FakeOpenAi};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -324,10 +324,16 @@ fn case(route: &Route, s: &Subjects) -> Option<Case> {
         ),
         ("POST", path) if path.starts_with("/api/tasks/{id}/") => {
             let button = path.rsplit('/').next().unwrap_or_default();
+            // The routes that take a body get a valid one: the missing task is the 404.
+            let body = match button {
+                "send-back" | "messages" => Some(json!({"message": "x"})),
+                "answers" => Some(json!({"answers": {"q1": "x"}})),
+                _ => None,
+            };
             two(
                 Operator,
-                req(format!("/api/tasks/{k}/{button}"), None),
-                req(format!("/api/tasks/999999/{button}"), None),
+                req(format!("/api/tasks/{k}/{button}"), body.clone()),
+                req(format!("/api/tasks/999999/{button}"), body),
                 404,
             )
         }
@@ -451,6 +457,10 @@ async fn every_route_with_every_role_and_a_refusal_changes_nothing() -> anyhow::
         .json()
         .await?;
     let approval = pending[0]["id"].as_str().unwrap().to_string();
+    // A task whose planner thinks until the test ends (its model call is held), so
+    // only the requests below could change it.
+    let thinking = Hold::new();
+    model.push(Reply::Held(thinking.clone(), Box::new(text("a plan"))));
     let task: Value = chorus
         .api(Method::POST, "/api/tasks")
         .json(&json!({"title": "a subject task"}))
@@ -459,6 +469,8 @@ async fn every_route_with_every_role_and_a_refusal_changes_nothing() -> anyhow::
         .error_for_status()?
         .json()
         .await?;
+    let asked = model.wait_for_requests(2, Duration::from_secs(20)).await;
+    assert_eq!(asked.len(), 2, "the planner's call is in flight");
     let subjects = Subjects {
         task: task["id"].as_u64().unwrap(),
         thread,
@@ -520,7 +532,7 @@ async fn every_route_with_every_role_and_a_refusal_changes_nothing() -> anyhow::
         before,
         "a refused request changed something"
     );
-    assert!(before["agents"] == json!(["subject"]) && before["approval"] == "pending");
+    assert!(before["agents"] == json!(["planner", "subject"]) && before["approval"] == "pending");
     assert_eq!(before["workers"], json!([["w-real", null]]));
     assert_eq!(before["thread"], "waiting_for_permission");
     assert_eq!(before["ran"], false);
