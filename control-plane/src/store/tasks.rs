@@ -618,17 +618,6 @@ impl Store {
         self.set_task_column(id, "report", text).await
     }
 
-    pub async fn set_task_waiting_on(
-        &self,
-        id: u64,
-        waiting_on: Option<&WaitingOn>,
-    ) -> Result<bool, StoreError> {
-        let text = waiting_on
-            .map(|w| json_text("tasks.waiting_on", w))
-            .transpose()?;
-        self.set_task_column(id, "waiting_on", text).await
-    }
-
     async fn set_task_column(
         &self,
         id: u64,
@@ -1007,18 +996,6 @@ impl Store {
             })
         })
         .await
-    }
-
-    /// Sets a run's thread (when it is known only after the run was recorded).
-    pub async fn set_task_run_thread(&self, run: u64, thread_id: u64) -> Result<bool, StoreError> {
-        let done = self
-            .execute(
-                sqlx::query("UPDATE task_runs SET thread_id = $2 WHERE id = $1")
-                    .bind(run as i64)
-                    .bind(thread_id as i64),
-            )
-            .await?;
-        Ok(done.rows_affected() > 0)
     }
 
     /// Records the control call of a run's current turn (`None` clears it once the

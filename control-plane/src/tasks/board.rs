@@ -30,7 +30,7 @@ use crate::feed::{TaskChange, ThreadFeed};
 use crate::principal::Principal;
 use crate::store::{
     ChainEntry, NewQuestion, NewTask, PlanFields, QuestionRecord, RunOutcome, Store, StoreError,
-    TaskAttachment, TaskFilter, TaskRecord, TaskReport, TaskRun, ThreadRole, WaitingOn,
+    TaskAttachment, TaskFilter, TaskRecord, TaskReport, TaskRun, ThreadRole,
 };
 
 /// What went wrong, for the API: 404, 400, 409 (with the statuses allowed, when it
@@ -454,18 +454,6 @@ impl Board {
         }
     }
 
-    pub async fn set_waiting_on(
-        &self,
-        id: u64,
-        waiting_on: Option<&WaitingOn>,
-    ) -> Result<(), BoardError> {
-        if self.store.set_task_waiting_on(id, waiting_on).await? {
-            Ok(())
-        } else {
-            Err(not_found(id))
-        }
-    }
-
     /// Records the planner's thread of a task.
     pub async fn set_planner(&self, id: u64, agent: &str, thread: u64) -> Result<(), BoardError> {
         if self.store.set_task_planner(id, agent, thread).await? {
@@ -644,18 +632,41 @@ impl Board {
             .await?)
     }
 
-    pub async fn set_run_thread(&self, run: u64, thread: u64) -> Result<(), BoardError> {
-        run_found(run, self.store.set_task_run_thread(run, thread).await?)
-    }
-
-    /// Records the finishing call a run made (the role tool and its arguments).
-    pub async fn set_finishing(&self, run: u64, finishing: &Value) -> Result<(), BoardError> {
+    /// Records the control call of a run's current turn (`None` clears it once the
+    /// turn's end is applied).
+    pub async fn set_finishing(
+        &self,
+        run: u64,
+        finishing: Option<&Value>,
+    ) -> Result<(), BoardError> {
         run_found(
             run,
-            self.store
-                .set_task_run_finishing(run, Some(finishing))
-                .await?,
+            self.store.set_task_run_finishing(run, finishing).await?,
         )
+    }
+
+    /// Where a run stands among agents: the agents from the task's root down to it
+    /// (the loop and depth checks) and the run whose `ask_agent` it answers.
+    pub async fn set_run_links(
+        &self,
+        run: u64,
+        chain: &[String],
+        asked_by: Option<u64>,
+    ) -> Result<(), BoardError> {
+        Ok(self.store.set_task_run_links(run, chain, asked_by).await?)
+    }
+
+    /// Whether the run was sent the one follow-up since its last control call.
+    pub async fn set_followed_up(&self, run: u64, followed_up: bool) -> Result<(), BoardError> {
+        Ok(self
+            .store
+            .set_task_run_followed_up(run, followed_up)
+            .await?)
+    }
+
+    /// Reopens an ended run (a report sent back, a paused task resumed).
+    pub async fn reopen_run(&self, run: u64) -> Result<(), BoardError> {
+        Ok(self.store.reopen_task_run(run).await?)
     }
 
     /// Ends a run: its outcome, report and usage (input tokens, output tokens, model

@@ -476,12 +476,11 @@ async fn runs_and_the_chain_are_recorded_and_a_going_run_holds_off_delete() {
         .unwrap();
     let run = f
         .board
-        .add_run(id, ThreadRole::Worker, "a", "api", None)
+        .add_run(id, ThreadRole::Worker, "a", "api", Some(9))
         .await
         .unwrap();
-    f.board.set_run_thread(run, 9).await.unwrap();
     f.board
-        .set_finishing(run, &json!({"tool": "completion_report"}))
+        .set_finishing(run, Some(&json!({"tool": "completion_report"})))
         .await
         .unwrap();
     let chorus = Principal::Scheduler;

@@ -471,7 +471,7 @@ impl Engine {
             .await?;
         let mut chain = chain.to_vec();
         chain.push(agent.name.clone());
-        self.store.set_task_run_links(run, &chain, None).await?;
+        self.board.set_run_links(run, &chain, None).await?;
         self.board
             .record(
                 task.id,
@@ -553,7 +553,7 @@ impl Engine {
         else {
             return Err(conflict(format!("task {task_id} has no worker thread")));
         };
-        self.store.reopen_task_run(run.id).await?;
+        self.board.reopen_run(run.id).await?;
         self.board
             .transition(task_id, TaskStatus::Active, by, Some(message.to_string()))
             .await?;
@@ -623,7 +623,7 @@ impl Engine {
                     .find(|r| r.role == ThreadRole::Worker)
                     .cloned()
                 {
-                    self.store.reopen_task_run(run.id).await?;
+                    self.board.reopen_run(run.id).await?;
                     let text = format!("{} resumed the task: go on with it.", by.text());
                     self.tell_thread(&run, &text, by).await?;
                 }
@@ -720,14 +720,14 @@ impl Engine {
                     .finishing
                     .clone()
                     .and_then(|f| serde_json::from_value::<Call>(f).ok());
-                self.store.set_task_run_finishing(run.id, None).await?;
+                self.board.set_finishing(run.id, None).await?;
                 match contract::on_turn_end(role, call, run.followed_up) {
                     TurnDecision::Apply(call) => {
-                        self.store.set_task_run_followed_up(run.id, false).await?;
+                        self.board.set_followed_up(run.id, false).await?;
                         self.apply(&task, &run, call).await
                     }
                     TurnDecision::FollowUp(text) => {
-                        self.store.set_task_run_followed_up(run.id, true).await?;
+                        self.board.set_followed_up(run.id, true).await?;
                         self.board
                             .record(
                                 task.id,
@@ -1319,8 +1319,8 @@ impl RoleHooks for Engine {
         }
         self.check_call(&run, &call).await?;
         let accepted = call.accepted();
-        self.store
-            .set_task_run_finishing(run.id, Some(&json!(call)))
+        self.board
+            .set_finishing(run.id, Some(&json!(call)))
             .await
             .map_err(|e| format!("the call cannot be recorded ({e}); try again"))?;
         Ok(accepted)
