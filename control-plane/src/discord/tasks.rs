@@ -213,7 +213,8 @@ pub fn post_for(change: &TaskChange, task: &TaskView) -> Option<String> {
             }
             if to == TaskStatus::Review {
                 out.push_str(&format!(
-                    "Accept it or send it back: `chorus task accept {0}` / `chorus task send-back {0}`.\n",
+                    "Accept it: `chorus task accept {0}`, or send it back: \
+                     `chorus task send-back {0} \"<what to change>\"`.\n",
                     task.id
                 ));
             }

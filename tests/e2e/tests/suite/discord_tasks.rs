@@ -96,8 +96,9 @@ async fn wait_status(chorus: &Chorus, id: u64, status: &str) -> anyhow::Result<V
 
 /// A task made with `/task create`: the planner's questions are posted in the tasks
 /// channel, answered one at a time with `/task answer` (an option by its number),
-/// planned, shown, started with `/task start`, and its end posted with the report's
-/// summary. A viewer may look but not create.
+/// planned, shown, started with `/task start`; the worker's question is posted and
+/// answered too, and the end posted with the report's summary. A viewer may look
+/// but not create or answer.
 #[tokio::test]
 async fn a_task_is_created_answered_and_started_from_discord_and_its_questions_and_end_are_posted()
 -> anyhow::Result<()> {
@@ -236,6 +237,13 @@ async fn a_task_is_created_answered_and_started_from_discord_and_its_questions_a
     assert!(shown.contains("**Plan:** Write a greeting file"), "{shown}");
     assert!(shown.contains("Assignee: **coder**"), "{shown}");
 
+    // The worker asks a person too: posted, and answered without naming the
+    // question (the only one open).
+    model.push(tool_call(
+        "c0",
+        "ask_question",
+        json!({"question": "Add a newline at the end?", "options": [{"label": "yes"}, {"label": "no"}]}),
+    ));
     model.push(tool_call(
         "c1",
         "completion_report",
@@ -250,6 +258,24 @@ async fn a_task_is_created_answered_and_started_from_discord_and_its_questions_a
     .await?;
     assert!(said.contains("Started task **#1**"), "{said}");
     assert!(said.contains("**coder** works on it"), "{said}");
+    let asked = discord
+        .wait_for("the worker's question posted", WAIT, |d| {
+            tasks_posts(d)
+                .into_iter()
+                .find(|p| p.contains("Add a newline at the end?"))
+        })
+        .await?;
+    assert!(asked.contains("**coder** asks"), "{asked}");
+    assert!(asked.contains("`q3` Add a newline"), "{asked}");
+    wait_status(&chorus, 1, "waiting").await?;
+    let (said, _) = run(
+        &discord,
+        OPERATOR,
+        &[OPERATOR_ROLE],
+        sub("answer", json!([integer("id", 1), string("answer", "2")])),
+    )
+    .await?;
+    assert!(said.contains("Answered `q3` of task **#1**"), "{said}");
     let done = discord
         .wait_for("the end posted", WAIT, |d| {
             tasks_posts(d)
@@ -265,12 +291,17 @@ async fn a_task_is_created_answered_and_started_from_discord_and_its_questions_a
         done.contains("**Report** (complete): wrote greeting.txt"),
         "{done}"
     );
-    assert_eq!(task(&chorus, 1).await?["status"], "completed");
+    let done_task = task(&chorus, 1).await?;
+    assert_eq!(done_task["status"], "completed");
+    assert_eq!(
+        done_task["questions"][2]["answer"], "no",
+        "option 2 by its number"
+    );
     // Only the questions and the end were posted there, in that order.
     let posts = tasks_posts(&discord);
-    assert_eq!(posts.len(), 2, "{posts:#?}");
+    assert_eq!(posts.len(), 3, "{posts:#?}");
     assert!(
-        posts[0].contains("Which greeting?") && posts[1] == done,
+        posts[0].contains("Which greeting?") && posts[1] == asked && posts[2] == done,
         "{posts:#?}"
     );
 
@@ -294,5 +325,81 @@ async fn a_task_is_created_answered_and_started_from_discord_and_its_questions_a
         "{bad}"
     );
     assert!(discord.strays().is_empty(), "{:?}", discord.strays());
+    Ok(())
+}
+
+/// A task with review ends in `review` (posted with how to accept it), one whose
+/// worker reports it blocked is posted with the reason.
+#[tokio::test]
+async fn a_review_and_a_block_are_posted_with_the_report_and_the_reason() -> anyhow::Result<()> {
+    let discord = FakeDiscord::start().await;
+    let model = FakeOpenAi::start().await;
+    let config = format!(
+        "[discord.roles]\n\"{OPERATOR_ROLE}\" = \"operator\"\n\n[tasks]\ndiscord_channel = \"{TASKS}\"\n"
+    );
+    let chorus = with_bot_config(&discord, &model, &config).await?;
+    chorus
+        .create_agent_with(json!({"name": "coder", "system_prompt": "You write code."}))
+        .await?;
+    let plan = json!({"summary": "Do it", "requirements": [], "acceptance_criteria": [],
+                      "steps": ["do it"], "assignee": "coder"});
+    let reports = [
+        json!({"status": "complete", "summary": "all done", "output": "done"}),
+        json!({"status": "blocked", "summary": "stuck", "output": "",
+               "blocked_reason": "the disk is full"}),
+    ];
+    for (id, report) in (1u64..).zip(reports) {
+        model.push(tool_call("p", "submit_plan", plan.clone()));
+        let mut options = vec![string("title", &format!("Job {id}"))];
+        if id == 1 {
+            options.push(json!({"name": "review", "type": 5, "value": true}));
+        }
+        let (said, _) = run(
+            &discord,
+            OPERATOR,
+            &[OPERATOR_ROLE],
+            sub("create", Value::Array(options)),
+        )
+        .await?;
+        assert!(said.contains(&format!("Created task **#{id}**")), "{said}");
+        wait_status(&chorus, id, "planned").await?;
+        model.push(tool_call("w", "completion_report", report));
+        run(
+            &discord,
+            OPERATOR,
+            &[OPERATOR_ROLE],
+            sub("start", json!([integer("id", id)])),
+        )
+        .await?;
+    }
+    let review = discord
+        .wait_for("the review posted", WAIT, |d| {
+            tasks_posts(d)
+                .into_iter()
+                .find(|p| p.contains("is **review**"))
+        })
+        .await?;
+    assert!(
+        review.contains("**Task #1: Job 1** is **review** (coder)"),
+        "{review}"
+    );
+    assert!(
+        review.contains("**Report** (complete): all done"),
+        "{review}"
+    );
+    assert!(review.contains("`chorus task accept 1`"), "{review}");
+    let blocked = discord
+        .wait_for("the block posted", WAIT, |d| {
+            tasks_posts(d)
+                .into_iter()
+                .find(|p| p.contains("is **blocked**"))
+        })
+        .await?;
+    assert!(
+        blocked.contains("**Task #2: Job 2** is **blocked**"),
+        "{blocked}"
+    );
+    assert!(blocked.contains("Why: the disk is full"), "{blocked}");
+    assert_eq!(task(&chorus, 2).await?["status"], "blocked");
     Ok(())
 }
