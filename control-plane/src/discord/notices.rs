@@ -51,7 +51,7 @@ impl TaskPosts {
         ) {
             return;
         }
-        let task = match self.engine.view(change.task_id).await {
+        let task = match self.engine.board().get(change.task_id).await {
             Ok(task) => task,
             Err(e) => {
                 tracing::warn!(task_id = change.task_id, error = %e, "cannot read a task to post its news");

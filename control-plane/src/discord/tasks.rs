@@ -142,7 +142,14 @@ pub fn list_line(task: &TaskView) -> String {
 /// What the tasks channel is told of `change` (`task` as it is now), if anything:
 /// questions to a person, a block, an end (completed, failed, review).
 pub fn post_for(change: &TaskChange, task: &TaskView) -> Option<String> {
-    let head = format!("**Task #{}: {}**", task.id, one_line(&task.title, 200));
+    let head = match task.parent_id {
+        Some(parent) => format!(
+            "**Task #{} (sub-task of #{parent}): {}**",
+            task.id,
+            one_line(&task.title, 200)
+        ),
+        None => format!("**Task #{}: {}**", task.id, one_line(&task.title, 200)),
+    };
     match change.kind {
         TaskEventKind::QuestionAsked => {
             // A person's questions carry their ids; a question to an agent does not.
@@ -175,15 +182,13 @@ pub fn post_for(change: &TaskChange, task: &TaskView) -> Option<String> {
             for q in &asked {
                 out.push_str(&question_text(q));
             }
-            out.push_str(&format!(
-                "Answer each with {}{}.",
-                how_to_answer(task.id, "<id>"),
-                if asked.len() > 1 {
-                    " (they go on together once all are answered)"
-                } else {
-                    ""
-                }
-            ));
+            out.push_str(&match asked.as_slice() {
+                [one] => format!("Answer with {}.", how_to_answer(task.id, &one.id)),
+                _ => format!(
+                    "Answer each with {} (they go on together once all are answered).",
+                    how_to_answer(task.id, "<id>")
+                ),
+            });
             Some(out)
         }
         TaskEventKind::StatusChanged => {
@@ -479,6 +484,12 @@ mod tests {
             json!({"from": "active", "to": "blocked", "reason": "no disk"}),
         );
         assert!(post_for(&blocked, &task).unwrap().contains("Why: no disk"));
+        task.parent_id = Some(3);
+        assert!(
+            post_for(&done, &task)
+                .unwrap()
+                .starts_with("✅ **Task #7 (sub-task of #3): Greet**")
+        );
         let started = change(
             TaskEventKind::StatusChanged,
             json!({"from": "planned", "to": "active", "reason": null}),

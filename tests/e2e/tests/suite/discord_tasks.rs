@@ -267,6 +267,10 @@ async fn a_task_is_created_answered_and_started_from_discord_and_its_questions_a
         .await?;
     assert!(asked.contains("**coder** asks"), "{asked}");
     assert!(asked.contains("`q3` Add a newline"), "{asked}");
+    assert!(
+        asked.contains("/task answer id:1 question:q3 answer:"),
+        "{asked}"
+    );
     wait_status(&chorus, 1, "waiting").await?;
     let (said, _) = run(
         &discord,
