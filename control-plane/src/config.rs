@@ -528,10 +528,18 @@ impl TaskSettings {
                 10 << 20,
                 1..=u64::MAX,
             )?,
-            discord_channel: file
-                .discord_channel
-                .clone()
-                .filter(|c| !c.trim().is_empty()),
+            discord_channel: match file.discord_channel.as_deref().map(str::trim) {
+                None | Some("") => None,
+                Some(id) if id.parse::<u64>().is_ok() => Some(id.to_string()),
+                Some(other) => {
+                    return Err(ConfigError::Invalid {
+                        name: "[tasks] discord_channel",
+                        message: format!(
+                            "'{other}' is not a Discord channel id (digits: Discord's \"Copy Channel ID\")"
+                        ),
+                    });
+                }
+            },
         })
     }
 }
@@ -1187,7 +1195,11 @@ mod tests {
             let file: FileSettings = toml::from_str(text).unwrap();
             Settings::resolve(ServeArgs::default(), file, |_| None)
         };
-        let set = read("[tasks]\nplanner = \"plans\"\nattachment_max_bytes = 5\n").unwrap();
+        let set = read(
+            "[tasks]\nplanner = \"plans\"\nattachment_max_bytes = 5\ndiscord_channel = \" 42 \"\n",
+        )
+        .unwrap();
+        assert_eq!(set.tasks.discord_channel.as_deref(), Some("42"));
         assert_eq!(
             (set.tasks.planner.as_str(), set.tasks.attachment_max_bytes),
             ("plans", 5)
@@ -1196,6 +1208,7 @@ mod tests {
             "[tasks]\nplanner = \"no/slash\"\n",
             "[tasks]\ntime_limit_secs = 0\n",
             "[tasks]\nattachment_max_bytes = 0\n",
+            "[tasks]\ndiscord_channel = \"#tasks\"\n",
         ] {
             let e = read(bad).unwrap_err().to_string();
             assert!(e.contains("[tasks]"), "{bad}: {e}");

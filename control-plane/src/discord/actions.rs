@@ -9,6 +9,7 @@ use super::access::{self, DiscordRoles};
 use super::messages::FRONTEND;
 use super::outbox::Outbox;
 use super::slash::{Invocation, KillWhat};
+use super::tasks::{self as task_text, Gathered, Pending};
 use crate::agents::{CreateAgent, DEFAULT_PERMISSIONS};
 use crate::config::Settings;
 use crate::gate::policy::{Act, allowed};
@@ -61,6 +62,8 @@ pub struct Actions {
     pub settings: Settings,
     pub roles: DiscordRoles,
     pub outbox: Arc<Outbox>,
+    /// `/task answer`'s answers until a task's round is whole (`tasks::Pending`).
+    pub answers: std::sync::Mutex<Pending>,
 }
 
 /// Text for one line of a list: one line, at most `max` characters.
@@ -158,6 +161,31 @@ impl Actions {
             (Invocation::Status, _) => self.status().await,
             (Invocation::Jobs, Some(agent)) => self.jobs(&agent).await,
             (Invocation::Settings, _) => Ok(self.settings_text().await),
+            (
+                Invocation::TaskCreate {
+                    title,
+                    description,
+                    review,
+                },
+                _,
+            ) => self.task_create(title, description, review, &by).await,
+            (Invocation::TaskList { status, agent }, _) => self.task_list(status, agent).await,
+            (Invocation::TaskShow(id), _) => self
+                .api
+                .engine
+                .view(id)
+                .await
+                .map(|task| task_text::show(&task))
+                .map_err(|e| e.to_string()),
+            (
+                Invocation::TaskAnswer {
+                    id,
+                    question,
+                    answer,
+                },
+                _,
+            ) => self.task_answer(id, question, &answer, &by).await,
+            (Invocation::TaskStart(id), _) => self.task_start(id, &by).await,
             (_, None) => Err("this command needs the channel's agent".into()),
         };
         match result {
@@ -580,6 +608,141 @@ impl Actions {
             ));
         }
         Ok(out)
+    }
+
+    async fn task_create(
+        &self,
+        title: String,
+        description: String,
+        review: bool,
+        by: &Principal,
+    ) -> Result<String, String> {
+        let board = &self.api.tasks;
+        let task = board
+            .create(
+                crate::tasks::CreateTask {
+                    title,
+                    description,
+                    review,
+                    ..crate::tasks::CreateTask::default()
+                },
+                by,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        board.created(task.id);
+        let follow = match &board.settings().discord_channel {
+            Some(channel) => format!("its questions and its end are posted in <#{channel}>"),
+            None => format!("`/task show id:{}` follows it", task.id),
+        };
+        Ok(format!(
+            "Created task **#{}** {}: the planner plans it (or asks first); {follow}.",
+            task.id,
+            line(&task.title, 200)
+        ))
+    }
+
+    async fn task_list(
+        &self,
+        status: Option<String>,
+        agent: Option<String>,
+    ) -> Result<String, String> {
+        /// Past this many the list says how many more (`/task list status:…` narrows it).
+        const SHOWN: usize = 25;
+        let status = match status {
+            Some(s) => Some(crate::tasks::TaskStatus::parse(&s).ok_or_else(|| {
+                format!(
+                    "'{s}' is not a task status; use one of {}",
+                    crate::tasks::status::words(&crate::tasks::TaskStatus::ALL)
+                )
+            })?),
+            None => None,
+        };
+        let filter = crate::store::TaskFilter {
+            status,
+            agent,
+            text: None,
+        };
+        let tasks = self
+            .api
+            .engine
+            .list(&filter)
+            .await
+            .map_err(|e| e.to_string())?;
+        if tasks.is_empty() {
+            return Ok("No tasks there: `/task create title:…` creates one.".into());
+        }
+        let mut out = format!("{} tasks, newest first:\n", tasks.len());
+        for task in tasks.iter().take(SHOWN) {
+            out.push_str(&task_text::list_line(task));
+        }
+        if tasks.len() > SHOWN {
+            out.push_str(&format!(
+                "… and {} more (narrow it with `status:` or `agent:`).\n",
+                tasks.len() - SHOWN
+            ));
+        }
+        Ok(out)
+    }
+
+    async fn task_answer(
+        &self,
+        id: u64,
+        question: Option<String>,
+        answer: &str,
+        by: &Principal,
+    ) -> Result<String, String> {
+        let task = self.api.engine.view(id).await.map_err(|e| e.to_string())?;
+        let open = task.open_questions();
+        let round = open.first().map_or(0, |q| q.round);
+        let gathered = self
+            .answers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .add(id, &open, question.as_deref(), answer)?;
+        let all = match gathered {
+            Gathered::Missing { noted, missing } => {
+                return Ok(format!(
+                    "Noted the answer to `{noted}` of task #{id}. Still open: {}; \
+                     they go on together once all are answered ({}).",
+                    missing.join(", "),
+                    task_text::how_to_answer(id, &missing[0])
+                ));
+            }
+            Gathered::All(all) => all,
+        };
+        match self.api.engine.answer(id, &all, by).await {
+            Ok(task) => Ok(format!(
+                "Answered {} of task **#{id}**; it is {} now.",
+                all.keys()
+                    .map(|q| format!("`{q}`"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                task.status
+            )),
+            Err(e) => {
+                // Kept, so answering again needs only what was wrong.
+                self.answers
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .restore(id, round, all);
+                Err(e.to_string())
+            }
+        }
+    }
+
+    async fn task_start(&self, id: u64, by: &Principal) -> Result<String, String> {
+        let task = self
+            .api
+            .engine
+            .start(id, by)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(format!(
+            "Started task **#{id}** {}: **{}** works on it.",
+            line(&task.title, 200),
+            task.assignee.as_deref().unwrap_or("its agent")
+        ))
     }
 
     async fn settings_text(&self) -> String {

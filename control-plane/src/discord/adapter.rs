@@ -345,11 +345,22 @@ pub async fn start(
         outbox.clone(),
         roles.clone(),
     ));
+    // Validated as a channel id when the settings were read.
+    let task_posts = api
+        .tasks
+        .settings()
+        .discord_channel
+        .as_deref()
+        .and_then(|c| c.parse::<u64>().ok())
+        .map(|channel| {
+            super::notices::TaskPosts::start(channel, api.engine.clone(), outbox.clone())
+        });
     let notices = super::notices::watch_feed(
         api.store.clone(),
         api.runs.clone(),
         outbox.clone(),
         approvals.clone(),
+        task_posts,
     );
     // Heard before the first attempt, so its failure is said too.
     let failures = crate::telemetry::gateway_watch::failures();
@@ -363,6 +374,7 @@ pub async fn start(
             settings,
             roles,
             outbox,
+            answers: std::sync::Mutex::default(),
         }),
         approvals,
     };

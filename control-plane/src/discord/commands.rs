@@ -1,8 +1,9 @@
 //! The slash commands Chorus registers (issue 12's pinned interface): `agent`
 //! (`init`, `destroy`, `list`, `configure`), `thread` (`list`, `kill`, `history`),
 //! `context` (`save`, `clear`, `restore`, `history`), and `status`, `jobs`,
-//! `settings`. `tasks` is `jobs` under its old name, kept registered so the command
-//! people know still answers; the task board will take that name.
+//! `settings`, and the task board's `task` (`create`, `list`, `show`, `answer`,
+//! `start`). `tasks` is `jobs` under its old name, kept registered so the command
+//! people know still answers.
 
 use serenity::all::{CommandOptionType, CreateCommand, CreateCommandOption};
 
@@ -12,6 +13,10 @@ fn sub(name: &str, description: &str) -> CreateCommandOption {
 
 fn text(name: &str, description: &str, required: bool) -> CreateCommandOption {
     CreateCommandOption::new(CommandOptionType::String, name, description).required(required)
+}
+
+fn task_id() -> CreateCommandOption {
+    CreateCommandOption::new(CommandOptionType::Integer, "id", "The task's id").required(true)
 }
 
 /// Every command, as registered (in the guild, or globally).
@@ -81,10 +86,45 @@ pub fn all() -> Vec<CreateCommand> {
                 )),
             )
             .add_option(sub("history", "Saved sessions, newest first")),
+        CreateCommand::new("task")
+            .description("The task board: create, list, show, answer, start")
+            .add_option(
+                sub("create", "A new task; the planner plans it (or asks first)")
+                    .add_sub_option(text("title", "What it is, in a line", true))
+                    .add_sub_option(text("description", "The detail", false))
+                    .add_sub_option(
+                        CreateCommandOption::new(
+                            CommandOptionType::Boolean,
+                            "review",
+                            "A person accepts its report before it is completed",
+                        )
+                        .required(false),
+                    ),
+            )
+            .add_option(
+                sub("list", "Tasks, newest first")
+                    .add_sub_option(text("status", "Only those in this status", false))
+                    .add_sub_option(text("agent", "Only this agent's", false)),
+            )
+            .add_option(
+                sub("show", "A task: its status, wait, plan, questions, report")
+                    .add_sub_option(task_id()),
+            )
+            .add_option(
+                sub("answer", "Answer one of a task's open questions")
+                    .add_sub_option(task_id())
+                    .add_sub_option(text("answer", "Your answer (or an option's number)", true))
+                    .add_sub_option(text(
+                        "question",
+                        "The question's id (needed when several are open)",
+                        false,
+                    )),
+            )
+            .add_option(sub("start", "Start a planned task").add_sub_option(task_id())),
         CreateCommand::new("status").description("Chorus's providers, agents and what to set next"),
         CreateCommand::new("jobs").description("This channel's agent's background jobs"),
         CreateCommand::new("tasks")
-            .description("Same as /jobs for now (this name will list the task board)"),
+            .description("Same as /jobs (its old name); the task board is /task"),
         CreateCommand::new("settings").description("Default model, permissions and idle timeout"),
     ]
 }

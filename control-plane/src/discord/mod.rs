@@ -3,7 +3,8 @@
 //! (`access`), what a slash command means (`slash`) and what a status message says
 //! (`status`). Frontend-neutral I/O: `messages` (a channel's messages to threads and
 //! their answers back), `actions` (what a slash command does), `approvals` and
-//! `notices` (what the feed posts unasked), all through `outbox` and `rest`.
+//! `notices` (what the feed posts unasked), all through `outbox` and `rest`. The task
+//! board's texts and the gathering of `/task answer`'s answers are `tasks` (pure).
 //! Serenity stays in `adapter` (the connection, events, interaction answers) and
 //! `commands` (the registered commands).
 //!
@@ -31,3 +32,4 @@ pub mod rest;
 pub mod slash;
 pub mod split;
 pub mod status;
+pub mod tasks;

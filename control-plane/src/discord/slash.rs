@@ -52,6 +52,26 @@ pub enum Invocation {
     /// `/jobs` (and `/tasks`, its old name, until the task board takes that word).
     Jobs,
     Settings,
+    /// `/task create`: a new task for the planner.
+    TaskCreate {
+        title: String,
+        description: String,
+        review: bool,
+    },
+    /// `/task list`, optionally one status and one agent's.
+    TaskList {
+        status: Option<String>,
+        agent: Option<String>,
+    },
+    TaskShow(u64),
+    /// `/task answer`: one open question's answer (`question` may be left out when
+    /// only one is open).
+    TaskAnswer {
+        id: u64,
+        question: Option<String>,
+        answer: String,
+    },
+    TaskStart(u64),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +106,12 @@ impl Invocation {
             Invocation::ContextSave { .. }
             | Invocation::ContextClear
             | Invocation::ContextRestore { .. } => Act::ManageContext,
+            Invocation::TaskCreate { .. }
+            | Invocation::TaskAnswer { .. }
+            | Invocation::TaskStart(_) => Act::ManageTasks,
             Invocation::AgentList
+            | Invocation::TaskList { .. }
+            | Invocation::TaskShow(_)
             | Invocation::ThreadList
             | Invocation::ThreadHistory(_)
             | Invocation::ContextHistory
@@ -125,6 +150,14 @@ fn boolean(options: &[(String, OptionValue)], name: &str) -> bool {
     options
         .iter()
         .any(|(n, v)| n == name && *v == OptionValue::Boolean(true))
+}
+
+fn task_id(value: &str) -> Result<u64, String> {
+    value
+        .trim()
+        .trim_start_matches('#')
+        .parse()
+        .map_err(|_| format!("`{value}` is not a task id (a number, as `/task list` shows)"))
 }
 
 fn thread_id(value: &str) -> Result<u64, String> {
@@ -177,6 +210,22 @@ pub fn parse(command: &str, options: &[(String, OptionValue)]) -> Result<Invocat
             session: required(o, "session")?,
         },
         ("context", Some("history")) => Invocation::ContextHistory,
+        ("task", Some("create")) => Invocation::TaskCreate {
+            title: required(o, "title")?,
+            description: text(o, "description").unwrap_or_default(),
+            review: boolean(o, "review"),
+        },
+        ("task", Some("list")) => Invocation::TaskList {
+            status: text(o, "status"),
+            agent: text(o, "agent"),
+        },
+        ("task", Some("show")) => Invocation::TaskShow(task_id(&required(o, "id")?)?),
+        ("task", Some("answer")) => Invocation::TaskAnswer {
+            id: task_id(&required(o, "id")?)?,
+            question: text(o, "question"),
+            answer: required(o, "answer")?,
+        },
+        ("task", Some("start")) => Invocation::TaskStart(task_id(&required(o, "id")?)?),
         ("status", None) => Invocation::Status,
         ("jobs" | "tasks", None) => Invocation::Jobs,
         ("settings", None) => Invocation::Settings,
@@ -286,6 +335,67 @@ mod tests {
                 .contains("/agent fly")
         );
         assert!(parse("dance", &[]).unwrap_err().contains("/dance"));
+    }
+
+    #[test]
+    fn task_commands_take_their_options_and_changing_a_task_is_an_operators() {
+        assert_eq!(
+            parse(
+                "task",
+                &sub(
+                    "create",
+                    &[
+                        ("title", t("Greet")),
+                        ("review", OptionValue::Boolean(true))
+                    ]
+                )
+            ),
+            Ok(Invocation::TaskCreate {
+                title: "Greet".into(),
+                description: String::new(),
+                review: true
+            })
+        );
+        assert_eq!(
+            parse(
+                "task",
+                &sub(
+                    "answer",
+                    &[("id", OptionValue::Integer(7)), ("answer", t(" hello "))]
+                )
+            ),
+            Ok(Invocation::TaskAnswer {
+                id: 7,
+                question: None,
+                answer: "hello".into()
+            })
+        );
+        assert_eq!(
+            parse("task", &sub("answer", &[("id", t("7"))])),
+            Err("`answer` is required".to_string())
+        );
+        assert!(
+            parse("task", &sub("show", &[("id", t("seven"))]))
+                .unwrap_err()
+                .contains("not a task id")
+        );
+        assert_eq!(
+            parse("task", &sub("list", &[("status", t("planned"))])),
+            Ok(Invocation::TaskList {
+                status: Some("planned".into()),
+                agent: None
+            })
+        );
+        let create = Invocation::TaskCreate {
+            title: "x".into(),
+            description: String::new(),
+            review: false,
+        };
+        assert!(!allowed(Role::Viewer, create.act()));
+        assert!(!allowed(Role::Viewer, Invocation::TaskStart(1).act()));
+        assert!(allowed(Role::Operator, create.act()));
+        assert!(allowed(Role::Viewer, Invocation::TaskShow(1).act()));
+        assert!(!Invocation::TaskShow(1).needs_channel_agent());
     }
 
     #[test]

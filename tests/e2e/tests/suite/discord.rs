@@ -36,9 +36,9 @@ async fn the_bot_connects_and_registers_its_commands_in_the_guild() -> anyhow::R
     names.sort_unstable();
     assert_eq!(
         names,
-        // `tasks` is `jobs` under its old name (the README says what it becomes).
+        // `tasks` is `jobs` under its old name; the task board is `task`.
         [
-            "agent", "context", "jobs", "settings", "status", "tasks", "thread"
+            "agent", "context", "jobs", "settings", "status", "task", "tasks", "thread"
         ]
     );
     let agent = commands
@@ -54,6 +54,19 @@ async fn the_bot_connects_and_registers_its_commands_in_the_guild() -> anyhow::R
         .filter_map(|o| o["name"].as_str())
         .collect();
     assert_eq!(subs, ["init", "destroy", "list", "configure"]);
+    let task = commands
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "task")
+        .unwrap();
+    let subs: Vec<&str> = task["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o["name"].as_str())
+        .collect();
+    assert_eq!(subs, ["create", "list", "show", "answer", "start"]);
 
     // It identified with the token and asked for message text (MESSAGE_CONTENT).
     let identify = &discord.identifies()[0];

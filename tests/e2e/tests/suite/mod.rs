@@ -7,6 +7,7 @@ mod concurrent;
 mod dial_in;
 mod discord;
 mod discord_commands;
+mod discord_tasks;
 mod feed;
 mod grants;
 mod lifecycle;
