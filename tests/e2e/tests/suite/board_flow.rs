@@ -191,7 +191,9 @@ async fn a_task_is_planned_after_questions_worked_with_help_and_completed_by_its
     assert_eq!(asked["waiting_on"]["kind"], "question", "{asked:#}");
     let planner_thread = asked["runs"][0]["thread_id"].as_u64().unwrap();
 
-    model.push(tool_call("p2", "submit_plan", plan("coder")));
+    // An assignee that is not an agent is refused back to the planner, with the list.
+    model.push(tool_call("p2", "submit_plan", plan("nobody")));
+    model.push(tool_call("p3", "submit_plan", plan("coder")));
     ok(
         &chorus,
         Method::POST,
@@ -220,6 +222,25 @@ async fn a_task_is_planned_after_questions_worked_with_help_and_completed_by_its
         said.len() >= 2 && said[1].contains("greeting.txt"),
         "the answers are the planner's next message: {said:#?}"
     );
+    let refused = tool_results(&planner);
+    assert!(
+        refused.iter().any(|(error, r)| *error
+            && r.contains("'nobody' is not an agent")
+            && r.contains("coder, reviewer")),
+        "{refused:#?}"
+    );
+
+    // An attachment, uploaded before Start, is in the task's directory for the agent.
+    let form = reqwest::multipart::Form::new().part(
+        "file",
+        reqwest::multipart::Part::bytes(b"say hello".to_vec()).file_name("notes.md"),
+    );
+    let uploaded = chorus
+        .api(Method::POST, &format!("/api/tasks/{id}/attachments"))
+        .multipart(form)
+        .send()
+        .await?;
+    assert_eq!(uploaded.status(), 201);
 
     model.push(tool_call(
         "c1",
@@ -259,6 +280,11 @@ async fn a_task_is_planned_after_questions_worked_with_help_and_completed_by_its
 
     assert_eq!(done["report"]["status"], "complete", "{done:#}");
     assert_eq!(done["report"]["summary"], "wrote greeting.txt");
+    let attached = chorus
+        .agent_dir("coder")
+        .join("workspace")
+        .join(format!("tasks/{id}/notes.md"));
+    assert_eq!(std::fs::read_to_string(&attached)?, "say hello");
     let written = chorus
         .agent_dir("coder")
         .join("workspace")
