@@ -287,6 +287,15 @@ impl From<ControlCommand> for pb::ControlMessage {
                 thread_started_at_ms: run.thread_started_at_ms,
                 role_tools: run.role_tools.into_iter().map(Into::into).collect(),
                 workdir: run.workdir.unwrap_or_default(),
+                files: run
+                    .files
+                    .into_iter()
+                    .map(|f| pb::TemplateFile {
+                        path: f.path,
+                        content: f.content,
+                        executable: f.executable,
+                    })
+                    .collect(),
             }),
             ControlCommand::InjectMessage { run_id, input } => {
                 ControlBody::InjectMessage(pb::InjectMessage {
@@ -419,6 +428,15 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                         .map(ToolSpec::try_from)
                         .collect::<Result<_, _>>()?,
                     workdir: (!run.workdir.is_empty()).then_some(run.workdir),
+                    files: run
+                        .files
+                        .into_iter()
+                        .map(|f| TemplateFile {
+                            path: f.path,
+                            content: f.content,
+                            executable: f.executable,
+                        })
+                        .collect(),
                 }))
             }
             ControlBody::InjectMessage(m) => ControlCommand::InjectMessage {
@@ -1135,6 +1153,11 @@ mod tests {
                     ends_turn: true,
                 }],
                 workdir: Some("tasks/7".into()),
+                files: vec![TemplateFile {
+                    path: "spec.md".into(),
+                    content: b"the spec".to_vec(),
+                    executable: false,
+                }],
             })),
             ControlCommand::Summarize(Box::new(SummaryRequest {
                 request_id: 3,

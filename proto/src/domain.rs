@@ -284,6 +284,9 @@ pub struct RunAssignment {
     /// The directory the run's tools work in, relative to the agent's workspace
     /// (`tasks/7`); `None`: the whole workspace.
     pub workdir: Option<String>,
+    /// Files its working directory is given before the first model call (a task's
+    /// attachments), written where no file is yet.
+    pub files: Vec<TemplateFile>,
 }
 
 /// A user message the model has not seen yet, with its id in the thread.

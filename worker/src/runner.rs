@@ -210,7 +210,9 @@ impl Runner {
         // Every tool process of this run is confined as the control plane says; a
         // task's run works in its own directory under the workspace.
         let sandbox = Sandbox::for_agent(run.agent.sandbox.clone(), &self.agent_dir);
-        let workspace = match working_directory(&sandbox.workspace, run.workdir.as_deref()) {
+        let workspace = match working_directory(&sandbox.workspace, run.workdir.as_deref())
+            .and_then(|workspace| place_files(&workspace, &run.files).map(|()| workspace))
+        {
             Ok(workspace) => workspace,
             Err(error) => {
                 tracing::warn!(run_id = %run.run_id, %error, "run refused: its working directory cannot be used");
@@ -370,6 +372,33 @@ fn working_directory(
             format!("the run's working directory cannot be used: {e}; the run did not start")
         }),
     }
+}
+
+/// Writes the files a run's working directory is given (a task's attachments) where
+/// no file is yet, through the jail: what the agent changed since stays.
+fn place_files(
+    workspace: &Workspace,
+    files: &[chorus_proto::domain::TemplateFile],
+) -> Result<(), String> {
+    use crate::tools::jail::{JailError, WriteMode};
+    for file in files {
+        if file.path.contains('/') || file.path.contains('\\') {
+            return Err(format!(
+                "the file '{}' given to the run is not a plain name; the run did not start",
+                file.path
+            ));
+        }
+        match workspace.write_as(&file.path, &file.content, WriteMode::CreateNew) {
+            Ok(_) | Err(JailError::Exists(_)) => {}
+            Err(e) => {
+                return Err(format!(
+                    "the file '{}' cannot be put in the run's working directory: {e}; the run did not start",
+                    file.path
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The tools a run offers: its agent's, then its thread's role tools (a role tool

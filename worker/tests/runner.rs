@@ -78,6 +78,7 @@ fn run(run_id: &str, thread_id: u64, summary: &str) -> RunAssignment {
         thread_started_at_ms: 0,
         role_tools: Vec::new(),
         workdir: None,
+        files: Vec::new(),
     }
 }
 
@@ -370,6 +371,13 @@ async fn a_task_run_offers_its_role_tools_and_works_in_its_directory() {
     std::fs::write(workspace.join("tasks/9/x"), "the task's").unwrap();
     let mut task = run("r1", 1, "");
     task.workdir = Some("tasks/9".into());
+    // The task's attachments: written where no file is yet; the agent's `x` stays.
+    let file = |path: &str, content: &str| chorus_proto::domain::TemplateFile {
+        path: path.into(),
+        content: content.as_bytes().to_vec(),
+        executable: false,
+    };
+    task.files = vec![file("spec.md", "the spec"), file("x", "an attachment")];
     task.role_tools = vec![chorus_proto::domain::ToolSpec {
         name: "submit_plan".into(),
         wire_name: "submit_plan".into(),
@@ -448,4 +456,31 @@ async fn a_task_run_offers_its_role_tools_and_works_in_its_directory() {
     }
     assert_eq!(model.requests().len(), 2, "no model call for it");
     assert!(!agent_dir.path().join("elsewhere").exists());
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("tasks/9/spec.md")).unwrap(),
+        "the spec"
+    );
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("tasks/9/x")).unwrap(),
+        "the task's",
+        "a file the agent has is not replaced"
+    );
+
+    // A file that is not a plain name: the run does not start, and nothing is written.
+    runner.handle(ControlCommand::AssignRun(Box::new(RunAssignment {
+        workdir: Some("tasks/9".into()),
+        files: vec![file("../escaped.md", "no")],
+        ..run("r3", 3, "")
+    })));
+    until(
+        &mut events,
+        &mut seen,
+        |e| matches!(e, WorkerEvent::RunFailed { run_id, .. } if run_id == "r3"),
+    )
+    .await;
+    match &seen.last().unwrap().event {
+        WorkerEvent::RunFailed { error, .. } => assert!(error.contains("plain name"), "{error}"),
+        _ => unreachable!(),
+    }
+    assert!(!workspace.join("tasks/escaped.md").exists());
 }

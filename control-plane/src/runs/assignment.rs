@@ -80,11 +80,16 @@ pub fn assignment_fits(run: RunAssignment) -> Result<RunAssignment, Failure> {
     if len <= limits::MAX_LINK_MESSAGE_BYTES {
         return Ok(*run);
     }
+    let files = match run.files.len() {
+        0 => String::new(),
+        n => format!(" and its task's {n} attachments"),
+    };
     Err(Failure::new(
         FailureKind::Limit,
         format!(
-            "the run's assignment (system prompt, tools and the thread's {} messages) is {}, more \
-             than the {} one message to a worker may carry; shorten the system prompt or start a new thread",
+            "the run's assignment (system prompt, tools and the thread's {} messages{files}) is {}, \
+             more than the {} one message to a worker may carry; shorten the system prompt, \
+             remove attachments or start a new thread",
             run.messages.len(),
             limits::human_bytes(len),
             limits::human_bytes(limits::MAX_LINK_MESSAGE_BYTES)
@@ -191,9 +196,12 @@ impl Builder<'_> {
         let first_step_number = self.store.next_step_number(&agent.name, thread.id).await?;
         // A thread with a role is offered its role's tools beside the agent's (none
         // without the engine, whose gate would refuse them anyway).
-        let role_tools = match (thread.role, self.role_hooks) {
-            (Some(role), Some(hooks)) => hooks.offered(role),
-            _ => Vec::new(),
+        let (role_tools, files) = match (thread.role, self.role_hooks) {
+            (Some(role), Some(hooks)) => (
+                hooks.offered(role),
+                hooks.files(&agent.name, thread.id, role).await,
+            ),
+            _ => (Vec::new(), Vec::new()),
         };
         let run = RunAssignment {
             run_id: uuid::Uuid::new_v4().to_string(),
@@ -220,6 +228,7 @@ impl Builder<'_> {
                 .unwrap_or(0),
             role_tools,
             workdir: thread.workdir.clone(),
+            files,
         };
         Ok(assignment_fits(run))
     }
@@ -277,6 +286,7 @@ mod tests {
             thread_started_at_ms: 0,
             role_tools: Vec::new(),
             workdir: None,
+            files: Vec::new(),
         }
     }
 

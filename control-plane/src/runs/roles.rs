@@ -53,6 +53,16 @@ pub trait RoleHooks: Send + Sync {
         tool: &str,
         arguments: &str,
     ) -> Result<String, String>;
+    /// The files a run of the thread is given in its working directory (a task's
+    /// attachments), read when its assignment is built.
+    async fn files(
+        &self,
+        _agent: &str,
+        _thread_id: u64,
+        _role: ThreadRole,
+    ) -> Vec<chorus_proto::domain::TemplateFile> {
+        Vec::new()
+    }
     /// A turn of a thread with a role ended. Called by the agent's actor: must not wait.
     fn turn_ended(&self, agent: &str, thread_id: u64, role: ThreadRole, end: TurnEnd);
     /// A tool call of a thread with a role has its result (the name the model

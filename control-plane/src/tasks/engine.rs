@@ -451,7 +451,6 @@ impl Engine {
         self.board
             .transition(task.id, TaskStatus::Active, by, None)
             .await?;
-        self.copy_attachments(task, &agent)?;
         let mut text = text_of(task);
         text.messages = self.queued_messages(task.id).await?;
         let content = brief::worker(&text, &workdir, previous);
@@ -484,36 +483,6 @@ impl Engine {
             .push_chain(task.id, &agent.name, task.id, by)
             .await?;
         Ok(thread)
-    }
-
-    /// The task's attachments, copied into its directory of the agent's workspace
-    /// (a worker on this host reads the same data directory; a dial-in worker does
-    /// not get them yet).
-    fn copy_attachments(&self, task: &TaskView, agent: &AgentRecord) -> Result<(), EngineError> {
-        if task.attachments.is_empty() {
-            return Ok(());
-        }
-        let dir = self
-            .agents
-            .dir(&agent.name)
-            .workspace()
-            .join(workdir_of(task.id));
-        let from = self.board.attachments_dir(task.id);
-        let copy = || -> std::io::Result<()> {
-            std::fs::create_dir_all(&dir)?;
-            for attachment in &task.attachments {
-                super::board::check_attachment_name(&attachment.name)
-                    .map_err(std::io::Error::other)?;
-                std::fs::copy(from.join(&attachment.name), dir.join(&attachment.name))?;
-            }
-            Ok(())
-        };
-        copy().map_err(|e| {
-            conflict(format!(
-                "the task's attachments cannot be copied into {}: {e}",
-                dir.display()
-            ))
-        })
     }
 
     /// Messages people sent while no agent worked on the task, for the next brief.
@@ -1342,6 +1311,40 @@ impl RoleHooks for Engine {
             arguments: arguments.to_string(),
             failed,
         });
+    }
+
+    /// A worker's run is given the task's attachments in its directory (on whichever
+    /// host its worker runs); an attachment that cannot be read is left out, logged.
+    async fn files(
+        &self,
+        agent: &str,
+        thread_id: u64,
+        role: ThreadRole,
+    ) -> Vec<chorus_proto::domain::TemplateFile> {
+        if role != ThreadRole::Worker {
+            return Vec::new();
+        }
+        let Ok(Some(run)) = self.board.run_of_thread(agent, thread_id).await else {
+            return Vec::new();
+        };
+        let Ok(attachments) = self.board.attachments(run.task_id).await else {
+            return Vec::new();
+        };
+        let dir = self.board.attachments_dir(run.task_id);
+        let mut files = Vec::new();
+        for attachment in attachments {
+            match tokio::fs::read(dir.join(&attachment.name)).await {
+                Ok(content) => files.push(chorus_proto::domain::TemplateFile {
+                    path: attachment.name,
+                    content,
+                    executable: false,
+                }),
+                Err(e) => {
+                    tracing::warn!(task_id = run.task_id, name = %attachment.name, error = %e, "a task's attachment cannot be read; its run goes without it")
+                }
+            }
+        }
+        files
     }
 
     fn turn_ended(&self, agent: &str, thread_id: u64, role: ThreadRole, end: TurnEnd) {
