@@ -816,3 +816,46 @@ async fn a_chain_past_the_bound_is_refused_and_a_task_past_its_limit_fails() -> 
     assert_eq!(run["outcome"], "limit", "{failed:#}");
     Ok(())
 }
+
+/// A task whose agents work past `[tasks] time_limit_secs` (here a model call that
+/// does not answer: an open step counts until now) fails with the reason.
+#[tokio::test]
+async fn a_task_past_its_time_limit_fails_with_the_reason() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder()
+        .env("OPENAI_BASE_URL", &model.base_url())
+        .env("OPENAI_API_KEY", "sk-test-board")
+        .env("CHORUS_DEFAULT_MODEL", "fake-model")
+        .config("[tasks]\ntime_limit_secs = 1\n")
+        .start()
+        .await?;
+    agents(&chorus, &["coder"]).await?;
+    let id = planned_task(
+        &chorus,
+        &model,
+        json!({"title": "T", "description": "d"}),
+        "coder",
+    )
+    .await?;
+
+    let waiting = Hold::new();
+    model.push(Reply::Held(waiting.clone(), Box::new(text("never seen"))));
+    ok(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/start"),
+        None,
+    )
+    .await?;
+    let failed = wait_status(&chorus, id, "failed").await?;
+    let why = failed["report"]["summary"].as_str().unwrap();
+    assert!(why.contains("over its limit of 1 s"), "{failed:#}");
+    let run = failed["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["role"] == "worker")
+        .unwrap();
+    assert_eq!(run["outcome"], "limit", "{failed:#}");
+    Ok(())
+}
