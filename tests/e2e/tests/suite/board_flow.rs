@@ -859,3 +859,187 @@ async fn a_task_past_its_time_limit_fails_with_the_reason() -> anyhow::Result<()
     assert_eq!(run["outcome"], "limit", "{failed:#}");
     Ok(())
 }
+
+/// The person's buttons reach the threads: a blocked report is resumed in the same
+/// thread; a paused task's thread is stopped and resumed where it was; a failed
+/// task is retried in a new thread told how the last attempt ended.
+#[tokio::test]
+async fn resume_pause_and_retry_go_on_with_the_work() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = start(&model, None).await?;
+    agents(&chorus, &["coder"]).await?;
+
+    // Blocked, then resumed: the same worker thread goes on and reports.
+    let id = planned_task(
+        &chorus,
+        &model,
+        json!({"title": "B", "description": "d"}),
+        "coder",
+    )
+    .await?;
+    model.push(tool_call(
+        "b1",
+        "completion_report",
+        json!({"status": "blocked", "summary": "need a key", "output": "", "blocked_reason": "no API key"}),
+    ));
+    ok(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/start"),
+        None,
+    )
+    .await?;
+    let blocked = wait_status(&chorus, id, "blocked").await?;
+    assert_eq!(blocked["blocked_reason"], "no API key", "{blocked:#}");
+    model.push(tool_call(
+        "b2",
+        "completion_report",
+        json!({"status": "complete", "summary": "done with the key", "output": ""}),
+    ));
+    ok(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/resume"),
+        None,
+    )
+    .await?;
+    let done = wait_status(&chorus, id, "completed").await?;
+    let workers: Vec<&Value> = done["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["role"] == "worker")
+        .collect();
+    assert_eq!(workers.len(), 1, "the same run went on: {done:#}");
+    let coder = thread(&chorus, "coder", workers[0]["thread_id"].as_u64().unwrap()).await?;
+    assert!(
+        user_messages(&coder)
+            .iter()
+            .any(|m| m.contains("resumed the task")),
+        "{coder:#}"
+    );
+
+    // Paused while its model call is in flight: the thread stops; resumed, it goes on.
+    let id = planned_task(
+        &chorus,
+        &model,
+        json!({"title": "P", "description": "d"}),
+        "coder",
+    )
+    .await?;
+    let thinking = Hold::new();
+    model.push(Reply::Held(thinking.clone(), Box::new(text("thinking"))));
+    ok(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/start"),
+        None,
+    )
+    .await?;
+    let started = wait_status(&chorus, id, "active").await?;
+    let thread_id = started["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["role"] == "worker")
+        .unwrap()["thread_id"]
+        .as_u64()
+        .unwrap();
+    // Its model call is open (held by the fake).
+    chorus
+        .wait_thread("coder", thread_id, WAIT, |t| {
+            t["steps"].as_array().is_some_and(|steps| {
+                steps
+                    .iter()
+                    .any(|s| s["kind"] == "llm_call" && s["ended_at"].is_null())
+            })
+        })
+        .await?;
+    let paused = ok(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/pause"),
+        None,
+    )
+    .await?;
+    assert_eq!(paused["status"], "blocked");
+    assert_eq!(paused["blocked_reason"], "paused by api");
+    chorus
+        .wait_thread("coder", thread_id, WAIT, |t| t["status"] == "killed")
+        .await?;
+    model.push(tool_call(
+        "p1",
+        "completion_report",
+        json!({"status": "complete", "summary": "after the pause", "output": ""}),
+    ));
+    ok(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/resume"),
+        None,
+    )
+    .await?;
+    let done = wait_status(&chorus, id, "completed").await?;
+    assert_eq!(done["report"]["summary"], "after the pause");
+    let workers: Vec<&Value> = done["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["role"] == "worker")
+        .collect();
+    assert_eq!(workers.len(), 1, "{done:#}");
+    assert_eq!(
+        workers[0]["thread_id"], thread_id,
+        "the same thread went on"
+    );
+
+    // Failed, then retried: a new worker thread, told how the last attempt ended.
+    let id = planned_task(
+        &chorus,
+        &model,
+        json!({"title": "R", "description": "d"}),
+        "coder",
+    )
+    .await?;
+    model.push(tool_call(
+        "r1",
+        "completion_report",
+        json!({"status": "failed", "summary": "the build broke", "output": "error: E0308"}),
+    ));
+    ok(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/start"),
+        None,
+    )
+    .await?;
+    wait_status(&chorus, id, "failed").await?;
+    model.push(tool_call(
+        "r2",
+        "completion_report",
+        json!({"status": "complete", "summary": "fixed", "output": ""}),
+    ));
+    ok(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/retry"),
+        None,
+    )
+    .await?;
+    let done = wait_status(&chorus, id, "completed").await?;
+    let workers: Vec<&Value> = done["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["role"] == "worker")
+        .collect();
+    assert_eq!(workers.len(), 2, "a new attempt: {done:#}");
+    assert_eq!(workers[0]["outcome"], "failed");
+    let second = thread(&chorus, "coder", workers[1]["thread_id"].as_u64().unwrap()).await?;
+    assert!(
+        user_messages(&second)[0].contains("An earlier attempt")
+            && user_messages(&second)[0].contains("the build broke"),
+        "{second:#}"
+    );
+    Ok(())
+}
