@@ -23,7 +23,6 @@ CREATE TABLE tasks (
     blocked_reason      TEXT,
     report              TEXT,                   -- JSON: the completion report that ended it
     chain               TEXT NOT NULL DEFAULT '[]',
-    waiting_on          TEXT,                   -- JSON: {kind, detail, since}
     planner_thread      BIGINT,                -- the planner's thread (of agent planner_agent)
     planner_agent       TEXT,
     time_limit_secs     BIGINT NOT NULL,

@@ -105,7 +105,6 @@ pub struct TaskRecord {
     pub blocked_reason: Option<String>,
     pub report: Option<TaskReport>,
     pub chain: Vec<ChainEntry>,
-    pub waiting_on: Option<WaitingOn>,
     /// The planner's thread (of `planner_agent`), once planning started.
     pub planner_thread: Option<u64>,
     pub planner_agent: Option<String>,
@@ -301,7 +300,7 @@ fn opt_json<T: serde::de::DeserializeOwned>(
 
 const TASK_COLUMNS: &str = "id, title, description, status, review, status_since, created_at, \
      updated_at, created_by, parent_id, summary, requirements, acceptance_criteria, steps, \
-     assignee, blocked_reason, report, chain, waiting_on, planner_thread, planner_agent, \
+     assignee, blocked_reason, report, chain, planner_thread, planner_agent, \
      time_limit_secs, model_call_limit";
 
 fn task_of(row: &AnyRow) -> Result<TaskRecord, StoreError> {
@@ -333,7 +332,6 @@ fn task_of(row: &AnyRow) -> Result<TaskRecord, StoreError> {
         blocked_reason: row.try_get("blocked_reason")?,
         report: opt_json("tasks.report", row.try_get("report")?)?,
         chain: from_json("tasks.chain", &row.try_get::<String, _>("chain")?)?,
-        waiting_on: opt_json("tasks.waiting_on", row.try_get("waiting_on")?)?,
         planner_thread: row
             .try_get::<Option<i64>, _>("planner_thread")?
             .map(|v| v as u64),
@@ -583,8 +581,7 @@ impl Store {
                 let at = now();
                 let updated = sqlx::query(
                     "UPDATE tasks SET status = $3, status_since = $4, updated_at = $4, \
-                     blocked_reason = $5, \
-                     waiting_on = CASE WHEN $6 = 1 THEN NULL ELSE waiting_on END \
+                     blocked_reason = $5 \
                      WHERE id = $1 AND status = $2",
                 )
                 .bind(id as i64)
@@ -592,7 +589,6 @@ impl Store {
                 .bind(to.as_str())
                 .bind(&at)
                 .bind(blocked_reason.filter(|_| to == TaskStatus::Blocked))
-                .bind(i64::from(to.is_finished()))
                 .execute(&mut *tx)
                 .await?;
                 if updated.rows_affected() == 0 {
@@ -607,7 +603,7 @@ impl Store {
         .await
     }
 
-    /// Sets one of the task's JSON-or-null columns (`report`, `waiting_on`) or the
+    /// Sets one of the task's JSON-or-null columns (`report`) or the
     /// planner's thread. `false`: no such task.
     pub async fn set_task_report(
         &self,

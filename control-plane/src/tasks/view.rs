@@ -76,7 +76,8 @@ impl TaskView {
             attachments,
             chain: task.chain,
             runs,
-            waiting_on: task.waiting_on,
+            // What it waits on is worked out when it is read (`Engine::view`).
+            waiting_on: None,
             planner_thread: task.planner_thread,
             planner_agent: task.planner_agent,
             limits: Limits {

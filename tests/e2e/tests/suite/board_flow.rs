@@ -128,6 +128,14 @@ fn plan(assignee: &str) -> Value {
            "assignee": assignee})
 }
 
+/// A task's runs of one role (`planner`, `worker`, `answerer`), oldest first.
+fn runs_in_role<'a>(task: &'a Value, role: &str) -> Vec<&'a Value> {
+    task["runs"]
+        .as_array()
+        .map(|runs| runs.iter().filter(|r| r["role"] == role).collect())
+        .unwrap_or_default()
+}
+
 /// The kinds of a task's history, in order.
 fn kinds(events: &[Value]) -> Vec<String> {
     events
@@ -204,12 +212,7 @@ async fn a_task_is_planned_after_questions_worked_with_help_and_completed_by_its
     let planned = wait_status(&chorus, id, "planned").await?;
     assert_eq!(planned["assignee"], "coder");
     assert_eq!(planned["summary"], "Write a greeting file");
-    let planner_runs: Vec<&Value> = planned["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["role"] == "planner")
-        .collect();
+    let planner_runs = runs_in_role(&planned, "planner");
     assert_eq!(
         planner_runs.len(),
         1,
@@ -473,12 +476,7 @@ async fn a_reviewed_task_is_sent_back_into_the_same_thread_then_accepted() -> an
     .await?;
     let again = wait_status(&chorus, id, "review").await?;
     assert_eq!(again["report"]["summary"], "second", "{again:#}");
-    let workers: Vec<&Value> = again["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["role"] == "worker")
-        .collect();
+    let workers = runs_in_role(&again, "worker");
     assert_eq!(workers.len(), 1, "the same run goes on: {again:#}");
     let coder = thread(&chorus, "coder", workers[0]["thread_id"].as_u64().unwrap()).await?;
     assert!(
@@ -904,12 +902,7 @@ async fn resume_pause_and_retry_go_on_with_the_work() -> anyhow::Result<()> {
     )
     .await?;
     let done = wait_status(&chorus, id, "completed").await?;
-    let workers: Vec<&Value> = done["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["role"] == "worker")
-        .collect();
+    let workers = runs_in_role(&done, "worker");
     assert_eq!(workers.len(), 1, "the same run went on: {done:#}");
     let coder = thread(&chorus, "coder", workers[0]["thread_id"].as_u64().unwrap()).await?;
     assert!(
@@ -981,12 +974,7 @@ async fn resume_pause_and_retry_go_on_with_the_work() -> anyhow::Result<()> {
     .await?;
     let done = wait_status(&chorus, id, "completed").await?;
     assert_eq!(done["report"]["summary"], "after the pause");
-    let workers: Vec<&Value> = done["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["role"] == "worker")
-        .collect();
+    let workers = runs_in_role(&done, "worker");
     assert_eq!(workers.len(), 1, "{done:#}");
     assert_eq!(
         workers[0]["thread_id"], thread_id,
@@ -1027,12 +1015,7 @@ async fn resume_pause_and_retry_go_on_with_the_work() -> anyhow::Result<()> {
     )
     .await?;
     let done = wait_status(&chorus, id, "completed").await?;
-    let workers: Vec<&Value> = done["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["role"] == "worker")
-        .collect();
+    let workers = runs_in_role(&done, "worker");
     assert_eq!(workers.len(), 2, "a new attempt: {done:#}");
     assert_eq!(workers[0]["outcome"], "failed");
     let second = thread(&chorus, "coder", workers[1]["thread_id"].as_u64().unwrap()).await?;

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 /// Runs `chorus <args>` against `chorus` with its URL and token, stdout piped (on
 /// the runtime: the fake model answers from this test's runtime meanwhile).
-async fn client(chorus: &Chorus, args: &[&str]) -> Output {
+pub(super) async fn client(chorus: &Chorus, args: &[&str]) -> Output {
     tokio::process::Command::new(bin_path("chorus"))
         .args(args)
         .env("CHORUS_URL", &chorus.http_url)
@@ -26,11 +26,11 @@ async fn client(chorus: &Chorus, args: &[&str]) -> Output {
         .expect("run chorus")
 }
 
-fn stdout(output: &Output) -> String {
+pub(super) fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn stderr(output: &Output) -> String {
+pub(super) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 

@@ -4,34 +4,11 @@
 //! tools and closed by its report; one in review sent back and accepted; what a
 //! script gets with `--json`, and the API's refusals as exit 1 with its message.
 
-use std::process::{Output, Stdio};
-
 use chorus_test_support::fake_model::tool_call;
-use chorus_test_support::{Chorus, FakeOpenAi, bin_path};
+use chorus_test_support::{Chorus, FakeOpenAi};
 use serde_json::{Value, json};
 
-use super::cli::Terminal;
-
-/// Runs `chorus <args>` against `chorus`, stdin closed and stdout piped.
-async fn client(chorus: &Chorus, args: &[&str]) -> Output {
-    tokio::process::Command::new(bin_path("chorus"))
-        .args(args)
-        .env("CHORUS_URL", &chorus.http_url)
-        .env("CHORUS_API_TOKEN", chorus.token())
-        .env_remove("NO_COLOR")
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .expect("run chorus")
-}
-
-fn out(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn err(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
+use super::cli::{Terminal, client, stderr as err, stdout as out};
 
 /// What a terminal shows as plain text: colour codes left out, `\r\n` read as `\n`.
 fn plain(text: &str) -> String {
