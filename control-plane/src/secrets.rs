@@ -127,6 +127,7 @@ impl KnownSecrets {
             | WorkerEvent::Hello { .. }
             | WorkerEvent::Heartbeat { .. }
             | WorkerEvent::InputTaken { .. }
+            | WorkerEvent::CliSessionStarted { .. }
             | WorkerEvent::AgentFilesDeleted { result: Ok(_), .. }
             | WorkerEvent::StepEnded(_) => {}
         }

@@ -7,11 +7,11 @@
 //! one message that ends a run would leave its thread `running` with the reason lost.
 
 use crate::domain::{
-    AgentChange, AgentDirectory, AgentSettings, ChatMessage, ControlCommand, Credential, DialIn,
-    FailureKind, Input, JobEnd, JobOutcome, JobReport, ModelRoute, ResourceLimits, RetryPolicy,
-    Role, RunAssignment, SandboxPolicy, Sequenced, StepEnded, StepKind, StepStarted,
-    SummaryRequest, TemplateFile, ToolCall, ToolDecision, ToolResult, ToolSpec, TraceExport, Usage,
-    WorkerEvent,
+    AgentChange, AgentDirectory, AgentSettings, Backend, BackendStatus, ChatMessage, CliSession,
+    ControlCommand, Credential, DialIn, FailureKind, Input, JobEnd, JobOutcome, JobReport,
+    ModelRoute, ResourceLimits, RetryPolicy, Role, RunAssignment, SandboxPolicy, Sequenced,
+    StepEnded, StepKind, StepStarted, SummaryRequest, TemplateFile, ToolCall, ToolDecision,
+    ToolResult, ToolSpec, TraceExport, Usage, WorkerEvent,
 };
 use crate::generated as pb;
 use crate::tools::RunsIn;
@@ -296,6 +296,11 @@ impl From<ControlCommand> for pb::ControlMessage {
                         executable: f.executable,
                     })
                     .collect(),
+                backend: backend_to_wire(run.backend),
+                cli_session: run.cli_session.map(|session| pb::CliSession {
+                    id: session.id,
+                    fork: session.fork,
+                }),
             }),
             ControlCommand::InjectMessage { run_id, input } => {
                 ControlBody::InjectMessage(pb::InjectMessage {
@@ -437,6 +442,11 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                             executable: f.executable,
                         })
                         .collect(),
+                    backend: backend_from_wire("AssignRun", run.backend)?,
+                    cli_session: run.cli_session.map(|session| CliSession {
+                        id: session.id,
+                        fork: session.fork,
+                    }),
                 }))
             }
             ControlBody::InjectMessage(m) => ControlCommand::InjectMessage {
@@ -512,6 +522,55 @@ impl From<RunsIn> for pb::ToolRunsIn {
             RunsIn::Worker => pb::ToolRunsIn::Worker,
             RunsIn::ControlPlane => pb::ToolRunsIn::ControlPlane,
         }
+    }
+}
+
+fn backend_to_wire(backend: Backend) -> i32 {
+    let wire = match backend {
+        Backend::Api => pb::Backend::Api,
+        Backend::ClaudeCode => pb::Backend::ClaudeCode,
+        Backend::OpenCode => pb::Backend::Opencode,
+    };
+    wire as i32
+}
+
+/// Unspecified is the tool loop (an older control plane's assignment).
+fn backend_from_wire(message: &'static str, value: i32) -> Result<Backend, ProtocolError> {
+    match pb::Backend::try_from(value) {
+        Ok(pb::Backend::Unspecified | pb::Backend::Api) => Ok(Backend::Api),
+        Ok(pb::Backend::ClaudeCode) => Ok(Backend::ClaudeCode),
+        Ok(pb::Backend::Opencode) => Ok(Backend::OpenCode),
+        Err(_) => Err(ProtocolError::UnknownEnum {
+            message,
+            field: "backend",
+            value,
+        }),
+    }
+}
+
+impl From<BackendStatus> for pb::BackendStatus {
+    fn from(status: BackendStatus) -> Self {
+        pb::BackendStatus {
+            backend: backend_to_wire(status.backend),
+            usable: status.usable,
+            version: status.version.unwrap_or_default(),
+            reason: status.reason.unwrap_or_default(),
+            path: status.path.unwrap_or_default(),
+        }
+    }
+}
+
+impl TryFrom<pb::BackendStatus> for BackendStatus {
+    type Error = ProtocolError;
+
+    fn try_from(status: pb::BackendStatus) -> Result<Self, Self::Error> {
+        Ok(BackendStatus {
+            backend: backend_from_wire("BackendStatus", status.backend)?,
+            usable: status.usable,
+            version: (!status.version.is_empty()).then_some(status.version),
+            reason: (!status.reason.is_empty()).then_some(status.reason),
+            path: (!status.path.is_empty()).then_some(status.path),
+        })
     }
 }
 
@@ -685,10 +744,12 @@ impl From<Sequenced> for pb::WorkerMessage {
                 pid,
                 directories,
                 volume,
+                backends,
             } => WorkerBody::Hello(pb::Hello {
                 worker_version,
                 pid,
                 volume,
+                backends: backends.into_iter().map(Into::into).collect(),
                 directories: directories
                     .into_iter()
                     .map(|d| pb::AgentDirectory {
@@ -764,6 +825,9 @@ impl From<Sequenced> for pb::WorkerMessage {
                 exit_code: end.exit_code,
                 detail: end.detail,
             }),
+            WorkerEvent::CliSessionStarted { run_id, session_id } => {
+                WorkerBody::CliSessionStarted(pb::CliSessionStarted { run_id, session_id })
+            }
             WorkerEvent::InputTaken { run_id, message_id } => {
                 WorkerBody::InputTaken(pb::InputTaken { run_id, message_id })
             }
@@ -809,6 +873,11 @@ impl TryFrom<pb::WorkerMessage> for WorkerEvent {
                 worker_version: h.worker_version,
                 pid: h.pid,
                 volume: h.volume,
+                backends: h
+                    .backends
+                    .into_iter()
+                    .map(BackendStatus::try_from)
+                    .collect::<Result<_, _>>()?,
                 directories: h
                     .directories
                     .into_iter()
@@ -882,6 +951,10 @@ impl TryFrom<pb::WorkerMessage> for WorkerEvent {
                     detail: t.detail,
                 },
             },
+            WorkerBody::CliSessionStarted(s) => WorkerEvent::CliSessionStarted {
+                run_id: s.run_id,
+                session_id: s.session_id,
+            },
             WorkerBody::InputTaken(t) => WorkerEvent::InputTaken {
                 run_id: t.run_id,
                 message_id: t.message_id,
@@ -930,6 +1003,26 @@ mod tests {
                     incarnation: "0f3a".into(),
                 }],
                 volume: "5e1d".into(),
+                backends: vec![
+                    BackendStatus {
+                        backend: Backend::ClaudeCode,
+                        usable: true,
+                        version: Some("2.1.332".into()),
+                        reason: None,
+                        path: Some("/usr/bin/claude".into()),
+                    },
+                    BackendStatus {
+                        backend: Backend::OpenCode,
+                        usable: false,
+                        version: None,
+                        reason: Some("not installed".into()),
+                        path: None,
+                    },
+                ],
+            },
+            WorkerEvent::CliSessionStarted {
+                run_id: "r".into(),
+                session_id: "ses_1".into(),
             },
             WorkerEvent::Heartbeat { active_runs: 2 },
             WorkerEvent::StepStarted(StepStarted {
@@ -1158,6 +1251,11 @@ mod tests {
                     content: b"the spec".to_vec(),
                     executable: false,
                 }],
+                backend: Backend::OpenCode,
+                cli_session: Some(CliSession {
+                    id: "ses_1".into(),
+                    fork: true,
+                }),
             })),
             ControlCommand::Summarize(Box::new(SummaryRequest {
                 request_id: 3,

@@ -4,6 +4,8 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::backend::{Backend, BackendStatus, CliSession};
+
 /// A credential on the link: `Debug` never shows it (commands are logged).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credential(pub String);
@@ -287,6 +289,10 @@ pub struct RunAssignment {
     /// Files its working directory is given before the first model call (a task's
     /// attachments), written where no file is yet.
     pub files: Vec<TemplateFile>,
+    /// What runs the turn: the tool loop or a CLI.
+    pub backend: Backend,
+    /// A CLI backend's session to go on from (the thread's last run's).
+    pub cli_session: Option<CliSession>,
 }
 
 /// A user message the model has not seen yet, with its id in the thread.
@@ -529,6 +535,8 @@ pub enum WorkerEvent {
         directories: Vec<AgentDirectory>,
         /// A dial-in worker's volume id (the same for workers sharing a volume).
         volume: String,
+        /// The CLI backends on the worker's host, usable or not.
+        backends: Vec<BackendStatus>,
     },
     Heartbeat {
         active_runs: u32,
@@ -571,6 +579,11 @@ pub enum WorkerEvent {
     },
     /// The run put a user message (injected, or an input of its assignment) into
     /// its history; the model sees it at the next call.
+    /// A CLI backend's run named its session; stored with the run.
+    CliSessionStarted {
+        run_id: String,
+        session_id: String,
+    },
     InputTaken {
         run_id: String,
         message_id: u64,
@@ -671,6 +684,7 @@ impl WorkerEvent {
             | WorkerEvent::RunFailed { run_id, .. }
             | WorkerEvent::TextDelta { run_id, .. }
             | WorkerEvent::InputTaken { run_id, .. }
+            | WorkerEvent::CliSessionStarted { run_id, .. }
             | WorkerEvent::ToolCheck { run_id, .. } => Some(run_id),
         }
     }

@@ -8,10 +8,12 @@
 //!   from the wire. Everything else in Chorus speaks these types.
 //! - [`limits`]: the link's size limits, and how a message is measured against them.
 //! - [`tools`]: the tool registry, one definition per tool (names, schemas, actions).
+//! - [`backend`]: what runs an agent's turns (the tool loop or a CLI), and each CLI's facts.
 //!
 //! No business logic lives here, and no I/O.
 #![cfg_attr(not(test), warn(clippy::print_stdout, clippy::print_stderr))]
 
+pub mod backend;
 mod convert;
 pub mod domain;
 pub mod limits;

@@ -74,6 +74,7 @@ fn upper_bound(event: &WorkerEvent) -> usize {
             worker_version,
             directories,
             volume,
+            backends,
             ..
         } => {
             worker_version.len()
@@ -82,7 +83,18 @@ fn upper_bound(event: &WorkerEvent) -> usize {
                     .iter()
                     .map(|d| d.agent.len() + d.incarnation.len() + 4 * FIELD)
                     .sum::<usize>()
+                + backends
+                    .iter()
+                    .map(|b| {
+                        [&b.version, &b.reason, &b.path]
+                            .into_iter()
+                            .map(|text| text.as_ref().map_or(0, String::len))
+                            .sum::<usize>()
+                            + 6 * FIELD
+                    })
+                    .sum::<usize>()
         }
+        WorkerEvent::CliSessionStarted { run_id, session_id } => run_id.len() + session_id.len(),
         WorkerEvent::Heartbeat { .. } | WorkerEvent::JobEnded { .. } => 0,
         WorkerEvent::StepStarted(s) => s.run_id.len() + s.description.len(),
         WorkerEvent::StepEnded(s) => s.run_id.len(),

@@ -234,6 +234,7 @@ pub async fn serve(
         pid: std::process::id(),
         directories,
         volume,
+        backends: Vec::new(),
     });
     let outbound = UnboundedReceiverStream::new(events_rx).map(WorkerMessage::from);
     let mut request = tonic::Request::new(outbound);

@@ -79,6 +79,8 @@ fn run(run_id: &str, thread_id: u64, summary: &str) -> RunAssignment {
         role_tools: Vec::new(),
         workdir: None,
         files: Vec::new(),
+        backend: Default::default(),
+        cli_session: None,
     }
 }
 

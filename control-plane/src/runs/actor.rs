@@ -1031,7 +1031,8 @@ impl AgentActor {
             WorkerEvent::StepStarted(_)
             | WorkerEvent::StepEnded(_)
             | WorkerEvent::MessageAppended { .. }
-            | WorkerEvent::InputTaken { .. } => Ok(()),
+            | WorkerEvent::InputTaken { .. }
+            | WorkerEvent::CliSessionStarted { .. } => Ok(()),
             // Tool checks go to the gate; background jobs and summaries elsewhere.
             WorkerEvent::ToolCheck { .. }
             | WorkerEvent::Hello { .. }

@@ -229,6 +229,8 @@ impl Builder<'_> {
             role_tools,
             workdir: thread.workdir.clone(),
             files,
+            backend: chorus_proto::domain::Backend::Api,
+            cli_session: None,
         };
         Ok(assignment_fits(run))
     }
@@ -287,6 +289,8 @@ mod tests {
             role_tools: Vec::new(),
             workdir: None,
             files: Vec::new(),
+            backend: Default::default(),
+            cli_session: None,
         }
     }
 
