@@ -6,9 +6,12 @@
 use std::fmt;
 use std::str::FromStr;
 
+use serde::{Deserialize, Serialize};
+
 /// An agent's backend. Closed set; the text form is what the API, `agent.json` and
 /// the store use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Backend {
     /// Chorus's own tool loop against the model API.
     #[default]
@@ -16,6 +19,7 @@ pub enum Backend {
     /// Claude Code (`claude -p … --output-format stream-json`).
     ClaudeCode,
     /// OpenCode (`opencode run --format json`).
+    #[serde(rename = "opencode")]
     OpenCode,
 }
 
@@ -101,7 +105,7 @@ pub static OPENCODE: CliFacts = CliFacts {
 };
 
 /// Whether a worker can run a CLI backend, found when it starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackendStatus {
     pub backend: Backend,
     pub usable: bool,
@@ -135,6 +139,10 @@ mod tests {
             err.to_string(),
             "unknown backend 'claude': use one of api, claude-code, opencode"
         );
+        for backend in Backend::ALL {
+            let json = serde_json::to_string(&backend).unwrap();
+            assert_eq!(json, format!("\"{backend}\""));
+        }
         assert!(Backend::Api.cli().is_none());
         assert_eq!(
             Backend::ClaudeCode.cli().map(CliFacts::min_version_text),

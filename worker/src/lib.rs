@@ -5,6 +5,7 @@
 
 pub mod agent_dir;
 pub mod awareness;
+pub mod backends;
 pub mod connection;
 pub mod context;
 pub mod events;

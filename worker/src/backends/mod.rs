@@ -1,0 +1,6 @@
+//! CLI backends: an agent whose turns Claude Code or OpenCode runs, headless, in its
+//! workspace and sandbox, with Chorus's tools only (served by `chorus-tools mcp`,
+//! whose calls come back to this worker's run endpoint and go through the same
+//! pipeline as the tool loop's). What differs per CLI is a [`flavor::Flavor`].
+
+pub mod flavor;
