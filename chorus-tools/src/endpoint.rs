@@ -201,6 +201,11 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_call_may_wait_on_a_person_for_at_least_15_minutes() {
+        assert!(CALL_TIMEOUT >= Duration::from_secs(15 * 60));
+    }
+
+    #[test]
     fn base_url_is_checked_and_trimmed() {
         assert_eq!(
             check_base("http://127.0.0.1:4000/").unwrap(),

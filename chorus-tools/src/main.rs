@@ -33,7 +33,12 @@ CHORUS_TOOLS_TOKEN for the agent's CLI, and the credential ends with the run.";
 
 /// Calls Chorus's tools from inside a Chorus run.
 #[derive(Parser)]
-#[command(name = "chorus-tools", version, after_help = EXAMPLES)]
+#[command(
+    name = "chorus-tools",
+    version,
+    override_usage = "chorus-tools <TOOL> '<JSON OBJECT>'\n       chorus-tools list\n       chorus-tools mcp",
+    after_help = EXAMPLES
+)]
 struct Args {
     #[command(subcommand)]
     command: Command,

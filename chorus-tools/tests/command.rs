@@ -180,6 +180,7 @@ async fn help_shows_examples() {
     assert_eq!(out.status.code(), Some(0));
     let help = text(&out.stdout);
     for line in [
+        "chorus-tools <TOOL> '<JSON OBJECT>'",
         "chorus-tools file_read '{\"path\": \"notes.md\"}'",
         "chorus-tools list",
         "chorus-tools mcp",
