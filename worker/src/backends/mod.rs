@@ -3,4 +3,6 @@
 //! whose calls come back to this worker's run endpoint and go through the same
 //! pipeline as the tool loop's). What differs per CLI is a [`flavor::Flavor`].
 
+pub mod endpoint;
 pub mod flavor;
+pub mod proxy;
