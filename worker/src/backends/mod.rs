@@ -6,3 +6,4 @@
 pub mod endpoint;
 pub mod flavor;
 pub mod proxy;
+pub mod spawn;
