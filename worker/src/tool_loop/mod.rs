@@ -88,6 +88,12 @@ pub struct OpenStep {
     started: Instant,
 }
 
+impl OpenStep {
+    pub fn number(&self) -> u32 {
+        self.number
+    }
+}
+
 impl Steps {
     /// Steps of `run_id`, the first numbered `first` (at least 1).
     pub fn new(run_id: &str, first: u32, sink: EventSink, board: Option<Arc<Board>>) -> Self {
@@ -242,6 +248,12 @@ pub enum LoopError {
         "{0}; the run stopped here. Ask for the work in smaller parts (a big file in several pieces)"
     )]
     TooLarge(crate::outbound::TooLarge),
+    /// A CLI backend's run failed (`backends::driver`): its kind and sentence.
+    #[error("{message}")]
+    Backend {
+        kind: chorus_proto::domain::FailureKind,
+        message: String,
+    },
 }
 
 impl LoopError {
@@ -261,6 +273,7 @@ impl LoopError {
                 FailureKind::Limit
             }
             LoopError::Cancelled(_) => FailureKind::Cancelled,
+            LoopError::Backend { kind, .. } => *kind,
         }
     }
 }
