@@ -101,7 +101,7 @@ impl RunEndpoint {
             .with_state(shared.clone());
         let stop = CancellationToken::new();
         let server = tokio::spawn(serve(listener, router, stop.clone()));
-        let ended = shared.clone();
+        let ended = shared;
         Ok(RunEndpoint {
             url: format!("http://127.0.0.1:{port}"),
             port,

@@ -86,10 +86,13 @@ pub(super) async fn forward<G: ToolGate + 'static>(
     let relay = &shared.run.relay;
     let url = relay_url(relay.control_plane(), &route, &rest, request.uri().query());
     let method = request.method().clone();
-    let mut upstream = relay
-        .http()
-        .request(method, &url)
-        .bearer_auth(relay.credential());
+    // The worker's credential, the way the route's own clients send it.
+    let upstream = relay.http().request(method, &url);
+    let mut upstream = if route.api == ModelRoute::ANTHROPIC_MESSAGES {
+        upstream.header("x-api-key", relay.credential())
+    } else {
+        upstream.bearer_auth(relay.credential())
+    };
     for name in FORWARDED {
         if let Some(value) = request.headers().get(*name) {
             upstream = upstream.header(*name, value);
