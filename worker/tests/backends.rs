@@ -416,6 +416,10 @@ impl Flavor for ScriptFlavor {
                 ("CHORUS_TOOLS_URL".into(), spec.endpoint.into()),
                 ("CHORUS_TOOLS_TOKEN".into(), spec.token.into()),
                 ("PROMPT".into(), spec.prompt.into()),
+                (
+                    "SESSION".into(),
+                    spec.session.map(|s| s.id.clone()).unwrap_or_default(),
+                ),
             ],
             files: Vec::new(),
         }
@@ -484,6 +488,16 @@ async fn drive(
     cancel: &CancellationToken,
     watchdog: Duration,
 ) -> (Result<String, LoopError>, Vec<WorkerEvent>) {
+    drive_with(agent, route, cancel, watchdog, Inbox::default()).await
+}
+
+async fn drive_with(
+    agent: &Agent,
+    route: ModelRoute,
+    cancel: &CancellationToken,
+    watchdog: Duration,
+    inbox: Inbox,
+) -> (Result<String, LoopError>, Vec<WorkerEvent>) {
     let (tx, mut events) = mpsc::unbounded_channel();
     let sink = EventSink::new(tx);
     // The network off: the CLI reaches its endpoint's port only (where Landlock can).
@@ -505,7 +519,7 @@ async fn drive(
             message_id: 7,
             content: "write out.txt".into(),
         }],
-        inbox: Inbox::default(),
+        inbox,
         session: None,
         agent: agent_for(route),
         first_step_number: 1,
@@ -727,4 +741,131 @@ sleep 300"#,
         .parse()
         .unwrap();
     assert!(gone_within(pid, Duration::from_secs(5)).await);
+}
+
+#[tokio::test]
+async fn a_message_injected_while_the_cli_runs_starts_another_turn_of_the_same_session() {
+    let agent = Agent::new(
+        r#"if [ -z "$SESSION" ]; then
+  echo '{"t":"session","id":"s-1"}'
+  echo started > "$PWD/started"
+  while [ ! -e "$PWD/release" ]; do sleep 0.05; done
+  echo '{"t":"final","text":"first"}'
+else
+  echo "{\"t\":\"session\",\"id\":\"$SESSION\"}"
+  echo "{\"t\":\"final\",\"text\":\"second: $PROMPT\"}"
+fi"#,
+    );
+    let inbox = Inbox::default();
+    let releaser = {
+        let inbox = inbox.clone();
+        let workspace = agent.workspace();
+        tokio::spawn(async move {
+            wait_for_file(&workspace.join("started")).await;
+            inbox.push(Input {
+                message_id: 8,
+                content: "and also this".into(),
+            });
+            std::fs::write(workspace.join("release"), "").unwrap();
+        })
+    };
+    let (outcome, events) = drive_with(
+        &agent,
+        anthropic_route(),
+        &CancellationToken::new(),
+        Duration::from_secs(30),
+        inbox,
+    )
+    .await;
+    releaser.await.unwrap();
+    // The second turn resumed s-1 with the new message only.
+    assert_eq!(outcome.unwrap(), "second: and also this");
+    let shown: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            WorkerEvent::InputTaken { message_id, .. } => Some(format!("taken {message_id}")),
+            WorkerEvent::CliSessionStarted { session_id, .. } => {
+                Some(format!("session {session_id}"))
+            }
+            WorkerEvent::MessageAppended { message, .. } => Some(message.content.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            "taken 7",
+            "session s-1",
+            "first",
+            "taken 8",
+            "second: and also this"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_runner_without_the_flavor_fails_a_cli_run_as_config() {
+    use chorus_proto::domain::{AgentSettings, ControlCommand, RunAssignment};
+    let (tx, mut events) = mpsc::unbounded_channel();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("workspace")).unwrap();
+    let runner = chorus_worker::runner::Runner::new(
+        EventSink::new(tx),
+        "http://127.0.0.1:9",
+        "worker-credential",
+        &Default::default(),
+        dir.path().to_path_buf(),
+    );
+    runner.handle(ControlCommand::AssignRun(Box::new(RunAssignment {
+        run_id: "r1".into(),
+        thread_id: 1,
+        agent: AgentSettings {
+            name: "helper".into(),
+            system_prompt: String::new(),
+            model: "anthropic/m".into(),
+            tools: Vec::new(),
+            sandbox: Default::default(),
+            offered: vec![create_file(false)],
+        },
+        model: anthropic_route(),
+        messages: Vec::new(),
+        first_step_number: 1,
+        max_iterations: 0,
+        trace_context: Default::default(),
+        retry: Default::default(),
+        attempt: 1,
+        inputs: vec![Input {
+            message_id: 1,
+            content: "go".into(),
+        }],
+        thread_summary: String::new(),
+        thread_started_at_ms: 0,
+        role_tools: Vec::new(),
+        workdir: None,
+        files: Vec::new(),
+        backend: Backend::ClaudeCode,
+        cli_session: None,
+    })));
+    let deadline = Instant::now() + WAIT;
+    let failed = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let event = tokio::time::timeout(left, events.recv())
+            .await
+            .expect("no RunFailed")
+            .unwrap();
+        if let WorkerEvent::RunFailed { kind, error, .. } = event.event {
+            break (kind, error);
+        }
+    };
+    // One line in backends/mod.rs gives this build the flavors; until then a CLI
+    // run says what to do rather than running the tool loop in its place.
+    if chorus_worker::backends::flavor(Backend::ClaudeCode).is_none() {
+        assert_eq!(failed.0, FailureKind::Config);
+        assert!(
+            failed.1.contains("cannot drive the claude-code backend"),
+            "{failed:?}"
+        );
+    } else {
+        assert_ne!(failed.0, FailureKind::Cancelled, "{failed:?}");
+    }
 }
