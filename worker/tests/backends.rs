@@ -869,3 +869,134 @@ async fn a_runner_without_the_flavor_fails_a_cli_run_as_config() {
         assert_ne!(failed.0, FailureKind::Cancelled, "{failed:?}");
     }
 }
+
+#[tokio::test]
+async fn an_openai_format_request_passes_through_to_the_routes_relay_path() {
+    let model = FakeModel::start(Wire::OpenAi, &["m"]).await;
+    model.push(fake_model::text("hello over chat"));
+    let workspace = tempfile::tempdir().unwrap();
+    let (tx, _events) = mpsc::unbounded_channel();
+    let route = ModelRoute {
+        provider: "openai".into(),
+        api: ModelRoute::OPENAI_CHAT.into(),
+        relay_path: "/v1".into(),
+        model: "m".into(),
+        limits: Default::default(),
+    };
+    let endpoint = RunEndpoint::open(RunTools {
+        gate: Arc::new(AllowAll),
+        tools: toolbox(workspace.path()),
+        agent: agent(route, vec![create_file(false)]),
+        steps: Steps::new("r1", 1, EventSink::new(tx), None),
+        cancel: CancellationToken::new(),
+        relay: relay(&model.host_url()),
+    })
+    .await
+    .unwrap();
+    // OpenCode's base URL is <endpoint>/llm/v1.
+    let body = reqwest::Client::new()
+        .post(format!("{}/llm/v1/chat/completions", endpoint.url))
+        .bearer_auth(&endpoint.token)
+        .json(&json!({"model": "m", "stream": true,
+                      "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    use chorus_worker::model::http::StreamFormat;
+    let mut decoder = chorus_worker::model::sse::SseDecoder::new();
+    let mut state = chorus_worker::model::openai::StreamState::default();
+    for event in decoder.push(body.as_bytes()) {
+        state.apply("fake", &event, &mut |_| {}).unwrap();
+    }
+    assert_eq!(state.finish("fake").unwrap().content, "hello over chat");
+    let requests = model.requests();
+    assert_eq!(requests[0].path, "/v1/chat/completions");
+    assert_eq!(
+        requests[0].headers["authorization"],
+        "Bearer worker-credential"
+    );
+    assert!(model.take_violations().is_empty());
+}
+
+#[tokio::test]
+async fn the_tool_list_follows_the_agent_and_open_connections_end_with_the_run() {
+    use chorus_test_support::fake_model::{Hold, Reply};
+    let model = FakeModel::start(Wire::Anthropic, &["m"]).await;
+    let hold = Hold::new();
+    model.push(Reply::Held(
+        hold.clone(),
+        Box::new(fake_model::text("late")),
+    ));
+    let workspace = tempfile::tempdir().unwrap();
+    let (tx, _events) = mpsc::unbounded_channel();
+    let (agent_tx, agent_rx) = watch::channel(LiveAgent {
+        model: ModelSelection {
+            display: "anthropic/m".into(),
+            route: anthropic_route(),
+        },
+        system_prompt: String::new(),
+        tools: Arc::new(vec![create_file(false)]),
+        docs_dir: None,
+    });
+    let endpoint = RunEndpoint::open(RunTools {
+        gate: Arc::new(AllowAll),
+        tools: toolbox(workspace.path()),
+        agent: agent_rx,
+        steps: Steps::new("r1", 1, EventSink::new(tx), None),
+        cancel: CancellationToken::new(),
+        relay: relay(&model.host_url()),
+    })
+    .await
+    .unwrap();
+    let http = reqwest::Client::new();
+    let names = |listed: Value| -> Vec<String> {
+        listed["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let list = || {
+        http.get(format!("{}/tools", endpoint.url))
+            .bearer_auth(&endpoint.token)
+            .send()
+    };
+    assert_eq!(
+        names(list().await.unwrap().json().await.unwrap()),
+        ["create_file"]
+    );
+    // An UpdateAgent (the runner's send_modify) changes what is listed at once.
+    let view = chorus_proto::tools::find("view")
+        .unwrap()
+        .spec(&Default::default());
+    agent_tx.send_modify(|a| a.tools = Arc::new(vec![view]));
+    assert_eq!(names(list().await.unwrap().json().await.unwrap()), ["view"]);
+
+    // A model request in flight when the run ends is cut, not left open.
+    let pending = tokio::spawn({
+        let http = http.clone();
+        let url = format!("{}/llm/v1/messages", endpoint.url);
+        let token = endpoint.token.clone();
+        async move {
+            let response = http
+                .post(url)
+                .header("x-api-key", token)
+                .header("anthropic-version", "2023-06-01")
+                .json(&anthropic_body())
+                .send()
+                .await?;
+            response.text().await
+        }
+    });
+    model.wait_for_requests(1, WAIT).await;
+    let started = Instant::now();
+    endpoint.close().await;
+    let cut = tokio::time::timeout(WAIT, pending).await.unwrap().unwrap();
+    assert!(cut.is_err(), "{cut:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    hold.release();
+}
