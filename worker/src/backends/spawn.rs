@@ -325,5 +325,21 @@ mod tests {
         let extra = extra_for(&root.path().join("bin/cli"), 7);
         assert_eq!(extra.read_only, [package.canonicalize().unwrap()]);
         assert_eq!(extra.tcp_connect, [7]);
+        // A package.json outside node_modules (a project, `/`) opens nothing more
+        // than the program's own directory.
+        std::fs::write(root.path().join("package.json"), "{}").unwrap();
+        std::fs::write(root.path().join("bin/tool"), "").unwrap();
+        let extra = extra_for(&root.path().join("bin/tool"), 7);
+        assert_eq!(
+            extra.read_only,
+            [root.path().join("bin").canonicalize().unwrap()]
+        );
+        // The real CLIs, where installed: their npm package.
+        if let Ok(dir) = crate::tools::sandbox::install_dir(Path::new("/usr/bin/claude")) {
+            assert!(
+                dir.ends_with("node_modules/@anthropic-ai/claude-code"),
+                "{dir:?}"
+            );
+        }
     }
 }

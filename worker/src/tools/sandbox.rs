@@ -401,14 +401,19 @@ pub struct Extra {
 }
 
 /// A program's install directory: the program's path with symlinks resolved, then
-/// up to the nearest directory holding a `package.json` (an npm package), else the
-/// program's own directory.
+/// up to the nearest directory holding a `package.json` inside a `node_modules` (an
+/// npm package), else the program's own directory. Never more: a stray
+/// `package.json` higher up (in `/`, a home) must not open a whole tree.
 pub fn install_dir(program: &Path) -> std::io::Result<PathBuf> {
     let real = std::fs::canonicalize(program)?;
     let own = real.parent().map(Path::to_path_buf).unwrap_or(real.clone());
+    let in_node_modules = |dir: &Path| {
+        dir.parent()
+            .is_some_and(|up| up.components().any(|c| c.as_os_str() == "node_modules"))
+    };
     let package = own
         .ancestors()
-        .find(|dir| dir.join("package.json").is_file())
+        .find(|dir| in_node_modules(dir) && dir.join("package.json").is_file())
         .map(Path::to_path_buf);
     Ok(package.unwrap_or(own))
 }
