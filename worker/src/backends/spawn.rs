@@ -343,3 +343,79 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod real_clis {
+    use super::*;
+    use chorus_proto::domain::SandboxPolicy;
+
+    /// The installed CLIs (where they are) start in the tool sandbox with the network
+    /// off: their package directory is all they need beyond the bash sandbox.
+    #[tokio::test]
+    async fn the_installed_clis_answer_their_version_inside_the_sandbox() {
+        for program in ["/usr/bin/claude", "/usr/bin/opencode"] {
+            let program = Path::new(program);
+            if !program.exists() {
+                eprintln!("skipped: {} is not installed", program.display());
+                continue;
+            }
+            let agent = tempfile::tempdir().unwrap();
+            let sandbox = Sandbox::for_agent(
+                SandboxPolicy {
+                    network: false,
+                    run_unsandboxed: true,
+                    ..SandboxPolicy::default()
+                },
+                agent.path(),
+            );
+            std::fs::create_dir_all(&sandbox.workspace).unwrap();
+            let args = [OsString::from("--version")];
+            let env = [
+                ("DISABLE_AUTOUPDATER".to_string(), "1".to_string()),
+                ("OPENCODE_DISABLE_AUTOUPDATE".to_string(), "1".to_string()),
+                (
+                    "XDG_CONFIG_HOME".to_string(),
+                    sandbox.home.join(".config").display().to_string(),
+                ),
+                (
+                    "XDG_CACHE_HOME".to_string(),
+                    sandbox.home.join(".cache").display().to_string(),
+                ),
+                (
+                    "XDG_DATA_HOME".to_string(),
+                    sandbox.home.join(".local/share").display().to_string(),
+                ),
+                (
+                    "XDG_STATE_HOME".to_string(),
+                    sandbox.home.join(".local/state").display().to_string(),
+                ),
+            ];
+            let mut cli = CliProcess::spawn(SpawnSpec {
+                program,
+                args: &args,
+                env: &env,
+                root: &sandbox.workspace,
+                cwd: &sandbox.workspace,
+                sandbox: Some(&sandbox),
+                extra: extra_for(program, 1),
+            })
+            .await
+            .unwrap();
+            let mut lines = Vec::new();
+            while let Some(line) = tokio::time::timeout(Duration::from_secs(30), cli.next_line())
+                .await
+                .unwrap()
+            {
+                lines.push(line);
+            }
+            let ended = cli.wait().await;
+            assert_eq!(ended.code, Some(0), "{program:?}: {lines:?} {ended:?}");
+            assert!(
+                lines
+                    .iter()
+                    .any(|l| l.chars().next().is_some_and(|c| c.is_ascii_digit())),
+                "{program:?}: {lines:?}"
+            );
+        }
+    }
+}
