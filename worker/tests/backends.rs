@@ -211,6 +211,21 @@ async fn the_run_endpoint_takes_only_its_own_credential_and_runs_calls_through_t
             .iter()
             .any(|e| matches!(e, WorkerEvent::MessageAppended { .. }))
     );
+    // A big call (past axum's default 2 MiB body limit) goes through too.
+    let big = "x".repeat(3 << 20);
+    let (status, result) = call(
+        &one,
+        &token,
+        json!({"name": "create_file", "arguments": {"path": "big.txt", "content": big}}),
+    )
+    .await;
+    assert_eq!((status, result["is_error"].clone()), (200, json!(false)));
+    assert_eq!(
+        std::fs::metadata(one.workspace.path().join("big.txt"))
+            .unwrap()
+            .len(),
+        3 << 20
+    );
     // The model's mistakes are results it reads, not transport errors.
     let (status, unknown) = call(&one, &token, json!({"name": "nope", "arguments": {}})).await;
     assert_eq!((status, unknown["is_error"].clone()), (200, json!(true)));

@@ -43,6 +43,9 @@ use crate::tool_loop::pipeline::Pipeline;
 use crate::tool_loop::{LiveAgent, LoopError, Steps};
 use crate::tools::ToolBox;
 
+/// Largest `POST /tools/call` body: a model reply's bound (`model::http`).
+const MAX_CALL_BYTES: usize = 16 * 1024 * 1024;
+
 /// What the endpoint serves a run with.
 pub struct RunTools<G> {
     pub gate: Arc<G>,
@@ -94,6 +97,9 @@ impl RunEndpoint {
             .route("/tools", get(list::<G>))
             .route("/tools/call", post(call::<G>))
             .route("/llm/{*rest}", any(super::proxy::forward::<G>))
+            // A call's arguments may be as large as a model's reply may be (axum's
+            // default is 2 MiB); model requests stream past this bound.
+            .layer(axum::extract::DefaultBodyLimit::max(MAX_CALL_BYTES))
             .layer(middleware::from_fn_with_state(
                 shared.clone(),
                 authenticate::<G>,
