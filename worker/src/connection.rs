@@ -35,6 +35,8 @@ pub struct ConnectOptions {
     pub tools: WorkerToolSettings,
     /// Switched on when the Welcome asks for trace export.
     pub telemetry: Option<std::sync::Arc<crate::telemetry::Telemetry>>,
+    /// The CLI backends on this host (probed at start), said in every Hello.
+    pub backends: Vec<chorus_proto::domain::BackendStatus>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -234,7 +236,7 @@ pub async fn serve(
         pid: std::process::id(),
         directories,
         volume,
-        backends: Vec::new(),
+        backends: options.backends.clone(),
     });
     let outbound = UnboundedReceiverStream::new(events_rx).map(WorkerMessage::from);
     let mut request = tonic::Request::new(outbound);

@@ -71,10 +71,64 @@ struct Args {
     /// How long a write waits for a file another thread is writing, in seconds.
     #[arg(long, env = "CHORUS_FILE_LOCK_TIMEOUT_SECS", default_value_t = 30)]
     file_lock_timeout_secs: u64,
+    #[command(flatten)]
+    backends: BackendFlags,
+
     /// `json`: one JSON object per log line (the control plane relays them into
     /// its own JSON log, labelled with the agent); `text` otherwise.
     #[arg(long, default_value = "text")]
     log_format: String,
+}
+
+/// Where the CLIs of CLI backends are (default: found on `PATH`).
+#[derive(clap::Args, Debug, Clone)]
+struct BackendFlags {
+    /// Claude Code's `claude` executable.
+    #[arg(long, env = "CHORUS_CLAUDE_CODE")]
+    claude_code: Option<std::path::PathBuf>,
+
+    /// OpenCode's `opencode` executable.
+    #[arg(long, env = "CHORUS_OPENCODE")]
+    opencode: Option<std::path::PathBuf>,
+
+    /// The `chorus-tools` executable CLIs run as their MCP server (default: beside
+    /// this executable).
+    #[arg(long, env = "CHORUS_TOOLS_BIN")]
+    chorus_tools: Option<std::path::PathBuf>,
+}
+
+impl BackendFlags {
+    fn paths(&self) -> chorus_worker::backends::probe::BackendPaths {
+        chorus_worker::backends::probe::BackendPaths {
+            claude_code: self.claude_code.clone(),
+            opencode: self.opencode.clone(),
+            chorus_tools: self.chorus_tools.clone(),
+        }
+    }
+}
+
+/// `chorus-worker backends`: prints which CLI backends this host can run (a JSON
+/// list of `BackendStatus`) and exits 0.
+#[derive(Parser)]
+#[command(name = "chorus-worker backends")]
+struct BackendsArgs {
+    #[command(flatten)]
+    backends: BackendFlags,
+}
+
+#[allow(clippy::print_stdout, reason = "the subcommand's answer is its stdout")]
+async fn print_backends(args: BackendsArgs) -> ExitCode {
+    let statuses = chorus_worker::backends::probe::probe_all(&args.backends.paths()).await;
+    match serde_json::to_string(&statuses) {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("cannot write the backends as JSON: {e}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn read_credential(from_stdin: bool) -> Result<String, String> {
@@ -197,6 +251,13 @@ async fn serve_dialing_in(
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // `chorus-worker backends` needs none of the worker's own arguments.
+    if std::env::args().nth(1).as_deref() == Some("backends") {
+        let args = BackendsArgs::parse_from(
+            std::iter::once("chorus-worker backends".to_string()).chain(std::env::args().skip(2)),
+        );
+        return print_backends(args).await;
+    }
     let args = Args::parse();
     let telemetry = std::sync::Arc::new(chorus_worker::telemetry::init(args.log_format == "json"));
     let identity = match &args.agent {
@@ -283,8 +344,10 @@ async fn main() -> ExitCode {
             bash_timeout: Duration::from_secs(args.bash_timeout_secs.max(1)),
             file_lock_timeout: Duration::from_secs(args.file_lock_timeout_secs),
             link_tls,
+            backends: args.backends.paths(),
         },
         telemetry: Some(telemetry.clone()),
+        backends: chorus_worker::backends::probe::probe_all(&args.backends.paths()).await,
     };
     let served = if dial_in {
         // One link per agent it may serve, each joining the pool on its own.

@@ -49,6 +49,8 @@ pub struct Runner {
     /// The agent's directory on this worker's disk: `workspace/`, `docs/`, `home/`,
     /// `tmp/` (no path comes from the control plane).
     agent_dir: PathBuf,
+    /// Where the CLIs of CLI backends are.
+    backends: Arc<crate::backends::probe::BackendPaths>,
 }
 
 /// What the runner holds of a run in progress.
@@ -75,6 +77,8 @@ pub struct WorkerToolSettings {
     pub file_lock_timeout: Duration,
     /// TLS of the link to the control plane: model calls to its relay use it too.
     pub link_tls: Option<crate::link_tls::LinkTls>,
+    /// Where the CLIs of CLI backends and `chorus-tools` are (flags).
+    pub backends: crate::backends::probe::BackendPaths,
 }
 
 impl Default for WorkerToolSettings {
@@ -83,6 +87,7 @@ impl Default for WorkerToolSettings {
             bash_timeout: BashConfig::default().default_timeout,
             file_lock_timeout: Duration::from_secs(30),
             link_tls: None,
+            backends: Default::default(),
         }
     }
 }
@@ -125,6 +130,7 @@ impl Runner {
             tasks: TaskTracker::new(),
             stopping: CancellationToken::new(),
             agent_dir,
+            backends: Arc::new(settings.backends.clone()),
         }
     }
 
@@ -254,7 +260,7 @@ impl Runner {
         let board = self.board.clone();
         let gate = self.gate.clone();
         let mut config = self.tools.clone();
-        config.bash.sandbox = Some(sandbox);
+        config.bash.sandbox = Some(sandbox.clone());
         let tools = ToolBox::new(workspace, self.locks.clone())
             .with_jobs(self.background.clone())
             .with_config(config)
@@ -262,6 +268,7 @@ impl Runner {
         let sink = self.sink.clone();
         let clients = self.clients.clone();
         let runs = self.runs.clone();
+        let backends = self.backends.clone();
         let span = tracing::info_span!(
             "run",
             agent = %run.agent.name,
@@ -284,6 +291,26 @@ impl Runner {
                     ],
                 );
                 tracing::info!("run started");
+                if run.backend != chorus_proto::domain::Backend::Api {
+                    let outcome = cli_turn(
+                        &run,
+                        &backends,
+                        sandbox,
+                        CliParts {
+                            gate: gate.clone(),
+                            tools: tools.clone(),
+                            relay: clients.clone(),
+                            agent: agent_rx,
+                            inbox: inbox.clone(),
+                            board: board.clone(),
+                        },
+                        &sink,
+                        &cancel,
+                    )
+                    .await;
+                    finish(&run.run_id, &runs, &board, &inbox, &sink, outcome);
+                    return;
+                }
                 let input = LoopInput {
                     run_id: &run.run_id,
                     messages: run.messages.clone(),
@@ -301,40 +328,7 @@ impl Runner {
                 };
                 let outcome =
                     tool_loop::run(&clients, gate.as_ref(), &tools, input, &sink, &cancel).await;
-                runs.lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .remove(&run.run_id);
-                board.leave(&run.run_id);
-                // Out of the map, so nothing more arrives. What the run did not take
-                // is not reported taken: the control plane runs it later.
-                for input in inbox.take_all() {
-                    tracing::info!(
-                        message_id = input.message_id,
-                        "message arrived as the run ended; left to the control plane"
-                    );
-                }
-                match outcome {
-                    Ok(final_text) => {
-                        tracing::info!("run completed");
-                        sink.send(WorkerEvent::RunCompleted {
-                            run_id: run.run_id.clone(),
-                            final_text,
-                        });
-                    }
-                    Err(e) => {
-                        if matches!(e, tool_loop::LoopError::Cancelled(_)) {
-                            // The control plane asked for it (a kill, a shutdown).
-                            tracing::info!(error = %e, "run cancelled");
-                        } else {
-                            tracing::warn!(error = %e, "run failed");
-                        }
-                        sink.send(WorkerEvent::RunFailed {
-                            run_id: run.run_id.clone(),
-                            kind: e.kind(),
-                            error: e.to_string(),
-                        });
-                    }
-                }
+                finish(&run.run_id, &runs, &board, &inbox, &sink, outcome);
             }
             .instrument(span),
         ));
@@ -356,6 +350,105 @@ impl Runner {
             tracing::warn!("runs did not finish within {grace:?} of cancellation");
         }
     }
+}
+
+/// How a run ended, whatever ran it: out of the runner's map and the board, what it
+/// did not take left to the control plane, and `RunCompleted` or `RunFailed` sent.
+fn finish(
+    run_id: &str,
+    runs: &Mutex<HashMap<String, ActiveRun>>,
+    board: &Board,
+    inbox: &Inbox,
+    sink: &EventSink,
+    outcome: Result<String, tool_loop::LoopError>,
+) {
+    runs.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .remove(run_id);
+    board.leave(run_id);
+    // Out of the map, so nothing more arrives. What the run did not take is not
+    // reported taken: the control plane runs it later.
+    for input in inbox.take_all() {
+        tracing::info!(
+            message_id = input.message_id,
+            "message arrived as the run ended; left to the control plane"
+        );
+    }
+    match outcome {
+        Ok(final_text) => {
+            tracing::info!("run completed");
+            sink.send(WorkerEvent::RunCompleted {
+                run_id: run_id.to_string(),
+                final_text,
+            });
+        }
+        Err(e) => {
+            if matches!(e, tool_loop::LoopError::Cancelled(_)) {
+                // The control plane asked for it (a kill, a shutdown).
+                tracing::info!(error = %e, "run cancelled");
+            } else {
+                tracing::warn!(error = %e, "run failed");
+            }
+            sink.send(WorkerEvent::RunFailed {
+                run_id: run_id.to_string(),
+                kind: e.kind(),
+                error: e.to_string(),
+            });
+        }
+    }
+}
+
+/// What a CLI turn shares with the runner.
+struct CliParts {
+    gate: Arc<RelayGate>,
+    tools: ToolBox,
+    relay: RelayClients,
+    agent: watch::Receiver<LiveAgent>,
+    inbox: Inbox,
+    board: Arc<Board>,
+}
+
+/// A run whose backend is a CLI: the driver, with this build's flavor of it.
+async fn cli_turn(
+    run: &RunAssignment,
+    backends: &crate::backends::probe::BackendPaths,
+    sandbox: Sandbox,
+    parts: CliParts,
+    sink: &EventSink,
+    cancel: &CancellationToken,
+) -> Result<String, tool_loop::LoopError> {
+    let Some(flavor) = crate::backends::flavor(run.backend) else {
+        return Err(tool_loop::LoopError::Backend {
+            kind: chorus_proto::domain::FailureKind::Config,
+            message: format!(
+                "this chorus-worker cannot drive the {} backend; upgrade chorus-worker",
+                run.backend
+            ),
+        });
+    };
+    let cwd = parts.tools.workspace().root().to_path_buf();
+    let driven = crate::backends::driver::CliRun {
+        flavor,
+        paths: backends,
+        run_id: &run.run_id,
+        messages: run.messages.clone(),
+        inputs: run.inputs.clone(),
+        inbox: parts.inbox,
+        session: run.cli_session.clone(),
+        agent: parts.agent,
+        first_step_number: run.first_step_number,
+        board: Some(parts.board),
+        root: sandbox.workspace.clone(),
+        cwd,
+        home: sandbox.home.clone(),
+        tmp: sandbox.tmp.clone(),
+        sandbox: Some(sandbox),
+        gate: parts.gate,
+        tools: parts.tools,
+        relay: parts.relay,
+        first_event_within: crate::backends::driver::FIRST_EVENT_WATCHDOG,
+    };
+    crate::backends::driver::run(driven, sink, cancel).await
 }
 
 /// The jail of a run's file tools: the agent's workspace, or the run's working

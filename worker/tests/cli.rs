@@ -108,3 +108,30 @@ fn a_dial_in_worker_stops_at_once_on_sigterm_while_the_control_plane_is_unreacha
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn backends_prints_what_this_host_can_run_as_json() {
+    let dir = std::env::temp_dir().join(format!("chorus-backends-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let output = worker()
+        .args(["backends", "--claude-code"])
+        .arg(dir.join("no-claude"))
+        .env("PATH", &dir)
+        .env_remove("CHORUS_OPENCODE")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(output.status.code(), Some(0));
+    let statuses: Vec<chorus_proto::domain::BackendStatus> =
+        serde_json::from_slice(&output.stdout).unwrap();
+    let backends: Vec<_> = statuses.iter().map(|s| s.backend).collect();
+    assert_eq!(backends, chorus_proto::domain::Backend::CLIS);
+    assert!(statuses.iter().all(|s| !s.usable));
+    let claude = statuses[0].reason.clone().unwrap_or_default();
+    assert!(claude.contains("--claude-code"), "{claude}");
+    let opencode = statuses[1].reason.clone().unwrap_or_default();
+    assert!(
+        opencode.contains("not on PATH") && opencode.contains("npm install -g opencode-ai@1.18.33"),
+        "{opencode}"
+    );
+}

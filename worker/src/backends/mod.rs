@@ -3,4 +3,18 @@
 //! whose calls come back to this worker's run endpoint and go through the same
 //! pipeline as the tool loop's). What differs per CLI is a [`flavor::Flavor`].
 
+pub mod driver;
+pub mod endpoint;
 pub mod flavor;
+pub mod probe;
+pub mod proxy;
+pub mod spawn;
+
+use chorus_proto::domain::Backend;
+
+/// The flavor of a CLI backend this build can drive; `None`: none (the tool loop, or
+/// a CLI whose flavor is not in this build).
+pub fn flavor(backend: Backend) -> Option<&'static dyn flavor::Flavor> {
+    let _ = backend;
+    None
+}

@@ -43,6 +43,20 @@ impl RelayClients {
             credential: credential.to_string(),
         }
     }
+
+    /// The HTTP client, the control plane's base URL and the worker's credential:
+    /// what the CLI backends' model proxy forwards with (the CLI never sees them).
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    pub fn control_plane(&self) -> &str {
+        &self.control_plane
+    }
+
+    pub fn credential(&self) -> &str {
+        &self.credential
+    }
 }
 
 impl ClientFactory for RelayClients {

@@ -71,39 +71,71 @@ pub trait ClientFactory: Send + Sync {
 }
 
 /// Numbers steps and reports their start and end (to the control plane and to the
-/// worker's board of what its threads are doing).
-struct Steps<'a> {
-    run_id: &'a str,
-    next: u32,
-    sink: &'a EventSink,
-    board: Option<&'a Board>,
+/// worker's board of what its threads are doing). Cheap to clone, and clones share
+/// the counter: a CLI run numbers its model steps (from the CLI's stream) and its
+/// tool steps (from the run endpoint) concurrently, one sequence.
+#[derive(Clone)]
+pub struct Steps {
+    run_id: Arc<str>,
+    next: Arc<std::sync::atomic::AtomicU32>,
+    sink: EventSink,
+    board: Option<Arc<Board>>,
 }
 
-struct OpenStep {
+/// A step begun and not yet ended.
+pub struct OpenStep {
     number: u32,
     started: Instant,
 }
 
-impl Steps<'_> {
-    fn begin(&mut self, kind: StepKind, description: String) -> OpenStep {
+impl OpenStep {
+    pub fn number(&self) -> u32 {
+        self.number
+    }
+}
+
+impl Steps {
+    /// Steps of `run_id`, the first numbered `first` (at least 1).
+    pub fn new(run_id: &str, first: u32, sink: EventSink, board: Option<Arc<Board>>) -> Self {
+        Steps {
+            run_id: Arc::from(run_id),
+            next: Arc::new(std::sync::atomic::AtomicU32::new(first.max(1))),
+            sink,
+            board,
+        }
+    }
+
+    /// The number the next step will get.
+    pub fn peek(&self) -> u32 {
+        self.next.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    pub fn sink(&self) -> &EventSink {
+        &self.sink
+    }
+
+    pub fn begin(&self, kind: StepKind, description: String) -> OpenStep {
         self.begin_where(kind, description, None)
     }
 
     /// A step of a tool that runs in `runs_in`.
-    fn begin_tool(&mut self, description: String, runs_in: RunsIn) -> OpenStep {
+    pub fn begin_tool(&self, description: String, runs_in: RunsIn) -> OpenStep {
         self.begin_where(StepKind::Tool, description, Some(runs_in))
     }
 
     fn begin_where(
-        &mut self,
+        &self,
         kind: StepKind,
         description: String,
         runs_in: Option<RunsIn>,
     ) -> OpenStep {
-        let number = self.next;
-        self.next += 1;
-        if let Some(board) = self.board {
-            board.step_began(self.run_id, number, kind, &description);
+        let number = self.next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if let Some(board) = &self.board {
+            board.step_began(&self.run_id, number, kind, &description);
         }
         self.sink.send(WorkerEvent::StepStarted(StepStarted {
             run_id: self.run_id.to_string(),
@@ -119,9 +151,9 @@ impl Steps<'_> {
         }
     }
 
-    fn end(&self, step: OpenStep, failed: bool, usage: Option<Usage>) {
-        if let Some(board) = self.board {
-            board.step_ended(self.run_id, step.number);
+    pub fn end(&self, step: OpenStep, failed: bool, usage: Option<Usage>) {
+        if let Some(board) = &self.board {
+            board.step_ended(&self.run_id, step.number);
         }
         self.sink.send(WorkerEvent::StepEnded(StepEnded {
             run_id: self.run_id.to_string(),
@@ -216,6 +248,12 @@ pub enum LoopError {
         "{0}; the run stopped here. Ask for the work in smaller parts (a big file in several pieces)"
     )]
     TooLarge(crate::outbound::TooLarge),
+    /// A CLI backend's run failed (`backends::driver`): its kind and sentence.
+    #[error("{message}")]
+    Backend {
+        kind: chorus_proto::domain::FailureKind,
+        message: String,
+    },
 }
 
 impl LoopError {
@@ -235,6 +273,7 @@ impl LoopError {
                 FailureKind::Limit
             }
             LoopError::Cancelled(_) => FailureKind::Cancelled,
+            LoopError::Backend { kind, .. } => *kind,
         }
     }
 }
@@ -420,12 +459,12 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
         );
     }
     let board = input.board.clone();
-    let mut steps = Steps {
-        run_id: input.run_id,
-        next: input.first_step_number.max(1),
-        sink,
-        board: board.as_deref(),
-    };
+    let steps = Steps::new(
+        input.run_id,
+        input.first_step_number,
+        sink.clone(),
+        board.clone(),
+    );
     let mut pending_inputs = std::mem::take(&mut input.inputs);
     let emit = |message: &ChatMessage| {
         sink.try_send(WorkerEvent::MessageAppended {
@@ -467,7 +506,7 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
         let mut system = docs.system_prompt(&live.system_prompt, live.docs_dir.as_deref());
         if let Some(board) = &board {
             let next = format!("Calling LLM ({})", selection.display);
-            board.next_step(input.run_id, steps.next, &next);
+            board.next_step(input.run_id, steps.peek(), &next);
         }
         if let Some(block) = board.as_ref().and_then(|b| b.prompt_block(input.run_id)) {
             system.push_str("\n\n");
@@ -488,15 +527,9 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
             cache: &cache,
             limits: CallLimits::from(&input.retry),
         };
-        let result = retry::call_with_retries(
-            &client,
-            &request,
-            &selection,
-            input.retry,
-            &mut steps,
-            cancel,
-        )
-        .await;
+        let result =
+            retry::call_with_retries(&client, &request, &selection, input.retry, &steps, cancel)
+                .await;
         let reply = match result {
             Err(LoopError::Model(ModelError::ContextLength(message))) if shrinks < MAX_SHRINKS => {
                 let trimmed = shrink_context(&mut messages);
@@ -658,7 +691,7 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
             // rather than "invalid JSON", so the model sends it again, shorter.
             let cut_off = reply.stop == StopReason::MaxTokens
                 && serde_json::from_str::<serde_json::Value>(&call.arguments).is_err();
-            let (result, was_malformed) = pipeline.run(call, cut_off, &mut steps).await?;
+            let (result, was_malformed) = pipeline.run(call, cut_off, &steps).await?;
             if was_malformed {
                 malformed += 1;
             }
@@ -707,7 +740,7 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
     Err(LoopError::IterationCap(input.max_iterations))
 }
 
-mod pipeline;
+pub mod pipeline;
 pub(crate) mod retry;
 pub mod transcript;
 

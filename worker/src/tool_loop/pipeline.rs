@@ -25,7 +25,7 @@ use crate::gate::{GateMessage, ToolGate};
 use crate::tools::{LockWait, ToolBox, ToolOutcome};
 
 /// What one call needs besides itself.
-pub(super) struct Pipeline<'a, G> {
+pub struct Pipeline<'a, G> {
     pub gate: &'a G,
     pub tools: &'a ToolBox,
     /// The tools the model is offered now.
@@ -43,11 +43,10 @@ impl<G: ToolGate> Pipeline<'_, G> {
         &self,
         call: &ToolCall,
         cut_off: bool,
-        steps: &mut Steps<'_>,
+        steps: &Steps,
     ) -> Result<(ChatMessage, bool), LoopError> {
-        let outcome = self.outcome(call, cut_off, steps).await?;
-        let content = crate::outbound::cap_tool_result(outcome.content);
-        let result = ChatMessage::tool_result(call, content, outcome.is_error);
+        let outcome = self.execute(call, cut_off, steps).await?;
+        let result = ChatMessage::tool_result(call, outcome.content, outcome.is_error);
         self.sink
             .try_send(WorkerEvent::MessageAppended {
                 run_id: self.run_id.to_string(),
@@ -57,11 +56,30 @@ impl<G: ToolGate> Pipeline<'_, G> {
         Ok((result, outcome.malformed))
     }
 
+    /// Runs one call to its result, capped as the model gets it, *without*
+    /// reporting the result message: for callers whose own transcript reports it
+    /// (a CLI's stream, with the CLI's call id). Calls may run concurrently (the
+    /// run endpoint serves a CLI that runs tools in parallel): each has its own
+    /// steps from the shared counter, its own gate check, and the tools take their
+    /// file locks as for two threads of the agent.
+    pub async fn execute(
+        &self,
+        call: &ToolCall,
+        cut_off: bool,
+        steps: &Steps,
+    ) -> Result<ToolOutcome, LoopError> {
+        let outcome = self.outcome(call, cut_off, steps).await?;
+        Ok(ToolOutcome {
+            content: crate::outbound::cap_tool_result(outcome.content),
+            ..outcome
+        })
+    }
+
     async fn outcome(
         &self,
         call: &ToolCall,
         cut_off: bool,
-        steps: &mut Steps<'_>,
+        steps: &Steps,
     ) -> Result<ToolOutcome, LoopError> {
         let (call, runs_in) = locate(call, self.offered);
         let call = &call;
@@ -106,7 +124,7 @@ impl<G: ToolGate> Pipeline<'_, G> {
     async fn run_elsewhere(
         &self,
         call: &ToolCall,
-        steps: &mut Steps<'_>,
+        steps: &Steps,
     ) -> Result<ToolOutcome, LoopError> {
         let step = steps.begin_tool(
             format!("Executing {} in the control plane", ToolBox::describe(call)),
@@ -132,11 +150,7 @@ impl<G: ToolGate> Pipeline<'_, G> {
     }
 
     /// A tool of the worker's, allowed: its step, its trace span, its lock waits.
-    async fn execute_here(
-        &self,
-        call: &ToolCall,
-        steps: &mut Steps<'_>,
-    ) -> Result<ToolOutcome, LoopError> {
+    async fn execute_here(&self, call: &ToolCall, steps: &Steps) -> Result<ToolOutcome, LoopError> {
         let step = steps.begin_tool(
             format!("Executing {}", ToolBox::describe(call)),
             RunsIn::Worker,
@@ -234,7 +248,7 @@ fn arguments_object(call: &ToolCall) -> Option<ToolOutcome> {
     }
 }
 
-fn refused_step(call: &ToolCall, steps: &mut Steps<'_>) {
+fn refused_step(call: &ToolCall, steps: &Steps) {
     let step = steps.begin(
         StepKind::Tool,
         format!("Refused {}", ToolBox::describe(call)),
@@ -257,7 +271,7 @@ fn outcome_of(result: ToolResult) -> ToolOutcome {
 async fn execute_showing_lock_waits(
     tools: &ToolBox,
     call: &ToolCall,
-    steps: &mut Steps<'_>,
+    steps: &Steps,
     cancel: &CancellationToken,
 ) -> Result<ToolOutcome, LoopError> {
     let (waits, mut notices) = mpsc::unbounded_channel();
@@ -304,7 +318,7 @@ async fn ask_gate<G: ToolGate>(
     gate: &G,
     run_id: &str,
     call: &ToolCall,
-    steps: &mut Steps<'_>,
+    steps: &Steps,
     cancel: &CancellationToken,
 ) -> Result<Gate, LoopError> {
     let mut answers = gate.check(run_id, call);

@@ -17,7 +17,7 @@ pub(super) async fn call_with_retries<C: ModelClient>(
     request: &ModelRequest<'_>,
     selection: &ModelSelection,
     policy: RetryPolicy,
-    steps: &mut Steps<'_>,
+    steps: &Steps,
     cancel: &CancellationToken,
 ) -> Result<ModelReply, LoopError> {
     let first_attempt = Instant::now();

@@ -18,7 +18,8 @@
 //!   opened: the data directory's own files, every terminal (`/dev/tty`, `/dev/ptmx`,
 //!   `/dev/pts/*`) and `/dev/shm` (so POSIX shared memory and semaphores, e.g.
 //!   Python's `multiprocessing` locks, are not available). With `network = off` and
-//!   ABI ≥ 4, TCP connect and bind are denied. With ABI ≥ 6, signals to and abstract
+//!   ABI ≥ 4, TCP connect and bind are denied (a CLI backend's spawn may connect to its
+//!   run endpoint's port: `Extra`, which also makes the CLI's install directory readable). With ABI ≥ 6, signals to and abstract
 //!   sockets of processes outside the sandbox are denied too. Landlock also denies
 //!   ptrace and `/proc/<pid>/mem`/`cwd` of every process outside the sandbox. It does
 //!   not refuse `/proc/<pid>/environ` (measured on 6.18): with no capability, the
@@ -57,8 +58,9 @@ use std::sync::OnceLock;
 
 use chorus_proto::domain::{ResourceLimits, SandboxPolicy};
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, Ruleset,
-    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, NetPort,
+    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope,
+    path_beneath_rules,
 };
 use nix::libc::sock_filter;
 use nix::sys::resource::{Resource, setrlimit};
@@ -234,6 +236,12 @@ impl Sandbox {
     /// Builds the ruleset for one spawn; `Err` is what the model reads when the
     /// command is refused because the sandbox cannot be enforced.
     pub fn prepare(&self) -> Result<Prepared, String> {
+        self.prepare_with(&Extra::default())
+    }
+
+    /// [`Sandbox::prepare`] with `extra` rules (a CLI backend's: its install
+    /// directory readable, its run endpoint's port reachable with the network off).
+    pub fn prepare_with(&self, extra: &Extra) -> Result<Prepared, String> {
         let policy = &self.policy;
         let home = private_dir(&self.home, "home")?;
         let tmp = private_dir(&self.tmp, "temp")?;
@@ -261,9 +269,10 @@ impl Sandbox {
         }
         let worker_home = std::env::var_os("HOME").map(PathBuf::from);
         let ruleset = if landlock_missing.is_none() {
-            let (read_only, read_write) = paths(self, worker_home.as_deref());
+            let (mut read_only, read_write) = paths(self, worker_home.as_deref());
+            read_only.extend(extra.read_only.iter().cloned());
             Some(
-                build(&read_only, &read_write, policy.network)
+                build(&read_only, &read_write, policy.network, &extra.tcp_connect)
                     .map_err(|e| format!("refused: the sandbox could not be built: {e}"))?,
             )
         } else {
@@ -355,6 +364,7 @@ fn build(
     read_only: &[PathBuf],
     read_write: &[PathBuf],
     network: bool,
+    tcp_connect: &[u16],
 ) -> Result<RulesetCreated, landlock::RulesetError> {
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
@@ -363,13 +373,49 @@ fn build(
     if !network {
         ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?;
     }
-    ruleset
+    let created = ruleset
         .create()?
         .add_rules(path_beneath_rules(
             read_only,
             AccessFs::from_read(TARGET_ABI),
         ))?
-        .add_rules(path_beneath_rules(read_write, read_write_access()))
+        .add_rules(path_beneath_rules(read_write, read_write_access()))?;
+    if network {
+        return Ok(created);
+    }
+    created.add_rules(
+        tcp_connect.iter().map(|port| {
+            Ok::<_, landlock::RulesetError>(NetPort::new(*port, AccessNet::ConnectTcp))
+        }),
+    )
+}
+
+/// Rules beyond the agent's policy for one kind of spawn. `Default`: none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Extra {
+    /// More paths readable (and executable).
+    pub read_only: Vec<PathBuf>,
+    /// TCP ports that may be connected to when the policy's network is off (any
+    /// address: loopback is the only one a CLI is given). Ignored with the network on.
+    pub tcp_connect: Vec<u16>,
+}
+
+/// A program's install directory: the program's path with symlinks resolved, then
+/// up to the nearest directory holding a `package.json` inside a `node_modules` (an
+/// npm package), else the program's own directory. Never more: a stray
+/// `package.json` higher up (in `/`, a home) must not open a whole tree.
+pub fn install_dir(program: &Path) -> std::io::Result<PathBuf> {
+    let real = std::fs::canonicalize(program)?;
+    let own = real.parent().map(Path::to_path_buf).unwrap_or(real.clone());
+    let in_node_modules = |dir: &Path| {
+        dir.parent()
+            .is_some_and(|up| up.components().any(|c| c.as_os_str() == "node_modules"))
+    };
+    let package = own
+        .ancestors()
+        .find(|dir| in_node_modules(dir) && dir.join("package.json").is_file())
+        .map(Path::to_path_buf);
+    Ok(package.unwrap_or(own))
 }
 
 /// Applies `prepared` to `command` in the child, between fork and exec: limits, then

@@ -1,0 +1,252 @@
+//! The model proxy, below `/llm` on the run endpoint: the CLI's model requests go to
+//! the control plane's relay with the *worker's* credential (the CLI holds only the
+//! run's), streamed both ways unbuffered.
+//!
+//! Mapping (the relay serves `<relay_path>/<provider endpoint>`, `relay_path` being
+//! `/llm/<provider>`): Claude Code, with `ANTHROPIC_BASE_URL=<endpoint>/llm`, asks
+//! `/llm/v1/messages` → `<relay_path>/v1/messages` (Anthropic's endpoints sit below
+//! the bare host); OpenCode, with `baseURL=<endpoint>/llm/v1`, asks
+//! `/llm/v1/chat/completions` → `<relay_path>/chat/completions` (the relay's base of
+//! an OpenAI-format provider already ends in its `/v1`). The query string is kept;
+//! only `content-type`, `accept`, `anthropic-beta` and `anthropic-version` are
+//! passed on (the CLI's key headers are dropped).
+//!
+//! Turn end: once a tool that ends the turn was called successfully, the proxy
+//! answers every further model request itself with a minimal final reply in the
+//! route's format (no content, `end_turn` / `stop`), so the CLI ends cleanly and its
+//! session keeps the tool result.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chorus_proto::domain::ModelRoute;
+use futures::TryStreamExt;
+use serde_json::json;
+
+use super::endpoint::Shared;
+use crate::gate::ToolGate;
+
+/// Request headers passed on to the relay.
+const FORWARDED: &[&str] = &[
+    "content-type",
+    "accept",
+    "anthropic-beta",
+    "anthropic-version",
+];
+
+/// Largest request body read when the proxy answers a request itself.
+const MAX_OWN_ANSWER_BODY: usize = 32 * 1024 * 1024;
+
+/// The relay URL for a CLI's request path below `/llm/` (`rest`, no leading slash)
+/// on `route`. Pure.
+pub fn relay_url(
+    control_plane: &str,
+    route: &ModelRoute,
+    rest: &str,
+    query: Option<&str>,
+) -> String {
+    let rest = rest.trim_start_matches('/');
+    let rest = if route.api == ModelRoute::OPENAI_CHAT {
+        rest.strip_prefix("v1/").unwrap_or(rest)
+    } else {
+        rest
+    };
+    let mut url = format!(
+        "{}{}/{rest}",
+        control_plane.trim_end_matches('/'),
+        route.relay_path.trim_end_matches('/')
+    );
+    if let Some(query) = query {
+        url.push('?');
+        url.push_str(query);
+    }
+    url
+}
+
+pub(super) async fn forward<G: ToolGate + 'static>(
+    State(shared): State<Arc<Shared<G>>>,
+    Path(rest): Path<String>,
+    request: Request,
+) -> Response {
+    let route = shared.run.agent.borrow().model.route.clone();
+    if shared.turn_ended.load(Ordering::SeqCst) {
+        let body = axum::body::to_bytes(request.into_body(), MAX_OWN_ANSWER_BODY)
+            .await
+            .unwrap_or_default();
+        let wants_stream = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v.get("stream").and_then(serde_json::Value::as_bool))
+            .unwrap_or(false);
+        return final_reply(&route, wants_stream);
+    }
+    let relay = &shared.run.relay;
+    let url = relay_url(relay.control_plane(), &route, &rest, request.uri().query());
+    let method = request.method().clone();
+    // The worker's credential, the way the route's own clients send it.
+    let upstream = relay.http().request(method, &url);
+    let mut upstream = if route.api == ModelRoute::ANTHROPIC_MESSAGES {
+        upstream.header("x-api-key", relay.credential())
+    } else {
+        upstream.bearer_auth(relay.credential())
+    };
+    for name in FORWARDED {
+        if let Some(value) = request.headers().get(*name) {
+            upstream = upstream.header(*name, value);
+        }
+    }
+    let body = request.into_body().into_data_stream();
+    let sent = upstream.body(reqwest::Body::wrap_stream(body)).send().await;
+    let response = match sent {
+        Ok(response) => response,
+        Err(e) => {
+            return (
+                StatusCode::BAD_GATEWAY,
+                axum::Json(json!({"error": {"type": "api_error", "message": format!("the worker cannot reach the control plane's model relay: {e}")}})),
+            )
+                .into_response();
+        }
+    };
+    let mut answer = Response::builder().status(response.status().as_u16());
+    for (name, value) in response.headers() {
+        let name = name.as_str();
+        if matches!(
+            name,
+            "content-type" | "retry-after" | "retry-after-ms" | "request-id" | "x-request-id"
+        ) || name.starts_with("anthropic-")
+            || name.starts_with("x-ratelimit")
+            || name.starts_with("x-chorus")
+        {
+            answer = answer.header(name, value.as_bytes());
+        }
+    }
+    let stream = response.bytes_stream().map_err(std::io::Error::other);
+    answer
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+}
+
+/// The reply that ends the CLI's turn: no content, a clean stop, in the route's
+/// format, streamed or not as the request asked.
+pub fn final_reply(route: &ModelRoute, stream: bool) -> Response {
+    let (content_type, body) = final_reply_body(route, stream);
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+/// The content type and body of [`final_reply`]. Pure.
+pub fn final_reply_body(route: &ModelRoute, stream: bool) -> (&'static str, String) {
+    let model = route.model.as_str();
+    let anthropic = route.api == ModelRoute::ANTHROPIC_MESSAGES;
+    match (anthropic, stream) {
+        (true, true) => {
+            let start = json!({"type": "message_start", "message": {
+                "id": "msg_chorus_turn_end", "type": "message", "role": "assistant",
+                "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": 0, "output_tokens": 0}}});
+            let delta = json!({"type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+                "usage": {"output_tokens": 0}});
+            let stop = json!({"type": "message_stop"});
+            (
+                "text/event-stream",
+                format!(
+                    "event: message_start\ndata: {start}\n\nevent: message_delta\ndata: {delta}\n\nevent: message_stop\ndata: {stop}\n\n"
+                ),
+            )
+        }
+        (true, false) => (
+            "application/json",
+            json!({"id": "msg_chorus_turn_end", "type": "message", "role": "assistant",
+                "model": model, "content": [], "stop_reason": "end_turn", "stop_sequence": null,
+                "usage": {"input_tokens": 0, "output_tokens": 0}})
+            .to_string(),
+        ),
+        (false, true) => {
+            let chunk = json!({"id": "chatcmpl-chorus-turn-end", "object": "chat.completion.chunk",
+                "created": 0, "model": model,
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": "stop"}]});
+            (
+                "text/event-stream",
+                format!("data: {chunk}\n\ndata: [DONE]\n\n"),
+            )
+        }
+        (false, false) => (
+            "application/json",
+            json!({"id": "chatcmpl-chorus-turn-end", "object": "chat.completion", "created": 0,
+                "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
+            .to_string(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::StopReason;
+    use crate::model::http::StreamFormat;
+    use crate::model::sse::SseDecoder;
+
+    fn route(api: &str, relay_path: &str) -> ModelRoute {
+        ModelRoute {
+            provider: "p".into(),
+            api: api.into(),
+            relay_path: relay_path.into(),
+            model: "m-1".into(),
+            limits: Default::default(),
+        }
+    }
+
+    fn decode<F: StreamFormat>(body: &str) -> crate::model::ModelReply {
+        let mut decoder = SseDecoder::new();
+        let mut state = F::default();
+        let mut ended = false;
+        for event in decoder.push(body.as_bytes()) {
+            ended |= state.apply("p", &event, &mut |_| {}).unwrap();
+        }
+        assert!(ended, "the stream must say it ended: {body}");
+        state.finish("p").unwrap()
+    }
+
+    #[test]
+    fn the_turn_end_replies_parse_as_clean_empty_stops_in_both_formats() {
+        let anthropic = route(ModelRoute::ANTHROPIC_MESSAGES, "/llm/anthropic");
+        let (kind, body) = final_reply_body(&anthropic, true);
+        assert_eq!(kind, "text/event-stream");
+        let reply = decode::<crate::model::anthropic::StreamState>(&body);
+        assert_eq!(reply.stop, StopReason::EndTurn);
+        assert!(reply.content.is_empty() && reply.tool_calls.is_empty());
+        let (_, body) = final_reply_body(&anthropic, false);
+        let reply =
+            crate::model::anthropic::parse_reply(&serde_json::from_str(&body).unwrap()).unwrap();
+        assert_eq!(reply.stop, StopReason::EndTurn);
+
+        let openai = route(ModelRoute::OPENAI_CHAT, "/llm/openai");
+        let (_, body) = final_reply_body(&openai, true);
+        let reply = decode::<crate::model::openai::StreamState>(&body);
+        assert_eq!(reply.stop, StopReason::EndTurn);
+        assert!(reply.content.is_empty() && reply.tool_calls.is_empty());
+        let (_, body) = final_reply_body(&openai, false);
+        let reply =
+            crate::model::openai::parse_reply(&serde_json::from_str(&body).unwrap()).unwrap();
+        assert_eq!(reply.stop, StopReason::EndTurn);
+    }
+
+    #[test]
+    fn cli_paths_map_to_the_routes_relay_path_with_the_query_kept() {
+        let anthropic = route(ModelRoute::ANTHROPIC_MESSAGES, "/llm/anthropic");
+        assert_eq!(
+            relay_url("http://cp:1/", &anthropic, "v1/messages", Some("beta=true")),
+            "http://cp:1/llm/anthropic/v1/messages?beta=true"
+        );
+        let openai = route(ModelRoute::OPENAI_CHAT, "/llm/ollama");
+        assert_eq!(
+            relay_url("http://cp:1", &openai, "v1/chat/completions", None),
+            "http://cp:1/llm/ollama/chat/completions"
+        );
+    }
+}
