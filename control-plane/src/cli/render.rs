@@ -210,6 +210,25 @@ pub fn agents(list: &Value, style: Style) -> String {
     )
 }
 
+/// `claude-code (usable, 2.1.332)` / `opencode (not usable: <reason>)` / `api`.
+fn backend_line(a: &Value) -> String {
+    let backend = cell(&a["backend"]);
+    let status = &a["backend_status"];
+    if status.is_null() {
+        return backend;
+    }
+    match status["usable"].as_bool() {
+        Some(true) => match status["version"].as_str() {
+            Some(version) => format!("{backend} (usable, {version})"),
+            None => format!("{backend} (usable)"),
+        },
+        _ => format!(
+            "{backend} (not usable: {})",
+            status["reason"].as_str().unwrap_or("no reason given")
+        ),
+    }
+}
+
 pub fn agent(a: &Value, style: Style) -> String {
     let mut out = format!("{}\n", style.bold(&cell(&a["name"])));
     let permissions = match &a["permissions"] {
@@ -240,6 +259,7 @@ pub fn agent(a: &Value, style: Style) -> String {
         ("permissions", permissions),
         ("on ask", cell(&a["on_ask"])),
         ("network", cell(&a["network"])),
+        ("backend", backend_line(a)),
         ("sandbox", cell(&a["sandbox"])),
         ("worker", worker_line),
         ("idle save after", idle),

@@ -7,6 +7,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::{Store, StoreError, now};
+use chorus_proto::domain::Backend;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunStatus {
@@ -78,6 +79,8 @@ pub struct NewRun<'a> {
     pub stalled: u32,
     /// Its span's W3C trace context (empty when traces are not exported).
     pub trace_context: &'a std::collections::HashMap<String, String>,
+    /// What runs it (the agent's backend when it was assigned).
+    pub backend: Backend,
 }
 
 /// Which run an event belongs to and its place in it (`seq` from 1; 0 = not
@@ -145,6 +148,7 @@ impl Store {
             first_step,
             stalled,
             trace_context,
+            backend,
         } = run;
         let at = now();
         let trace_context =
@@ -154,8 +158,8 @@ impl Store {
             Box::pin(async move {
                 sqlx::query(
                     "INSERT INTO runs (id, agent_name, thread_id, attempt, status, first_step, \
-                     stalled, created_at, updated_at, trace_context) \
-                     VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $7, $8)",
+                     stalled, created_at, updated_at, trace_context, backend) \
+                     VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $7, $8, $9)",
                 )
                 .bind(&run_id)
                 .bind(&agent)
@@ -165,6 +169,7 @@ impl Store {
                 .bind(i64::from(stalled))
                 .bind(&at)
                 .bind(&trace_context)
+                .bind(backend.as_str())
                 .execute(&mut *tx)
                 .await?;
                 Ok(())
@@ -229,6 +234,46 @@ impl Store {
         row.as_ref().map(run_from_row).transpose()
     }
 
+    /// The CLI session the latest run of a thread on `backend` started, if any
+    /// of them did (a session of another CLI cannot be resumed by this one).
+    pub async fn latest_cli_session(
+        &self,
+        agent: &str,
+        thread: u64,
+        backend: Backend,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT cli_session FROM runs WHERE agent_name = $1 AND thread_id = $2 \
+             AND backend = $3 AND cli_session IS NOT NULL \
+             ORDER BY created_at DESC, attempt DESC LIMIT 1",
+        )
+        .bind(agent)
+        .bind(thread as i64)
+        .bind(backend.as_str())
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// A CLI backend's run said which session it started (a run event: stored once,
+    /// by its `seq`, like the others). False when it was a replay.
+    /// Queued to the writer: the [`super::Pending`] answers once it is committed.
+    pub async fn record_cli_session(
+        &self,
+        agent: &str,
+        thread: u64,
+        session_id: &str,
+        mark: RunMark<'_>,
+    ) -> super::Pending<bool> {
+        self.writer
+            .submit_event(super::run_events::ThreadEvent {
+                agent: agent.to_owned(),
+                thread,
+                mark: Mark::of(Some(mark)),
+                event: super::run_events::RunEvent::CliSession(session_id.to_owned()),
+            })
+            .await
+    }
+
     /// The runs of a thread, in order of attempt.
     pub async fn thread_runs(
         &self,
@@ -266,6 +311,7 @@ mod tests {
             first_step,
             stalled,
             trace_context,
+            backend: Backend::Api,
         }
     }
 

@@ -304,6 +304,7 @@ impl Engine {
             permissions: Some(PermissionsSetting::Preset("locked".into())),
             on_ask: Some("deny".into()),
             network: Some("off".into()),
+            backend: None,
             idle_timeout_secs: None,
             discord_channel_id: None,
         };
