@@ -520,6 +520,53 @@ mod tests {
         assert_eq!(store.active_agents().await.unwrap().len(), 1);
     }
 
+    /// An agent's backend is stored as its text form, changed only when given, and a
+    /// revived name starts with the backend it is registered with.
+    #[tokio::test]
+    async fn the_backend_is_stored_and_changed_only_when_given() {
+        let (store, _dir) = test_store().await;
+        let a = store.register_agent(&new_agent("a")).await.unwrap();
+        assert_eq!(a.backend, Backend::Api, "the default");
+        let set = |backend| AgentUpdate {
+            backend,
+            ..AgentUpdate::default()
+        };
+        let cc = store
+            .update_agent("a", &set(Some(Backend::ClaudeCode)))
+            .await
+            .unwrap();
+        assert_eq!(cc.backend, Backend::ClaudeCode);
+        let stored: String = sqlx::query_scalar("SELECT backend FROM agents WHERE name = 'a'")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+        assert_eq!(stored, "claude-code");
+        let same = store.update_agent("a", &set(None)).await.unwrap();
+        assert_eq!(same.backend, Backend::ClaudeCode, "left alone when not given");
+        store.mark_agent_destroyed("a", false).await.unwrap();
+        let revived = store
+            .register_agent(&NewAgent {
+                backend: Backend::OpenCode,
+                incarnation: "i2".into(),
+                ..new_agent("a")
+            })
+            .await
+            .unwrap();
+        assert_eq!(revived.backend, Backend::OpenCode);
+        // A value outside the set is a corrupt row, not a silent default.
+        sqlx::query("UPDATE agents SET backend = 'claude' WHERE name = 'a'")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        assert!(matches!(
+            store.agent("a").await,
+            Err(StoreError::Corrupt {
+                column: "backend",
+                ..
+            })
+        ));
+    }
+
     #[tokio::test]
     async fn update_changes_only_given_fields() {
         let (store, _dir) = test_store().await;

@@ -375,6 +375,119 @@ mod tests {
         assert_eq!((run.last_seq, run.stored), (3, 2));
     }
 
+    /// A CLI run's session is stored with the run once (a replayed event changes
+    /// nothing), and the thread's latest run on the same backend names it.
+    #[tokio::test]
+    async fn a_cli_session_is_stored_once_with_its_run_and_the_latest_is_found() {
+        let (store, _dir) = test_store_with_agent().await;
+        let (thread, _) = store
+            .start_thread("a", &ChatMessage::user("hi"), "api", None)
+            .await
+            .unwrap();
+        let context = Default::default();
+        let run = |run_id, attempt, backend| NewRun {
+            backend,
+            ..new_run(thread, run_id, attempt, 1, 0, &context)
+        };
+        store
+            .insert_run(run("r1", 1, Backend::ClaudeCode))
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .latest_cli_session("a", thread, Backend::ClaudeCode)
+                .await
+                .unwrap(),
+            None,
+            "no run started one yet"
+        );
+        let mark = |run_id, seq| RunMark { run_id, seq };
+        let stored = store
+            .record_cli_session("a", thread, "s-1", mark("r1", 1))
+            .await
+            .await
+            .unwrap();
+        assert!(stored);
+        // A replay of the event (a reconnect) with another id changes nothing.
+        let replayed = store
+            .record_cli_session("a", thread, "s-other", mark("r1", 1))
+            .await
+            .await
+            .unwrap();
+        assert!(!replayed);
+        assert_eq!(
+            store
+                .latest_cli_session("a", thread, Backend::ClaudeCode)
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("s-1")
+        );
+        assert_eq!(store.run("r1").await.unwrap().unwrap().last_seq, 1);
+        // A later run that started none leaves the latest one as it was; a session of
+        // another CLI is not offered to this one.
+        store
+            .insert_run(run("r2", 2, Backend::ClaudeCode))
+            .await
+            .unwrap();
+        store
+            .insert_run(run("r3", 3, Backend::OpenCode))
+            .await
+            .unwrap();
+        store
+            .record_cli_session("a", thread, "oc-1", mark("r3", 1))
+            .await
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .latest_cli_session("a", thread, Backend::ClaudeCode)
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("s-1")
+        );
+        assert_eq!(
+            store
+                .latest_cli_session("a", thread, Backend::OpenCode)
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("oc-1")
+        );
+        assert_eq!(
+            store
+                .latest_cli_session("a", thread, Backend::Api)
+                .await
+                .unwrap(),
+            None
+        );
+        store
+            .insert_run(run("r4", 4, Backend::ClaudeCode))
+            .await
+            .unwrap();
+        store
+            .record_cli_session("a", thread, "s-2", mark("r4", 3))
+            .await
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .latest_cli_session("a", thread, Backend::ClaudeCode)
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("s-2"),
+            "the latest run's"
+        );
+        // The column the task views read.
+        let backend: String = sqlx::query_scalar("SELECT backend FROM runs WHERE id = 'r3'")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+        assert_eq!(backend, "opencode");
+    }
+
     #[tokio::test]
     async fn an_ended_run_is_never_moved_again_and_open_runs_are_listed() {
         let (store, _dir) = test_store_with_agent().await;
