@@ -1259,7 +1259,10 @@ mod tests {
         assert_eq!(s.backends.opencode, None);
         assert_eq!(
             s.backends.worker_args(),
-            [std::ffi::OsString::from("--claude-code"), cli.clone().into()]
+            [
+                std::ffi::OsString::from("--claude-code"),
+                cli.clone().into()
+            ]
         );
         let missing = dir.path().join("nowhere/opencode");
         let err = resolve(format!("[backends]\nopencode = {:?}\n", missing)).unwrap_err();

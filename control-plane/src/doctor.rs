@@ -706,7 +706,9 @@ mod tests {
                 backend: chorus_proto::domain::Backend::OpenCode,
                 usable: false,
                 version: None,
-                reason: Some("opencode is not installed: npm install -g opencode-ai@1.18.33".into()),
+                reason: Some(
+                    "opencode is not installed: npm install -g opencode-ai@1.18.33".into(),
+                ),
                 path: None,
             },
         ];

@@ -348,7 +348,10 @@ mod tests {
                 session("own", false)
             );
             // A continuation's first run forks the ended thread's.
-            assert_eq!(choose_session(cli, None, id("ended")), session("ended", true));
+            assert_eq!(
+                choose_session(cli, None, id("ended")),
+                session("ended", true)
+            );
             // No run started one: a fresh session.
             assert_eq!(choose_session(cli, None, None), None);
         }

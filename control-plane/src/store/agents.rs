@@ -542,7 +542,11 @@ mod tests {
             .unwrap();
         assert_eq!(stored, "claude-code");
         let same = store.update_agent("a", &set(None)).await.unwrap();
-        assert_eq!(same.backend, Backend::ClaudeCode, "left alone when not given");
+        assert_eq!(
+            same.backend,
+            Backend::ClaudeCode,
+            "left alone when not given"
+        );
         store.mark_agent_destroyed("a", false).await.unwrap();
         let revived = store
             .register_agent(&NewAgent {
