@@ -163,7 +163,8 @@ async fn run_probe(
         .map_err(|e| format!("cannot run `{} backends`: {e}", worker_bin.display()))?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        let said = stderr.lines().rev().find(|l| !l.trim().is_empty());
+        // Its first line says what went wrong (clap's `error: …`, a panic).
+        let said = stderr.lines().find(|l| !l.trim().is_empty());
         return Err(format!(
             "`{} backends` failed ({}){}",
             worker_bin.display(),
@@ -230,6 +231,48 @@ mod tests {
             !seen
                 .of_agent("b", Backend::ClaudeCode)
                 .is_some_and(|s| s.usable)
+        );
+    }
+
+    /// The probe runs the worker binary with `backends` and the `[backends]` flags;
+    /// a worker without the subcommand reads as unknown, with its own words.
+    #[tokio::test]
+    async fn the_local_probe_runs_the_worker_and_a_failure_says_why() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let worker = dir.path().join("worker");
+        let found = serde_json::to_string(&vec![usable(Backend::ClaudeCode, "2.1.332")]).unwrap();
+        std::fs::write(
+            &worker,
+            format!(
+                "#!/bin/sh\n[ \"$1 $2 $3\" = 'backends --claude-code /x/claude' ] || \
+                 {{ echo \"error: unexpected argument '$1' found\" >&2; echo usage >&2; exit 2; }}\n\
+                 echo '{found}'\n"
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&worker, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let paths = BackendPaths {
+            claude_code: Some("/x/claude".into()),
+            opencode: None,
+        };
+        let env = crate::workers::launcher::inherited_env();
+        let seen = BackendsSeen::default();
+        seen.set_local(run_probe(&worker, &paths, env.clone()).await);
+        let status = seen.status();
+        assert_eq!(status[0], usable(Backend::ClaudeCode, "2.1.332"));
+        assert_eq!(
+            status[1].reason.as_deref(),
+            Some("unknown: the worker's probe did not list it")
+        );
+        // Without the flag the script fails like a worker that lacks the subcommand.
+        let failed = run_probe(&worker, &BackendPaths::default(), env)
+            .await
+            .unwrap_err();
+        assert!(failed.contains("backends` failed (exit"), "{failed}");
+        assert!(
+            failed.ends_with(": error: unexpected argument 'backends' found"),
+            "{failed}"
         );
     }
 
