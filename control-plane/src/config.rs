@@ -1254,18 +1254,15 @@ mod tests {
             let file: FileSettings = toml::from_str(&text).unwrap();
             Settings::resolve(ServeArgs::default(), file, |_| None)
         };
-        let s = resolve(format!("[backends]\nclaude_code = {:?}\n", cli)).unwrap();
+        let s = resolve(format!("[backends]\nclaude_code = {cli:?}\n")).unwrap();
         assert_eq!(s.backends.claude_code.as_deref(), Some(cli.as_path()));
         assert_eq!(s.backends.opencode, None);
         assert_eq!(
             s.backends.worker_args(),
-            [
-                std::ffi::OsString::from("--claude-code"),
-                cli.clone().into()
-            ]
+            [std::ffi::OsString::from("--claude-code"), cli.into()]
         );
         let missing = dir.path().join("nowhere/opencode");
-        let err = resolve(format!("[backends]\nopencode = {:?}\n", missing)).unwrap_err();
+        let err = resolve(format!("[backends]\nopencode = {missing:?}\n")).unwrap_err();
         let text = err.to_string();
         assert!(text.starts_with("[backends] opencode: "), "{text}");
         assert!(text.contains("is not a file"), "{text}");

@@ -213,7 +213,7 @@ async fn a_backends_path_that_is_not_a_file_stops_the_start_saying_which() -> an
     let tmp = tempfile::tempdir()?;
     let missing = tmp.path().join("no-such-claude");
     let (status, said) = Chorus::builder()
-        .config(&format!("[backends]\nclaude_code = {:?}\n", missing))
+        .config(&format!("[backends]\nclaude_code = {missing:?}\n"))
         .run_to_exit(&tmp.path().join("data"), Duration::from_secs(30))
         .await?;
     assert!(!status.success(), "{said}");
