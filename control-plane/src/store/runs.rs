@@ -254,26 +254,6 @@ impl Store {
         .await?)
     }
 
-    /// A CLI backend's run said which session it started (a run event: stored once,
-    /// by its `seq`, like the others). False when it was a replay.
-    /// Queued to the writer: the [`super::Pending`] answers once it is committed.
-    pub async fn record_cli_session(
-        &self,
-        agent: &str,
-        thread: u64,
-        session_id: &str,
-        mark: RunMark<'_>,
-    ) -> super::Pending<bool> {
-        self.writer
-            .submit_event(super::run_events::ThreadEvent {
-                agent: agent.to_owned(),
-                thread,
-                mark: Mark::of(Some(mark)),
-                event: super::run_events::RunEvent::CliSession(session_id.to_owned()),
-            })
-            .await
-    }
-
     /// The runs of a thread, in order of attempt.
     pub async fn thread_runs(
         &self,

@@ -168,7 +168,7 @@ async fn run_probe(
         return Err(format!(
             "`{} backends` failed ({}){}",
             worker_bin.display(),
-            super::launcher::describe_exit(output.status),
+            output.status,
             said.map(|l| format!(": {}", l.trim())).unwrap_or_default()
         ));
     }
@@ -256,7 +256,10 @@ mod tests {
             claude_code: Some("/x/claude".into()),
             opencode: None,
         };
-        let env = crate::workers::launcher::inherited_env();
+        let env: Vec<(String, std::ffi::OsString)> = std::env::var_os("PATH")
+            .map(|path| ("PATH".to_string(), path))
+            .into_iter()
+            .collect();
         let seen = BackendsSeen::default();
         seen.set_local(run_probe(&worker, &paths, env.clone()).await);
         let status = seen.status();
@@ -269,7 +272,10 @@ mod tests {
         let failed = run_probe(&worker, &BackendPaths::default(), env)
             .await
             .unwrap_err();
-        assert!(failed.contains("backends` failed (exit"), "{failed}");
+        assert!(
+            failed.contains("backends` failed (exit status: 2)"),
+            "{failed}"
+        );
         assert!(
             failed.ends_with(": error: unexpected argument 'backends' found"),
             "{failed}"
