@@ -269,7 +269,7 @@ impl Engine {
                 task_id,
                 ThreadRole::Planner,
                 &planner.name,
-                "api",
+                planner.backend.as_str(),
                 Some(thread),
             )
             .await?;
@@ -465,7 +465,7 @@ impl Engine {
                 task.id,
                 ThreadRole::Worker,
                 &agent.name,
-                "api",
+                agent.backend.as_str(),
                 Some(thread),
             )
             .await?;
@@ -955,7 +955,7 @@ impl Engine {
                 task.id,
                 ThreadRole::Answerer,
                 &asked.name,
-                "api",
+                asked.backend.as_str(),
                 Some(thread),
             )
             .await?;
