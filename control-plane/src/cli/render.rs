@@ -177,6 +177,7 @@ pub fn agents(list: &Value, style: Style) -> String {
         vec![
             cell(&a["name"]),
             cell(&a["model"]),
+            cell(&a["backend"]),
             match &a["permissions"] {
                 Value::String(s) => s.clone(),
                 Value::Null => "-".into(),
@@ -198,10 +199,17 @@ pub fn agents(list: &Value, style: Style) -> String {
         return "No agents yet. Create one: chorus agent create <name>\n".into();
     }
     table(
-        &["NAME", "MODEL", "PERMISSIONS", "WORKER", "TOKENS"],
+        &[
+            "NAME",
+            "MODEL",
+            "BACKEND",
+            "PERMISSIONS",
+            "WORKER",
+            "TOKENS",
+        ],
         &rows,
         |i, c| {
-            if i == 3 {
+            if i == 4 {
                 style.status(c)
             } else {
                 c.to_string()

@@ -195,6 +195,15 @@ async fn the_backend_is_set_shown_changed_and_refused_when_unknown() -> anyhow::
         "{}",
         stderr(&refused)
     );
+    let listed = stdout(&client(&chorus, &["agent", "list"]).await);
+    let coder = listed
+        .lines()
+        .find(|l| l.starts_with("coder "))
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert!(
+        listed.lines().next().unwrap().contains(" BACKEND ") && coder.contains(" claude-code "),
+        "{listed}"
+    );
     let shown = client(&chorus, &["status"]).await;
     let text = stdout(&shown);
     assert!(text.contains("  backends:\n"), "{text}");
