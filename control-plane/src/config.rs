@@ -111,6 +111,8 @@ pub struct FileSettings {
     pub store: FileStore,
     #[serde(default)]
     pub tasks: FileTasks,
+    #[serde(default)]
+    pub backends: FileBackends,
     /// Roles by user id (`api` is whoever holds the API token; `default` is everyone
     /// not listed): admin | operator | viewer.
     #[serde(default)]
@@ -554,6 +556,66 @@ impl Default for TaskSettings {
     }
 }
 
+/// `[backends]`: where the CLIs an agent's backend may name are (default: found on
+/// the `PATH` local workers get).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileBackends {
+    pub claude_code: Option<PathBuf>,
+    pub opencode: Option<PathBuf>,
+}
+
+/// The CLIs' paths `[backends]` names, each checked to be a file at start; passed to
+/// local workers as `--claude-code` / `--opencode`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BackendPaths {
+    pub claude_code: Option<PathBuf>,
+    pub opencode: Option<PathBuf>,
+}
+
+impl BackendPaths {
+    fn from_file(file: FileBackends) -> Result<Self, ConfigError> {
+        let check = |name: &'static str, path: Option<PathBuf>| match path {
+            Some(path) if !path.is_file() => Err(ConfigError::Invalid {
+                name,
+                message: format!(
+                    "{} is not a file{}; give the path of the installed CLI (`command -v {}`) or \
+                     leave it out to use the one on PATH",
+                    path.display(),
+                    match std::fs::metadata(&path) {
+                        Err(e) => format!(" ({e})"),
+                        Ok(_) => String::new(),
+                    },
+                    match name {
+                        "[backends] claude_code" => "claude",
+                        _ => "opencode",
+                    }
+                ),
+            }),
+            other => Ok(other),
+        };
+        Ok(BackendPaths {
+            claude_code: check("[backends] claude_code", file.claude_code)?,
+            opencode: check("[backends] opencode", file.opencode)?,
+        })
+    }
+
+    /// The worker flags that name them (nothing for a CLI found on `PATH`).
+    pub fn worker_args(&self) -> Vec<std::ffi::OsString> {
+        let mut args = Vec::new();
+        for (flag, path) in [
+            ("--claude-code", &self.claude_code),
+            ("--opencode", &self.opencode),
+        ] {
+            if let Some(path) = path {
+                args.push(flag.into());
+                args.push(path.clone().into_os_string());
+            }
+        }
+        args
+    }
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileDiscord {
@@ -630,6 +692,8 @@ pub struct Settings {
     pub context: ContextSettings,
     /// The task board (`[tasks]`).
     pub tasks: TaskSettings,
+    /// `[backends]`: the CLIs' paths, when not found on `PATH`.
+    pub backends: BackendPaths,
     /// `None`: no Discord front end (no `DISCORD_TOKEN`).
     pub discord: Option<DiscordSettings>,
     /// Where traces are exported (`OTEL_EXPORTER_OTLP_*`); `None`: nowhere.
@@ -982,6 +1046,7 @@ impl Settings {
             sandbox: SandboxSettings::from_file(file.sandbox),
             context: ContextSettings::from_file(&file.context)?,
             tasks: TaskSettings::from_file(&file.tasks)?,
+            backends: BackendPaths::from_file(file.backends)?,
             discord: DiscordSettings::resolve(file.discord, &env)?,
             metrics_open: file.metrics.open,
             header_deadline: Duration::from_secs(in_range(
@@ -1177,6 +1242,35 @@ mod tests {
         assert_eq!(s.context.idle_timeout, Some(Duration::from_secs(1800)));
         // The example says the defaults.
         assert_eq!(s.tasks, TaskSettings::default());
+        assert_eq!(s.backends, BackendPaths::default());
+    }
+
+    #[test]
+    fn backends_name_files_or_start_up_fails_saying_which() {
+        let dir = tempfile::tempdir().unwrap();
+        let cli = dir.path().join("claude");
+        std::fs::write(&cli, "#!/bin/sh\n").unwrap();
+        let resolve = |text: String| {
+            let file: FileSettings = toml::from_str(&text).unwrap();
+            Settings::resolve(ServeArgs::default(), file, |_| None)
+        };
+        let s = resolve(format!("[backends]\nclaude_code = {cli:?}\n")).unwrap();
+        assert_eq!(s.backends.claude_code.as_deref(), Some(cli.as_path()));
+        assert_eq!(s.backends.opencode, None);
+        assert_eq!(
+            s.backends.worker_args(),
+            [std::ffi::OsString::from("--claude-code"), cli.into()]
+        );
+        let missing = dir.path().join("nowhere/opencode");
+        let err = resolve(format!("[backends]\nopencode = {missing:?}\n")).unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with("[backends] opencode: "), "{text}");
+        assert!(text.contains("is not a file"), "{text}");
+        assert!(text.contains("command -v opencode"), "{text}");
+        // A directory is not a CLI either.
+        let err = resolve(format!("[backends]\nclaude_code = {:?}\n", dir.path())).unwrap_err();
+        assert!(err.to_string().contains("is not a file"), "{err}");
+        assert!(toml::from_str::<FileSettings>("[backends]\nclaude = \"x\"\n").is_err());
     }
 
     #[test]

@@ -64,6 +64,10 @@ pub struct Diagnosis {
     /// What only a running Chorus knows (`GET /api/status`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live: Option<Live>,
+    /// Whether each CLI backend can run where agents are served (a running Chorus's
+    /// workers' probe); empty when not known.
+    #[serde(default)]
+    pub backends: Vec<chorus_proto::domain::BackendStatus>,
 }
 
 /// A running Chorus's agents and workers, and when it last checked the providers.
@@ -333,6 +337,7 @@ pub fn diagnosis_from(
         discord_token,
         server_running: None,
         live: None,
+        backends: Vec::new(),
     }
 }
 
@@ -465,6 +470,12 @@ impl Diagnosis {
             (Some(model), None) => model.clone(),
         };
         out.push_str(&format!("  default model:  {default}\n"));
+        if !self.backends.is_empty() {
+            out.push_str("  backends:\n");
+            for status in &self.backends {
+                out.push_str(&format!("    {}\n", describe_backend(status)));
+            }
+        }
         for (i, step) in self.next_steps().iter().enumerate() {
             let head = if i == 0 {
                 "  next:           "
@@ -474,6 +485,27 @@ impl Diagnosis {
             out.push_str(&format!("{head}{step}\n"));
         }
         out
+    }
+}
+
+/// One CLI backend's state in a line: `claude-code: usable (2.1.332, /usr/bin/claude)`
+/// or `opencode: not usable — <reason>`.
+pub fn describe_backend(status: &chorus_proto::domain::BackendStatus) -> String {
+    if status.usable {
+        let found: Vec<&str> = [status.version.as_deref(), status.path.as_deref()]
+            .into_iter()
+            .flatten()
+            .collect();
+        match found.is_empty() {
+            true => format!("{}: usable", status.backend),
+            false => format!("{}: usable ({})", status.backend, found.join(", ")),
+        }
+    } else {
+        format!(
+            "{}: not usable — {}",
+            status.backend,
+            status.reason.as_deref().unwrap_or("no reason given")
+        )
     }
 }
 
@@ -662,7 +694,27 @@ mod tests {
                 reason: "the connection was refused".into(),
             }),
         });
+        d.backends = vec![
+            chorus_proto::domain::BackendStatus {
+                backend: chorus_proto::domain::Backend::ClaudeCode,
+                usable: true,
+                version: Some("2.1.332".into()),
+                reason: None,
+                path: Some("/usr/bin/claude".into()),
+            },
+            chorus_proto::domain::BackendStatus {
+                backend: chorus_proto::domain::Backend::OpenCode,
+                usable: false,
+                version: None,
+                reason: Some(
+                    "opencode is not installed: npm install -g opencode-ai@1.18.33".into(),
+                ),
+                path: None,
+            },
+        ];
         let json = serde_json::to_value(&d).unwrap();
+        assert_eq!(json["backends"][0]["backend"], "claude-code");
+        assert_eq!(json["backends"][1]["usable"], false);
         assert_eq!(json["providers"][0]["provider"], "anthropic");
         assert_eq!(json["providers"][0]["state"], "refused");
         assert_eq!(json["providers"][1]["state"], "usable");
@@ -685,6 +737,16 @@ mod tests {
         );
         assert!(
             text.contains("providers:      checked 2026-11-23"),
+            "{text}"
+        );
+        assert!(
+            text.contains("    claude-code: usable (2.1.332, /usr/bin/claude)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "    opencode: not usable — opencode is not installed: npm install -g opencode-ai@1.18.33\n"
+            ),
             "{text}"
         );
         assert!(

@@ -277,17 +277,18 @@ impl WorkerLinkService {
                 () = revoked.cancelled() => return,
                 hello = tokio::time::timeout(HELLO_WAIT, inbound.message()) => hello,
             };
-            let (volume, directories) = match hello {
+            let (volume, directories, backends) = match hello {
                 Ok(Ok(Some(message))) => match Sequenced::try_from(message) {
                     Ok(Sequenced {
                         event:
                             WorkerEvent::Hello {
                                 volume,
                                 directories,
+                                backends,
                                 ..
                             },
                         ..
-                    }) => (volume, directories),
+                    }) => (volume, directories, backends),
                     _ => {
                         tracing::warn!(%peer, "a dial-in worker's first message was not its Hello; closing its link");
                         return;
@@ -304,6 +305,8 @@ impl WorkerLinkService {
                 let _ = start.send(Err(refusal(&refused)));
                 return;
             }
+            // What its host can run (the agent it serves is known once assigned).
+            registry.backends().joined(backends.clone());
             // Only what the store placed on this volume counts.
             let directories = credentials
                 .placed_directories(&volume, directories, &peer)
@@ -367,6 +370,7 @@ impl WorkerLinkService {
             };
             let generation = attachment.generation;
             registry.set_credential(&agent, generation, &worker);
+            registry.backends().hello(&agent, backends);
             tracing::info!(%agent, generation, %peer, %worker, "dial-in worker assigned");
             let welcome = this.welcome(
                 &agent,
@@ -599,10 +603,12 @@ impl Link {
             if let WorkerEvent::Hello {
                 worker_version,
                 pid,
+                backends,
                 ..
             } = &event
             {
                 tracing::info!(%agent, generation, %worker_version, pid, "worker ready");
+                registry.backends().hello(&agent, backends.clone());
             }
             if let WorkerEvent::ToolCheck {
                 request_id,

@@ -293,13 +293,23 @@ pub async fn start(
         }
         LauncherKind::Local => (
             Launcher::Local(LocalLauncher {
-                worker_bin: worker_bin(&settings)?,
+                worker_bin: {
+                    let bin = worker_bin(&settings)?;
+                    // What CLIs local workers can run, known before any connects.
+                    registry.backends().clone().probe_local(
+                        bin.clone(),
+                        settings.backends.clone(),
+                        crate::workers::launcher::inherited_env(),
+                    );
+                    bin
+                },
                 control_plane_url: format!("http://{}", dialable(grpc_addr)),
                 data_dir: data_dir.clone(),
                 bash_timeout: settings.workers.bash_timeout,
                 file_lock_timeout: settings.workers.file_lock_timeout,
                 tool_marks,
                 json_logs: settings.log_format == crate::telemetry::json_log::LogFormat::Json,
+                backends: settings.backends.clone(),
             }),
             None,
         ),

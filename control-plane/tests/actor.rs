@@ -991,3 +991,89 @@ async fn a_role_thread_lost_beyond_resumption_ends_its_turn_failed() {
     }
     assert_eq!(plane.thread(A, thread).await.status, ThreadStatus::Failed);
 }
+
+// ------------------------------------------------------------------ CLI backends
+
+/// A CLI agent's runs say so; the session a run started is stored once (a replay
+/// changes nothing) and the thread's next run resumes it; a reply to the ended
+/// thread (a continuation) forks it; an agent switched to the tool loop gets none.
+#[tokio::test]
+async fn a_cli_agents_next_run_resumes_its_session_and_a_continuation_forks_it() {
+    use chorus_control_plane::store::AgentUpdate;
+    use chorus_proto::domain::{Backend, CliSession};
+    let plane = plane().await;
+    let switch = |backend| AgentUpdate {
+        backend: Some(backend),
+        ..AgentUpdate::default()
+    };
+    plane
+        .store
+        .update_agent(A, &switch(Backend::ClaudeCode))
+        .await
+        .unwrap();
+    let mut worker = plane.worker(A).await;
+    let first = plane.send(A, "first").await;
+    let run = worker.assignment().await;
+    assert_eq!(run.backend, Backend::ClaudeCode);
+    assert_eq!(run.cli_session, None, "a new thread starts a new session");
+    let started = |session: &str| WorkerEvent::CliSessionStarted {
+        run_id: run.run_id.clone(),
+        session_id: session.into(),
+    };
+    worker.report(started("session-1")).await.unwrap();
+    // The same event again (a reconnect's resend), claiming another session.
+    worker.report_as(1, started("forged")).await.unwrap();
+    // A message the run does not take starts the thread's next run.
+    plane.reply(A, "and then", first.message_id).await;
+    assert!(matches!(
+        worker.command().await,
+        ControlCommand::InjectMessage { .. }
+    ));
+    worker.answer(&run.run_id, "done first").await;
+    worker.complete(&run.run_id).await.unwrap();
+    let next = worker.assignment().await;
+    assert_eq!(next.thread_id, first.thread_id);
+    assert_eq!(
+        next.cli_session,
+        Some(CliSession {
+            id: "session-1".into(),
+            fork: false
+        })
+    );
+    let runs = plane.runs_of(A, first.thread_id).await;
+    assert_eq!(runs.len(), 2);
+    worker
+        .take_input(&next.run_id, next.inputs[0].message_id)
+        .await;
+    worker.answer(&next.run_id, "done then").await;
+    worker.complete(&next.run_id).await.unwrap();
+    assert_eq!(
+        plane.thread(A, first.thread_id).await.status,
+        ThreadStatus::Completed
+    );
+
+    // A reply to the ended thread: a continuation, which forks the ended session.
+    let continued = plane.reply(A, "go on", first.message_id).await;
+    assert!(matches!(continued.routed, Routed::ContinuedFrom(_)));
+    let forked = worker.assignment().await;
+    assert_eq!(forked.thread_id, continued.thread_id);
+    assert_eq!(
+        forked.cli_session,
+        Some(CliSession {
+            id: "session-1".into(),
+            fork: true
+        })
+    );
+    worker.answer(&forked.run_id, "went on").await;
+    worker.complete(&forked.run_id).await.unwrap();
+
+    // Back on the tool loop: no CLI session, and the run says it is the loop's.
+    plane
+        .store
+        .update_agent(A, &switch(Backend::Api))
+        .await
+        .unwrap();
+    plane.reply(A, "once more", first.message_id).await;
+    let api = worker.assignment().await;
+    assert_eq!((api.backend, api.cli_session), (Backend::Api, None));
+}

@@ -54,6 +54,7 @@ async fn setup() -> Setup {
             file_lock_timeout: Duration::from_secs(1),
             tool_marks: ToolMarks::load(dir.path()).unwrap(),
             json_logs: false,
+            backends: Default::default(),
         }),
         WorkerSettings {
             bash_timeout: Duration::from_secs(10),

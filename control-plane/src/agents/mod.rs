@@ -33,7 +33,7 @@ use crate::runs::Runs;
 use crate::store::{AgentRecord, AgentUpdate, AuditEntry, NewAgent, Store, StoreError};
 use crate::switches::{Network, OnAsk};
 use crate::workers::{AgentFiles, WorkerManager};
-use chorus_proto::domain::{AgentChange, AgentDirectory, Failure, FailureKind};
+use chorus_proto::domain::{AgentChange, AgentDirectory, Backend, Failure, FailureKind};
 use files::{AgentDir, FilesError, Layout};
 use name::NameError;
 
@@ -84,6 +84,8 @@ pub struct CreateAgent {
     pub on_ask: Option<String>,
     /// `on` or `off`: may its tool processes use TCP; `on` when absent.
     pub network: Option<String>,
+    /// `api`, `claude-code` or `opencode`: what runs its turns; `api` when absent.
+    pub backend: Option<String>,
     /// Seconds without activity before its context is saved and cleared (0: never);
     /// the server's `[context] idle_timeout_secs` when absent.
     pub idle_timeout_secs: Option<u64>,
@@ -98,6 +100,7 @@ struct Given {
     permissions: Option<PermissionsSetting>,
     on_ask: Option<OnAsk>,
     network: Option<Network>,
+    backend: Option<Backend>,
     idle_timeout_secs: Option<u64>,
     discord_channel_id: Option<String>,
 }
@@ -142,6 +145,14 @@ fn check_on_ask(value: Option<&str>) -> Result<Option<OnAsk>, AgentError> {
 fn stored_setting(stored: &str) -> Result<PermissionsSetting, AgentError> {
     crate::permissions::profiles::from_stored(stored)
         .map_err(|e| AgentError::InvalidInput(format!("the agent's stored permissions: {e}")))
+}
+
+/// A backend name from the set; the error names the set.
+pub fn check_backend(value: Option<&str>) -> Result<Option<Backend>, AgentError> {
+    value
+        .map(str::parse::<Backend>)
+        .transpose()
+        .map_err(|e| AgentError::InvalidInput(e.to_string()))
 }
 
 fn check_network(value: Option<&str>) -> Result<Option<Network>, AgentError> {
@@ -277,6 +288,7 @@ impl AgentService {
         let model = non_blank("model", request.model)?;
         let on_ask = check_on_ask(request.on_ask.as_deref())?;
         let network = check_network(request.network.as_deref())?;
+        let backend = check_backend(request.backend.as_deref())?;
         let idle_timeout_secs = check_idle_timeout(request.idle_timeout_secs)?;
         let discord_channel_id = check_discord_id(request.discord_channel_id)?;
         if let Some(channel) = &discord_channel_id
@@ -335,6 +347,7 @@ impl AgentService {
                     permissions,
                     on_ask,
                     network,
+                    backend,
                     idle_timeout_secs,
                     discord_channel_id,
                 },
@@ -358,8 +371,8 @@ impl AgentService {
             "agent:create",
             user,
             Some(format!(
-                "model={:?} permissions={} reused_files={reused}",
-                record.model, record.permissions
+                "model={:?} permissions={} backend={} reused_files={reused}",
+                record.model, record.permissions, record.backend
             )),
         )
         .await;
@@ -522,6 +535,7 @@ impl AgentService {
             permissions,
             on_ask,
             network,
+            backend,
             idle_timeout_secs,
             discord_channel_id,
         } = given;
@@ -558,6 +572,12 @@ impl AgentService {
             Some(network) => network,
             None => check_network(text(&config, "network").as_deref())?.unwrap_or_default(),
         };
+        let backend = match backend {
+            Some(backend) => backend,
+            None => check_backend(text(&config, "backend").as_deref())
+                .map_err(|e| AgentError::InvalidInput(format!("agent.json {e}")))?
+                .unwrap_or_default(),
+        };
         // The creator grants what the agent starts with, from wherever it came (kept
         // files of a destroyed agent, a template), not only what the request named.
         self.check_grant(&permissions, on_ask, role, user)
@@ -586,6 +606,7 @@ impl AgentService {
         );
         config.insert("on_ask".into(), Value::from(on_ask.as_str()));
         config.insert("network".into(), Value::from(network.as_str()));
+        config.insert("backend".into(), Value::from(backend.as_str()));
         config.insert("idle_timeout_secs".into(), Value::from(idle_timeout_secs));
         if !reused || !config.get("created_at").is_some_and(Value::is_string) {
             config.insert("created_at".into(), Value::from(at.clone()));
@@ -611,6 +632,7 @@ impl AgentService {
                     permissions: to_stored(&permissions),
                     on_ask,
                     network,
+                    backend,
                     idle_timeout_secs,
                     discord_channel_id,
                     incarnation,
@@ -633,6 +655,7 @@ impl AgentService {
             permissions: None, // set_permissions, which checks the user's role
             on_ask: update.on_ask,
             network: update.network,
+            backend: update.backend,
             idle_timeout_secs: match update.idle_timeout_secs {
                 Some(value) => Some(check_idle_timeout(value)?),
                 None => None,
@@ -678,6 +701,7 @@ impl AgentService {
         );
         config.insert("on_ask".into(), Value::from(after.on_ask.as_str()));
         config.insert("network".into(), Value::from(after.network.as_str()));
+        config.insert("backend".into(), Value::from(after.backend.as_str()));
         config.insert(
             "idle_timeout_secs".into(),
             Value::from(after.idle_timeout_secs),
@@ -706,6 +730,17 @@ impl AgentService {
                 "agent:configure:network",
                 user,
                 Some(format!("old={:?} new={:?}", before.network, after.network)),
+            )
+            .await;
+        }
+        if before.backend != after.backend {
+            // The thread's next run goes to the new backend (a CLI session of the old
+            // one is not resumed by another).
+            self.audit(
+                name,
+                "agent:configure:backend",
+                user,
+                Some(format!("old={} new={}", before.backend, after.backend)),
             )
             .await;
         }

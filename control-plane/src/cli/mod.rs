@@ -330,6 +330,10 @@ pub struct AgentSettingsArgs {
     /// May the agent's commands use the network: on or off.
     #[arg(long)]
     network: Option<String>,
+    /// What runs its turns: api (Chorus's tool loop), claude-code or opencode (a CLI
+    /// on the worker's host, with Chorus's tools only).
+    #[arg(long)]
+    backend: Option<String>,
     /// Seconds of quiet before the context is saved and cleared (0: never).
     #[arg(long)]
     idle_timeout_secs: Option<u64>,
@@ -360,6 +364,7 @@ impl AgentSettingsArgs {
         );
         put("on_ask", self.on_ask.clone().map(Value::from));
         put("network", self.network.clone().map(Value::from));
+        put("backend", self.backend.clone().map(Value::from));
         put("idle_timeout_secs", self.idle_timeout_secs.map(Value::from));
         put(
             "discord_channel_id",
@@ -453,7 +458,7 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<bool> {
             let body = settings.body();
             if body.as_object().is_some_and(serde_json::Map::is_empty) {
                 anyhow::bail!(
-                    "nothing to change: give at least one of --model, --system-prompt, --permissions, --on-ask, --network, --idle-timeout-secs"
+                    "nothing to change: give at least one of --model, --system-prompt, --permissions, --on-ask, --network, --backend, --idle-timeout-secs"
                 );
             }
             let agent = client

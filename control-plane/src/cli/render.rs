@@ -177,6 +177,7 @@ pub fn agents(list: &Value, style: Style) -> String {
         vec![
             cell(&a["name"]),
             cell(&a["model"]),
+            cell(&a["backend"]),
             match &a["permissions"] {
                 Value::String(s) => s.clone(),
                 Value::Null => "-".into(),
@@ -198,16 +199,42 @@ pub fn agents(list: &Value, style: Style) -> String {
         return "No agents yet. Create one: chorus agent create <name>\n".into();
     }
     table(
-        &["NAME", "MODEL", "PERMISSIONS", "WORKER", "TOKENS"],
+        &[
+            "NAME",
+            "MODEL",
+            "BACKEND",
+            "PERMISSIONS",
+            "WORKER",
+            "TOKENS",
+        ],
         &rows,
         |i, c| {
-            if i == 3 {
+            if i == 4 {
                 style.status(c)
             } else {
                 c.to_string()
             }
         },
     )
+}
+
+/// `claude-code (usable, 2.1.332)` / `opencode (not usable: <reason>)` / `api`.
+fn backend_line(a: &Value) -> String {
+    let backend = cell(&a["backend"]);
+    let status = &a["backend_status"];
+    if status.is_null() {
+        return backend;
+    }
+    match status["usable"].as_bool() {
+        Some(true) => match status["version"].as_str() {
+            Some(version) => format!("{backend} (usable, {version})"),
+            None => format!("{backend} (usable)"),
+        },
+        _ => format!(
+            "{backend} (not usable: {})",
+            status["reason"].as_str().unwrap_or("no reason given")
+        ),
+    }
 }
 
 pub fn agent(a: &Value, style: Style) -> String {
@@ -240,6 +267,7 @@ pub fn agent(a: &Value, style: Style) -> String {
         ("permissions", permissions),
         ("on ask", cell(&a["on_ask"])),
         ("network", cell(&a["network"])),
+        ("backend", backend_line(a)),
         ("sandbox", cell(&a["sandbox"])),
         ("worker", worker_line),
         ("idle save after", idle),

@@ -346,6 +346,9 @@ impl Actions {
             "system_prompt" => update.system_prompt = Some(value.to_string()),
             "on_ask" => update.on_ask = Some(OnAsk::parse(value)?),
             "network" => update.network = Some(Network::parse(value)?),
+            "backend" => {
+                update.backend = Some(value.parse().map_err(|e: chorus_proto::backend::UnknownBackend| e.to_string())?)
+            }
             "idle_timeout_secs" => {
                 update.idle_timeout_secs = Some(match value {
                     "default" => None,
@@ -363,7 +366,7 @@ impl Actions {
             other => {
                 return Err(format!(
                     "'{other}' is not a setting; use model, system_prompt, permissions, on_ask, \
-                     network, idle_timeout_secs or discord_channel_id"
+                     network, backend, idle_timeout_secs or discord_channel_id"
                 ));
             }
         }

@@ -12,7 +12,26 @@ use crate::agents::CreateAgent;
 use crate::permissions::PermissionsSetting;
 use crate::store::{AgentRecord, AgentUpdate};
 use crate::workers::WorkerStatus;
-use chorus_proto::domain::Usage;
+use chorus_proto::domain::{Backend, BackendStatus, Usage};
+
+/// Whether the agent's CLI can run where it is served (the serving worker's probe,
+/// else the local one).
+#[derive(Serialize)]
+struct BackendStatusView {
+    usable: bool,
+    version: Option<String>,
+    reason: Option<String>,
+}
+
+impl From<BackendStatus> for BackendStatusView {
+    fn from(status: BackendStatus) -> Self {
+        BackendStatusView {
+            usable: status.usable,
+            version: status.version,
+            reason: status.reason,
+        }
+    }
+}
 
 #[derive(Serialize)]
 pub struct AgentView {
@@ -25,6 +44,10 @@ pub struct AgentView {
     on_ask: OnAsk,
     /// `on` or `off`: may the agent's tool processes use TCP.
     network: Network,
+    /// What runs its turns: `api`, `claude-code` or `opencode`.
+    backend: Backend,
+    /// For a CLI backend, whether the CLI can run where the agent is served; null for `api`.
+    backend_status: Option<BackendStatusView>,
     /// How tool processes are confined here: "landlock (abi N)" or "unavailable: …".
     sandbox: String,
     created_at: String,
@@ -45,7 +68,13 @@ pub struct AgentView {
 
 async fn view(state: &AppState, agent: AgentRecord) -> Result<AgentView, ApiError> {
     let usage = state.store.token_usage(&agent.name, None).await?;
+    let backend_status = state
+        .workers
+        .backends()
+        .of_agent(&agent.name, agent.backend)
+        .map(BackendStatusView::from);
     Ok(AgentView {
+        backend_status,
         usage,
         effective_idle_timeout_secs: state
             .sessions
@@ -66,6 +95,7 @@ async fn view(state: &AppState, agent: AgentRecord) -> Result<AgentView, ApiErro
         },
         on_ask: agent.on_ask,
         network: agent.network,
+        backend: agent.backend,
         sandbox: state.sandbox.clone(),
         created_at: agent.created_at,
         updated_at: agent.updated_at,
@@ -81,6 +111,7 @@ pub(super) struct CreateBody {
     permissions: Option<PermissionsSetting>,
     on_ask: Option<String>,
     network: Option<String>,
+    backend: Option<String>,
     idle_timeout_secs: Option<u64>,
     discord_channel_id: Option<String>,
 }
@@ -100,6 +131,7 @@ pub(super) async fn create(
                 permissions: body.permissions,
                 on_ask: body.on_ask,
                 network: body.network,
+                backend: body.backend,
                 idle_timeout_secs: body.idle_timeout_secs,
                 discord_channel_id: body.discord_channel_id,
             },
@@ -143,6 +175,7 @@ pub(super) struct ConfigureBody {
     permissions: Option<PermissionsSetting>,
     on_ask: Option<String>,
     network: Option<String>,
+    backend: Option<String>,
     /// A number of seconds (0: never), or null for the server's default.
     #[serde(default, deserialize_with = "present")]
     idle_timeout_secs: Option<Option<u64>>,
@@ -179,6 +212,7 @@ pub(super) async fn configure(
         .map(Network::parse)
         .transpose()
         .map_err(ApiError::bad_request)?;
+    let backend = crate::agents::check_backend(body.backend.as_deref())?;
     // What the change grants, as a whole, before any of it is made: a refused
     // change changes nothing.
     state
@@ -195,6 +229,7 @@ pub(super) async fn configure(
                 permissions: None,
                 on_ask,
                 network,
+                backend,
                 idle_timeout_secs: body.idle_timeout_secs,
                 discord_channel_id: body.discord_channel_id,
             },

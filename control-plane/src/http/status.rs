@@ -23,7 +23,8 @@ pub(super) async fn status(State(state): State<AppState>) -> Result<Json<Value>,
             .is_some()
             .then(|| state.discord_state.borrow().clone()),
     };
-    let diagnosis = state.setup.diagnosis(&snapshot, live);
+    let mut diagnosis = state.setup.diagnosis(&snapshot, live);
+    diagnosis.backends = state.workers.backends().status();
     let mut body = serde_json::to_value(&diagnosis)
         .map_err(|e| ApiError::internal(format!("cannot show the status: {e}")))?;
     // For API users: the two answers `chorus status` derives.

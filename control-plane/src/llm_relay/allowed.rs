@@ -2,9 +2,14 @@
 //! (method, path) pairs a worker needs to talk to a model, and nothing else.
 //!
 //! Pure: the caller hands in the request target exactly as it arrived (not decoded,
-//! not normalised) and forwards, on success, to the allow-list's own path, never to
-//! the one the worker sent. So `..`, `%2e%2e`, `%2F`, doubled slashes and any query
-//! string can only fail to match.
+//! not normalised) and forwards, on success, to the allow-list's own path and query,
+//! never to the ones the worker sent. So `..`, `%2e%2e`, `%2F`, doubled slashes and
+//! any query string but an endpoint's own can only fail to match.
+//!
+//! The CLI backends' needs are here too, and no more: Claude Code (2.1.332) sends
+//! `POST v1/messages?beta=true` and counts tokens at `POST v1/messages/count_tokens`
+//! (with or without `?beta=true`); OpenCode uses the OpenAI format's streaming chat
+//! completions, already allowed.
 
 use crate::providers::ProviderKind;
 
@@ -14,10 +19,35 @@ use crate::providers::ProviderKind;
 pub struct ModelEndpoint {
     pub method: &'static str,
     pub path: &'static str,
+    /// The one query string this endpoint is used with (exactly; none when `None`).
+    pub query: Option<&'static str>,
+}
+
+impl ModelEndpoint {
+    /// What to request below the provider's relay base: the path, with its query.
+    pub fn target(&self) -> String {
+        match self.query {
+            Some(query) => format!("{}?{query}", self.path),
+            None => self.path.to_string(),
+        }
+    }
 }
 
 const fn endpoint(method: &'static str, path: &'static str) -> ModelEndpoint {
-    ModelEndpoint { method, path }
+    ModelEndpoint {
+        method,
+        path,
+        query: None,
+    }
+}
+
+/// Anthropic's beta surface, which Claude Code uses (`?beta=true`, the query only).
+const fn beta(method: &'static str, path: &'static str) -> ModelEndpoint {
+    ModelEndpoint {
+        method,
+        path,
+        query: Some("beta=true"),
+    }
 }
 
 /// OpenAI, OpenRouter, Ollama and LM Studio (the last two below their `/v1`).
@@ -30,6 +60,9 @@ const OPENAI_FORMAT: &[ModelEndpoint] = &[
 /// Anthropic, below the bare host. It has no embeddings endpoint.
 const ANTHROPIC: &[ModelEndpoint] = &[
     endpoint("POST", "v1/messages"),
+    beta("POST", "v1/messages"),
+    endpoint("POST", "v1/messages/count_tokens"),
+    beta("POST", "v1/messages/count_tokens"),
     endpoint("GET", "v1/models"),
 ];
 
@@ -51,7 +84,9 @@ pub enum Refusal {
     NotRelayPath,
     #[error("'{0}' is not a provider the model relay serves ({1})")]
     UnknownProvider(String, String),
-    #[error("the model relay does not forward query strings")]
+    #[error(
+        "the model relay does not forward query strings (but `beta=true` on Anthropic's messages endpoints)"
+    )]
     Query,
     #[error(
         "the model relay forwards only model endpoints; {method} {path} is not one of {provider}'s ({allowed})"
@@ -85,27 +120,27 @@ pub fn check(method: &str, raw_path: &str, query: Option<&str>) -> Result<Allowe
             .collect();
         Refusal::UnknownProvider(shown(provider), known.join(", "))
     })?;
+    let endpoints = model_endpoints(kind);
+    let same = |e: &&ModelEndpoint| e.method == method && e.path == rest;
+    if let Some(&endpoint) = endpoints.iter().filter(same).find(|e| e.query == query) {
+        return Ok(Allowed {
+            provider: kind,
+            endpoint,
+        });
+    }
     if query.is_some() {
         return Err(Refusal::Query);
     }
-    let endpoints = model_endpoints(kind);
-    endpoints
-        .iter()
-        .find(|e| e.method == method && e.path == rest)
-        .map(|&endpoint| Allowed {
-            provider: kind,
-            endpoint,
-        })
-        .ok_or_else(|| Refusal::NotModelEndpoint {
-            method: shown(method),
-            path: shown(rest),
-            provider: kind.name(),
-            allowed: endpoints
-                .iter()
-                .map(|e| format!("{} {}", e.method, e.path))
-                .collect::<Vec<_>>()
-                .join(", "),
-        })
+    Err(Refusal::NotModelEndpoint {
+        method: shown(method),
+        path: shown(rest),
+        provider: kind.name(),
+        allowed: endpoints
+            .iter()
+            .map(|e| format!("{} {}", e.method, e.target()))
+            .collect::<Vec<_>>()
+            .join(", "),
+    })
 }
 
 /// What a refusal quotes of the worker's input: at most 200 characters.
@@ -243,6 +278,85 @@ mod tests {
                 Err(Refusal::Query)
             );
         }
+    }
+
+    /// What the pinned CLIs send passes, to the allow-list's own target.
+    #[test]
+    fn the_clis_requests_pass_with_exactly_their_query() {
+        for (path, query, target) in [
+            (
+                "/llm/anthropic/v1/messages",
+                Some("beta=true"),
+                "v1/messages?beta=true",
+            ),
+            (
+                "/llm/anthropic/v1/messages/count_tokens",
+                Some("beta=true"),
+                "v1/messages/count_tokens?beta=true",
+            ),
+            (
+                "/llm/anthropic/v1/messages/count_tokens",
+                None,
+                "v1/messages/count_tokens",
+            ),
+            ("/llm/anthropic/v1/messages", None, "v1/messages"),
+        ] {
+            let allowed = check("POST", path, query).unwrap_or_else(|e| panic!("{path}: {e}"));
+            assert_eq!(allowed.provider, ProviderKind::Anthropic);
+            assert_eq!(allowed.endpoint.target(), target);
+        }
+        // OpenCode's streaming chat completions: the OpenAI format, unchanged.
+        assert_eq!(
+            check("POST", "/llm/openai/chat/completions", None)
+                .unwrap()
+                .endpoint
+                .target(),
+            "chat/completions"
+        );
+    }
+
+    /// Any other query, even on those endpoints, and `beta=true` anywhere else.
+    #[test]
+    fn any_other_query_is_still_refused() {
+        for (method, path, query) in [
+            ("POST", "/llm/anthropic/v1/messages", "beta=false"),
+            ("POST", "/llm/anthropic/v1/messages", "beta=true&x=1"),
+            ("POST", "/llm/anthropic/v1/messages", "x=1&beta=true"),
+            ("POST", "/llm/anthropic/v1/messages", "beta=TRUE"),
+            ("POST", "/llm/anthropic/v1/messages", "beta%3Dtrue"),
+            ("POST", "/llm/anthropic/v1/messages", "beta=true/../../x"),
+            ("POST", "/llm/anthropic/v1/messages", ""),
+            ("POST", "/llm/anthropic/v1/messages/count_tokens", "beta=1"),
+            ("GET", "/llm/anthropic/v1/models", "beta=true"),
+            ("POST", "/llm/openai/chat/completions", "beta=true"),
+            ("POST", "/llm/anthropic/v1/files", "beta=true"),
+            ("GET", "/llm/anthropic/v1/messages", "beta=true"),
+        ] {
+            assert_eq!(
+                check(method, path, Some(query)),
+                Err(Refusal::Query),
+                "{method} {path}?{query}"
+            );
+        }
+        // Near misses of the new paths.
+        for path in [
+            "/llm/anthropic/v1/messages/count_tokens/",
+            "/llm/anthropic/v1/messages/count-tokens",
+            "/llm/anthropic/v1/messages/batches",
+            "/llm/anthropic/v1/complete",
+        ] {
+            assert!(
+                matches!(
+                    check("POST", path, None),
+                    Err(Refusal::NotModelEndpoint { .. })
+                ),
+                "{path}"
+            );
+        }
+        assert!(matches!(
+            check("GET", "/llm/anthropic/v1/messages/count_tokens", None),
+            Err(Refusal::NotModelEndpoint { .. })
+        ));
     }
 
     #[test]

@@ -5,8 +5,10 @@
 //! Invariants: provider keys never leave the control plane. A worker (and anything an
 //! agent runs inside it) holds only its own short-lived credential, valid for its own
 //! agent while its connection lives. With it, only model endpoints can be reached
-//! (`allowed`: chat completions, messages, models, embeddings); anything else is a
-//! 403 before the provider is contacted. Every known secret (provider keys, the API
+//! (`allowed`: chat completions, messages and their token count, models, embeddings;
+//! the one query string is Anthropic's `beta=true`, which Claude Code sends); anything
+//! else is a 403 before the provider is contacted. Headers other than
+//! `FORWARDED_HEADERS` are dropped; `anthropic-version` is the relay's own. Every known secret (provider keys, the API
 //! token) is replaced in a request body before it leaves, so a key a tool printed
 //! does not reach the provider in the conversation.
 
@@ -141,7 +143,8 @@ async fn relay(
         }
         Err(message) => return relay_error(StatusCode::BAD_REQUEST, "bad_request", message),
     };
-    let url = format!("{}/{path}", endpoint.relay_base());
+    // The allow-list's own target (its query too), never the worker's.
+    let url = format!("{}/{}", endpoint.relay_base(), allowed.endpoint.target());
 
     let request = |client: &reqwest::Client| {
         let mut upstream = client.request(method.clone(), &url).body(body.clone());

@@ -783,6 +783,7 @@ impl AgentActor {
                 first_step: run.first_step_number,
                 stalled: attempt.stalled,
                 trace_context: &crate::telemetry::context_of(&span),
+                backend: run.backend,
             })
             .await?;
         tracing::debug!(agent = %agent.name, thread_id = thread.id, run_id = %run.run_id, attempt = attempt.number, "run queued");
@@ -979,6 +980,23 @@ impl AgentActor {
                     message_id: *message_id,
                 },
             )),
+            WorkerEvent::CliSessionStarted { session_id, .. } => {
+                // Stored with the run for the thread's next run; nothing to show.
+                let stored = store
+                    .record_cli_session(
+                        agent,
+                        thread_id,
+                        session_id,
+                        RunMark {
+                            run_id: &run_id,
+                            seq,
+                        },
+                    )
+                    .await;
+                self.unflushed = true;
+                drop(stored);
+                return Ok(());
+            }
             _ => None,
         };
         if let Some((pending, shown)) = queued {

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use chorus_proto::domain::{
-    AgentSettings, ControlCommand, Failure, FailureKind, Input, RetryPolicy, RunAssignment,
-    SandboxPolicy,
+    AgentSettings, Backend, CliSession, ControlCommand, Failure, FailureKind, Input, RetryPolicy,
+    RunAssignment, SandboxPolicy,
 };
 use chorus_proto::limits;
 use chorus_proto::tools::SchemaSettings;
@@ -95,6 +95,23 @@ pub fn assignment_fits(run: RunAssignment) -> Result<RunAssignment, Failure> {
             limits::human_bytes(limits::MAX_LINK_MESSAGE_BYTES)
         ),
     ))
+}
+
+/// Which CLI session a thread's next run goes on from: the session its own latest
+/// run on this backend started (resumed), else, for a continuation of an ended
+/// thread, that thread's latest session (forked, so the ended thread's session stays
+/// as it was); none for the tool loop or when no run started one.
+pub fn choose_session(
+    backend: Backend,
+    own: Option<String>,
+    continued_from: Option<String>,
+) -> Option<CliSession> {
+    backend.cli()?;
+    match (own, continued_from) {
+        (Some(id), _) => Some(CliSession { id, fork: false }),
+        (None, Some(id)) => Some(CliSession { id, fork: true }),
+        (None, None) => None,
+    }
 }
 
 /// Which attempt of the thread's request a run is.
@@ -203,6 +220,7 @@ impl Builder<'_> {
             ),
             _ => (Vec::new(), Vec::new()),
         };
+        let cli_session = self.cli_session(agent, thread).await?;
         let run = RunAssignment {
             run_id: uuid::Uuid::new_v4().to_string(),
             thread_id: thread.id,
@@ -229,10 +247,34 @@ impl Builder<'_> {
             role_tools,
             workdir: thread.workdir.clone(),
             files,
-            backend: chorus_proto::domain::Backend::Api,
-            cli_session: None,
+            backend: agent.backend,
+            cli_session,
         };
         Ok(assignment_fits(run))
+    }
+
+    /// The stored sessions [`choose_session`] picks from.
+    async fn cli_session(
+        &self,
+        agent: &AgentRecord,
+        thread: &ThreadRecord,
+    ) -> Result<Option<CliSession>, StoreError> {
+        if agent.backend.cli().is_none() {
+            return Ok(None);
+        }
+        let own = self
+            .store
+            .latest_cli_session(&agent.name, thread.id, agent.backend)
+            .await?;
+        let continued_from = match (&own, thread.continued_from) {
+            (None, Some(from)) => {
+                self.store
+                    .latest_cli_session(&agent.name, from, agent.backend)
+                    .await?
+            }
+            _ => None,
+        };
+        Ok(choose_session(agent.backend, own, continued_from))
     }
 }
 
@@ -292,6 +334,29 @@ mod tests {
             backend: Default::default(),
             cli_session: None,
         }
+    }
+
+    #[test]
+    fn a_cli_run_resumes_its_threads_session_and_a_continuation_forks_the_ended_ones() {
+        let id = |s: &str| Some(s.to_string());
+        let session = |s: &str, fork| Some(CliSession { id: s.into(), fork });
+        for cli in Backend::CLIS {
+            // The thread's own latest session: resumed, even in a continuation.
+            assert_eq!(choose_session(cli, id("own"), None), session("own", false));
+            assert_eq!(
+                choose_session(cli, id("own"), id("ended")),
+                session("own", false)
+            );
+            // A continuation's first run forks the ended thread's.
+            assert_eq!(
+                choose_session(cli, None, id("ended")),
+                session("ended", true)
+            );
+            // No run started one: a fresh session.
+            assert_eq!(choose_session(cli, None, None), None);
+        }
+        // The tool loop has no CLI session, whatever is stored.
+        assert_eq!(choose_session(Backend::Api, id("own"), id("ended")), None);
     }
 
     #[test]

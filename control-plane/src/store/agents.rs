@@ -5,6 +5,7 @@ use sqlx::any::AnyRow;
 
 use super::{AgentPolicy, Store, StoreError, now};
 use crate::switches::{Network, OnAsk};
+use chorus_proto::domain::Backend;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AgentStatus {
@@ -33,6 +34,8 @@ pub struct AgentRecord {
     pub on_ask: OnAsk,
     /// Whether its tool processes may use TCP: `on` or `off`.
     pub network: Network,
+    /// What runs its turns: the tool loop or a CLI.
+    pub backend: Backend,
     pub created_at: String,
     pub updated_at: String,
     /// Destroyed, and its files are still to be deleted (the deletion failed or was
@@ -71,6 +74,7 @@ pub struct NewAgent {
     pub permissions: String,
     pub on_ask: OnAsk,
     pub network: Network,
+    pub backend: Backend,
     pub idle_timeout_secs: Option<u64>,
     pub discord_channel_id: Option<String>,
     /// New for a new agent; the destroyed row's for an agent revived with its kept files.
@@ -85,6 +89,7 @@ pub struct AgentUpdate {
     pub permissions: Option<String>,
     pub on_ask: Option<OnAsk>,
     pub network: Option<Network>,
+    pub backend: Option<Backend>,
     /// `Some(None)` goes back to the server's default.
     pub idle_timeout_secs: Option<Option<u64>>,
     /// `Some(None)` unbinds its Discord channel.
@@ -127,6 +132,9 @@ fn agent_from_row(row: &AnyRow) -> Result<AgentRecord, StoreError> {
         permissions: row.try_get("permissions")?,
         on_ask: switch(row, "on_ask", OnAsk::parse)?,
         network: switch(row, "network", Network::parse)?,
+        backend: switch(row, "backend", |text| {
+            text.parse::<Backend>().map_err(|e| e.to_string())
+        })?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
         purge_files: row.try_get::<i64, _>("purge_files")? != 0,
@@ -140,7 +148,7 @@ fn agent_from_row(row: &AnyRow) -> Result<AgentRecord, StoreError> {
     })
 }
 
-const AGENT_COLUMNS: &str = "SELECT name, status, model, system_prompt, permissions, on_ask, network, created_at, updated_at, purge_files, files_kept, idle_timeout_secs, context_cleared_at, discord_channel_id, incarnation FROM agents";
+const AGENT_COLUMNS: &str = "SELECT name, status, model, system_prompt, permissions, on_ask, network, backend, created_at, updated_at, purge_files, files_kept, idle_timeout_secs, context_cleared_at, discord_channel_id, incarnation FROM agents";
 
 impl Store {
     /// Registers an agent, or revives the row of a destroyed agent with that name.
@@ -178,7 +186,7 @@ impl Store {
                             "UPDATE agents SET status = 'active', model = $2, system_prompt = $3, \
                              permissions = $4, created_at = $5, updated_at = $5, destroyed_at = NULL, on_ask = $6, \
                              network = $7, purge_files = 0, files_kept = 0, idle_timeout_secs = $8, \
-                             context_cleared_at = $5, discord_channel_id = $9, incarnation = $10 \
+                             context_cleared_at = $5, discord_channel_id = $9, incarnation = $10, backend = $11 \
                              WHERE name = $1",
                         )
                         .bind(&agent.name)
@@ -191,14 +199,15 @@ impl Store {
                         .bind(agent.idle_timeout_secs.map(|v| v as i64))
                         .bind(&agent.discord_channel_id)
                         .bind(&agent.incarnation)
+                        .bind(agent.backend.as_str())
                         .execute(&mut *tx)
                         .await?;
                     }
                     None => {
                         sqlx::query(
                             "INSERT INTO agents (name, status, model, system_prompt, permissions, on_ask, network, \
-                             created_at, updated_at, idle_timeout_secs, discord_channel_id, incarnation) \
-                             VALUES ($1, 'active', $2, $3, $4, $6, $7, $5, $5, $8, $9, $10)",
+                             created_at, updated_at, idle_timeout_secs, discord_channel_id, incarnation, backend) \
+                             VALUES ($1, 'active', $2, $3, $4, $6, $7, $5, $5, $8, $9, $10, $11)",
                         )
                         .bind(&agent.name)
                         .bind(&agent.model)
@@ -210,6 +219,7 @@ impl Store {
                         .bind(agent.idle_timeout_secs.map(|v| v as i64))
                         .bind(&agent.discord_channel_id)
                         .bind(&agent.incarnation)
+                        .bind(agent.backend.as_str())
                         .execute(&mut *tx)
                         .await?;
                     }
@@ -297,7 +307,8 @@ impl Store {
              system_prompt = COALESCE($3, system_prompt), permissions = COALESCE($5, permissions), \
              on_ask = COALESCE($6, on_ask), network = COALESCE($7, network), updated_at = $4, \
              idle_timeout_secs = CASE WHEN $8 = 1 THEN $9 ELSE idle_timeout_secs END, \
-             discord_channel_id = CASE WHEN $10 = 1 THEN $11 ELSE discord_channel_id END \
+             discord_channel_id = CASE WHEN $10 = 1 THEN $11 ELSE discord_channel_id END, \
+             backend = COALESCE($12, backend) \
              WHERE name = $1 AND status = 'active'",
                 )
                 .bind(name)
@@ -310,7 +321,8 @@ impl Store {
                 .bind(i64::from(update.idle_timeout_secs.is_some()))
                 .bind(update.idle_timeout_secs.flatten().map(|v| v as i64))
                 .bind(i64::from(update.discord_channel_id.is_some()))
-                .bind(update.discord_channel_id.clone().flatten()),
+                .bind(update.discord_channel_id.clone().flatten())
+                .bind(update.backend.map(Backend::as_str)),
             )
             .await?;
         self.policies.changed(name);
@@ -407,6 +419,7 @@ mod tests {
             permissions: "standard".into(),
             on_ask: OnAsk::Prompt,
             network: Network::On,
+            backend: Default::default(),
             idle_timeout_secs: None,
         }
     }
@@ -505,6 +518,57 @@ mod tests {
         );
         assert_eq!(revived.model.as_deref(), Some("other"));
         assert_eq!(store.active_agents().await.unwrap().len(), 1);
+    }
+
+    /// An agent's backend is stored as its text form, changed only when given, and a
+    /// revived name starts with the backend it is registered with.
+    #[tokio::test]
+    async fn the_backend_is_stored_and_changed_only_when_given() {
+        let (store, _dir) = test_store().await;
+        let a = store.register_agent(&new_agent("a")).await.unwrap();
+        assert_eq!(a.backend, Backend::Api, "the default");
+        let set = |backend| AgentUpdate {
+            backend,
+            ..AgentUpdate::default()
+        };
+        let cc = store
+            .update_agent("a", &set(Some(Backend::ClaudeCode)))
+            .await
+            .unwrap();
+        assert_eq!(cc.backend, Backend::ClaudeCode);
+        let stored: String = sqlx::query_scalar("SELECT backend FROM agents WHERE name = 'a'")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+        assert_eq!(stored, "claude-code");
+        let same = store.update_agent("a", &set(None)).await.unwrap();
+        assert_eq!(
+            same.backend,
+            Backend::ClaudeCode,
+            "left alone when not given"
+        );
+        store.mark_agent_destroyed("a", false).await.unwrap();
+        let revived = store
+            .register_agent(&NewAgent {
+                backend: Backend::OpenCode,
+                incarnation: "i2".into(),
+                ..new_agent("a")
+            })
+            .await
+            .unwrap();
+        assert_eq!(revived.backend, Backend::OpenCode);
+        // A value outside the set is a corrupt row, not a silent default.
+        sqlx::query("UPDATE agents SET backend = 'claude' WHERE name = 'a'")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        assert!(matches!(
+            store.agent("a").await,
+            Err(StoreError::Corrupt {
+                column: "backend",
+                ..
+            })
+        ));
     }
 
     #[tokio::test]

@@ -157,6 +157,7 @@ mod tests {
                 permissions: "locked".into(),
                 on_ask: crate::switches::OnAsk::Prompt,
                 network: crate::switches::Network::On,
+                backend: Default::default(),
                 idle_timeout_secs: None,
             })
             .await

@@ -210,12 +210,13 @@ macro_rules! migrations {
             (21, "thread roles", "0021_thread_roles.sql"),
             (22, "agent grants", "0022_agent_grants.sql"),
             (23, "task run links", "0023_task_run_links.sql"),
+            (24, "backends", "0024_backends.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 23] = match backend {
+    let set: [(i64, &'static str, &'static str); 24] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };
@@ -423,6 +424,7 @@ pub(crate) async fn test_store_with_agent() -> (Store, tempfile::TempDir) {
             permissions: "standard".into(),
             on_ask: crate::switches::OnAsk::Prompt,
             network: crate::switches::Network::On,
+            backend: Default::default(),
             idle_timeout_secs: None,
         })
         .await
@@ -488,6 +490,7 @@ mod tests {
                 permissions: "standard".into(),
                 on_ask: crate::switches::OnAsk::Prompt,
                 network: crate::switches::Network::On,
+                backend: Default::default(),
                 idle_timeout_secs: None,
             })
             .await

@@ -30,6 +30,8 @@ pub(super) enum RunEvent {
     Message(ChatMessage),
     /// The run took the pending user message with this id into its history.
     InputTaken(u64),
+    /// A CLI backend's run started (or went on with) this session of the CLI.
+    CliSession(String),
 }
 
 /// One event of a run of an agent's thread, with its place in the run's sequence.
@@ -131,6 +133,16 @@ pub(super) async fn write(
                         if message.is_error { "error" } else { "ok" },
                     )
                     .await?;
+                }
+            }
+            RunEvent::CliSession(session_id) => {
+                // Only a sequenced event names its run.
+                if let Some(mark) = &event.mark {
+                    sqlx::query("UPDATE runs SET cli_session = $2 WHERE id = $1")
+                        .bind(&mark.run_id)
+                        .bind(session_id)
+                        .execute(&mut *conn)
+                        .await?;
                 }
             }
             RunEvent::InputTaken(message_id) => {
@@ -282,6 +294,7 @@ mod tests {
                 first_step: 1,
                 stalled: 0,
                 trace_context: &Default::default(),
+                backend: Default::default(),
             })
             .await
             .unwrap();

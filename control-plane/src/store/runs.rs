@@ -7,6 +7,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::{Store, StoreError, now};
+use chorus_proto::domain::Backend;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunStatus {
@@ -78,6 +79,8 @@ pub struct NewRun<'a> {
     pub stalled: u32,
     /// Its span's W3C trace context (empty when traces are not exported).
     pub trace_context: &'a std::collections::HashMap<String, String>,
+    /// What runs it (the agent's backend when it was assigned).
+    pub backend: Backend,
 }
 
 /// Which run an event belongs to and its place in it (`seq` from 1; 0 = not
@@ -145,6 +148,7 @@ impl Store {
             first_step,
             stalled,
             trace_context,
+            backend,
         } = run;
         let at = now();
         let trace_context =
@@ -154,8 +158,8 @@ impl Store {
             Box::pin(async move {
                 sqlx::query(
                     "INSERT INTO runs (id, agent_name, thread_id, attempt, status, first_step, \
-                     stalled, created_at, updated_at, trace_context) \
-                     VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $7, $8)",
+                     stalled, created_at, updated_at, trace_context, backend) \
+                     VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $7, $8, $9)",
                 )
                 .bind(&run_id)
                 .bind(&agent)
@@ -165,6 +169,7 @@ impl Store {
                 .bind(i64::from(stalled))
                 .bind(&at)
                 .bind(&trace_context)
+                .bind(backend.as_str())
                 .execute(&mut *tx)
                 .await?;
                 Ok(())
@@ -229,6 +234,26 @@ impl Store {
         row.as_ref().map(run_from_row).transpose()
     }
 
+    /// The CLI session the latest run of a thread on `backend` started, if any
+    /// of them did (a session of another CLI cannot be resumed by this one).
+    pub async fn latest_cli_session(
+        &self,
+        agent: &str,
+        thread: u64,
+        backend: Backend,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT cli_session FROM runs WHERE agent_name = $1 AND thread_id = $2 \
+             AND backend = $3 AND cli_session IS NOT NULL \
+             ORDER BY created_at DESC, attempt DESC LIMIT 1",
+        )
+        .bind(agent)
+        .bind(thread as i64)
+        .bind(backend.as_str())
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
     /// The runs of a thread, in order of attempt.
     pub async fn thread_runs(
         &self,
@@ -266,6 +291,7 @@ mod tests {
             first_step,
             stalled,
             trace_context,
+            backend: Backend::Api,
         }
     }
 
@@ -327,6 +353,119 @@ mod tests {
         );
         let run = store.run("r1").await.unwrap().unwrap();
         assert_eq!((run.last_seq, run.stored), (3, 2));
+    }
+
+    /// A CLI run's session is stored with the run once (a replayed event changes
+    /// nothing), and the thread's latest run on the same backend names it.
+    #[tokio::test]
+    async fn a_cli_session_is_stored_once_with_its_run_and_the_latest_is_found() {
+        let (store, _dir) = test_store_with_agent().await;
+        let (thread, _) = store
+            .start_thread("a", &ChatMessage::user("hi"), "api", None)
+            .await
+            .unwrap();
+        let context = Default::default();
+        let run = |run_id, attempt, backend| NewRun {
+            backend,
+            ..new_run(thread, run_id, attempt, 1, 0, &context)
+        };
+        store
+            .insert_run(run("r1", 1, Backend::ClaudeCode))
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .latest_cli_session("a", thread, Backend::ClaudeCode)
+                .await
+                .unwrap(),
+            None,
+            "no run started one yet"
+        );
+        let mark = |run_id, seq| RunMark { run_id, seq };
+        let stored = store
+            .record_cli_session("a", thread, "s-1", mark("r1", 1))
+            .await
+            .await
+            .unwrap();
+        assert!(stored);
+        // A replay of the event (a reconnect) with another id changes nothing.
+        let replayed = store
+            .record_cli_session("a", thread, "s-other", mark("r1", 1))
+            .await
+            .await
+            .unwrap();
+        assert!(!replayed);
+        assert_eq!(
+            store
+                .latest_cli_session("a", thread, Backend::ClaudeCode)
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("s-1")
+        );
+        assert_eq!(store.run("r1").await.unwrap().unwrap().last_seq, 1);
+        // A later run that started none leaves the latest one as it was; a session of
+        // another CLI is not offered to this one.
+        store
+            .insert_run(run("r2", 2, Backend::ClaudeCode))
+            .await
+            .unwrap();
+        store
+            .insert_run(run("r3", 3, Backend::OpenCode))
+            .await
+            .unwrap();
+        store
+            .record_cli_session("a", thread, "oc-1", mark("r3", 1))
+            .await
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .latest_cli_session("a", thread, Backend::ClaudeCode)
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("s-1")
+        );
+        assert_eq!(
+            store
+                .latest_cli_session("a", thread, Backend::OpenCode)
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("oc-1")
+        );
+        assert_eq!(
+            store
+                .latest_cli_session("a", thread, Backend::Api)
+                .await
+                .unwrap(),
+            None
+        );
+        store
+            .insert_run(run("r4", 4, Backend::ClaudeCode))
+            .await
+            .unwrap();
+        store
+            .record_cli_session("a", thread, "s-2", mark("r4", 3))
+            .await
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .latest_cli_session("a", thread, Backend::ClaudeCode)
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("s-2"),
+            "the latest run's"
+        );
+        // The column the task views read.
+        let backend: String = sqlx::query_scalar("SELECT backend FROM runs WHERE id = 'r3'")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+        assert_eq!(backend, "opencode");
     }
 
     #[tokio::test]

@@ -353,6 +353,15 @@ fn event_of(row: &AnyRow) -> Result<TaskEvent, StoreError> {
     })
 }
 
+/// The backend of the latest run of a task run's thread, as `run_backend`.
+macro_rules! latest_backend {
+    () => {
+        "(SELECT runs.backend FROM runs WHERE runs.agent_name = task_runs.agent_name \
+         AND runs.thread_id = task_runs.thread_id \
+         ORDER BY runs.created_at DESC, runs.attempt DESC LIMIT 1) AS run_backend"
+    };
+}
+
 fn run_of(row: &AnyRow) -> Result<TaskRun, StoreError> {
     let role: String = row.try_get("role")?;
     let outcome: Option<String> = row.try_get("outcome")?;
@@ -361,7 +370,11 @@ fn run_of(row: &AnyRow) -> Result<TaskRun, StoreError> {
         task_id: row.try_get::<i64, _>("task_id")? as u64,
         role: ThreadRole::parse(&role).ok_or_else(|| corrupt("task_runs.role", &role))?,
         agent: row.try_get("agent_name")?,
-        backend: row.try_get("backend")?,
+        // What ran the thread's latest run (`runs.backend`); the agent's when the
+        // task run was recorded, before any run.
+        backend: row
+            .try_get::<Option<String>, _>("run_backend")?
+            .map_or_else(|| row.try_get("backend"), Ok)?,
         thread_id: row
             .try_get::<Option<i64>, _>("thread_id")?
             .map(|v| v as u64),
@@ -1064,10 +1077,12 @@ impl Store {
         agent: &str,
         thread_id: u64,
     ) -> Result<Option<TaskRun>, StoreError> {
-        let row = sqlx::query(
-            "SELECT * FROM task_runs WHERE agent_name = $1 AND thread_id = $2 \
-             ORDER BY id DESC LIMIT 1",
-        )
+        let row = sqlx::query(concat!(
+            "SELECT task_runs.*, ",
+            latest_backend!(),
+            " FROM task_runs WHERE agent_name = $1 AND thread_id = $2 \
+             ORDER BY id DESC LIMIT 1"
+        ))
         .bind(agent)
         .bind(thread_id as i64)
         .fetch_optional(&self.pool)
@@ -1081,7 +1096,8 @@ impl Store {
         value: i64,
     ) -> Result<Vec<TaskRun>, StoreError> {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT * FROM task_runs WHERE {condition} ORDER BY id"
+            "SELECT task_runs.*, {} FROM task_runs WHERE {condition} ORDER BY id",
+            latest_backend!()
         )))
         .bind(value)
         .fetch_all(&self.pool)

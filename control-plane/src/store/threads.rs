@@ -862,6 +862,26 @@ impl Store {
             .await
     }
 
+    /// A CLI backend's run said which session it started (a run event: stored once,
+    /// by its `seq`, like the others, into `runs.cli_session`). False when it was a
+    /// replay.
+    /// Queued to the writer: the [`super::Pending`] answers once it is committed.
+    pub async fn record_cli_session(
+        &self,
+        agent: &str,
+        thread: u64,
+        session_id: &str,
+        mark: RunMark<'_>,
+    ) -> super::Pending<bool> {
+        self.queue_event(
+            agent,
+            thread,
+            Some(mark),
+            RunEvent::CliSession(session_id.to_owned()),
+        )
+        .await
+    }
+
     /// Queues a run's event to the writer, which merges it with its neighbours.
     async fn queue_event(
         &self,

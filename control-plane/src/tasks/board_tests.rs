@@ -577,3 +577,68 @@ async fn racing_moves_from_one_status_cannot_both_pass() {
     assert_eq!(from_planning.len(), 1);
     assert_eq!(from_planning[0].data["from"], "planning");
 }
+
+/// A task run shows what ran its thread's latest run (`runs.backend`), and what it
+/// was recorded with before any run.
+#[tokio::test]
+async fn a_task_run_shows_the_backend_of_its_threads_latest_run() {
+    let f = fixture().await;
+    let id = f.board.create(task("t"), &alice()).await.unwrap().id;
+    let (thread, _) = f
+        .board
+        .store
+        .start_thread(
+            "a",
+            &chorus_proto::domain::ChatMessage::user("go"),
+            "api",
+            None,
+        )
+        .await
+        .unwrap();
+    let run = f
+        .board
+        .add_run(id, ThreadRole::Worker, "a", "api", Some(thread))
+        .await
+        .unwrap();
+    let backend_of = |runs: Vec<crate::store::TaskRun>| {
+        runs.into_iter()
+            .find(|r| r.id == run)
+            .map(|r| r.backend)
+            .unwrap()
+    };
+    assert_eq!(
+        backend_of(f.board.store.task_runs(id).await.unwrap()),
+        "api"
+    );
+    let context = Default::default();
+    for (run_id, attempt, backend) in [
+        ("r1", 1, chorus_proto::domain::Backend::Api),
+        ("r2", 2, chorus_proto::domain::Backend::ClaudeCode),
+    ] {
+        f.board
+            .store
+            .insert_run(crate::store::NewRun {
+                agent: "a",
+                thread,
+                run_id,
+                attempt,
+                first_step: 1,
+                stalled: 0,
+                trace_context: &context,
+                backend,
+            })
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        backend_of(f.board.store.task_runs(id).await.unwrap()),
+        "claude-code"
+    );
+    let of_thread = f.board.run_of_thread("a", thread).await.unwrap().unwrap();
+    assert_eq!(of_thread.backend, "claude-code");
+    assert_eq!(
+        serde_json::to_value(&of_thread).unwrap()["backend"],
+        "claude-code",
+        "what the task views show"
+    );
+}

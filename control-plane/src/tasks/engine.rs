@@ -269,7 +269,7 @@ impl Engine {
                 task_id,
                 ThreadRole::Planner,
                 &planner.name,
-                "api",
+                planner.backend.as_str(),
                 Some(thread),
             )
             .await?;
@@ -304,6 +304,7 @@ impl Engine {
             permissions: Some(PermissionsSetting::Preset("locked".into())),
             on_ask: Some("deny".into()),
             network: Some("off".into()),
+            backend: None,
             idle_timeout_secs: None,
             discord_channel_id: None,
         };
@@ -464,7 +465,7 @@ impl Engine {
                 task.id,
                 ThreadRole::Worker,
                 &agent.name,
-                "api",
+                agent.backend.as_str(),
                 Some(thread),
             )
             .await?;
@@ -954,7 +955,7 @@ impl Engine {
                 task.id,
                 ThreadRole::Answerer,
                 &asked.name,
-                "api",
+                asked.backend.as_str(),
                 Some(thread),
             )
             .await?;

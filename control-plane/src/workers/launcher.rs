@@ -33,6 +33,15 @@ const INHERITED_ENV: &[&str] = &[
     "RUST_BACKTRACE",
 ];
 
+/// The inherited part of a worker's environment (also what `chorus-worker
+/// backends` runs with: the same `PATH` finds the same CLIs).
+pub fn inherited_env() -> Vec<(String, std::ffi::OsString)> {
+    INHERITED_ENV
+        .iter()
+        .filter_map(|k| std::env::var_os(k).map(|v| (k.to_string(), v)))
+        .collect()
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
     #[error(
@@ -67,6 +76,8 @@ pub struct LocalLauncher {
     /// JSON logs: the worker writes JSON and its lines are relayed into ours
     /// labelled with its agent; text: its stderr is ours.
     pub json_logs: bool,
+    /// The CLIs `[backends]` names (`--claude-code`, `--opencode`).
+    pub backends: crate::config::BackendPaths,
 }
 
 /// A running local worker process.
@@ -104,12 +115,9 @@ impl LocalLauncher {
             } else {
                 &[]
             })
+            .args(self.backends.worker_args())
             .env_clear()
-            .envs(
-                INHERITED_ENV
-                    .iter()
-                    .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
-            )
+            .envs(inherited_env())
             .stdin(Stdio::piped())
             .stdout(stderr_stdio())
             .stderr(if self.json_logs {

@@ -1,6 +1,7 @@
 //! Worker processes: one per active agent, launched, watched, restarted and stopped
 //! here. Only this module starts or signals worker processes.
 
+pub mod backends;
 pub mod credentials;
 pub mod launcher;
 pub mod pool;
@@ -235,6 +236,11 @@ impl WorkerManager {
             Launcher::Remote(pool) => pool.idle_count(),
             Launcher::Local(_) => 0,
         }
+    }
+
+    /// What CLIs the workers' hosts can run.
+    pub fn backends(&self) -> &Arc<backends::BackendsSeen> {
+        self.registry.backends()
     }
 
     /// How many workers are in each state (for `/metrics`).

@@ -70,6 +70,8 @@ struct Slot {
 pub struct Registry {
     slots: Mutex<HashMap<String, Slot>>,
     next_generation: Mutex<Generation>,
+    /// What CLIs the workers' hosts can run (their Hellos, the local probe).
+    backends: Arc<super::backends::BackendsSeen>,
 }
 
 impl Registry {
@@ -80,7 +82,12 @@ impl Registry {
         Registry {
             slots: Mutex::default(),
             next_generation: Mutex::new(last),
+            backends: Arc::default(),
         }
+    }
+
+    pub fn backends(&self) -> &Arc<super::backends::BackendsSeen> {
+        &self.backends
     }
 
     fn slots(&self) -> MutexGuard<'_, HashMap<String, Slot>> {

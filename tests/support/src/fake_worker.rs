@@ -117,6 +117,7 @@ impl Plane {
                 permissions: "standard".into(),
                 on_ask: chorus_control_plane::switches::OnAsk::Prompt,
                 network: chorus_control_plane::switches::Network::On,
+                backend: Default::default(),
                 idle_timeout_secs: None,
                 discord_channel_id: None,
                 incarnation: format!("{name}-1"),

@@ -1,5 +1,6 @@
 mod api;
 mod architecture;
+mod backends;
 mod board;
 mod board_flow;
 mod cli;

@@ -213,6 +213,64 @@ async fn a_worker_credential_reaches_only_model_endpoints_and_dies_with_its_conn
         format!("Bearer {PROVIDER_KEY}")
     );
 
+    // What Claude Code sends: Anthropic's beta surface, with exactly `beta=true`
+    // (and its `anthropic-beta` header) passed on; any other query still refused.
+    anthropic.push(text("beta hello"));
+    let beta = relay
+        .post(url("/llm/anthropic/v1/messages?beta=true"))
+        .header("x-api-key", &credential)
+        .header("anthropic-beta", "claude-code-20250219")
+        .json(&json!({"model": "fake-model", "max_tokens": 64,
+                      "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await?;
+    assert_eq!(beta.status(), 200, "{}", beta.text().await?);
+    let seen = anthropic.requests();
+    let last = seen.last().expect("the fake got the request");
+    assert_eq!(last.path, "/v1/messages");
+    assert_eq!(last.headers["anthropic-beta"], "claude-code-20250219");
+    assert_ne!(
+        last.headers["x-api-key"], credential,
+        "the provider's key, not ours"
+    );
+    // The fake counts no tokens: its own 404, reached with the query as allowed.
+    let count = relay
+        .post(url("/llm/anthropic/v1/messages/count_tokens?beta=true"))
+        .header("x-api-key", &credential)
+        .json(&json!({"model": "fake-model", "messages": []}))
+        .send()
+        .await?;
+    assert!(!count.headers().contains_key(RELAY_ERROR_HEADER));
+    assert!(
+        anthropic
+            .stray_requests()
+            .contains(&"POST /v1/messages/count_tokens?beta=true".to_string()),
+        "{:?}",
+        anthropic.stray_requests()
+    );
+    for target in [
+        "/llm/anthropic/v1/messages?beta=true&x=1",
+        "/llm/anthropic/v1/messages?beta=false",
+        "/llm/anthropic/v1/models?beta=true",
+    ] {
+        let response = relay
+            .post(url(target))
+            .header("x-api-key", &credential)
+            .json(&json!({}))
+            .send()
+            .await?;
+        assert_eq!(response.status(), 403, "{target}");
+        assert!(
+            response.headers().contains_key(RELAY_ERROR_HEADER),
+            "{target}"
+        );
+    }
+    assert_eq!(
+        anthropic.requests().len(),
+        seen.len(),
+        "refused ones reach nobody"
+    );
+
     // The worker's connection ends (the worker dies) while the process Chorus
     // launched still runs for a moment: the credential is refused at once, not when
     // that process is gone.

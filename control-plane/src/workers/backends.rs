@@ -1,0 +1,295 @@
+//! Which CLI backends (`claude-code`, `opencode`) can run where agents are served.
+//!
+//! Each worker probes its host when it starts and says what it found in its
+//! `Hello.backends`; that is kept per agent (the worker serving it). For local
+//! workers the control plane also runs `chorus-worker backends` (the same probe,
+//! printed as JSON) once at start, in the background, so `GET /api/status` knows
+//! before any agent's worker connected; with dial-in workers it shows the latest
+//! joining worker's. What is not known yet, or a probe that failed, reads as "not
+//! usable" with the reason, never as usable.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use chorus_proto::domain::{Backend, BackendStatus};
+
+use crate::config::BackendPaths;
+
+/// How long the local probe may take (each CLI answers `--version`).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Default)]
+pub struct BackendsSeen {
+    /// The local probe's answer; `None` until it ran.
+    local: Mutex<Option<Vec<BackendStatus>>>,
+    /// The latest Hello of any worker (a dial-in worker's host).
+    latest: Mutex<Option<Vec<BackendStatus>>>,
+    /// The Hello of the worker serving each agent.
+    by_agent: Mutex<HashMap<String, Vec<BackendStatus>>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Every CLI as not usable, for `reason`.
+pub fn unknown(reason: &str) -> Vec<BackendStatus> {
+    Backend::CLIS
+        .into_iter()
+        .map(|backend| BackendStatus {
+            backend,
+            usable: false,
+            version: None,
+            reason: Some(format!("unknown: {reason}")),
+            path: None,
+        })
+        .collect()
+}
+
+/// One entry per CLI, in the order of [`Backend::CLIS`]: what `found` says of it, or
+/// "unknown" when it says nothing (an older worker).
+fn complete(found: Vec<BackendStatus>, missing: &str) -> Vec<BackendStatus> {
+    Backend::CLIS
+        .into_iter()
+        .map(|backend| {
+            found
+                .iter()
+                .find(|s| s.backend == backend)
+                .cloned()
+                .unwrap_or_else(|| BackendStatus {
+                    backend,
+                    usable: false,
+                    version: None,
+                    reason: Some(format!("unknown: {missing}")),
+                    path: None,
+                })
+        })
+        .collect()
+}
+
+/// What `chorus-worker backends` printed, read; or why not.
+pub fn parse_probe(stdout: &[u8]) -> Result<Vec<BackendStatus>, String> {
+    serde_json::from_slice::<Vec<BackendStatus>>(stdout)
+        .map_err(|e| format!("`chorus-worker backends` printed no list of backends ({e})"))
+}
+
+impl BackendsSeen {
+    /// A worker said hello for `agent` with what its host can run.
+    pub fn hello(&self, agent: &str, backends: Vec<BackendStatus>) {
+        self.joined(backends.clone());
+        lock(&self.by_agent).insert(agent.to_string(), backends);
+    }
+
+    /// A dial-in worker joined the pool (serving no agent yet).
+    pub fn joined(&self, backends: Vec<BackendStatus>) {
+        *lock(&self.latest) = Some(backends);
+    }
+
+    /// The local probe's answer (or its failure as "unknown").
+    pub fn set_local(&self, probed: Result<Vec<BackendStatus>, String>) {
+        let statuses = match probed {
+            Ok(found) => complete(found, "the worker's probe did not list it"),
+            Err(reason) => unknown(&reason),
+        };
+        *lock(&self.local) = Some(statuses);
+    }
+
+    /// Each CLI's state where agents are served: the local probe's, else the latest
+    /// worker's Hello, else unknown.
+    pub fn status(&self) -> Vec<BackendStatus> {
+        if let Some(local) = lock(&self.local).clone() {
+            return local;
+        }
+        match lock(&self.latest).clone() {
+            Some(found) => complete(found, "the worker did not report it"),
+            None => unknown("no worker has reported its CLIs yet"),
+        }
+    }
+
+    /// A CLI backend's state for `agent`: from the worker serving it, else
+    /// [`Self::status`]. `None` for `api`.
+    pub fn of_agent(&self, agent: &str, backend: Backend) -> Option<BackendStatus> {
+        backend.cli()?;
+        let served = lock(&self.by_agent)
+            .get(agent)
+            .and_then(|found| found.iter().find(|s| s.backend == backend).cloned());
+        served.or_else(|| self.status().into_iter().find(|s| s.backend == backend))
+    }
+
+    /// Runs `<worker_bin> backends` (with the `[backends]` paths) once, in the
+    /// background, and keeps its answer.
+    pub fn probe_local(
+        self: std::sync::Arc<Self>,
+        worker_bin: PathBuf,
+        paths: BackendPaths,
+        env: Vec<(String, std::ffi::OsString)>,
+    ) {
+        tokio::spawn(async move {
+            let probed = run_probe(&worker_bin, &paths, env).await;
+            if let Err(reason) = &probed {
+                tracing::warn!(%reason, "cannot tell which CLI backends local workers can run");
+            }
+            self.set_local(probed);
+        });
+    }
+}
+
+async fn run_probe(
+    worker_bin: &std::path::Path,
+    paths: &BackendPaths,
+    env: Vec<(String, std::ffi::OsString)>,
+) -> Result<Vec<BackendStatus>, String> {
+    let mut command = tokio::process::Command::new(worker_bin);
+    command
+        .arg("backends")
+        .args(paths.worker_args())
+        .env_clear()
+        .envs(env)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(PROBE_TIMEOUT, command.output())
+        .await
+        .map_err(|_| {
+            format!(
+                "`{} backends` did not answer within {} s",
+                worker_bin.display(),
+                PROBE_TIMEOUT.as_secs()
+            )
+        })?
+        .map_err(|e| format!("cannot run `{} backends`: {e}", worker_bin.display()))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        // Its first line says what went wrong (clap's `error: …`, a panic).
+        let said = stderr.lines().find(|l| !l.trim().is_empty());
+        return Err(format!(
+            "`{} backends` failed ({}){}",
+            worker_bin.display(),
+            output.status,
+            said.map(|l| format!(": {}", l.trim())).unwrap_or_default()
+        ));
+    }
+    parse_probe(&output.stdout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usable(backend: Backend, version: &str) -> BackendStatus {
+        BackendStatus {
+            backend,
+            usable: true,
+            version: Some(version.into()),
+            reason: None,
+            path: Some(format!("/usr/bin/{backend}")),
+        }
+    }
+
+    #[test]
+    fn nothing_known_is_never_usable_and_says_why() {
+        let seen = BackendsSeen::default();
+        let status = seen.status();
+        assert_eq!(
+            status.iter().map(|s| s.backend).collect::<Vec<_>>(),
+            Backend::CLIS
+        );
+        assert!(status.iter().all(|s| !s.usable));
+        assert!(
+            status[0]
+                .reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("unknown: no worker")),
+            "{status:?}"
+        );
+        assert_eq!(seen.of_agent("a", Backend::Api), None);
+    }
+
+    #[test]
+    fn the_serving_worker_wins_then_the_local_probe_then_the_latest_hello() {
+        let seen = BackendsSeen::default();
+        seen.hello("a", vec![usable(Backend::ClaudeCode, "2.1.332")]);
+        // An older worker's Hello names only one: the other is unknown, not usable.
+        let status = seen.status();
+        assert!(status[0].usable);
+        assert!(!status[1].usable);
+        seen.set_local(Err("`chorus-worker backends` failed (exit status 2)".into()));
+        assert_eq!(
+            seen.status()[0].reason.as_deref(),
+            Some("unknown: `chorus-worker backends` failed (exit status 2)")
+        );
+        // Agent a's own worker said it can run claude-code.
+        assert_eq!(
+            seen.of_agent("a", Backend::ClaudeCode),
+            Some(usable(Backend::ClaudeCode, "2.1.332"))
+        );
+        // Agent b has no worker yet: the local probe.
+        assert!(
+            !seen
+                .of_agent("b", Backend::ClaudeCode)
+                .is_some_and(|s| s.usable)
+        );
+    }
+
+    /// The probe runs the worker binary with `backends` and the `[backends]` flags;
+    /// a worker without the subcommand reads as unknown, with its own words.
+    #[tokio::test]
+    async fn the_local_probe_runs_the_worker_and_a_failure_says_why() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let worker = dir.path().join("worker");
+        let found = serde_json::to_string(&vec![usable(Backend::ClaudeCode, "2.1.332")]).unwrap();
+        std::fs::write(
+            &worker,
+            format!(
+                "#!/bin/sh\n[ \"$1 $2 $3\" = 'backends --claude-code /x/claude' ] || \
+                 {{ echo \"error: unexpected argument '$1' found\" >&2; echo usage >&2; exit 2; }}\n\
+                 echo '{found}'\n"
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&worker, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let paths = BackendPaths {
+            claude_code: Some("/x/claude".into()),
+            opencode: None,
+        };
+        let env: Vec<(String, std::ffi::OsString)> = std::env::var_os("PATH")
+            .map(|path| ("PATH".to_string(), path))
+            .into_iter()
+            .collect();
+        let seen = BackendsSeen::default();
+        seen.set_local(run_probe(&worker, &paths, env.clone()).await);
+        let status = seen.status();
+        assert_eq!(status[0], usable(Backend::ClaudeCode, "2.1.332"));
+        assert_eq!(
+            status[1].reason.as_deref(),
+            Some("unknown: the worker's probe did not list it")
+        );
+        // Without the flag the script fails like a worker that lacks the subcommand.
+        let failed = run_probe(&worker, &BackendPaths::default(), env)
+            .await
+            .unwrap_err();
+        assert!(
+            failed.contains("backends` failed (exit status: 2)"),
+            "{failed}"
+        );
+        assert!(
+            failed.ends_with(": error: unexpected argument 'backends' found"),
+            "{failed}"
+        );
+    }
+
+    #[test]
+    fn the_probe_prints_the_statuses_as_json() {
+        let json = serde_json::to_vec(&vec![usable(Backend::OpenCode, "1.18.33")]).unwrap();
+        assert_eq!(
+            parse_probe(&json).unwrap(),
+            [usable(Backend::OpenCode, "1.18.33")]
+        );
+        let err = parse_probe(b"usage: chorus-worker ...").unwrap_err();
+        assert!(err.contains("printed no list of backends"), "{err}");
+    }
+}
