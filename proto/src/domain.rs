@@ -577,13 +577,13 @@ pub enum WorkerEvent {
         job_id: u32,
         end: JobEnd,
     },
-    /// The run put a user message (injected, or an input of its assignment) into
-    /// its history; the model sees it at the next call.
     /// A CLI backend's run named its session; stored with the run.
     CliSessionStarted {
         run_id: String,
         session_id: String,
     },
+    /// The run put a user message (injected, or an input of its assignment) into
+    /// its history; the model sees it at the next call.
     InputTaken {
         run_id: String,
         message_id: u64,
