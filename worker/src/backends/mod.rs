@@ -3,4 +3,7 @@
 //! whose calls come back to this worker's run endpoint and go through the same
 //! pipeline as the tool loop's). What differs per CLI is a [`flavor::Flavor`].
 
+pub mod claude_code;
 pub mod flavor;
+pub mod opencode;
+pub mod outcome;
