@@ -404,3 +404,377 @@ pub(crate) fn preview(line: &str) -> String {
         line.to_string()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use chorus_proto::domain::{CliSession, FailureKind};
+
+    use super::*;
+    use crate::backends::flavor::CliFailure;
+    use crate::backends::outcome::replay;
+
+    const TOOLS: &[&str] = &["file_read", "file_write"];
+
+    fn with_spec<T>(session: Option<&CliSession>, f: impl FnOnce(&LaunchSpec<'_>) -> T) -> T {
+        let tools: Vec<String> = TOOLS.iter().map(|t| t.to_string()).collect();
+        f(&LaunchSpec {
+            program: Path::new("/usr/bin/claude"),
+            cwd: Path::new("/work/agent"),
+            home: Path::new("/home/agent"),
+            tmp: Path::new("/tmp/agent"),
+            model: "claude-sonnet-4-5",
+            endpoint: "http://127.0.0.1:40123",
+            token: "0123abcd",
+            chorus_tools: Path::new("/opt/chorus/chorus-tools"),
+            tools: &tools,
+            instructions: "You are Ada.",
+            prompt: "-n \"hi\"\nthere",
+            session,
+        })
+    }
+
+    fn strings(launch: &Launch) -> Vec<String> {
+        launch
+            .args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn it_is_launched_with_chorus_tools_only_and_the_run_credential() {
+        let launch = with_spec(None, |spec| ClaudeCode.launch(spec));
+        assert_eq!(
+            strings(&launch),
+            [
+                "--bare",
+                "-p",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--include-partial-messages",
+                "--model",
+                "claude-sonnet-4-5",
+                "--tools",
+                "",
+                "--strict-mcp-config",
+                "--mcp-config",
+                "/tmp/agent/chorus-mcp-40123.json",
+                "--allowedTools",
+                "mcp__chorus__file_read,mcp__chorus__file_write",
+                "--permission-mode",
+                "dontAsk",
+                "--append-system-prompt-file",
+                "/tmp/agent/chorus-instructions-40123.md",
+            ]
+        );
+        assert_eq!(launch.stdin.as_deref(), Some("-n \"hi\"\nthere"));
+        let env: std::collections::BTreeMap<_, _> = launch.env.iter().cloned().collect();
+        let expected: std::collections::BTreeMap<String, String> = [
+            ("ANTHROPIC_BASE_URL", "http://127.0.0.1:40123/llm"),
+            ("ANTHROPIC_API_KEY", "0123abcd"),
+            ("ANTHROPIC_SMALL_FAST_MODEL", "claude-sonnet-4-5"),
+            ("ANTHROPIC_DEFAULT_HAIKU_MODEL", "claude-sonnet-4-5"),
+            ("CLAUDE_CONFIG_DIR", "/home/agent/.claude"),
+            ("CLAUDE_CODE_TMPDIR", "/tmp/agent"),
+            ("DISABLE_TELEMETRY", "1"),
+            ("DISABLE_AUTOUPDATER", "1"),
+            ("DISABLE_ERROR_REPORTING", "1"),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+            ("CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS", "1"),
+            ("CLAUDE_CODE_MAX_RETRIES", "1"),
+            ("MCP_TOOL_TIMEOUT", "600000"),
+            ("CHORUS_TOOLS_URL", "http://127.0.0.1:40123"),
+            ("CHORUS_TOOLS_TOKEN", "0123abcd"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(env, expected, "exactly these, once each");
+        assert_eq!(env.len(), launch.env.len(), "no variable twice");
+        assert_eq!(launch.files.len(), 2);
+        let (path, mcp) = &launch.files[0];
+        assert_eq!(path, Path::new("/tmp/agent/chorus-mcp-40123.json"));
+        let mcp: Value = serde_json::from_str(mcp).unwrap();
+        assert_eq!(
+            mcp,
+            json!({"mcpServers": {"chorus": {"type": "stdio", "command": "/opt/chorus/chorus-tools",
+                "args": ["mcp"], "env": {"CHORUS_TOOLS_URL": "http://127.0.0.1:40123",
+                "CHORUS_TOOLS_TOKEN": "0123abcd"}}}})
+        );
+        assert_eq!(
+            launch.files[1],
+            (
+                Path::new("/tmp/agent/chorus-instructions-40123.md").to_path_buf(),
+                "You are Ada.".to_string()
+            )
+        );
+    }
+
+    #[test]
+    fn a_session_is_resumed_or_forked() {
+        let resume = CliSession {
+            id: "46c50d05-1ac5-4c34-9965-8ace7edeb5c6".into(),
+            fork: false,
+        };
+        let args = strings(&with_spec(Some(&resume), |spec| ClaudeCode.launch(spec)));
+        assert_eq!(
+            args[args.len() - 2..],
+            ["--resume", "46c50d05-1ac5-4c34-9965-8ace7edeb5c6"]
+        );
+        let fork = CliSession {
+            fork: true,
+            ..resume
+        };
+        let args = strings(&with_spec(Some(&fork), |spec| ClaudeCode.launch(spec)));
+        assert_eq!(
+            args[args.len() - 3..],
+            [
+                "--resume",
+                "46c50d05-1ac5-4c34-9965-8ace7edeb5c6",
+                "--fork-session"
+            ]
+        );
+    }
+
+    fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+        }
+    }
+
+    #[test]
+    fn a_turn_with_tool_calls_reads_as_one_message_per_model_call() {
+        let (events, exit) = replay(
+            &mut *ClaudeCode.parser(),
+            include_str!("fixtures/claude_code/tool_calls.jsonl"),
+            0,
+            "",
+        );
+        let usage = Some(Usage {
+            input_tokens: 20,
+            output_tokens: 10,
+        });
+        assert_eq!(
+            events,
+            [
+                CliEvent::Session {
+                    id: "2ee0b3f6-4d60-4823-9983-16930cf95734".into()
+                },
+                CliEvent::Init {
+                    tools: vec!["file_read".into(), "file_write".into()],
+                    mcp_connected: true
+                },
+                CliEvent::ModelCallStarted,
+                CliEvent::TextDelta("Let me read it.".into()),
+                CliEvent::ModelCallEnded { usage },
+                // Two `assistant` lines (text, tool_use) of one message: one Assistant.
+                CliEvent::Assistant {
+                    text: "Let me read it.".into(),
+                    tool_calls: vec![call("toolu_01", "file_read", r#"{"path":"b.txt"}"#)]
+                },
+                CliEvent::ToolResult {
+                    call_id: "toolu_01".into(),
+                    content: "no such file: b.txt".into(),
+                    is_error: true
+                },
+                CliEvent::ModelCallStarted,
+                CliEvent::ModelCallEnded { usage },
+                CliEvent::Assistant {
+                    text: String::new(),
+                    tool_calls: vec![call(
+                        "toolu_01",
+                        "file_write",
+                        r#"{"content":"hello","path":"b.txt"}"#
+                    )]
+                },
+                CliEvent::ToolResult {
+                    call_id: "toolu_01".into(),
+                    content: r#"wrote {"path": "b.txt", "content": "hello"}"#.into(),
+                    is_error: false
+                },
+                CliEvent::ModelCallStarted,
+                CliEvent::TextDelta("done".into()),
+                CliEvent::ModelCallEnded { usage },
+                CliEvent::Assistant {
+                    text: "done".into(),
+                    tool_calls: vec![]
+                },
+                CliEvent::Final {
+                    text: "done".into(),
+                    is_error: false,
+                    usage: Some(Usage {
+                        input_tokens: 60,
+                        output_tokens: 30
+                    })
+                },
+            ]
+        );
+        assert_eq!(ClaudeCode.classify(&exit), None);
+    }
+
+    #[test]
+    fn resumed_and_forked_sessions_say_their_id_and_a_plain_answer_is_final() {
+        let (events, exit) = replay(
+            &mut *ClaudeCode.parser(),
+            include_str!("fixtures/claude_code/fork.jsonl"),
+            0,
+            "",
+        );
+        assert_eq!(
+            events[0],
+            CliEvent::Session {
+                id: "62071adc-c560-4ce4-8711-8d72ad3114af".into()
+            }
+        );
+        assert!(
+            matches!(events.last(), Some(CliEvent::Final { text, is_error: false, .. }) if text == "forked ok")
+        );
+        assert_eq!(ClaudeCode.classify(&exit), None);
+        let (events, _) = replay(
+            &mut *ClaudeCode.parser(),
+            include_str!("fixtures/claude_code/plain.jsonl"),
+            0,
+            "",
+        );
+        let texts: Vec<_> = events
+            .iter()
+            .filter_map(|e| match e {
+                CliEvent::Assistant { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(texts, ["hello plain"]);
+    }
+
+    #[test]
+    fn a_failed_mcp_server_shows_in_init() {
+        let (events, _) = replay(
+            &mut *ClaudeCode.parser(),
+            include_str!("fixtures/claude_code/mcp_failed.jsonl"),
+            0,
+            "",
+        );
+        assert_eq!(
+            events[1],
+            CliEvent::Init {
+                tools: vec![],
+                mcp_connected: false
+            }
+        );
+    }
+
+    #[test]
+    fn api_errors_are_classified_with_what_to_do() {
+        let (events, exit) = replay(
+            &mut *ClaudeCode.parser(),
+            include_str!("fixtures/claude_code/auth_refused.jsonl"),
+            1,
+            "",
+        );
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, CliEvent::Assistant { .. })),
+            "the synthetic error message is not the model's: {events:?}"
+        );
+        assert_eq!(
+            exit.last_error.as_deref(),
+            Some(
+                "API error 401 (authentication_error): Failed to authenticate. API Error: 401 \
+                 scripted error"
+            )
+        );
+        let c = ClaudeCode.classify(&exit).unwrap();
+        assert_eq!(
+            (c.kind, c.cause),
+            (FailureKind::ModelError, CliFailure::AuthRefused)
+        );
+        assert!(
+            c.message.contains("check the provider's API key"),
+            "{}",
+            c.message
+        );
+
+        let (_, exit) = replay(
+            &mut *ClaudeCode.parser(),
+            include_str!("fixtures/claude_code/rate_limited.jsonl"),
+            1,
+            "",
+        );
+        let c = ClaudeCode.classify(&exit).unwrap();
+        assert_eq!(
+            (c.kind, c.cause),
+            (FailureKind::ModelError, CliFailure::RateLimited)
+        );
+    }
+
+    #[test]
+    fn an_unknown_session_is_told_apart() {
+        let (events, exit) = replay(
+            &mut *ClaudeCode.parser(),
+            include_str!("fixtures/claude_code/no_session.jsonl"),
+            1,
+            include_str!("fixtures/claude_code/no_session.stderr"),
+        );
+        assert!(
+            !events.iter().any(|e| matches!(e, CliEvent::Session { .. })),
+            "the missing session's id is not a session: {events:?}"
+        );
+        let c = ClaudeCode.classify(&exit).unwrap();
+        assert_eq!(c.cause, CliFailure::UnknownSession);
+        // From the stream alone too (stderr lost).
+        let exit = ExitReport {
+            stderr_tail: String::new(),
+            ..exit
+        };
+        assert_eq!(
+            ClaudeCode.classify(&exit).unwrap().cause,
+            CliFailure::UnknownSession
+        );
+    }
+
+    #[test]
+    fn lines_that_are_not_stream_json_are_errors() {
+        let mut parser = ClaudeCode.parser();
+        assert!(parser.line("Welcome to Claude Code!").is_err());
+        assert!(parser.line(r#"{"no": "type"}"#).is_err());
+        assert_eq!(parser.line("").unwrap(), vec![]);
+        assert_eq!(
+            parser
+                .line(r#"{"type": "system", "subtype": "status"}"#)
+                .unwrap(),
+            vec![]
+        );
+        let (_, exit) = replay(&mut *ClaudeCode.parser(), "<html>\n", 0, "");
+        assert_eq!(
+            ClaudeCode.classify(&exit).unwrap().cause,
+            CliFailure::MalformedStream
+        );
+        let (_, exit) = replay(
+            &mut *ClaudeCode.parser(),
+            include_str!("fixtures/claude_code/mcp_failed.jsonl")
+                .lines()
+                .next()
+                .unwrap(),
+            0,
+            "",
+        );
+        assert_eq!(
+            ClaudeCode.classify(&exit).unwrap().cause,
+            CliFailure::NoResult
+        );
+    }
+
+    #[test]
+    fn the_version_is_read() {
+        assert_eq!(
+            ClaudeCode.parse_version(include_str!("fixtures/claude_code/version.txt")),
+            Some((2, 1, 332))
+        );
+    }
+}

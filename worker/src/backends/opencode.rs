@@ -309,3 +309,294 @@ impl StreamParser for Parser {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use chorus_proto::domain::{CliSession, FailureKind};
+
+    use super::*;
+    use crate::backends::flavor::CliFailure;
+    use crate::backends::outcome::replay;
+
+    fn with_spec<T>(session: Option<&CliSession>, f: impl FnOnce(&LaunchSpec<'_>) -> T) -> T {
+        let tools = vec!["file_read".to_string(), "file_write".to_string()];
+        f(&LaunchSpec {
+            program: Path::new("/usr/bin/opencode"),
+            cwd: Path::new("/work/agent"),
+            home: Path::new("/home/agent"),
+            tmp: Path::new("/tmp/agent"),
+            model: "gpt-5-mini",
+            endpoint: "http://127.0.0.1:40124",
+            token: "0123abcd",
+            chorus_tools: Path::new("/opt/chorus/chorus-tools"),
+            tools: &tools,
+            instructions: "You are Ada.",
+            prompt: "say \"hi\"",
+            session,
+        })
+    }
+
+    fn strings(launch: &Launch) -> Vec<String> {
+        launch
+            .args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn it_is_launched_with_chorus_tools_only_and_the_run_credential() {
+        let launch = with_spec(None, |spec| OpenCode.launch(spec));
+        assert_eq!(
+            strings(&launch),
+            ["run", "--format", "json", "--pure", "--title", "Chorus"]
+        );
+        assert_eq!(launch.stdin.as_deref(), Some("say \"hi\""));
+        let env: std::collections::BTreeMap<_, _> = launch.env.iter().cloned().collect();
+        assert_eq!(env.len(), launch.env.len(), "no variable twice");
+        let config: Value = serde_json::from_str(&env["OPENCODE_CONFIG_CONTENT"]).unwrap();
+        assert_eq!(
+            config,
+            json!({
+                "autoupdate": false, "share": "disabled", "snapshot": false,
+                "model": "chorus/gpt-5-mini", "small_model": "chorus/gpt-5-mini",
+                "enabled_providers": ["chorus"],
+                "provider": {"chorus": {"npm": "@ai-sdk/openai-compatible", "name": "Chorus",
+                    "options": {"baseURL": "http://127.0.0.1:40124/llm/v1", "apiKey": "0123abcd"},
+                    "models": {"gpt-5-mini": {"name": "gpt-5-mini", "tool_call": true}}}},
+                "mcp": {"chorus": {"type": "local", "command": ["/opt/chorus/chorus-tools", "mcp"],
+                    "environment": {"CHORUS_TOOLS_URL": "http://127.0.0.1:40124",
+                                    "CHORUS_TOOLS_TOKEN": "0123abcd"},
+                    "enabled": true}},
+                "permission": {"*": "deny", "chorus_file_read": "allow", "chorus_file_write": "allow"},
+                "instructions": ["/tmp/agent/chorus-instructions-40124.md"],
+                "experimental": {"mcp_timeout": 600000},
+            })
+        );
+        let rest: Vec<(&str, &str)> = launch
+            .env
+            .iter()
+            .filter(|(k, _)| k != "OPENCODE_CONFIG_CONTENT")
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            rest,
+            [
+                ("XDG_CONFIG_HOME", "/home/agent/.config"),
+                ("XDG_DATA_HOME", "/home/agent/.local/share"),
+                ("XDG_CACHE_HOME", "/home/agent/.cache"),
+                ("XDG_STATE_HOME", "/home/agent/.local/state"),
+                ("OPENCODE_DISABLE_PROJECT_DISCOVERY", "1"),
+                ("OPENCODE_DISABLE_MODELS_FETCH", "1"),
+                ("OPENCODE_DISABLE_DEFAULT_PLUGINS", "1"),
+                ("OPENCODE_DISABLE_CLAUDE_CODE", "1"),
+                ("OPENCODE_DISABLE_LSP_DOWNLOAD", "1"),
+                ("OPENCODE_DISABLE_AUTOUPDATE", "1"),
+                ("OPENCODE_DISABLE_SHARE", "1"),
+                ("CHORUS_TOOLS_URL", "http://127.0.0.1:40124"),
+                ("CHORUS_TOOLS_TOKEN", "0123abcd"),
+            ]
+        );
+        assert_eq!(
+            launch.files,
+            [(
+                Path::new("/tmp/agent/chorus-instructions-40124.md").to_path_buf(),
+                "You are Ada.".to_string()
+            )]
+        );
+    }
+
+    #[test]
+    fn a_session_is_resumed_or_forked() {
+        let resume = CliSession {
+            id: "ses_de6ebf350ffesqOjBTacj7RuKC".into(),
+            fork: false,
+        };
+        let args = strings(&with_spec(Some(&resume), |spec| OpenCode.launch(spec)));
+        assert_eq!(args[6..], ["--session", "ses_de6ebf350ffesqOjBTacj7RuKC"]);
+        let fork = CliSession {
+            fork: true,
+            ..resume
+        };
+        let args = strings(&with_spec(Some(&fork), |spec| OpenCode.launch(spec)));
+        assert_eq!(
+            args[6..],
+            ["--session", "ses_de6ebf350ffesqOjBTacj7RuKC", "--fork"]
+        );
+    }
+
+    fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+        }
+    }
+
+    #[test]
+    fn a_turn_with_tool_calls_reads_as_steps_and_a_final_text() {
+        let (events, exit) = replay(
+            &mut *OpenCode.parser(),
+            include_str!("fixtures/opencode/tool_calls.jsonl"),
+            0,
+            "",
+        );
+        let usage = Some(Usage {
+            input_tokens: 20,
+            output_tokens: 10,
+        });
+        assert_eq!(
+            events,
+            [
+                CliEvent::Session {
+                    id: "ses_de6e9f7f8ffe9paKV7UarCH8b9".into()
+                },
+                CliEvent::ModelCallStarted,
+                CliEvent::TextDelta("Let me read it.".into()),
+                CliEvent::ModelCallEnded { usage },
+                CliEvent::Assistant {
+                    text: "Let me read it.".into(),
+                    tool_calls: vec![call("call_1", "file_read", r#"{"path":"b.txt"}"#)]
+                },
+                CliEvent::ToolResult {
+                    call_id: "call_1".into(),
+                    content: "no such file: b.txt".into(),
+                    is_error: true
+                },
+                CliEvent::ModelCallStarted,
+                CliEvent::ModelCallEnded { usage },
+                CliEvent::Assistant {
+                    text: String::new(),
+                    tool_calls: vec![call(
+                        "call_1",
+                        "file_write",
+                        r#"{"content":"hello","path":"b.txt"}"#
+                    )]
+                },
+                CliEvent::ToolResult {
+                    call_id: "call_1".into(),
+                    content: r#"wrote {"path": "b.txt", "content": "hello"}"#.into(),
+                    is_error: false
+                },
+                CliEvent::ModelCallStarted,
+                CliEvent::TextDelta("done".into()),
+                CliEvent::ModelCallEnded { usage },
+                CliEvent::Assistant {
+                    text: "done".into(),
+                    tool_calls: vec![]
+                },
+                CliEvent::Final {
+                    text: "done".into(),
+                    is_error: false,
+                    usage: Some(Usage {
+                        input_tokens: 60,
+                        output_tokens: 30
+                    })
+                },
+            ]
+        );
+        assert_eq!(OpenCode.classify(&exit), None);
+    }
+
+    #[test]
+    fn resumed_and_forked_sessions_end_with_their_last_text() {
+        for (fixture, session, text) in [
+            (
+                include_str!("fixtures/opencode/fork.jsonl"),
+                "ses_de6eb8168ffeuqrbyl1wOylof7",
+                "forked",
+            ),
+            (
+                include_str!("fixtures/opencode/plain.jsonl"),
+                "ses_de6ebc10affeoQn3vWolvCqQfA",
+                "plain hi",
+            ),
+        ] {
+            let (events, exit) = replay(&mut *OpenCode.parser(), fixture, 0, "");
+            assert_eq!(events[0], CliEvent::Session { id: session.into() });
+            assert!(
+                matches!(events.last(), Some(CliEvent::Final { text: t, is_error: false, .. }) if t == text),
+                "{events:?}"
+            );
+            assert_eq!(OpenCode.classify(&exit), None);
+        }
+    }
+
+    #[test]
+    fn a_turn_cut_after_a_tool_call_has_no_final() {
+        let fixture = include_str!("fixtures/opencode/tool_calls.jsonl");
+        let cut: Vec<&str> = fixture.lines().take(4).collect();
+        let (events, exit) = replay(&mut *OpenCode.parser(), &cut.join("\n"), 0, "");
+        assert!(
+            !events.iter().any(|e| matches!(e, CliEvent::Final { .. })),
+            "{events:?}"
+        );
+        assert_eq!(
+            OpenCode.classify(&exit).unwrap().cause,
+            CliFailure::NoResult
+        );
+    }
+
+    #[test]
+    fn api_errors_and_unknown_sessions_are_classified() {
+        let (events, exit) = replay(
+            &mut *OpenCode.parser(),
+            include_str!("fixtures/opencode/auth_refused.jsonl"),
+            1,
+            "",
+        );
+        assert_eq!(
+            events[1],
+            CliEvent::Error {
+                message: "API error 401: scripted error".into()
+            }
+        );
+        let c = OpenCode.classify(&exit).unwrap();
+        assert_eq!(
+            (c.kind, c.cause),
+            (FailureKind::ModelError, CliFailure::AuthRefused)
+        );
+
+        let (events, exit) = replay(
+            &mut *OpenCode.parser(),
+            "",
+            1,
+            include_str!("fixtures/opencode/no_session.stderr"),
+        );
+        assert_eq!(events, vec![]);
+        assert_eq!(
+            OpenCode.classify(&exit).unwrap().cause,
+            CliFailure::UnknownSession
+        );
+    }
+
+    #[test]
+    fn a_failed_mcp_server_is_not_in_the_stream() {
+        // OpenCode says nothing when its MCP server fails: the model is asked
+        // without tools. The run endpoint (no `GET /tools` before the first model
+        // request) is where that shows.
+        let (events, _) = replay(
+            &mut *OpenCode.parser(),
+            include_str!("fixtures/opencode/mcp_failed.jsonl"),
+            0,
+            "",
+        );
+        assert!(
+            !events.iter().any(|e| matches!(e, CliEvent::Init { .. })),
+            "{events:?}"
+        );
+    }
+
+    #[test]
+    fn lines_that_are_not_its_json_are_errors_and_the_version_is_read() {
+        let mut parser = OpenCode.parser();
+        assert!(parser.line("\u{1b}[91mError: \u{1b}[0mboom").is_err());
+        assert!(parser.line(r#"{"sessionID": "x"}"#).is_err());
+        assert_eq!(
+            OpenCode.parse_version(include_str!("fixtures/opencode/version.txt")),
+            Some((1, 18, 33))
+        );
+    }
+}
