@@ -593,9 +593,10 @@ fn offered_tools(body: &Value) -> Vec<String> {
 }
 
 /// A scripted tool call names the tool as Chorus does (`file_write`); a CLI offers it
-/// with its MCP prefix (`mcp__chorus__file_write`, `chorus_file_write`). The call is
-/// made with the one offered name that is the scripted name or ends in `_<name>`, as
-/// a model would call it; with none or several, the name stays as scripted.
+/// with its MCP prefix: Claude Code `mcp__<server>__file_write`, OpenCode
+/// `chorus_file_write`. The call is made with the one offered name that is the
+/// scripted one or one of those, as a model would call it; with none, the name stays
+/// as scripted. (Only these prefixes: `write` must not become Chorus's `file_write`.)
 fn as_offered(reply: Reply, offered: &[String]) -> Reply {
     let Reply::ToolCalls { text, calls } = reply else {
         return reply;
@@ -603,14 +604,16 @@ fn as_offered(reply: Reply, offered: &[String]) -> Reply {
     let calls = calls
         .into_iter()
         .map(|(id, name, args)| {
-            let suffix = format!("_{}", wire_name(&name));
-            let matching: Vec<&String> = offered
+            let wire = wire_name(&name);
+            let claude = format!("__{wire}");
+            let opencode = format!("chorus_{wire}");
+            let prefixed: Vec<&String> = offered
                 .iter()
-                .filter(|o| **o == wire_name(&name) || o.ends_with(&suffix))
+                .filter(|o| (o.starts_with("mcp__") && o.ends_with(&claude)) || **o == opencode)
                 .collect();
-            let name = match matching.as_slice() {
+            let name = match prefixed.as_slice() {
+                _ if offered.contains(&wire) => wire,
                 [only] => (*only).clone(),
-                _ if matching.iter().any(|o| **o == wire_name(&name)) => wire_name(&name),
                 _ => name,
             };
             (id, name, args)
@@ -1095,5 +1098,39 @@ pub fn error(status: u16, kind: &str, message: &str) -> Reply {
         kind: kind.into(),
         message: message.into(),
         retry_after: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(reply: Reply) -> Vec<String> {
+        match reply {
+            Reply::ToolCalls { calls, .. } => calls.into_iter().map(|c| c.1).collect(),
+            _ => panic!("not tool calls"),
+        }
+    }
+
+    #[test]
+    fn a_scripted_call_takes_the_name_the_cli_offers() {
+        let offered =
+            |names: &[&str]| -> Vec<String> { names.iter().map(|n| n.to_string()).collect() };
+        let call = |name: &str| tool_call("c1", name, json!({}));
+        let claude = offered(&["mcp__chorus__file_read", "mcp__chorus__file_write"]);
+        assert_eq!(
+            names(as_offered(call("file_write"), &claude)),
+            ["mcp__chorus__file_write"]
+        );
+        let opencode = offered(&["chorus_file_read", "chorus_file_write"]);
+        assert_eq!(
+            names(as_offered(call("file.write"), &opencode)),
+            ["chorus_file_write"]
+        );
+        // Chorus's own names are kept, and a shorter name is not widened to one.
+        let api = offered(&["file_write", "job_stop"]);
+        assert_eq!(names(as_offered(call("file_write"), &api)), ["file_write"]);
+        assert_eq!(names(as_offered(call("write"), &api)), ["write"]);
+        assert_eq!(names(as_offered(call("stop"), &api)), ["stop"]);
     }
 }

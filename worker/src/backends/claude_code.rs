@@ -652,6 +652,33 @@ mod tests {
     }
 
     #[test]
+    fn an_ended_turn_is_a_good_empty_result() {
+        // The proxy's empty answers after a turn-ending tool: Claude Code asks once
+        // more (a `user` line with text, no tool result), then ends with `""`.
+        let (events, exit) = replay(
+            &mut *ClaudeCode.parser(),
+            include_str!("fixtures/claude_code/turn_end.jsonl"),
+            0,
+            "",
+        );
+        let calls = events
+            .iter()
+            .filter(|e| matches!(e, CliEvent::ModelCallStarted))
+            .count();
+        assert_eq!(calls, 3, "{events:?}");
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, CliEvent::Assistant { text, tool_calls } if text.is_empty() && tool_calls.is_empty())),
+            "no empty message: {events:?}"
+        );
+        assert!(
+            matches!(events.last(), Some(CliEvent::Final { text, is_error: false, .. }) if text.is_empty())
+        );
+        assert_eq!(ClaudeCode.classify(&exit), None);
+    }
+
+    #[test]
     fn a_failed_mcp_server_shows_in_init() {
         let (events, _) = replay(
             &mut *ClaudeCode.parser(),

@@ -1,7 +1,10 @@
 //! CLI backends: an agent whose turns Claude Code or OpenCode runs, headless, in its
 //! workspace and sandbox, with Chorus's tools only (served by `chorus-tools mcp`,
 //! whose calls come back to this worker's run endpoint and go through the same
-//! pipeline as the tool loop's). What differs per CLI is a [`flavor::Flavor`].
+//! pipeline as the tool loop's). What differs per CLI is a [`flavor::Flavor`]:
+//! [`claude_code::ClaudeCode`] and [`opencode::OpenCode`] (their module docs list the
+//! exact requests each makes, for the relay's allow-list), sharing
+//! [`outcome`]'s classification.
 
 pub mod claude_code;
 pub mod flavor;
