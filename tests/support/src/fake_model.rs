@@ -1115,7 +1115,7 @@ mod tests {
     #[test]
     fn a_scripted_call_takes_the_name_the_cli_offers() {
         let offered =
-            |names: &[&str]| -> Vec<String> { names.iter().map(|n| n.to_string()).collect() };
+            |names: &[&str]| -> Vec<String> { names.iter().map(ToString::to_string).collect() };
         let call = |name: &str| tool_call("c1", name, json!({}));
         let claude = offered(&["mcp__chorus__file_read", "mcp__chorus__file_write"]);
         assert_eq!(

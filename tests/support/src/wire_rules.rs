@@ -658,7 +658,7 @@ mod tests {
         );
         one(
             bad(
-                claude.clone(),
+                claude,
                 |b| {
                     for block in b["system"].as_array_mut().unwrap() {
                         block["cache_control"] = json!({"type": "ephemeral"});

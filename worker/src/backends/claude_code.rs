@@ -418,7 +418,7 @@ mod tests {
     const TOOLS: &[&str] = &["file_read", "file_write"];
 
     fn with_spec<T>(session: Option<&CliSession>, f: impl FnOnce(&LaunchSpec<'_>) -> T) -> T {
-        let tools: Vec<String> = TOOLS.iter().map(|t| t.to_string()).collect();
+        let tools: Vec<String> = TOOLS.iter().map(ToString::to_string).collect();
         f(&LaunchSpec {
             program: Path::new("/usr/bin/claude"),
             cwd: Path::new("/work/agent"),

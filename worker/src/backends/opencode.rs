@@ -39,6 +39,8 @@
 //! A 429 is retried with backoff without end and without a line (5 tries in 60 s
 //! measured): the run's time limit ends it. Fixtures: `fixtures/opencode/`.
 
+use std::ffi::OsString;
+
 use chorus_proto::domain::{Backend, ModelRoute, ToolCall, Usage};
 use serde_json::{Value, json};
 
@@ -105,13 +107,13 @@ impl Flavor for OpenCode {
         let instructions = spec
             .tmp
             .join(format!("chorus-instructions-{}.md", run_tag(spec.endpoint)));
-        let mut args: Vec<String> = ["run", "--format", "json", "--pure", "--title", "Chorus"]
+        let mut args: Vec<OsString> = ["run", "--format", "json", "--pure", "--title", "Chorus"]
             .into_iter()
-            .map(String::from)
+            .map(OsString::from)
             .collect();
         if let Some(session) = spec.session {
             args.push("--session".into());
-            args.push(session.id.clone());
+            args.push(session.id.clone().into());
             if session.fork {
                 args.push("--fork".into());
             }
@@ -140,7 +142,7 @@ impl Flavor for OpenCode {
         .map(|(k, v)| (k.to_string(), v))
         .collect();
         Launch {
-            args: args.into_iter().map(Into::into).collect(),
+            args,
             env,
             files: vec![(instructions, spec.instructions.to_string())],
             stdin: Some(spec.prompt.to_string()),

@@ -249,6 +249,45 @@ pub fn parse_version(output: &str) -> Option<(u32, u32, u32)> {
     })
 }
 
+/// Test help: a fixture run through a parser, and the `ExitReport` the driver would
+/// make of it.
+#[cfg(test)]
+pub(crate) fn replay(
+    parser: &mut dyn super::flavor::StreamParser,
+    output: &str,
+    code: i32,
+    stderr: &str,
+) -> (Vec<super::flavor::CliEvent>, ExitReport) {
+    use super::flavor::CliEvent;
+    let mut events = Vec::new();
+    let mut exit = ExitReport {
+        code: Some(code),
+        stderr_tail: stderr.to_string(),
+        ..ExitReport::default()
+    };
+    for line in output.lines() {
+        match parser.line(line) {
+            Ok(more) => events.extend(more),
+            Err(why) => {
+                exit.malformed_lines += 1;
+                exit.last_error = Some(why);
+            }
+        }
+    }
+    events.extend(parser.finish());
+    for event in &events {
+        match event {
+            CliEvent::Final { is_error, .. } => {
+                exit.saw_final = true;
+                exit.final_is_error = *is_error;
+            }
+            CliEvent::Error { message } => exit.last_error = Some(message.clone()),
+            _ => {}
+        }
+    }
+    (events, exit)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,43 +380,4 @@ mod tests {
             c.message
         );
     }
-}
-
-/// Test help: a fixture run through a parser, and the `ExitReport` the driver would
-/// make of it.
-#[cfg(test)]
-pub(crate) fn replay(
-    parser: &mut dyn super::flavor::StreamParser,
-    output: &str,
-    code: i32,
-    stderr: &str,
-) -> (Vec<super::flavor::CliEvent>, ExitReport) {
-    use super::flavor::CliEvent;
-    let mut events = Vec::new();
-    let mut exit = ExitReport {
-        code: Some(code),
-        stderr_tail: stderr.to_string(),
-        ..ExitReport::default()
-    };
-    for line in output.lines() {
-        match parser.line(line) {
-            Ok(more) => events.extend(more),
-            Err(why) => {
-                exit.malformed_lines += 1;
-                exit.last_error = Some(why);
-            }
-        }
-    }
-    events.extend(parser.finish());
-    for event in &events {
-        match event {
-            CliEvent::Final { is_error, .. } => {
-                exit.saw_final = true;
-                exit.final_is_error = *is_error;
-            }
-            CliEvent::Error { message } => exit.last_error = Some(message.clone()),
-            _ => {}
-        }
-    }
-    (events, exit)
 }
