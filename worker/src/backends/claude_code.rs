@@ -14,6 +14,11 @@
 //!   mcp`) is the only source of tools and `--allowedTools` lists each one (wildcards
 //!   do not match MCP tools). `dontAsk` never prompts (as root `bypassPermissions`
 //!   refuses to start).
+//! - A tool the MCP server lists that `--allowedTools` does not name is still offered
+//!   to the model; its call is answered "Permission to use … has been denied because
+//!   Claude Code is running in don't ask mode" and listed in `permission_denials`
+//!   (measured). So the offered set is what `chorus-tools mcp` lists; the allow-list
+//!   only keeps anything else from running.
 //! - Files are named by the endpoint's port: it is unique among the worker's live runs,
 //!   so two runs of one agent never share one.
 //! - `CLAUDE_CODE_MAX_RETRIES=1`: the relay already retries the provider; the CLI's
@@ -30,6 +35,10 @@
 //! {effort}, stream`. Without `--bare` the messages also carry a `{"role": "system"}`
 //! message after the first user message. No token counting, no HEAD probe, no
 //! small-model side request, no model list was seen in `-p` mode; nothing else.
+//! An empty answer after a tool result (the proxy's turn end) makes it ask once more
+//! with a `user` text "[Your previous response had no visible output. Please continue
+//! and produce a user-visible response.]"; a second empty answer ends the turn with
+//! result `""` (fixture `turn_end.jsonl`).
 //!
 //! ## Output (`stream-json`)
 //! `system/init` (session id, tools, `mcp_servers[].status`), `system/status`,

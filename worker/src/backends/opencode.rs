@@ -11,7 +11,8 @@
 //! - MCP server `chorus`: `chorus-tools mcp` with `CHORUS_TOOLS_URL`/`_TOKEN`;
 //! - `permission`: `"*": "deny"` and `"chorus_<tool>": "allow"` for each offered
 //!   tool, so nothing resolves to "ask" (headless "ask" hangs or exits 0 silently);
-//!   denied built-ins are not even offered to the model (measured);
+//!   denied tools (built-ins, and an MCP tool not named) are not even offered to
+//!   the model (measured);
 //! - the instructions as a file in `instructions` (appended to its system prompt);
 //! - `experimental.mcp_timeout` 10 min (default about 60 s), `autoupdate` off,
 //!   `share` disabled, `snapshot` off (it would keep a git copy of the workspace).
