@@ -70,6 +70,23 @@ fn last_line(text: &str) -> String {
     plain
 }
 
+/// The line of a stderr that says what went wrong: the last one that begins with
+/// `Error` (OpenCode prints `Error: <what>` and then the config it could not read,
+/// line by line), else the last one that is not a `[claude-code:…]` diagnostic.
+fn telling_line(stderr: &str) -> String {
+    let lines: Vec<String> = stderr
+        .lines()
+        .map(|l| strip_ansi(l).trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect();
+    let pick = lines
+        .iter()
+        .rev()
+        .find(|l| l.starts_with("Error"))
+        .or_else(|| lines.iter().rev().find(|l| !l.starts_with("[claude-code:")));
+    pick.map_or_else(String::new, |l| last_line(l))
+}
+
 fn strip_ansi(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
@@ -116,7 +133,7 @@ pub fn classify(markers: &Markers, exit: &ExitReport) -> Option<Classified> {
                 CliFailure::Signal,
                 format!(
                     "{cli} died of signal {signal}: {}",
-                    or_nothing(&last_line(&exit.stderr_tail))
+                    or_nothing(&telling_line(&exit.stderr_tail))
                 ),
             ),
         };
@@ -207,7 +224,7 @@ pub fn classify(markers: &Markers, exit: &ExitReport) -> Option<Classified> {
             format!(
                 "{cli} exited without a result{}: send the message again; if it keeps \
                  happening, check the worker's log",
-                match last_line(&exit.stderr_tail) {
+                match telling_line(&exit.stderr_tail) {
                     s if s.is_empty() => String::new(),
                     s => format!(" ({s})"),
                 }
@@ -219,7 +236,7 @@ pub fn classify(markers: &Markers, exit: &ExitReport) -> Option<Classified> {
             format!(
                 "{cli} exited with code {}: {}",
                 code.map_or_else(|| "?".to_string(), |c| c.to_string()),
-                or_nothing(&last_line(&exit.stderr_tail))
+                or_nothing(&telling_line(&exit.stderr_tail))
             ),
         ),
     }
@@ -369,7 +386,8 @@ mod tests {
         );
         let crashed = ExitReport {
             code: Some(2),
-            stderr_tail: "\u{1b}[91mError: \u{1b}[0mit broke\n\n".into(),
+            stderr_tail: "\u{1b}[91mError: \u{1b}[0mit broke\n--- JSONC Input ---\n{\n   ^\n\n"
+                .into(),
             ..ExitReport::default()
         };
         let c = classify(&CLI, &crashed).unwrap();
