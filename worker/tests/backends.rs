@@ -16,7 +16,7 @@ use chorus_test_support::fake_model::{self, FakeModel, Wire};
 use chorus_worker::backends::driver::{self, CliRun};
 use chorus_worker::backends::endpoint::{RunEndpoint, RunTools};
 use chorus_worker::backends::flavor::{
-    Classified, CliEvent, ExitReport, Flavor, Launch, LaunchSpec, StreamParser,
+    Classified, CliEvent, CliFailure, ExitReport, Flavor, Launch, LaunchSpec, StreamParser,
 };
 use chorus_worker::backends::probe::BackendPaths;
 use chorus_worker::gate::{AllowAll, GateMessage, ToolGate};
@@ -437,6 +437,7 @@ impl Flavor for ScriptFlavor {
                 ),
             ],
             files: Vec::new(),
+            stdin: None,
         }
     }
     fn parser(&self) -> Box<dyn StreamParser> {
@@ -449,6 +450,7 @@ impl Flavor for ScriptFlavor {
                 "exit {:?}/{:?}: {}",
                 exit.code, exit.signal, exit.stderr_tail
             ),
+            cause: CliFailure::Exited,
         })
     }
     fn parse_version(&self, _: &str) -> Option<(u32, u32, u32)> {

@@ -121,7 +121,11 @@ pub enum Wire {
 pub struct RecordedRequest {
     /// When it arrived.
     pub at: std::time::Instant,
+    pub method: String,
+    /// The path, without the prefix the fake was started under.
     pub path: String,
+    /// The query string (`beta=true`), empty if none.
+    pub query: String,
     pub headers: HashMap<String, String>,
     pub body: Value,
 }
@@ -149,12 +153,19 @@ struct Script {
     /// What a title request is answered; `None`: the first line of its first user
     /// message, as it was.
     title_reply: Option<Reply>,
+    /// Answers rendered so far: each gets its own message id, as from a real API
+    /// (Claude Code puts an answer's blocks together by it).
+    answered: u64,
+    /// The path prefix the API is served under (`/llm`), empty for none.
+    prefix: String,
 }
 
 type Shared = Arc<Mutex<Script>>;
 
 /// How Chorus's title request begins (`control-plane/src/summaries.rs`).
 const TITLE_INSTRUCTION: &str = "Write a title of at most 8 words";
+/// How OpenCode's title request begins (1.18, when `run` gets no `--title`).
+const OPENCODE_TITLE_INSTRUCTION: &str = "You are a title generator";
 
 /// The first line of the first user message of a request (either wire format).
 fn first_user_line(body: &Value) -> String {
@@ -230,6 +241,12 @@ impl Drop for FakeModel {
 
 impl FakeModel {
     pub async fn start(wire: Wire, models: &[&str]) -> Self {
+        Self::start_under(wire, models, "").await
+    }
+
+    /// A fake whose API is served below `prefix` only (`/llm`: a run endpoint's model
+    /// proxy, for a CLI pointed at `<endpoint>/llm`); requests outside it are strays.
+    pub async fn start_under(wire: Wire, models: &[&str], prefix: &str) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind fake model");
@@ -251,13 +268,21 @@ impl FakeModel {
             strays: Vec::new(),
             titles: Vec::new(),
             title_reply: None,
+            answered: 0,
+            prefix: prefix.to_string(),
         }));
-        let app = Router::new()
+        let api = Router::new()
             .route("/v1/chat/completions", post(answer))
             .route("/v1/messages", post(answer))
             .route("/v1/models", get(list_models))
             .route("/api/tags", get(ollama_tags))
-            .route("/v1/key", get(openrouter_key))
+            .route("/v1/key", get(openrouter_key));
+        let app = if prefix.is_empty() {
+            api
+        } else {
+            Router::new().nest(prefix, api)
+        };
+        let app = app
             // Real servers take requests far over axum's default of 2 MB (a history
             // with a big file in it); they refuse by context length, not body size.
             .fallback(stray)
@@ -279,6 +304,12 @@ impl FakeModel {
     /// Base URL of the host (ANTHROPIC_BASE_URL, OLLAMA_BASE_URL, LMSTUDIO_BASE_URL).
     pub fn host_url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// `http://127.0.0.1:<port>` without the prefix: what a CLI flavor takes as its
+    /// run endpoint when the fake was started under `/llm`.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.addr
     }
 
     pub fn set_models(&self, models: &[&str]) -> &Self {
@@ -384,6 +415,7 @@ async fn stray(
 
 async fn answer(
     State(script): State<Shared>,
+    method: axum::http::Method,
     uri: axum::http::Uri,
     headers: HeaderMap,
     ConnectInfo(connection): ConnectInfo<CloseHandle>,
@@ -396,9 +428,20 @@ async fn answer(
         .and_then(Value::as_u64)
         .unwrap_or(4096);
     let messages_len = body.get("messages").map_or(0, |m| m.to_string().len());
-    let is_title = body.to_string().contains(TITLE_INSTRUCTION);
-    let (wire, reply, usage, quirks, pause) = {
+    let is_title = {
+        let text = body.to_string();
+        text.contains(TITLE_INSTRUCTION) || text.contains(OPENCODE_TITLE_INSTRUCTION)
+    };
+    let offered = offered_tools(&body);
+    let (wire, reply, usage, quirks, pause, answer_id) = {
         let mut script = script.lock().unwrap();
+        script.answered += 1;
+        let answer_id = script.answered;
+        let path = uri.path();
+        let path = path
+            .strip_prefix(script.prefix.as_str())
+            .unwrap_or(path)
+            .to_string();
         let recorded = if is_title {
             &mut script.titles
         } else {
@@ -406,7 +449,9 @@ async fn answer(
         };
         recorded.push(RecordedRequest {
             at: std::time::Instant::now(),
-            path: uri.path().to_string(),
+            method: method.to_string(),
+            path,
+            query: uri.query().unwrap_or("").to_string(),
             headers: headers
                 .iter()
                 .map(|(k, v)| {
@@ -461,6 +506,7 @@ async fn answer(
                 script.usage,
                 script.quirks,
                 script.chunk_pause,
+                answer_id,
             )
         } else {
             let reply = script
@@ -473,7 +519,14 @@ async fn answer(
                     .violations
                     .push(format!("request {n}: no scripted reply left for it"));
             }
-            (wire, reply, script.usage, script.quirks, script.chunk_pause)
+            (
+                wire,
+                reply,
+                script.usage,
+                script.quirks,
+                script.chunk_pause,
+                answer_id,
+            )
         }
     };
     let mut reply = reply.unwrap_or(Reply::Error {
@@ -496,13 +549,14 @@ async fn answer(
             other => {
                 break render(
                     wire,
-                    other,
+                    as_offered(other, &offered),
                     streaming,
                     Render {
                         usage,
                         quirks,
                         max_tokens,
                         pause,
+                        answer_id,
                     },
                 );
             }
@@ -519,6 +573,53 @@ struct Render {
     max_tokens: u64,
     /// The pause between streamed chunks.
     pause: Duration,
+    /// This answer's number: its message id is `msg_fake_<n>` / `chatcmpl-fake-<n>`.
+    answer_id: u64,
+}
+
+/// The tool names a request offers, as it spells them.
+fn offered_tools(body: &Value) -> Vec<String> {
+    body.get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            t.get("name")
+                .or_else(|| t.pointer("/function/name"))
+                .and_then(Value::as_str)
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// A scripted tool call names the tool as Chorus does (`file_write`); a CLI offers it
+/// with its MCP prefix: Claude Code `mcp__<server>__file_write`, OpenCode
+/// `chorus_file_write`. The call is made with the one offered name that is the
+/// scripted one or one of those, as a model would call it; with none, the name stays
+/// as scripted. (Only these prefixes: `write` must not become Chorus's `file_write`.)
+fn as_offered(reply: Reply, offered: &[String]) -> Reply {
+    let Reply::ToolCalls { text, calls } = reply else {
+        return reply;
+    };
+    let calls = calls
+        .into_iter()
+        .map(|(id, name, args)| {
+            let wire = wire_name(&name);
+            let claude = format!("__{wire}");
+            let opencode = format!("chorus_{wire}");
+            let prefixed: Vec<&String> = offered
+                .iter()
+                .filter(|o| (o.starts_with("mcp__") && o.ends_with(&claude)) || **o == opencode)
+                .collect();
+            let name = match prefixed.as_slice() {
+                _ if offered.contains(&wire) => wire,
+                [only] => (*only).clone(),
+                _ => name,
+            };
+            (id, name, args)
+        })
+        .collect();
+    Reply::ToolCalls { text, calls }
 }
 
 fn render_error(
@@ -776,7 +877,8 @@ fn openai_events(turn: &Turn, how: Render, complete: bool) -> Vec<Bytes> {
     let chunk = |delta: Value, finish: Value| {
         sse(
             None,
-            &json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "fake-model",
+            &json!({"id": format!("chatcmpl-fake-{}", how.answer_id), "object": "chat.completion.chunk",
+                    "model": "fake-model",
                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}),
         )
     };
@@ -812,7 +914,7 @@ fn openai_events(turn: &Turn, how: Render, complete: bool) -> Vec<Bytes> {
     if !how.quirks.no_usage {
         out.push(sse(
             None,
-            &json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "choices": [],
+            &json!({"id": format!("chatcmpl-fake-{}", how.answer_id), "object": "chat.completion.chunk", "choices": [],
                     "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1, "total_tokens": usage.0 + usage.1}}),
         ));
     }
@@ -832,7 +934,7 @@ fn openai_body(turn: &Turn, how: Render) -> Value {
         message["tool_calls"] = Value::from(calls);
     }
     let mut body = json!({
-        "id": "chatcmpl-fake", "object": "chat.completion", "model": "fake-model",
+        "id": format!("chatcmpl-fake-{}", how.answer_id), "object": "chat.completion", "model": "fake-model",
         "choices": [{"index": 0, "message": message, "finish_reason": openai_finish(turn)}],
         "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1, "total_tokens": usage.0 + usage.1}
     });
@@ -856,7 +958,7 @@ fn anthropic_events(turn: &Turn, how: Render, complete: bool) -> Vec<Bytes> {
     let usage = how.usage;
     let mut out = vec![sse(
         Some("message_start"),
-        &json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant",
+        &json!({"type": "message_start", "message": {"id": format!("msg_fake_{}", how.answer_id), "type": "message", "role": "assistant",
                 "content": [], "model": "claude-fake", "stop_reason": null,
                 "usage": {"input_tokens": usage.0, "output_tokens": 1}}}),
     )];
@@ -920,7 +1022,7 @@ fn anthropic_body(turn: &Turn, how: Render) -> Value {
         content
             .push(json!({"type": "tool_use", "id": id, "name": wire_name(name), "input": input}));
     }
-    json!({"id": "msg_fake", "type": "message", "role": "assistant", "model": "claude-fake",
+    json!({"id": format!("msg_fake_{}", how.answer_id), "type": "message", "role": "assistant", "model": "claude-fake",
            "content": content, "stop_reason": anthropic_stop(turn),
            "usage": {"input_tokens": usage.0, "output_tokens": usage.1}})
 }
@@ -996,5 +1098,39 @@ pub fn error(status: u16, kind: &str, message: &str) -> Reply {
         kind: kind.into(),
         message: message.into(),
         retry_after: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(reply: Reply) -> Vec<String> {
+        match reply {
+            Reply::ToolCalls { calls, .. } => calls.into_iter().map(|c| c.1).collect(),
+            _ => panic!("not tool calls"),
+        }
+    }
+
+    #[test]
+    fn a_scripted_call_takes_the_name_the_cli_offers() {
+        let offered =
+            |names: &[&str]| -> Vec<String> { names.iter().map(ToString::to_string).collect() };
+        let call = |name: &str| tool_call("c1", name, json!({}));
+        let claude = offered(&["mcp__chorus__file_read", "mcp__chorus__file_write"]);
+        assert_eq!(
+            names(as_offered(call("file_write"), &claude)),
+            ["mcp__chorus__file_write"]
+        );
+        let opencode = offered(&["chorus_file_read", "chorus_file_write"]);
+        assert_eq!(
+            names(as_offered(call("file.write"), &opencode)),
+            ["chorus_file_write"]
+        );
+        // Chorus's own names are kept, and a shorter name is not widened to one.
+        let api = offered(&["file_write", "job_stop"]);
+        assert_eq!(names(as_offered(call("file_write"), &api)), ["file_write"]);
+        assert_eq!(names(as_offered(call("write"), &api)), ["write"]);
+        assert_eq!(names(as_offered(call("stop"), &api)), ["stop"]);
     }
 }

@@ -18,6 +18,172 @@ pub fn valid_tool_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
+/// The request fields chat completions takes; OpenAI refuses any other with
+/// "Unrecognized request argument supplied".
+const OPENAI_KEYS: &[&str] = &[
+    "model",
+    "messages",
+    "max_tokens",
+    "max_completion_tokens",
+    "stream",
+    "stream_options",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "temperature",
+    "top_p",
+    "n",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "logprobs",
+    "top_logprobs",
+    "user",
+    "response_format",
+    "seed",
+    "reasoning_effort",
+    "metadata",
+    "store",
+    "modalities",
+    "prediction",
+    "service_tier",
+    "verbosity",
+    "prompt_cache_key",
+    "safety_identifier",
+];
+
+/// The request fields the Messages API takes (with the betas Claude Code sends); any
+/// other is refused with "Extra inputs are not permitted".
+const ANTHROPIC_KEYS: &[&str] = &[
+    "model",
+    "messages",
+    "max_tokens",
+    "system",
+    "tools",
+    "tool_choice",
+    "stream",
+    "metadata",
+    "thinking",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stop_sequences",
+    "context_management",
+    "output_config",
+    "service_tier",
+    "container",
+    "mcp_servers",
+];
+
+fn unknown_keys(body: &Value, known: &[&str], says: &str, problems: &mut Vec<String>) {
+    for key in body.as_object().into_iter().flat_map(|o| o.keys()) {
+        if !known.contains(&key.as_str()) {
+            problems.push(format!("{key}: {says}"));
+        }
+    }
+}
+
+/// Blocks marked `cache_control` anywhere in a request (system, tools, messages):
+/// the API takes at most 4, each `{"type": "ephemeral"}` (optionally with a `ttl`).
+fn cache_control_problems(body: &Value, problems: &mut Vec<String>) {
+    let mut marks = Vec::new();
+    let blocks = |v: Option<&Value>| -> Vec<Value> {
+        v.and_then(Value::as_array).cloned().unwrap_or_default()
+    };
+    for block in blocks(body.get("system"))
+        .iter()
+        .chain(blocks(body.get("tools")).iter())
+    {
+        if let Some(mark) = block.get("cache_control") {
+            marks.push(mark.clone());
+        }
+    }
+    for message in blocks(body.get("messages")) {
+        for block in blocks(message.get("content")) {
+            if let Some(mark) = block.get("cache_control") {
+                marks.push(mark.clone());
+            }
+        }
+    }
+    if marks.len() > 4 {
+        problems.push(format!(
+            "A maximum of 4 blocks with cache_control may be provided. Found {}.",
+            marks.len()
+        ));
+    }
+    for mark in marks {
+        if mark.get("type").and_then(Value::as_str) != Some("ephemeral") {
+            problems.push(format!(
+                "cache_control.type: must be 'ephemeral', not {mark}"
+            ));
+        }
+    }
+}
+
+/// `thinking`, `metadata`, `output_config` and `context_management` as the API
+/// checks them.
+fn anthropic_options_problems(body: &Value, problems: &mut Vec<String>) {
+    if let Some(thinking) = body.get("thinking") {
+        match thinking.get("type").and_then(Value::as_str) {
+            Some("enabled") => {
+                let budget = thinking.get("budget_tokens").and_then(Value::as_u64);
+                let max = body.get("max_tokens").and_then(Value::as_u64).unwrap_or(0);
+                match budget {
+                    Some(b) if b >= 1024 && b < max => {}
+                    _ => problems.push(
+                        "thinking.budget_tokens: must be at least 1024 and less than max_tokens"
+                            .into(),
+                    ),
+                }
+            }
+            Some("disabled" | "adaptive") => {}
+            _ => problems.push(format!(
+                "thinking.type: must be 'enabled', 'disabled' or 'adaptive', not {thinking}"
+            )),
+        }
+        let on = thinking.get("type").and_then(Value::as_str) != Some("disabled");
+        if on
+            && body
+                .get("temperature")
+                .is_some_and(|t| t.as_f64() != Some(1.0))
+        {
+            problems.push("temperature may only be set to 1 when thinking is enabled".into());
+        }
+    }
+    if let Some(metadata) = body.get("metadata") {
+        match metadata.as_object() {
+            Some(fields) => {
+                for (key, value) in fields {
+                    if key != "user_id" {
+                        problems.push(format!("metadata.{key}: Extra inputs are not permitted"));
+                    } else if !value.is_string() {
+                        problems.push("metadata.user_id: must be a string".into());
+                    }
+                }
+            }
+            None => problems.push("metadata: must be an object".into()),
+        }
+    }
+    if let Some(config) = body.get("output_config") {
+        if let Some(effort) = config.get("effort")
+            && !matches!(effort.as_str(), Some("low" | "medium" | "high" | "max"))
+        {
+            problems.push(format!(
+                "output_config.effort: must be 'low', 'medium', 'high' or 'max', not {effort}"
+            ));
+        }
+        if !config.is_object() {
+            problems.push("output_config: must be an object".into());
+        }
+    }
+    if let Some(management) = body.get("context_management")
+        && !management.get("edits").is_none_or(Value::is_array)
+    {
+        problems.push("context_management.edits: must be an array".into());
+    }
+}
+
 fn positive_int(body: &Value, key: &str) -> bool {
     body.get(key).and_then(Value::as_u64).is_some_and(|n| n > 0)
 }
@@ -25,6 +191,18 @@ fn positive_int(body: &Value, key: &str) -> bool {
 /// Problems with a chat-completions request (OpenAI, and the servers that copy it).
 pub fn openai_problems(body: &Value) -> Vec<String> {
     let mut problems = Vec::new();
+    unknown_keys(
+        body,
+        OPENAI_KEYS,
+        "Unrecognized request argument supplied",
+        &mut problems,
+    );
+    // OpenAI: "The 'stream_options' parameter is only allowed when 'stream' is enabled."
+    if body.get("stream_options").is_some() && body.get("stream") != Some(&Value::Bool(true)) {
+        problems.push(
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.".into(),
+        );
+    }
     if !body.get("model").is_some_and(Value::is_string) {
         problems.push("'model' must be a string".to_string());
     }
@@ -165,6 +343,14 @@ pub fn openai_problems(body: &Value) -> Vec<String> {
 /// Problems with an Anthropic Messages request.
 pub fn anthropic_problems(body: &Value) -> Vec<String> {
     let mut problems = Vec::new();
+    unknown_keys(
+        body,
+        ANTHROPIC_KEYS,
+        "Extra inputs are not permitted",
+        &mut problems,
+    );
+    cache_control_problems(body, &mut problems);
+    anthropic_options_problems(body, &mut problems);
     if !positive_int(body, "max_tokens") {
         problems.push("'max_tokens' is required and must be a positive integer".to_string());
     }
@@ -219,6 +405,27 @@ pub fn anthropic_problems(body: &Value) -> Vec<String> {
     let mut open: HashSet<String> = HashSet::new();
     for (i, m) in messages.iter().enumerate() {
         let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+        // Claude Code (2.1.332, without `--bare`) puts its environment in a `system`
+        // message after the first user message, and the API it is built for takes
+        // it: text only, never first, outside the user/assistant alternation.
+        if role == "system" && i > 0 {
+            let text_only = match m.get("content") {
+                Some(Value::String(s)) => !s.is_empty(),
+                Some(Value::Array(blocks)) => {
+                    !blocks.is_empty()
+                        && blocks
+                            .iter()
+                            .all(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+                }
+                _ => false,
+            };
+            if !text_only {
+                problems.push(format!(
+                    "messages.{i}: a system message must be non-empty text"
+                ));
+            }
+            continue;
+        }
         if role != "user" && role != "assistant" {
             problems.push(format!(
                 "messages.{i}.role: must be 'user' or 'assistant', not '{role}'"
@@ -370,6 +577,110 @@ mod tests {
         assert_eq!(
             anthropic_problems(&bad),
             ["Requests which include `tool_use` or `tool_result` blocks must define tools."]
+        );
+    }
+
+    /// Requests the real CLIs sent (Claude Code 2.1.332 with and without `--bare`,
+    /// OpenCode 1.18.33), recorded from a loopback fake: the real APIs take them,
+    /// so the rules must too; and each rule added for them bites.
+    #[test]
+    fn the_real_clis_requests_pass_and_their_variations_are_caught() {
+        let read = |text: &str| -> Value { serde_json::from_str(text).unwrap() };
+        let claude = read(include_str!("../fixtures/claude_code_request.json"));
+        let bare = read(include_str!("../fixtures/claude_code_bare_request.json"));
+        let opencode = read(include_str!("../fixtures/opencode_request.json"));
+        let title = read(include_str!("../fixtures/opencode_title_request.json"));
+        assert_eq!(anthropic_problems(&claude), Vec::<String>::new());
+        assert_eq!(anthropic_problems(&bare), Vec::<String>::new());
+        assert_eq!(openai_problems(&opencode), Vec::<String>::new());
+        assert_eq!(openai_problems(&title), Vec::<String>::new());
+        assert_eq!(
+            claude["messages"][1]["role"], "system",
+            "the case the rule is for"
+        );
+
+        let bad = |mut body: Value, change: fn(&mut Value), rules: fn(&Value) -> Vec<String>| {
+            change(&mut body);
+            rules(&body)
+        };
+        let one = |problems: Vec<String>, says: &str| {
+            assert_eq!(problems.len(), 1, "{problems:#?}");
+            assert!(problems[0].contains(says), "{problems:#?}");
+        };
+        one(
+            bad(
+                claude.clone(),
+                |b| b["betas"] = json!(["x"]),
+                anthropic_problems,
+            ),
+            "Extra inputs are not permitted",
+        );
+        one(
+            bad(
+                claude.clone(),
+                |b| b["thinking"] = json!({"type": "enabled", "budget_tokens": 10}),
+                anthropic_problems,
+            ),
+            "budget_tokens",
+        );
+        one(
+            bad(
+                claude.clone(),
+                |b| b["temperature"] = json!(0.2),
+                anthropic_problems,
+            ),
+            "temperature may only be set to 1",
+        );
+        one(
+            bad(
+                claude.clone(),
+                |b| b["metadata"]["session"] = json!("s"),
+                anthropic_problems,
+            ),
+            "metadata.session",
+        );
+        one(
+            bad(
+                claude.clone(),
+                |b| b["output_config"] = json!({"effort": "extreme"}),
+                anthropic_problems,
+            ),
+            "output_config.effort",
+        );
+        let first = bad(
+            claude.clone(),
+            |b| b["messages"][0]["role"] = json!("system"),
+            anthropic_problems,
+        );
+        assert!(
+            first.iter().any(|p| p.contains("first message")),
+            "{first:#?}"
+        );
+        one(
+            bad(
+                claude,
+                |b| {
+                    for block in b["system"].as_array_mut().unwrap() {
+                        block["cache_control"] = json!({"type": "ephemeral"});
+                    }
+                    b["tools"][0]["cache_control"] = json!({"type": "ephemeral"});
+                    b["tools"][1]["cache_control"] = json!({"type": "ephemeral"});
+                },
+                anthropic_problems,
+            ),
+            "A maximum of 4 blocks with cache_control",
+        );
+        one(
+            bad(
+                opencode.clone(),
+                |b| b["stream"] = json!(false),
+                openai_problems,
+            ),
+            "stream_options",
+        );
+        one(
+            bad(opencode, |b| b["thinking"] = json!({}), openai_problems),
+            "Unrecognized request argument",
         );
     }
 }

@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::endpoint::{RunEndpoint, RunTools};
-use super::flavor::{CliEvent, ExitReport, Flavor, LaunchSpec};
+use super::flavor::{CliEvent, CliFailure, ExitReport, Flavor, LaunchSpec};
 use super::probe::{self, BackendPaths};
 use super::spawn::{CliProcess, SpawnSpec, extra_for};
 use crate::awareness::Board;
@@ -235,25 +235,35 @@ struct Turn {
     malformed: u32,
     /// Tool names of the calls seen, by call id (for their results' messages).
     calls: HashMap<String, String>,
+    /// Whether the model called a tool in this turn.
+    acted: bool,
 }
 
 impl<G: ToolGate + 'static> Driver<'_, '_, G> {
     async fn turns(&mut self) -> Result<String, LoopError> {
         let mut pending: Vec<Input> = self.run.inputs.clone();
         let mut docs = crate::context::Docs::default();
+        // Inputs reported taken (a turn started again must not report them twice).
+        let mut reported = std::collections::HashSet::new();
         loop {
+            let mut this_turn: Vec<Input> = Vec::new();
             pending.extend(self.run.inbox.take_all());
             let live = self.run.agent.borrow().clone();
             check_model(&live.model, self.run.flavor)
                 .map_err(|m| failed(FailureKind::Config, m))?;
             let history = (self.session.is_none()).then_some(self.transcript.as_slice());
             let prompt = prompt(history, &pending);
+            let taken = pending.len();
             for input in pending.drain(..) {
-                self.transcript.push(ChatMessage::user(input.content));
-                self.sink.send(WorkerEvent::InputTaken {
-                    run_id: self.run.run_id.to_string(),
-                    message_id: input.message_id,
-                });
+                self.transcript
+                    .push(ChatMessage::user(input.content.clone()));
+                if reported.insert(input.message_id) {
+                    self.sink.send(WorkerEvent::InputTaken {
+                        run_id: self.run.run_id.to_string(),
+                        message_id: input.message_id,
+                    });
+                }
+                this_turn.push(input);
             }
             let mut instructions =
                 docs.system_prompt(&live.system_prompt, live.docs_dir.as_deref());
@@ -295,10 +305,33 @@ impl<G: ToolGate + 'static> Driver<'_, '_, G> {
                 cwd: &self.run.cwd,
                 sandbox: self.run.sandbox.as_ref(),
                 extra: extra_for(self.program, self.endpoint.port),
+                stdin: launch.stdin.as_deref(),
             })
             .await
             .map_err(|e| failed(FailureKind::Config, e))?;
-            let text = self.turn(cli, &live, &tools).await?;
+            let text = match self.turn(cli, &live, &tools).await {
+                Err(TurnError::SessionLost) => {
+                    // The CLI no longer has the session (its store was cleared, or a
+                    // restored home): the same turn again in a new session, with the
+                    // thread's messages as context.
+                    let lost = self.session.take().map(|s| s.id).unwrap_or_default();
+                    let step = self.steps.begin(
+                        StepKind::Wait,
+                        format!(
+                            "Starting a new {} session: session {lost} is no longer in its store, \
+                             so the thread's messages go in as context",
+                            self.run.flavor.backend()
+                        ),
+                    );
+                    self.steps.end(step, false, None);
+                    self.transcript
+                        .truncate(self.transcript.len().saturating_sub(taken));
+                    pending = this_turn;
+                    continue;
+                }
+                Err(TurnError::Failed(e)) => return Err(e),
+                Ok(text) => text,
+            };
             if self.endpoint.turn_ended() || self.run.inbox.is_empty() {
                 return Ok(text);
             }
@@ -311,7 +344,7 @@ impl<G: ToolGate + 'static> Driver<'_, '_, G> {
         mut cli: CliProcess,
         live: &LiveAgent,
         offered: &[String],
-    ) -> Result<String, LoopError> {
+    ) -> Result<String, TurnError> {
         let backend = self.run.flavor.backend();
         let mut parser = self.run.flavor.parser();
         let mut turn = Turn::default();
@@ -324,7 +357,7 @@ impl<G: ToolGate + 'static> Driver<'_, '_, G> {
                     cli.kill();
                     let _ = cli.wait().await;
                     self.close_step(&mut turn, true, None);
-                    return Err(LoopError::Cancelled("the run was cancelled".into()));
+                    return Err(LoopError::Cancelled("the run was cancelled".into()).into());
                 }
             };
             let line = match next {
@@ -333,14 +366,14 @@ impl<G: ToolGate + 'static> Driver<'_, '_, G> {
                 Err(()) => {
                     cli.kill();
                     let ended = cli.wait().await;
-                    return Err(failed(
+                    return Err(TurnError::Failed(failed(
                         FailureKind::Internal,
                         format!(
                             "the CLI ({backend}) printed nothing for {} s after it started and was stopped{}",
                             self.run.first_event_within.as_secs(),
                             stderr_note(&ended.stderr_tail)
                         ),
-                    ));
+                    )));
                 }
             };
             any_line = true;
@@ -351,7 +384,7 @@ impl<G: ToolGate + 'static> Driver<'_, '_, G> {
                             cli.kill();
                             let _ = cli.wait().await;
                             self.close_step(&mut turn, true, None);
-                            return Err(e);
+                            return Err(e.into());
                         }
                     }
                 }
@@ -366,7 +399,7 @@ impl<G: ToolGate + 'static> Driver<'_, '_, G> {
                 cli.kill();
                 let _ = cli.wait().await;
                 self.close_step(&mut turn, true, None);
-                return Err(e);
+                return Err(e.into());
             }
         }
         let ended = cli.wait().await;
@@ -382,7 +415,18 @@ impl<G: ToolGate + 'static> Driver<'_, '_, G> {
         let classified = self.run.flavor.classify(&report);
         self.close_step(&mut turn, classified.is_some(), None);
         if let Some(classified) = classified {
-            return Err(failed(classified.kind, classified.message));
+            // Only a session this run was given can be lost, and only before the
+            // CLI did anything in it (else the turn's effects would be repeated).
+            if classified.cause == CliFailure::UnknownSession
+                && self.session.is_some()
+                && !turn.acted
+            {
+                return Err(TurnError::SessionLost);
+            }
+            return Err(TurnError::Failed(failed(
+                classified.kind,
+                classified.message,
+            )));
         }
         let final_text = turn.final_text.unwrap_or_default();
         Ok(if final_text.trim().is_empty() {
@@ -461,6 +505,7 @@ impl<G: ToolGate + 'static> Driver<'_, '_, G> {
             }
             CliEvent::ModelCallEnded { usage } => self.close_step(turn, false, usage),
             CliEvent::Assistant { text, tool_calls } => {
+                turn.acted |= !tool_calls.is_empty();
                 for call in &tool_calls {
                     turn.calls.insert(call.id.clone(), call.name.clone());
                 }
@@ -557,6 +602,19 @@ fn stderr_note(tail: &str) -> String {
             .map(|(i, _)| i)
             .unwrap_or(0);
         format!("; its stderr ended with: {}", &tail[start..])
+    }
+}
+
+/// Why one CLI process's turn did not give a text.
+enum TurnError {
+    /// The session to go on from is not in the CLI's store: start a new one.
+    SessionLost,
+    Failed(LoopError),
+}
+
+impl From<LoopError> for TurnError {
+    fn from(e: LoopError) -> Self {
+        TurnError::Failed(e)
     }
 }
 

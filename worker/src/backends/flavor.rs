@@ -41,12 +41,18 @@ pub struct LaunchSpec<'a> {
 }
 
 /// How to start the CLI: arguments after the program, environment (on top of the
-/// tool processes' allow-listed one), and files to write first (mode 0600).
+/// tool processes' allow-listed one), files to write first (mode 0600), and what to
+/// write to its stdin (then closed; `None`: stdin is `/dev/null`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Launch {
     pub args: Vec<OsString>,
     pub env: Vec<(String, String)>,
     pub files: Vec<(PathBuf, String)>,
+    /// The prompt goes here, not in argv: OpenCode quotes and escapes a prompt given
+    /// as an argument (`say "hi"` reaches the model as `"say \"hi\""`), argv is
+    /// capped at 128 KiB per argument, and `/proc/<pid>/cmdline` is readable by
+    /// every process of the sandbox's user.
+    pub stdin: Option<String>,
 }
 
 /// One thing a CLI's output stream said, in Chorus's terms. Tool names are Chorus's
@@ -112,11 +118,34 @@ pub struct ExitReport {
     pub malformed_lines: u32,
 }
 
-/// A CLI run's failure: its kind and a sentence for people.
+/// A CLI run's failure: its kind, a sentence for people, and what happened, as a
+/// closed set the driver can act on (an unknown session is retried fresh).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Classified {
     pub kind: FailureKind,
     pub message: String,
+    pub cause: CliFailure,
+}
+
+/// What ended a CLI run that failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CliFailure {
+    /// The model endpoint refused the credential (401/403).
+    AuthRefused,
+    /// The model endpoint kept answering 429.
+    RateLimited,
+    /// The session to resume or fork is not in the CLI's store (for this cwd).
+    UnknownSession,
+    /// Any other error the model API answered.
+    ApiError,
+    /// Lines that are not the CLI's output format, and no result.
+    MalformedStream,
+    /// Exit code 0 without a result.
+    NoResult,
+    /// Killed by a signal Chorus did not send.
+    Signal,
+    /// A non-zero exit with nothing else to go by.
+    Exited,
 }
 
 /// One CLI.

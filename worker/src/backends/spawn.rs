@@ -2,7 +2,7 @@
 //!
 //! The CLI is started like a bash call (`tools::bash::shell_command_in`, then
 //! `exec`s the program): a session and process group of its own with no terminal,
-//! stdin `/dev/null`, `PR_SET_PDEATHSIG`, forked on the worker's spawner thread
+//! stdin the flavor's prompt (then closed) or `/dev/null`, `PR_SET_PDEATHSIG`, forked on the worker's spawner thread
 //! (`tools::procs`, the worker a subreaper, the process marked), the allow-listed
 //! environment plus the flavor's `Launch.env`, and the agent's sandbox plus the
 //! CLI's [`Extra`] (its install directory readable; with the network off, the run
@@ -44,6 +44,8 @@ pub struct SpawnSpec<'a> {
     /// `None`: unconfined (tests of the driver on a machine without Landlock).
     pub sandbox: Option<&'a Sandbox>,
     pub extra: Extra,
+    /// Written to its stdin, which is then closed (`None`: stdin is `/dev/null`).
+    pub stdin: Option<&'a str>,
 }
 
 /// A running CLI.
@@ -88,6 +90,9 @@ impl CliProcess {
             .args(spec.args)
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        if spec.stdin.is_some() {
+            command.stdin(Stdio::piped());
+        }
         let mut max_processes = 0;
         if let Some(sandbox) = spec.sandbox {
             let prepared = sandbox.prepare_with(&spec.extra)?;
@@ -107,6 +112,17 @@ impl CliProcess {
         else {
             return Err("the CLI started without its output pipes".into());
         };
+        if let (Some(text), Some(mut pipe)) = (spec.stdin, child.stdin.take()) {
+            // Written beside the reading, so a CLI that prints before it has read
+            // everything cannot block on a full stdout pipe; closed when written.
+            let text = text.to_owned();
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                if let Err(e) = pipe.write_all(text.as_bytes()).await {
+                    tracing::warn!(error = %e, "could not write the prompt to the CLI's stdin");
+                }
+            });
+        }
         let group = Pid::from_raw(pid as i32);
         let (tx, lines) = mpsc::channel(256);
         tokio::spawn(read_lines(stdout, tx));
@@ -235,6 +251,16 @@ mod tests {
     /// Runs `script` as the "CLI" (bash) in a sandbox with the network off and
     /// `extra`; returns its stdout lines.
     async fn run_confined(agent: &Path, network: bool, extra: Extra, script: &str) -> Vec<String> {
+        run_confined_with(agent, network, extra, script, None).await
+    }
+
+    async fn run_confined_with(
+        agent: &Path,
+        network: bool,
+        extra: Extra,
+        script: &str,
+        stdin: Option<&str>,
+    ) -> Vec<String> {
         let sandbox = Sandbox::for_agent(
             SandboxPolicy {
                 network,
@@ -252,6 +278,7 @@ mod tests {
             cwd: &sandbox.workspace,
             sandbox: Some(&sandbox),
             extra,
+            stdin,
         })
         .await
         .unwrap();
@@ -264,6 +291,27 @@ mod tests {
         }
         cli.wait().await;
         lines
+    }
+
+    #[tokio::test]
+    async fn the_prompt_arrives_on_stdin_which_is_then_closed() {
+        let agent = tempfile::tempdir().unwrap();
+        let script = "while IFS= read -r line; do echo \"got: $line\"; done; echo eof";
+        let lines = run_confined_with(
+            agent.path(),
+            false,
+            Extra::default(),
+            script,
+            Some("first line\nsecond \"quoted\" line\n"),
+        )
+        .await;
+        assert_eq!(
+            lines,
+            ["got: first line", "got: second \"quoted\" line", "eof"]
+        );
+        // Without a prompt, stdin is /dev/null: read sees its end at once.
+        let lines = run_confined(agent.path(), false, Extra::default(), script).await;
+        assert_eq!(lines, ["eof"]);
     }
 
     #[tokio::test]
@@ -398,6 +446,7 @@ mod real_clis {
                 cwd: &sandbox.workspace,
                 sandbox: Some(&sandbox),
                 extra: extra_for(program, 1),
+                stdin: None,
             })
             .await
             .unwrap();
