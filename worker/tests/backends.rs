@@ -109,6 +109,7 @@ async fn open<G: ToolGate + 'static>(gate: G, tools: Vec<ToolSpec>, relay_base: 
         steps: Steps::new("r1", 1, sink, None),
         cancel: CancellationToken::new(),
         relay: relay(relay_base),
+        calls: Default::default(),
     })
     .await
     .unwrap();
@@ -932,6 +933,7 @@ async fn an_openai_format_request_passes_through_to_the_routes_relay_path() {
         steps: Steps::new("r1", 1, EventSink::new(tx), None),
         cancel: CancellationToken::new(),
         relay: relay(&model.host_url()),
+        calls: Default::default(),
     })
     .await
     .unwrap();
@@ -990,6 +992,7 @@ async fn the_tool_list_follows_the_agent_and_open_connections_end_with_the_run()
         steps: Steps::new("r1", 1, EventSink::new(tx), None),
         cancel: CancellationToken::new(),
         relay: relay(&model.host_url()),
+        calls: Default::default(),
     })
     .await
     .unwrap();

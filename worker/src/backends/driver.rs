@@ -177,6 +177,7 @@ pub async fn run<G: ToolGate + 'static>(
         sink.clone(),
         run.board.clone(),
     );
+    let calls = Arc::new(super::calls::CallIds::default());
     let endpoint = RunEndpoint::open(RunTools {
         gate: run.gate.clone(),
         tools: run.tools.clone(),
@@ -184,6 +185,7 @@ pub async fn run<G: ToolGate + 'static>(
         steps: steps.clone(),
         cancel: cancel.clone(),
         relay: run.relay.clone(),
+        calls: calls.clone(),
     })
     .await
     .map_err(|e| {
@@ -203,6 +205,7 @@ pub async fn run<G: ToolGate + 'static>(
         transcript: run.messages.clone(),
         session: run.session.clone(),
         reported_session: None,
+        calls,
     };
     let outcome = driver.turns().await;
     endpoint.close().await;
@@ -221,6 +224,7 @@ struct Driver<'r, 'a, G> {
     transcript: Vec<ChatMessage>,
     session: Option<CliSession>,
     reported_session: Option<String>,
+    calls: Arc<super::calls::CallIds>,
 }
 
 /// What one CLI turn left behind.
@@ -297,6 +301,13 @@ impl<G: ToolGate + 'static> Driver<'_, '_, G> {
                     format!("cannot write the CLI's configuration in the agent's tmp: {e}"),
                 )
             })?;
+            let mut extra = extra_for(self.program, self.endpoint.port);
+            // `chorus-tools mcp` runs as the CLI's child, in the same sandbox, from
+            // wherever this worker found it (often beside the worker, outside the
+            // system's directories): that one file is readable and executable.
+            if let Ok(tools) = std::fs::canonicalize(self.chorus_tools) {
+                extra.read_only.push(tools);
+            }
             let cli = CliProcess::spawn(SpawnSpec {
                 program: self.program,
                 args: &launch.args,
@@ -304,7 +315,7 @@ impl<G: ToolGate + 'static> Driver<'_, '_, G> {
                 root: &self.run.root,
                 cwd: &self.run.cwd,
                 sandbox: self.run.sandbox.as_ref(),
-                extra: extra_for(self.program, self.endpoint.port),
+                extra,
                 stdin: launch.stdin.as_deref(),
             })
             .await
@@ -506,6 +517,13 @@ impl<G: ToolGate + 'static> Driver<'_, '_, G> {
             CliEvent::ModelCallEnded { usage } => self.close_step(turn, false, usage),
             CliEvent::Assistant { text, tool_calls } => {
                 turn.acted |= !tool_calls.is_empty();
+                let tool_calls: Vec<ToolCall> = tool_calls
+                    .into_iter()
+                    .map(|call| ToolCall {
+                        id: self.calls.for_stream(&call.id, &call.name, &call.arguments),
+                        ..call
+                    })
+                    .collect();
                 for call in &tool_calls {
                     turn.calls.insert(call.id.clone(), call.name.clone());
                 }
@@ -519,6 +537,7 @@ impl<G: ToolGate + 'static> Driver<'_, '_, G> {
                 content,
                 is_error,
             } => {
+                let call_id = self.calls.of(&call_id);
                 let call = ToolCall {
                     name: turn.calls.get(&call_id).cloned().unwrap_or_default(),
                     id: call_id,

@@ -21,7 +21,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -57,6 +57,8 @@ pub struct RunTools<G> {
     pub cancel: CancellationToken,
     /// Where the model proxy forwards to, and with which credential.
     pub relay: RelayClients,
+    /// Pairs each call with the CLI's report of it (one id for both).
+    pub calls: Arc<super::calls::CallIds>,
 }
 
 /// State shared by the handlers.
@@ -65,7 +67,6 @@ pub(super) struct Shared<G> {
     token: String,
     /// A call of a tool that ends the turn succeeded.
     pub turn_ended: AtomicBool,
-    next_call: AtomicU64,
 }
 
 /// A run's endpoint; dropping it (or [`RunEndpoint::close`]) ends the listener and
@@ -91,7 +92,6 @@ impl RunEndpoint {
             run,
             token: token.clone(),
             turn_ended: AtomicBool::new(false),
-            next_call: AtomicU64::new(1),
         });
         let router = Router::new()
             .route("/tools", get(list::<G>))
@@ -242,10 +242,7 @@ async fn call<G: ToolGate + 'static>(
     let run = &shared.run;
     let offered = run.agent.borrow().tools.clone();
     let call = ToolCall {
-        id: format!(
-            "chorus_tools_{}",
-            shared.next_call.fetch_add(1, Ordering::SeqCst)
-        ),
+        id: run.calls.for_execution(&name, &arguments),
         name,
         arguments,
     };

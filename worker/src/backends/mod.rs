@@ -6,6 +6,7 @@
 //! exact requests each makes, for the relay's allow-list), sharing
 //! [`outcome`]'s classification.
 
+pub mod calls;
 pub mod claude_code;
 pub mod driver;
 pub mod endpoint;

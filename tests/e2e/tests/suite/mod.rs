@@ -4,6 +4,7 @@ mod backends;
 mod board;
 mod board_flow;
 mod cli;
+mod cli_backends;
 mod concurrent;
 mod dial_in;
 mod discord;

@@ -1,0 +1,428 @@
+//! CLI backends through the real binaries, the real Claude Code and OpenCode, and
+//! the fake model (issue 29's acceptance): the same task scenario through `api`,
+//! `claude-code` and `opencode` agents gives the same audited tool calls and
+//! decisions, the same file and the same outcome; no provider key or API token
+//! reaches the CLI or `chorus-tools`, and a spent credential is refused; a reply
+//! continues the CLI's session; a kill leaves no CLI process behind.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chorus_test_support::chorus::tool_results;
+use chorus_test_support::fake_model::{Hold, Reply, text, tool_call};
+use chorus_test_support::{Chorus, FakeAnthropic, FakeModel, FakeOpenAi, bin_path};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(120);
+const ANTHROPIC_KEY: &str = "sk-ant-e2e-provider-key-do-not-leak";
+const OPENAI_KEY: &str = "sk-openai-e2e-provider-key-do-not-leak";
+
+/// A profile that allows writing and reading files and `echo`; every other bash
+/// command is denied (no rule matches).
+fn profile() -> Value {
+    json!({"allow": ["tool:create_file:.*", "tool:view:.*", "tool:bash:echo( .*)?"], "ask": []})
+}
+
+/// Chorus with a fake model of the format the backend speaks (the planner uses the
+/// same default model).
+async fn start(backend: &str) -> anyhow::Result<(FakeModel, Chorus)> {
+    if backend == "claude-code" {
+        let model = FakeAnthropic::start().await;
+        let chorus = Chorus::builder()
+            .env("ANTHROPIC_BASE_URL", &model.host_url())
+            .env("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
+            .env("CHORUS_DEFAULT_MODEL", "claude-fake")
+            .start()
+            .await?;
+        Ok((model, chorus))
+    } else {
+        let model = FakeOpenAi::start().await;
+        let chorus = Chorus::builder()
+            .env("OPENAI_BASE_URL", &model.base_url())
+            .env("OPENAI_API_KEY", OPENAI_KEY)
+            .env("CHORUS_DEFAULT_MODEL", "fake-model")
+            .start()
+            .await?;
+        Ok((model, chorus))
+    }
+}
+
+async fn ok(
+    chorus: &Chorus,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> anyhow::Result<Value> {
+    let mut request = chorus.api(method.clone(), path);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await?;
+    let status = response.status().as_u16();
+    let text = response.text().await?;
+    anyhow::ensure!(
+        (200..300).contains(&status),
+        "{method} {path}: {status} {text}"
+    );
+    Ok(serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+async fn create_coder(chorus: &Chorus, backend: &str) -> anyhow::Result<Value> {
+    ok(
+        chorus,
+        Method::POST,
+        "/api/agents",
+        Some(
+            json!({"name": "coder", "backend": backend, "permissions": profile(),
+                    "system_prompt": "You are coder."}),
+        ),
+    )
+    .await
+}
+
+async fn wait_task(chorus: &Chorus, id: u64, status: &str) -> anyhow::Result<Value> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let task = ok(chorus, Method::GET, &format!("/api/tasks/{id}"), None).await?;
+        if task["status"] == status {
+            return Ok(task);
+        }
+        let ended = ["completed", "failed"].contains(&task["status"].as_str().unwrap_or_default());
+        if ended || tokio::time::Instant::now() >= deadline {
+            anyhow::bail!("task {id} is not {status}: {task:#}\n{}", chorus.output());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The tool decisions of `agent`'s audit log, oldest first: (action, decision, result).
+async fn tool_decisions(
+    chorus: &Chorus,
+    agent: &str,
+) -> anyhow::Result<Vec<(String, String, String)>> {
+    let page = ok(
+        chorus,
+        Method::GET,
+        &format!("/api/agents/{agent}/audit?limit=1000"),
+        None,
+    )
+    .await?;
+    let mut rows: Vec<Value> = page["entries"].as_array().cloned().unwrap_or_default();
+    rows.sort_by_key(|r| r["id"].as_i64());
+    Ok(rows
+        .iter()
+        .filter(|r| r["action"].as_str().is_some_and(|a| a.starts_with("tool:")))
+        .map(|r| {
+            (
+                r["action"].as_str().unwrap_or_default().to_string(),
+                r["decision"].as_str().unwrap_or_default().to_string(),
+                r["result"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect())
+}
+
+/// What one run of the scenario left for a user to see.
+#[derive(Debug)]
+struct Outcome {
+    decisions: Vec<(String, String, String)>,
+    file: String,
+    status: String,
+    report: Value,
+    /// The worker thread's tool results, in order: (is_error, content).
+    results: Vec<(bool, String)>,
+    history_tools: Vec<(String, String)>,
+}
+
+/// The scenario: planned for coder, started; coder writes hello.txt, reads it
+/// back, tries a command its profile denies, and reports.
+async fn scenario(backend: &str) -> anyhow::Result<Outcome> {
+    let (model, chorus) = start(backend).await?;
+    create_coder(&chorus, backend).await?;
+    model.push(tool_call(
+        "p1",
+        "submit_plan",
+        json!({"summary": "Write hello.txt", "requirements": ["hello.txt says hello"],
+               "acceptance_criteria": ["the file exists"], "steps": ["write it"], "assignee": "coder"}),
+    ));
+    let created = ok(
+        &chorus,
+        Method::POST,
+        "/api/tasks",
+        Some(json!({"title": "Hello", "description": "Write hello.txt"})),
+    )
+    .await?;
+    let id = created["id"].as_u64().expect("task id");
+    wait_task(&chorus, id, "planned").await?;
+
+    model.push(tool_call(
+        "c1",
+        "create_file",
+        json!({"path": "hello.txt", "content": "hello"}),
+    ));
+    model.push(tool_call("c2", "view", json!({"path": "hello.txt"})));
+    model.push(tool_call(
+        "c3",
+        "bash",
+        json!({"command": "rm -f hello.txt"}),
+    ));
+    model.push(tool_call(
+        "c4",
+        "completion_report",
+        json!({"status": "complete", "summary": "wrote hello.txt", "output": "hello.txt: hello"}),
+    ));
+    ok(
+        &chorus,
+        Method::POST,
+        &format!("/api/tasks/{id}/start"),
+        None,
+    )
+    .await?;
+    let done = wait_task(&chorus, id, "completed").await?;
+    let worker_thread = done["runs"]
+        .as_array()
+        .and_then(|runs| runs.iter().find(|r| r["role"] == "worker"))
+        .and_then(|r| r["thread_id"].as_u64())
+        .unwrap_or_else(|| panic!("no worker run: {done:#}"));
+    let runs_backend = done["runs"]
+        .as_array()
+        .and_then(|runs| runs.iter().find(|r| r["role"] == "worker"))
+        .map(|r| r["backend"].clone());
+    assert_eq!(runs_backend, Some(json!(backend)), "{done:#}");
+    let thread = ok(
+        &chorus,
+        Method::GET,
+        &format!("/api/agents/coder/threads/{worker_thread}"),
+        None,
+    )
+    .await?;
+    let history = ok(
+        &chorus,
+        Method::GET,
+        &format!("/api/tasks/{id}/history"),
+        None,
+    )
+    .await?;
+    let history_tools = history["events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter(|e| e["kind"] == "tool_call" && e["data"]["agent"] == "coder")
+        .map(|e| {
+            (
+                e["data"]["tool"].as_str().unwrap_or_default().to_string(),
+                e["data"]["status"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let file_path = chorus
+        .agent_dir("coder")
+        .join(format!("workspace/tasks/{id}/hello.txt"));
+    let outcome = Outcome {
+        decisions: tool_decisions(&chorus, "coder").await?,
+        file: std::fs::read_to_string(&file_path)
+            .unwrap_or_else(|e| format!("{}: {e}", file_path.display())),
+        status: done["status"].as_str().unwrap_or_default().to_string(),
+        report: done["report"].clone(),
+        results: tool_results(&thread),
+        history_tools,
+    };
+    assert!(
+        model.take_violations().is_empty(),
+        "the fake saw requests a real API refuses"
+    );
+    Ok(outcome)
+}
+
+#[tokio::test]
+async fn the_same_task_through_api_claude_code_and_opencode_gives_the_same_audit_file_and_outcome()
+-> anyhow::Result<()> {
+    let api = scenario("api").await?;
+    assert_eq!(api.file, "hello");
+    assert_eq!(api.status, "completed");
+    let denied: Vec<_> = api.decisions.iter().filter(|d| d.1 == "deny").collect();
+    assert_eq!(denied.len(), 1, "{:#?}", api.decisions);
+    assert_eq!(denied[0].0, "tool:bash:rm -f hello.txt");
+    for backend in ["claude-code", "opencode"] {
+        let cli = scenario(backend).await?;
+        assert_eq!(cli.decisions, api.decisions, "{backend}: the audit differs");
+        assert_eq!(cli.file, api.file, "{backend}");
+        assert_eq!(cli.status, api.status, "{backend}");
+        assert_eq!(cli.report, api.report, "{backend}");
+        assert_eq!(
+            cli.results.iter().map(|r| r.0).collect::<Vec<_>>(),
+            api.results.iter().map(|r| r.0).collect::<Vec<_>>(),
+            "{backend}: which calls failed: {:#?} vs {:#?}",
+            cli.results,
+            api.results
+        );
+        assert_eq!(
+            cli.history_tools, api.history_tools,
+            "{backend}: the task history differs"
+        );
+    }
+    Ok(())
+}
+
+/// Every process whose executable is `program` (resolved), by pid.
+fn processes_of(program: &Path) -> Vec<u32> {
+    let Ok(target) = std::fs::canonicalize(program) else {
+        return Vec::new();
+    };
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if std::fs::read_link(entry.path().join("exe")).is_ok_and(|exe| exe == target) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+fn which(program: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|dir| dir.join(program))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| panic!("{program} is not on PATH: .ci/run installs it"))
+}
+
+/// Waits until `check` holds, or fails with `what`.
+async fn until(what: &str, mut check: impl FnMut() -> bool) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !check() {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// What a process holds: its environment, argv and the text of its open regular files.
+fn held_by(pid: u32) -> String {
+    let proc = PathBuf::from(format!("/proc/{pid}"));
+    let mut text = String::new();
+    for part in ["environ", "cmdline"] {
+        text.push_str(&String::from_utf8_lossy(
+            &std::fs::read(proc.join(part)).unwrap_or_default(),
+        ));
+        text.push('\n');
+    }
+    for fd in std::fs::read_dir(proc.join("fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if let Ok(target) = std::fs::read_link(fd.path())
+            && target.is_file()
+            && let Ok(bytes) = std::fs::read(&target)
+        {
+            text.push_str(&String::from_utf8_lossy(&bytes));
+        }
+    }
+    text
+}
+
+/// No provider key and no API token in what the CLI and `chorus-tools mcp` hold
+/// (environment, argv, open files, the config files Chorus wrote), while they run;
+/// after the run, its credential is worthless.
+#[tokio::test]
+async fn no_key_or_token_reaches_the_cli_or_chorus_tools_and_a_spent_credential_is_refused()
+-> anyhow::Result<()> {
+    for backend in ["claude-code", "opencode"] {
+        let (model, chorus) = start(backend).await?;
+        create_coder(&chorus, backend).await?;
+        let key = if backend == "claude-code" {
+            ANTHROPIC_KEY
+        } else {
+            OPENAI_KEY
+        };
+        let hold = Hold::new();
+        model.push(Reply::Held(
+            hold.clone(),
+            Box::new(tool_call("c1", "view", json!({"path": "."}))),
+        ));
+        model.push(text("done"));
+        let thread = chorus.send_message("coder", "look around").await?;
+        model.wait_for_requests(1, WAIT).await;
+
+        let cli = which(if backend == "claude-code" {
+            "claude"
+        } else {
+            "opencode"
+        });
+        let tools = bin_path("chorus-tools");
+        let mut seen = Vec::new();
+        until("the CLI and chorus-tools mcp run", || {
+            seen = [processes_of(&cli), processes_of(&tools)].concat();
+            !processes_of(&cli).is_empty() && !processes_of(&tools).is_empty()
+        })
+        .await?;
+        let mut endpoint = None;
+        for pid in &seen {
+            let held = held_by(*pid);
+            assert!(
+                !held.contains(key),
+                "{backend}: the provider key is in process {pid}"
+            );
+            assert!(
+                !held.contains(chorus.token()),
+                "{backend}: the API token is in process {pid}"
+            );
+            for var in held.split('\0') {
+                if let Some(url) = var.strip_prefix("CHORUS_TOOLS_URL=") {
+                    endpoint.get_or_insert((url.to_string(), String::new())).0 = url.to_string();
+                }
+                if let Some(token) = var.strip_prefix("CHORUS_TOOLS_TOKEN=") {
+                    endpoint.get_or_insert((String::new(), String::new())).1 = token.to_string();
+                }
+            }
+        }
+        let tmp = chorus.agent_dir("coder").join("tmp");
+        for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
+            if entry.path().is_file() {
+                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                assert!(
+                    !text.contains(key),
+                    "{backend}: the key is in {}",
+                    entry.path().display()
+                );
+                assert!(
+                    !text.contains(chorus.token()),
+                    "{backend}: the token is in {}",
+                    entry.path().display()
+                );
+            }
+        }
+        let (url, token) = endpoint
+            .unwrap_or_else(|| panic!("{backend}: no CHORUS_TOOLS_* in the CLI's environment"));
+        assert!(
+            !url.is_empty() && token.len() >= 32,
+            "{backend}: {url} {token}"
+        );
+
+        hold.release();
+        chorus.wait_thread_finished("coder", thread, WAIT).await?;
+        until("the CLI is gone", || processes_of(&cli).is_empty()).await?;
+        let spent = tokio::process::Command::new(&tools)
+            .args(["view", r#"{"path": "."}"#])
+            .env_clear()
+            .env("CHORUS_TOOLS_URL", &url)
+            .env("CHORUS_TOOLS_TOKEN", &token)
+            .output()
+            .await?;
+        assert_eq!(spent.status.code(), Some(2), "{backend}: {spent:?}");
+        let said = String::from_utf8_lossy(&spent.stderr);
+        assert!(
+            said.contains("no Chorus run is listening") || said.contains("has ended"),
+            "{backend}: {said}"
+        );
+        drop(model);
+    }
+    Ok(())
+}
