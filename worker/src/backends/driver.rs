@@ -245,7 +245,20 @@ struct Turn {
 
 impl<G: ToolGate + 'static> Driver<'_, '_, G> {
     async fn turns(&mut self) -> Result<String, LoopError> {
-        let mut pending: Vec<Input> = self.run.inputs.clone();
+        // The user messages the thread ends with (the request, a reply that continues
+        // an ended thread, a task's answer) are this turn's prompt, like the
+        // assignment's inputs after them; what precedes them is context for a CLI
+        // with no session, and already in a session being resumed or forked.
+        let unseen = unseen_tail(&self.transcript);
+        let mut pending: Vec<Input> = self
+            .transcript
+            .drain(self.transcript.len() - unseen..)
+            .map(|message| Input {
+                message_id: ALREADY_STORED,
+                content: message.content,
+            })
+            .chain(self.run.inputs.iter().cloned())
+            .collect();
         let mut docs = crate::context::Docs::default();
         // Inputs reported taken (a turn started again must not report them twice).
         let mut reported = std::collections::HashSet::new();
@@ -261,7 +274,7 @@ impl<G: ToolGate + 'static> Driver<'_, '_, G> {
             for input in pending.drain(..) {
                 self.transcript
                     .push(ChatMessage::user(input.content.clone()));
-                if reported.insert(input.message_id) {
+                if input.message_id != ALREADY_STORED && reported.insert(input.message_id) {
                     self.sink.send(WorkerEvent::InputTaken {
                         run_id: self.run.run_id.to_string(),
                         message_id: input.message_id,
@@ -622,6 +635,18 @@ fn stderr_note(tail: &str) -> String {
             .unwrap_or(0);
         format!("; its stderr ended with: {}", &tail[start..])
     }
+}
+
+/// The id given to a user message that is already in the thread (no `InputTaken`).
+const ALREADY_STORED: u64 = 0;
+
+/// How many user messages the thread ends with. Pure.
+fn unseen_tail(messages: &[ChatMessage]) -> usize {
+    messages
+        .iter()
+        .rev()
+        .take_while(|m| m.role == Role::User)
+        .count()
 }
 
 /// Why one CLI process's turn did not give a text.

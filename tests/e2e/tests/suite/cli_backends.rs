@@ -266,17 +266,22 @@ async fn the_same_task_through_api_claude_code_and_opencode_gives_the_same_audit
     Ok(())
 }
 
-/// Every process whose executable is `program` (resolved), by pid.
-fn processes_of(program: &Path) -> Vec<u32> {
+/// Every process whose executable is `program` (resolved) and whose working
+/// directory is below `within` (this test's agent: tests run side by side), by pid.
+fn processes_of(program: &Path, within: &Path) -> Vec<u32> {
     let Ok(target) = std::fs::canonicalize(program) else {
         return Vec::new();
     };
+    let within = std::fs::canonicalize(within).unwrap_or_else(|_| within.to_path_buf());
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
             continue;
         };
-        if std::fs::read_link(entry.path().join("exe")).is_ok_and(|exe| exe == target) {
+        if std::fs::read_link(entry.path().join("exe")).is_ok_and(|exe| exe == target)
+            && std::fs::read_link(entry.path().join("cwd"))
+                .is_ok_and(|cwd| cwd.starts_with(&within))
+        {
             pids.push(pid);
         }
     }
@@ -357,10 +362,16 @@ async fn no_key_or_token_reaches_the_cli_or_chorus_tools_and_a_spent_credential_
             "opencode"
         });
         let tools = bin_path("chorus-tools");
+        let agent_dir = chorus.agent_dir("coder");
         let mut seen = Vec::new();
         until("the CLI and chorus-tools mcp run", || {
-            seen = [processes_of(&cli), processes_of(&tools)].concat();
-            !processes_of(&cli).is_empty() && !processes_of(&tools).is_empty()
+            let (clis, servers) = (
+                processes_of(&cli, &agent_dir),
+                processes_of(&tools, &agent_dir),
+            );
+            let both = !clis.is_empty() && !servers.is_empty();
+            seen = [clis, servers].concat();
+            both
         })
         .await?;
         let mut endpoint = None;
@@ -408,7 +419,10 @@ async fn no_key_or_token_reaches_the_cli_or_chorus_tools_and_a_spent_credential_
 
         hold.release();
         chorus.wait_thread_finished("coder", thread, WAIT).await?;
-        until("the CLI is gone", || processes_of(&cli).is_empty()).await?;
+        until("the CLI is gone", || {
+            processes_of(&cli, &agent_dir).is_empty()
+        })
+        .await?;
         let spent = tokio::process::Command::new(&tools)
             .args(["view", r#"{"path": "."}"#])
             .env_clear()
@@ -423,6 +437,102 @@ async fn no_key_or_token_reaches_the_cli_or_chorus_tools_and_a_spent_credential_
             "{backend}: {said}"
         );
         drop(model);
+    }
+    Ok(())
+}
+
+/// A reply to a CLI agent's ended thread continues in a fork of its session (the
+/// model sees the earlier turn as it was); a kill ends the CLI and its
+/// `chorus-tools` at once, leaving no process behind.
+#[tokio::test]
+async fn a_reply_forks_the_cli_session_and_a_kill_leaves_no_cli_process() -> anyhow::Result<()> {
+    for backend in ["claude-code", "opencode"] {
+        let (model, chorus) = start(backend).await?;
+        create_coder(&chorus, backend).await?;
+        model.push(text("The capital is Paris."));
+        let first = chorus.send_message("coder", "Capital of France?").await?;
+        let thread = chorus.wait_thread_finished("coder", first, WAIT).await?;
+        assert_eq!(thread["status"], "completed", "{backend}: {thread:#}");
+        let messages = thread["messages"].as_array().cloned().unwrap_or_default();
+        let answer = messages
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "assistant")
+            .unwrap_or_else(|| panic!("{backend}: no answer: {thread:#}"));
+        assert_eq!(answer["content"], "The capital is Paris.", "{backend}");
+
+        model.push(text("About 2.1 million."));
+        let reply = ok(
+            &chorus,
+            Method::POST,
+            "/api/agents/coder/messages",
+            Some(json!({"content": "And its population?", "reply_to": answer["id"]})),
+        )
+        .await?;
+        assert_eq!(
+            reply["routed"],
+            format!("continued_from:{first}"),
+            "{backend}"
+        );
+        let next = reply["thread_id"].as_u64().expect("thread id");
+        let thread = chorus.wait_thread_finished("coder", next, WAIT).await?;
+        assert_eq!(thread["status"], "completed", "{backend}: {thread:#}");
+        // The CLI went on from its own session: the model is sent the earlier turn
+        // as the CLI kept it, then the reply (and no transcript written as context).
+        let requests = model.requests();
+        let last = &requests.last().expect("requests").body;
+        let seen = last["messages"].to_string();
+        for said in [
+            "Capital of France?",
+            "The capital is Paris.",
+            "And its population?",
+        ] {
+            assert!(seen.contains(said), "{backend}: {said:?} not in {seen}");
+        }
+        assert!(
+            !seen.contains("The conversation so far"),
+            "{backend}: a resumed session needs no transcript: {seen}"
+        );
+        let sessions = chorus
+            .query_store("SELECT cli_session FROM runs ORDER BY created_at")
+            .await?;
+        let sessions: Vec<&str> = sessions.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(sessions.len(), 2, "{backend}: {sessions:?}");
+        assert_ne!(
+            sessions[0], sessions[1],
+            "{backend}: a fork is a new session"
+        );
+
+        // Killed while the CLI waits for its model.
+        let hold = Hold::new();
+        model.push(Reply::Held(hold.clone(), Box::new(text("never seen"))));
+        let long = chorus.send_message("coder", "Take your time.").await?;
+        let cli = which(if backend == "claude-code" {
+            "claude"
+        } else {
+            "opencode"
+        });
+        let tools = bin_path("chorus-tools");
+        let agent_dir = chorus.agent_dir("coder");
+        let asked = model.requests().len() + 1;
+        model.wait_for_requests(asked, WAIT).await;
+        until("the CLI runs", || {
+            !processes_of(&cli, &agent_dir).is_empty()
+        })
+        .await?;
+        let killed = chorus
+            .api(Method::DELETE, &format!("/api/agents/coder/threads/{long}"))
+            .send()
+            .await?;
+        assert!(killed.status().is_success(), "{backend}: {killed:?}");
+        chorus
+            .wait_thread("coder", long, WAIT, |t| t["status"] == "killed")
+            .await?;
+        until("no CLI or chorus-tools is left", || {
+            processes_of(&cli, &agent_dir).is_empty() && processes_of(&tools, &agent_dir).is_empty()
+        })
+        .await?;
+        hold.release();
     }
     Ok(())
 }
