@@ -133,6 +133,31 @@ struct Outcome {
     /// The worker thread's tool results, in order: (is_error, content).
     results: Vec<(bool, String)>,
     history_tools: Vec<(String, String)>,
+    /// The tools the worker thread's model was offered, by Chorus's wire names
+    /// (a CLI's MCP prefix removed), sorted.
+    offered: Vec<String>,
+    /// The thread's token usage.
+    usage: Value,
+}
+
+/// The tool names of a model request, either format, without a CLI's MCP prefix.
+fn offered_tools(body: &Value) -> Vec<String> {
+    let mut names: Vec<String> = body["tools"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|t| {
+            let name = t["name"]
+                .as_str()
+                .or(t["function"]["name"].as_str())
+                .unwrap_or_default();
+            let name = name.strip_prefix("mcp__chorus__").unwrap_or(name);
+            name.strip_prefix("chorus_").unwrap_or(name).to_string()
+        })
+        .collect();
+    names.sort();
+    names
 }
 
 /// The scenario: planned for coder, started; coder writes hello.txt, reads it
@@ -228,6 +253,13 @@ async fn scenario(backend: &str) -> anyhow::Result<Outcome> {
         report: done["report"].clone(),
         results: tool_results(&thread),
         history_tools,
+        offered: model
+            .requests()
+            .iter()
+            .map(|r| offered_tools(&r.body))
+            .find(|tools| tools.iter().any(|t| t == "completion_report"))
+            .unwrap_or_default(),
+        usage: thread["usage"].clone(),
     };
     assert!(
         model.take_violations().is_empty(),
@@ -245,6 +277,24 @@ async fn the_same_task_through_api_claude_code_and_opencode_gives_the_same_audit
     let denied: Vec<_> = api.decisions.iter().filter(|d| d.1 == "deny").collect();
     assert_eq!(denied.len(), 1, "{:#?}", api.decisions);
     assert_eq!(denied[0].0, "tool:bash:rm -f hello.txt");
+    // The profile's tools and the worker role's.
+    assert_eq!(
+        api.offered,
+        [
+            "ask_agent",
+            "ask_question",
+            "bash",
+            "completion_report",
+            "create_file",
+            "delegate_to_agent",
+            "view"
+        ]
+    );
+    assert!(
+        api.usage["input_tokens"].as_u64().is_some(),
+        "{}",
+        api.usage
+    );
     for backend in ["claude-code", "opencode"] {
         let cli = scenario(backend).await?;
         assert_eq!(cli.decisions, api.decisions, "{backend}: the audit differs");
@@ -261,6 +311,16 @@ async fn the_same_task_through_api_claude_code_and_opencode_gives_the_same_audit
         assert_eq!(
             cli.history_tools, api.history_tools,
             "{backend}: the task history differs"
+        );
+        // Exactly the API loop's tools, by the same names: no built-in tool of the CLI.
+        assert_eq!(
+            cli.offered, api.offered,
+            "{backend}: the tools offered differ"
+        );
+        assert!(
+            cli.usage["input_tokens"].as_u64().is_some_and(|n| n > 0),
+            "{backend}: usage is recorded like an API run's: {}",
+            cli.usage
         );
     }
     Ok(())
