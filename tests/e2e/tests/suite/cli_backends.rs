@@ -596,3 +596,106 @@ async fn a_reply_forks_the_cli_session_and_a_kill_leaves_no_cli_process() -> any
     }
     Ok(())
 }
+
+/// A task's question ends the CLI's turn (the tool ends it, not a CLI waiting on an
+/// MCP call), and the answer goes on in the same thread by resuming the same CLI
+/// session: the model sees its question and the answer.
+#[tokio::test]
+async fn a_task_question_ends_the_cli_turn_and_the_answer_resumes_its_session() -> anyhow::Result<()>
+{
+    for backend in ["claude-code", "opencode"] {
+        let (model, chorus) = start(backend).await?;
+        create_coder(&chorus, backend).await?;
+        model.push(tool_call(
+            "p1",
+            "submit_plan",
+            json!({"summary": "Greet", "requirements": [], "acceptance_criteria": [],
+                   "steps": ["ask, then write"], "assignee": "coder"}),
+        ));
+        let created = ok(
+            &chorus,
+            Method::POST,
+            "/api/tasks",
+            Some(json!({"title": "Greet", "description": "Write a greeting"})),
+        )
+        .await?;
+        let id = created["id"].as_u64().expect("task id");
+        wait_task(&chorus, id, "planned").await?;
+        model.push(tool_call(
+            "c1",
+            "ask_question",
+            json!({"question": "Which greeting do you want?"}),
+        ));
+        ok(
+            &chorus,
+            Method::POST,
+            &format!("/api/tasks/{id}/start"),
+            None,
+        )
+        .await?;
+        let waiting = wait_task(&chorus, id, "waiting").await?;
+        let question = waiting["questions"]
+            .as_array()
+            .and_then(|q| {
+                q.iter()
+                    .rev()
+                    .find(|q| q["question"] == "Which greeting do you want?")
+            })
+            .and_then(|q| q["id"].as_str())
+            .unwrap_or_else(|| panic!("{backend}: no open question: {waiting:#}"))
+            .to_string();
+        let asked = model.requests().len();
+
+        model.push(tool_call(
+            "c2",
+            "completion_report",
+            json!({"status": "complete", "summary": "greeted", "output": "hello"}),
+        ));
+        ok(
+            &chorus,
+            Method::POST,
+            &format!("/api/tasks/{id}/answers"),
+            Some(json!({"answers": {question: "Say hello there"}})),
+        )
+        .await?;
+        let done = wait_task(&chorus, id, "completed").await?;
+        let threads: Vec<u64> = done["runs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter(|r| r["role"] == "worker")
+            .filter_map(|r| r["thread_id"].as_u64())
+            .collect();
+        assert_eq!(threads.len(), 1, "{backend}: one worker thread: {done:#}");
+        let sessions = chorus
+            .query_store(&format!(
+                "SELECT cli_session FROM runs WHERE agent_name = 'coder' AND thread_id = {} ORDER BY created_at",
+                threads[0]
+            ))
+            .await?;
+        let sessions: Vec<&str> = sessions.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(
+            sessions.len(),
+            2,
+            "{backend}: two runs of the thread: {sessions:?}"
+        );
+        assert_eq!(
+            sessions[0], sessions[1],
+            "{backend}: the answer resumed the same session"
+        );
+        let after = model.requests();
+        let resumed = after[asked..]
+            .iter()
+            .map(|r| r.body["messages"].to_string())
+            .next()
+            .unwrap_or_else(|| panic!("{backend}: no model call after the answer"));
+        for said in ["Which greeting do you want?", "Say hello there"] {
+            assert!(
+                resumed.contains(said),
+                "{backend}: {said:?} not in {resumed}"
+            );
+        }
+    }
+    Ok(())
+}
