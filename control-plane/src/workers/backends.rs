@@ -151,7 +151,16 @@ async fn run_probe(
         .envs(env)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
-    let output = tokio::time::timeout(PROBE_TIMEOUT, command.output())
+    // Nothing chorus starts outlives it, even a probe that hangs while it stops: the
+    // probe dies with chorus, and its group is killed unless it ended by itself.
+    super::death::set_parent_death_signal(&mut command);
+    command
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut probe = ProbeChild::spawn(command)
+        .map_err(|e| format!("cannot run `{} backends`: {e}", worker_bin.display()))?;
+    let output = tokio::time::timeout(PROBE_TIMEOUT, probe.output())
         .await
         .map_err(|_| {
             format!(
@@ -173,6 +182,57 @@ async fn run_probe(
         ));
     }
     parse_probe(&output.stdout)
+}
+
+/// The probe's process; dropped before it ended (a timeout, chorus stopping), its
+/// whole group is killed. Only then: the leader is not reaped yet, so its group id
+/// cannot have been reused.
+struct ProbeChild {
+    child: tokio::process::Child,
+    unreaped: bool,
+}
+
+impl ProbeChild {
+    fn spawn(mut command: tokio::process::Command) -> std::io::Result<Self> {
+        Ok(ProbeChild {
+            child: command.spawn()?,
+            unreaped: true,
+        })
+    }
+
+    async fn output(&mut self) -> std::io::Result<std::process::Output> {
+        use tokio::io::AsyncReadExt;
+        async fn read(pipe: Option<impl AsyncReadExt + Unpin>) -> Vec<u8> {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes).await;
+            }
+            bytes
+        }
+        let stdout = self.child.stdout.take();
+        let stderr = self.child.stderr.take();
+        let (status, stdout, stderr) = tokio::join!(self.child.wait(), read(stdout), read(stderr));
+        let status = status?;
+        self.unreaped = false;
+        Ok(std::process::Output {
+            status,
+            stdout,
+            stderr,
+        })
+    }
+}
+
+impl Drop for ProbeChild {
+    fn drop(&mut self) {
+        if self.unreaped
+            && let Some(pid) = self.child.id()
+        {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
 }
 
 #[cfg(test)]

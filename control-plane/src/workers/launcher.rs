@@ -127,7 +127,7 @@ impl LocalLauncher {
             })
             .process_group(0)
             .kill_on_drop(true);
-        set_parent_death_signal(&mut command);
+        super::death::set_parent_death_signal(&mut command);
         let child = command.spawn().map_err(|source| LaunchError::Spawn {
             path: self.worker_bin.clone(),
             source,
@@ -163,24 +163,6 @@ fn stderr_stdio() -> Stdio {
     match std::io::stderr().as_fd().try_clone_to_owned() {
         Ok(fd) => Stdio::from(fd),
         Err(_) => Stdio::null(),
-    }
-}
-
-#[allow(unsafe_code)]
-fn set_parent_death_signal(command: &mut Command) {
-    let parent = std::process::id();
-    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe
-    // system calls (prctl, getppid); it allocates nothing and takes no locks.
-    unsafe {
-        command.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
-            // The parent may have died before prctl took effect; then nobody would
-            // deliver the signal, so give up now.
-            if nix::unistd::getppid().as_raw() as u32 != parent {
-                return Err(std::io::Error::other("control plane exited during launch"));
-            }
-            Ok(())
-        });
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod backends;
 pub mod credentials;
+mod death;
 pub mod launcher;
 pub mod pool;
 pub mod procs;

@@ -29,7 +29,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post};
+use axum::routing::{get, post};
 use chorus_proto::domain::{ToolCall, ToolSpec};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -65,8 +65,8 @@ pub struct RunTools<G> {
 pub(super) struct Shared<G> {
     pub run: RunTools<G>,
     token: String,
-    /// A call of a tool that ends the turn succeeded.
-    pub turn_ended: AtomicBool,
+    /// A call of a tool that ends the turn succeeded (the model proxy reads it).
+    pub turn_ended: Arc<AtomicBool>,
 }
 
 /// A run's endpoint; dropping it (or [`RunEndpoint::close`]) ends the listener and
@@ -88,23 +88,29 @@ impl RunEndpoint {
         let token = new_token()?;
         let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
         let port = listener.local_addr()?.port();
+        let turn_ended = Arc::new(AtomicBool::new(false));
+        let upstream = Arc::new(super::proxy::Upstream {
+            agent: run.agent.clone(),
+            relay: run.relay.clone(),
+            turn_ended: turn_ended.clone(),
+        });
         let shared = Arc::new(Shared {
             run,
             token: token.clone(),
-            turn_ended: AtomicBool::new(false),
+            turn_ended,
         });
         let router = Router::new()
             .route("/tools", get(list::<G>))
             .route("/tools/call", post(call::<G>))
-            .route("/llm/{*rest}", any(super::proxy::forward::<G>))
+            .with_state(shared.clone())
+            .merge(super::proxy::router(upstream))
             // A call's arguments may be as large as a model's reply may be (axum's
             // default is 2 MiB); model requests stream past this bound.
             .layer(axum::extract::DefaultBodyLimit::max(MAX_CALL_BYTES))
             .layer(middleware::from_fn_with_state(
                 shared.clone(),
                 authenticate::<G>,
-            ))
-            .with_state(shared.clone());
+            ));
         let stop = CancellationToken::new();
         let server = tokio::spawn(serve(listener, router, stop.clone()));
         let ended = shared;

@@ -17,7 +17,7 @@
 //! session keeps the tool result.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
@@ -27,8 +27,25 @@ use chorus_proto::domain::ModelRoute;
 use futures::TryStreamExt;
 use serde_json::json;
 
-use super::endpoint::Shared;
-use crate::gate::ToolGate;
+use tokio::sync::watch;
+
+use crate::model::relay::RelayClients;
+use crate::tool_loop::LiveAgent;
+
+/// What the proxy forwards with: the agent's model route (live), the relay and the
+/// worker's credential, and whether the turn has ended (set by the tool endpoint).
+pub struct Upstream {
+    pub agent: watch::Receiver<LiveAgent>,
+    pub relay: RelayClients,
+    pub turn_ended: Arc<AtomicBool>,
+}
+
+/// The proxy's routes, below `/llm`.
+pub fn router(upstream: Arc<Upstream>) -> axum::Router {
+    axum::Router::new()
+        .route("/llm/{*rest}", axum::routing::any(forward))
+        .with_state(upstream)
+}
 
 /// Request headers passed on to the relay.
 const FORWARDED: &[&str] = &[
@@ -67,12 +84,12 @@ pub fn relay_url(
     url
 }
 
-pub(super) async fn forward<G: ToolGate + 'static>(
-    State(shared): State<Arc<Shared<G>>>,
+async fn forward(
+    State(shared): State<Arc<Upstream>>,
     Path(rest): Path<String>,
     request: Request,
 ) -> Response {
-    let route = shared.run.agent.borrow().model.route.clone();
+    let route = shared.agent.borrow().model.route.clone();
     if shared.turn_ended.load(Ordering::SeqCst) {
         let body = axum::body::to_bytes(request.into_body(), MAX_OWN_ANSWER_BODY)
             .await
@@ -83,7 +100,7 @@ pub(super) async fn forward<G: ToolGate + 'static>(
             .unwrap_or(false);
         return final_reply(&route, wants_stream);
     }
-    let relay = &shared.run.relay;
+    let relay = &shared.relay;
     let url = relay_url(relay.control_plane(), &route, &rest, request.uri().query());
     let method = request.method().clone();
     // The worker's credential, the way the route's own clients send it.
