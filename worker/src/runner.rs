@@ -426,6 +426,14 @@ async fn cli_turn(
             ),
         });
     };
+    // A CLI too old to drive would fail in some other way once started (flags it
+    // does not know, tools as text): refuse it at once, saying what to install.
+    if let Some(why) = crate::backends::probe::refusal(run.backend, backends, flavor).await {
+        return Err(tool_loop::LoopError::Backend {
+            kind: chorus_proto::domain::FailureKind::Config,
+            message: format!("{} cannot run: {why}", run.backend),
+        });
+    }
     let cwd = parts.tools.workspace().root().to_path_buf();
     let driven = crate::backends::driver::CliRun {
         flavor,

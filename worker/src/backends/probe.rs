@@ -1,10 +1,15 @@
 //! Which CLIs this worker can run: each found (the path a flag names, else `PATH`),
 //! asked `<program> --version` within [`VERSION_DEADLINE`], its answer read by the
 //! flavor and compared with the oldest supported version. Done once at start (for
-//! `Hello.backends` and `chorus-worker backends`); a run only looks the program up.
+//! `Hello.backends` and `chorus-worker backends`). Before a CLI turn the runner asks
+//! [`refusal`]: a CLI whose version was read and is too old is refused at once, not
+//! run. What the probe read is remembered per executable file (path, size, mtime), so
+//! a turn asks `--version` only of a CLI replaced since (an upgrade in place).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, SystemTime};
 
 use chorus_proto::backend::CliFacts;
 use chorus_proto::domain::{Backend, BackendStatus};
@@ -207,6 +212,48 @@ pub async fn version_output(program: &Path) -> Result<String, String> {
     }
 }
 
+/// One executable file as the probe saw it: an upgrade in place changes its size or
+/// modification time, so it is probed again.
+type FileKey = (Backend, PathBuf, u64, Option<SystemTime>);
+
+fn file_key(backend: Backend, program: &Path) -> Option<FileKey> {
+    let meta = std::fs::metadata(program).ok()?;
+    Some((
+        backend,
+        program.to_path_buf(),
+        meta.len(),
+        meta.modified().ok(),
+    ))
+}
+
+/// What the probe read from each file whose version it could read (a failed or
+/// timed-out `--version` is not remembered: it may answer next time).
+static READ: LazyLock<Mutex<HashMap<FileKey, BackendStatus>>> = LazyLock::new(Default::default);
+
+fn remembered() -> std::sync::MutexGuard<'static, HashMap<FileKey, BackendStatus>> {
+    READ.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Probes the found `program` (once per file, see [`READ`]).
+async fn probe_found(backend: Backend, program: &Path, flavor: &dyn Flavor) -> BackendStatus {
+    let key = file_key(backend, program);
+    if let Some(known) = key.as_ref().and_then(|k| remembered().get(k).cloned()) {
+        return known;
+    }
+    let output = version_output(program).await;
+    let found = status(
+        backend,
+        Ok(program),
+        output.as_deref().map_err(String::as_str),
+        Some(flavor),
+    );
+    if let Some(key) = key.filter(|_| found.version.is_some()) {
+        remembered().insert(key, found.clone());
+    }
+    found
+}
+
 /// Probes one CLI backend.
 pub async fn probe_one(
     backend: Backend,
@@ -214,19 +261,29 @@ pub async fn probe_one(
     flavor: Option<&dyn Flavor>,
 ) -> BackendStatus {
     let path_var = std::env::var_os("PATH");
-    match locate(backend, given, path_var.as_deref()) {
-        Err(why) => status(backend, Err(&why), Err("not run"), flavor),
+    match (locate(backend, given, path_var.as_deref()), flavor) {
+        (Err(why), _) => status(backend, Err(&why), Err("not run"), flavor),
         // Without a flavor there is nothing to read the version with.
-        Ok(program) if flavor.is_none() => status(backend, Ok(&program), Ok(""), None),
-        Ok(program) => {
-            let output = version_output(&program).await;
-            status(
-                backend,
-                Ok(&program),
-                output.as_deref().map_err(String::as_str),
-                flavor,
-            )
-        }
+        (Ok(program), None) => status(backend, Ok(&program), Ok(""), None),
+        (Ok(program), Some(flavor)) => probe_found(backend, &program, flavor).await,
+    }
+}
+
+/// Why a turn of `backend` must not start although its CLI is found: the probe read
+/// its version and it is older than supported (the reason names both versions and
+/// the install line). `None`: go on (a CLI not found, or whose version could not be
+/// read, is left to the driver and the CLI's own exit).
+pub async fn refusal(
+    backend: Backend,
+    paths: &BackendPaths,
+    flavor: &dyn Flavor,
+) -> Option<String> {
+    let path_var = std::env::var_os("PATH");
+    let program = locate(backend, paths.given(backend), path_var.as_deref()).ok()?;
+    let found = probe_found(backend, &program, flavor).await;
+    match found.version {
+        Some(_) if !found.usable => found.reason,
+        _ => None,
     }
 }
 
@@ -321,5 +378,36 @@ mod tests {
         let unknown = probe_one(Backend::ClaudeCode, Some(&program), None).await;
         assert!(!unknown.usable);
         assert!(unknown.reason.unwrap_or_default().contains("cannot drive"));
+    }
+
+    #[tokio::test]
+    async fn a_turn_is_refused_for_a_cli_too_old_and_an_upgrade_in_place_is_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let program = fake_cli(dir.path(), "2.1.9 (Claude Code)");
+        let paths = BackendPaths {
+            claude_code: Some(program.clone()),
+            ..Default::default()
+        };
+        let refused = refusal(Backend::ClaudeCode, &paths, &Versions).await;
+        let reason = refused.unwrap_or_default();
+        assert!(
+            reason.contains("2.1.9 is too old: 2.1.332 or later")
+                && reason.contains("npm install -g @anthropic-ai/claude-code@2.1.332"),
+            "{reason}"
+        );
+        // Upgraded in place (another size): asked again, and now it may run.
+        fake_cli(dir.path(), "2.1.332 (Claude Code) upgraded");
+        assert_eq!(refusal(Backend::ClaudeCode, &paths, &Versions).await, None);
+        // Not found, or no version read: left to the driver and the CLI.
+        let missing = BackendPaths {
+            claude_code: Some(dir.path().join("nope")),
+            ..Default::default()
+        };
+        assert_eq!(
+            refusal(Backend::ClaudeCode, &missing, &Versions).await,
+            None
+        );
+        fake_cli(dir.path(), "no version here, sorry");
+        assert_eq!(refusal(Backend::ClaudeCode, &paths, &Versions).await, None);
     }
 }

@@ -5,6 +5,7 @@ mod board;
 mod board_flow;
 mod cli;
 mod cli_backends;
+mod cli_backends_more;
 mod concurrent;
 mod dial_in;
 mod discord;
