@@ -699,3 +699,65 @@ async fn a_task_question_ends_the_cli_turn_and_the_answer_resumes_its_session() 
     }
     Ok(())
 }
+
+/// A session the CLI no longer has (its store was cleared) does not fail the
+/// thread: the same turn starts a new session with the thread's messages as
+/// context, and a step says so.
+#[tokio::test]
+async fn a_session_the_cli_lost_starts_again_with_the_thread_as_context() -> anyhow::Result<()> {
+    let (model, chorus) = start("claude-code").await?;
+    create_coder(&chorus, "claude-code").await?;
+    model.push(text("The capital is Paris."));
+    let first = chorus.send_message("coder", "Capital of France?").await?;
+    let thread = chorus.wait_thread_finished("coder", first, WAIT).await?;
+    let answer = thread["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "assistant"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no answer: {thread:#}"));
+    // Claude Code keeps its sessions in its config directory, in the agent's home.
+    let sessions = chorus.agent_dir("coder").join("home/.claude/projects");
+    assert!(
+        sessions.is_dir(),
+        "no session store at {}",
+        sessions.display()
+    );
+    std::fs::remove_dir_all(&sessions)?;
+
+    model.push(text("About 2.1 million."));
+    let reply = ok(
+        &chorus,
+        Method::POST,
+        "/api/agents/coder/messages",
+        Some(json!({"content": "And its population?", "reply_to": answer["id"]})),
+    )
+    .await?;
+    let next = reply["thread_id"].as_u64().expect("thread id");
+    let thread = chorus.wait_thread_finished("coder", next, WAIT).await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let said = thread["steps"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .any(|s| {
+            s["kind"] == "wait"
+                && s["description"]
+                    .as_str()
+                    .is_some_and(|d| d.starts_with("Starting a new claude-code session"))
+        });
+    assert!(
+        said,
+        "no step says the session was started again: {thread:#}"
+    );
+    let last = model.requests().last().expect("requests").body["messages"].to_string();
+    for said in [
+        "The conversation so far",
+        "Capital of France?",
+        "The capital is Paris.",
+        "And its population?",
+    ] {
+        assert!(last.contains(said), "{said:?} not in {last}");
+    }
+    Ok(())
+}
