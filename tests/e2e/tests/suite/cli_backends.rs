@@ -761,3 +761,88 @@ async fn a_session_the_cli_lost_starts_again_with_the_thread_as_context() -> any
     }
     Ok(())
 }
+
+/// A CLI's call that the profile asks about waits for a person inside the MCP call:
+/// the thread shows it waiting, an approval runs the call and the CLI goes on, a
+/// denial is the result the model reads; both audited as for the tool loop.
+#[tokio::test]
+async fn a_cli_call_that_asks_waits_for_a_person_and_runs_once_approved() -> anyhow::Result<()> {
+    let (model, chorus) = start("claude-code").await?;
+    ok(
+        &chorus,
+        Method::POST,
+        "/api/agents",
+        Some(json!({"name": "careful", "backend": "claude-code",
+                    "permissions": {"allow": ["tool:view:.*"], "ask": ["tool:create_file:.*"]}})),
+    )
+    .await?;
+    model.push(tool_call(
+        "c1",
+        "create_file",
+        json!({"path": "a.txt", "content": "a"}),
+    ));
+    model.push(tool_call(
+        "c2",
+        "create_file",
+        json!({"path": "b.txt", "content": "b"}),
+    ));
+    model.push(text("wrote a, b was refused"));
+    let id = chorus.send_message("careful", "write a and b").await?;
+
+    for (decision, file) in [("approve", "a.txt"), ("deny", "b.txt")] {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        let approval = loop {
+            let pending = ok(&chorus, Method::GET, "/api/approvals", None).await?;
+            if let Some(first) = pending.as_array().and_then(|p| p.first()).cloned() {
+                break first;
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "no approval for {file}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(
+            approval["actions"][0]
+                .as_str()
+                .is_some_and(|a| a.ends_with(file)),
+            "{approval:#}"
+        );
+        let waiting = chorus.thread("careful", id).await?;
+        assert_eq!(waiting["status"], "waiting_for_permission", "{waiting:#}");
+        ok(
+            &chorus,
+            Method::POST,
+            &format!(
+                "/api/approvals/{}",
+                approval["id"].as_str().unwrap_or_default()
+            ),
+            Some(json!({"decision": decision})),
+        )
+        .await?;
+        if decision == "approve" {
+            let written = chorus.agent_dir("careful").join("workspace/a.txt");
+            until("the approved file is written", || written.is_file()).await?;
+        }
+    }
+    let thread = chorus.wait_thread_finished("careful", id, WAIT).await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    assert!(!chorus.agent_dir("careful").join("workspace/b.txt").exists());
+    let results = tool_results(&thread);
+    assert_eq!(results.len(), 2, "{results:#?}");
+    assert!(!results[0].0 && results[1].0, "{results:#?}");
+    let decisions: Vec<String> = tool_decisions(&chorus, "careful")
+        .await?
+        .into_iter()
+        .map(|(action, decision, _)| format!("{action} {decision}"))
+        .collect();
+    assert_eq!(
+        decisions,
+        [
+            "tool:create_file:a.txt ask_approved",
+            "tool:create_file:b.txt ask_denied"
+        ],
+        "{decisions:#?}"
+    );
+    Ok(())
+}
