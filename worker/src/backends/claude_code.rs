@@ -138,8 +138,7 @@ impl Flavor for ClaudeCode {
             ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
             ("CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS", "1".into()),
             ("CLAUDE_CODE_MAX_RETRIES", "1".into()),
-            // A Chorus tool may run for minutes (a build); the default is shorter.
-            ("MCP_TOOL_TIMEOUT", "600000".into()),
+            ("MCP_TOOL_TIMEOUT", super::MCP_CALL_LIMIT_MS.to_string()),
             ("CHORUS_TOOLS_URL", spec.endpoint.to_string()),
             ("CHORUS_TOOLS_TOKEN", spec.token.to_string()),
         ]
@@ -494,7 +493,7 @@ mod tests {
             ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
             ("CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS", "1"),
             ("CLAUDE_CODE_MAX_RETRIES", "1"),
-            ("MCP_TOOL_TIMEOUT", "600000"),
+            ("MCP_TOOL_TIMEOUT", "3600000"),
             ("CHORUS_TOOLS_URL", "http://127.0.0.1:40123"),
             ("CHORUS_TOOLS_TOKEN", "0123abcd"),
         ]

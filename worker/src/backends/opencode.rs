@@ -14,7 +14,7 @@
 //!   denied tools (built-ins, and an MCP tool not named) are not even offered to
 //!   the model (measured);
 //! - the instructions as a file in `instructions` (appended to its system prompt);
-//! - `experimental.mcp_timeout` 10 min (default about 60 s), `autoupdate` off,
+//! - `experimental.mcp_timeout` `MCP_CALL_LIMIT_MS` (default about 60 s), `autoupdate` off,
 //!   `share` disabled, `snapshot` off (it would keep a git copy of the workspace).
 //!
 //! `--title` skips the title side request; `--pure` loads no external plugins.
@@ -91,7 +91,7 @@ fn config(spec: &LaunchSpec<'_>, instructions: &std::path::Path) -> Value {
         }},
         "permission": permission,
         "instructions": [instructions],
-        "experimental": {"mcp_timeout": 600_000},
+        "experimental": {"mcp_timeout": super::MCP_CALL_LIMIT_MS},
     })
 }
 
@@ -375,7 +375,7 @@ mod tests {
                     "enabled": true}},
                 "permission": {"*": "deny", "chorus_file_read": "allow", "chorus_file_write": "allow"},
                 "instructions": ["/tmp/agent/chorus-instructions-40124.md"],
-                "experimental": {"mcp_timeout": 600000},
+                "experimental": {"mcp_timeout": 3600000},
             })
         );
         let rest: Vec<(&str, &str)> = launch
