@@ -175,9 +175,14 @@ pub fn status(
     status
 }
 
-/// Runs `<program> --version` (deadline, a throwaway HOME, no update checks).
+/// Runs `<program> --version` (deadline, a throwaway HOME of its own, no update
+/// checks), started like every process of the worker's (`tools::procs`): a worker
+/// ends any child of its own that the spawner did not start.
 pub async fn version_output(program: &Path) -> Result<String, String> {
-    let home = std::env::temp_dir().join(format!("chorus-probe-{}", std::process::id()));
+    static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let probe = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // The CLIs are probed side by side: each gets a HOME no other probe removes.
+    let home = std::env::temp_dir().join(format!("chorus-probe-{}-{probe}", std::process::id()));
     let _ = std::fs::create_dir_all(&home);
     let mut command = tokio::process::Command::new(program);
     command
@@ -195,7 +200,17 @@ pub async fn version_output(program: &Path) -> Result<String, String> {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
-    let result = tokio::time::timeout(VERSION_DEADLINE, command.output()).await;
+    let result = match crate::tools::procs::spawn(command).await {
+        Ok(child) => {
+            let pid = child.id();
+            let output = tokio::time::timeout(VERSION_DEADLINE, child.wait_with_output()).await;
+            if let Some(pid) = pid {
+                crate::tools::procs::ended(pid);
+            }
+            output
+        }
+        Err(e) => Ok(Err(e)),
+    };
     let _ = std::fs::remove_dir_all(&home);
     match result {
         Err(_) => Err(format!(

@@ -166,8 +166,20 @@ fn failed_at_once(agent: &str, thread: &Value, took: Duration, says: &[&str]) {
 }
 
 #[tokio::test]
-async fn a_claude_code_agent_on_a_dial_in_worker_works_in_the_workers_data_directory()
--> anyhow::Result<()> {
+async fn a_cli_agent_on_a_dial_in_worker_works_in_the_workers_data_directory() -> anyhow::Result<()>
+{
+    for backend in ["claude-code", "opencode"] {
+        on_a_dial_in_worker(backend).await?;
+    }
+    Ok(())
+}
+
+async fn on_a_dial_in_worker(backend: &str) -> anyhow::Result<()> {
+    let (version, model_name) = if backend == "claude-code" {
+        ("2.1.332", "anthropic/claude-fake")
+    } else {
+        ("1.18.33", "openai/fake-model")
+    };
     // The worker finds chorus-tools beside its own executable.
     let worker_bin = bin_path("chorus-worker");
     let tools = worker_bin
@@ -180,11 +192,22 @@ async fn a_claude_code_agent_on_a_dial_in_worker_works_in_the_workers_data_direc
         tools.display()
     );
 
-    let model = FakeAnthropic::start().await;
-    let chorus = Chorus::builder()
-        .env("ANTHROPIC_BASE_URL", &model.host_url())
-        .env("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
-        .env("CHORUS_DEFAULT_MODEL", "claude-fake")
+    let (model, builder) = if backend == "claude-code" {
+        let model = FakeAnthropic::start().await;
+        let builder = Chorus::builder()
+            .env("ANTHROPIC_BASE_URL", &model.host_url())
+            .env("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
+            .env("CHORUS_DEFAULT_MODEL", "claude-fake");
+        (model, builder)
+    } else {
+        let model = FakeOpenAi::start().await;
+        let builder = Chorus::builder()
+            .env("OPENAI_BASE_URL", &model.base_url())
+            .env("OPENAI_API_KEY", "sk-openai-e2e")
+            .env("CHORUS_DEFAULT_MODEL", "fake-model");
+        (model, builder)
+    };
+    let chorus = builder
         .env("CHORUS_LAUNCHER", "remote")
         .env("CHORUS_JOIN_TOKEN", JOIN_TOKEN)
         .config("[threads]\ntitles = false\n")
@@ -198,7 +221,7 @@ async fn a_claude_code_agent_on_a_dial_in_worker_works_in_the_workers_data_direc
         let status = get(&chorus, "/api/status").await?;
         let claude = status["backends"]
             .as_array()
-            .and_then(|b| b.iter().find(|b| b["backend"] == "claude-code"))
+            .and_then(|b| b.iter().find(|b| b["backend"] == backend))
             .cloned()
             .unwrap_or_default();
         Ok(if claude["usable"] == true {
@@ -208,22 +231,22 @@ async fn a_claude_code_agent_on_a_dial_in_worker_works_in_the_workers_data_direc
         })
     })
     .await?;
-    assert_eq!(claude["version"], "2.1.332", "{claude}");
+    assert_eq!(claude["version"], version, "{claude}");
     assert!(claude["reason"].is_null(), "{claude}");
 
-    create(&chorus, "coder", "claude-code", "anthropic/claude-fake").await?;
+    create(&chorus, "coder", backend, model_name).await?;
     running(&chorus, "coder").await?;
     let status = known_status(&chorus, "coder").await?;
     assert_eq!(
         status,
-        json!({"usable": true, "version": "2.1.332", "reason": null}),
+        json!({"usable": true, "version": version, "reason": null}),
         "the serving worker's probe"
     );
 
     model.push(tool_call(
         "w1",
         "create_file",
-        json!({"path": "note.txt", "content": "written by claude code"}),
+        json!({"path": "note.txt", "content": format!("written by {backend}")}),
     ));
     model.push(text("The note is written."));
     let (thread, _) = message(&chorus, "coder").await?;
@@ -245,7 +268,7 @@ async fn a_claude_code_agent_on_a_dial_in_worker_works_in_the_workers_data_direc
     let note = volume.path().join("agents/coder/workspace/note.txt");
     assert_eq!(
         std::fs::read_to_string(&note).unwrap_or_else(|e| format!("{}: {e}", note.display())),
-        "written by claude code"
+        format!("written by {backend}")
     );
     assert!(!chorus.agent_dir("coder").join("workspace").exists());
 
