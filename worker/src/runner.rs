@@ -455,6 +455,10 @@ async fn cli_turn(
         tools: parts.tools,
         relay: parts.relay,
         first_event_within: crate::backends::driver::FIRST_EVENT_WATCHDOG,
+        max_model_calls: match run.max_iterations {
+            0 => DEFAULT_MAX_ITERATIONS,
+            cap => cap,
+        },
     };
     crate::backends::driver::run(driven, sink, cancel).await
 }

@@ -110,6 +110,7 @@ async fn open<G: ToolGate + 'static>(gate: G, tools: Vec<ToolSpec>, relay_base: 
         cancel: CancellationToken::new(),
         relay: relay(relay_base),
         calls: Default::default(),
+        max_model_calls: 50,
     })
     .await
     .unwrap();
@@ -359,6 +360,48 @@ async fn the_proxy_streams_the_models_reply_with_the_workers_credential_then_end
     assert_eq!(model.requests().len(), 1, "the model was not asked again");
 }
 
+/// Past the run's bound on model calls the proxy ends the CLI's turn itself, asks
+/// the model no more, and says so (the driver fails the run as `limit`).
+#[tokio::test]
+async fn past_the_runs_model_calls_the_proxy_ends_the_turn_and_says_so() {
+    let model = FakeModel::start(Wire::Anthropic, &["m"]).await;
+    model.push(fake_model::text("one"));
+    let workspace = tempfile::tempdir().unwrap();
+    let (tx, _events) = mpsc::unbounded_channel();
+    let endpoint = RunEndpoint::open(RunTools {
+        gate: Arc::new(AllowAll),
+        tools: toolbox(workspace.path()),
+        agent: agent(anthropic_route(), vec![create_file(false)]),
+        steps: Steps::new("r1", 1, EventSink::new(tx), None),
+        cancel: CancellationToken::new(),
+        relay: relay(&model.host_url()),
+        calls: Default::default(),
+        max_model_calls: 1,
+    })
+    .await
+    .unwrap();
+    let ask = || async {
+        reqwest::Client::new()
+            .post(format!("{}/llm/v1/messages?beta=true", endpoint.url))
+            .header("x-api-key", &endpoint.token)
+            .header("anthropic-version", "2023-06-01")
+            .json(&anthropic_body())
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    assert_eq!(decode_anthropic(&ask().await).content, "one");
+    assert!(!endpoint.over_limit());
+    let second = decode_anthropic(&ask().await);
+    assert_eq!(second.stop, chorus_worker::model::StopReason::EndTurn);
+    assert!(second.content.is_empty() && second.tool_calls.is_empty());
+    assert!(endpoint.over_limit());
+    assert_eq!(model.requests().len(), 1, "the model was not asked again");
+}
+
 fn decode_anthropic(body: &str) -> chorus_worker::model::ModelReply {
     use chorus_worker::model::http::StreamFormat;
     let mut decoder = chorus_worker::model::sse::SseDecoder::new();
@@ -551,6 +594,7 @@ async fn drive_with(
         tools: toolbox(&agent.workspace()),
         relay: relay("http://127.0.0.1:9"),
         first_event_within: watchdog,
+        max_model_calls: 50,
     };
     let outcome = driver::run(run, &sink, cancel).await;
     (outcome, drain(&mut events))
@@ -934,6 +978,7 @@ async fn an_openai_format_request_passes_through_to_the_routes_relay_path() {
         cancel: CancellationToken::new(),
         relay: relay(&model.host_url()),
         calls: Default::default(),
+        max_model_calls: 50,
     })
     .await
     .unwrap();
@@ -993,6 +1038,7 @@ async fn the_tool_list_follows_the_agent_and_open_connections_end_with_the_run()
         cancel: CancellationToken::new(),
         relay: relay(&model.host_url()),
         calls: Default::default(),
+        max_model_calls: 50,
     })
     .await
     .unwrap();

@@ -70,6 +70,8 @@ pub struct CliRun<'a, G> {
     pub relay: RelayClients,
     /// [`FIRST_EVENT_WATCHDOG`] but in tests.
     pub first_event_within: Duration,
+    /// Model calls the run may make, over all its CLI turns (the iteration cap).
+    pub max_model_calls: u32,
 }
 
 fn failed(kind: FailureKind, message: impl Into<String>) -> LoopError {
@@ -186,6 +188,7 @@ pub async fn run<G: ToolGate + 'static>(
         cancel: cancel.clone(),
         relay: run.relay.clone(),
         calls: calls.clone(),
+        max_model_calls: run.max_model_calls,
     })
     .await
     .map_err(|e| {
@@ -356,6 +359,10 @@ impl<G: ToolGate + 'static> Driver<'_, '_, G> {
                 Err(TurnError::Failed(e)) => return Err(e),
                 Ok(text) => text,
             };
+            // Like the tool loop at its iteration cap: the run fails as `limit`.
+            if self.endpoint.over_limit() {
+                return Err(LoopError::IterationCap(self.run.max_model_calls));
+            }
             if self.endpoint.turn_ended() || self.run.inbox.is_empty() {
                 return Ok(text);
             }

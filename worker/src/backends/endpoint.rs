@@ -59,6 +59,8 @@ pub struct RunTools<G> {
     pub relay: RelayClients,
     /// Pairs each call with the CLI's report of it (one id for both).
     pub calls: Arc<super::calls::CallIds>,
+    /// Model calls the run may make (the tool loop's iteration cap).
+    pub max_model_calls: u32,
 }
 
 /// State shared by the handlers.
@@ -78,6 +80,7 @@ pub struct RunEndpoint {
     /// The run's credential.
     pub token: String,
     turn_ended: Arc<dyn Fn() -> bool + Send + Sync>,
+    over_limit: Arc<AtomicBool>,
     stop: CancellationToken,
     server: Option<tokio::task::JoinHandle<()>>,
 }
@@ -89,10 +92,14 @@ impl RunEndpoint {
         let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
         let port = listener.local_addr()?.port();
         let turn_ended = Arc::new(AtomicBool::new(false));
+        let over_limit = Arc::new(AtomicBool::new(false));
         let upstream = Arc::new(super::proxy::Upstream {
             agent: run.agent.clone(),
             relay: run.relay.clone(),
             turn_ended: turn_ended.clone(),
+            max_model_calls: run.max_model_calls,
+            model_calls: Default::default(),
+            over_limit: over_limit.clone(),
         });
         let shared = Arc::new(Shared {
             run,
@@ -119,9 +126,16 @@ impl RunEndpoint {
             port,
             token,
             turn_ended: Arc::new(move || ended.turn_ended.load(Ordering::SeqCst)),
+            over_limit,
             stop,
             server: Some(server),
         })
+    }
+
+    /// Whether the CLI asked its model more often than the run allows (its turn was
+    /// ended by the proxy).
+    pub fn over_limit(&self) -> bool {
+        self.over_limit.load(Ordering::SeqCst)
     }
 
     /// Whether a call of a tool that ends the turn succeeded.

@@ -17,7 +17,7 @@
 //! session keeps the tool result.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
@@ -38,6 +38,11 @@ pub struct Upstream {
     pub agent: watch::Receiver<LiveAgent>,
     pub relay: RelayClients,
     pub turn_ended: Arc<AtomicBool>,
+    /// The run's bound on model calls (the tool loop's iteration cap): past it the
+    /// proxy ends the CLI's turn itself and says so in `over_limit`.
+    pub max_model_calls: u32,
+    pub model_calls: AtomicU32,
+    pub over_limit: Arc<AtomicBool>,
 }
 
 /// The proxy's routes, below `/llm`.
@@ -90,7 +95,11 @@ async fn forward(
     request: Request,
 ) -> Response {
     let route = shared.agent.borrow().model.route.clone();
-    if shared.turn_ended.load(Ordering::SeqCst) {
+    let over = shared.model_calls.fetch_add(1, Ordering::SeqCst) >= shared.max_model_calls;
+    if over {
+        shared.over_limit.store(true, Ordering::SeqCst);
+    }
+    if over || shared.turn_ended.load(Ordering::SeqCst) {
         let body = axum::body::to_bytes(request.into_body(), MAX_OWN_ANSWER_BODY)
             .await
             .unwrap_or_default();
