@@ -295,8 +295,8 @@ pub async fn start(
             Launcher::Local(LocalLauncher {
                 worker_bin: {
                     let bin = worker_bin(&settings)?;
-                    // What CLIs local workers can run, known before any connects.
-                    registry.backends().clone().probe_local(
+                    // What CLIs local workers can run, asked when first needed.
+                    registry.backends().probe_local(
                         bin.clone(),
                         settings.backends.clone(),
                         crate::workers::launcher::inherited_env(),

@@ -35,7 +35,8 @@ pub struct ConnectOptions {
     pub tools: WorkerToolSettings,
     /// Switched on when the Welcome asks for trace export.
     pub telemetry: Option<std::sync::Arc<crate::telemetry::Telemetry>>,
-    /// The CLI backends on this host (probed at start), said in every Hello.
+    /// The CLI backends on this host (probed at start by a dial-in worker; empty for a
+    /// launched one, whose host the control plane probes), said in every Hello.
     pub backends: Vec<chorus_proto::domain::BackendStatus>,
 }
 

@@ -347,7 +347,14 @@ async fn main() -> ExitCode {
             backends: args.backends.paths(),
         },
         telemetry: Some(telemetry.clone()),
-        backends: chorus_worker::backends::probe::probe_all(&args.backends.paths()).await,
+        // A dial-in worker's host is its own: it says what CLIs it can run. A launched
+        // worker's host is the control plane's, which asks once for all of them
+        // (`chorus-worker backends`), so each start costs no CLI probe.
+        backends: if dial_in {
+            chorus_worker::backends::probe::probe_all(&args.backends.paths()).await
+        } else {
+            Vec::new()
+        },
     };
     let served = if dial_in {
         // One link per agent it may serve, each joining the pool on its own.

@@ -68,6 +68,9 @@ pub struct AgentView {
 
 async fn view(state: &AppState, agent: AgentRecord) -> Result<AgentView, ApiError> {
     let usage = state.store.token_usage(&agent.name, None).await?;
+    if agent.backend.cli().is_some() {
+        state.workers.backends().probe_local_once().await;
+    }
     let backend_status = state
         .workers
         .backends()

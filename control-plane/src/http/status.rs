@@ -24,6 +24,7 @@ pub(super) async fn status(State(state): State<AppState>) -> Result<Json<Value>,
             .then(|| state.discord_state.borrow().clone()),
     };
     let mut diagnosis = state.setup.diagnosis(&snapshot, live);
+    state.workers.backends().probe_local_once().await;
     diagnosis.backends = state.workers.backends().status();
     let mut body = serde_json::to_value(&diagnosis)
         .map_err(|e| ApiError::internal(format!("cannot show the status: {e}")))?;

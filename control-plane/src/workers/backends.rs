@@ -1,12 +1,12 @@
 //! Which CLI backends (`claude-code`, `opencode`) can run where agents are served.
 //!
-//! Each worker probes its host when it starts and says what it found in its
-//! `Hello.backends`; that is kept per agent (the worker serving it). For local
-//! workers the control plane also runs `chorus-worker backends` (the same probe,
-//! printed as JSON) once at start, in the background, so `GET /api/status` knows
-//! before any agent's worker connected; with dial-in workers it shows the latest
-//! joining worker's. What is not known yet, or a probe that failed, reads as "not
-//! usable" with the reason, never as usable.
+//! A dial-in worker probes its host when it starts and says what it found in its
+//! `Hello.backends`; that is kept per agent (the worker serving it). Local workers
+//! share the control plane's host: it runs `chorus-worker backends` (the same probe,
+//! printed as JSON) once, when first asked (`GET /api/status`, the view of an agent
+//! with a CLI backend), and launched workers probe nothing; with dial-in workers the
+//! status shows the latest joining worker's. What is not known yet, or a probe that
+//! failed, reads as "not usable" with the reason, never as usable.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -28,6 +28,17 @@ pub struct BackendsSeen {
     latest: Mutex<Option<Vec<BackendStatus>>>,
     /// The Hello of the worker serving each agent.
     by_agent: Mutex<HashMap<String, Vec<BackendStatus>>>,
+    /// How to probe the local host (local workers), run at the first need.
+    local_probe: Mutex<Option<LocalProbe>>,
+    probed: tokio::sync::OnceCell<()>,
+}
+
+/// What the local probe runs: `<worker_bin> backends` with the `[backends]` paths.
+#[derive(Clone)]
+struct LocalProbe {
+    worker_bin: PathBuf,
+    paths: BackendPaths,
+    env: Vec<(String, std::ffi::OsString)>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -120,21 +131,38 @@ impl BackendsSeen {
         served.or_else(|| self.status().into_iter().find(|s| s.backend == backend))
     }
 
-    /// Runs `<worker_bin> backends` (with the `[backends]` paths) once, in the
-    /// background, and keeps its answer.
+    /// Local workers are probed with `<worker_bin> backends` (with the `[backends]`
+    /// paths), once, when first asked ([`Self::probe_local_once`]): asking each CLI
+    /// its version costs about a second of CPU, which a chorus whose agents use none
+    /// never pays. A launched worker probes nothing itself (this host is the control
+    /// plane's).
     pub fn probe_local(
-        self: std::sync::Arc<Self>,
+        &self,
         worker_bin: PathBuf,
         paths: BackendPaths,
         env: Vec<(String, std::ffi::OsString)>,
     ) {
-        tokio::spawn(async move {
-            let probed = run_probe(&worker_bin, &paths, env).await;
-            if let Err(reason) = &probed {
-                tracing::warn!(%reason, "cannot tell which CLI backends local workers can run");
-            }
-            self.set_local(probed);
+        *lock(&self.local_probe) = Some(LocalProbe {
+            worker_bin,
+            paths,
+            env,
         });
+    }
+
+    /// Runs the local probe if it is set and has not run yet, and waits for it.
+    pub async fn probe_local_once(&self) {
+        let Some(probe) = lock(&self.local_probe).clone() else {
+            return;
+        };
+        self.probed
+            .get_or_init(|| async {
+                let probed = run_probe(&probe.worker_bin, &probe.paths, probe.env).await;
+                if let Err(reason) = &probed {
+                    tracing::warn!(%reason, "cannot tell which CLI backends local workers can run");
+                }
+                self.set_local(probed);
+            })
+            .await;
     }
 }
 

@@ -1,7 +1,8 @@
 //! Which CLIs this worker can run: each found (the path a flag names, else `PATH`),
 //! asked `<program> --version` within [`VERSION_DEADLINE`], its answer read by the
-//! flavor and compared with the oldest supported version. Done once at start (for
-//! `Hello.backends` and `chorus-worker backends`). Before a CLI turn the runner asks
+//! flavor and compared with the oldest supported version. Done once at the start of
+//! a dial-in worker (for `Hello.backends`) and by `chorus-worker backends` (which the
+//! control plane runs for its launched workers). Before a CLI turn the runner asks
 //! [`refusal`]: a CLI whose version was read and is too old is refused at once, not
 //! run. What the probe read is remembered per executable file (path, size, mtime), so
 //! a turn asks `--version` only of a CLI replaced since (an upgrade in place).
