@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use chorus_proto::domain::RetryPolicy;
+use chorus_proto::domain::{Backend, RetryPolicy};
 use serde::Deserialize;
 
 use crate::permissions::grants::Role;
@@ -575,7 +575,7 @@ pub struct BackendPaths {
 
 impl BackendPaths {
     fn from_file(file: FileBackends) -> Result<Self, ConfigError> {
-        let check = |name: &'static str, path: Option<PathBuf>| match path {
+        let check = |name: &'static str, backend: Backend, path: Option<PathBuf>| match path {
             Some(path) if !path.is_file() => Err(ConfigError::Invalid {
                 name,
                 message: format!(
@@ -586,17 +586,18 @@ impl BackendPaths {
                         Err(e) => format!(" ({e})"),
                         Ok(_) => String::new(),
                     },
-                    match name {
-                        "[backends] claude_code" => "claude",
-                        _ => "opencode",
-                    }
+                    backend.cli().map_or("", |cli| cli.program)
                 ),
             }),
             other => Ok(other),
         };
         Ok(BackendPaths {
-            claude_code: check("[backends] claude_code", file.claude_code)?,
-            opencode: check("[backends] opencode", file.opencode)?,
+            claude_code: check(
+                "[backends] claude_code",
+                Backend::ClaudeCode,
+                file.claude_code,
+            )?,
+            opencode: check("[backends] opencode", Backend::OpenCode, file.opencode)?,
         })
     }
 
