@@ -6,69 +6,20 @@
 //! supported version, without the CLI running.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chorus_test_support::fake_model::{text, tool_call};
+
+use super::dial_in::DialInWorker;
 use chorus_test_support::{Chorus, FakeAnthropic, FakeModel, FakeOpenAi, bin_path};
 use reqwest::Method;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 const WAIT: Duration = Duration::from_secs(60);
 const JOIN_TOKEN: &str = "join-token-cli-backends-0123456789";
 const ANTHROPIC_KEY: &str = "sk-ant-e2e-provider-key-do-not-leak";
 const CLAUDE_INSTALL: &str = "npm install -g @anthropic-ai/claude-code@2.1.332";
 const OPENCODE_INSTALL: &str = "npm install -g opencode-ai@1.18.33";
-
-/// A `chorus-worker` dialing in on its own data directory; its stderr is kept.
-struct DialInWorker {
-    _child: tokio::process::Child,
-    log: Arc<Mutex<String>>,
-}
-
-impl DialInWorker {
-    fn start(control_plane: &str, data_dir: &Path) -> Self {
-        let mut child = tokio::process::Command::new(bin_path("chorus-worker"))
-            .args(["--control-plane", control_plane, "--data-dir"])
-            .arg(data_dir)
-            .args(["--agents", "1"])
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env(
-                "HOME",
-                std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()),
-            )
-            .env("RUST_LOG", "info")
-            .env("CHORUS_JOIN_TOKEN", JOIN_TOKEN)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start chorus-worker");
-        let log = Arc::new(Mutex::new(String::new()));
-        let stderr = child.stderr.take().expect("stderr");
-        tokio::spawn({
-            let log = log.clone();
-            async move {
-                let mut lines = BufReader::new(stderr).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    eprintln!("[worker] {line}");
-                    let mut log = log.lock().unwrap();
-                    log.push_str(&line);
-                    log.push('\n');
-                }
-            }
-        });
-        DialInWorker { _child: child, log }
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-}
 
 /// Polls `probe` until it gives a value, or fails with `what` and the last answer.
 async fn poll<T>(
@@ -214,7 +165,7 @@ async fn on_a_dial_in_worker(backend: &str) -> anyhow::Result<()> {
         .start()
         .await?;
     let volume = tempfile::tempdir()?;
-    let worker = DialInWorker::start(&chorus.grpc_url, volume.path());
+    let worker = DialInWorker::start(&chorus.grpc_url, volume.path(), 1, JOIN_TOKEN);
 
     // The status page shows the worker's probe once it joined.
     let claude = poll("the dial-in worker's probe in /api/status", async || {

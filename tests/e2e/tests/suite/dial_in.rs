@@ -16,7 +16,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 const JOIN_TOKEN: &str = "join-token-0123456789abcdef";
 
 /// A `chorus-worker` started on its own, and what it has logged so far.
-struct DialInWorker {
+pub(super) struct DialInWorker {
     child: tokio::process::Child,
     log: Arc<Mutex<String>>,
     /// Copies its stderr into `log`; done at end of file, once the worker exited.
@@ -24,7 +24,7 @@ struct DialInWorker {
 }
 
 impl DialInWorker {
-    fn start(control_plane: &str, data_dir: &Path, agents: u16, token: &str) -> Self {
+    pub(super) fn start(control_plane: &str, data_dir: &Path, agents: u16, token: &str) -> Self {
         Self::start_with(control_plane, data_dir, agents, token, &[])
     }
 
@@ -75,7 +75,7 @@ impl DialInWorker {
         }
     }
 
-    fn log(&self) -> String {
+    pub(super) fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
 
