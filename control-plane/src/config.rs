@@ -563,6 +563,9 @@ impl Default for TaskSettings {
 pub struct FileBackends {
     pub claude_code: Option<PathBuf>,
     pub opencode: Option<PathBuf>,
+    /// How long a CLI run's call that waits for a person is held before its turn
+    /// ends (the answer then resumes the session): below the CLI's tool-call limit.
+    pub approval_hold_secs: Option<u64>,
 }
 
 /// The CLIs' paths `[backends]` names, each checked to be a file at start; passed to
@@ -614,6 +617,23 @@ impl BackendPaths {
             }
         }
         args
+    }
+}
+
+/// `[backends] approval_hold_secs` (default 60): at least a second, and below the
+/// CLIs' tool-call limit, which would cut the call first.
+fn approval_hold(secs: Option<u64>) -> Result<Duration, ConfigError> {
+    let limit = chorus_proto::backend::MCP_CALL_LIMIT_MS / 1000;
+    match secs.unwrap_or(60) {
+        secs if secs >= 1 && secs < limit => Ok(Duration::from_secs(secs)),
+        secs => Err(ConfigError::Invalid {
+            name: "[backends] approval_hold_secs",
+            message: format!(
+                "{secs} is out of range: give from 1 to {} seconds (a CLI cuts a tool call \
+                 after {limit})",
+                limit - 1
+            ),
+        }),
     }
 }
 
@@ -685,6 +705,9 @@ pub struct Settings {
     /// `[models.limits."<model>"]`: what is known of a model's limits.
     pub model_limits: std::collections::BTreeMap<String, chorus_proto::domain::ModelLimits>,
     pub ask_timeout: Duration,
+    /// `[backends] approval_hold_secs`: how long a CLI run's call waits for a
+    /// person inside the call before it is deferred (`gate`).
+    pub cli_approval_hold: Duration,
     /// Roles by user id; see [`FileSettings::roles`].
     pub roles: HashMap<String, Role>,
     pub default_role: Role,
@@ -1047,6 +1070,7 @@ impl Settings {
             sandbox: SandboxSettings::from_file(file.sandbox),
             context: ContextSettings::from_file(&file.context)?,
             tasks: TaskSettings::from_file(&file.tasks)?,
+            cli_approval_hold: approval_hold(file.backends.approval_hold_secs)?,
             backends: BackendPaths::from_file(file.backends)?,
             discord: DiscordSettings::resolve(file.discord, &env)?,
             metrics_open: file.metrics.open,
@@ -1244,6 +1268,28 @@ mod tests {
         // The example says the defaults.
         assert_eq!(s.tasks, TaskSettings::default());
         assert_eq!(s.backends, BackendPaths::default());
+    }
+
+    #[test]
+    fn the_approval_hold_stays_below_the_clis_tool_call_limit() {
+        let resolve = |text: &str| {
+            let file: FileSettings = toml::from_str(text).unwrap();
+            Settings::resolve(ServeArgs::default(), file, |_| None)
+        };
+        assert_eq!(
+            resolve("").unwrap().cli_approval_hold,
+            Duration::from_secs(60)
+        );
+        let s = resolve("[backends]\napproval_hold_secs = 5\n").unwrap();
+        assert_eq!(s.cli_approval_hold, Duration::from_secs(5));
+        for bad in ["0", "3600", "99999"] {
+            let err = resolve(&format!("[backends]\napproval_hold_secs = {bad}\n")).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.contains("approval_hold_secs") && text.contains("from 1 to 3599"),
+                "{text}"
+            );
+        }
     }
 
     #[test]

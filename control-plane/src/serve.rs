@@ -363,6 +363,7 @@ pub async fn start(
         profiles,
         GateSettings {
             ask_timeout: settings.ask_timeout,
+            cli_approval_hold: settings.cli_approval_hold,
             roles: settings.roles.clone(),
             default_role: settings.default_role,
             known_secrets: known_secrets.clone(),

@@ -89,6 +89,7 @@ async fn setup() -> Setup {
         Arc::new(ProfileCache::default()),
         GateSettings {
             ask_timeout: Duration::from_secs(30),
+            cli_approval_hold: Duration::from_secs(30),
             roles: HashMap::new(),
             default_role: Role::Operator,
             known_secrets: Default::default(),

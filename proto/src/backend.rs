@@ -125,6 +125,13 @@ pub struct CliSession {
     pub fork: bool,
 }
 
+/// How long a CLI waits for one call of a Chorus tool (its MCP tool-call limit, set
+/// by the worker; the CLIs' defaults are a minute or less). Chorus bounds every call
+/// itself (a command's timeout), and a call that waits for a person longer than the
+/// control plane's hold (`[backends] approval_hold_secs`, below this) is deferred:
+/// the turn ends and the answer resumes the session.
+pub const MCP_CALL_LIMIT_MS: u64 = 60 * 60 * 1000;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,9 +9,9 @@
 use crate::domain::{
     AgentChange, AgentDirectory, AgentSettings, Backend, BackendStatus, ChatMessage, CliSession,
     ControlCommand, Credential, DialIn, FailureKind, Input, JobEnd, JobOutcome, JobReport,
-    ModelRoute, ResourceLimits, RetryPolicy, Role, RunAssignment, SandboxPolicy, Sequenced,
-    StepEnded, StepKind, StepStarted, SummaryRequest, TemplateFile, ToolCall, ToolDecision,
-    ToolResult, ToolSpec, TraceExport, Usage, WorkerEvent,
+    ModelRoute, ResourceLimits, ResumedCall, RetryPolicy, Role, RunAssignment, SandboxPolicy,
+    Sequenced, StepEnded, StepKind, StepStarted, SummaryRequest, TemplateFile, ToolCall,
+    ToolDecision, ToolResult, ToolSpec, TraceExport, Usage, WorkerEvent,
 };
 use crate::generated as pb;
 use crate::tools::RunsIn;
@@ -301,6 +301,17 @@ impl From<ControlCommand> for pb::ControlMessage {
                     id: session.id,
                     fork: session.fork,
                 }),
+                resumed_call: run.resumed_call.map(|r| pb::ResumedCall {
+                    call: Some(r.call.into()),
+                    allowed: r.allowed,
+                    message: r.message,
+                    result: r.result.map(|r| pb::ToolResult {
+                        content: r.content,
+                        is_error: r.is_error,
+                    }),
+                    approval_id: r.approval_id,
+                    answered_by: r.answered_by,
+                }),
             }),
             ControlCommand::InjectMessage { run_id, input } => {
                 ControlBody::InjectMessage(pb::InjectMessage {
@@ -353,6 +364,15 @@ impl From<ControlCommand> for pb::ControlMessage {
             } => ControlBody::ToolPending(pb::ToolPending {
                 request_id,
                 description,
+                approval_id,
+            }),
+            ControlCommand::ToolDeferred {
+                request_id,
+                message,
+                approval_id,
+            } => ControlBody::ToolDeferred(pb::ToolDeferred {
+                request_id,
+                message,
                 approval_id,
             }),
         };
@@ -447,6 +467,22 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                         id: session.id,
                         fork: session.fork,
                     }),
+                    resumed_call: run
+                        .resumed_call
+                        .map(|r| -> Result<ResumedCall, ProtocolError> {
+                            Ok(ResumedCall {
+                                call: r.call.ok_or_else(|| missing("ResumedCall", "call"))?.into(),
+                                allowed: r.allowed,
+                                message: r.message,
+                                result: r.result.map(|r| ToolResult {
+                                    content: r.content,
+                                    is_error: r.is_error,
+                                }),
+                                approval_id: r.approval_id,
+                                answered_by: r.answered_by,
+                            })
+                        })
+                        .transpose()?,
                 }))
             }
             ControlBody::InjectMessage(m) => ControlCommand::InjectMessage {
@@ -510,6 +546,11 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
             ControlBody::ToolPending(p) => ControlCommand::ToolPending {
                 request_id: p.request_id,
                 description: p.description,
+                approval_id: p.approval_id,
+            },
+            ControlBody::ToolDeferred(p) => ControlCommand::ToolDeferred {
+                request_id: p.request_id,
+                message: p.message,
                 approval_id: p.approval_id,
             },
         })
@@ -1256,6 +1297,21 @@ mod tests {
                     id: "ses_1".into(),
                     fork: true,
                 }),
+                resumed_call: Some(ResumedCall {
+                    call: ToolCall {
+                        id: "toolu_1".into(),
+                        name: "create_file".into(),
+                        arguments: "{}".into(),
+                    },
+                    allowed: true,
+                    message: String::new(),
+                    result: Some(ToolResult {
+                        content: "done".into(),
+                        is_error: false,
+                    }),
+                    approval_id: "a1".into(),
+                    answered_by: "alice".into(),
+                }),
             })),
             ControlCommand::Summarize(Box::new(SummaryRequest {
                 request_id: 3,
@@ -1289,6 +1345,11 @@ mod tests {
             ControlCommand::ToolPending {
                 request_id: 9,
                 description: "Waiting for permission".into(),
+                approval_id: "a1".into(),
+            },
+            ControlCommand::ToolDeferred {
+                request_id: 9,
+                message: "Waiting for a person".into(),
                 approval_id: "a1".into(),
             },
             ControlCommand::InjectMessage {

@@ -293,6 +293,24 @@ pub struct RunAssignment {
     pub backend: Backend,
     /// A CLI backend's session to go on from (the thread's last run's).
     pub cli_session: Option<CliSession>,
+    /// A call that was deferred for a person's approval, now answered.
+    pub resumed_call: Option<ResumedCall>,
+}
+
+/// A tool call a CLI run deferred while it waited for a person
+/// ([`ControlCommand::ToolDeferred`]), as the person answered it: the thread's next
+/// run carries it out (if allowed) before the model goes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResumedCall {
+    pub call: ToolCall,
+    pub allowed: bool,
+    /// Why not, for the model.
+    pub message: String,
+    /// The result, when the control plane carried the call out itself.
+    pub result: Option<ToolResult>,
+    pub approval_id: String,
+    /// Who answered.
+    pub answered_by: String,
 }
 
 /// A user message the model has not seen yet, with its id in the thread.
@@ -362,6 +380,13 @@ pub enum ControlCommand {
     ToolPending {
         request_id: u64,
         description: String,
+        approval_id: String,
+    },
+    /// A CLI run's check that waits for a person outlived its hold: the call is
+    /// not run now (see [`ResumedCall`]).
+    ToolDeferred {
+        request_id: u64,
+        message: String,
         approval_id: String,
     },
 }

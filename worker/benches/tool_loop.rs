@@ -138,6 +138,7 @@ async fn one_run(tools: &ToolBox, turns: usize) -> Measured {
         max_iterations: turns as u32 + 1,
         retry: RetryPolicy::default(),
         agent: agent_rx,
+        resumed: None,
     };
     let started = Instant::now();
     let text = tool_loop::run(

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use crate::events::EventSink;
 
 /// What the control plane says about one check, in order: maybe `Pending` (a
-/// person must answer), then exactly one `Decided`.
+/// person must answer), then exactly one `Decided` or `Deferred`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GateMessage {
     Pending {
@@ -19,6 +19,12 @@ pub enum GateMessage {
         approval_id: String,
     },
     Decided(ToolDecision),
+    /// A CLI run's call waited for a person longer than the control plane holds
+    /// it: not run now; the person's answer comes as the thread's next run.
+    Deferred {
+        message: String,
+        approval_id: String,
+    },
 }
 
 /// Asks whether a tool call may run.
@@ -54,7 +60,10 @@ impl RelayGate {
 
     /// Routes an answer from the control plane to the check waiting for it.
     pub fn answer(&self, request_id: u64, message: GateMessage) {
-        let done = matches!(message, GateMessage::Decided(_));
+        let done = matches!(
+            message,
+            GateMessage::Decided(_) | GateMessage::Deferred { .. }
+        );
         let sender = if done {
             self.waiting().remove(&request_id)
         } else {

@@ -179,6 +179,19 @@ impl Runner {
                     },
                 );
             }
+            ControlCommand::ToolDeferred {
+                request_id,
+                message,
+                approval_id,
+            } => {
+                self.gate.answer(
+                    request_id,
+                    GateMessage::Deferred {
+                        message,
+                        approval_id,
+                    },
+                );
+            }
             ControlCommand::InjectMessage { run_id, input } => {
                 // Pushed under the runs lock: a run that has ended (and left the
                 // map) can no longer receive, so nothing is queued to no one.
@@ -325,6 +338,7 @@ impl Runner {
                     },
                     retry: run.retry,
                     agent: agent_rx,
+                    resumed: run.resumed_call.clone(),
                 };
                 let outcome =
                     tool_loop::run(&clients, gate.as_ref(), &tools, input, &sink, &cancel).await;
@@ -443,6 +457,7 @@ async fn cli_turn(
         inputs: run.inputs.clone(),
         inbox: parts.inbox,
         session: run.cli_session.clone(),
+        resumed: run.resumed_call.clone(),
         agent: parts.agent,
         first_step_number: run.first_step_number,
         board: Some(parts.board),

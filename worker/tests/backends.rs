@@ -582,6 +582,7 @@ async fn drive_with(
         }],
         inbox,
         session: None,
+        resumed: None,
         agent: agent_for(route),
         first_step_number: 1,
         board: None,
@@ -932,6 +933,7 @@ async fn a_runner_without_the_flavor_fails_a_cli_run_as_config() {
         files: Vec::new(),
         backend: Backend::ClaudeCode,
         cli_session: None,
+        resumed_call: None,
     })));
     let deadline = Instant::now() + WAIT;
     let failed = loop {

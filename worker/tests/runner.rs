@@ -81,6 +81,7 @@ fn run(run_id: &str, thread_id: u64, summary: &str) -> RunAssignment {
         files: Vec::new(),
         backend: Default::default(),
         cli_session: None,
+        resumed_call: None,
     }
 }
 

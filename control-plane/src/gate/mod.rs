@@ -11,6 +11,14 @@
 //! agent at run time (`agents::grants`) is allowed whatever the profile says, and
 //! audited as an allow naming the grant.
 //!
+//! A CLI run's call that asks is held inside the CLI's tool call for
+//! `cli_approval_hold` only (the CLI cuts a call at its own limit): then the thread's
+//! actor is told (`Runs::defer`), the worker gets `ToolDeferred` (the model reads that
+//! the call waits and ends its turn), and the gate keeps waiting for the person up
+//! to `ask_timeout`. The answer is audited as any ask's, carried out here if the
+//! control plane owns the resource, and goes to `Runs::resume_deferred` as a
+//! `ResumedCall`: the thread's next run, not the worker that asked, gets it.
+//!
 //! A thread with a role in a task (`runs::roles`): a call of one of its role's tools
 //! (`RoleHooks::owns`) is the role's finishing contract, not a permission: allowed
 //! without the profile, audited as an allow saying so, and carried out by the task
@@ -29,7 +37,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chorus_proto::domain::{ControlCommand, ToolCall, ToolDecision, ToolResult};
+use chorus_proto::domain::{ControlCommand, ResumedCall, ToolCall, ToolDecision, ToolResult};
 use serde_json::json;
 
 use crate::agents::AgentService;
@@ -52,6 +60,9 @@ use tracing::Instrument;
 pub struct GateSettings {
     /// How long an ASK waits for a person before it is a deny.
     pub ask_timeout: Duration,
+    /// How long a CLI run's call that asks waits inside the call; then it is
+    /// deferred (see the module docs).
+    pub cli_approval_hold: Duration,
     /// Roles by user id; `api` is whoever holds the API token.
     pub roles: HashMap<String, Role>,
     /// The role of users not listed.
@@ -121,6 +132,21 @@ pub struct ToolGate {
     approvals: Arc<Questions>,
     profiles: Arc<ProfileCache>,
     settings: GateSettings,
+}
+
+/// The thread an ask is for, as the run's actor knows it.
+struct Asker {
+    thread_id: u64,
+    user: Option<Principal>,
+    backend: chorus_proto::domain::Backend,
+}
+
+/// A CLI run's call whose wait for a person outlived the hold: its answer goes to
+/// the thread's next run (`Runs::resume_deferred`), not to the worker that asked.
+struct Deferral {
+    thread_id: u64,
+    approval_id: String,
+    answered_by: String,
 }
 
 /// The worker's question, with who asked.
@@ -206,15 +232,40 @@ impl ToolGate {
                     KeyValue::new("gen_ai.tool.call.id", check.call.id.clone()),
                 ],
             );
-            let decision = gate.decide(&check).instrument(span.clone()).await;
+            let mut deferral = None;
+            let decision = gate
+                .decide(&check, &mut deferral)
+                .instrument(span.clone())
+                .await;
             let outcome = if decision.allowed { "allow" } else { "deny" };
             span.record("decision", outcome);
             crate::metrics::permission_decision(outcome);
-            let decision = ToolDecision {
-                request_id,
-                ..decision
-            };
-            gate.reply(&agent, generation, ControlCommand::ToolDecision(decision));
+            match deferral {
+                // The run that asked has ended its turn: the answer is its thread's
+                // next run.
+                Some(Deferral {
+                    thread_id,
+                    approval_id,
+                    answered_by,
+                }) => {
+                    let resumed = ResumedCall {
+                        call: check.call,
+                        allowed: decision.allowed,
+                        message: decision.message,
+                        result: decision.result,
+                        approval_id,
+                        answered_by,
+                    };
+                    gate.runs.resume_deferred(&agent, thread_id, resumed).await;
+                }
+                None => {
+                    let decision = ToolDecision {
+                        request_id,
+                        ..decision
+                    };
+                    gate.reply(&agent, generation, ControlCommand::ToolDecision(decision));
+                }
+            }
         });
     }
 
@@ -228,7 +279,7 @@ impl ToolGate {
         }
     }
 
-    async fn decide(&self, check: &Check) -> ToolDecision {
+    async fn decide(&self, check: &Check, deferral: &mut Option<Deferral>) -> ToolDecision {
         let deny = |message: String| ToolDecision {
             request_id: check.request_id,
             allowed: false,
@@ -241,6 +292,7 @@ impl ToolGate {
             thread_id,
             started_by,
             role,
+            backend,
         }) = self
             .runs
             .run_context(&check.agent, check.generation, &check.run_id)
@@ -398,11 +450,15 @@ impl ToolGate {
                     let answer = self
                         .ask(
                             check,
-                            thread_id,
-                            started_by.clone(),
+                            Asker {
+                                thread_id,
+                                user: started_by.clone(),
+                                backend,
+                            },
                             &shown_actions,
                             &detail,
                             &explanations,
+                            deferral,
                         )
                         .await;
                     match answer {
@@ -458,11 +514,15 @@ impl ToolGate {
     async fn ask(
         &self,
         check: &Check,
-        thread_id: u64,
-        user: Option<Principal>,
+        Asker {
+            thread_id,
+            user,
+            backend,
+        }: Asker,
         actions: &[String],
         detail: &str,
         explanations: &[Explanation],
+        deferral: &mut Option<Deferral>,
     ) -> Result<Outcome, String> {
         let id = uuid::Uuid::new_v4().to_string();
         let expires = chrono::Utc::now()
@@ -537,11 +597,32 @@ impl ToolGate {
             by = tracing::field::Empty,
         );
         crate::telemetry::label(&wait_span, &check.agent, Some(thread_id), Vec::new());
-        let outcome = self
+        let wait = self
             .approvals
             .wait(&id, answer, self.settings.ask_timeout)
-            .instrument(wait_span.clone())
-            .await;
+            .instrument(wait_span.clone());
+        tokio::pin!(wait);
+        // A CLI cuts a tool call after its own limit: past the hold, the call is
+        // answered "deferred", the run ends its turn, and the wait goes on here.
+        let outcome = if backend.cli().is_some() {
+            tokio::select! {
+                outcome = &mut wait => outcome,
+                () = tokio::time::sleep(self.settings.cli_approval_hold) => {
+                    self.defer(check, thread_id, &id, explanations).await;
+                    *deferral = Some(Deferral {
+                        thread_id,
+                        approval_id: id.clone(),
+                        answered_by: String::new(),
+                    });
+                    wait.await
+                }
+            }
+        } else {
+            wait.await
+        };
+        if let (Some(deferral), Outcome::Answered(answer)) = (deferral.as_mut(), &outcome) {
+            deferral.answered_by = answer.by.text();
+        }
         match &outcome {
             Outcome::Answered(answer) => {
                 wait_span.record(
@@ -582,8 +663,37 @@ impl ToolGate {
                 answer: answered,
             }),
         );
-        self.runs.set_waiting(&check.agent, thread_id, false).await;
+        // A deferred call's thread has no run now: the answer starts its next one.
+        if deferral.is_none() {
+            self.runs.set_waiting(&check.agent, thread_id, false).await;
+        }
         Ok(outcome)
+    }
+
+    /// Ends the wait inside a CLI run's call: the thread's actor is told first (so
+    /// the run's end keeps the thread waiting), then the worker.
+    async fn defer(&self, check: &Check, thread_id: u64, id: &str, explanations: &[Explanation]) {
+        self.runs.defer(&check.agent, thread_id).await;
+        tracing::info!(
+            agent = %check.agent,
+            thread_id,
+            approval_id = id,
+            "approval {id} not answered within the CLI hold; the call is deferred and the turn ends"
+        );
+        self.reply(
+            &check.agent,
+            check.generation,
+            ControlCommand::ToolDeferred {
+                request_id: check.request_id,
+                message: format!(
+                    "Waiting for a person's approval of {} (request {id}). The call has not run. \
+                     End your turn now, without calling more tools: when the person answers, \
+                     this conversation goes on with the call's result or its refusal.",
+                    asked(explanations)
+                ),
+                approval_id: id.to_string(),
+            },
+        );
     }
 
     /// A self-edit through the same path as a person's configure (checked, stored,
@@ -801,6 +911,7 @@ mod tests {
     fn without_a_known_user_the_role_is_the_lowest_whatever_the_settings_say() {
         let settings = GateSettings {
             ask_timeout: Duration::from_secs(1),
+            cli_approval_hold: Duration::from_secs(1),
             // Even a user id that happens to be the audit log's placeholder.
             roles: HashMap::from([("agent".to_string(), Role::Admin)]),
             default_role: Role::Operator,
@@ -816,6 +927,7 @@ mod tests {
     fn a_discord_user_has_the_role_vouched_for_and_is_a_viewer_until_then() {
         let settings = GateSettings {
             ask_timeout: Duration::from_secs(1),
+            cli_approval_hold: Duration::from_secs(1),
             roles: HashMap::from([("discord:1".to_string(), Role::Admin)]),
             default_role: Role::Operator,
             known_secrets: Default::default(),
@@ -853,6 +965,7 @@ mod tests {
         let by_scheduler = start(Principal::Scheduler.text()).await;
         let settings = GateSettings {
             ask_timeout: Duration::from_secs(1),
+            cli_approval_hold: Duration::from_secs(1),
             roles: HashMap::from([
                 ("olga".to_string(), Role::Operator),
                 // Names an admin could give by mistake (or an attacker might pick):

@@ -16,6 +16,10 @@
 //!   before reporting anything goes back to the queue; one that had started is
 //!   resumed as a new attempt from the stored history (`decide::on_loss`,
 //!   `decide::resume`).
+//! - A thread whose CLI run deferred a call for a person (`deferred`) has no run
+//!   while it waits and stays `waiting_for_permission`; the answer is its next run
+//!   (with the call), started once the deferring run has ended. A kill or failure
+//!   of the thread drops it, and the late answer is then ignored.
 //! - The actor never waits for the gate, a worker or a model: it only sends them
 //!   commands (a continuation's summary is awaited by a task it starts, which
 //!   reports back as `Seeded`).
@@ -27,8 +31,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use chorus_proto::domain::{
-    AgentChange, ChatMessage, ControlCommand, Failure, FailureKind, Input, Role, RunAssignment,
-    StepKind, WorkerEvent,
+    AgentChange, ChatMessage, ControlCommand, Failure, FailureKind, Input, ResumedCall, Role,
+    RunAssignment, StepKind, WorkerEvent,
 };
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
@@ -129,6 +133,15 @@ pub(super) enum Command {
         thread_id: u64,
         waiting: bool,
     },
+    /// The gate deferred a CLI run's call for a person (`Runs::defer`).
+    Defer {
+        thread_id: u64,
+    },
+    /// The person answered a deferred call (`Runs::resume_deferred`).
+    ResumeDeferred {
+        thread_id: u64,
+        resumed: Box<ResumedCall>,
+    },
     ActiveThreads {
         reply: oneshot::Sender<Vec<u64>>,
     },
@@ -204,6 +217,13 @@ pub(super) struct AgentActor {
     /// The trace the next queued run continues (set by the command being handled:
     /// a caller's trace, or the interrupted attempt's), and why, for a resumption.
     next_trace: Option<(HashMap<String, String>, Option<String>)>,
+    /// Threads whose CLI run deferred a call for a person: the answer, once given
+    /// (it waits here while the deferring run still winds down). Such a thread
+    /// has no run while it waits and stays `waiting_for_permission`.
+    deferred: HashMap<u64, Option<Box<ResumedCall>>>,
+    /// The answered call the next queued run carries (set by the command being
+    /// handled, like `next_trace`).
+    next_resumed: Option<ResumedCall>,
     /// Runs are not handed to the worker while set (a receipt hook runs first).
     holding: bool,
     /// Publishes the worker events this actor queued to the store once they are
@@ -235,6 +255,8 @@ impl AgentActor {
             itself,
             idle: IdleClock::new(Instant::now()),
             next_trace: None,
+            deferred: HashMap::new(),
+            next_resumed: None,
             holding: false,
             publisher,
             unflushed: false,
@@ -393,12 +415,21 @@ impl AgentActor {
                             thread_id: run.thread_id,
                             started_by: run.started_by.clone(),
                             role: run.role,
+                            backend: run.assignment.backend,
                         }
                     });
                 let _ = reply.send(thread);
             }
             Command::SetWaiting { thread_id, waiting } => {
                 self.set_waiting(thread_id, waiting).await
+            }
+            Command::Defer { thread_id } => {
+                if self.run_of_thread(thread_id).is_some() {
+                    self.deferred.entry(thread_id).or_insert(None);
+                }
+            }
+            Command::ResumeDeferred { thread_id, resumed } => {
+                self.resume_deferred(thread_id, resumed).await;
             }
             Command::ActiveThreads { reply } => {
                 let mut threads: Vec<u64> = self.runs.values().map(|r| r.thread_id).collect();
@@ -772,6 +803,7 @@ impl AgentActor {
                 return Ok(());
             }
         };
+        run.resumed_call = self.next_resumed.take();
         let span = self.run_span(agent, thread, &run, attempt);
         self.shared
             .store
@@ -1092,6 +1124,9 @@ impl AgentActor {
     /// The model ended its turn. A user message that reached the thread too late
     /// for this run starts the next one; otherwise the thread is completed.
     async fn run_completed(&mut self, run_id: &str, thread_id: u64) -> Result<(), StoreError> {
+        if self.deferred.contains_key(&thread_id) {
+            return self.deferring_run_ended(run_id, thread_id).await;
+        }
         let store = self.shared.store.clone();
         if store
             .pending_inputs(&self.agent, thread_id)
@@ -1114,6 +1149,83 @@ impl AgentActor {
             self.queue_run(&agent, &thread, Attempt::FIRST).await?;
         }
         Ok(())
+    }
+
+    /// A run that deferred a call for a person ended its turn: the thread waits for
+    /// the answer without a run (`waiting_for_permission`), or goes on at once if
+    /// the answer came while the run wound down.
+    async fn deferring_run_ended(
+        &mut self,
+        run_id: &str,
+        thread_id: u64,
+    ) -> Result<(), StoreError> {
+        let Some(run) = self.runs.remove(run_id) else {
+            return Ok(());
+        };
+        self.queue.retain(|id| id != run_id);
+        self.shared
+            .store
+            .set_run_status(run_id, RunStatus::Completed, None)
+            .await?;
+        match self.deferred.get_mut(&thread_id).and_then(Option::take) {
+            Some(resumed) => {
+                self.deferred.remove(&thread_id);
+                run.span.in_scope(|| {
+                    tracing::info!("run ended its turn; the deferred call was answered meanwhile")
+                });
+                self.start_resumed(thread_id, *resumed).await
+            }
+            None => {
+                run.span.in_scope(|| {
+                    tracing::info!("run ended its turn; the thread waits for a person's answer")
+                });
+                self.set_status(thread_id, ThreadStatus::WaitingForPermission)
+                    .await;
+                Ok(())
+            }
+        }
+    }
+
+    /// The answer to a deferred call: the thread's next run carries it, now or
+    /// when the run that deferred it ends. Ignored for a thread that is no longer
+    /// waiting (it was killed or failed meanwhile).
+    async fn resume_deferred(&mut self, thread_id: u64, resumed: Box<ResumedCall>) {
+        let winding_down = self.run_of_thread(thread_id).is_some();
+        let Some(slot) = self.deferred.get_mut(&thread_id) else {
+            tracing::debug!(agent = %self.agent, thread_id, "answer to a deferred call of a thread that no longer waits; dropped");
+            return;
+        };
+        if winding_down {
+            *slot = Some(resumed);
+            return;
+        }
+        self.deferred.remove(&thread_id);
+        if let Err(e) = self.start_resumed(thread_id, *resumed).await {
+            tracing::error!(agent = %self.agent, thread_id, error = %e, "cannot resume thread after a deferred call");
+        }
+    }
+
+    async fn start_resumed(
+        &mut self,
+        thread_id: u64,
+        resumed: ResumedCall,
+    ) -> Result<(), StoreError> {
+        let store = self.shared.store.clone();
+        let (Some(agent), Some(thread)) = (
+            store.active_agent(&self.agent).await?,
+            store.thread(&self.agent, thread_id).await?,
+        ) else {
+            return Ok(());
+        };
+        if thread.status.is_finished() {
+            return Ok(());
+        }
+        self.set_status(thread_id, ThreadStatus::Running).await;
+        tracing::info!(agent = %self.agent, thread_id, approval_id = %resumed.approval_id, allowed = resumed.allowed, "thread goes on with an answered deferred call");
+        self.next_resumed = Some(resumed);
+        let queued = self.queue_run(&agent, &thread, Attempt::FIRST).await;
+        self.next_resumed = None;
+        queued
     }
 
     /// Ends a run whose worker reported more than a run may store: the thread fails
@@ -1187,6 +1299,9 @@ impl AgentActor {
             .is_finished()
             .then(|| self.roles.remove(&thread_id))
             .flatten();
+        if status.is_finished() {
+            self.deferred.remove(&thread_id);
+        }
         // A question to a person the thread was waiting on is withdrawn.
         self.shared
             .approvals
@@ -1474,6 +1589,13 @@ impl AgentActor {
             return Ok(true);
         }
         let Some(run_id) = self.run_of_thread(thread_id).map(str::to_string) else {
+            // Waiting without a run for the answer to a deferred call.
+            if self.deferred.contains_key(&thread_id) {
+                let failure = Failure::new(FailureKind::Killed, reason);
+                self.end_thread(thread_id, ThreadStatus::Killed, Some(&failure))
+                    .await?;
+                return Ok(true);
+            }
             return Ok(false);
         };
         if self
@@ -1493,7 +1615,13 @@ impl AgentActor {
     }
 
     async fn fail_all(&mut self, failure: &Failure) {
-        for thread_id in std::mem::take(&mut self.seeding) {
+        let waiting: Vec<u64> = self
+            .deferred
+            .keys()
+            .copied()
+            .filter(|thread| self.run_of_thread(*thread).is_none())
+            .collect();
+        for thread_id in std::mem::take(&mut self.seeding).into_iter().chain(waiting) {
             if let Err(e) = self
                 .end_thread(thread_id, ThreadStatus::Failed, Some(failure))
                 .await

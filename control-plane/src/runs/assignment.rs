@@ -249,6 +249,7 @@ impl Builder<'_> {
             files,
             backend: agent.backend,
             cli_session,
+            resumed_call: None,
         };
         Ok(assignment_fits(run))
     }
@@ -333,6 +334,7 @@ mod tests {
             files: Vec::new(),
             backend: Default::default(),
             cli_session: None,
+            resumed_call: None,
         }
     }
 

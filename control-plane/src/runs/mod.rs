@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use chorus_proto::domain::{AgentChange, Failure, FailureKind, WorkerEvent};
+use chorus_proto::domain::{AgentChange, Failure, FailureKind, ResumedCall, WorkerEvent};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::feed::{ApprovalAsked, FeedEvent, StatusChange, ThreadFeed};
@@ -492,6 +492,27 @@ impl Runs {
     pub async fn set_waiting(&self, agent: &str, thread_id: u64, waiting: bool) {
         self.tell(agent, actor::Command::SetWaiting { thread_id, waiting })
             .await;
+    }
+
+    /// A CLI run's call that waits for a person was deferred (its hold passed):
+    /// when that run ends, its thread stays `waiting_for_permission` until
+    /// [`Runs::resume_deferred`] brings the answer.
+    pub async fn defer(&self, agent: &str, thread_id: u64) {
+        self.tell(agent, actor::Command::Defer { thread_id }).await;
+    }
+
+    /// The person answered a deferred call: the thread's next run carries it out
+    /// (or tells its refusal) once the run that deferred it has ended. Nothing
+    /// happens if the thread ended meanwhile (killed, failed).
+    pub async fn resume_deferred(&self, agent: &str, thread_id: u64, resumed: ResumedCall) {
+        self.tell(
+            agent,
+            actor::Command::ResumeDeferred {
+                thread_id,
+                resumed: Box::new(resumed),
+            },
+        )
+        .await;
     }
 
     /// Tells the thread's live feed which approval it waits for.

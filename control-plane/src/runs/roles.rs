@@ -87,4 +87,7 @@ pub struct RunContext {
     pub thread_id: u64,
     pub started_by: Option<crate::principal::Principal>,
     pub role: Option<ThreadRole>,
+    /// What runs the turn (a CLI's call that waits for a person is deferred past
+    /// a hold: `gate`).
+    pub backend: chorus_proto::domain::Backend,
 }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chorus_proto::domain::{
-    ChatMessage, CliSession, FailureKind, Input, Role, StepKind, ToolCall, WorkerEvent,
+    ChatMessage, CliSession, FailureKind, Input, ResumedCall, Role, StepKind, ToolCall, WorkerEvent,
 };
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -36,6 +36,7 @@ use crate::awareness::Board;
 use crate::events::EventSink;
 use crate::gate::ToolGate;
 use crate::model::relay::RelayClients;
+use crate::tool_loop::pipeline::Pipeline;
 use crate::tool_loop::{Inbox, LiveAgent, LoopError, ModelSelection, OpenStep, Steps};
 use crate::tools::ToolBox;
 use crate::tools::sandbox::Sandbox;
@@ -54,6 +55,9 @@ pub struct CliRun<'a, G> {
     pub inputs: Vec<Input>,
     pub inbox: Inbox,
     pub session: Option<CliSession>,
+    /// A call deferred for a person's approval, now answered: carried out (or
+    /// refused) before the CLI starts, and the session told how it went.
+    pub resumed: Option<ResumedCall>,
     pub agent: watch::Receiver<LiveAgent>,
     pub first_step_number: u32,
     pub board: Option<Arc<Board>>,
@@ -262,6 +266,16 @@ impl<G: ToolGate + 'static> Driver<'_, '_, G> {
             })
             .chain(self.run.inputs.iter().cloned())
             .collect();
+        if let Some(resumed) = &self.run.resumed {
+            let note = self.resume(resumed).await?;
+            pending.insert(
+                0,
+                Input {
+                    message_id: ALREADY_STORED,
+                    content: note,
+                },
+            );
+        }
         let mut docs = crate::context::Docs::default();
         // Inputs reported taken (a turn started again must not report them twice).
         let mut reported = std::collections::HashSet::new();
@@ -367,6 +381,22 @@ impl<G: ToolGate + 'static> Driver<'_, '_, G> {
                 return Ok(text);
             }
         }
+    }
+
+    /// Carries out the answered call through the pipeline (a step like any call)
+    /// and says how it went, for the CLI's next prompt.
+    async fn resume(&self, resumed: &ResumedCall) -> Result<String, LoopError> {
+        let offered = self.run.agent.borrow().tools.clone();
+        let pipeline = Pipeline {
+            gate: self.run.gate.as_ref(),
+            tools: &self.run.tools,
+            offered: &offered,
+            run_id: self.run.run_id,
+            sink: self.sink,
+            cancel: self.cancel,
+        };
+        let outcome = pipeline.resume(resumed, &self.steps).await?;
+        Ok(crate::tool_loop::pipeline::resumed_note(resumed, &outcome))
     }
 
     /// One CLI process, from start to exit.

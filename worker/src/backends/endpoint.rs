@@ -17,7 +17,11 @@
 //!   wrong (not JSON, unknown tool, bad arguments) is a 200 with `is_error`: the
 //!   model's mistake, not the transport's.
 //! - A successful call of a tool that `ends_turn` marks the turn over: the proxy
-//!   answers the CLI's next model request itself (see [`super::proxy`]).
+//!   answers the CLI's next model request itself (see [`super::proxy`]). So does a
+//!   call the gate deferred for a person's approval (its hold, below the CLI's own
+//!   tool-call limit, passed): the model is told to end its turn, and the answer
+//!   starts the thread's next run, which carries the call out (or tells its refusal)
+//!   before the CLI session goes on (`driver`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -39,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::gate::ToolGate;
 use crate::model::relay::RelayClients;
-use crate::tool_loop::pipeline::Pipeline;
+use crate::tool_loop::pipeline::{Executed, Pipeline};
 use crate::tool_loop::{LiveAgent, LoopError, Steps};
 use crate::tools::ToolBox;
 
@@ -275,8 +279,10 @@ async fn call<G: ToolGate + 'static>(
         cancel: &run.cancel,
     };
     match pipeline.execute(&call, false, &run.steps).await {
-        Ok(outcome) => {
-            if !outcome.is_error && ends_turn(&offered, &call.name) {
+        Ok(Executed { outcome, deferred }) => {
+            // A call deferred for a person's approval ends the turn like a
+            // finishing tool: the answer comes as the thread's next run.
+            if deferred || (!outcome.is_error && ends_turn(&offered, &call.name)) {
                 shared.turn_ended.store(true, Ordering::SeqCst);
             }
             result(outcome.content, outcome.is_error)

@@ -19,12 +19,7 @@ pub mod spawn;
 
 use chorus_proto::domain::Backend;
 
-/// How long a CLI waits for one call of a Chorus tool (its MCP tool-call limit;
-/// the CLIs' defaults are a minute or less). Chorus bounds every call itself (a
-/// command's timeout, `[permissions] ask_timeout_secs` for a person's approval), so
-/// this only needs to be longer than those: an ask timeout above it would be cut
-/// short by the CLI.
-pub const MCP_CALL_LIMIT_MS: u64 = 60 * 60 * 1000;
+pub use chorus_proto::backend::MCP_CALL_LIMIT_MS;
 
 /// The flavor of a CLI backend; `None` for the tool loop.
 pub fn flavor(backend: Backend) -> Option<&'static dyn flavor::Flavor> {

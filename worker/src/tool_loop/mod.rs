@@ -24,8 +24,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chorus_proto::domain::{
-    ChatMessage, Input, ModelRoute, RetryPolicy, StepEnded, StepKind, StepStarted, ToolSpec, Usage,
-    WorkerEvent,
+    ChatMessage, Input, ModelRoute, ResumedCall, RetryPolicy, StepEnded, StepKind, StepStarted,
+    ToolSpec, Usage, WorkerEvent,
 };
 use chorus_proto::tools::RunsIn;
 use tokio::sync::watch;
@@ -209,6 +209,9 @@ pub struct LoopInput<'a> {
     pub retry: RetryPolicy,
     /// The agent as it is now; read again before every model call.
     pub agent: watch::Receiver<LiveAgent>,
+    /// A call deferred for a person's approval, now answered: carried out (or
+    /// refused) first, and the model told how it went.
+    pub resumed: Option<ResumedCall>,
 }
 
 /// Why a run ended without the model finishing its turn.
@@ -465,6 +468,21 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
         sink.clone(),
         board.clone(),
     );
+    if let Some(resumed) = input.resumed.take() {
+        let live = input.agent.borrow().clone();
+        let pipeline = pipeline::Pipeline {
+            gate,
+            tools,
+            offered: &live.tools,
+            run_id: input.run_id,
+            sink,
+            cancel,
+        };
+        let outcome = pipeline.resume(&resumed, &steps).await?;
+        messages.push(ChatMessage::user(pipeline::resumed_note(
+            &resumed, &outcome,
+        )));
+    }
     let mut pending_inputs = std::mem::take(&mut input.inputs);
     let emit = |message: &ChatMessage| {
         sink.try_send(WorkerEvent::MessageAppended {

@@ -13,7 +13,9 @@
 
 use std::borrow::Cow;
 
-use chorus_proto::domain::{ChatMessage, StepKind, ToolCall, ToolResult, ToolSpec, WorkerEvent};
+use chorus_proto::domain::{
+    ChatMessage, ResumedCall, StepKind, ToolCall, ToolResult, ToolSpec, WorkerEvent,
+};
 use chorus_proto::tools::{self as registry, RunsIn};
 use opentelemetry::KeyValue;
 use tokio::sync::mpsc;
@@ -45,7 +47,7 @@ impl<G: ToolGate> Pipeline<'_, G> {
         cut_off: bool,
         steps: &Steps,
     ) -> Result<(ChatMessage, bool), LoopError> {
-        let outcome = self.execute(call, cut_off, steps).await?;
+        let outcome = self.execute(call, cut_off, steps).await?.outcome;
         let result = ChatMessage::tool_result(call, outcome.content, outcome.is_error);
         self.sink
             .try_send(WorkerEvent::MessageAppended {
@@ -67,20 +69,59 @@ impl<G: ToolGate> Pipeline<'_, G> {
         call: &ToolCall,
         cut_off: bool,
         steps: &Steps,
-    ) -> Result<ToolOutcome, LoopError> {
-        let outcome = self.outcome(call, cut_off, steps).await?;
-        Ok(ToolOutcome {
-            content: crate::outbound::cap_tool_result(outcome.content),
-            ..outcome
+    ) -> Result<Executed, LoopError> {
+        let (outcome, deferred) = self.outcome(call, cut_off, steps).await?;
+        Ok(Executed {
+            outcome: capped(outcome),
+            deferred,
         })
     }
 
+    /// Carries out a call that was deferred for a person's approval and is now
+    /// answered (`ResumedCall`): refused as the person said, or its result as the
+    /// control plane sent it, or run here (no second check: the gate decided and
+    /// audited it when the person answered). A tool no longer offered is not run.
+    pub async fn resume(
+        &self,
+        resumed: &ResumedCall,
+        steps: &Steps,
+    ) -> Result<ToolOutcome, LoopError> {
+        let (call, runs_in) = locate(&resumed.call, self.offered);
+        let call = &call;
+        let offered = self.offered.iter().any(|s| s.name == call.name);
+        if !resumed.allowed {
+            refused_step(call, steps);
+            return Ok(ToolOutcome::error(resumed.message.clone()));
+        }
+        if let Some(result) = &resumed.result {
+            let step = steps.begin_tool(
+                format!("Executing {} in the control plane", ToolBox::describe(call)),
+                RunsIn::ControlPlane,
+            );
+            steps.end(step, result.is_error, None);
+            return Ok(capped(outcome_of(result.clone())));
+        }
+        if !offered || runs_in != Some(Where::Worker) {
+            refused_step(call, steps);
+            return Ok(ToolOutcome::error(format!(
+                "{} was approved, but the agent is no longer offered it; the call was not run",
+                registry::wire_names::to_wire(&call.name)
+            )));
+        }
+        if let Some(unusable) = ToolBox::validate(call) {
+            refused_step(call, steps);
+            return Ok(unusable);
+        }
+        Ok(capped(self.execute_here(call, steps).await?))
+    }
+
+    /// The outcome, and whether the gate deferred the call.
     async fn outcome(
         &self,
         call: &ToolCall,
         cut_off: bool,
         steps: &Steps,
-    ) -> Result<ToolOutcome, LoopError> {
+    ) -> Result<(ToolOutcome, bool), LoopError> {
         let (call, runs_in) = locate(call, self.offered);
         let call = &call;
         // A call that cannot run at all needs no permission: tell the model what is
@@ -94,17 +135,18 @@ impl<G: ToolGate> Pipeline<'_, G> {
         };
         if let Some(outcome) = unusable {
             refused_step(call, steps);
-            return Ok(outcome);
+            return Ok((outcome, false));
         }
         if matches!(runs_in, Some(Where::ControlPlane | Where::ControlPlaneOnly)) {
             return self.run_elsewhere(call, steps).await;
         }
         match ask_gate(self.gate, self.run_id, call, steps, self.cancel).await? {
-            Gate::Run => self.execute_here(call, steps).await,
+            Gate::Run => Ok((self.execute_here(call, steps).await?, false)),
             Gate::Refused(message) => {
                 refused_step(call, steps);
-                Ok(ToolOutcome::error(message))
+                Ok((ToolOutcome::error(message), false))
             }
+            Gate::Deferred(message) => Ok((ToolOutcome::error(message), true)),
             // The worker runs its own tools; a result from the gate for one is taken as
             // it comes (the gate owns whatever it did).
             Gate::Done(result) => {
@@ -113,7 +155,7 @@ impl<G: ToolGate> Pipeline<'_, G> {
                     RunsIn::ControlPlane,
                 );
                 steps.end(step, result.is_error, None);
-                Ok(outcome_of(result))
+                Ok((outcome_of(result), false))
             }
         }
     }
@@ -125,7 +167,7 @@ impl<G: ToolGate> Pipeline<'_, G> {
         &self,
         call: &ToolCall,
         steps: &Steps,
-    ) -> Result<ToolOutcome, LoopError> {
+    ) -> Result<(ToolOutcome, bool), LoopError> {
         let step = steps.begin_tool(
             format!("Executing {} in the control plane", ToolBox::describe(call)),
             RunsIn::ControlPlane,
@@ -137,16 +179,20 @@ impl<G: ToolGate> Pipeline<'_, G> {
                 return Err(cancelled);
             }
         };
-        let outcome = match answer {
-            Gate::Done(result) => outcome_of(result),
-            Gate::Refused(message) => ToolOutcome::error(message),
-            Gate::Run => ToolOutcome::error(format!(
-                "{} is carried out by the control plane, which did not run it; the call was not run",
-                registry::wire_names::to_wire(&call.name)
-            )),
+        let (outcome, deferred) = match answer {
+            Gate::Done(result) => (outcome_of(result), false),
+            Gate::Refused(message) => (ToolOutcome::error(message), false),
+            Gate::Deferred(message) => (ToolOutcome::error(message), true),
+            Gate::Run => (
+                ToolOutcome::error(format!(
+                    "{} is carried out by the control plane, which did not run it; the call was not run",
+                    registry::wire_names::to_wire(&call.name)
+                )),
+                false,
+            ),
         };
         steps.end(step, outcome.is_error, None);
-        Ok(outcome)
+        Ok((outcome, deferred))
     }
 
     /// A tool of the worker's, allowed: its step, its trace span, its lock waits.
@@ -311,6 +357,51 @@ enum Gate {
     Run,
     Refused(String),
     Done(ToolResult),
+    /// Not run now: a person's answer comes as the thread's next run.
+    Deferred(String),
+}
+
+/// A call's result as the model gets it, and whether the gate deferred it for a
+/// person's approval (a CLI run then ends its turn: `backends::endpoint`).
+pub struct Executed {
+    pub outcome: ToolOutcome,
+    pub deferred: bool,
+}
+
+/// What the model is told when its thread goes on after a deferred call was
+/// answered: who answered, and the call's result or why it was not run. Pure.
+pub fn resumed_note(resumed: &ResumedCall, outcome: &ToolOutcome) -> String {
+    let tool = registry::wire_names::to_wire(&resumed.call.name);
+    let asked = format!(
+        "Your call of {tool} with {} waited for a person's approval (request {}).",
+        resumed.call.arguments, resumed.approval_id
+    );
+    if !resumed.allowed {
+        return format!(
+            "{asked} It was not run: {}\nGo on without it.",
+            outcome.content
+        );
+    }
+    let by = match resumed.answered_by.as_str() {
+        "" => "A person".to_string(),
+        by => by.to_string(),
+    };
+    let how = if outcome.is_error {
+        "it ran and failed"
+    } else {
+        "it has run"
+    };
+    format!(
+        "{asked} {by} approved it and {how}. Its result:\n{}\nGo on from there.",
+        outcome.content
+    )
+}
+
+fn capped(outcome: ToolOutcome) -> ToolOutcome {
+    ToolOutcome {
+        content: crate::outbound::cap_tool_result(outcome.content),
+        ..outcome
+    }
 }
 
 /// Asks the gate; a wait for a person is a step of its own.
@@ -338,6 +429,13 @@ async fn ask_gate<G: ToolGate>(
                 if waiting.is_none() {
                     waiting = Some(steps.begin(StepKind::Permission, description));
                 }
+            }
+            Some(GateMessage::Deferred { message, .. }) => {
+                // The person has not answered yet; the wait goes on without the run.
+                if let Some(step) = waiting {
+                    steps.end(step, false, None);
+                }
+                return Ok(Gate::Deferred(message));
             }
             Some(GateMessage::Decided(decision)) => {
                 if let Some(step) = waiting {

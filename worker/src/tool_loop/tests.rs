@@ -157,6 +157,7 @@ fn loop_input(agent: watch::Receiver<LiveAgent>) -> LoopInput<'static> {
         max_iterations: 10,
         retry: fast(),
         agent,
+        resumed: None,
     }
 }
 

@@ -27,9 +27,15 @@ fn profile() -> Value {
 /// Chorus with a fake model of the format the backend speaks (the planner uses the
 /// same default model).
 async fn start(backend: &str) -> anyhow::Result<(FakeModel, Chorus)> {
+    start_configured(backend, "").await
+}
+
+/// [`start`], with settings (TOML).
+async fn start_configured(backend: &str, config: &str) -> anyhow::Result<(FakeModel, Chorus)> {
     if backend == "claude-code" {
         let model = FakeAnthropic::start().await;
         let chorus = Chorus::builder()
+            .config(config)
             .env("ANTHROPIC_BASE_URL", &model.host_url())
             .env("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
             .env("CHORUS_DEFAULT_MODEL", "claude-fake")
@@ -39,6 +45,7 @@ async fn start(backend: &str) -> anyhow::Result<(FakeModel, Chorus)> {
     } else {
         let model = FakeOpenAi::start().await;
         let chorus = Chorus::builder()
+            .config(config)
             .env("OPENAI_BASE_URL", &model.base_url())
             .env("OPENAI_API_KEY", OPENAI_KEY)
             .env("CHORUS_DEFAULT_MODEL", "fake-model")
@@ -844,5 +851,156 @@ async fn a_cli_call_that_asks_waits_for_a_person_and_runs_once_approved() -> any
         ],
         "{decisions:#?}"
     );
+    Ok(())
+}
+
+/// A CLI's call that waits for a person longer than the hold (below the CLI's own
+/// tool-call limit) does not hold the CLI: the call is answered "waiting", the turn
+/// ends with no CLI process left, and the thread waits for the person without a
+/// run. The answer resumes the same session: an approved call runs then (the file
+/// appears) and the model reads its result; a denied one is not run and the model
+/// reads why. One audit row each, as for a call answered in time.
+#[tokio::test]
+async fn an_approval_slower_than_the_hold_ends_the_cli_turn_and_its_answer_resumes_the_session()
+-> anyhow::Result<()> {
+    for backend in ["claude-code", "opencode"] {
+        let program = which(if backend == "claude-code" {
+            "claude"
+        } else {
+            "opencode"
+        });
+        let (model, chorus) =
+            start_configured(backend, "[backends]\napproval_hold_secs = 1\n").await?;
+        ok(
+            &chorus,
+            Method::POST,
+            "/api/agents",
+            Some(json!({"name": "careful", "backend": backend,
+                        "permissions": {"allow": ["tool:view:.*"], "ask": ["tool:create_file:.*"]}})),
+        )
+        .await?;
+        for (decision, file) in [("approve", "a.txt"), ("deny", "b.txt")] {
+            model.push(tool_call(
+                "c1",
+                "create_file",
+                json!({"path": file, "content": "x"}),
+            ));
+            let id = chorus
+                .send_message("careful", &format!("write {file}"))
+                .await?;
+            let runs = |status: &'static str| {
+                let chorus = &chorus;
+                async move {
+                    let rows = chorus
+                        .query_store(&format!(
+                            "SELECT status, cli_session FROM runs WHERE agent_name = 'careful' \
+                             AND thread_id = {id} ORDER BY created_at"
+                        ))
+                        .await?;
+                    anyhow::Ok(
+                        rows.lines()
+                            .filter(|l| l.starts_with(status))
+                            .map(str::to_string)
+                            .collect::<Vec<_>>(),
+                    )
+                }
+            };
+            // The hold passes: the run ends its turn, the thread keeps waiting.
+            let deadline = tokio::time::Instant::now() + WAIT;
+            while runs("completed").await?.is_empty() {
+                anyhow::ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "{backend}: the deferring run never ended"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let waiting = chorus.thread("careful", id).await?;
+            assert_eq!(
+                waiting["status"], "waiting_for_permission",
+                "{backend}: {waiting:#}"
+            );
+            until("the CLI has exited", || {
+                processes_of(&program, &chorus.agent_dir("careful")).is_empty()
+            })
+            .await?;
+            let pending = ok(&chorus, Method::GET, "/api/approvals", None).await?;
+            let approval = pending
+                .as_array()
+                .and_then(|p| p.first())
+                .cloned()
+                .unwrap_or_else(|| panic!("{backend}: no pending approval: {pending:#}"));
+            assert!(
+                approval["actions"][0]
+                    .as_str()
+                    .is_some_and(|a| a.ends_with(file)),
+                "{approval:#}"
+            );
+            let told = model.requests().len();
+            let answer = if decision == "approve" {
+                "wrote it"
+            } else {
+                "it was refused"
+            };
+            model.push(text(answer));
+            ok(
+                &chorus,
+                Method::POST,
+                &format!(
+                    "/api/approvals/{}",
+                    approval["id"].as_str().unwrap_or_default()
+                ),
+                Some(json!({"decision": decision})),
+            )
+            .await?;
+            let thread = chorus.wait_thread_finished("careful", id, WAIT).await?;
+            assert_eq!(thread["status"], "completed", "{backend}: {thread:#}");
+            let written = chorus.agent_dir("careful").join("workspace").join(file);
+            assert_eq!(
+                written.is_file(),
+                decision == "approve",
+                "{backend}: {file} after {decision}"
+            );
+            let last = thread["messages"]
+                .as_array()
+                .and_then(|m| m.last())
+                .cloned()
+                .unwrap_or_default();
+            assert_eq!(last["content"], answer, "{backend}: {thread:#}");
+            // The same session went on, told how the call went.
+            let sessions: Vec<String> = runs("completed")
+                .await?
+                .iter()
+                .map(|row| row.split('|').nth(1).unwrap_or_default().to_string())
+                .collect();
+            assert_eq!(sessions.len(), 2, "{backend}: {sessions:?}");
+            assert_eq!(sessions[0], sessions[1], "{backend}: one session");
+            let resumed = model.requests()[told..]
+                .first()
+                .map(|r| r.body["messages"].to_string())
+                .unwrap_or_else(|| panic!("{backend}: no model call after the answer"));
+            let said = if decision == "approve" {
+                "approved it and it has run"
+            } else {
+                "It was not run: Permission denied by"
+            };
+            assert!(
+                resumed.contains(said),
+                "{backend}: {said:?} not in {resumed}"
+            );
+        }
+        let decisions: Vec<String> = tool_decisions(&chorus, "careful")
+            .await?
+            .into_iter()
+            .map(|(action, decision, _)| format!("{action} {decision}"))
+            .collect();
+        assert_eq!(
+            decisions,
+            [
+                "tool:create_file:a.txt ask_approved",
+                "tool:create_file:b.txt ask_denied"
+            ],
+            "{backend}: {decisions:#?}"
+        );
+    }
     Ok(())
 }
