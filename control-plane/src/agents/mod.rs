@@ -735,7 +735,10 @@ impl AgentService {
         }
         if before.backend != after.backend {
             // The thread's next run goes to the new backend (a CLI session of the old
-            // one is not resumed by another).
+            // one is not resumed by another). What this host's CLIs are is asked again.
+            if after.backend.cli().is_some() {
+                self.workers.backends().reprobe();
+            }
             self.audit(
                 name,
                 "agent:configure:backend",

@@ -3,8 +3,9 @@
 //! A dial-in worker probes its host when it starts and says what it found in its
 //! `Hello.backends`; that is kept per agent (the worker serving it). Local workers
 //! share the control plane's host: it runs `chorus-worker backends` (the same probe,
-//! printed as JSON) once, when first asked (`GET /api/status`, the view of an agent
-//! with a CLI backend), and launched workers probe nothing; with dial-in workers the
+//! printed as JSON) when first asked (`GET /api/status`, the view of an agent
+//! with a CLI backend), and again at the first ask after an agent switched to a CLI
+//! backend (the CLI may have been installed since); launched workers probe nothing; with dial-in workers the
 //! status shows the latest joining worker's. What is not known yet, or a probe that
 //! failed, reads as "not usable" with the reason, never as usable.
 
@@ -30,7 +31,10 @@ pub struct BackendsSeen {
     by_agent: Mutex<HashMap<String, Vec<BackendStatus>>>,
     /// How to probe the local host (local workers), run at the first need.
     local_probe: Mutex<Option<LocalProbe>>,
-    probed: tokio::sync::OnceCell<()>,
+    /// Whether the local answer is current (cleared by [`Self::reprobe`]).
+    fresh: std::sync::atomic::AtomicBool,
+    /// One local probe at a time.
+    probing: tokio::sync::Mutex<()>,
 }
 
 /// What the local probe runs: `<worker_bin> backends` with the `[backends]` paths.
@@ -149,20 +153,34 @@ impl BackendsSeen {
         });
     }
 
-    /// Runs the local probe if it is set and has not run yet, and waits for it.
+    /// Runs the local probe if it is set and its answer is not current, and waits
+    /// for it.
     pub async fn probe_local_once(&self) {
+        use std::sync::atomic::Ordering;
         let Some(probe) = lock(&self.local_probe).clone() else {
             return;
         };
-        self.probed
-            .get_or_init(|| async {
-                let probed = run_probe(&probe.worker_bin, &probe.paths, probe.env).await;
-                if let Err(reason) = &probed {
-                    tracing::warn!(%reason, "cannot tell which CLI backends local workers can run");
-                }
-                self.set_local(probed);
-            })
-            .await;
+        if self.fresh.load(Ordering::SeqCst) {
+            return;
+        }
+        let _one = self.probing.lock().await;
+        if self.fresh.load(Ordering::SeqCst) {
+            return;
+        }
+        let probed = run_probe(&probe.worker_bin, &probe.paths, probe.env).await;
+        if let Err(reason) = &probed {
+            tracing::warn!(%reason, "cannot tell which CLI backends local workers can run");
+        }
+        self.set_local(probed);
+        self.fresh.store(true, Ordering::SeqCst);
+    }
+
+    /// An agent switched to a CLI backend: the local probe runs again at the next
+    /// ask. (A dial-in worker's answer is its start's; each CLI turn checks the
+    /// CLI again before it starts, `worker/src/backends/probe.rs`.)
+    pub fn reprobe(&self) {
+        self.fresh
+            .store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -320,6 +338,40 @@ mod tests {
                 .of_agent("b", Backend::ClaudeCode)
                 .is_some_and(|s| s.usable)
         );
+    }
+
+    /// The local probe runs once until an agent switches to a CLI backend; then the
+    /// next ask runs it again and sees what changed (a CLI installed meanwhile).
+    #[tokio::test]
+    async fn a_switch_to_a_cli_backend_probes_the_host_again() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let answer = dir.path().join("answer.json");
+        let worker = dir.path().join("worker");
+        std::fs::write(&worker, format!("#!/bin/sh
+cat {}
+", answer.display())).unwrap();
+        std::fs::set_permissions(&worker, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let write = |version: &str| {
+            let found = vec![usable(Backend::ClaudeCode, version)];
+            std::fs::write(&answer, serde_json::to_string(&found).unwrap()).unwrap();
+        };
+        let env: Vec<(String, std::ffi::OsString)> = std::env::var_os("PATH")
+            .map(|path| ("PATH".to_string(), path))
+            .into_iter()
+            .collect();
+        let seen = BackendsSeen::default();
+        seen.probe_local(worker, BackendPaths::default(), env);
+        let version = |seen: &BackendsSeen| seen.status()[0].version.clone();
+        write("2.1.332");
+        seen.probe_local_once().await;
+        assert_eq!(version(&seen).as_deref(), Some("2.1.332"));
+        write("2.1.400");
+        seen.probe_local_once().await;
+        assert_eq!(version(&seen).as_deref(), Some("2.1.332"), "probed once");
+        seen.reprobe();
+        seen.probe_local_once().await;
+        assert_eq!(version(&seen).as_deref(), Some("2.1.400"), "probed again");
     }
 
     /// The probe runs the worker binary with `backends` and the `[backends]` flags;
