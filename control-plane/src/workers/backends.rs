@@ -179,8 +179,7 @@ impl BackendsSeen {
     /// ask. (A dial-in worker's answer is its start's; each CLI turn checks the
     /// CLI again before it starts, `worker/src/backends/probe.rs`.)
     pub fn reprobe(&self) {
-        self.fresh
-            .store(false, std::sync::atomic::Ordering::SeqCst);
+        self.fresh.store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -348,9 +347,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let answer = dir.path().join("answer.json");
         let worker = dir.path().join("worker");
-        std::fs::write(&worker, format!("#!/bin/sh
+        std::fs::write(
+            &worker,
+            format!(
+                "#!/bin/sh
 cat {}
-", answer.display())).unwrap();
+",
+                answer.display()
+            ),
+        )
+        .unwrap();
         std::fs::set_permissions(&worker, std::fs::Permissions::from_mode(0o755)).unwrap();
         let write = |version: &str| {
             let found = vec![usable(Backend::ClaudeCode, version)];

@@ -11,6 +11,12 @@
 //! only `content-type`, `accept`, `anthropic-beta` and `anthropic-version` are
 //! passed on (the CLI's key headers are dropped).
 //!
+//! Slow upstreams: nothing here cuts a slow answer (no read or total timeout; the
+//! CLI's own request timeout applies). While a streamed answer (`text/event-stream`)
+//! is silent for [`KEEP_ALIVE_EVERY`] between two events, the proxy sends an SSE
+//! comment (`: keep-alive`), which SSE readers skip, so nothing idle-times the
+//! connection out; inside an event it sends nothing (that would corrupt it).
+//!
 //! Turn end: once a tool that ends the turn was called successfully, the proxy
 //! answers every further model request itself with a minimal final reply in the
 //! route's format (no content, `end_turn` / `stop`), so the CLI ends cleanly and its
@@ -149,10 +155,80 @@ async fn forward(
             answer = answer.header(name, value.as_bytes());
         }
     }
+    let streamed = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
     let stream = response.bytes_stream().map_err(std::io::Error::other);
+    let body = if streamed {
+        Body::from_stream(with_keep_alive(stream, KEEP_ALIVE_EVERY))
+    } else {
+        Body::from_stream(stream)
+    };
     answer
-        .body(Body::from_stream(stream))
+        .body(body)
         .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+}
+
+/// How long a streamed answer may be silent between events before the proxy sends
+/// a keep-alive comment.
+pub const KEEP_ALIVE_EVERY: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// An SSE comment: readers skip it.
+pub const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
+
+/// `upstream`'s chunks as they come; and [`KEEP_ALIVE`] after each `every` of
+/// silence, but only where an event has just ended (or before the first), never in
+/// the middle of one.
+pub fn with_keep_alive<S>(
+    upstream: S,
+    every: std::time::Duration,
+) -> impl futures::Stream<Item = Result<axum::body::Bytes, std::io::Error>> + Send
+where
+    S: futures::Stream<Item = Result<axum::body::Bytes, std::io::Error>> + Send + Unpin + 'static,
+{
+    use futures::StreamExt;
+    struct Relayed<S> {
+        upstream: S,
+        /// The last bytes sent (enough to see an event's blank line).
+        tail: Vec<u8>,
+        done: bool,
+    }
+    fn between_events(tail: &[u8]) -> bool {
+        tail.is_empty() || tail.ends_with(b"\n\n") || tail.ends_with(b"\r\n\r\n")
+    }
+    let start = Relayed {
+        upstream,
+        tail: Vec::new(),
+        done: false,
+    };
+    futures::stream::unfold(start, move |mut relayed| async move {
+        if relayed.done {
+            return None;
+        }
+        loop {
+            match tokio::time::timeout(every, relayed.upstream.next()).await {
+                Ok(Some(Ok(chunk))) => {
+                    relayed
+                        .tail
+                        .extend_from_slice(&chunk[chunk.len().saturating_sub(4)..]);
+                    let excess = relayed.tail.len().saturating_sub(4);
+                    relayed.tail.drain(..excess);
+                    return Some((Ok(chunk), relayed));
+                }
+                Ok(Some(Err(e))) => {
+                    relayed.done = true;
+                    return Some((Err(e), relayed));
+                }
+                Ok(None) => return None,
+                Err(_silent) if between_events(&relayed.tail) => {
+                    return Some((Ok(axum::body::Bytes::from_static(KEEP_ALIVE)), relayed));
+                }
+                Err(_silent) => continue,
+            }
+        }
+    })
 }
 
 /// The reply that ends the CLI's turn: no content, a clean stop, in the route's
@@ -213,6 +289,48 @@ pub fn final_reply_body(route: &ModelRoute, stream: bool) -> (&'static str, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Silence between events brings keep-alive comments (the upstream sends nothing
+    /// until one came); silence inside an event brings none; the events themselves
+    /// pass unchanged.
+    #[tokio::test]
+    async fn a_silent_stream_is_kept_alive_between_events_only() {
+        use futures::StreamExt;
+        type Item = Result<axum::body::Bytes, std::io::Error>;
+        async fn next_text<S: futures::Stream<Item = Item> + Unpin>(s: &mut S) -> Option<String> {
+            s.next()
+                .await
+                .map(|item| String::from_utf8(item.unwrap().to_vec()).unwrap())
+        }
+        let every = std::time::Duration::from_millis(20);
+        let (tx, rx) = futures::channel::mpsc::unbounded::<Item>();
+        let mut relayed = Box::pin(with_keep_alive(rx, every));
+        let chunk = |text: &'static str| Ok(axum::body::Bytes::from_static(text.as_bytes()));
+        // Before the first byte: kept alive.
+        assert_eq!(
+            next_text(&mut relayed).await.as_deref(),
+            Some(": keep-alive\n\n")
+        );
+        tx.unbounded_send(chunk("event: a\ndata: 1\n\n")).unwrap();
+        assert_eq!(
+            next_text(&mut relayed).await.as_deref(),
+            Some("event: a\ndata: 1\n\n")
+        );
+        assert_eq!(
+            next_text(&mut relayed).await.as_deref(),
+            Some(": keep-alive\n\n")
+        );
+        tx.unbounded_send(chunk("data: par")).unwrap();
+        assert_eq!(next_text(&mut relayed).await.as_deref(), Some("data: par"));
+        // Mid-event: many intervals pass and nothing is sent.
+        let quiet = tokio::time::timeout(every * 10, next_text(&mut relayed)).await;
+        assert!(quiet.is_err(), "sent inside an event: {quiet:?}");
+        tx.unbounded_send(chunk("tial\n\n")).unwrap();
+        assert_eq!(next_text(&mut relayed).await.as_deref(), Some("tial\n\n"));
+        drop(tx);
+        // The end of the upstream ends the stream (no keep-alive after it).
+        assert_eq!(next_text(&mut relayed).await, None);
+    }
     use crate::model::StopReason;
     use crate::model::http::StreamFormat;
     use crate::model::sse::SseDecoder;
