@@ -549,7 +549,15 @@ async fn drive(
     cancel: &CancellationToken,
     watchdog: Duration,
 ) -> (Result<String, LoopError>, Vec<WorkerEvent>) {
-    drive_with(agent, route, cancel, watchdog, Inbox::default()).await
+    drive_with(
+        agent,
+        route,
+        cancel,
+        watchdog,
+        Inbox::default(),
+        "http://127.0.0.1:9",
+    )
+    .await
 }
 
 async fn drive_with(
@@ -558,6 +566,7 @@ async fn drive_with(
     cancel: &CancellationToken,
     watchdog: Duration,
     inbox: Inbox,
+    relay_base: &str,
 ) -> (Result<String, LoopError>, Vec<WorkerEvent>) {
     let (tx, mut events) = mpsc::unbounded_channel();
     let sink = EventSink::new(tx);
@@ -593,7 +602,7 @@ async fn drive_with(
         sandbox: Some(sandbox),
         gate: Arc::new(AllowAll),
         tools: toolbox(&agent.workspace()),
-        relay: relay("http://127.0.0.1:9"),
+        relay: relay(relay_base),
         first_event_within: watchdog,
         max_model_calls: 50,
     };
@@ -802,6 +811,64 @@ sleep 300"#,
     }
 }
 
+/// A CLI that retries a rate-limited model call forever (OpenCode does, silently)
+/// is stopped once the provider answered 429 to `GIVE_UP_AFTER_429S` calls in a
+/// row, and the run fails as a model error saying so.
+#[tokio::test]
+async fn a_cli_the_provider_keeps_rate_limiting_is_stopped_saying_so() {
+    let model = FakeModel::start(Wire::Anthropic, &["m"]).await;
+    for _ in 0..30 {
+        model.push(fake_model::Reply::Error {
+            status: 429,
+            kind: "rate_limit_error".into(),
+            message: "slow down".into(),
+            retry_after: Some("1".into()),
+        });
+    }
+    let agent = Agent::new(
+        r#"echo "$$" > "$PWD/pid"
+echo '{"t":"session","id":"s-1"}'
+llm() {
+  local port=${CHORUS_TOOLS_URL##*:}
+  local body='{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}'
+  exec 4<>/dev/tcp/127.0.0.1/$port || return 1
+  printf 'POST /llm/v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nx-api-key: %s\r\nanthropic-version: 2023-06-01\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' "$CHORUS_TOOLS_TOKEN" "${#body}" "$body" >&4
+  cat <&4 > /dev/null
+  exec 4<&-
+}
+for i in $(seq 1 30); do llm; done
+sleep 300"#,
+    );
+    let (outcome, _) = tokio::time::timeout(
+        Duration::from_secs(120),
+        drive_with(
+            &agent,
+            anthropic_route(),
+            &CancellationToken::new(),
+            Duration::from_secs(30),
+            Inbox::default(),
+            &model.host_url(),
+        ),
+    )
+    .await
+    .expect("the rate-limited CLI was not stopped");
+    let error = outcome.unwrap_err();
+    assert_eq!(error.kind(), FailureKind::ModelError);
+    let message = error.to_string();
+    assert!(
+        message.contains("kept rate-limiting")
+            && message.contains("8 model calls in a row were answered 429"),
+        "{message}"
+    );
+    assert!(model.requests().len() >= 8, "{}", model.requests().len());
+    let pid: i32 = std::fs::read_to_string(agent.workspace().join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(gone_within(pid, Duration::from_secs(5)).await);
+}
+
 #[tokio::test]
 async fn a_cli_that_prints_nothing_is_stopped_by_the_watchdog() {
     let agent = Agent::new(
@@ -863,6 +930,7 @@ fi"#,
         &CancellationToken::new(),
         Duration::from_secs(30),
         inbox,
+        "http://127.0.0.1:9",
     )
     .await;
     releaser.await.unwrap();

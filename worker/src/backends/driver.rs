@@ -414,6 +414,19 @@ impl<G: ToolGate + 'static> Driver<'_, '_, G> {
             let next = tokio::select! {
                 line = cli.next_line() => Ok(line),
                 () = tokio::time::sleep(self.run.first_event_within), if !any_line => Err(()),
+                // Some CLIs retry a rate-limited call forever without a word.
+                why = self.endpoint.rate_limited() => {
+                    cli.kill();
+                    let _ = cli.wait().await;
+                    self.close_step(&mut turn, true, None);
+                    return Err(TurnError::Failed(failed(
+                        FailureKind::ModelError,
+                        format!(
+                            "the provider kept rate-limiting {backend}'s model calls ({why}), \
+                             so the CLI was stopped: wait a while and send the message again"
+                        ),
+                    )));
+                }
                 () = self.cancel.cancelled() => {
                     cli.kill();
                     let _ = cli.wait().await;

@@ -85,6 +85,7 @@ pub struct RunEndpoint {
     pub token: String,
     turn_ended: Arc<dyn Fn() -> bool + Send + Sync>,
     over_limit: Arc<AtomicBool>,
+    rate_limited: watch::Receiver<Option<String>>,
     stop: CancellationToken,
     server: Option<tokio::task::JoinHandle<()>>,
 }
@@ -97,6 +98,7 @@ impl RunEndpoint {
         let port = listener.local_addr()?.port();
         let turn_ended = Arc::new(AtomicBool::new(false));
         let over_limit = Arc::new(AtomicBool::new(false));
+        let (gave_up, rate_limited) = watch::channel(None);
         let upstream = Arc::new(super::proxy::Upstream {
             agent: run.agent.clone(),
             relay: run.relay.clone(),
@@ -104,6 +106,8 @@ impl RunEndpoint {
             max_model_calls: run.max_model_calls,
             model_calls: Default::default(),
             over_limit: over_limit.clone(),
+            rate_limited_in_a_row: Default::default(),
+            gave_up,
         });
         let shared = Arc::new(Shared {
             run,
@@ -131,9 +135,24 @@ impl RunEndpoint {
             token,
             turn_ended: Arc::new(move || ended.turn_ended.load(Ordering::SeqCst)),
             over_limit,
+            rate_limited,
             stop,
             server: Some(server),
         })
+    }
+
+    /// Resolves with why, once the provider rate-limited too many model calls in a
+    /// row (`proxy::GIVE_UP_AFTER_429S`); never otherwise.
+    pub async fn rate_limited(&self) -> String {
+        let mut seen = self.rate_limited.clone();
+        loop {
+            if let Some(why) = seen.borrow_and_update().clone() {
+                return why;
+            }
+            if seen.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     /// Whether the CLI asked its model more often than the run allows (its turn was

@@ -17,6 +17,11 @@
 //! comment (`: keep-alive`), which SSE readers skip, so nothing idle-times the
 //! connection out; inside an event it sends nothing (that would corrupt it).
 //!
+//! Rate limits: the provider's 429 passes to the CLI as it came (it retries as it
+//! likes); after [`GIVE_UP_AFTER_429S`] in a row the driver stops the CLI and fails
+//! the run as a model error saying so, since OpenCode retries a 429 forever and
+//! prints nothing meanwhile.
+//!
 //! Turn end: once a tool that ends the turn was called successfully, the proxy
 //! answers every further model request itself with a minimal final reply in the
 //! route's format (no content, `end_turn` / `stop`), so the CLI ends cleanly and its
@@ -49,7 +54,15 @@ pub struct Upstream {
     pub max_model_calls: u32,
     pub model_calls: AtomicU32,
     pub over_limit: Arc<AtomicBool>,
+    /// Model calls answered 429 in a row.
+    pub rate_limited_in_a_row: AtomicU32,
+    /// Set once [`GIVE_UP_AFTER_429S`] calls in a row were rate-limited, saying so:
+    /// the driver then ends the CLI (some CLIs retry a 429 forever, silently).
+    pub gave_up: watch::Sender<Option<String>>,
 }
+
+/// Model calls in a row the provider may rate-limit before the run gives up.
+pub const GIVE_UP_AFTER_429S: u32 = 8;
 
 /// The proxy's routes, below `/llm`.
 pub fn router(upstream: Arc<Upstream>) -> axum::Router {
@@ -142,6 +155,7 @@ async fn forward(
                 .into_response();
         }
     };
+    note_rate_limit(&shared, &response);
     let mut answer = Response::builder().status(response.status().as_u16());
     for (name, value) in response.headers() {
         let name = name.as_str();
@@ -169,6 +183,29 @@ async fn forward(
     answer
         .body(body)
         .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+}
+
+/// Counts 429s in a row (any success resets) and gives up at the bound.
+fn note_rate_limit(shared: &Upstream, response: &reqwest::Response) {
+    let status = response.status();
+    if status.as_u16() != 429 {
+        if status.is_success() {
+            shared.rate_limited_in_a_row.store(0, Ordering::SeqCst);
+        }
+        return;
+    }
+    let in_a_row = shared.rate_limited_in_a_row.fetch_add(1, Ordering::SeqCst) + 1;
+    if in_a_row >= GIVE_UP_AFTER_429S {
+        let wait = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .map(|v| format!("; it asked to wait {v} s"))
+            .unwrap_or_default();
+        shared.gave_up.send_replace(Some(format!(
+            "{in_a_row} model calls in a row were answered 429 (rate limited){wait}"
+        )));
+    }
 }
 
 /// How long a streamed answer may be silent between events before the proxy sends

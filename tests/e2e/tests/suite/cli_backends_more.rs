@@ -3,12 +3,14 @@
 //! (the file on the worker's volume, the call audited, the worker's probe shown);
 //! a CLI that is not on PATH, or too old, makes the agent "not usable" with the
 //! reason, and a message to it fails at once (`config`) saying how to install the
-//! supported version, without the CLI running.
+//! supported version, without the CLI running. A provider that keeps
+//! rate-limiting an OpenCode agent fails the run as a model error that says so,
+//! with no CLI left running.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use chorus_test_support::fake_model::{text, tool_call};
+use chorus_test_support::fake_model::{Reply, text, tool_call};
 
 use super::dial_in::DialInWorker;
 use chorus_test_support::{Chorus, FakeAnthropic, FakeModel, FakeOpenAi, bin_path};
@@ -354,5 +356,61 @@ async fn a_claude_code_older_than_supported_is_not_usable_and_its_run_fails_at_o
         &["2.1.9", "2.1.332", CLAUDE_INSTALL],
     );
     assert!(model.requests().is_empty());
+    Ok(())
+}
+
+/// A provider that keeps answering 429 fails an OpenCode run as a model error that
+/// says so, with no OpenCode process left: OpenCode gives up by itself when the
+/// provider says how long to wait (as here); without that it retries silently, and
+/// the worker stops it after `GIVE_UP_AFTER_429S` (8) answers 429 in a row (that
+/// path: `worker/tests/backends.rs`).
+#[tokio::test]
+async fn a_provider_that_keeps_rate_limiting_fails_the_opencode_run_saying_so() -> anyhow::Result<()>
+{
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder()
+        .env("OPENAI_BASE_URL", &model.base_url())
+        .env("OPENAI_API_KEY", "sk-openai-e2e")
+        .env("CHORUS_DEFAULT_MODEL", "fake-model")
+        .start()
+        .await?;
+    create(&chorus, "busy", "opencode", "openai/fake-model").await?;
+    for _ in 0..40 {
+        model.push(Reply::Error {
+            status: 429,
+            kind: "rate_limit_exceeded".into(),
+            message: "slow down".into(),
+            retry_after: Some("1".into()),
+        });
+    }
+    let id = chorus.send_message("busy", "write a note").await?;
+    let thread = chorus
+        .wait_thread_finished("busy", id, Duration::from_secs(120))
+        .await?;
+    assert_eq!(thread["status"], "failed", "{thread:#}");
+    assert_eq!(thread["failure_kind"], "model_error", "{thread:#}");
+    let error = thread["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("kept rate-limiting") && error.contains("429"),
+        "{error}"
+    );
+    let opencode = std::env::var_os("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|dir| dir.join("opencode"))
+                .find(|p| p.is_file())
+        })
+        .expect("opencode is on PATH: .ci/run installs it");
+    let opencode = std::fs::canonicalize(opencode)?;
+    let left: Vec<u32> = std::fs::read_dir("/proc")?
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == opencode)
+                && std::fs::read_link(format!("/proc/{pid}/cwd"))
+                    .is_ok_and(|cwd| cwd.starts_with(chorus.agent_dir("busy")))
+        })
+        .collect();
+    assert!(left.is_empty(), "OpenCode still runs: {left:?}");
     Ok(())
 }
