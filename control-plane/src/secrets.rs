@@ -128,6 +128,7 @@ impl KnownSecrets {
             | WorkerEvent::Heartbeat { .. }
             | WorkerEvent::InputTaken { .. }
             | WorkerEvent::CliSessionStarted { .. }
+            | WorkerEvent::ResumedCallDone { .. }
             | WorkerEvent::AgentFilesDeleted { result: Ok(_), .. }
             | WorkerEvent::StepEnded(_) => {}
         }

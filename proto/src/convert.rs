@@ -869,6 +869,15 @@ impl From<Sequenced> for pb::WorkerMessage {
             WorkerEvent::CliSessionStarted { run_id, session_id } => {
                 WorkerBody::CliSessionStarted(pb::CliSessionStarted { run_id, session_id })
             }
+            WorkerEvent::ResumedCallDone {
+                run_id,
+                call_id,
+                is_error,
+            } => WorkerBody::ResumedCallDone(pb::ResumedCallDone {
+                run_id,
+                call_id,
+                is_error,
+            }),
             WorkerEvent::InputTaken { run_id, message_id } => {
                 WorkerBody::InputTaken(pb::InputTaken { run_id, message_id })
             }
@@ -996,6 +1005,11 @@ impl TryFrom<pb::WorkerMessage> for WorkerEvent {
                 run_id: s.run_id,
                 session_id: s.session_id,
             },
+            WorkerBody::ResumedCallDone(d) => WorkerEvent::ResumedCallDone {
+                run_id: d.run_id,
+                call_id: d.call_id,
+                is_error: d.is_error,
+            },
             WorkerBody::InputTaken(t) => WorkerEvent::InputTaken {
                 run_id: t.run_id,
                 message_id: t.message_id,
@@ -1064,6 +1078,11 @@ mod tests {
             WorkerEvent::CliSessionStarted {
                 run_id: "r".into(),
                 session_id: "ses_1".into(),
+            },
+            WorkerEvent::ResumedCallDone {
+                run_id: "r".into(),
+                call_id: "toolu_1".into(),
+                is_error: true,
             },
             WorkerEvent::Heartbeat { active_runs: 2 },
             WorkerEvent::StepStarted(StepStarted {

@@ -607,6 +607,12 @@ pub enum WorkerEvent {
         run_id: String,
         session_id: String,
     },
+    /// The run carried out (or refused) its assignment's [`ResumedCall`].
+    ResumedCallDone {
+        run_id: String,
+        call_id: String,
+        is_error: bool,
+    },
     /// The run put a user message (injected, or an input of its assignment) into
     /// its history; the model sees it at the next call.
     InputTaken {
@@ -710,6 +716,7 @@ impl WorkerEvent {
             | WorkerEvent::TextDelta { run_id, .. }
             | WorkerEvent::InputTaken { run_id, .. }
             | WorkerEvent::CliSessionStarted { run_id, .. }
+            | WorkerEvent::ResumedCallDone { run_id, .. }
             | WorkerEvent::ToolCheck { run_id, .. } => Some(run_id),
         }
     }

@@ -95,6 +95,9 @@ fn upper_bound(event: &WorkerEvent) -> usize {
                     .sum::<usize>()
         }
         WorkerEvent::CliSessionStarted { run_id, session_id } => run_id.len() + session_id.len(),
+        WorkerEvent::ResumedCallDone {
+            run_id, call_id, ..
+        } => run_id.len() + call_id.len(),
         WorkerEvent::Heartbeat { .. } | WorkerEvent::JobEnded { .. } => 0,
         WorkerEvent::StepStarted(s) => s.run_id.len() + s.description.len(),
         WorkerEvent::StepEnded(s) => s.run_id.len(),

@@ -1012,6 +1012,25 @@ impl AgentActor {
                     message_id: *message_id,
                 },
             )),
+            WorkerEvent::ResumedCallDone {
+                call_id, is_error, ..
+            } => {
+                let stored = store
+                    .record_resumed_call(
+                        agent,
+                        thread_id,
+                        call_id,
+                        *is_error,
+                        RunMark {
+                            run_id: &run_id,
+                            seq,
+                        },
+                    )
+                    .await;
+                self.unflushed = true;
+                drop(stored);
+                return Ok(());
+            }
             WorkerEvent::CliSessionStarted { session_id, .. } => {
                 // Stored with the run for the thread's next run; nothing to show.
                 let stored = store
@@ -1082,7 +1101,8 @@ impl AgentActor {
             | WorkerEvent::StepEnded(_)
             | WorkerEvent::MessageAppended { .. }
             | WorkerEvent::InputTaken { .. }
-            | WorkerEvent::CliSessionStarted { .. } => Ok(()),
+            | WorkerEvent::CliSessionStarted { .. }
+            | WorkerEvent::ResumedCallDone { .. } => Ok(()),
             // Tool checks go to the gate; background jobs and summaries elsewhere.
             WorkerEvent::ToolCheck { .. }
             | WorkerEvent::Hello { .. }

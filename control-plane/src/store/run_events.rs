@@ -32,6 +32,12 @@ pub(super) enum RunEvent {
     InputTaken(u64),
     /// A CLI backend's run started (or went on with) this session of the CLI.
     CliSession(String),
+    /// A call deferred for a person was carried out (or refused) by a later run:
+    /// its audit row gets the result (`is_error`).
+    ResumedCallDone {
+        call_id: String,
+        is_error: bool,
+    },
 }
 
 /// One event of a run of an agent's thread, with its place in the run's sequence.
@@ -144,6 +150,16 @@ pub(super) async fn write(
                         .execute(&mut *conn)
                         .await?;
                 }
+            }
+            RunEvent::ResumedCallDone { call_id, is_error } => {
+                super::audit::record_result(
+                    conn,
+                    agent,
+                    thread,
+                    call_id,
+                    if *is_error { "error" } else { "ok" },
+                )
+                .await?;
             }
             RunEvent::InputTaken(message_id) => {
                 sqlx::query(

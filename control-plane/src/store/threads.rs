@@ -882,6 +882,27 @@ impl Store {
         .await
     }
 
+    /// Queues the result of a deferred call a later run carried out, for its audit row.
+    pub async fn record_resumed_call(
+        &self,
+        agent: &str,
+        thread: u64,
+        call_id: &str,
+        is_error: bool,
+        mark: RunMark<'_>,
+    ) -> super::Pending<bool> {
+        self.queue_event(
+            agent,
+            thread,
+            Some(mark),
+            RunEvent::ResumedCallDone {
+                call_id: call_id.to_owned(),
+                is_error,
+            },
+        )
+        .await
+    }
+
     /// Queues a run's event to the writer, which merges it with its neighbours.
     async fn queue_event(
         &self,

@@ -86,6 +86,21 @@ impl<G: ToolGate> Pipeline<'_, G> {
         resumed: &ResumedCall,
         steps: &Steps,
     ) -> Result<ToolOutcome, LoopError> {
+        let outcome = self.resumed_outcome(resumed, steps).await?;
+        // Its audit row gets the result, as a tool message gives it for other calls.
+        self.sink.send(WorkerEvent::ResumedCallDone {
+            run_id: self.run_id.to_string(),
+            call_id: resumed.call.id.clone(),
+            is_error: outcome.is_error,
+        });
+        Ok(outcome)
+    }
+
+    async fn resumed_outcome(
+        &self,
+        resumed: &ResumedCall,
+        steps: &Steps,
+    ) -> Result<ToolOutcome, LoopError> {
         let (call, runs_in) = locate(&resumed.call, self.offered);
         let call = &call;
         let offered = self.offered.iter().any(|s| s.name == call.name);

@@ -859,7 +859,8 @@ async fn a_cli_call_that_asks_waits_for_a_person_and_runs_once_approved() -> any
 /// ends with no CLI process left, and the thread waits for the person without a
 /// run. The answer resumes the same session: an approved call runs then (the file
 /// appears) and the model reads its result; a denied one is not run and the model
-/// reads why. One audit row each, as for a call answered in time.
+/// reads why. One audit row each, as for a call answered in time, with the call's
+/// result once it ran (or was refused).
 #[tokio::test]
 async fn an_approval_slower_than_the_hold_ends_the_cli_turn_and_its_answer_resumes_the_session()
 -> anyhow::Result<()> {
@@ -988,16 +989,17 @@ async fn an_approval_slower_than_the_hold_ends_the_cli_turn_and_its_answer_resum
                 "{backend}: {said:?} not in {resumed}"
             );
         }
+        // One row per call, with how the call went once it was answered.
         let decisions: Vec<String> = tool_decisions(&chorus, "careful")
             .await?
             .into_iter()
-            .map(|(action, decision, _)| format!("{action} {decision}"))
+            .map(|(action, decision, result)| format!("{action} {decision} {result}"))
             .collect();
         assert_eq!(
             decisions,
             [
-                "tool:create_file:a.txt ask_approved",
-                "tool:create_file:b.txt ask_denied"
+                "tool:create_file:a.txt ask_approved ok",
+                "tool:create_file:b.txt ask_denied error"
             ],
             "{backend}: {decisions:#?}"
         );
