@@ -113,6 +113,8 @@ pub struct FileSettings {
     pub tasks: FileTasks,
     #[serde(default)]
     pub backends: FileBackends,
+    #[serde(default)]
+    pub schedules: FileSchedules,
     /// Roles by user id (`api` is whoever holds the API token; `default` is everyone
     /// not listed): admin | operator | viewer.
     #[serde(default)]
@@ -556,6 +558,41 @@ impl Default for TaskSettings {
     }
 }
 
+/// `[schedules]`: agents' scheduled prompts (`schedules`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSchedules {
+    /// Failed runs in a row after which a schedule is paused (with a notification).
+    pub pause_after_failures: Option<u32>,
+}
+
+/// The resolved `[schedules]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScheduleSettings {
+    pub pause_after_failures: u32,
+}
+
+impl ScheduleSettings {
+    fn from_file(file: &FileSchedules) -> Result<Self, ConfigError> {
+        Ok(ScheduleSettings {
+            pause_after_failures: in_range(
+                "[schedules] pause_after_failures",
+                file.pause_after_failures,
+                3,
+                1..=u32::MAX,
+            )?,
+        })
+    }
+}
+
+impl Default for ScheduleSettings {
+    fn default() -> Self {
+        ScheduleSettings {
+            pause_after_failures: 3,
+        }
+    }
+}
+
 /// `[backends]`: where the CLIs an agent's backend may name are (default: found on
 /// the `PATH` local workers get).
 #[derive(Debug, Default, Deserialize)]
@@ -695,6 +732,8 @@ pub struct Settings {
     pub tasks: TaskSettings,
     /// `[backends]`: the CLIs' paths, when not found on `PATH`.
     pub backends: BackendPaths,
+    /// `[schedules]`.
+    pub schedules: ScheduleSettings,
     /// `None`: no Discord front end (no `DISCORD_TOKEN`).
     pub discord: Option<DiscordSettings>,
     /// Where traces are exported (`OTEL_EXPORTER_OTLP_*`); `None`: nowhere.
@@ -1048,6 +1087,7 @@ impl Settings {
             context: ContextSettings::from_file(&file.context)?,
             tasks: TaskSettings::from_file(&file.tasks)?,
             backends: BackendPaths::from_file(file.backends)?,
+            schedules: ScheduleSettings::from_file(&file.schedules)?,
             discord: DiscordSettings::resolve(file.discord, &env)?,
             metrics_open: file.metrics.open,
             header_deadline: Duration::from_secs(in_range(

@@ -74,6 +74,7 @@ mod policies;
 mod refs;
 mod run_events;
 mod runs;
+mod schedules;
 mod sessions;
 mod task_turns;
 mod tasks;
@@ -103,6 +104,9 @@ pub use owner_lock::{DatabaseLock, Taken};
 pub use policies::AgentPolicy;
 pub use refs::{MessageRef, OwedAnswer};
 pub use runs::{NewRun, RunMark, RunRecord, RunStatus};
+pub use schedules::{
+    GoingRun, NewSchedule, RunCause, ScheduleRecord, ScheduleRunRecord, ScheduleRunStatus,
+};
 pub use sessions::{Cleared, SessionRecord, context_cutoff};
 pub use task_turns::ThreadUsage;
 pub use tasks::{
