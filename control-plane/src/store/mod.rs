@@ -215,12 +215,13 @@ macro_rules! migrations {
             (22, "agent grants", "0022_agent_grants.sql"),
             (23, "task run links", "0023_task_run_links.sql"),
             (24, "backends", "0024_backends.sql"),
+            (25, "schedules", "0025_schedules.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 24] = match backend {
+    let set: [(i64, &'static str, &'static str); 25] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };
