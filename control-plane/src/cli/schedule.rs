@@ -218,15 +218,11 @@ mod tests {
             {"id": 2, "agent": "a", "prompt": "once", "cron": null, "timezone": null,
              "at": "2026-12-02T09:00:00.000Z", "on_missed": "skip", "paused": true, "next_run_at": null}
         ]});
-        let text = schedules("a", &list);
-        assert!(text.starts_with("ID  NEXT RUN (UTC)"), "{text}");
-        assert!(
-            text.contains("2026-12-01T06:30:00.000Z  30 7 * * * (Europe/Berlin)  run_once"),
-            "{text}"
-        );
-        assert!(
-            text.contains("paused") && text.contains("once at 2026-12-02T09:00:00.000Z"),
-            "{text}"
+        assert_eq!(
+            schedules("a", &list),
+            "ID  NEXT RUN (UTC)            WHEN                              IF MISSED  PROMPT\n\
+             1   2026-12-01T06:30:00.000Z  30 7 * * * (Europe/Berlin)        run_once   Summarise …\n\
+             2   paused                    once at 2026-12-02T09:00:00.000Z  skip       once\n"
         );
         assert_eq!(
             schedules("a", &json!({"schedules": []})),
@@ -236,7 +232,7 @@ mod tests {
             "status": "failed", "thread": 4, "tokens": 120, "error": "the model refused"}]});
         let text = runs(1, &ran);
         assert!(
-            text.contains("schedule  failed  4       120     the model refused"),
+            text.ends_with("schedule  failed  4       120     the model refused\n"),
             "{text}"
         );
         assert_eq!(
