@@ -580,3 +580,161 @@ async fn a_scheduled_run_never_waits_for_a_person() -> anyhow::Result<()> {
         .await?;
     Ok(())
 }
+
+/// `chorus schedule add|list|run|runs|remove` through the real binaries: what a
+/// person reads, what scripts get with `--json`, and a bad cron's message.
+#[tokio::test]
+async fn schedules_from_the_terminal_client() -> anyhow::Result<()> {
+    use super::cli::{client, stderr, stdout};
+    let model = FakeOpenAi::start().await;
+    let chorus = start(&model, None, "").await?;
+    chorus.create_agent("helper").await?;
+    let added = client(
+        &chorus,
+        &[
+            "schedule",
+            "add",
+            "helper",
+            "Summarise my inbox",
+            "--cron",
+            "30 7 * * mon-fri",
+            "--tz",
+            "Europe/Berlin",
+            "--json",
+        ],
+    )
+    .await;
+    assert!(added.status.success(), "{}", stderr(&added));
+    let made: Value = serde_json::from_slice(&added.stdout)?;
+    let id = made["id"].as_u64().unwrap().to_string();
+    assert_eq!(made["timezone"], "Europe/Berlin");
+
+    let bad = client(
+        &chorus,
+        &[
+            "schedule", "add", "helper", "x", "--cron", "* * *", "--tz", "UTC",
+        ],
+    )
+    .await;
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(stderr(&bad).contains("send five"), "{}", stderr(&bad));
+
+    let listed = client(&chorus, &["schedule", "list", "helper"]).await;
+    let text_out = stdout(&listed);
+    assert!(
+        text_out.starts_with("ID  NEXT RUN (UTC)")
+            && text_out.contains("30 7 * * mon-fri (Europe/Berlin)")
+            && text_out.contains("Summarise my inbox"),
+        "{text_out}"
+    );
+
+    model.push(text("Inbox: empty."));
+    let ran = client(&chorus, &["schedule", "run", "helper", &id]).await;
+    assert!(ran.status.success(), "{}", stderr(&ran));
+    assert!(
+        stdout(&ran).contains("runs now in thread"),
+        "{}",
+        stdout(&ran)
+    );
+    wait_runs(&chorus, "helper", made["id"].as_u64().unwrap(), |r| {
+        ended(r, 1)
+    })
+    .await?;
+    let runs_out = client(&chorus, &["schedule", "runs", "helper", &id]).await;
+    let text_out = stdout(&runs_out);
+    assert!(
+        text_out.starts_with("STARTED") && text_out.contains("  manual  completed  "),
+        "{text_out}"
+    );
+
+    let removed = client(&chorus, &["schedule", "remove", "helper", &id]).await;
+    assert!(removed.status.success(), "{}", stderr(&removed));
+    let listed = client(&chorus, &["schedule", "list", "helper"]).await;
+    assert_eq!(stdout(&listed), "helper has no schedules.\n");
+    Ok(())
+}
+
+/// `/schedule …` in an agent's channel: an operator adds and runs one, a viewer may
+/// list but not run; the pause after a failed run is posted in the agent's channel.
+#[tokio::test]
+async fn schedules_on_discord_and_the_pause_is_posted_in_the_agents_channel() -> anyhow::Result<()>
+{
+    use chorus_test_support::FakeDiscord;
+    const OPERATOR: &str = "600000000000000002";
+    const VIEWER: &str = "600000000000000003";
+    const CHANNEL: &str = "700000000000000031";
+    let discord = FakeDiscord::start().await;
+    let model = FakeOpenAi::start().await;
+    let chorus = super::discord::with_bot_config(
+        &discord,
+        &model,
+        "[discord.roles]\n\"111\" = \"operator\"\n\n[schedules]\npause_after_failures = 1\n",
+    )
+    .await?;
+    chorus
+        .create_agent_with(json!({"name": "flaky", "discord_channel_id": CHANNEL}))
+        .await?;
+    let answer = |token: String| {
+        let discord = &discord;
+        async move {
+            let (_, body) = discord
+                .wait_for("an interaction answer", WAIT, |d| {
+                    d.answers(&token).into_iter().next()
+                })
+                .await?;
+            anyhow::Ok(
+                body["data"]["content"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        }
+    };
+    let sub = |name: &str, options: Value| json!([{"name": name, "type": 1, "options": options}]);
+    let add = sub(
+        "add",
+        json!([
+            {"name": "prompt", "type": 3, "value": "try"},
+            {"name": "cron", "type": 3, "value": "0 0 1 1 *"},
+            {"name": "timezone", "type": 3, "value": "UTC"},
+        ]),
+    );
+    let said = answer(discord.slash(OPERATOR, &["111"], CHANNEL, "schedule", add)).await?;
+    assert!(
+        said.starts_with("Schedule 1 of **flaky**: `0 0 1 1 *` (UTC); next "),
+        "{said}"
+    );
+    let run = sub("run", json!([{"name": "id", "type": 4, "value": 1}]));
+    let said = answer(discord.slash(VIEWER, &[], CHANNEL, "schedule", run.clone())).await?;
+    assert!(said.contains("Only an operator or an admin"), "{said}");
+    assert!(
+        runs(&chorus, "flaky", 1).await?.is_empty(),
+        "the viewer ran nothing"
+    );
+
+    model.push(error(400, "invalid_request_error", "the model refuses"));
+    let said = answer(discord.slash(OPERATOR, &["111"], CHANNEL, "schedule", run)).await?;
+    assert!(said.contains("runs now, in thread"), "{said}");
+    let notice = discord
+        .wait_for("the pause posted", WAIT, |d| {
+            d.posted().into_iter().find(|m| {
+                m["channel_id"] == CHANNEL
+                    && m["content"].as_str().unwrap_or("").contains("is paused")
+            })
+        })
+        .await?;
+    assert!(
+        notice["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Schedule 1 of flaky failed 1 times in a row and is paused."),
+        "{notice}"
+    );
+    let list = sub("list", json!([]));
+    let said = answer(discord.slash(VIEWER, &[], CHANNEL, "schedule", list)).await?;
+    assert!(said.contains("- 1 · `0 0 1 1 *` (UTC) · paused"), "{said}");
+    let runs_of = sub("runs", json!([{"name": "id", "type": 4, "value": 1}]));
+    let said = answer(discord.slash(VIEWER, &[], CHANNEL, "schedule", runs_of)).await?;
+    assert!(said.contains("manual · failed · thread"), "{said}");
+    Ok(())
+}
