@@ -218,6 +218,11 @@ impl Scheduler {
                 _ = self.wake.notified() => continue,
                 _ = tokio::time::sleep(sleep) => {}
             }
+            if self.runs.draining() {
+                // Shutting down: no run would start. What is due stays due, and the
+                // next start takes it as missed; the loop ends with the shutdown.
+                std::future::pending::<()>().await;
+            }
             self.fire_due().await;
         }
     }

@@ -738,3 +738,45 @@ async fn schedules_on_discord_and_the_pause_is_posted_in_the_agents_channel() ->
     assert!(said.contains("manual · failed · thread"), "{said}");
     Ok(())
 }
+
+/// A run going when chorus is killed is still its schedule's run after the restart:
+/// its thread is resumed, and its end is recorded when it comes.
+#[tokio::test]
+async fn a_run_going_through_a_crash_ends_as_its_thread_does_after_the_restart()
+-> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let data = tempfile::tempdir()?;
+    let chorus = start(&model, Some(data.path()), "").await?;
+    chorus.create_agent("steady").await?;
+    let id = create(
+        &chorus,
+        "steady",
+        json!({"prompt": "long report", "cron": "0 0 1 1 *", "timezone": "UTC"}),
+    )
+    .await?["id"]
+        .as_u64()
+        .unwrap();
+    // The model call in flight when chorus dies is never answered.
+    model.push(Reply::Silent);
+    let (status, run) = call(
+        &chorus,
+        Method::POST,
+        &format!("/api/agents/steady/schedules/{id}/run"),
+        None,
+    )
+    .await?;
+    assert_eq!(status, 201, "{run}");
+    model.wait_for_requests(1, WAIT).await;
+    chorus.kill().await?;
+
+    model.push(text("The report, after all."));
+    let chorus = start(&model, Some(data.path()), "").await?;
+    let runs = wait_runs(&chorus, "steady", id, |r| ended(r, 1)).await?;
+    assert_eq!(runs[0]["status"], "completed", "{runs:#?}");
+    assert_eq!(runs[0]["thread"], run["thread"], "the same thread, resumed");
+    let thread = chorus
+        .thread("steady", run["thread"].as_u64().unwrap())
+        .await?;
+    assert_eq!(thread["status"], "completed");
+    Ok(())
+}
