@@ -1284,6 +1284,22 @@ mod tests {
         // The example says the defaults.
         assert_eq!(s.tasks, TaskSettings::default());
         assert_eq!(s.backends, BackendPaths::default());
+        assert_eq!(s.schedules, ScheduleSettings::default());
+    }
+
+    #[test]
+    fn schedules_pause_after_three_failures_unless_set_and_never_after_none() {
+        let resolve = |text: &str| {
+            let file: FileSettings = toml::from_str(text).unwrap();
+            Settings::resolve(ServeArgs::default(), file, |_| None)
+        };
+        assert_eq!(resolve("").unwrap().schedules.pause_after_failures, 3);
+        let set = resolve("[schedules]\npause_after_failures = 1\n").unwrap();
+        assert_eq!(set.schedules.pause_after_failures, 1);
+        let e = resolve("[schedules]\npause_after_failures = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[schedules] pause_after_failures"), "{e}");
     }
 
     #[test]

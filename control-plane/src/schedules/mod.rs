@@ -488,8 +488,9 @@ impl Scheduler {
         let limit = self.settings.pause_after_failures;
         match self.store.count_schedule_run(schedule, failed, limit).await {
             Ok(true) => {
+                let times = if limit == 1 { "time" } else { "times" };
                 let text = format!(
-                    "Schedule {schedule} of {agent} failed {limit} times in a row and is paused. \
+                    "Schedule {schedule} of {agent} failed {limit} {times} in a row and is paused. \
                      Read its runs (chorus schedule runs {agent} {schedule}), fix the cause, and resume it \
                      with PATCH …/schedules/{schedule} {{\"paused\": false}}."
                 );

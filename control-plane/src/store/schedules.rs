@@ -6,7 +6,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::{Store, StoreError, now};
-use crate::schedules::OnMissed;
+use crate::schedules::timing::OnMissed;
 
 /// A schedule as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]

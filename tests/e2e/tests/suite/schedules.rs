@@ -727,7 +727,7 @@ async fn schedules_on_discord_and_the_pause_is_posted_in_the_agents_channel() ->
         notice["content"]
             .as_str()
             .unwrap()
-            .starts_with("Schedule 1 of flaky failed 1 times in a row and is paused."),
+            .starts_with("Schedule 1 of flaky failed 1 time in a row and is paused."),
         "{notice}"
     );
     let list = sub("list", json!([]));
