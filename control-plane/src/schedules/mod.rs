@@ -223,20 +223,25 @@ impl Scheduler {
                 // next start takes it as missed; the loop ends with the shutdown.
                 std::future::pending::<()>().await;
             }
-            self.fire_due().await;
+            if !self.fire_due().await {
+                // The store failed: what is due stays due; not again at once.
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
         }
     }
 
-    /// Takes the loop's step for every firing due now.
-    async fn fire_due(&self) {
+    /// Takes the loop's step for every firing due now; false when the store failed
+    /// to move one past it.
+    async fn fire_due(&self) -> bool {
         let now = Utc::now();
         let due = match self.store.due_schedules(&format_time(now)).await {
             Ok(due) => due,
             Err(e) => {
                 tracing::error!(error = %e, "schedules: cannot read the due firings");
-                return;
+                return false;
             }
         };
+        let mut moved = true;
         for schedule in due {
             let Some(due_at) = schedule.next_run_at.as_deref().and_then(parse_time) else {
                 continue;
@@ -245,7 +250,7 @@ impl Scheduler {
                 Ok(when) => when,
                 Err(e) => {
                     tracing::error!(schedule = schedule.id, error = %e, "schedules: a stored schedule cannot be read; it will not fire");
-                    let _ = self.store.set_next_firing(schedule.id, None).await;
+                    moved &= self.store.set_next_firing(schedule.id, None).await.is_ok();
                     continue;
                 }
             };
@@ -257,6 +262,7 @@ impl Scheduler {
                 .await
             {
                 tracing::error!(schedule = schedule.id, error = %e, "schedules: cannot store the next firing; not firing");
+                moved = false;
                 continue;
             }
             let cause = if due_at >= self.boot {
@@ -272,6 +278,7 @@ impl Scheduler {
                 tracing::info!(schedule = schedule.id, agent = %schedule.agent_name, "schedules: a firing missed while chorus was down is skipped (on_missed = skip)");
             }
         }
+        moved
     }
 
     /// Starts a run of `schedule` (or records it skipped while the last one goes).
