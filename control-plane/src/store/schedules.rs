@@ -442,3 +442,109 @@ impl Store {
         .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_store_with_agent;
+
+    fn new(next: &str) -> NewSchedule {
+        NewSchedule {
+            agent_name: "a".into(),
+            incarnation: "i1".into(),
+            prompt: "p".into(),
+            cron: Some("0 * * * *".into()),
+            timezone: Some("UTC".into()),
+            run_at: None,
+            on_missed: OnMissed::Skip,
+            paused: false,
+            next_run_at: Some(next.into()),
+            created_by: "api".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn failures_in_a_row_pause_once_a_run_ends_once_and_a_destroyed_agents_schedules_are_gone()
+     {
+        let (store, _dir) = test_store_with_agent().await;
+        let s = store
+            .create_schedule(new("2026-01-01T10:00:00.000Z"))
+            .await
+            .unwrap();
+        assert_eq!(s.on_missed, OnMissed::Skip);
+        assert_eq!(
+            store.next_schedule_firing().await.unwrap().as_deref(),
+            Some("2026-01-01T10:00:00.000Z")
+        );
+        assert!(
+            store
+                .due_schedules("2026-01-01T09:59:59.999Z")
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            store
+                .due_schedules("2026-01-01T10:00:00.000Z")
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
+
+        // One run at a time is what the store says; an end is recorded once.
+        let run = store
+            .start_schedule_run(s.id, RunCause::Schedule, ScheduleRunStatus::Running, None)
+            .await
+            .unwrap();
+        assert!(store.schedule_run_going(s.id).await.unwrap());
+        assert!(
+            store
+                .end_schedule_run(run, ScheduleRunStatus::Failed, Some("x".into()), 7)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .end_schedule_run(run, ScheduleRunStatus::Completed, None, 9)
+                .await
+                .unwrap()
+        );
+        assert!(!store.schedule_run_going(s.id).await.unwrap());
+        let runs = store.schedule_runs(s.id, 10).await.unwrap();
+        assert_eq!(
+            (runs[0].status, runs[0].tokens),
+            (ScheduleRunStatus::Failed, 7)
+        );
+        assert!(runs[0].ended.is_some());
+
+        // Two failures in a row pause at 2; a success between resets the count.
+        assert!(!store.count_schedule_run(s.id, true, 2).await.unwrap());
+        assert!(!store.count_schedule_run(s.id, false, 2).await.unwrap());
+        assert!(!store.count_schedule_run(s.id, true, 2).await.unwrap());
+        assert!(store.count_schedule_run(s.id, true, 2).await.unwrap());
+        let paused = store.schedule("a", s.id).await.unwrap().unwrap();
+        assert!(paused.paused && paused.next_run_at.is_none());
+        assert_eq!(paused.failures, 2);
+        assert!(
+            !store.count_schedule_run(s.id, true, 2).await.unwrap(),
+            "paused once"
+        );
+        assert_eq!(store.next_schedule_firing().await.unwrap(), None);
+
+        store
+            .create_schedule(new("2026-01-01T11:00:00.000Z"))
+            .await
+            .unwrap();
+        store.mark_agent_destroyed("a", true).await.unwrap();
+        assert!(store.schedules("a").await.unwrap().is_empty());
+        assert!(
+            store
+                .due_schedules("2027-01-01T00:00:00.000Z")
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(store.next_schedule_firing().await.unwrap(), None);
+    }
+}
