@@ -742,8 +742,6 @@ fn by_grant(explanations: Vec<Explanation>) -> Vec<Explanation> {
         .collect()
 }
 
-/// A decision the profile did not make (a role's contract), as the audit row's
-/// explanation.
 /// Who no person waits behind: a thread with a task's role, or one the scheduler
 /// started (`schedules`); `None` for a thread a person (or their agent) started.
 fn unattended(role: Option<ThreadRole>, started_by: Option<&Principal>) -> Option<String> {
@@ -754,6 +752,8 @@ fn unattended(role: Option<ThreadRole>, started_by: Option<&Principal>) -> Optio
     }
 }
 
+/// A decision the profile did not make (a role's contract), as the audit row's
+/// explanation.
 fn role_explanation(action: &str, decision: Decision, reason: String) -> Explanation {
     Explanation {
         action: action.to_string(),
