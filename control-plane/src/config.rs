@@ -113,6 +113,8 @@ pub struct FileSettings {
     pub tasks: FileTasks,
     #[serde(default)]
     pub backends: FileBackends,
+    #[serde(default)]
+    pub schedules: FileSchedules,
     /// Roles by user id (`api` is whoever holds the API token; `default` is everyone
     /// not listed): admin | operator | viewer.
     #[serde(default)]
@@ -556,6 +558,41 @@ impl Default for TaskSettings {
     }
 }
 
+/// `[schedules]`: agents' scheduled prompts (`schedules`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSchedules {
+    /// Failed runs in a row after which a schedule is paused (with a notification).
+    pub pause_after_failures: Option<u32>,
+}
+
+/// The resolved `[schedules]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScheduleSettings {
+    pub pause_after_failures: u32,
+}
+
+impl ScheduleSettings {
+    fn from_file(file: &FileSchedules) -> Result<Self, ConfigError> {
+        Ok(ScheduleSettings {
+            pause_after_failures: in_range(
+                "[schedules] pause_after_failures",
+                file.pause_after_failures,
+                3,
+                1..=u32::MAX,
+            )?,
+        })
+    }
+}
+
+impl Default for ScheduleSettings {
+    fn default() -> Self {
+        ScheduleSettings {
+            pause_after_failures: 3,
+        }
+    }
+}
+
 /// `[backends]`: where the CLIs an agent's backend may name are (default: found on
 /// the `PATH` local workers get).
 #[derive(Debug, Default, Deserialize)]
@@ -718,6 +755,8 @@ pub struct Settings {
     pub tasks: TaskSettings,
     /// `[backends]`: the CLIs' paths, when not found on `PATH`.
     pub backends: BackendPaths,
+    /// `[schedules]`.
+    pub schedules: ScheduleSettings,
     /// `None`: no Discord front end (no `DISCORD_TOKEN`).
     pub discord: Option<DiscordSettings>,
     /// Where traces are exported (`OTEL_EXPORTER_OTLP_*`); `None`: nowhere.
@@ -1072,6 +1111,7 @@ impl Settings {
             tasks: TaskSettings::from_file(&file.tasks)?,
             cli_approval_hold: approval_hold(file.backends.approval_hold_secs)?,
             backends: BackendPaths::from_file(file.backends)?,
+            schedules: ScheduleSettings::from_file(&file.schedules)?,
             discord: DiscordSettings::resolve(file.discord, &env)?,
             metrics_open: file.metrics.open,
             header_deadline: Duration::from_secs(in_range(
@@ -1268,6 +1308,22 @@ mod tests {
         // The example says the defaults.
         assert_eq!(s.tasks, TaskSettings::default());
         assert_eq!(s.backends, BackendPaths::default());
+        assert_eq!(s.schedules, ScheduleSettings::default());
+    }
+
+    #[test]
+    fn schedules_pause_after_three_failures_unless_set_and_never_after_none() {
+        let resolve = |text: &str| {
+            let file: FileSettings = toml::from_str(text).unwrap();
+            Settings::resolve(ServeArgs::default(), file, |_| None)
+        };
+        assert_eq!(resolve("").unwrap().schedules.pause_after_failures, 3);
+        let set = resolve("[schedules]\npause_after_failures = 1\n").unwrap();
+        assert_eq!(set.schedules.pause_after_failures, 1);
+        let e = resolve("[schedules]\npause_after_failures = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[schedules] pause_after_failures"), "{e}");
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub mod questions;
 pub mod reports;
 pub mod runs;
 pub mod sandbox_probe;
+pub mod schedules;
 pub mod secrets;
 pub mod serve;
 pub mod services;

@@ -405,6 +405,9 @@ pub async fn start(
         runs.clone(),
         agents.clone(),
     );
+    // Agents' schedules; started below, once the threads left going are settled.
+    let schedules =
+        crate::schedules::Scheduler::new(store.clone(), runs.clone(), settings.schedules);
     let connections = TaskTracker::new();
     let mut worker_routes = tonic::service::Routes::new(
         WorkerLinkService::new(
@@ -454,6 +457,7 @@ pub async fn start(
         sessions: sessions.clone(),
         tasks: board,
         engine: engine.clone(),
+        schedules: schedules.clone(),
         api_token,
         sandbox,
         thread_retention: settings.threads.retention,
@@ -546,6 +550,7 @@ pub async fn start(
             "marked threads interrupted by the last shutdown as failed"
         );
     }
+    schedules.start(shutdown.clone());
     let started = agents.start_all_workers().await?;
     tracing::info!(%http_addr, %grpc_addr, data_dir = %data_dir.display(), agents = started, "chorus is up");
     Ok(Running {

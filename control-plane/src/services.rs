@@ -27,6 +27,8 @@ pub struct Services {
     pub tasks: Arc<crate::tasks::Board>,
     /// What moves tasks between people and agents (planning, start, answers).
     pub engine: Arc<crate::tasks::engine::Engine>,
+    /// Agents' schedules (`schedules`).
+    pub schedules: Arc<crate::schedules::Scheduler>,
     pub api_token: Secret,
     /// How tool processes are confined on this host (`sandbox_probe`).
     pub sandbox: String,

@@ -25,6 +25,7 @@ pub mod feed;
 pub mod follow;
 pub mod grants;
 pub mod render;
+pub mod schedule;
 pub mod send;
 pub mod sse;
 pub mod status;
@@ -212,6 +213,16 @@ pub enum ClientCommand {
         agent: String,
         #[command(subcommand)]
         command: Option<grants::GrantsCommand>,
+    },
+    /// An agent's schedules: add, list, their runs, remove, run one now.
+    #[command(
+        after_help = "Examples:\n  chorus schedule add helper \"Summarise my inbox\" --cron \"30 7 * * mon-fri\" --tz Europe/Berlin\n  chorus schedule list helper\n  chorus schedule runs helper 1\n  chorus schedule run helper 1\n  chorus schedule remove helper 1"
+    )]
+    Schedule {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: schedule::ScheduleCommand,
     },
     /// Who the token you use acts as, and its role.
     #[command(after_help = "Example:\n  CHORUS_API_TOKEN=chorus_… chorus whoami")]
@@ -584,6 +595,7 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<bool> {
         Cmd::Context(command) => context(&client, command, out).await,
         Cmd::User(UserCommand::Token(command)) => token(&client, command, out, style).await,
         Cmd::Grants { agent, command } => grants::run(&client, &agent, command, out).await,
+        Cmd::Schedule(command) => schedule::run(&client, command, out).await,
         Cmd::Whoami => {
             let me = client.get("/api/whoami").await?;
             out.show(&me, |m| {
@@ -768,6 +780,7 @@ enum Cmd {
         agent: String,
         command: Option<grants::GrantsCommand>,
     },
+    Schedule(schedule::ScheduleCommand),
 }
 
 fn split(command: ClientCommand) -> (ClientArgs, Cmd) {
@@ -819,6 +832,7 @@ fn split(command: ClientCommand) -> (ClientArgs, Cmd) {
             command,
         } => (client, Cmd::Grants { agent, command }),
         ClientCommand::Task { client, command } => (client, Cmd::Task(command)),
+        ClientCommand::Schedule { client, command } => (client, Cmd::Schedule(command)),
         ClientCommand::Worker { client, command } => (client, Cmd::Worker(command)),
     }
 }

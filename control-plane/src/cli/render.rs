@@ -60,7 +60,7 @@ impl Style {
 }
 
 /// A value as a cell: strings bare, null as `-`, anything else as JSON.
-fn cell(value: &Value) -> String {
+pub(super) fn cell(value: &Value) -> String {
     match value {
         Value::Null => "-".into(),
         Value::String(s) => s.clone(),
@@ -87,13 +87,17 @@ pub fn one_line(text: &str, max: usize) -> String {
 }
 
 /// One row per element of the array `list` (none when it is not an array).
-fn rows_of(list: &Value, row: impl Fn(&Value) -> Vec<String>) -> Vec<Vec<String>> {
+pub(super) fn rows_of(list: &Value, row: impl Fn(&Value) -> Vec<String>) -> Vec<Vec<String>> {
     list.as_array().into_iter().flatten().map(row).collect()
 }
 
 /// Columns padded to their widest cell (measured before colouring, which the
 /// closure applies per cell).
-fn table(headers: &[&str], rows: &[Vec<String>], paint: impl Fn(usize, &str) -> String) -> String {
+pub(super) fn table(
+    headers: &[&str],
+    rows: &[Vec<String>],
+    paint: impl Fn(usize, &str) -> String,
+) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (i, c) in row.iter().enumerate() {

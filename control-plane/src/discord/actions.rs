@@ -186,6 +186,14 @@ impl Actions {
                 _,
             ) => self.task_answer(id, question, &answer, &by).await,
             (Invocation::TaskStart(id), _) => self.task_start(id, &by).await,
+            (
+                invocation @ (Invocation::ScheduleAdd { .. }
+                | Invocation::ScheduleList
+                | Invocation::ScheduleRuns(_)
+                | Invocation::ScheduleRemove(_)
+                | Invocation::ScheduleRun(_)),
+                Some(agent),
+            ) => self.schedule(&agent, invocation, &by).await,
             (_, None) => Err("this command needs the channel's agent".into()),
         };
         match result {

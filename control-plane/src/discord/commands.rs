@@ -1,8 +1,9 @@
 //! The slash commands Chorus registers (issue 12's pinned interface): `agent`
 //! (`init`, `destroy`, `list`, `configure`), `thread` (`list`, `kill`, `history`),
 //! `context` (`save`, `clear`, `restore`, `history`), and `status`, `jobs`,
-//! `settings`, and the task board's `task` (`create`, `list`, `show`, `answer`,
-//! `start`). `tasks` is `jobs` under its old name, kept registered so the command
+//! `settings`, the task board's `task` (`create`, `list`, `show`, `answer`,
+//! `start`), and `schedule` (`add`, `list`, `runs`, `remove`, `run`) for the
+//! channel's agent. `tasks` is `jobs` under its old name, kept registered so the command
 //! people know still answers.
 
 use serenity::all::{CommandOptionType, CreateCommand, CreateCommandOption};
@@ -17,6 +18,10 @@ fn text(name: &str, description: &str, required: bool) -> CreateCommandOption {
 
 fn task_id() -> CreateCommandOption {
     CreateCommandOption::new(CommandOptionType::Integer, "id", "The task's id").required(true)
+}
+
+fn schedule_id() -> CreateCommandOption {
+    CreateCommandOption::new(CommandOptionType::Integer, "id", "The schedule's id").required(true)
 }
 
 /// Every command, as registered (in the guild, or globally).
@@ -121,6 +126,35 @@ pub fn all() -> Vec<CreateCommand> {
                     )),
             )
             .add_option(sub("start", "Start a planned task").add_sub_option(task_id())),
+        CreateCommand::new("schedule")
+            .description("This channel's agent's schedules")
+            .add_option(
+                sub(
+                    "add",
+                    "A prompt on a cron in a time zone, or once at a time",
+                )
+                .add_sub_option(text(
+                    "prompt",
+                    "What the agent is told at each firing",
+                    true,
+                ))
+                .add_sub_option(text("cron", "Five fields, e.g. 30 7 * * mon-fri", false))
+                .add_sub_option(text(
+                    "timezone",
+                    "The cron's IANA zone, e.g. Europe/Berlin",
+                    false,
+                ))
+                .add_sub_option(text("at", "Once, at this RFC 3339 time", false))
+                .add_sub_option(text(
+                    "on_missed",
+                    "run_once (default) or skip",
+                    false,
+                )),
+            )
+            .add_option(sub("list", "The schedules and their next runs"))
+            .add_option(sub("runs", "A schedule's runs").add_sub_option(schedule_id()))
+            .add_option(sub("remove", "Delete a schedule").add_sub_option(schedule_id()))
+            .add_option(sub("run", "Run a schedule now").add_sub_option(schedule_id())),
         CreateCommand::new("status").description("Chorus's providers, agents and what to set next"),
         CreateCommand::new("jobs").description("This channel's agent's background jobs"),
         CreateCommand::new("tasks")

@@ -5,6 +5,7 @@
 //! their answers back), `actions` (what a slash command does), `approvals` and
 //! `notices` (what the feed posts unasked), all through `outbox` and `rest`. The task
 //! board's texts and the gathering of `/task answer`'s answers are `tasks` (pure).
+//! `/schedule` calls the scheduler as the HTTP API does (`schedules`).
 //! Serenity stays in `adapter` (the connection, events, interaction answers) and
 //! `commands` (the registered commands).
 //!
@@ -29,6 +30,7 @@ pub mod notices;
 pub mod outbox;
 pub mod queue;
 pub mod rest;
+pub mod schedules;
 pub mod slash;
 pub mod split;
 pub mod status;

@@ -72,6 +72,19 @@ pub enum Invocation {
         answer: String,
     },
     TaskStart(u64),
+    /// `/schedule add`: a prompt for this channel's agent on a cron in a zone, or once.
+    ScheduleAdd {
+        prompt: String,
+        cron: Option<String>,
+        timezone: Option<String>,
+        at: Option<String>,
+        on_missed: Option<String>,
+    },
+    ScheduleList,
+    ScheduleRuns(u64),
+    ScheduleRemove(u64),
+    /// `/schedule run`: run one now, to test it.
+    ScheduleRun(u64),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +106,11 @@ impl Invocation {
                 | Invocation::ContextRestore { .. }
                 | Invocation::ContextHistory
                 | Invocation::Jobs
+                | Invocation::ScheduleAdd { .. }
+                | Invocation::ScheduleList
+                | Invocation::ScheduleRuns(_)
+                | Invocation::ScheduleRemove(_)
+                | Invocation::ScheduleRun(_)
         )
     }
 
@@ -101,7 +119,11 @@ impl Invocation {
         match self {
             Invocation::AgentInit { .. } => Act::CreateAgents,
             Invocation::AgentDestroy { .. } => Act::DestroyAgents,
-            Invocation::AgentConfigure { .. } => Act::ConfigureAgents,
+            // Setting an agent to work on its own is changing its course, as over HTTP.
+            Invocation::AgentConfigure { .. }
+            | Invocation::ScheduleAdd { .. }
+            | Invocation::ScheduleRemove(_)
+            | Invocation::ScheduleRun(_) => Act::ConfigureAgents,
             Invocation::ThreadKill(_) => Act::StopThreads,
             Invocation::ContextSave { .. }
             | Invocation::ContextClear
@@ -117,6 +139,8 @@ impl Invocation {
             | Invocation::ContextHistory
             | Invocation::Status
             | Invocation::Jobs
+            | Invocation::ScheduleList
+            | Invocation::ScheduleRuns(_)
             | Invocation::Settings => Act::Look,
         }
     }
@@ -158,6 +182,12 @@ fn task_id(value: &str) -> Result<u64, String> {
         .trim_start_matches('#')
         .parse()
         .map_err(|_| format!("`{value}` is not a task id (a number, as `/task list` shows)"))
+}
+
+fn schedule_id(value: &str) -> Result<u64, String> {
+    value.trim().trim_start_matches('#').parse().map_err(|_| {
+        format!("`{value}` is not a schedule id (a number, as `/schedule list` shows)")
+    })
 }
 
 fn thread_id(value: &str) -> Result<u64, String> {
@@ -226,6 +256,19 @@ pub fn parse(command: &str, options: &[(String, OptionValue)]) -> Result<Invocat
             answer: required(o, "answer")?,
         },
         ("task", Some("start")) => Invocation::TaskStart(task_id(&required(o, "id")?)?),
+        ("schedule", Some("add")) => Invocation::ScheduleAdd {
+            prompt: required(o, "prompt")?,
+            cron: text(o, "cron"),
+            timezone: text(o, "timezone"),
+            at: text(o, "at"),
+            on_missed: text(o, "on_missed"),
+        },
+        ("schedule", Some("list")) => Invocation::ScheduleList,
+        ("schedule", Some("runs")) => Invocation::ScheduleRuns(schedule_id(&required(o, "id")?)?),
+        ("schedule", Some("remove")) => {
+            Invocation::ScheduleRemove(schedule_id(&required(o, "id")?)?)
+        }
+        ("schedule", Some("run")) => Invocation::ScheduleRun(schedule_id(&required(o, "id")?)?),
         ("status", None) => Invocation::Status,
         ("jobs" | "tasks", None) => Invocation::Jobs,
         ("settings", None) => Invocation::Settings,
@@ -396,6 +439,49 @@ mod tests {
         assert!(allowed(Role::Operator, create.act()));
         assert!(allowed(Role::Viewer, Invocation::TaskShow(1).act()));
         assert!(!Invocation::TaskShow(1).needs_channel_agent());
+    }
+
+    #[test]
+    fn schedule_commands_act_on_the_channels_agent_and_changing_one_is_an_operators() {
+        assert_eq!(
+            parse(
+                "schedule",
+                &sub(
+                    "add",
+                    &[
+                        ("prompt", t("Summarise my inbox")),
+                        ("cron", t("30 7 * * *")),
+                        ("timezone", t("Europe/Berlin"))
+                    ]
+                )
+            ),
+            Ok(Invocation::ScheduleAdd {
+                prompt: "Summarise my inbox".into(),
+                cron: Some("30 7 * * *".into()),
+                timezone: Some("Europe/Berlin".into()),
+                at: None,
+                on_missed: None,
+            })
+        );
+        assert_eq!(
+            parse("schedule", &sub("add", &[("cron", t("* * * * *"))])),
+            Err("`prompt` is required".to_string())
+        );
+        assert_eq!(
+            parse("schedule", &sub("run", &[("id", OptionValue::Integer(3))])),
+            Ok(Invocation::ScheduleRun(3))
+        );
+        assert!(
+            parse("schedule", &sub("remove", &[("id", t("three"))]))
+                .unwrap_err()
+                .contains("not a schedule id")
+        );
+        assert!(allowed(Role::Viewer, Invocation::ScheduleList.act()));
+        assert!(allowed(Role::Viewer, Invocation::ScheduleRuns(1).act()));
+        assert!(!allowed(Role::Viewer, Invocation::ScheduleRun(1).act()));
+        assert!(!allowed(Role::Viewer, Invocation::ScheduleRemove(1).act()));
+        assert!(allowed(Role::Operator, Invocation::ScheduleRemove(1).act()));
+        assert!(Invocation::ScheduleList.needs_channel_agent());
     }
 
     #[test]

@@ -229,13 +229,21 @@ pub enum Notification {
         detail: String,
         text: String,
     },
+    /// A schedule failed `failures` times in a row and was paused (`schedules`).
+    SchedulePaused {
+        schedule_id: u64,
+        failures: u32,
+        text: String,
+    },
 }
 
 impl Notification {
     /// What it says, for people.
     pub fn text(&self) -> &str {
         match self {
-            Notification::IdleSave { text, .. } | Notification::JobEnded { text, .. } => text,
+            Notification::IdleSave { text, .. }
+            | Notification::JobEnded { text, .. }
+            | Notification::SchedulePaused { text, .. } => text,
         }
     }
 }

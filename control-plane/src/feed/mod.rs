@@ -1,6 +1,6 @@
 //! The live feed of thread events: threads created, steps as they start and end,
 //! streamed model text, messages, approvals, and each status; and of agent events
-//! that belong to no thread (`notification`: an idle save; `task`: an event of a
+//! that belong to no thread (`notification`: an idle save, a job's end, a schedule paused; `task`: an event of a
 //! task's history). Frontends subscribe to
 //! one thread (`…/threads/{id}/events`) or to everything (`GET /api/events`).
 //!

@@ -48,7 +48,9 @@ use crate::permissions::{Decision, Explanation, PermissionsSetting};
 use crate::principal::{Frontend, Person, Principal, root_person};
 use crate::questions::{Outcome, QuestionKind, Questions};
 use crate::runs::Runs;
-use crate::store::{AgentUpdate, AuditDecision, AuditEntry, NewApproval, Store, format_time};
+use crate::store::{
+    AgentUpdate, AuditDecision, AuditEntry, NewApproval, Store, ThreadRole, format_time,
+};
 use crate::switches::OnAsk;
 use crate::workers::registry::{Generation, Registry};
 use actions::actions_for;
@@ -428,20 +430,18 @@ impl ToolGate {
                         asked(&explanations)
                     ));
                 }
-                // A task's run never waits for a person on a permission: its ask
-                // resolves as its agent's `on_ask`, and `prompt` as a deny.
-                OnAsk::Prompt if let Some(role) = role => {
+                // A task's or a schedule's run never waits for a person on a
+                // permission: its ask resolves as its agent's `on_ask`, `prompt` as a deny.
+                OnAsk::Prompt if let Some(who) = unattended(role, started_by.as_ref()) => {
                     let mut why = explanations.clone();
                     why.push(role_explanation(
                         &asked(&explanations),
                         Decision::Deny,
-                        format!(
-                            "a thread with the {role} role never waits for a person: on_ask = prompt resolves as deny"
-                        ),
+                        format!("{who} never waits for a person: on_ask = prompt resolves as deny"),
                     ));
                     audit(AuditDecision::AskAutoDenied, Some(&why), None).await;
                     return deny(format!(
-                        "Permission denied: {} needs a person's approval, and a task's run does not wait for one \
+                        "Permission denied: {} needs a person's approval, and {who} does not wait for one \
                          (its agent's on_ask is prompt, which is a deny here); do without it, or finish with what you have",
                         asked(&explanations)
                     ));
@@ -850,6 +850,16 @@ fn by_grant(explanations: Vec<Explanation>) -> Vec<Explanation> {
             action: e.action,
         })
         .collect()
+}
+
+/// Who no person waits behind: a thread with a task's role, or one the scheduler
+/// started (`schedules`); `None` for a thread a person (or their agent) started.
+fn unattended(role: Option<ThreadRole>, started_by: Option<&Principal>) -> Option<String> {
+    match (role, started_by) {
+        (Some(role), _) => Some(format!("a thread with the {role} role")),
+        (None, Some(Principal::Scheduler)) => Some("a scheduled thread".into()),
+        _ => None,
+    }
 }
 
 /// A decision the profile did not make (a role's contract), as the audit row's

@@ -21,6 +21,7 @@ mod health;
 mod jobs;
 mod models;
 mod permissions;
+mod schedules;
 mod status;
 mod tasks;
 mod threads;
@@ -115,6 +116,45 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
             "/api/agents/{name}/grants/{tool}",
             ConfigureAgents,
             grants::revoke,
+        ),
+        // Schedules: reading is looking; setting an agent to work on its own is
+        // changing its course, like its settings.
+        declare(GET, "/api/agents/{name}/schedules", Look, schedules::list),
+        declare(
+            POST,
+            "/api/agents/{name}/schedules",
+            ConfigureAgents,
+            schedules::create,
+        ),
+        declare(
+            GET,
+            "/api/agents/{name}/schedules/{id}",
+            Look,
+            schedules::show,
+        ),
+        declare(
+            PATCH,
+            "/api/agents/{name}/schedules/{id}",
+            ConfigureAgents,
+            schedules::update,
+        ),
+        declare(
+            DELETE,
+            "/api/agents/{name}/schedules/{id}",
+            ConfigureAgents,
+            schedules::delete,
+        ),
+        declare(
+            GET,
+            "/api/agents/{name}/schedules/{id}/runs",
+            Look,
+            schedules::runs,
+        ),
+        declare(
+            POST,
+            "/api/agents/{name}/schedules/{id}/run",
+            ConfigureAgents,
+            schedules::run_now,
         ),
         // Threads.
         declare(

@@ -74,6 +74,7 @@ mod policies;
 mod refs;
 mod run_events;
 mod runs;
+mod schedules;
 mod sessions;
 mod task_turns;
 mod tasks;
@@ -103,6 +104,9 @@ pub use owner_lock::{DatabaseLock, Taken};
 pub use policies::AgentPolicy;
 pub use refs::{MessageRef, OwedAnswer};
 pub use runs::{NewRun, RunMark, RunRecord, RunStatus};
+pub use schedules::{
+    GoingRun, NewSchedule, RunCause, ScheduleRecord, ScheduleRunRecord, ScheduleRunStatus,
+};
 pub use sessions::{Cleared, SessionRecord, context_cutoff};
 pub use task_turns::ThreadUsage;
 pub use tasks::{
@@ -211,12 +215,13 @@ macro_rules! migrations {
             (22, "agent grants", "0022_agent_grants.sql"),
             (23, "task run links", "0023_task_run_links.sql"),
             (24, "backends", "0024_backends.sql"),
+            (25, "schedules", "0025_schedules.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 24] = match backend {
+    let set: [(i64, &'static str, &'static str); 25] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };

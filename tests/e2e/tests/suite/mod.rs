@@ -26,6 +26,7 @@ mod relay;
 mod roles;
 mod routing;
 mod sandbox;
+mod schedules;
 mod secrets;
 mod sessions;
 mod storage;

@@ -82,6 +82,7 @@ struct Subjects {
     approval: String,
     vera_token_id: String,
     task: u64,
+    schedule: u64,
 }
 
 fn req(path: impl Into<String>, body: Option<Value>) -> Req {
@@ -93,6 +94,7 @@ fn case(route: &Route, s: &Subjects) -> Option<Case> {
     let t = s.thread;
     let a = &s.approval;
     let k = s.task;
+    let sc = s.schedule;
     let same = |needs, r: Req, status| {
         Some(Case {
             needs,
@@ -162,6 +164,55 @@ fn case(route: &Route, s: &Subjects) -> Option<Case> {
             Operator,
             req("/api/agents/subject/grants/view", None),
             req("/api/agents/ghost/grants/view", None),
+            404,
+        ),
+        ("GET", "/api/agents/{name}/schedules") => {
+            same(Viewer, req("/api/agents/subject/schedules", None), 200)
+        }
+        ("POST", "/api/agents/{name}/schedules") => two(
+            Operator,
+            req(
+                "/api/agents/subject/schedules",
+                Some(json!({"prompt": "the viewer's", "cron": "* * * * *", "timezone": "UTC"})),
+            ),
+            req(
+                "/api/agents/ghost/schedules",
+                Some(json!({"prompt": "x", "cron": "* * * * *", "timezone": "UTC"})),
+            ),
+            404,
+        ),
+        ("GET", "/api/agents/{name}/schedules/{id}") => same(
+            Viewer,
+            req(format!("/api/agents/subject/schedules/{sc}"), None),
+            200,
+        ),
+        ("PATCH", "/api/agents/{name}/schedules/{id}") => two(
+            Operator,
+            req(
+                format!("/api/agents/subject/schedules/{sc}"),
+                Some(json!({"prompt": "obey the viewer", "paused": false})),
+            ),
+            req(
+                "/api/agents/ghost/schedules/1",
+                Some(json!({"prompt": "x"})),
+            ),
+            404,
+        ),
+        ("DELETE", "/api/agents/{name}/schedules/{id}") => two(
+            Operator,
+            req(format!("/api/agents/subject/schedules/{sc}"), None),
+            req("/api/agents/ghost/schedules/1", None),
+            404,
+        ),
+        ("GET", "/api/agents/{name}/schedules/{id}/runs") => same(
+            Viewer,
+            req(format!("/api/agents/subject/schedules/{sc}/runs"), None),
+            200,
+        ),
+        ("POST", "/api/agents/{name}/schedules/{id}/run") => two(
+            Operator,
+            req(format!("/api/agents/subject/schedules/{sc}/run"), None),
+            req("/api/agents/ghost/schedules/1/run", None),
             404,
         ),
         ("POST", "/api/agents/{name}/messages") => two(
@@ -356,6 +407,18 @@ async fn snapshot(chorus: &Chorus, thread: u64, approval: &str) -> anyhow::Resul
         anyhow::Ok(body)
     };
     let agent = get("/api/agents/subject".into()).await?;
+    let schedules: Vec<Value> = get("/api/agents/subject/schedules".into()).await?["schedules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| json!([s["id"], s["prompt"], s["paused"], s["next_run_at"]]))
+        .collect();
+    let schedule_runs = match schedules.first() {
+        Some(first) => {
+            get(format!("/api/agents/subject/schedules/{}/runs", first[0])).await?["runs"].clone()
+        }
+        None => Value::Null,
+    };
     let agents: Vec<Value> = get("/api/agents".into())
         .await?
         .as_array()
@@ -392,6 +455,8 @@ async fn snapshot(chorus: &Chorus, thread: u64, approval: &str) -> anyhow::Resul
         "tokens": tokens,
         "workers": workers,
         "changes": changes,
+        "schedules": schedules,
+        "schedule_runs": schedule_runs,
         "ran": chorus.agent_dir("subject").join("workspace/approved.txt").exists(),
         "tasks": get("/api/tasks".into()).await?["tasks"]
             .as_array()
@@ -471,7 +536,17 @@ async fn every_route_with_every_role_and_a_refusal_changes_nothing() -> anyhow::
         .await?;
     let asked = model.wait_for_requests(2, Duration::from_secs(20)).await;
     assert_eq!(asked.len(), 2, "the planner's call is in flight");
+    // A schedule that fires only in a year: only the requests below could run it.
+    let schedule: Value = chorus
+        .api(Method::POST, "/api/agents/subject/schedules")
+        .json(&json!({"prompt": "yearly", "cron": "0 0 1 1 *", "timezone": "UTC", "paused": true}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
     let subjects = Subjects {
+        schedule: schedule["id"].as_u64().unwrap(),
         task: task["id"].as_u64().unwrap(),
         thread,
         approval: approval.clone(),
@@ -533,6 +608,11 @@ async fn every_route_with_every_role_and_a_refusal_changes_nothing() -> anyhow::
         "a refused request changed something"
     );
     assert!(before["agents"] == json!(["planner", "subject"]) && before["approval"] == "pending");
+    assert_eq!(
+        before["schedules"].as_array().map(Vec::len),
+        Some(1),
+        "{before:#}"
+    );
     assert_eq!(before["workers"], json!([["w-real", null]]));
     assert_eq!(before["thread"], "waiting_for_permission");
     assert_eq!(before["ran"], false);
