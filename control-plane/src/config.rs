@@ -113,6 +113,9 @@ pub struct FileSettings {
     pub tasks: FileTasks,
     #[serde(default)]
     pub backends: FileBackends,
+    /// Agents' MCP servers: the call deadline and the secrets references name.
+    #[serde(default)]
+    pub mcp: FileMcp,
     /// Roles by user id (`api` is whoever holds the API token; `default` is everyone
     /// not listed): admin | operator | viewer.
     #[serde(default)]
@@ -565,6 +568,16 @@ pub struct FileBackends {
     pub opencode: Option<PathBuf>,
 }
 
+/// `[mcp]`: `call_timeout_secs` (one MCP tool call's deadline, default 300) and
+/// `[mcp.secrets]`, the values `{"secret": "NAME"}` in an agent's `mcp_servers` name.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileMcp {
+    pub call_timeout_secs: Option<u64>,
+    #[serde(default)]
+    pub secrets: std::collections::BTreeMap<String, Secret>,
+}
+
 /// The CLIs' paths `[backends]` names, each checked to be a file at start; passed to
 /// local workers as `--claude-code` / `--opencode`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -697,6 +710,8 @@ pub struct Settings {
     pub backends: BackendPaths,
     /// `None`: no Discord front end (no `DISCORD_TOKEN`).
     pub discord: Option<DiscordSettings>,
+    /// `[mcp]`, with the `CHORUS_MCP_SECRET_*` variables added at start (`main`).
+    pub mcp: crate::mcp::McpSettings,
     /// Where traces are exported (`OTEL_EXPORTER_OTLP_*`); `None`: nowhere.
     pub trace_export: Option<crate::telemetry::config::ExportSettings>,
     /// `GET /metrics` needs no token (`[metrics] open`).
@@ -904,6 +919,7 @@ impl Settings {
                     .flat_map(|t| t.headers.iter().map(|(_, v)| v.clone())),
             )
             .chain(self.discord.as_ref().map(|d| exposed(&d.token)))
+            .chain(self.mcp.values())
             .collect()
     }
 
@@ -1048,6 +1064,15 @@ impl Settings {
             context: ContextSettings::from_file(&file.context)?,
             tasks: TaskSettings::from_file(&file.tasks)?,
             backends: BackendPaths::from_file(file.backends)?,
+            mcp: crate::mcp::McpSettings {
+                call_timeout: Duration::from_secs(in_range(
+                    "[mcp] call_timeout_secs",
+                    file.mcp.call_timeout_secs,
+                    crate::mcp::DEFAULT_CALL_TIMEOUT.as_secs(),
+                    1..=86_400,
+                )?),
+                secrets: file.mcp.secrets,
+            },
             discord: DiscordSettings::resolve(file.discord, &env)?,
             metrics_open: file.metrics.open,
             header_deadline: Duration::from_secs(in_range(

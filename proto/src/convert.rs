@@ -14,6 +14,7 @@ use crate::domain::{
     ToolResult, ToolSpec, TraceExport, Usage, WorkerEvent,
 };
 use crate::generated as pb;
+use crate::mcp::{McpServer, McpState, McpTransport};
 use crate::tools::RunsIn;
 use pb::control_message::Body as ControlBody;
 use pb::worker_message::Body as WorkerBody;
@@ -274,6 +275,7 @@ impl From<ControlCommand> for pb::ControlMessage {
                     tools: run.agent.tools,
                     sandbox: Some(run.agent.sandbox.into()),
                     offered: run.agent.offered.into_iter().map(Into::into).collect(),
+                    mcp_servers: run.agent.mcp_servers.into_iter().map(Into::into).collect(),
                 }),
                 model: Some(run.model.into()),
                 messages: run.messages.into_iter().map(Into::into).collect(),
@@ -415,6 +417,11 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                             .offered
                             .into_iter()
                             .map(ToolSpec::try_from)
+                            .collect::<Result<_, _>>()?,
+                        mcp_servers: agent
+                            .mcp_servers
+                            .into_iter()
+                            .map(McpServer::try_from)
                             .collect::<Result<_, _>>()?,
                     },
                     model: model.into(),
@@ -853,6 +860,19 @@ impl From<Sequenced> for pb::WorkerMessage {
                     error,
                 })
             }
+            WorkerEvent::McpServerState {
+                agent,
+                server,
+                state,
+                tools,
+                error,
+            } => WorkerBody::McpServerState(pb::McpServerState {
+                agent,
+                server,
+                state: state.as_str().to_owned(),
+                tools,
+                error,
+            }),
         };
         pb::WorkerMessage {
             body: Some(body),
@@ -974,6 +994,17 @@ impl TryFrom<pb::WorkerMessage> for WorkerEvent {
                 } else {
                     Err(d.error)
                 },
+            },
+            WorkerBody::McpServerState(m) => WorkerEvent::McpServerState {
+                agent: m.agent,
+                server: m.server,
+                state: McpState::parse(&m.state).ok_or(ProtocolError::UnknownValue {
+                    message: "McpServerState",
+                    field: "state",
+                    value: m.state,
+                })?,
+                tools: m.tools,
+                error: m.error,
             },
         })
     }
@@ -1421,5 +1452,64 @@ mod tests {
                 "{error}"
             );
         }
+    }
+}
+
+impl From<McpServer> for pb::McpServer {
+    fn from(server: McpServer) -> Self {
+        let (command, args, env, url, headers) = match server.transport {
+            McpTransport::Stdio { command, args, env } => (
+                command,
+                args,
+                env.into_iter().collect(),
+                String::new(),
+                Default::default(),
+            ),
+            McpTransport::Http { url, headers } => (
+                String::new(),
+                Vec::new(),
+                Default::default(),
+                url,
+                headers.into_iter().collect(),
+            ),
+        };
+        pb::McpServer {
+            name: server.name,
+            command,
+            args,
+            env,
+            url,
+            headers,
+            call_timeout_ms: server.call_timeout_ms,
+        }
+    }
+}
+
+impl TryFrom<pb::McpServer> for McpServer {
+    type Error = ProtocolError;
+    fn try_from(server: pb::McpServer) -> Result<Self, ProtocolError> {
+        let transport = match (server.command.is_empty(), server.url.is_empty()) {
+            (false, true) => McpTransport::Stdio {
+                command: server.command,
+                args: server.args,
+                env: server.env.into_iter().collect(),
+            },
+            (true, false) => McpTransport::Http {
+                url: server.url,
+                headers: server.headers.into_iter().collect(),
+            },
+            _ => {
+                return Err(ProtocolError::UnknownValue {
+                    message: "McpServer",
+                    field: "command/url",
+                    value: format!("server '{}' needs exactly one of them", server.name),
+                });
+            }
+        };
+        Ok(McpServer {
+            name: server.name,
+            transport,
+            call_timeout_ms: server.call_timeout_ms,
+        })
     }
 }

@@ -37,6 +37,8 @@ pub struct RunSettings {
     pub context_window: Duration,
     /// What the offered tools' schemas are rendered with.
     pub tool_schemas: SchemaSettings,
+    /// What the agents' MCP servers' secret references resolve to, and their deadline.
+    pub mcp: crate::mcp::McpSettings,
 }
 
 /// What tool schemas are rendered with, for the model and for the API alike.
@@ -64,6 +66,7 @@ impl RunSettings {
             threads: settings.threads,
             context_window: settings.context.window,
             tool_schemas: schema_settings(settings),
+            mcp: settings.mcp.clone(),
         }
     }
 }
@@ -188,6 +191,17 @@ impl Builder<'_> {
                 ));
             }
         };
+        // The agent's MCP servers, their secrets put in only here, for its worker.
+        let mcp_servers = match self.mcp_servers(agent).await? {
+            Ok(servers) => servers,
+            Err(e) => {
+                return config(format!(
+                    "the agent's MCP servers cannot be used: {e}; fix them with PATCH \
+                     /api/agents/{} {{\"mcp_servers\": …}}",
+                    agent.name
+                ));
+            }
+        };
         let cutoff = self
             .store
             .agent_context_cutoff(&agent.name, self.settings.context_window)
@@ -231,6 +245,7 @@ impl Builder<'_> {
                 tools,
                 offered,
                 sandbox: sandbox_policy(&self.settings.sandbox, agent),
+                mcp_servers,
             },
             model: route,
             messages,
@@ -251,6 +266,21 @@ impl Builder<'_> {
             cli_session,
         };
         Ok(assignment_fits(run))
+    }
+
+    /// The agent's MCP servers as its worker gets them, or why they cannot be used
+    /// (a stored setting that no longer reads, a secret chorus no longer has).
+    async fn mcp_servers(
+        &self,
+        agent: &AgentRecord,
+    ) -> Result<Result<Vec<chorus_proto::mcp::McpServer>, String>, StoreError> {
+        let Some(stored) = self.store.mcp_servers(&agent.name).await? else {
+            return Ok(Ok(Vec::new()));
+        };
+        let setting = serde_json::from_str(&stored)
+            .map_err(|e| e.to_string())
+            .and_then(|value| crate::mcp::McpServersSetting::parse(&value));
+        Ok(setting.and_then(|setting| self.settings.mcp.resolve(&setting)))
     }
 
     /// The stored sessions [`choose_session`] picks from.
@@ -311,6 +341,7 @@ mod tests {
                 tools: vec!["view".into()],
                 sandbox: SandboxPolicy::default(),
                 offered: Vec::new(),
+                mcp_servers: Vec::new(),
             },
             model: ModelRoute {
                 provider: "openai".into(),

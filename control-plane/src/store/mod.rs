@@ -68,6 +68,7 @@ mod audit;
 mod error;
 mod grants;
 mod jobs;
+mod mcp_servers;
 mod messages;
 mod owner_lock;
 mod policies;
