@@ -1248,6 +1248,25 @@ mod tests {
                             .unwrap()
                             .spec(&Default::default()),
                     ],
+                    mcp_servers: vec![
+                        McpServer {
+                            name: "files".into(),
+                            transport: McpTransport::Stdio {
+                                command: "/bin/srv".into(),
+                                args: vec!["--stdio".into()],
+                                env: [("TOKEN".to_string(), "t".to_string())].into(),
+                            },
+                            call_timeout_ms: 300_000,
+                        },
+                        McpServer {
+                            name: "web".into(),
+                            transport: McpTransport::Http {
+                                url: "http://127.0.0.1:1/mcp".into(),
+                                headers: [("x-key".to_string(), "k".to_string())].into(),
+                            },
+                            call_timeout_ms: 1_000,
+                        },
+                    ],
                 },
                 model: route(),
                 messages: vec![ChatMessage::user("hi")],
