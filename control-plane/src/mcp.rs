@@ -82,7 +82,10 @@ impl McpServersSetting {
             );
         };
         if servers.len() > MAX_SERVERS {
-            return Err(format!("mcp_servers has {} servers; at most {MAX_SERVERS}", servers.len()));
+            return Err(format!(
+                "mcp_servers has {} servers; at most {MAX_SERVERS}",
+                servers.len()
+            ));
         }
         let mut out = BTreeMap::new();
         for (name, server) in servers {
@@ -102,7 +105,12 @@ impl McpServersSetting {
         let mut servers = Map::new();
         for (name, server) in &self.0 {
             let table = |values: &BTreeMap<String, SettingValue>| {
-                Value::Object(values.iter().map(|(k, v)| (k.clone(), v.to_json())).collect())
+                Value::Object(
+                    values
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.to_json()))
+                        .collect(),
+                )
             };
             let value = match server {
                 ServerSetting::Stdio { command, args, env } => {
@@ -134,7 +142,9 @@ impl McpServersSetting {
 
 fn parse_server(value: &Value) -> Result<ServerSetting, String> {
     let Value::Object(fields) = value else {
-        return Err("must be an object: {\"command\", \"args\", \"env\"} or {\"url\", \"headers\"}".into());
+        return Err(
+            "must be an object: {\"command\", \"args\", \"env\"} or {\"url\", \"headers\"}".into(),
+        );
     };
     let allowed: &[&str] = if fields.contains_key("url") {
         &["url", "headers"]
@@ -250,7 +260,9 @@ fn env_name_problem(name: &str) -> Option<String> {
     if ["HOME", "TMPDIR", "PATH", "LD_PRELOAD", "LD_LIBRARY_PATH"].contains(&name)
         || name.starts_with("CHORUS_")
     {
-        return Some(format!("'{name}' is set by the sandbox and cannot be given"));
+        return Some(format!(
+            "'{name}' is set by the sandbox and cannot be given"
+        ));
     }
     None
 }
@@ -260,8 +272,14 @@ fn header_name_problem(name: &str) -> Option<String> {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_".contains(c));
-    let reserved = ["host", "content-length", "content-type", "accept", "mcp-session-id"]
-        .contains(&name.to_ascii_lowercase().as_str());
+    let reserved = [
+        "host",
+        "content-length",
+        "content-type",
+        "accept",
+        "mcp-session-id",
+    ]
+    .contains(&name.to_ascii_lowercase().as_str());
     (!ok || reserved).then(|| format!("'{name}' cannot be given as a header"))
 }
 
@@ -414,7 +432,9 @@ impl McpStates {
                     error: None,
                 });
             let mut entry = serde_json::to_value(state).unwrap_or_default();
-            if let (Value::Object(entry), Some(Value::Object(config))) = (&mut entry, shown.get(name)) {
+            if let (Value::Object(entry), Some(Value::Object(config))) =
+                (&mut entry, shown.get(name))
+            {
                 entry.extend(config.clone());
             }
             out.insert(name.clone(), entry);
@@ -444,9 +464,15 @@ mod tests {
             "web": {"url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": {"secret": "WEB"}}}
         }))
         .unwrap();
-        assert_eq!(setting.secret_names().collect::<Vec<_>>(), ["FILES_TOKEN", "WEB"]);
+        assert_eq!(
+            setting.secret_names().collect::<Vec<_>>(),
+            ["FILES_TOKEN", "WEB"]
+        );
         let shown = setting.to_json();
-        assert_eq!(shown["files"]["env"]["API_TOKEN"], json!({"secret": "FILES_TOKEN"}));
+        assert_eq!(
+            shown["files"]["env"]["API_TOKEN"],
+            json!({"secret": "FILES_TOKEN"})
+        );
         assert_eq!(parse(shown).unwrap(), setting, "the stored form reads back");
     }
 
@@ -457,14 +483,35 @@ mod tests {
             (json!({"Bad-Name": {"command": "x"}}), "not allowed"),
             (json!({"a__b": {"command": "x"}}), "not allowed"),
             (json!({"s": {}}), "needs a command"),
-            (json!({"s": {"command": "x", "cwd": "/"}}), "unknown field 'cwd'"),
+            (
+                json!({"s": {"command": "x", "cwd": "/"}}),
+                "unknown field 'cwd'",
+            ),
             (json!({"s": {"url": "ftp://x/y"}}), "not an http"),
-            (json!({"s": {"command": "x", "args": [1]}}), "list of strings"),
-            (json!({"s": {"command": "x", "env": {"API_KEY": "sk-plain"}}}), "looks like a secret"),
-            (json!({"s": {"url": "http://h:1/m", "headers": {"Authorization": "Bearer x"}}}), "looks like a secret"),
-            (json!({"s": {"command": "x", "env": {"HOME": "/"}}}), "set by the sandbox"),
-            (json!({"s": {"command": "x", "env": {"A": {"secret": "lower"}}}}), "uppercase"),
-            (json!({"s": {"url": "http://h:1/m", "headers": {"mcp-session-id": "1"}}}), "cannot be given"),
+            (
+                json!({"s": {"command": "x", "args": [1]}}),
+                "list of strings",
+            ),
+            (
+                json!({"s": {"command": "x", "env": {"API_KEY": "sk-plain"}}}),
+                "looks like a secret",
+            ),
+            (
+                json!({"s": {"url": "http://h:1/m", "headers": {"Authorization": "Bearer x"}}}),
+                "looks like a secret",
+            ),
+            (
+                json!({"s": {"command": "x", "env": {"HOME": "/"}}}),
+                "set by the sandbox",
+            ),
+            (
+                json!({"s": {"command": "x", "env": {"A": {"secret": "lower"}}}}),
+                "uppercase",
+            ),
+            (
+                json!({"s": {"url": "http://h:1/m", "headers": {"mcp-session-id": "1"}}}),
+                "cannot be given",
+            ),
         ] {
             let error = parse(bad.clone()).unwrap_err();
             assert!(error.contains(says), "{bad}: {error}");
@@ -473,10 +520,14 @@ mod tests {
 
     #[test]
     fn resolution_puts_the_values_in_and_a_missing_secret_is_named() {
-        let setting = parse(json!({"s": {"command": "x", "env": {"TOKEN": {"secret": "S1"}}}})).unwrap();
+        let setting =
+            parse(json!({"s": {"command": "x", "env": {"TOKEN": {"secret": "S1"}}}})).unwrap();
         let mut settings = McpSettings::default();
         let error = settings.resolve(&setting).unwrap_err();
-        assert!(error.contains("S1") && error.contains("CHORUS_MCP_SECRET_"), "{error}");
+        assert!(
+            error.contains("S1") && error.contains("CHORUS_MCP_SECRET_"),
+            "{error}"
+        );
         settings.add_env(
             [
                 ("CHORUS_MCP_SECRET_S1".to_string(), "value-1".to_string()),
@@ -495,9 +546,16 @@ mod tests {
 
     #[test]
     fn the_view_shows_each_configured_server_with_its_latest_state() {
-        let setting = parse(json!({"a": {"command": "x"}, "b": {"url": "http://h:1/mcp"}})).unwrap();
+        let setting =
+            parse(json!({"a": {"command": "x"}, "b": {"url": "http://h:1/mcp"}})).unwrap();
         let states = McpStates::default();
-        states.report("ag", "a", McpState::Running, vec!["echo".into()], String::new());
+        states.report(
+            "ag",
+            "a",
+            McpState::Running,
+            vec!["echo".into()],
+            String::new(),
+        );
         states.report("other", "b", McpState::Failed, vec![], "boom".into());
         let view = states.view("ag", &setting);
         assert_eq!(view["a"]["state"], "running");

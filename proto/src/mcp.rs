@@ -165,7 +165,14 @@ mod tests {
         );
         // A tool whose own name holds `__` keeps it.
         assert_eq!(split_tool_name("mcp__s__a__b"), Some(("s", "a__b")));
-        for other in ["bash", "file.read", "mcp__", "mcp__s__", "mcp____t", "mcp_s__t"] {
+        for other in [
+            "bash",
+            "file.read",
+            "mcp__",
+            "mcp__s__",
+            "mcp____t",
+            "mcp_s__t",
+        ] {
             assert_eq!(split_tool_name(other), None, "{other}");
         }
     }
@@ -214,12 +221,18 @@ mod tests {
             name: "s".into(),
             transport: McpTransport::Http {
                 url: "http://127.0.0.1:1/mcp".into(),
-                headers: [("authorization".to_string(), "Bearer hunter2-secret".to_string())]
-                    .into(),
+                headers: [(
+                    "authorization".to_string(),
+                    "Bearer hunter2-secret".to_string(),
+                )]
+                .into(),
             },
             call_timeout_ms: 1,
         };
         let shown = format!("{server:?}");
-        assert!(!shown.contains("hunter2") && shown.contains("authorization"), "{shown}");
+        assert!(
+            !shown.contains("hunter2") && shown.contains("authorization"),
+            "{shown}"
+        );
     }
 }

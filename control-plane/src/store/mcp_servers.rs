@@ -6,7 +6,11 @@ use super::{Store, StoreError, now};
 
 impl Store {
     /// Sets the MCP servers of the active agent `name` (`None`: it has none).
-    pub async fn set_mcp_servers(&self, name: &str, servers: Option<String>) -> Result<(), StoreError> {
+    pub async fn set_mcp_servers(
+        &self,
+        name: &str,
+        servers: Option<String>,
+    ) -> Result<(), StoreError> {
         let (agent, at) = (name.to_owned(), now());
         let done = self
             .write(move |tx| {
@@ -44,7 +48,9 @@ impl Store {
             })
             .await?;
         if !done {
-            return Err(StoreError::NotFound(format!("no active agent named '{name}'")));
+            return Err(StoreError::NotFound(format!(
+                "no active agent named '{name}'"
+            )));
         }
         Ok(())
     }

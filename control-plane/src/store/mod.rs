@@ -212,12 +212,13 @@ macro_rules! migrations {
             (22, "agent grants", "0022_agent_grants.sql"),
             (23, "task run links", "0023_task_run_links.sql"),
             (24, "backends", "0024_backends.sql"),
+            (26, "mcp servers", "0026_mcp_servers.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 24] = match backend {
+    let set: [(i64, &'static str, &'static str); 25] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };

@@ -125,11 +125,25 @@ impl McpHub {
 
     /// Makes the hub match `servers`, connects those that are down, and returns the
     /// tools of those that are up, as the run offers them.
-    pub async fn prepare(&self, agent: &str, servers: &[McpServer], place: &Place) -> Vec<ToolSpec> {
-        agent.clone_into(&mut self.agent.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    pub async fn prepare(
+        &self,
+        agent: &str,
+        servers: &[McpServer],
+        place: &Place,
+    ) -> Vec<ToolSpec> {
+        agent.clone_into(
+            &mut self
+                .agent
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
         let slots: Vec<Arc<Slot>> = {
             let mut current = self.servers.lock().await;
-            current.retain(|name, slot| servers.iter().any(|s| &s.name == name && s.config_eq(&slot.config)));
+            current.retain(|name, slot| {
+                servers
+                    .iter()
+                    .any(|s| &s.name == name && s.config_eq(&slot.config))
+            });
             for server in servers {
                 current.entry(server.name.clone()).or_insert_with(|| {
                     Arc::new(Slot {
@@ -149,7 +163,7 @@ impl McpHub {
         };
         let specs = futures::future::join_all(slots.iter().map(|slot| async move {
             let mut conn = slot.conn.lock().await;
-            match self.ready(slot, &mut conn, place).await {
+            match self.ready(slot, &mut conn, place, true).await {
                 Ok(()) => match &*conn {
                     Conn::Up(up) => specs_of(&slot.config.name, &up.tools),
                     Conn::Down { .. } => Vec::new(),
@@ -162,7 +176,13 @@ impl McpHub {
     }
 
     /// Runs one allowed call of `tool` on `server`.
-    pub async fn call(&self, server: &str, tool: &str, arguments: &str, place: &Place) -> ToolOutcome {
+    pub async fn call(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: &str,
+        place: &Place,
+    ) -> ToolOutcome {
         let Some(slot) = self.servers.lock().await.get(server).cloned() else {
             return ToolOutcome::error(format!(
                 "the agent has no MCP server named '{server}' (any more); the call was not run"
@@ -173,11 +193,13 @@ impl McpHub {
             Err(outcome) => return outcome,
         };
         let mut conn = slot.conn.lock().await;
-        if let Err(error) = self.ready(&slot, &mut conn, place).await {
+        if let Err(error) = self.ready(&slot, &mut conn, place, false).await {
             return ToolOutcome::error(format!("{error}; the call was not run"));
         }
         let Conn::Up(up) = &*conn else {
-            return ToolOutcome::error(format!("MCP server '{server}' is not running; the call was not run"));
+            return ToolOutcome::error(format!(
+                "MCP server '{server}' is not running; the call was not run"
+            ));
         };
         let timeout = slot.config.timeout();
         let mut params = CallToolRequestParams::new(tool.to_string());
@@ -196,11 +218,14 @@ impl McpHub {
                 }
             }
             // The server answered, with an error: it is alive.
-            Ok(Err(ServiceError::McpError(e))) => {
-                ToolOutcome::error(format!("MCP server '{server}' refused the call: {}", e.message))
-            }
+            Ok(Err(ServiceError::McpError(e))) => ToolOutcome::error(format!(
+                "MCP server '{server}' refused the call: {}",
+                e.message
+            )),
             Ok(Err(e)) => {
-                let error = self.failed(&slot, format!("the connection broke during the call ({e})")).await;
+                let error = self
+                    .failed(&slot, format!("the connection broke during the call ({e})"))
+                    .await;
                 ToolOutcome::error(format!("{error}; the call's effect is unknown"))
             }
             Err(_) => {
@@ -223,40 +248,81 @@ impl McpHub {
         let slots: Vec<Arc<Slot>> = self.servers.lock().await.drain().map(|(_, s)| s).collect();
         for slot in slots {
             let mut conn = slot.conn.lock().await;
-            if let Conn::Up(up) = std::mem::replace(&mut *conn, Conn::Down { failures: 0, retry_at: None, error: None }) {
+            if let Conn::Up(up) = std::mem::replace(
+                &mut *conn,
+                Conn::Down {
+                    failures: 0,
+                    retry_at: None,
+                    error: None,
+                },
+            ) {
                 let _ = up.service.cancel().await;
             }
         }
     }
 
     /// Connects the server if it is down (and its back-off allows), and reads its
-    /// tools again if they changed. `Err`: why it cannot be used now.
-    async fn ready(&self, slot: &Slot, conn: &mut Conn, place: &Place) -> Result<(), String> {
+    /// tools again if they changed. `Err`: why it cannot be used now. A death found
+    /// here is that error when `restart_dead` is false (a call: its step says the
+    /// server died, and the next call starts it again); at a run's start it is
+    /// started again at once.
+    async fn ready(
+        &self,
+        slot: &Slot,
+        conn: &mut Conn,
+        place: &Place,
+        restart_dead: bool,
+    ) -> Result<(), String> {
         let name = &slot.config.name;
         if let Conn::Up(up) = conn {
-            let closed = up.service.is_closed() || up.process.as_mut().is_some_and(stdio::Process::exited);
+            let closed =
+                up.service.is_closed() || up.process.as_mut().is_some_and(stdio::Process::exited);
             if !closed {
                 if up.stale.swap(false, Ordering::SeqCst) {
-                    match tokio::time::timeout(slot.config.timeout(), up.service.peer().list_all_tools()).await {
+                    match tokio::time::timeout(
+                        slot.config.timeout(),
+                        up.service.peer().list_all_tools(),
+                    )
+                    .await
+                    {
                         Ok(Ok(tools)) => {
                             up.tools = tools;
-                            self.report(name, McpState::Running, tool_names(&up.tools), String::new());
+                            self.report(
+                                name,
+                                McpState::Running,
+                                tool_names(&up.tools),
+                                String::new(),
+                            );
                         }
-                        _ => tracing::warn!(server = %name, "could not read the changed tool list of an MCP server"),
+                        _ => {
+                            tracing::warn!(server = %name, "could not read the changed tool list of an MCP server")
+                        }
                     }
                 }
                 return Ok(());
             }
-            let stderr = up.process.as_ref().map(stdio::Process::stderr_tail).unwrap_or_default();
+            let stderr = up
+                .process
+                .as_ref()
+                .map(stdio::Process::stderr_tail)
+                .unwrap_or_default();
             let error = with_stderr(format!("MCP server '{name}' stopped"), &stderr);
             self.report(name, McpState::Failed, Vec::new(), error.clone());
             *conn = Conn::Down {
                 failures: 1,
                 retry_at: None,
-                error: Some(error),
+                error: Some(error.clone()),
             };
+            if !restart_dead {
+                return Err(format!("{error}; it is started again at the next call"));
+            }
         }
-        let Conn::Down { failures, retry_at, error } = conn else {
+        let Conn::Down {
+            failures,
+            retry_at,
+            error,
+        } = conn
+        else {
             return Ok(());
         };
         if let (Some(at), Some(error)) = (*retry_at, error.as_ref())
@@ -264,13 +330,20 @@ impl McpHub {
         {
             return Err(format!(
                 "{error}; it is tried again in {} s",
-                at.saturating_duration_since(Instant::now()).as_secs().max(1)
+                at.saturating_duration_since(Instant::now())
+                    .as_secs()
+                    .max(1)
             ));
         }
         self.report(name, McpState::Starting, Vec::new(), String::new());
         match self.connect(&slot.config, place).await {
             Ok(up) => {
-                self.report(name, McpState::Running, tool_names(&up.tools), String::new());
+                self.report(
+                    name,
+                    McpState::Running,
+                    tool_names(&up.tools),
+                    String::new(),
+                );
                 *conn = Conn::Up(Box::new(up));
                 Ok(())
             }
@@ -290,7 +363,9 @@ impl McpHub {
 
     async fn connect(&self, config: &McpServer, place: &Place) -> Result<Connected, String> {
         let stale = Arc::new(AtomicBool::new(false));
-        let watcher = Watcher { stale: stale.clone() };
+        let watcher = Watcher {
+            stale: stale.clone(),
+        };
         let deadline = config.timeout();
         let timed_out = || format!("no answer within {} s", deadline.as_secs());
         match &config.transport {
@@ -299,11 +374,16 @@ impl McpHub {
                 let pipes = process.take_pipes().ok_or("it started without its pipes")?;
                 let started = tokio::time::timeout(deadline, async {
                     let service = watcher.serve(pipes).await.map_err(|e| e.to_string())?;
-                    let tools = service.peer().list_all_tools().await.map_err(|e| e.to_string())?;
+                    let tools = service
+                        .peer()
+                        .list_all_tools()
+                        .await
+                        .map_err(|e| e.to_string())?;
                     Ok::<_, String>((service, tools))
                 })
                 .await;
-                let fail = |e: String, process: &stdio::Process| with_stderr(e, &process.stderr_tail());
+                let fail =
+                    |e: String, process: &stdio::Process| with_stderr(e, &process.stderr_tail());
                 match started {
                     Ok(Ok((service, tools))) => Ok(Connected {
                         service,
@@ -328,12 +408,19 @@ impl McpHub {
                     custom.insert(name, value);
                 }
                 let transport = StreamableHttpClientTransport::with_client(
-                    http::McpHttp { client: self.http.clone() },
-                    StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom),
+                    http::McpHttp {
+                        client: self.http.clone(),
+                    },
+                    StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                        .custom_headers(custom),
                 );
                 let started = tokio::time::timeout(deadline, async {
                     let service = watcher.serve(transport).await.map_err(|e| e.to_string())?;
-                    let tools = service.peer().list_all_tools().await.map_err(|e| e.to_string())?;
+                    let tools = service
+                        .peer()
+                        .list_all_tools()
+                        .await
+                        .map_err(|e| e.to_string())?;
                     Ok::<_, String>((service, tools))
                 })
                 .await;
@@ -356,7 +443,11 @@ impl McpHub {
         let name = &slot.config.name;
         let mut conn = slot.conn.lock().await;
         let stderr = match &*conn {
-            Conn::Up(up) => up.process.as_ref().map(stdio::Process::stderr_tail).unwrap_or_default(),
+            Conn::Up(up) => up
+                .process
+                .as_ref()
+                .map(stdio::Process::stderr_tail)
+                .unwrap_or_default(),
             Conn::Down { .. } => String::new(),
         };
         let error = with_stderr(format!("MCP server '{name}' failed: {why}"), &stderr);
@@ -500,8 +591,11 @@ mod tests {
 
     #[test]
     fn a_server_s_tools_are_offered_under_their_mcp_names() {
-        let schema = serde_json::json!({"type": "object", "properties": {"text": {"type": "string"}}});
-        let serde_json::Value::Object(schema) = schema else { unreachable!() };
+        let schema =
+            serde_json::json!({"type": "object", "properties": {"text": {"type": "string"}}});
+        let serde_json::Value::Object(schema) = schema else {
+            unreachable!()
+        };
         let tools = vec![
             Tool::new("echo", "Echoes.", Arc::new(schema.clone())),
             Tool::new("bad name", "Spaces.", Arc::new(schema)),

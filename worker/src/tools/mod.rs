@@ -117,7 +117,10 @@ enum Request {
     /// one never reaches the worker to run.
     ControlPlane,
     /// A tool of one of the agent's MCP servers (`mcp__<server>__<tool>`).
-    Mcp { server: String, tool: String },
+    Mcp {
+        server: String,
+        tool: String,
+    },
 }
 
 impl Request {

@@ -107,10 +107,10 @@ impl ServerHandler for TestServer {
                 text("added".into())
             }
             "late" => text("late tool ran".into()),
-            other => CallToolResult::error(vec![ContentBlock::text(format!(
-                "no tool named {other}"
-            ))])
-            .into(),
+            other => {
+                CallToolResult::error(vec![ContentBlock::text(format!("no tool named {other}"))])
+                    .into()
+            }
         })
     }
 }

@@ -1,0 +1,445 @@
+//! MCP servers as tool sources through the real binaries: `chorus-test-mcp` (built
+//! with rmcp) as an agent's stdio server and as a streamable HTTP server; the fake
+//! model calls their tools, the gate decides them (a denied one refused and
+//! audited), results reach the model; a killed server is an error step and a
+//! `failed` state, and the next call after it restarts or reconnects.
+
+use std::time::Duration;
+
+use chorus_test_support::chorus::tool_results;
+use chorus_test_support::fake_model::{text, tool_call, tool_calls};
+use chorus_test_support::{Chorus, FakeModel, FakeOpenAi, Hold, Reply, bin_path};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+const SECRET: &str = "mcp-secret-value-8812";
+
+async fn chorus_with(model: &FakeModel) -> anyhow::Result<Chorus> {
+    Chorus::builder()
+        .env("OPENAI_BASE_URL", &model.base_url())
+        .env("OPENAI_API_KEY", "sk-test-mcp")
+        .env("CHORUS_DEFAULT_MODEL", "fake-model")
+        .config(&format!(
+            "[mcp]\ncall_timeout_secs = 120\n[mcp.secrets]\nDEMO_TOKEN = \"{SECRET}\"\n"
+        ))
+        .start()
+        .await
+}
+
+/// Echo and env are allowed; secret_word matches no rule, so it is denied.
+fn profile(server: &str) -> Value {
+    json!({"allow": [
+        format!("tool:mcp__{server}__echo:.*"),
+        format!("tool:mcp__{server}__env:.*"),
+    ]})
+}
+
+async fn audit(chorus: &Chorus, agent: &str) -> anyhow::Result<Vec<Value>> {
+    let page: Value = chorus
+        .api(Method::GET, &format!("/api/agents/{agent}/audit?limit=100"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    Ok(page["entries"].as_array().cloned().unwrap_or_default())
+}
+
+async fn server_state(chorus: &Chorus, agent: &str, server: &str) -> anyhow::Result<Value> {
+    Ok(chorus.agent(agent).await?["mcp_servers"][server].clone())
+}
+
+/// Waits until the agent's view shows `server` in `state`.
+async fn wait_state(
+    chorus: &Chorus,
+    agent: &str,
+    server: &str,
+    state: &str,
+) -> anyhow::Result<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let shown = server_state(chorus, agent, server).await?;
+        if shown["state"] == state {
+            return Ok(shown);
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "{server} never became {state}: {shown:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The pids of the processes whose command line holds `tag`.
+fn pids_with(tag: &str) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(tag))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+fn step_descriptions(thread: &Value) -> Vec<(String, bool)> {
+    thread["steps"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|s| {
+            (
+                s["description"].as_str().unwrap_or_default().to_string(),
+                s["failed"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn bad_mcp_settings_are_refused_and_secrets_are_shown_only_as_references()
+-> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = chorus_with(&model).await?;
+    let server = bin_path("chorus-test-mcp");
+    for (servers, says) in [
+        (json!({"Demo-1": {"command": "x"}}), "not allowed"),
+        (
+            json!({"demo": {"command": "x", "env": {"API_TOKEN": "plain"}}}),
+            "looks like a secret",
+        ),
+        (
+            json!({"demo": {"command": "x", "env": {"A": {"secret": "NOPE"}}}}),
+            "no secret named NOPE",
+        ),
+        (
+            json!({"demo": {"url": "file:///etc/passwd"}}),
+            "not an http",
+        ),
+    ] {
+        let response = chorus
+            .api(Method::POST, "/api/agents")
+            .json(&json!({"name": "bad", "mcp_servers": servers}))
+            .send()
+            .await?;
+        assert_eq!(response.status(), 400, "{servers}");
+        let body: Value = response.json().await?;
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{servers}: {message}");
+    }
+    assert_eq!(
+        chorus
+            .api(Method::GET, "/api/agents/bad")
+            .send()
+            .await?
+            .status(),
+        404,
+        "a refused setting creates nothing"
+    );
+    chorus
+        .create_agent_with(json!({
+            "name": "holder",
+            "mcp_servers": {"demo": {
+                "command": server.to_str().unwrap(),
+                "args": ["stdio"],
+                "env": {"DEMO_TOKEN": {"secret": "DEMO_TOKEN"}},
+            }},
+        }))
+        .await?;
+    let view = chorus.agent("holder").await?;
+    assert_eq!(
+        view["mcp_servers"]["demo"]["state"], "not_started",
+        "{view:#}"
+    );
+    assert_eq!(
+        view["mcp_servers"]["demo"]["env"]["DEMO_TOKEN"],
+        json!({"secret": "DEMO_TOKEN"})
+    );
+    assert!(!view.to_string().contains(SECRET));
+    // PATCH replaces the set; a name outside the set is a 400 there too.
+    let refused = chorus
+        .api(Method::PATCH, "/api/agents/holder")
+        .json(&json!({"mcp_servers": {"a.b": {"command": "x"}}}))
+        .send()
+        .await?;
+    assert_eq!(refused.status(), 400);
+    let cleared: Value = chorus
+        .api(Method::PATCH, "/api/agents/holder")
+        .json(&json!({"mcp_servers": null}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    assert_eq!(cleared["mcp_servers"], json!({}), "{cleared:#}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_stdio_server_s_tools_are_gated_audited_and_reach_the_model_and_a_killed_server_recovers()
+-> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = chorus_with(&model).await?;
+    let tag = format!("mcp-e2e-{}", std::process::id());
+    chorus
+        .create_agent_with(json!({
+            "name": "mcpuser",
+            "permissions": profile("demo"),
+            "mcp_servers": {"demo": {
+                "command": bin_path("chorus-test-mcp").to_str().unwrap(),
+                "args": ["stdio", "--tag", tag],
+                "env": {"DEMO_TOKEN": {"secret": "DEMO_TOKEN"}},
+            }},
+        }))
+        .await?;
+
+    // One run: an allowed call, a denied one, and one that shows the secret reached
+    // the server's environment (and is scrubbed on its way back).
+    model.push(tool_calls(&[
+        ("c1", "mcp__demo__echo", json!({"text": "hi"})),
+        ("c2", "mcp__demo__secret_word", json!({})),
+        ("c3", "mcp__demo__env", json!({"name": "DEMO_TOKEN"})),
+    ]));
+    model.push(text("done"));
+    let id = chorus.send_message("mcpuser", "use the server").await?;
+    let thread = chorus
+        .wait_thread_finished("mcpuser", id, Duration::from_secs(60))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let results = tool_results(&thread);
+    assert_eq!(results[0], (false, "echo: hi".to_string()), "{results:?}");
+    assert!(results[1].0, "denied: {results:?}");
+    assert!(
+        !results[1].1.contains("swordfish"),
+        "the denied tool never ran: {results:?}"
+    );
+    assert!(!results[2].0, "{results:?}");
+    assert_ne!(
+        results[2].1, "unset",
+        "the server got its secret: {results:?}"
+    );
+    assert!(
+        !thread.to_string().contains(SECRET),
+        "scrubbed on its way back"
+    );
+
+    // The model was offered the server's tools and read the result.
+    let requests = model.requests();
+    let offered: Vec<String> = requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            t["function"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    for tool in [
+        "mcp__demo__echo",
+        "mcp__demo__secret_word",
+        "mcp__demo__env",
+    ] {
+        assert!(offered.contains(&tool.to_string()), "{offered:?}");
+    }
+    assert!(requests[1].body.to_string().contains("echo: hi"));
+
+    // Each call decided and audited under its action string.
+    let entries = audit(&chorus, "mcpuser").await?;
+    let row = |call: &str| {
+        entries
+            .iter()
+            .find(|e| e["call_id"] == call)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(row("c1")["decision"], "allow");
+    assert_eq!(row("c1")["action"], r#"tool:mcp__demo__echo:{"text":"hi"}"#);
+    assert_eq!(row("c2")["decision"], "deny");
+    assert_eq!(row("c2")["action"], "tool:mcp__demo__secret_word:");
+
+    let running = wait_state(&chorus, "mcpuser", "demo", "running").await?;
+    assert!(
+        running["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("echo")),
+        "{running}"
+    );
+    // The secret is in no file of the agent's.
+    let dir = chorus.agent_dir("mcpuser");
+    let mut stack = vec![dir];
+    while let Some(path) = stack.pop() {
+        if path.is_dir() {
+            stack.extend(
+                std::fs::read_dir(&path)?
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.path()),
+            );
+        } else if let Ok(bytes) = std::fs::read(&path) {
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains(SECRET),
+                "{}",
+                path.display()
+            );
+        }
+    }
+
+    // A second run: the server is killed while the model thinks; the call is an
+    // error step saying so, the status says failed, and the next call restarts it.
+    let pids = pids_with(&tag);
+    assert_eq!(pids.len(), 1, "one server process: {pids:?}");
+    let hold = Hold::new();
+    model.push(Reply::Held(
+        hold.clone(),
+        Box::new(tool_call(
+            "k1",
+            "mcp__demo__echo",
+            json!({"text": "after kill"}),
+        )),
+    ));
+    model.push(tool_call("k2", "mcp__demo__echo", json!({"text": "again"})));
+    model.push(text("recovered"));
+    let id = chorus.send_message("mcpuser", "again").await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while model.requests().len() < 3 {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the run never called the model"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pids[0]),
+        nix::sys::signal::Signal::SIGKILL,
+    )?;
+    while !pids_with(&tag).is_empty() {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the server did not die"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    hold.release();
+    let thread = chorus
+        .wait_thread_finished("mcpuser", id, Duration::from_secs(60))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let results = tool_results(&thread);
+    assert!(
+        results[0].0 && results[0].1.contains("MCP server 'demo' stopped"),
+        "a clear error: {results:?}"
+    );
+    assert_eq!(
+        results[1],
+        (false, "echo: again".to_string()),
+        "restarted: {results:?}"
+    );
+    let steps = step_descriptions(&thread);
+    assert!(
+        steps
+            .iter()
+            .any(|(d, failed)| *failed && d.starts_with("Executing mcp__demo__echo")),
+        "{steps:?}"
+    );
+    let _ = wait_state(&chorus, "mcpuser", "demo", "running").await?;
+    assert_eq!(pids_with(&tag).len(), 1, "one new process");
+    Ok(())
+}
+
+/// `chorus-test-mcp http` on `addr` (`127.0.0.1:0`: any port); its address.
+async fn http_server(addr: &str) -> anyhow::Result<(tokio::process::Child, String)> {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(bin_path("chorus-test-mcp"))
+        .args(["http", addr])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await??
+        .unwrap_or_default();
+    let bound = line
+        .strip_prefix("listening ")
+        .unwrap_or_default()
+        .to_string();
+    anyhow::ensure!(!bound.is_empty(), "the server said {line:?}");
+    Ok((child, bound))
+}
+
+#[tokio::test]
+async fn a_streamable_http_server_is_called_and_a_restarted_server_gets_a_new_session()
+-> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = chorus_with(&model).await?;
+    let (mut server, addr) = http_server("127.0.0.1:0").await?;
+    chorus
+        .create_agent_with(json!({
+            "name": "webuser",
+            "permissions": profile("web"),
+            "mcp_servers": {"web": {
+                "url": format!("http://{addr}/mcp"),
+                "headers": {"X-Api-Key": {"secret": "DEMO_TOKEN"}},
+            }},
+        }))
+        .await?;
+    let run = |reply: Reply| {
+        model.push(reply);
+        model.push(text("ok"));
+    };
+    run(tool_call(
+        "h1",
+        "mcp__web__echo",
+        json!({"text": "over http"}),
+    ));
+    let id = chorus.send_message("webuser", "one").await?;
+    let thread = chorus
+        .wait_thread_finished("webuser", id, Duration::from_secs(60))
+        .await?;
+    assert_eq!(
+        tool_results(&thread)[0],
+        (false, "echo: over http".into()),
+        "{thread:#}"
+    );
+    let _ = wait_state(&chorus, "webuser", "web", "running").await?;
+
+    // The server goes away: the call fails with a clear error, never a hang.
+    server.kill().await?;
+    run(tool_call("h2", "mcp__web__echo", json!({"text": "gone"})));
+    let id = chorus.send_message("webuser", "two").await?;
+    let thread = chorus
+        .wait_thread_finished("webuser", id, Duration::from_secs(60))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let results = tool_results(&thread);
+    assert!(
+        results[0].0 && results[0].1.contains("MCP server 'web'"),
+        "{results:?}"
+    );
+    let failed = wait_state(&chorus, "webuser", "web", "failed").await?;
+    assert!(
+        failed["error"].as_str().unwrap_or_default().contains("web"),
+        "{failed}"
+    );
+
+    // Back on the same address, knowing none of the old sessions: a new one is made.
+    let (_server, _) = http_server(&addr).await?;
+    run(tool_call("h3", "mcp__web__echo", json!({"text": "back"})));
+    let id = chorus.send_message("webuser", "three").await?;
+    let thread = chorus
+        .wait_thread_finished("webuser", id, Duration::from_secs(60))
+        .await?;
+    assert_eq!(
+        tool_results(&thread)[0],
+        (false, "echo: back".into()),
+        "{thread:#}"
+    );
+    let _ = wait_state(&chorus, "webuser", "web", "running").await?;
+    Ok(())
+}
