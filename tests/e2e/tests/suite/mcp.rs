@@ -26,11 +26,13 @@ async fn chorus_with(model: &FakeModel) -> anyhow::Result<Chorus> {
         .await
 }
 
-/// Echo and env are allowed; secret_word matches no rule, so it is denied.
+/// Echo, env, add_tool and bash are allowed; secret_word matches no rule, so it is denied.
 fn profile(server: &str) -> Value {
     json!({"allow": [
         format!("tool:mcp__{server}__echo:.*"),
         format!("tool:mcp__{server}__env:.*"),
+        format!("tool:mcp__{server}__add_tool:.*"),
+        "tool:bash:.*",
     ]})
 }
 
@@ -197,12 +199,22 @@ async fn a_stdio_server_s_tools_are_gated_audited_and_reach_the_model_and_a_kill
         }))
         .await?;
 
-    // One run: an allowed call, a denied one, and one that shows the secret reached
-    // the server's environment (and is scrubbed on its way back).
+    // One run: an allowed call, a denied one, one that shows the secret reached
+    // the server's environment (and is scrubbed on its way back), what else the
+    // server's environment holds, that another tool process does not get the secret,
+    // and a change of the server's tool list.
     model.push(tool_calls(&[
         ("c1", "mcp__demo__echo", json!({"text": "hi"})),
         ("c2", "mcp__demo__secret_word", json!({})),
         ("c3", "mcp__demo__env", json!({"name": "DEMO_TOKEN"})),
+        ("c4", "mcp__demo__env", json!({"name": "OPENAI_API_KEY"})),
+        ("c5", "mcp__demo__env", json!({"name": "HOME"})),
+        (
+            "c6",
+            "bash",
+            json!({"command": "echo \"[${DEMO_TOKEN:-none}]\""}),
+        ),
+        ("c7", "mcp__demo__add_tool", json!({})),
     ]));
     model.push(text("done"));
     let id = chorus.send_message("mcpuser", "use the server").await?;
@@ -226,6 +238,20 @@ async fn a_stdio_server_s_tools_are_gated_audited_and_reach_the_model_and_a_kill
         !thread.to_string().contains(SECRET),
         "scrubbed on its way back"
     );
+    assert_eq!(
+        results[3],
+        (false, "unset".to_string()),
+        "no key of chorus's: {results:?}"
+    );
+    assert!(
+        results[4].1.ends_with("/agents/mcpuser/home"),
+        "a tool process of the agent's sandbox: {results:?}"
+    );
+    assert!(
+        results[5].1.contains("[none]"),
+        "bash has no server's env: {results:?}"
+    );
+    assert_eq!(results[6], (false, "added".to_string()), "{results:?}");
 
     // The model was offered the server's tools and read the result.
     let requests = model.requests();
@@ -269,6 +295,13 @@ async fn a_stdio_server_s_tools_are_gated_audited_and_reach_the_model_and_a_kill
             .as_array()
             .unwrap()
             .contains(&json!("echo")),
+        "{running}"
+    );
+    assert!(
+        !running["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("late")),
         "{running}"
     );
     // The secret is in no file of the agent's.
@@ -330,6 +363,9 @@ async fn a_stdio_server_s_tools_are_gated_audited_and_reach_the_model_and_a_kill
         .wait_thread_finished("mcpuser", id, Duration::from_secs(60))
         .await?;
     assert_eq!(thread["status"], "completed", "{thread:#}");
+    // The changed tool list was read again at this run's start and offered.
+    let offered = model.requests()[2].body["tools"].to_string();
+    assert!(offered.contains("mcp__demo__late"), "{offered}");
     let results = tool_results(&thread);
     assert!(
         results[0].0 && results[0].1.contains("MCP server 'demo' stopped"),
