@@ -1010,6 +1010,65 @@ impl TryFrom<pb::WorkerMessage> for WorkerEvent {
     }
 }
 
+impl From<McpServer> for pb::McpServer {
+    fn from(server: McpServer) -> Self {
+        let (command, args, env, url, headers) = match server.transport {
+            McpTransport::Stdio { command, args, env } => (
+                command,
+                args,
+                env.into_iter().collect(),
+                String::new(),
+                Default::default(),
+            ),
+            McpTransport::Http { url, headers } => (
+                String::new(),
+                Vec::new(),
+                Default::default(),
+                url,
+                headers.into_iter().collect(),
+            ),
+        };
+        pb::McpServer {
+            name: server.name,
+            command,
+            args,
+            env,
+            url,
+            headers,
+            call_timeout_ms: server.call_timeout_ms,
+        }
+    }
+}
+
+impl TryFrom<pb::McpServer> for McpServer {
+    type Error = ProtocolError;
+    fn try_from(server: pb::McpServer) -> Result<Self, ProtocolError> {
+        let transport = match (server.command.is_empty(), server.url.is_empty()) {
+            (false, true) => McpTransport::Stdio {
+                command: server.command,
+                args: server.args,
+                env: server.env.into_iter().collect(),
+            },
+            (true, false) => McpTransport::Http {
+                url: server.url,
+                headers: server.headers.into_iter().collect(),
+            },
+            _ => {
+                return Err(ProtocolError::UnknownValue {
+                    message: "McpServer",
+                    field: "command/url",
+                    value: format!("server '{}' needs exactly one of them", server.name),
+                });
+            }
+        };
+        Ok(McpServer {
+            name: server.name,
+            transport,
+            call_timeout_ms: server.call_timeout_ms,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1471,64 +1530,5 @@ mod tests {
                 "{error}"
             );
         }
-    }
-}
-
-impl From<McpServer> for pb::McpServer {
-    fn from(server: McpServer) -> Self {
-        let (command, args, env, url, headers) = match server.transport {
-            McpTransport::Stdio { command, args, env } => (
-                command,
-                args,
-                env.into_iter().collect(),
-                String::new(),
-                Default::default(),
-            ),
-            McpTransport::Http { url, headers } => (
-                String::new(),
-                Vec::new(),
-                Default::default(),
-                url,
-                headers.into_iter().collect(),
-            ),
-        };
-        pb::McpServer {
-            name: server.name,
-            command,
-            args,
-            env,
-            url,
-            headers,
-            call_timeout_ms: server.call_timeout_ms,
-        }
-    }
-}
-
-impl TryFrom<pb::McpServer> for McpServer {
-    type Error = ProtocolError;
-    fn try_from(server: pb::McpServer) -> Result<Self, ProtocolError> {
-        let transport = match (server.command.is_empty(), server.url.is_empty()) {
-            (false, true) => McpTransport::Stdio {
-                command: server.command,
-                args: server.args,
-                env: server.env.into_iter().collect(),
-            },
-            (true, false) => McpTransport::Http {
-                url: server.url,
-                headers: server.headers.into_iter().collect(),
-            },
-            _ => {
-                return Err(ProtocolError::UnknownValue {
-                    message: "McpServer",
-                    field: "command/url",
-                    value: format!("server '{}' needs exactly one of them", server.name),
-                });
-            }
-        };
-        Ok(McpServer {
-            name: server.name,
-            transport,
-            call_timeout_ms: server.call_timeout_ms,
-        })
     }
 }

@@ -77,7 +77,7 @@ fn pids_with(tag: &str) -> Vec<i32> {
         return Vec::new();
     };
     entries
-        .filter_map(|e| e.ok())
+        .filter_map(Result::ok)
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/cmdline"))
@@ -215,6 +215,7 @@ async fn a_stdio_server_s_tools_are_gated_audited_and_reach_the_model_and_a_kill
             json!({"command": "echo \"[${DEMO_TOKEN:-none}]\""}),
         ),
         ("c7", "mcp__demo__add_tool", json!({})),
+        ("c8", "bash", json!({"command": "for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null | grep -q '^DEMO_TOKEN=' && echo \"found in $p\"; done; echo scanned"})),
     ]));
     model.push(text("done"));
     let id = chorus.send_message("mcpuser", "use the server").await?;
@@ -252,6 +253,22 @@ async fn a_stdio_server_s_tools_are_gated_audited_and_reach_the_model_and_a_kill
         "bash has no server's env: {results:?}"
     );
     assert_eq!(results[6], (false, "added".to_string()), "{results:?}");
+    // Nor can it read the server's environment through /proc, which the test,
+    // unconfined, can.
+    let server = pids_with(&tag);
+    assert_eq!(server.len(), 1, "{server:?}");
+    let environ = std::fs::read(format!("/proc/{}/environ", server[0]))?;
+    assert!(String::from_utf8_lossy(&environ).contains("DEMO_TOKEN="));
+    assert!(
+        results[7].1.contains("scanned") && !results[7].1.contains("found in"),
+        "{results:?}"
+    );
+    assert!(
+        results[7]
+            .1
+            .contains(&format!("/proc/{}/environ: Permission denied", server[0])),
+        "{results:?}"
+    );
 
     // The model was offered the server's tools and read the result.
     let requests = model.requests();
@@ -311,7 +328,7 @@ async fn a_stdio_server_s_tools_are_gated_audited_and_reach_the_model_and_a_kill
         if path.is_dir() {
             stack.extend(
                 std::fs::read_dir(&path)?
-                    .filter_map(|e| e.ok())
+                    .filter_map(Result::ok)
                     .map(|e| e.path()),
             );
         } else if let Ok(bytes) = std::fs::read(&path) {
