@@ -1616,12 +1616,16 @@ mod tests {
 
     #[test]
     fn every_secret_the_settings_hold_is_listed() {
-        let s = Settings::resolve(
+        let mut file = FileSettings::default();
+        file.mcp
+            .secrets
+            .insert("FROM_FILE".into(), Secret::new("mcp-file-secret"));
+        let mut s = Settings::resolve(
             ServeArgs {
                 api_token: Some("api-token-given".into()),
                 ..ServeArgs::default()
             },
-            FileSettings::default(),
+            file,
             env_of(&[
                 ("OPENAI_API_KEY", "sk-openai-key"),
                 ("CHORUS_JOIN_TOKEN", "join-token-0123456789abcdef0123456789"),
@@ -1633,8 +1637,17 @@ mod tests {
             ]),
         )
         .unwrap();
+        s.mcp.add_env(
+            [(
+                "CHORUS_MCP_SECRET_FROM_ENV".to_string(),
+                "mcp-env-secret".to_string(),
+            )]
+            .into_iter(),
+        );
         let secrets = s.secrets();
         for expected in [
+            "mcp-file-secret",
+            "mcp-env-secret",
             "sk-openai-key",
             "api-token-given",
             "join-token-0123456789abcdef0123456789",

@@ -369,7 +369,6 @@ impl Runner {
     /// Cancels every run and stops every background task, waiting up to `grace` for
     /// the runs to wind down.
     pub async fn cancel_all(&self, grace: Duration) {
-        self.mcp.shutdown().await;
         for run in self.runs().values() {
             run.cancel.cancel();
         }
@@ -382,6 +381,8 @@ impl Runner {
         {
             tracing::warn!("runs did not finish within {grace:?} of cancellation");
         }
+        // After the runs: none of them is left waiting on a server.
+        self.mcp.shutdown().await;
     }
 }
 

@@ -9,6 +9,8 @@
 //!   stopped) and connects every server that is not up, each bounded by its deadline,
 //!   concurrently; the tools of the servers that are up are the run's MCP tools. A
 //!   server that fails is left out of that run's tools and reported `failed`.
+//!   Starting or connecting (and the first listing) is bounded by the call deadline
+//!   and at most 30 s ([`MAX_START`]).
 //! - **Calls** ([`McpHub::call`]): through the same connection, each with the explicit
 //!   deadline `call_timeout_ms` (`[mcp] call_timeout_secs`, 300 s by default). A
 //!   server that answers with an error is alive (the error is the tool's result); a
@@ -54,6 +56,10 @@ use crate::tools::sandbox::Sandbox;
 
 /// Longest wait between tries of a server that keeps failing.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The longest start or connection (and first listing of tools) of a server, whatever
+/// its call deadline: a run waits for its servers before its first model call.
+const MAX_START: Duration = Duration::from_secs(30);
 
 /// Where the agent's stdio servers run: its sandbox and workspace.
 #[derive(Debug, Clone)]
@@ -301,11 +307,13 @@ impl McpHub {
                 }
                 return Ok(());
             }
-            let stderr = up
-                .process
-                .as_ref()
-                .map(stdio::Process::stderr_tail)
-                .unwrap_or_default();
+            let stderr = match up.process.as_mut() {
+                Some(process) => {
+                    process.settle().await;
+                    process.stderr_tail()
+                }
+                None => String::new(),
+            };
             let error = with_stderr(format!("MCP server '{name}' stopped"), &stderr);
             self.report(name, McpState::Failed, Vec::new(), error.clone());
             *conn = Conn::Down {
@@ -366,7 +374,7 @@ impl McpHub {
         let watcher = Watcher {
             stale: stale.clone(),
         };
-        let deadline = config.timeout();
+        let deadline = config.timeout().min(MAX_START);
         let timed_out = || format!("no answer within {} s", deadline.as_secs());
         match &config.transport {
             McpTransport::Stdio { command, args, env } => {
@@ -382,18 +390,20 @@ impl McpHub {
                     Ok::<_, String>((service, tools))
                 })
                 .await;
-                let fail =
-                    |e: String, process: &stdio::Process| with_stderr(e, &process.stderr_tail());
-                match started {
-                    Ok(Ok((service, tools))) => Ok(Connected {
-                        service,
-                        tools,
-                        stale,
-                        process: Some(process),
-                    }),
-                    Ok(Err(e)) => Err(fail(e, &process)),
-                    Err(_) => Err(fail(timed_out(), &process)),
-                }
+                let error = match started {
+                    Ok(Ok((service, tools))) => {
+                        return Ok(Connected {
+                            service,
+                            tools,
+                            stale,
+                            process: Some(process),
+                        });
+                    }
+                    Ok(Err(e)) => e,
+                    Err(_) => timed_out(),
+                };
+                process.settle().await;
+                Err(with_stderr(error, &process.stderr_tail()))
             }
             McpTransport::Http { url, headers } => {
                 use rmcp::transport::StreamableHttpClientTransport;

@@ -23,6 +23,7 @@ pub struct Process {
     group: Pid,
     pipes: Option<(ChildStdout, ChildStdin)>,
     stderr: Arc<Mutex<VecDeque<u8>>>,
+    stderr_done: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Process {
@@ -69,12 +70,13 @@ impl Process {
             return Err("it started without its pipes".into());
         };
         let tail = Arc::new(Mutex::new(VecDeque::new()));
-        tokio::spawn(crate::backends::spawn::read_tail(stderr, tail.clone()));
+        let stderr_done = tokio::spawn(crate::backends::spawn::read_tail(stderr, tail.clone()));
         Ok(Process {
             child,
             group: Pid::from_raw(pid as i32),
             pipes: Some((stdout, stdin)),
             stderr: tail,
+            stderr_done: Some(stderr_done),
         })
     }
 
@@ -86,6 +88,15 @@ impl Process {
     /// Whether it has exited.
     pub fn exited(&mut self) -> bool {
         !matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Waits a little for it to exit and for its stderr to be read to the end, so
+    /// the error shown has what it said last.
+    pub async fn settle(&mut self) {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), self.child.wait()).await;
+        if let Some(done) = self.stderr_done.take() {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), done).await;
+        }
     }
 
     /// The end of what it wrote to stderr.

@@ -496,3 +496,106 @@ async fn a_streamable_http_server_is_called_and_a_restarted_server_gets_a_new_se
     let _ = wait_state(&chorus, "webuser", "web", "running").await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_server_that_cannot_start_is_a_clear_error_step_and_a_failed_state_with_its_stderr()
+-> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = chorus_with(&model).await?;
+    chorus
+        .create_agent_with(json!({
+            "name": "broken",
+            "permissions": profile("bad"),
+            "mcp_servers": {"bad": {
+                "command": "/bin/sh",
+                "args": ["-c", "echo 'bad-config: no such database' >&2; exit 3"],
+            }},
+        }))
+        .await?;
+    model.push(tool_call("b1", "mcp__bad__echo", json!({"text": "x"})));
+    model.push(text("gave up"));
+    let id = chorus.send_message("broken", "try it").await?;
+    let thread = chorus
+        .wait_thread_finished("broken", id, Duration::from_secs(60))
+        .await?;
+    assert_eq!(
+        thread["status"], "completed",
+        "never a hung or failed run: {thread:#}"
+    );
+    let results = tool_results(&thread);
+    assert!(
+        results[0].0
+            && results[0]
+                .1
+                .contains("MCP server 'bad' could not be started")
+            && results[0].1.contains("bad-config: no such database"),
+        "{results:?}"
+    );
+    // Not offered: it never listed a tool.
+    let offered = model.requests()[0].body["tools"].to_string();
+    assert!(!offered.contains("mcp__bad__"), "{offered}");
+    let failed = wait_state(&chorus, "broken", "bad", "failed").await?;
+    assert!(
+        failed["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("bad-config: no such database"),
+        "{failed}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_call_past_its_deadline_is_an_error_step_and_the_next_call_starts_the_server_again()
+-> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder()
+        .env("OPENAI_BASE_URL", &model.base_url())
+        .env("OPENAI_API_KEY", "sk-test-mcp")
+        .env("CHORUS_DEFAULT_MODEL", "fake-model")
+        .config("[mcp]\ncall_timeout_secs = 2\n")
+        .start()
+        .await?;
+    let tag = format!("mcp-hang-{}", std::process::id());
+    chorus
+        .create_agent_with(json!({
+            "name": "waiter",
+            "permissions": {"allow": ["tool:mcp__slow__.*"]},
+            "mcp_servers": {"slow": {
+                "command": bin_path("chorus-test-mcp").to_str().unwrap(),
+                "args": ["stdio", "--tag", tag],
+            }},
+        }))
+        .await?;
+    model.push(tool_call("t1", "mcp__slow__hang", json!({})));
+    model.push(tool_call(
+        "t2",
+        "mcp__slow__echo",
+        json!({"text": "still here"}),
+    ));
+    model.push(text("done"));
+    let started = std::time::Instant::now();
+    let id = chorus.send_message("waiter", "wait").await?;
+    let thread = chorus
+        .wait_thread_finished("waiter", id, Duration::from_secs(60))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let results = tool_results(&thread);
+    assert!(
+        results[0].0 && results[0].1.contains("did not answer within 2 s"),
+        "{results:?}"
+    );
+    assert_eq!(
+        results[1],
+        (false, "echo: still here".to_string()),
+        "{results:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    // The hung process was ended; one new one serves.
+    assert_eq!(pids_with(&tag).len(), 1, "{:?}", pids_with(&tag));
+    Ok(())
+}

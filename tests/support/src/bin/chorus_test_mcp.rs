@@ -10,7 +10,7 @@
 //! Tools: `echo {text}` (answers `echo: <text>`), `secret_word {}` (the one a test's
 //! profile denies: running it would answer `swordfish`), `env {name}` (one variable of
 //! its environment, or `unset`), and `add_tool {}` (adds a tool `late` and sends
-//! `notifications/tools/list_changed`).
+//! `notifications/tools/list_changed`), and `hang {}` (never answers).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -58,6 +58,7 @@ impl TestServer {
                 json!({"name": {"type": "string"}}),
             ),
             tool("add_tool", "Adds the tool `late`.", json!({})),
+            tool("hang", "Never answers.", json!({})),
         ];
         if self.late.load(Ordering::SeqCst) {
             tools.push(tool("late", "Added by add_tool.", json!({})));
@@ -107,6 +108,10 @@ impl ServerHandler for TestServer {
                 text("added".into())
             }
             "late" => text("late tool ran".into()),
+            "hang" => {
+                tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+                text("woke".into())
+            }
             other => {
                 CallToolResult::error(vec![ContentBlock::text(format!("no tool named {other}"))])
                     .into()
