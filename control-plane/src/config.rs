@@ -1191,6 +1191,10 @@ mod tests {
                 "[models]\nsilence_timeout_secs = 0",
                 "[models] silence_timeout_secs: 0 ",
             ),
+            (
+                "[mcp]\ncall_timeout_secs = 0",
+                "[mcp] call_timeout_secs: 0 ",
+            ),
         ] {
             let refusal = refused(text);
             assert!(refusal.starts_with(said), "{refusal}");
@@ -1204,6 +1208,22 @@ mod tests {
         .unwrap();
         assert_eq!(ok.context.window, Duration::from_secs(3600));
         assert_eq!(ok.workers.heartbeat_interval, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn mcp_reads_its_deadline_and_secrets_with_a_default_well_above_a_minute() {
+        let file = |text: &str| toml::from_str::<FileSettings>(text).unwrap();
+        let none = Settings::resolve(ServeArgs::default(), file(""), |_| None).unwrap();
+        assert_eq!(none.mcp.call_timeout, Duration::from_secs(300));
+        let set = Settings::resolve(
+            ServeArgs::default(),
+            file("[mcp]\ncall_timeout_secs = 900\n[mcp.secrets]\nNOTES = \"n-0123456789\""),
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(set.mcp.call_timeout, Duration::from_secs(900));
+        assert_eq!(set.mcp.secrets["NOTES"].expose(), "n-0123456789");
+        assert!(!format!("{:?}", set.mcp).contains("n-0123456789"));
     }
 
     #[test]

@@ -344,7 +344,14 @@ impl McpHub {
             ));
         }
         self.report(name, McpState::Starting, Vec::new(), String::new());
-        match self.connect(&slot.config, place).await {
+        // The connection's tasks outlive the run that started them: a span of their own.
+        let agent = self
+            .agent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let span = tracing::info_span!(parent: None, "mcp_server", %agent, server = %name);
+        match tracing::Instrument::instrument(self.connect(&slot.config, place), span).await {
             Ok(up) => {
                 self.report(
                     name,
