@@ -599,3 +599,65 @@ async fn a_call_past_its_deadline_is_an_error_step_and_the_next_call_starts_the_
     assert_eq!(pids_with(&tag).len(), 1, "{:?}", pids_with(&tag));
     Ok(())
 }
+
+/// A CLI backend sees the same offered set through `chorus-tools mcp`: Claude Code
+/// calls the server's tool (as `mcp__chorus__mcp__demo__echo`), the gate decides it
+/// under the same action string, and the result reaches the model.
+#[tokio::test]
+async fn a_cli_backend_calls_an_mcp_server_s_tool_through_chorus_tools() -> anyhow::Result<()> {
+    use chorus_test_support::FakeAnthropic;
+    let model = FakeAnthropic::start().await;
+    let chorus = Chorus::builder()
+        .env("ANTHROPIC_BASE_URL", &model.host_url())
+        .env("ANTHROPIC_API_KEY", "sk-ant-mcp-e2e-key")
+        .env("CHORUS_DEFAULT_MODEL", "claude-fake")
+        .start()
+        .await?;
+    chorus
+        .create_agent_with(json!({
+            "name": "clier",
+            "backend": "claude-code",
+            "permissions": profile("demo"),
+            "mcp_servers": {"demo": {
+                "command": bin_path("chorus-test-mcp").to_str().unwrap(),
+                "args": ["stdio"],
+            }},
+        }))
+        .await?;
+    model.push(tool_call(
+        "m1",
+        "mcp__demo__echo",
+        json!({"text": "via cli"}),
+    ));
+    model.push(text("done"));
+    let id = chorus.send_message("clier", "use it").await?;
+    let thread = chorus
+        .wait_thread_finished("clier", id, Duration::from_secs(120))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    assert_eq!(
+        tool_results(&thread)[0],
+        (false, "echo: via cli".to_string()),
+        "{thread:#}"
+    );
+    let offered = model.requests()[0].body["tools"].to_string();
+    assert!(
+        offered.contains("mcp__chorus__mcp__demo__echo"),
+        "{offered}"
+    );
+    assert!(
+        model.requests()[1]
+            .body
+            .to_string()
+            .contains("echo: via cli")
+    );
+    let entries = audit(&chorus, "clier").await?;
+    assert!(
+        entries.iter().any(
+            |e| e["action"] == r#"tool:mcp__demo__echo:{"text":"via cli"}"#
+                && e["decision"] == "allow"
+        ),
+        "{entries:#?}"
+    );
+    Ok(())
+}
