@@ -640,16 +640,18 @@ async fn a_cli_backend_calls_an_mcp_server_s_tool_through_chorus_tools() -> anyh
         (false, "echo: via cli".to_string()),
         "{thread:#}"
     );
-    let offered = model.requests()[0].body["tools"].to_string();
+    let requests = model.requests();
     assert!(
-        offered.contains("mcp__chorus__mcp__demo__echo"),
-        "{offered}"
+        requests.iter().any(|r| r.body["tools"]
+            .to_string()
+            .contains("mcp__chorus__mcp__demo__echo")),
+        "offered to the CLI's model"
     );
     assert!(
-        model.requests()[1]
-            .body
-            .to_string()
-            .contains("echo: via cli")
+        requests
+            .iter()
+            .any(|r| r.body.to_string().contains("echo: via cli")),
+        "the result reached the model"
     );
     let entries = audit(&chorus, "clier").await?;
     assert!(
