@@ -485,7 +485,12 @@ impl McpHub {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
         match state {
-            McpState::Failed => tracing::warn!(%agent, %server, %error, "MCP server failed"),
+            McpState::Failed => {
+                // Without the server's stderr, which may repeat what it was given: the
+                // worker's log is not scrubbed, the reported state is (by the control plane).
+                let error = error.split(STDERR_NOTE).next().unwrap_or_default();
+                tracing::warn!(%agent, %server, %error, "MCP server failed")
+            }
             _ => tracing::info!(%agent, %server, state = state.as_str(), "MCP server"),
         }
         self.sink.send(WorkerEvent::McpServerState {
@@ -522,12 +527,15 @@ fn backoff(failures: u32) -> Duration {
     }
 }
 
+/// What introduces a server's stderr in an error.
+const STDERR_NOTE: &str = " (its stderr ends: ";
+
 fn with_stderr(error: String, stderr: &str) -> String {
     let stderr = stderr.trim();
     if stderr.is_empty() {
         error
     } else {
-        format!("{error} (its stderr ends: {stderr})")
+        format!("{error}{STDERR_NOTE}{stderr})")
     }
 }
 
