@@ -32,6 +32,7 @@ fn profile(server: &str) -> Value {
         format!("tool:mcp__{server}__echo:.*"),
         format!("tool:mcp__{server}__env:.*"),
         format!("tool:mcp__{server}__add_tool:.*"),
+        format!("tool:mcp__{server}__header:.*"),
         "tool:bash:.*",
     ]})
 }
@@ -446,20 +447,18 @@ async fn a_streamable_http_server_is_called_and_a_restarted_server_gets_a_new_se
         model.push(reply);
         model.push(text("ok"));
     };
-    run(tool_call(
-        "h1",
-        "mcp__web__echo",
-        json!({"text": "over http"}),
-    ));
+    run(tool_calls(&[
+        ("h1", "mcp__web__echo", json!({"text": "over http"})),
+        ("h0", "mcp__web__header", json!({"name": "x-api-key"})),
+    ]));
     let id = chorus.send_message("webuser", "one").await?;
     let thread = chorus
         .wait_thread_finished("webuser", id, Duration::from_secs(60))
         .await?;
-    assert_eq!(
-        tool_results(&thread)[0],
-        (false, "echo: over http".into()),
-        "{thread:#}"
-    );
+    let results = tool_results(&thread);
+    assert_eq!(results[0], (false, "echo: over http".into()), "{thread:#}");
+    // The header's secret reached the server (and is scrubbed on its way back).
+    assert_eq!(results[1], (false, "[redacted]".into()), "{thread:#}");
     let _ = wait_state(&chorus, "webuser", "web", "running").await?;
 
     // The server goes away: the call fails with a clear error, never a hang.

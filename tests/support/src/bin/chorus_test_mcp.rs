@@ -10,7 +10,8 @@
 //! Tools: `echo {text}` (answers `echo: <text>`), `secret_word {}` (the one a test's
 //! profile denies: running it would answer `swordfish`), `env {name}` (one variable of
 //! its environment, or `unset`), and `add_tool {}` (adds a tool `late` and sends
-//! `notifications/tools/list_changed`), and `hang {}` (never answers).
+//! `notifications/tools/list_changed`), `hang {}` (never answers) and `header {name}`
+//! (a header of the HTTP request that carried the call).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -59,6 +60,11 @@ impl TestServer {
             ),
             tool("add_tool", "Adds the tool `late`.", json!({})),
             tool("hang", "Never answers.", json!({})),
+            tool(
+                "header",
+                "One header of the HTTP request (streamable HTTP only).",
+                json!({"name": {"type": "string"}}),
+            ),
         ];
         if self.late.load(Ordering::SeqCst) {
             tools.push(tool("late", "Added by add_tool.", json!({})));
@@ -102,6 +108,16 @@ impl ServerHandler for TestServer {
             "echo" => text(format!("echo: {}", arg("text"))),
             "secret_word" => text("swordfish".into()),
             "env" => text(std::env::var(arg("name")).unwrap_or_else(|_| "unset".into())),
+            // Over HTTP: a header of the request that carried the call.
+            "header" => text(
+                context
+                    .extensions
+                    .get::<http::request::Parts>()
+                    .and_then(|parts| parts.headers.get(arg("name")))
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("unset")
+                    .to_string(),
+            ),
             "add_tool" => {
                 self.late.store(true, Ordering::SeqCst);
                 let _ = context.peer.notify_tool_list_changed().await;
