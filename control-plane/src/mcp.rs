@@ -544,6 +544,28 @@ mod tests {
         assert_eq!(settings.values().collect::<Vec<_>>(), ["value-1"]);
     }
 
+    /// What the worker offers of a server's tools follows the profile's rules.
+    #[test]
+    fn the_profile_s_reach_offers_only_the_mcp_tools_its_rules_can_match() {
+        let profile = |rules: Value| {
+            let setting: crate::permissions::PermissionsSetting =
+                serde_json::from_value(rules).unwrap();
+            crate::permissions::Profile::from_setting(&setting).unwrap()
+        };
+        let narrow = profile(json!({"allow": ["tool:mcp__demo__echo:.*", "tool:view:.*"],
+                                    "ask": ["tool:mcp__web__(a|b):.*"]}))
+        .mcp_reach();
+        assert!(narrow.reaches("mcp__demo__echo"));
+        assert!(narrow.reaches("mcp__web__a") && narrow.reaches("mcp__web__b"));
+        for no in ["mcp__demo__secret_word", "mcp__web__c", "mcp__other__echo"] {
+            assert!(!narrow.reaches(no), "{no}");
+        }
+        let open = profile(json!({"allow": ["tool:.*"]})).mcp_reach();
+        assert!(open.reaches("mcp__demo__secret_word"));
+        let none = profile(json!({"allow": ["tool:view:.*"]})).mcp_reach();
+        assert!(!none.reaches("mcp__demo__echo"));
+    }
+
     #[test]
     fn the_view_shows_each_configured_server_with_its_latest_state() {
         let setting =

@@ -14,7 +14,7 @@ use crate::domain::{
     ToolResult, ToolSpec, TraceExport, Usage, WorkerEvent,
 };
 use crate::generated as pb;
-use crate::mcp::{McpServer, McpState, McpTransport};
+use crate::mcp::{McpReach, McpServer, McpState, McpTransport};
 use crate::tools::RunsIn;
 use pb::control_message::Body as ControlBody;
 use pb::worker_message::Body as WorkerBody;
@@ -276,6 +276,19 @@ impl From<ControlCommand> for pb::ControlMessage {
                     sandbox: Some(run.agent.sandbox.into()),
                     offered: run.agent.offered.into_iter().map(Into::into).collect(),
                     mcp_servers: run.agent.mcp_servers.into_iter().map(Into::into).collect(),
+                    mcp_reach: Some(match run.agent.mcp_reach {
+                        McpReach::Any => pb::McpReach {
+                            any: true,
+                            prefixes: Vec::new(),
+                        },
+                        McpReach::Prefixes(prefixes) => pb::McpReach {
+                            any: false,
+                            prefixes: prefixes
+                                .into_iter()
+                                .map(|(text, open)| pb::McpReachPrefix { text, open })
+                                .collect(),
+                        },
+                    }),
                 }),
                 model: Some(run.model.into()),
                 messages: run.messages.into_iter().map(Into::into).collect(),
@@ -423,6 +436,16 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                             .into_iter()
                             .map(McpServer::try_from)
                             .collect::<Result<_, _>>()?,
+                        mcp_reach: match agent.mcp_reach {
+                            Some(reach) if !reach.any => McpReach::Prefixes(
+                                reach
+                                    .prefixes
+                                    .into_iter()
+                                    .map(|p| (p.text, p.open))
+                                    .collect(),
+                            ),
+                            _ => McpReach::Any,
+                        },
                     },
                     model: model.into(),
                     messages,
@@ -1326,6 +1349,7 @@ mod tests {
                             call_timeout_ms: 1_000,
                         },
                     ],
+                    mcp_reach: McpReach::Prefixes(vec![("tool:mcp__files__".into(), true)]),
                 },
                 model: route(),
                 messages: vec![ChatMessage::user("hi")],

@@ -153,6 +153,9 @@ pub struct AgentSettings {
     pub offered: Vec<ToolSpec>,
     /// Its MCP servers, secrets resolved: their tools are offered beside `offered`.
     pub mcp_servers: Vec<crate::mcp::McpServer>,
+    /// Which of their tools the profile may ever allow or ask for (the others are
+    /// not offered).
+    pub mcp_reach: crate::mcp::McpReach,
 }
 
 /// One tool as the model is offered it: what the worker needs to offer a tool it

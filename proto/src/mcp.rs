@@ -55,6 +55,35 @@ impl std::fmt::Debug for McpServer {
     }
 }
 
+/// Which MCP tools an agent's profile may ever allow or ask for, as the control
+/// plane reads its rules (`permissions::reach`): the worker offers a server's tool
+/// only when its name is reached, so a tool the profile always denies is not offered,
+/// whenever a server lists it. Errs on the side of offering (a rule whose start
+/// cannot be read reaches every tool); each call is decided by the gate anyway.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum McpReach {
+    /// Any tool may be reached (and what a worker assumes when told nothing).
+    #[default]
+    Any,
+    /// Only actions starting with one of these: `(text, open)`, where an open prefix
+    /// may be followed by anything and a closed one is a whole action.
+    Prefixes(Vec<(String, bool)>),
+}
+
+impl McpReach {
+    /// Whether some action `tool:<tool>:…` may match (the control plane's
+    /// `Reach::reaches_tool`, over the prefixes it sent).
+    pub fn reaches(&self, tool: &str) -> bool {
+        let McpReach::Prefixes(prefixes) = self else {
+            return true;
+        };
+        let head = format!("tool:{tool}:");
+        prefixes.iter().any(|(text, open)| {
+            text.starts_with(&head) || (*open && head.starts_with(text.as_str()))
+        })
+    }
+}
+
 /// What became of a server: a closed set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -205,6 +234,21 @@ mod tests {
         assert_eq!(summary("not json"), "");
         let long = format!(r#"{{"text": "{}"}}"#, "x".repeat(500));
         assert_eq!(summary(&long).chars().count(), 201);
+    }
+
+    #[test]
+    fn a_reach_offers_the_tools_its_prefixes_can_match() {
+        let reach = McpReach::Prefixes(vec![
+            ("tool:mcp__demo__echo:".into(), true),
+            ("tool:mcp__other__".into(), true),
+            ("tool:bash:ls".into(), false),
+        ]);
+        assert!(reach.reaches("mcp__demo__echo"));
+        assert!(!reach.reaches("mcp__demo__secret_word"));
+        assert!(reach.reaches("mcp__other__anything"));
+        assert!(!reach.reaches("mcp__demo__echo2"), "the name ends at ':'");
+        assert!(McpReach::Any.reaches("mcp__demo__secret_word"));
+        assert!(!McpReach::Prefixes(Vec::new()).reaches("mcp__demo__echo"));
     }
 
     #[test]

@@ -307,9 +307,12 @@ impl Runner {
                 tracing::info!("run started");
                 // The agent's MCP servers, started or connected (each within its
                 // deadline): their tools join the run's offered ones, for either backend.
-                let mcp_tools = mcp
+                let mut mcp_tools = mcp
                     .prepare(&run.agent.name, &run.agent.mcp_servers, &place)
                     .await;
+                // A tool the profile always denies is not offered (its call would be
+                // refused anyway): the list is filtered again whenever it changes.
+                mcp_tools.retain(|tool| run.agent.mcp_reach.reaches(&tool.name));
                 if !mcp_tools.is_empty()
                     && let Some(active) = runs
                         .lock()

@@ -178,10 +178,11 @@ impl Builder<'_> {
             .await?
             .map(|policy| policy.grants)
             .unwrap_or_default();
-        let (tools, offered) = match self.profiles.get(&agent.permissions) {
+        let (tools, offered, mcp_reach) = match self.profiles.get(&agent.permissions) {
             Ok(profile) => (
                 offered_tools(&profile, &grants),
                 offered_specs(&profile, &grants, &self.settings.tool_schemas),
+                profile.mcp_reach(),
             ),
             Err(e) => {
                 return config(format!(
@@ -246,6 +247,7 @@ impl Builder<'_> {
                 offered,
                 sandbox: sandbox_policy(&self.settings.sandbox, agent),
                 mcp_servers,
+                mcp_reach,
             },
             model: route,
             messages,
@@ -342,6 +344,7 @@ mod tests {
                 sandbox: SandboxPolicy::default(),
                 offered: Vec::new(),
                 mcp_servers: Vec::new(),
+                mcp_reach: Default::default(),
             },
             model: ModelRoute {
                 provider: "openai".into(),

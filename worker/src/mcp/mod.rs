@@ -24,8 +24,9 @@
 //!   saying when the next try is.
 //! - **Changed tool lists**: a server's `notifications/tools/list_changed` marks its
 //!   list stale; it is read again at the next run's start (and after a reconnect),
-//!   and the new tools are offered from then on, each call checked by the gate like
-//!   any other.
+//!   and the new tools are offered from then on, filtered again by the profile's
+//!   reach (`AgentSettings::mcp_reach`, the runner's job: a tool no allow or ask rule
+//!   can match is not offered), each call checked by the gate like any other.
 //! - **States** go to the control plane as `McpServerState` events (starting,
 //!   running with the tool names, failed with the error), which `GET
 //!   /api/agents/{name}` shows.

@@ -33,6 +33,7 @@ fn profile(server: &str) -> Value {
         format!("tool:mcp__{server}__env:.*"),
         format!("tool:mcp__{server}__add_tool:.*"),
         format!("tool:mcp__{server}__header:.*"),
+        format!("tool:mcp__{server}__late:.*"),
         "tool:bash:.*",
     ]})
 }
@@ -284,13 +285,14 @@ async fn a_stdio_server_s_tools_are_gated_audited_and_reach_the_model_and_a_kill
                 .to_string()
         })
         .collect();
-    for tool in [
-        "mcp__demo__echo",
-        "mcp__demo__secret_word",
-        "mcp__demo__env",
-    ] {
+    for tool in ["mcp__demo__echo", "mcp__demo__env"] {
         assert!(offered.contains(&tool.to_string()), "{offered:?}");
     }
+    // What the profile always denies is not offered (and refused when called anyway).
+    assert!(
+        !offered.contains(&"mcp__demo__secret_word".to_string()),
+        "{offered:?}"
+    );
     assert!(requests[1].body.to_string().contains("echo: hi"));
 
     // Each call decided and audited under its action string.
