@@ -115,6 +115,9 @@ pub struct FileSettings {
     pub backends: FileBackends,
     #[serde(default)]
     pub schedules: FileSchedules,
+    /// Agents' MCP servers: the call deadline and the secrets references name.
+    #[serde(default)]
+    pub mcp: FileMcp,
     /// Roles by user id (`api` is whoever holds the API token; `default` is everyone
     /// not listed): admin | operator | viewer.
     #[serde(default)]
@@ -605,6 +608,16 @@ pub struct FileBackends {
     pub approval_hold_secs: Option<u64>,
 }
 
+/// `[mcp]`: `call_timeout_secs` (one MCP tool call's deadline, default 300) and
+/// `[mcp.secrets]`, the values `{"secret": "NAME"}` in an agent's `mcp_servers` name.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileMcp {
+    pub call_timeout_secs: Option<u64>,
+    #[serde(default)]
+    pub secrets: std::collections::BTreeMap<String, Secret>,
+}
+
 /// The CLIs' paths `[backends]` names, each checked to be a file at start; passed to
 /// local workers as `--claude-code` / `--opencode`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -759,6 +772,8 @@ pub struct Settings {
     pub schedules: ScheduleSettings,
     /// `None`: no Discord front end (no `DISCORD_TOKEN`).
     pub discord: Option<DiscordSettings>,
+    /// `[mcp]`, with the `CHORUS_MCP_SECRET_*` variables added at start (`main`).
+    pub mcp: crate::mcp::McpSettings,
     /// Where traces are exported (`OTEL_EXPORTER_OTLP_*`); `None`: nowhere.
     pub trace_export: Option<crate::telemetry::config::ExportSettings>,
     /// `GET /metrics` needs no token (`[metrics] open`).
@@ -966,6 +981,7 @@ impl Settings {
                     .flat_map(|t| t.headers.iter().map(|(_, v)| v.clone())),
             )
             .chain(self.discord.as_ref().map(|d| exposed(&d.token)))
+            .chain(self.mcp.values())
             .collect()
     }
 
@@ -1112,6 +1128,15 @@ impl Settings {
             cli_approval_hold: approval_hold(file.backends.approval_hold_secs)?,
             backends: BackendPaths::from_file(file.backends)?,
             schedules: ScheduleSettings::from_file(&file.schedules)?,
+            mcp: crate::mcp::McpSettings {
+                call_timeout: Duration::from_secs(in_range(
+                    "[mcp] call_timeout_secs",
+                    file.mcp.call_timeout_secs,
+                    crate::mcp::DEFAULT_CALL_TIMEOUT.as_secs(),
+                    1..=86_400,
+                )?),
+                secrets: file.mcp.secrets,
+            },
             discord: DiscordSettings::resolve(file.discord, &env)?,
             metrics_open: file.metrics.open,
             header_deadline: Duration::from_secs(in_range(
@@ -1230,6 +1255,10 @@ mod tests {
                 "[models]\nsilence_timeout_secs = 0",
                 "[models] silence_timeout_secs: 0 ",
             ),
+            (
+                "[mcp]\ncall_timeout_secs = 0",
+                "[mcp] call_timeout_secs: 0 ",
+            ),
         ] {
             let refusal = refused(text);
             assert!(refusal.starts_with(said), "{refusal}");
@@ -1243,6 +1272,22 @@ mod tests {
         .unwrap();
         assert_eq!(ok.context.window, Duration::from_secs(3600));
         assert_eq!(ok.workers.heartbeat_interval, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn mcp_reads_its_deadline_and_secrets_with_a_default_well_above_a_minute() {
+        let file = |text: &str| toml::from_str::<FileSettings>(text).unwrap();
+        let none = Settings::resolve(ServeArgs::default(), file(""), |_| None).unwrap();
+        assert_eq!(none.mcp.call_timeout, Duration::from_secs(300));
+        let set = Settings::resolve(
+            ServeArgs::default(),
+            file("[mcp]\ncall_timeout_secs = 900\n[mcp.secrets]\nNOTES = \"n-0123456789\""),
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(set.mcp.call_timeout, Duration::from_secs(900));
+        assert_eq!(set.mcp.secrets["NOTES"].expose(), "n-0123456789");
+        assert!(!format!("{:?}", set.mcp).contains("n-0123456789"));
     }
 
     #[test]
@@ -1693,12 +1738,16 @@ mod tests {
 
     #[test]
     fn every_secret_the_settings_hold_is_listed() {
-        let s = Settings::resolve(
+        let mut file = FileSettings::default();
+        file.mcp
+            .secrets
+            .insert("FROM_FILE".into(), Secret::new("mcp-file-secret"));
+        let mut s = Settings::resolve(
             ServeArgs {
                 api_token: Some("api-token-given".into()),
                 ..ServeArgs::default()
             },
-            FileSettings::default(),
+            file,
             env_of(&[
                 ("OPENAI_API_KEY", "sk-openai-key"),
                 ("CHORUS_JOIN_TOKEN", "join-token-0123456789abcdef0123456789"),
@@ -1710,8 +1759,17 @@ mod tests {
             ]),
         )
         .unwrap();
+        s.mcp.add_env(
+            [(
+                "CHORUS_MCP_SECRET_FROM_ENV".to_string(),
+                "mcp-env-secret".to_string(),
+            )]
+            .into_iter(),
+        );
         let secrets = s.secrets();
         for expected in [
+            "mcp-file-secret",
+            "mcp-env-secret",
             "sk-openai-key",
             "api-token-given",
             "join-token-0123456789abcdef0123456789",

@@ -635,6 +635,13 @@ impl Link {
                 WorkerEvent::Summary { request_id, result } => {
                     summaries.answered(request_id, result)
                 }
+                WorkerEvent::McpServerState {
+                    server,
+                    state,
+                    tools,
+                    error,
+                    ..
+                } => registry.mcp().report(&agent, &server, state, tools, error),
                 event => match runs.apply(&agent, generation, seq, event).await {
                     Err(e) if e.is_suspicious() => {
                         tracing::warn!(%agent, generation, error = %e, "worker event refused")
@@ -647,6 +654,7 @@ impl Link {
             }
         };
         registry.detach(&agent, generation, hung);
+        registry.mcp().worker_gone(&agent);
         jobs.worker_gone(&agent, generation).await;
         tracing::info!(%agent, generation, "worker detached");
     }

@@ -121,7 +121,8 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             if let Some(path) = path {
                 tracing::info!(path = %path.display(), "settings file loaded");
             }
-            let settings = Settings::resolve(args, file, |name| std::env::var(name).ok())?;
+            let mut settings = Settings::resolve(args, file, |name| std::env::var(name).ok())?;
+            settings.mcp.add_env(std::env::vars());
             // What an agent runs must not read our memory or environment: closed to
             // other processes of this user; `serve::start` blanks the secrets in the
             // block root could still read (see `environ`).

@@ -121,6 +121,8 @@ impl KnownSecrets {
             WorkerEvent::AgentFilesDeleted {
                 result: Err(error), ..
             } => self.scrub(error),
+            // A server's stderr may hold what it was given.
+            WorkerEvent::McpServerState { error, .. } => self.scrub(error),
             // A tool check is left as the model gave it: the gate decides on the real
             // call and redacts what it records itself.
             WorkerEvent::ToolCheck { .. }

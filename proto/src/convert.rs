@@ -14,6 +14,7 @@ use crate::domain::{
     ToolDecision, ToolResult, ToolSpec, TraceExport, Usage, WorkerEvent,
 };
 use crate::generated as pb;
+use crate::mcp::{McpReach, McpServer, McpState, McpTransport};
 use crate::tools::RunsIn;
 use pb::control_message::Body as ControlBody;
 use pb::worker_message::Body as WorkerBody;
@@ -274,6 +275,20 @@ impl From<ControlCommand> for pb::ControlMessage {
                     tools: run.agent.tools,
                     sandbox: Some(run.agent.sandbox.into()),
                     offered: run.agent.offered.into_iter().map(Into::into).collect(),
+                    mcp_servers: run.agent.mcp_servers.into_iter().map(Into::into).collect(),
+                    mcp_reach: Some(match run.agent.mcp_reach {
+                        McpReach::Any => pb::McpReach {
+                            any: true,
+                            prefixes: Vec::new(),
+                        },
+                        McpReach::Prefixes(prefixes) => pb::McpReach {
+                            any: false,
+                            prefixes: prefixes
+                                .into_iter()
+                                .map(|(text, open)| pb::McpReachPrefix { text, open })
+                                .collect(),
+                        },
+                    }),
                 }),
                 model: Some(run.model.into()),
                 messages: run.messages.into_iter().map(Into::into).collect(),
@@ -436,6 +451,21 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                             .into_iter()
                             .map(ToolSpec::try_from)
                             .collect::<Result<_, _>>()?,
+                        mcp_servers: agent
+                            .mcp_servers
+                            .into_iter()
+                            .map(McpServer::try_from)
+                            .collect::<Result<_, _>>()?,
+                        mcp_reach: match agent.mcp_reach {
+                            Some(reach) if !reach.any => McpReach::Prefixes(
+                                reach
+                                    .prefixes
+                                    .into_iter()
+                                    .map(|p| (p.text, p.open))
+                                    .collect(),
+                            ),
+                            _ => McpReach::Any,
+                        },
                     },
                     model: model.into(),
                     messages,
@@ -903,6 +933,19 @@ impl From<Sequenced> for pb::WorkerMessage {
                     error,
                 })
             }
+            WorkerEvent::McpServerState {
+                agent,
+                server,
+                state,
+                tools,
+                error,
+            } => WorkerBody::McpServerState(pb::McpServerState {
+                agent,
+                server,
+                state: state.as_str().to_owned(),
+                tools,
+                error,
+            }),
         };
         pb::WorkerMessage {
             body: Some(body),
@@ -1030,6 +1073,76 @@ impl TryFrom<pb::WorkerMessage> for WorkerEvent {
                     Err(d.error)
                 },
             },
+            WorkerBody::McpServerState(m) => WorkerEvent::McpServerState {
+                agent: m.agent,
+                server: m.server,
+                state: McpState::parse(&m.state).ok_or(ProtocolError::UnknownValue {
+                    message: "McpServerState",
+                    field: "state",
+                    value: m.state,
+                })?,
+                tools: m.tools,
+                error: m.error,
+            },
+        })
+    }
+}
+
+impl From<McpServer> for pb::McpServer {
+    fn from(server: McpServer) -> Self {
+        let (command, args, env, url, headers) = match server.transport {
+            McpTransport::Stdio { command, args, env } => (
+                command,
+                args,
+                env.into_iter().collect(),
+                String::new(),
+                Default::default(),
+            ),
+            McpTransport::Http { url, headers } => (
+                String::new(),
+                Vec::new(),
+                Default::default(),
+                url,
+                headers.into_iter().collect(),
+            ),
+        };
+        pb::McpServer {
+            name: server.name,
+            command,
+            args,
+            env,
+            url,
+            headers,
+            call_timeout_ms: server.call_timeout_ms,
+        }
+    }
+}
+
+impl TryFrom<pb::McpServer> for McpServer {
+    type Error = ProtocolError;
+    fn try_from(server: pb::McpServer) -> Result<Self, ProtocolError> {
+        let transport = match (server.command.is_empty(), server.url.is_empty()) {
+            (false, true) => McpTransport::Stdio {
+                command: server.command,
+                args: server.args,
+                env: server.env.into_iter().collect(),
+            },
+            (true, false) => McpTransport::Http {
+                url: server.url,
+                headers: server.headers.into_iter().collect(),
+            },
+            _ => {
+                return Err(ProtocolError::UnknownValue {
+                    message: "McpServer",
+                    field: "command/url",
+                    value: format!("server '{}' needs exactly one of them", server.name),
+                });
+            }
+        };
+        Ok(McpServer {
+            name: server.name,
+            transport,
+            call_timeout_ms: server.call_timeout_ms,
         })
     }
 }
@@ -1277,6 +1390,26 @@ mod tests {
                             .unwrap()
                             .spec(&Default::default()),
                     ],
+                    mcp_servers: vec![
+                        McpServer {
+                            name: "files".into(),
+                            transport: McpTransport::Stdio {
+                                command: "/bin/srv".into(),
+                                args: vec!["--stdio".into()],
+                                env: [("TOKEN".to_string(), "t".to_string())].into(),
+                            },
+                            call_timeout_ms: 300_000,
+                        },
+                        McpServer {
+                            name: "web".into(),
+                            transport: McpTransport::Http {
+                                url: "http://127.0.0.1:1/mcp".into(),
+                                headers: [("x-key".to_string(), "k".to_string())].into(),
+                            },
+                            call_timeout_ms: 1_000,
+                        },
+                    ],
+                    mcp_reach: McpReach::Prefixes(vec![("tool:mcp__files__".into(), true)]),
                 },
                 model: route(),
                 messages: vec![ChatMessage::user("hi")],

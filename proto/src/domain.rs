@@ -151,6 +151,11 @@ pub struct AgentSettings {
     /// The tools offered to the model, as the control plane's registry renders them
     /// (the same tools as `tools`, which older workers read instead).
     pub offered: Vec<ToolSpec>,
+    /// Its MCP servers, secrets resolved: their tools are offered beside `offered`.
+    pub mcp_servers: Vec<crate::mcp::McpServer>,
+    /// Which of their tools the profile may ever allow or ask for (the others are
+    /// not offered).
+    pub mcp_reach: crate::mcp::McpReach,
 }
 
 /// One tool as the model is offered it: what the worker needs to offer a tool it
@@ -630,6 +635,15 @@ pub enum WorkerEvent {
         agent: String,
         result: Result<bool, String>,
     },
+    /// What became of one of the agent's MCP servers (started, connected, failed,
+    /// its tools listed again); the control plane shows the latest in the agent's view.
+    McpServerState {
+        agent: String,
+        server: String,
+        state: crate::mcp::McpState,
+        tools: Vec<String>,
+        error: String,
+    },
 }
 
 /// A worker event with its place in its run: `seq` counts a run's events from 1 in
@@ -707,7 +721,8 @@ impl WorkerEvent {
             | WorkerEvent::JobStarted(_)
             | WorkerEvent::JobEnded { .. }
             | WorkerEvent::Summary { .. }
-            | WorkerEvent::AgentFilesDeleted { .. } => None,
+            | WorkerEvent::AgentFilesDeleted { .. }
+            | WorkerEvent::McpServerState { .. } => None,
             WorkerEvent::StepStarted(s) => Some(&s.run_id),
             WorkerEvent::StepEnded(s) => Some(&s.run_id),
             WorkerEvent::MessageAppended { run_id, .. }

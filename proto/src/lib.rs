@@ -8,6 +8,7 @@
 //!   from the wire. Everything else in Chorus speaks these types.
 //! - [`limits`]: the link's size limits, and how a message is measured against them.
 //! - [`tools`]: the tool registry, one definition per tool (names, schemas, actions).
+//! - [`mcp`]: an agent's MCP servers as the worker gets them, their states, their tools' names.
 //! - [`backend`]: what runs an agent's turns (the tool loop or a CLI), and each CLI's facts.
 //!
 //! No business logic lives here, and no I/O.
@@ -17,6 +18,7 @@ pub mod backend;
 mod convert;
 pub mod domain;
 pub mod limits;
+pub mod mcp;
 pub mod tools;
 
 #[allow(clippy::all, clippy::unwrap_used, missing_docs, unreachable_pub)]

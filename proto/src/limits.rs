@@ -136,6 +136,19 @@ fn upper_bound(event: &WorkerEvent) -> usize {
         WorkerEvent::AgentFilesDeleted { agent, result } => {
             agent.len() + result.as_ref().err().map_or(0, String::len)
         }
+        WorkerEvent::McpServerState {
+            agent,
+            server,
+            state,
+            tools,
+            error,
+        } => {
+            agent.len()
+                + server.len()
+                + state.as_str().len()
+                + error.len()
+                + tools.iter().map(|t| t.len() + FIELD).sum::<usize>()
+        }
     };
     let detail = match event {
         WorkerEvent::JobEnded { end, .. } => end.status.as_str().len() + end.detail.len(),

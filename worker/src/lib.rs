@@ -11,6 +11,7 @@ pub mod context;
 pub mod events;
 pub mod gate;
 pub mod link_tls;
+pub mod mcp;
 pub mod model;
 pub mod outbound;
 pub mod runner;

@@ -51,6 +51,8 @@ pub struct Runner {
     agent_dir: PathBuf,
     /// Where the CLIs of CLI backends are.
     backends: Arc<crate::backends::probe::BackendPaths>,
+    /// The agent's MCP servers.
+    mcp: Arc<crate::mcp::McpHub>,
 }
 
 /// What the runner holds of a run in progress.
@@ -113,7 +115,13 @@ impl Runner {
             tracing::error!(error = %e, "cannot build the model relay client with the link's TLS");
             reqwest::Client::default()
         });
+        // MCP servers over HTTP: a client of its own (not the relay's, whose TLS is the link's).
+        let mcp_http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .unwrap_or_default();
         Runner {
+            mcp: Arc::new(crate::mcp::McpHub::new(sink.clone(), mcp_http)),
             gate: Arc::new(RelayGate::new(sink.clone())),
             background: Arc::new(BackgroundJobs::new(Some(sink.clone()))),
             sink,
@@ -274,10 +282,16 @@ impl Runner {
         let gate = self.gate.clone();
         let mut config = self.tools.clone();
         config.bash.sandbox = Some(sandbox.clone());
+        let place = crate::mcp::Place {
+            sandbox: Some(sandbox.clone()),
+            root: sandbox.workspace.clone(),
+        };
         let tools = ToolBox::new(workspace, self.locks.clone())
             .with_jobs(self.background.clone())
             .with_config(config)
-            .with_docs(Workspace::new(self.agent_dir.join("docs")));
+            .with_docs(Workspace::new(self.agent_dir.join("docs")))
+            .with_mcp(self.mcp.clone(), place.clone());
+        let mcp = self.mcp.clone();
         let sink = self.sink.clone();
         let clients = self.clients.clone();
         let runs = self.runs.clone();
@@ -304,6 +318,27 @@ impl Runner {
                     ],
                 );
                 tracing::info!("run started");
+                // The agent's MCP servers, started or connected (each within its
+                // deadline): their tools join the run's offered ones, for either backend.
+                let mut mcp_tools = mcp
+                    .prepare(&run.agent.name, &run.agent.mcp_servers, &place)
+                    .await;
+                // A tool the profile always denies is not offered (its call would be
+                // refused anyway): the list is filtered again whenever it changes.
+                mcp_tools.retain(|tool| run.agent.mcp_reach.reaches(&tool.name));
+                if !mcp_tools.is_empty()
+                    && let Some(active) = runs
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .get_mut(&run.run_id)
+                {
+                    active.role_tools.extend(mcp_tools.iter().cloned());
+                    active.agent.send_modify(|live| {
+                        let mut all = (*live.tools).clone();
+                        all.extend(mcp_tools);
+                        live.tools = std::sync::Arc::new(all);
+                    });
+                }
                 if run.backend != chorus_proto::domain::Backend::Api {
                     let outcome = cli_turn(
                         &run,
@@ -363,6 +398,8 @@ impl Runner {
         {
             tracing::warn!("runs did not finish within {grace:?} of cancellation");
         }
+        // After the runs: none of them is left waiting on a server.
+        self.mcp.shutdown().await;
     }
 }
 

@@ -982,6 +982,8 @@ async fn a_runner_without_the_flavor_fails_a_cli_run_as_config() {
             tools: Vec::new(),
             sandbox: Default::default(),
             offered: vec![create_file(false)],
+            mcp_servers: Vec::new(),
+            mcp_reach: Default::default(),
         },
         model: anthropic_route(),
         messages: Vec::new(),

@@ -65,6 +65,8 @@ fn run(run_id: &str, thread_id: u64, summary: &str) -> RunAssignment {
                     .unwrap()
                     .spec(&Default::default()),
             ],
+            mcp_servers: Vec::new(),
+            mcp_reach: Default::default(),
         },
         model: route(Wire::OpenAi),
         messages: vec![ChatMessage::user("go")],

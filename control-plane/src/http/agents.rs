@@ -64,6 +64,35 @@ pub struct AgentView {
     context_cleared_at: Option<String>,
     /// The Discord channel it is bound to; null: none.
     discord_channel_id: Option<String>,
+    /// Its MCP servers by name: each one's setting (secrets as references) and
+    /// `state` (`not_started`, `starting`, `running` with its `tools`, `failed` with
+    /// the `error`), as its worker last reported.
+    mcp_servers: serde_json::Value,
+}
+
+/// The agent's MCP servers as stored (none: empty).
+async fn mcp_setting(
+    state: &AppState,
+    name: &str,
+) -> Result<crate::mcp::McpServersSetting, ApiError> {
+    let Some(stored) = state.store.mcp_servers(name).await? else {
+        return Ok(Default::default());
+    };
+    let value: serde_json::Value = serde_json::from_str(&stored).unwrap_or_default();
+    // A stored setting that no longer reads shows as none; its runs fail saying why.
+    Ok(crate::mcp::McpServersSetting::parse(&value).unwrap_or_default())
+}
+
+/// A request's `mcp_servers`, checked (names, form, secrets chorus has), as stored.
+fn checked_mcp(state: &AppState, value: &serde_json::Value) -> Result<Option<String>, ApiError> {
+    let setting = crate::mcp::McpServersSetting::parse(value).map_err(ApiError::bad_request)?;
+    state
+        .setup
+        .settings
+        .mcp
+        .missing(&setting)
+        .map_err(ApiError::bad_request)?;
+    Ok((!setting.0.is_empty()).then(|| setting.to_json().to_string()))
 }
 
 async fn view(state: &AppState, agent: AgentRecord) -> Result<AgentView, ApiError> {
@@ -76,7 +105,12 @@ async fn view(state: &AppState, agent: AgentRecord) -> Result<AgentView, ApiErro
         .backends()
         .of_agent(&agent.name, agent.backend)
         .map(BackendStatusView::from);
+    let mcp_servers = state
+        .workers
+        .mcp()
+        .view(&agent.name, &mcp_setting(state, &agent.name).await?);
     Ok(AgentView {
+        mcp_servers,
         backend_status,
         usage,
         effective_idle_timeout_secs: state
@@ -117,6 +151,8 @@ pub(super) struct CreateBody {
     backend: Option<String>,
     idle_timeout_secs: Option<u64>,
     discord_channel_id: Option<String>,
+    /// `{"<name>": {"command", "args", "env"}}` or `{"<name>": {"url", "headers"}}`.
+    mcp_servers: Option<serde_json::Value>,
 }
 
 pub(super) async fn create(
@@ -124,6 +160,13 @@ pub(super) async fn create(
     caller: Caller,
     ApiJson(body): ApiJson<CreateBody>,
 ) -> Result<impl IntoResponse, ApiError> {
+    // Checked before anything is created: a refused setting creates nothing.
+    let mcp_servers = body
+        .mcp_servers
+        .as_ref()
+        .map(|value| checked_mcp(&state, value))
+        .transpose()?
+        .flatten();
     let record = state
         .agents
         .create(
@@ -141,6 +184,11 @@ pub(super) async fn create(
             &caller.principal(),
             caller.role,
         )
+        .await?;
+    // Always written: a new creation of a name starts with only what it was given.
+    state
+        .store
+        .set_mcp_servers(&record.name, mcp_servers)
         .await?;
     state.runs.idle_configured(&record.name).await;
     Ok((StatusCode::CREATED, Json(view(&state, record).await?)))
@@ -185,6 +233,9 @@ pub(super) struct ConfigureBody {
     /// A Discord channel id, or null to unbind.
     #[serde(default, deserialize_with = "present")]
     discord_channel_id: Option<Option<String>>,
+    /// The whole set of MCP servers (`{}` or null: none); it replaces the old one.
+    #[serde(default, deserialize_with = "present")]
+    mcp_servers: Option<Option<serde_json::Value>>,
 }
 
 /// A field that is present (even as null) is `Some`; an absent one (`default`) is `None`.
@@ -216,6 +267,11 @@ pub(super) async fn configure(
         .transpose()
         .map_err(ApiError::bad_request)?;
     let backend = crate::agents::check_backend(body.backend.as_deref())?;
+    let mcp_servers = match &body.mcp_servers {
+        None => None,
+        Some(None) => Some(None),
+        Some(Some(value)) => Some(checked_mcp(&state, value)?),
+    };
     // What the change grants, as a whole, before any of it is made: a refused
     // change changes nothing.
     state
@@ -248,6 +304,11 @@ pub(super) async fn configure(
             .set_permissions(&name, setting, *role, user)
             .await?;
         record = active_agent(&state, &name).await?;
+    }
+    // The next run's assignment carries the new set; its worker starts, restarts or
+    // stops servers to match.
+    if let Some(servers) = mcp_servers {
+        state.store.set_mcp_servers(&name, servers).await?;
     }
     state.runs.idle_configured(&name).await;
     Ok(Json(view(&state, record).await?))

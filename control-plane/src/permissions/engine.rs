@@ -341,6 +341,26 @@ impl Profile {
         list.rules.iter().any(|rule| rule.reach.reaches_tool(tool))
     }
 
+    /// What MCP tools (`mcp__<server>__<tool>`) the allow and ask rules can ever
+    /// match, for the worker, which learns their names only from the servers: the
+    /// prefixes that could start such an action (`tool:mcp__…`, or shorter open ones),
+    /// or `Any` when a rule's start cannot be read.
+    pub fn mcp_reach(&self) -> chorus_proto::mcp::McpReach {
+        let mut kept = Vec::new();
+        for rule in [&self.inner.allow, &self.inner.ask]
+            .iter()
+            .flat_map(|list| list.rules.iter())
+        {
+            let Some(prefixes) = rule.reach.prefixes() else {
+                return chorus_proto::mcp::McpReach::Any;
+            };
+            kept.extend(prefixes.into_iter().filter(|(text, open)| {
+                text.starts_with("tool:mcp__") || (*open && "tool:mcp__".starts_with(text.as_str()))
+            }));
+        }
+        chorus_proto::mcp::McpReach::Prefixes(kept)
+    }
+
     /// False when no allow or ask rule can ever match an action of `tool`, so the tool can
     /// be left out of the tool list sent to the model. Errs on the side of true: a rule
     /// whose start cannot be read (see `reach`) counts as reaching every tool.

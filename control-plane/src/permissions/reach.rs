@@ -28,6 +28,16 @@ pub(super) struct Prefix {
 }
 
 impl Reach {
+    /// The prefixes as `(text, open)`; `None` for [`Reach::Any`].
+    pub(super) fn prefixes(&self) -> Option<Vec<(String, bool)>> {
+        match self {
+            Reach::Any => None,
+            Reach::Prefixes(prefixes) => {
+                Some(prefixes.iter().map(|p| (p.text.clone(), p.open)).collect())
+            }
+        }
+    }
+
     /// Whether some action of `tool` (`tool:<tool>:…`) may match.
     pub(super) fn reaches_tool(&self, tool: &str) -> bool {
         let Reach::Prefixes(prefixes) = self else {

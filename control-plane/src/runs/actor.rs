@@ -1110,7 +1110,8 @@ impl AgentActor {
             | WorkerEvent::JobStarted(_)
             | WorkerEvent::JobEnded { .. }
             | WorkerEvent::Summary { .. }
-            | WorkerEvent::AgentFilesDeleted { .. } => Ok(()),
+            | WorkerEvent::AgentFilesDeleted { .. }
+            | WorkerEvent::McpServerState { .. } => Ok(()),
         };
         if let Err(e) = result {
             tracing::error!(agent, thread_id, %run_id, error = %e, "cannot record worker event");

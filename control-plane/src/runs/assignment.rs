@@ -37,6 +37,8 @@ pub struct RunSettings {
     pub context_window: Duration,
     /// What the offered tools' schemas are rendered with.
     pub tool_schemas: SchemaSettings,
+    /// What the agents' MCP servers' secret references resolve to, and their deadline.
+    pub mcp: crate::mcp::McpSettings,
 }
 
 /// What tool schemas are rendered with, for the model and for the API alike.
@@ -64,6 +66,7 @@ impl RunSettings {
             threads: settings.threads,
             context_window: settings.context.window,
             tool_schemas: schema_settings(settings),
+            mcp: settings.mcp.clone(),
         }
     }
 }
@@ -175,16 +178,28 @@ impl Builder<'_> {
             .await?
             .map(|policy| policy.grants)
             .unwrap_or_default();
-        let (tools, offered) = match self.profiles.get(&agent.permissions) {
+        let (tools, offered, mcp_reach) = match self.profiles.get(&agent.permissions) {
             Ok(profile) => (
                 offered_tools(&profile, &grants),
                 offered_specs(&profile, &grants, &self.settings.tool_schemas),
+                profile.mcp_reach(),
             ),
             Err(e) => {
                 return config(format!(
                     "the agent's permission profile cannot be used: {e}; fix it with `chorus agent \
                      configure {} --permissions …` (PATCH /api/agents/{})",
                     agent.name, agent.name
+                ));
+            }
+        };
+        // The agent's MCP servers, their secrets put in only here, for its worker.
+        let mcp_servers = match self.mcp_servers(agent).await? {
+            Ok(servers) => servers,
+            Err(e) => {
+                return config(format!(
+                    "the agent's MCP servers cannot be used: {e}; fix them with PATCH \
+                     /api/agents/{} {{\"mcp_servers\": …}}",
+                    agent.name
                 ));
             }
         };
@@ -231,6 +246,8 @@ impl Builder<'_> {
                 tools,
                 offered,
                 sandbox: sandbox_policy(&self.settings.sandbox, agent),
+                mcp_servers,
+                mcp_reach,
             },
             model: route,
             messages,
@@ -252,6 +269,21 @@ impl Builder<'_> {
             resumed_call: None,
         };
         Ok(assignment_fits(run))
+    }
+
+    /// The agent's MCP servers as its worker gets them, or why they cannot be used
+    /// (a stored setting that no longer reads, a secret chorus no longer has).
+    async fn mcp_servers(
+        &self,
+        agent: &AgentRecord,
+    ) -> Result<Result<Vec<chorus_proto::mcp::McpServer>, String>, StoreError> {
+        let Some(stored) = self.store.mcp_servers(&agent.name).await? else {
+            return Ok(Ok(Vec::new()));
+        };
+        let setting = serde_json::from_str(&stored)
+            .map_err(|e| e.to_string())
+            .and_then(|value| crate::mcp::McpServersSetting::parse(&value));
+        Ok(setting.and_then(|setting| self.settings.mcp.resolve(&setting)))
     }
 
     /// The stored sessions [`choose_session`] picks from.
@@ -312,6 +344,8 @@ mod tests {
                 tools: vec!["view".into()],
                 sandbox: SandboxPolicy::default(),
                 offered: Vec::new(),
+                mcp_servers: Vec::new(),
+                mcp_reach: Default::default(),
             },
             model: ModelRoute {
                 provider: "openai".into(),

@@ -68,6 +68,7 @@ mod audit;
 mod error;
 mod grants;
 mod jobs;
+mod mcp_servers;
 mod messages;
 mod owner_lock;
 mod policies;
@@ -216,12 +217,13 @@ macro_rules! migrations {
             (23, "task run links", "0023_task_run_links.sql"),
             (24, "backends", "0024_backends.sql"),
             (25, "schedules", "0025_schedules.sql"),
+            (26, "mcp servers", "0026_mcp_servers.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 25] = match backend {
+    let set: [(i64, &'static str, &'static str); 26] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };

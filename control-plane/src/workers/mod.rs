@@ -244,6 +244,11 @@ impl WorkerManager {
         self.registry.backends()
     }
 
+    /// The agents' MCP servers' states.
+    pub fn mcp(&self) -> &Arc<crate::mcp::McpStates> {
+        self.registry.mcp()
+    }
+
     /// How many workers are in each state (for `/metrics`).
     pub fn counts(&self) -> std::collections::BTreeMap<String, u64> {
         let agents: Vec<String> = self.supervised().keys().cloned().collect();

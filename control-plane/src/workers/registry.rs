@@ -72,6 +72,8 @@ pub struct Registry {
     next_generation: Mutex<Generation>,
     /// What CLIs the workers' hosts can run (their Hellos, the local probe).
     backends: Arc<super::backends::BackendsSeen>,
+    /// What the workers say of their agents' MCP servers.
+    mcp: Arc<crate::mcp::McpStates>,
 }
 
 impl Registry {
@@ -83,11 +85,17 @@ impl Registry {
             slots: Mutex::default(),
             next_generation: Mutex::new(last),
             backends: Arc::default(),
+            mcp: Arc::default(),
         }
     }
 
     pub fn backends(&self) -> &Arc<super::backends::BackendsSeen> {
         &self.backends
+    }
+
+    /// The agents' MCP servers' states, as their workers report them.
+    pub fn mcp(&self) -> &Arc<crate::mcp::McpStates> {
+        &self.mcp
     }
 
     fn slots(&self) -> MutexGuard<'_, HashMap<String, Slot>> {

@@ -217,6 +217,13 @@ fn parse(arguments: &str) -> Value {
 /// A short human description of a call, for step history: "create_file: src/a.rs",
 /// "bash: cargo test". Named as the model called it.
 pub fn describe(name: &str, arguments: &str) -> String {
+    if crate::mcp::split_tool_name(name).is_some() {
+        let summary = crate::mcp::summary(arguments);
+        return match summary.is_empty() {
+            true => name.to_string(),
+            false => format!("{name}: {}", truncate(&summary, 120)),
+        };
+    }
     let args = serde_json::from_str::<Value>(arguments).ok();
     let shown = match (find_any(name), &args) {
         (Some(tool), Some(args)) => (tool.subject)(args).shown,
@@ -233,7 +240,12 @@ pub fn describe(name: &str, arguments: &str) -> String {
 /// The action strings' parts for a call: `(tool, Actions)`. A tool called by an
 /// older name is checked under that name (and [`other_forms`] adds the rest); an
 /// unknown tool is checked as `tool:<name>:<path>` (and refused by the worker anyway).
+/// An MCP server's tool (`mcp__<server>__<tool>`) is checked as
+/// `tool:mcp__<server>__<tool>:<summary of arguments>` ([`crate::mcp::summary`]).
 pub fn actions_of<'a>(name: &'a str, arguments: &str) -> (&'a str, Actions) {
+    if crate::mcp::split_tool_name(name).is_some() {
+        return (name, Actions::Detail(crate::mcp::summary(arguments)));
+    }
     match find(name) {
         Some(tool) => {
             let action_tool = if tool.aliases.contains(&name) {

@@ -224,7 +224,10 @@ async fn read_lines(stdout: tokio::process::ChildStdout, tx: mpsc::Sender<String
     }
 }
 
-async fn read_tail(mut stderr: tokio::process::ChildStderr, tail: Arc<Mutex<VecDeque<u8>>>) {
+pub(crate) async fn read_tail(
+    mut stderr: tokio::process::ChildStderr,
+    tail: Arc<Mutex<VecDeque<u8>>>,
+) {
     let mut buf = vec![0u8; 8 * 1024];
     loop {
         match stderr.read(&mut buf).await {

@@ -92,6 +92,8 @@ pub struct ToolBox {
     /// The worker's background jobs, shared by all its runs.
     jobs: Arc<BackgroundJobs>,
     config: ToolConfig,
+    /// The agent's MCP servers, and where its stdio servers run.
+    mcp: Option<(Arc<crate::mcp::McpHub>, crate::mcp::Place)>,
 }
 
 /// One call with its arguments parsed.
@@ -114,11 +116,35 @@ enum Request {
     /// A tool the control plane carries out (its arguments checked by the registry);
     /// one never reaches the worker to run.
     ControlPlane,
+    /// A tool of one of the agent's MCP servers (`mcp__<server>__<tool>`).
+    Mcp {
+        server: String,
+        tool: String,
+    },
 }
 
 impl Request {
     /// The call parsed, with the path a writer locks (from the registry's definition).
     fn parse(call: &ToolCall) -> Result<(Request, Option<String>), ToolOutcome> {
+        if let Some((server, tool)) = chorus_proto::mcp::split_tool_name(&call.name) {
+            let arguments = call.arguments.trim();
+            if !arguments.is_empty()
+                && !matches!(
+                    serde_json::from_str::<serde_json::Value>(arguments),
+                    Ok(serde_json::Value::Object(_))
+                )
+            {
+                return Err(ToolOutcome::malformed(format!(
+                    "the arguments of {} must be a JSON object; the call was not run",
+                    call.name
+                )));
+            }
+            let request = Request::Mcp {
+                server: server.to_string(),
+                tool: tool.to_string(),
+            };
+            return Ok((request, None));
+        }
         let Some(tool) = registry::find(&call.name) else {
             return Err(ToolOutcome::malformed(format!(
                 "there is no tool named '{}'; the tools are: {}",
@@ -176,7 +202,8 @@ impl Request {
             | Request::JobOutput(_)
             | Request::JobStop(_)
             | Request::SelfEditDocs(_)
-            | Request::ControlPlane => ToolOutcome::error("not a workspace file tool"),
+            | Request::ControlPlane
+            | Request::Mcp { .. } => ToolOutcome::error("not a workspace file tool"),
         }
     }
 }
@@ -191,7 +218,14 @@ impl ToolBox {
             locks,
             jobs: Arc::new(BackgroundJobs::default()),
             config: ToolConfig::default(),
+            mcp: None,
         }
+    }
+
+    /// Runs the calls of MCP tools on `hub`'s servers (stdio ones at `place`).
+    pub fn with_mcp(mut self, hub: Arc<crate::mcp::McpHub>, place: crate::mcp::Place) -> Self {
+        self.mcp = Some((hub, place));
+        self
     }
 
     /// Uses the worker's shared background jobs (instead of a registry of its own).
@@ -281,6 +315,15 @@ impl ToolBox {
             Request::JobOutput(args) => return self.jobs.output(args).await,
             Request::JobStop(args) => return self.jobs.stop(args).await,
             Request::SelfEditDocs(args) => return self.write_doc(args, waits).await,
+            Request::Mcp { server, tool } => {
+                return match &self.mcp {
+                    Some((hub, place)) => hub.call(&server, &tool, &call.arguments, place).await,
+                    None => ToolOutcome::error(format!(
+                        "this run has no MCP servers; {} was not run",
+                        call.name
+                    )),
+                };
+            }
             Request::ControlPlane => {
                 return ToolOutcome::error(format!(
                     "{} is carried out by the control plane, not here; the call was not run",
