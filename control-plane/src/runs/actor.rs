@@ -142,6 +142,13 @@ pub(super) enum Command {
         thread_id: u64,
         resumed: Box<ResumedCall>,
     },
+    /// At start: a thread the last control plane left waiting on a deferred call
+    /// goes on with the call refused (`Runs::resume_all`).
+    ResumeRefused {
+        thread_id: u64,
+        resumed: Box<ResumedCall>,
+        reply: oneshot::Sender<()>,
+    },
     ActiveThreads {
         reply: oneshot::Sender<Vec<u64>>,
     },
@@ -430,6 +437,16 @@ impl AgentActor {
             }
             Command::ResumeDeferred { thread_id, resumed } => {
                 self.resume_deferred(thread_id, resumed).await;
+            }
+            Command::ResumeRefused {
+                thread_id,
+                resumed,
+                reply,
+            } => {
+                if let Err(e) = self.start_resumed(thread_id, *resumed).await {
+                    tracing::error!(agent = %self.agent, thread_id, error = %e, "cannot resume a thread left waiting on a deferred call");
+                }
+                let _ = reply.send(());
             }
             Command::ActiveThreads { reply } => {
                 let mut threads: Vec<u64> = self.runs.values().map(|r| r.thread_id).collect();

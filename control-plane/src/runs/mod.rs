@@ -624,7 +624,8 @@ impl Runs {
     }
 
     /// At start: every run the store holds as open (its control plane died or
-    /// stopped under it) is resumed as a new attempt; a thread whose agent is gone,
+    /// stopped under it) is resumed as a new attempt; a thread left waiting on a
+    /// deferred call goes on with the call refused; a thread whose agent is gone,
     /// or that was going without a run, fails with the reason. Returns how many
     /// threads were resumed.
     pub async fn resume_all(&self) -> Result<usize, StoreError> {
@@ -659,6 +660,7 @@ impl Runs {
                 None => self.agent_gone(&agent, run.thread_id).await?,
             }
         }
+        resumed += self.resume_left_waiting().await?;
         // Threads that never got as far as a run start their first one now.
         for (agent, thread_id) in store.threads_never_run().await? {
             match store.active_agent(&agent).await? {
@@ -674,6 +676,72 @@ impl Runs {
                 }
                 None => self.agent_gone(&agent, thread_id).await?,
             }
+        }
+        Ok(resumed)
+    }
+
+    /// At start: a thread the last control plane left waiting on a deferred call (a
+    /// CLI run's, `gate`) goes on with the call refused, since the wait for the
+    /// person ended with that control plane (a restart is a deny). The ask is
+    /// audited as expired, saying why; the run reports the call's result.
+    async fn resume_left_waiting(&self) -> Result<usize, StoreError> {
+        let store = &self.shared.store;
+        let mut resumed = 0;
+        for (agent, thread_id) in store.threads_waiting_without_run().await? {
+            if store.active_agent(&agent).await?.is_none() {
+                self.agent_gone(&agent, thread_id).await?;
+                continue;
+            }
+            // Without the approval it waited on, the thread fails with the others
+            // left without a run.
+            let Some(approval) = store
+                .latest_approval_of_thread(&agent, thread_id)
+                .await?
+                .filter(|a| a.kind == crate::questions::QuestionKind::Approval)
+            else {
+                continue;
+            };
+            const WHY: &str = "chorus restarted before a person answered";
+            let detail = serde_json::json!({
+                "arguments": approval.detail.clone().unwrap_or_default(),
+                "why": [WHY],
+            })
+            .to_string();
+            store
+                .audit(crate::store::AuditEntry {
+                    agent_name: &agent,
+                    action: &approval.actions.join("\n"),
+                    decision: crate::store::AuditDecision::AskExpired,
+                    user_id: approval.requested_by.as_ref(),
+                    detail: Some(detail),
+                    thread_id: Some(thread_id),
+                    call_id: Some(&approval.call_id),
+                    worker: None,
+                })
+                .await?;
+            let resumed_call = ResumedCall {
+                call: chorus_proto::domain::ToolCall {
+                    id: approval.call_id.clone(),
+                    name: approval.tool.clone(),
+                    arguments: approval.detail.clone().unwrap_or_default(),
+                },
+                allowed: false,
+                message: format!(
+                    "Permission denied: {WHY}, so the call was not run; ask again if you still need it"
+                ),
+                result: None,
+                approval_id: approval.id.clone(),
+                answered_by: String::new(),
+            };
+            tracing::info!(%agent, thread_id, approval_id = %approval.id, "thread left waiting on a deferred call goes on with the call refused");
+            let _ = self
+                .ask(&agent, |reply| actor::Command::ResumeRefused {
+                    thread_id,
+                    resumed: Box::new(resumed_call),
+                    reply,
+                })
+                .await;
+            resumed += 1;
         }
         Ok(resumed)
     }

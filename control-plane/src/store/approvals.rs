@@ -207,6 +207,23 @@ impl Store {
         rows.iter().map(approval_from_row).collect()
     }
 
+    /// The latest question asked in a thread, whatever became of it.
+    pub async fn latest_approval_of_thread(
+        &self,
+        agent: &str,
+        thread_id: u64,
+    ) -> Result<Option<ApprovalRecord>, StoreError> {
+        let sql = format!(
+            "{COLUMNS} WHERE agent_name = $1 AND thread_id = $2 ORDER BY requested_at DESC, id DESC LIMIT 1"
+        );
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(agent)
+            .bind(thread_id as i64)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(approval_from_row).transpose()
+    }
+
     /// Settles a pending question without words (approved, denied, expired,
     /// cancelled); `false` when it was no longer pending.
     pub async fn settle_approval(

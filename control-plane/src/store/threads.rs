@@ -553,6 +553,22 @@ impl Store {
             .collect())
     }
 
+    /// Threads waiting for a person with no run to go on: a CLI run's call was
+    /// deferred for a person's approval (`gate`) when the last control plane stopped.
+    pub async fn threads_waiting_without_run(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT agent_name, id FROM threads WHERE status = 'waiting_for_permission' AND NOT EXISTS \
+             (SELECT 1 FROM runs r WHERE r.agent_name = threads.agent_name \
+              AND r.thread_id = threads.id AND r.status IN ('queued', 'running')) ORDER BY created_at, id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(agent, id)| (agent, id.max(0) as u64))
+            .collect())
+    }
+
     /// Marks every unfinished thread that has no open run failed with `failure`:
     /// at start-up, after the open runs were resumed. Returns how many were failed.
     pub async fn fail_threads_without_run(&self, failure: &Failure) -> Result<u64, StoreError> {

@@ -34,25 +34,42 @@ async fn start(backend: &str) -> anyhow::Result<(FakeModel, Chorus)> {
 async fn start_configured(backend: &str, config: &str) -> anyhow::Result<(FakeModel, Chorus)> {
     if backend == "claude-code" {
         let model = FakeAnthropic::start().await;
-        let chorus = Chorus::builder()
-            .config(config)
-            .env("ANTHROPIC_BASE_URL", &model.host_url())
-            .env("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
-            .env("CHORUS_DEFAULT_MODEL", "claude-fake")
-            .start()
-            .await?;
-        Ok((model, chorus))
-    } else {
-        let model = FakeOpenAi::start().await;
-        let chorus = Chorus::builder()
-            .config(config)
-            .env("OPENAI_BASE_URL", &model.base_url())
-            .env("OPENAI_API_KEY", OPENAI_KEY)
-            .env("CHORUS_DEFAULT_MODEL", "fake-model")
-            .start()
-            .await?;
-        Ok((model, chorus))
+        let chorus = claude_chorus(&model, config, None).await?;
+        return Ok((model, chorus));
     }
+    start_openai(config).await
+}
+
+/// Chorus for a Claude Code agent against `model`, with settings and maybe a data
+/// directory of its own (to start it again on the same one).
+async fn claude_chorus(
+    model: &FakeModel,
+    config: &str,
+    data: Option<&Path>,
+) -> anyhow::Result<Chorus> {
+    let mut builder = Chorus::builder();
+    if let Some(data) = data {
+        builder = builder.data_dir(data);
+    }
+    builder
+        .config(config)
+        .env("ANTHROPIC_BASE_URL", &model.host_url())
+        .env("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
+        .env("CHORUS_DEFAULT_MODEL", "claude-fake")
+        .start()
+        .await
+}
+
+async fn start_openai(config: &str) -> anyhow::Result<(FakeModel, Chorus)> {
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder()
+        .config(config)
+        .env("OPENAI_BASE_URL", &model.base_url())
+        .env("OPENAI_API_KEY", OPENAI_KEY)
+        .env("CHORUS_DEFAULT_MODEL", "fake-model")
+        .start()
+        .await?;
+    Ok((model, chorus))
 }
 
 async fn ok(
@@ -1004,5 +1021,85 @@ async fn an_approval_slower_than_the_hold_ends_the_cli_turn_and_its_answer_resum
             "{backend}: {decisions:#?}"
         );
     }
+    Ok(())
+}
+
+/// A thread left waiting on a deferred call when the control plane stops goes on
+/// after the restart with the call refused (the wait for the person ended with that
+/// control plane): the same CLI session is told so, the call is not run, and the ask
+/// is audited as expired with the call's result.
+#[tokio::test]
+async fn a_restart_while_a_deferred_call_waits_resumes_the_session_with_the_call_refused()
+-> anyhow::Result<()> {
+    const HOLD: &str = "[backends]\napproval_hold_secs = 1\n";
+    let model = FakeAnthropic::start().await;
+    let data = tempfile::tempdir()?;
+    let chorus = claude_chorus(&model, HOLD, Some(data.path())).await?;
+    ok(
+        &chorus,
+        Method::POST,
+        "/api/agents",
+        Some(json!({"name": "careful", "backend": "claude-code",
+                    "permissions": {"allow": ["tool:view:.*"], "ask": ["tool:create_file:.*"]}})),
+    )
+    .await?;
+    model.push(tool_call(
+        "c1",
+        "create_file",
+        json!({"path": "a.txt", "content": "x"}),
+    ));
+    let id = chorus.send_message("careful", "write a.txt").await?;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let rows = chorus
+            .query_store(&format!(
+                "SELECT status FROM runs WHERE agent_name = 'careful' AND thread_id = {id}"
+            ))
+            .await?;
+        let thread = chorus.thread("careful", id).await?;
+        if rows.lines().any(|l| l == "completed") && thread["status"] == "waiting_for_permission" {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the call was never deferred: {rows} {thread:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    chorus.stop().await?;
+    let told = model.requests().len();
+    model.push(text("I will ask again later"));
+    let chorus = claude_chorus(&model, HOLD, Some(data.path())).await?;
+    let thread = chorus.wait_thread_finished("careful", id, WAIT).await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let last = thread["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(last["content"], "I will ask again later", "{thread:#}");
+    assert!(!chorus.agent_dir("careful").join("workspace/a.txt").exists());
+    let resumed = model.requests()[told..]
+        .first()
+        .map(|r| r.body["messages"].to_string())
+        .unwrap_or_else(|| panic!("no model call after the restart"));
+    assert!(
+        resumed.contains(
+            "It was not run: Permission denied: chorus restarted before a person answered"
+        ),
+        "{resumed}"
+    );
+    let decisions: Vec<String> = tool_decisions(&chorus, "careful")
+        .await?
+        .into_iter()
+        .map(|(action, decision, result)| format!("{action} {decision} {result}"))
+        .collect();
+    assert_eq!(
+        decisions,
+        ["tool:create_file:a.txt ask_expired error"],
+        "{decisions:#?}"
+    );
+    let pending = ok(&chorus, Method::GET, "/api/approvals", None).await?;
+    assert_eq!(pending, json!([]), "nothing left to answer");
     Ok(())
 }
