@@ -18,6 +18,7 @@ pub mod jobs;
 pub mod link_tls;
 pub mod listener;
 pub mod llm_relay;
+pub mod memory;
 pub mod metrics;
 pub mod ownership;
 pub mod permissions;

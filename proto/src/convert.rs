@@ -274,6 +274,8 @@ impl From<ControlCommand> for pb::ControlMessage {
                     tools: run.agent.tools,
                     sandbox: Some(run.agent.sandbox.into()),
                     offered: run.agent.offered.into_iter().map(Into::into).collect(),
+                    identity: run.agent.identity,
+                    memory: run.agent.memory,
                 }),
                 model: Some(run.model.into()),
                 messages: run.messages.into_iter().map(Into::into).collect(),
@@ -346,6 +348,8 @@ impl From<ControlCommand> for pb::ControlMessage {
                     offered: change.offered.map(|specs| pb::ToolSpecList {
                         specs: specs.into_iter().map(Into::into).collect(),
                     }),
+                    identity: change.identity,
+                    memory: change.memory,
                 })
             }
             ControlCommand::ToolDecision(d) => ControlBody::ToolDecision(pb::ToolDecision {
@@ -436,6 +440,8 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                             .into_iter()
                             .map(ToolSpec::try_from)
                             .collect::<Result<_, _>>()?,
+                        identity: agent.identity,
+                        memory: agent.memory,
                     },
                     model: model.into(),
                     messages,
@@ -533,6 +539,8 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                     .offered
                     .map(|list| list.specs.into_iter().map(ToolSpec::try_from).collect())
                     .transpose()?,
+                identity: u.identity,
+                memory: u.memory,
             }),
             ControlBody::ToolDecision(d) => ControlCommand::ToolDecision(ToolDecision {
                 request_id: d.request_id,
@@ -1258,6 +1266,8 @@ mod tests {
                             .unwrap()
                             .spec(&Default::default()),
                     ],
+                    identity: "# Who you are\nCalm.".into(),
+                    memory: "# Your memory\n- a fact".into(),
                 },
                 model: route(),
                 messages: vec![ChatMessage::user("hi")],
@@ -1331,6 +1341,8 @@ mod tests {
                 system_prompt: Some("new".into()),
                 tools: Some(vec![]),
                 offered: Some(vec![]),
+                identity: Some("# Who you are".into()),
+                memory: Some("# Your memory".into()),
             }),
             ControlCommand::UpdateAgent(AgentChange::default()),
             ControlCommand::ToolDecision(ToolDecision {

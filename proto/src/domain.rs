@@ -151,6 +151,12 @@ pub struct AgentSettings {
     /// The tools offered to the model, as the control plane's registry renders them
     /// (the same tools as `tools`, which older workers read instead).
     pub offered: Vec<ToolSpec>,
+    /// The identity section of the system prompt (SOUL.md, USER.md), rendered by the
+    /// control plane, which keeps the files; "" when there is none.
+    pub identity: String,
+    /// The memory section of the system prompt (MEMORY.md and daily log tails, size
+    /// and limit), rendered by the control plane; "" when there is none.
+    pub memory: String,
 }
 
 /// One tool as the model is offered it: what the worker needs to offer a tool it
@@ -400,6 +406,10 @@ pub struct AgentChange {
     pub tools: Option<Vec<String>>,
     /// The tools offered from now on (set with `tools`, which older workers read).
     pub offered: Option<Vec<ToolSpec>>,
+    /// The identity section from now on.
+    pub identity: Option<String>,
+    /// The memory section from now on.
+    pub memory: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -75,6 +75,8 @@ fn agent(route: ModelRoute, tools: Vec<ToolSpec>) -> watch::Receiver<LiveAgent> 
         system_prompt: "be brief".into(),
         tools: Arc::new(tools),
         docs_dir: None,
+        identity: String::new(),
+        memory: String::new(),
     });
     // The sender may go: the endpoint reads the last value.
     std::mem::forget(tx);
@@ -982,6 +984,8 @@ async fn a_runner_without_the_flavor_fails_a_cli_run_as_config() {
             tools: Vec::new(),
             sandbox: Default::default(),
             offered: vec![create_file(false)],
+            identity: String::new(),
+            memory: String::new(),
         },
         model: anthropic_route(),
         messages: Vec::new(),
@@ -1099,6 +1103,8 @@ async fn the_tool_list_follows_the_agent_and_open_connections_end_with_the_run()
         system_prompt: String::new(),
         tools: Arc::new(vec![create_file(false)]),
         docs_dir: None,
+        identity: String::new(),
+        memory: String::new(),
     });
     let endpoint = RunEndpoint::open(RunTools {
         gate: Arc::new(AllowAll),

@@ -65,6 +65,8 @@ fn run(run_id: &str, thread_id: u64, summary: &str) -> RunAssignment {
                     .unwrap()
                     .spec(&Default::default()),
             ],
+            identity: String::new(),
+            memory: String::new(),
         },
         model: route(Wire::OpenAi),
         messages: vec![ChatMessage::user("go")],
@@ -401,6 +403,7 @@ async fn a_task_run_offers_its_role_tools_and_works_in_its_directory() {
                     .unwrap()
                     .spec(&Default::default()),
             ]),
+            ..Default::default()
         },
     ));
     hold.release();

@@ -37,6 +37,8 @@ pub struct RunSettings {
     pub context_window: Duration,
     /// What the offered tools' schemas are rendered with.
     pub tool_schemas: SchemaSettings,
+    /// Where the agents' identity and memory files are, rendered into each run.
+    pub memory: crate::memory::MemorySettings,
 }
 
 /// What tool schemas are rendered with, for the model and for the API alike.
@@ -64,6 +66,10 @@ impl RunSettings {
             threads: settings.threads,
             context_window: settings.context.window,
             tool_schemas: schema_settings(settings),
+            memory: crate::memory::MemorySettings {
+                agents_root: settings.data_dir.join("agents"),
+                limit_bytes: settings.memory_limit_bytes,
+            },
         }
     }
 }
@@ -221,6 +227,8 @@ impl Builder<'_> {
             _ => (Vec::new(), Vec::new()),
         };
         let cli_session = self.cli_session(agent, thread).await?;
+        let (identity, memory) =
+            crate::memory::render_sections(&self.settings.memory, &agent.name).await;
         let run = RunAssignment {
             run_id: uuid::Uuid::new_v4().to_string(),
             thread_id: thread.id,
@@ -231,6 +239,8 @@ impl Builder<'_> {
                 tools,
                 offered,
                 sandbox: sandbox_policy(&self.settings.sandbox, agent),
+                identity,
+                memory,
             },
             model: route,
             messages,
@@ -312,6 +322,8 @@ mod tests {
                 tools: vec!["view".into()],
                 sandbox: SandboxPolicy::default(),
                 offered: Vec::new(),
+                identity: String::new(),
+                memory: String::new(),
             },
             model: ModelRoute {
                 provider: "openai".into(),
