@@ -16,6 +16,7 @@ mod grants;
 mod lifecycle;
 mod limits;
 mod logs;
+mod memory;
 mod ownership;
 mod permissions;
 mod procs;

@@ -1,0 +1,215 @@
+//! Identity and memory through the real binaries and the fake model: what an agent
+//! remembers (with where it came from) reaches later threads' system prompts until
+//! a person retracts it; SOUL.md set over the API or edited by hand on disk reaches
+//! the next model call, before the docs.
+
+use std::time::Duration;
+
+use chorus_test_support::chorus::tool_results;
+use chorus_test_support::fake_model::{Hold, Reply, text, tool_call};
+use chorus_test_support::{Chorus, FakeModel, FakeOpenAi};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+const FACT: &str = "The user prefers metric units.";
+
+async fn chorus_with(model: &FakeModel) -> anyhow::Result<Chorus> {
+    Chorus::builder()
+        .env("OPENAI_BASE_URL", &model.base_url())
+        .env("OPENAI_API_KEY", "sk-test-memory")
+        .env("CHORUS_DEFAULT_MODEL", "fake-model")
+        .start()
+        .await
+}
+
+fn system_of(model: &FakeModel, index: usize) -> String {
+    model.requests()[index].body["messages"][0]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+async fn get(chorus: &Chorus, path: &str) -> anyhow::Result<Value> {
+    Ok(chorus.api(Method::GET, path).send().await?.json().await?)
+}
+
+async fn talk(chorus: &Chorus, agent: &str, message: &str) -> anyhow::Result<(u64, Value)> {
+    let id = chorus.send_message(agent, message).await?;
+    let thread = chorus
+        .wait_thread_finished(agent, id, Duration::from_secs(30))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    Ok((id, thread))
+}
+
+#[tokio::test]
+async fn a_remembered_fact_reaches_later_threads_until_it_is_retracted() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.push(tool_call("toolu_01", "remember", json!({"text": FACT})));
+    model.push(text("noted"));
+    model.push(text("metres it is"));
+    model.push(text("and now?"));
+    let chorus = chorus_with(&model).await?;
+    chorus.create_agent("keeper").await?;
+
+    let (thread, record) = talk(&chorus, "keeper", "I like metric units").await?;
+    let results = tool_results(&record);
+    assert!(results.iter().all(|(error, _)| !error), "{results:?}");
+    // The file holds the entry, with its thread and tool call next to it.
+    let file = std::fs::read_to_string(chorus.agent_dir("keeper").join("memory/MEMORY.md"))?;
+    let line = file
+        .lines()
+        .find(|l| l.contains(FACT))
+        .unwrap_or_else(|| panic!("no entry in {file}"));
+    assert!(line.starts_with(&format!("- {FACT} <!-- mem:")), "{line}");
+    assert!(
+        line.contains(&format!(" thread:{thread} call:toolu_01 at:")),
+        "{line}"
+    );
+    // The API lists it with the same provenance.
+    let memory = get(&chorus, "/api/agents/keeper/memory").await?;
+    let entry = memory["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["text"] == FACT)
+        .unwrap_or_else(|| panic!("{memory:#}"))
+        .clone();
+    assert_eq!(entry["thread_id"], thread, "{entry}");
+    assert_eq!(entry["call_id"], "toolu_01", "{entry}");
+    assert_eq!(entry["file"], "memory/MEMORY.md");
+    assert_eq!(memory["limit"], 16384);
+    let id = entry["id"].as_str().unwrap().to_string();
+
+    // A later thread is told the fact, and the memory's size and limit.
+    talk(&chorus, "keeper", "how tall is it?").await?;
+    let later = system_of(&model, 2);
+    assert!(later.contains(&format!("- {FACT} [mem:{id}]")), "{later}");
+    assert!(later.contains("Your long-term memory is "), "{later}");
+    assert!(later.contains(" of 16 KB."), "{later}");
+    assert!(
+        later.find("# Your docs").unwrap() < later.find("# Your memory").unwrap(),
+        "{later}"
+    );
+
+    // Retracted: gone from the file, and from the next thread's prompt.
+    let gone = chorus
+        .api(Method::DELETE, &format!("/api/agents/keeper/memory/{id}"))
+        .send()
+        .await?;
+    assert_eq!(gone.status(), 204);
+    let again = chorus
+        .api(Method::DELETE, &format!("/api/agents/keeper/memory/{id}"))
+        .send()
+        .await?;
+    assert_eq!(again.status(), 404, "a second retraction finds nothing");
+    let file = std::fs::read_to_string(chorus.agent_dir("keeper").join("memory/MEMORY.md"))?;
+    assert!(!file.contains(FACT), "{file}");
+    talk(&chorus, "keeper", "and now?").await?;
+    let after = system_of(&model, 3);
+    assert!(!after.contains(FACT), "{after}");
+
+    // The audit log has the tool call and the retraction.
+    let audit = get(&chorus, "/api/agents/keeper/audit?limit=100").await?;
+    let rows: Vec<(String, String, String)> = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap_or("").to_string(),
+                e["decision"].as_str().unwrap_or("").to_string(),
+                e["detail"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        rows.iter()
+            .any(|(a, d, _)| a == &format!("tool:remember:{FACT}") && d == "allow"),
+        "{rows:#?}"
+    );
+    assert!(
+        rows.iter()
+            .any(|(a, _, detail)| a == "agent:memory:forget" && detail.contains(&id)),
+        "{rows:#?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn soul_set_over_the_api_or_by_hand_reaches_the_next_model_call() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.push(text("ahoy"));
+    let chorus = chorus_with(&model).await?;
+    chorus.create_agent("ferris").await?;
+    let dir = chorus.agent_dir("ferris");
+    // A new agent has the template's files; its SOUL.md is guidance only, left out.
+    assert!(dir.join("SOUL.md").is_file() && dir.join("memory/MEMORY.md").is_file());
+
+    let put = chorus
+        .api(Method::PUT, "/api/agents/ferris/identity/SOUL.md")
+        .json(&json!({"content": "You are Ferris, a crab."}))
+        .send()
+        .await?;
+    assert_eq!(put.status(), 200, "{}", put.text().await?);
+    let bad = chorus
+        .api(Method::PUT, "/api/agents/ferris/identity/agent.json")
+        .json(&json!({"content": "{}"}))
+        .send()
+        .await?;
+    assert_eq!(bad.status(), 400);
+    let identity = get(&chorus, "/api/agents/ferris/identity").await?;
+    assert_eq!(identity["soul"], "You are Ferris, a crab.");
+    talk(&chorus, "ferris", "who are you?").await?;
+    let system = system_of(&model, 0);
+    let soul = system
+        .find("# Who you are (SOUL.md)\nYou are Ferris, a crab.")
+        .unwrap_or_else(|| panic!("{system}"));
+    assert!(soul < system.find("# Your docs").unwrap(), "{system}");
+    assert!(
+        !system.contains("USER.md"),
+        "the template's USER.md is left out: {system}"
+    );
+
+    // A hand edit while a thread runs shows in one of its next model calls. The
+    // model keeps reading its memory, slowly, until the edit has had time to arrive.
+    let hold = Hold::new();
+    model.push(Reply::Held(
+        hold.clone(),
+        Box::new(tool_call("r0", "memory_get", json!({"path": "MEMORY.md"}))),
+    ));
+    for i in 1..=20 {
+        model.push(Reply::Delayed(
+            Duration::from_millis(400),
+            Box::new(tool_call(
+                &format!("r{i}"),
+                "memory_get",
+                json!({"path": "MEMORY.md"}),
+            )),
+        ));
+    }
+    model.push(text("done"));
+    let id = chorus.send_message("ferris", "keep reading").await?;
+    model.wait_for_requests(2, Duration::from_secs(20)).await;
+    let edited = "You are Ferris, edited by hand.";
+    std::fs::write(dir.join("SOUL.md"), edited)?;
+    let edited_at = model.requests().len();
+    hold.release();
+    let thread = chorus
+        .wait_thread_finished("ferris", id, Duration::from_secs(60))
+        .await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    let results = tool_results(&thread);
+    assert!(results.iter().all(|(error, _)| !error), "{results:?}");
+    let seen = (edited_at..model.requests().len())
+        .find(|i| system_of(&model, *i).contains(edited))
+        .unwrap_or_else(|| panic!("no later call of the thread saw the hand edit"));
+    assert!(
+        !system_of(&model, seen).contains("a crab"),
+        "the old text is gone"
+    );
+    // The same thread's calls before the edit had the old text (a positive control:
+    // the edit, not a new thread, changed it).
+    assert!(system_of(&model, edited_at - 1).contains("a crab"));
+    Ok(())
+}
