@@ -1,8 +1,8 @@
 //! The slash commands Chorus registers (issue 12's pinned interface): `agent`
 //! (`init`, `destroy`, `list`, `configure`), `thread` (`list`, `kill`, `history`),
 //! `context` (`save`, `clear`, `restore`, `history`), and `status`, `jobs`,
-//! `settings`, and the task board's `task` (`create`, `list`, `show`, `answer`,
-//! `start`). `tasks` is `jobs` under its old name, kept registered so the command
+//! `settings`, the task board's `task` (`create`, `list`, `show`, `answer`,
+//! `start`), and `memory` (`show`, `forget`) of the channel's agent. `tasks` is `jobs` under its old name, kept registered so the command
 //! people know still answers.
 
 use serenity::all::{CommandOptionType, CreateCommand, CreateCommandOption};
@@ -51,7 +51,11 @@ pub fn all() -> Vec<CreateCommand> {
             .add_option(
                 sub("configure", "Change one of an agent's settings")
                     .add_sub_option(text("name", "The agent's name", true))
-                    .add_sub_option(text("key", "model, system_prompt, permissions, …", true))
+                    .add_sub_option(text(
+                        "key",
+                        "model, system_prompt, permissions, soul, user, heartbeat, …",
+                        true,
+                    ))
                     .add_sub_option(text("value", "The new value", true)),
             ),
         CreateCommand::new("thread")
@@ -121,6 +125,14 @@ pub fn all() -> Vec<CreateCommand> {
                     )),
             )
             .add_option(sub("start", "Start a planned task").add_sub_option(task_id())),
+        CreateCommand::new("memory")
+            .description("This channel's agent's memory")
+            .add_option(sub("show", "Its memory entries, with where each came from"))
+            .add_option(sub("forget", "Retract one entry").add_sub_option(text(
+                "id",
+                "The entry's id, as /memory show lists it",
+                true,
+            ))),
         CreateCommand::new("status").description("Chorus's providers, agents and what to set next"),
         CreateCommand::new("jobs").description("This channel's agent's background jobs"),
         CreateCommand::new("tasks")

@@ -72,6 +72,10 @@ pub enum Invocation {
         answer: String,
     },
     TaskStart(u64),
+    /// `/memory show`: the channel's agent's memory entries.
+    MemoryShow,
+    /// `/memory forget id:<id>`: retract one entry.
+    MemoryForget(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +97,8 @@ impl Invocation {
                 | Invocation::ContextRestore { .. }
                 | Invocation::ContextHistory
                 | Invocation::Jobs
+                | Invocation::MemoryShow
+                | Invocation::MemoryForget(_)
         )
     }
 
@@ -101,7 +107,7 @@ impl Invocation {
         match self {
             Invocation::AgentInit { .. } => Act::CreateAgents,
             Invocation::AgentDestroy { .. } => Act::DestroyAgents,
-            Invocation::AgentConfigure { .. } => Act::ConfigureAgents,
+            Invocation::AgentConfigure { .. } | Invocation::MemoryForget(_) => Act::ConfigureAgents,
             Invocation::ThreadKill(_) => Act::StopThreads,
             Invocation::ContextSave { .. }
             | Invocation::ContextClear
@@ -117,6 +123,7 @@ impl Invocation {
             | Invocation::ContextHistory
             | Invocation::Status
             | Invocation::Jobs
+            | Invocation::MemoryShow
             | Invocation::Settings => Act::Look,
         }
     }
@@ -126,7 +133,10 @@ impl Invocation {
     pub fn private_answer(&self) -> bool {
         matches!(
             self,
-            Invocation::Status | Invocation::Settings | Invocation::ThreadHistory(_)
+            Invocation::Status
+                | Invocation::Settings
+                | Invocation::ThreadHistory(_)
+                | Invocation::MemoryShow
         )
     }
 }
@@ -226,6 +236,8 @@ pub fn parse(command: &str, options: &[(String, OptionValue)]) -> Result<Invocat
             answer: required(o, "answer")?,
         },
         ("task", Some("start")) => Invocation::TaskStart(task_id(&required(o, "id")?)?),
+        ("memory", Some("show")) => Invocation::MemoryShow,
+        ("memory", Some("forget")) => Invocation::MemoryForget(required(o, "id")?),
         ("status", None) => Invocation::Status,
         ("jobs" | "tasks", None) => Invocation::Jobs,
         ("settings", None) => Invocation::Settings,
@@ -316,6 +328,19 @@ mod tests {
         assert_eq!(parse("status", &[]), Ok(Invocation::Status));
         assert_eq!(parse("jobs", &[]), Ok(Invocation::Jobs));
         assert_eq!(parse("tasks", &[]), Ok(Invocation::Jobs), "the old name");
+        assert_eq!(
+            parse("memory", &sub("show", &[])),
+            Ok(Invocation::MemoryShow)
+        );
+        let forget = parse("memory", &sub("forget", &[("id", t("3f9a2c01"))])).unwrap();
+        assert_eq!(forget, Invocation::MemoryForget("3f9a2c01".into()));
+        assert!(forget.needs_channel_agent());
+        assert_eq!(
+            forget.act(),
+            Act::ConfigureAgents,
+            "retracting is an operator's"
+        );
+        assert_eq!(Invocation::MemoryShow.act(), Act::Look);
         assert_eq!(
             parse(
                 "agent",

@@ -170,7 +170,7 @@ pub fn human(bytes: usize) -> String {
     }
     let kb = bytes as f64 / 1024.0;
     if (kb - kb.round()).abs() < 0.05 {
-        format!("{:.0} KB", kb)
+        format!("{kb:.0} KB")
     } else {
         format!("{kb:.1} KB")
     }
