@@ -213,3 +213,51 @@ async fn soul_set_over_the_api_or_by_hand_reaches_the_next_model_call() -> anyho
     assert!(system_of(&model, edited_at - 1).contains("a crab"));
     Ok(())
 }
+
+/// With a dial-in worker the files stay with the control plane (the worker's volume
+/// holds none of them), and the worker's runs get them rendered in the assignment.
+#[tokio::test]
+async fn a_dial_in_worker_serves_an_agent_with_identity_and_memory() -> anyhow::Result<()> {
+    use super::dial_in::{DialInWorker, JOIN_TOKEN, fixed_grpc_addr, remote_chorus, wait_running};
+    let model = FakeOpenAi::start().await;
+    let data = tempfile::tempdir()?;
+    let control_plane = data.path().join("control-plane");
+    let volume = data.path().join("volume");
+    let chorus = remote_chorus(&model, &control_plane, &fixed_grpc_addr()?).await?;
+    let _worker = DialInWorker::start(&chorus.grpc_url, &volume, 1, JOIN_TOKEN);
+    chorus.create_agent("far").await?;
+    wait_running(&chorus, "far", Duration::from_secs(30)).await?;
+    let put = chorus
+        .api(Method::PUT, "/api/agents/far/identity/USER.md")
+        .json(&json!({"content": "Ada, who lives far away."}))
+        .send()
+        .await?;
+    assert_eq!(put.status(), 200);
+    model.push(tool_call(
+        "toolu_far",
+        "remember",
+        json!({"text": "Ada likes tea."}),
+    ));
+    model.push(text("noted"));
+    model.push(text("tea"));
+    let (thread, _) = talk(&chorus, "far", "I like tea").await?;
+    let file = std::fs::read_to_string(control_plane.join("agents/far/memory/MEMORY.md"))?;
+    assert!(
+        file.contains("- Ada likes tea. <!-- mem:")
+            && file.contains(&format!("thread:{thread} call:toolu_far")),
+        "{file}"
+    );
+    assert!(
+        !volume.join("agents/far/memory").exists(),
+        "no memory on the worker's volume"
+    );
+    assert!(!volume.join("agents/far/USER.md").exists());
+    talk(&chorus, "far", "what do I drink?").await?;
+    let system = system_of(&model, 2);
+    assert!(
+        system.contains("# Who you work for (USER.md)\nAda, who lives far away."),
+        "{system}"
+    );
+    assert!(system.contains("- Ada likes tea. [mem:"), "{system}");
+    Ok(())
+}
