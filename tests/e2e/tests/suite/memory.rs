@@ -261,3 +261,53 @@ async fn a_dial_in_worker_serves_an_agent_with_identity_and_memory() -> anyhow::
     assert!(system.contains("- Ada likes tea. [mem:"), "{system}");
     Ok(())
 }
+
+/// A claude-code agent's instructions come from the same function: its identity
+/// and memory reach the model's system prompt through the CLI, before the docs.
+#[tokio::test]
+async fn a_claude_code_agent_is_told_its_identity_and_memory() -> anyhow::Result<()> {
+    use chorus_test_support::FakeAnthropic;
+    let model = FakeAnthropic::start().await;
+    let chorus = Chorus::builder()
+        .env("ANTHROPIC_BASE_URL", &model.host_url())
+        .env("ANTHROPIC_API_KEY", "sk-ant-e2e-memory-key")
+        .env("CHORUS_DEFAULT_MODEL", "claude-fake")
+        .start()
+        .await?;
+    chorus
+        .create_agent_with(json!({"name": "clawd", "backend": "claude-code"}))
+        .await?;
+    let put = chorus
+        .api(Method::PUT, "/api/agents/clawd/identity/SOUL.md")
+        .json(&json!({"content": "You are Clawd, a careful crab."}))
+        .send()
+        .await?;
+    assert_eq!(put.status(), 200);
+    std::fs::write(
+        chorus.agent_dir("clawd").join("memory/MEMORY.md"),
+        "# Long-term memory\n\n- The user is called Ada.\n",
+    )?;
+    model.push(text("Hello Ada."));
+    talk(&chorus, "clawd", "hi").await?;
+    let systems: Vec<String> = model
+        .requests()
+        .iter()
+        .map(|r| r.body["system"].to_string())
+        .collect();
+    let system = systems
+        .iter()
+        .find(|s| s.contains("You are Clawd, a careful crab."))
+        .unwrap_or_else(|| panic!("no request carried SOUL.md: {systems:#?}"));
+    let at = |s: &str| {
+        system
+            .find(s)
+            .unwrap_or_else(|| panic!("{s} not in {system}"))
+    };
+    assert!(at("You are Clawd") < at("# Your docs"), "{system}");
+    assert!(
+        at("# Your docs") < at("The user is called Ada."),
+        "{system}"
+    );
+    assert!(system.contains("Your long-term memory is "), "{system}");
+    Ok(())
+}
