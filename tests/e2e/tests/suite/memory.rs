@@ -214,6 +214,85 @@ async fn soul_set_over_the_api_or_by_hand_reaches_the_next_model_call() -> anyho
     Ok(())
 }
 
+/// Past `[memory] limit_bytes` a `remember` still writes and says by how much it is
+/// over and what to fold; folding (`replaces`) removes the entries it names, and a
+/// `replaces` naming no entry writes nothing and says so. Never an error loop.
+#[tokio::test]
+async fn past_the_limit_remember_writes_and_says_what_to_fold() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = Chorus::builder()
+        .env("OPENAI_BASE_URL", &model.base_url())
+        .env("OPENAI_API_KEY", "sk-test-memory")
+        .env("CHORUS_DEFAULT_MODEL", "fake-model")
+        .config("[memory]\nlimit_bytes = 1024\n")
+        .start()
+        .await?;
+    chorus.create_agent("full").await?;
+    let long = "x".repeat(600);
+    model.push(tool_call(
+        "m1",
+        "remember",
+        json!({"text": format!("first {long}")}),
+    ));
+    model.push(tool_call(
+        "m2",
+        "remember",
+        json!({"text": format!("second {long}")}),
+    ));
+    model.push(text("stored"));
+    let (_, thread) = talk(&chorus, "full", "remember twice").await?;
+    let results = tool_results(&thread);
+    assert!(results.iter().all(|(error, _)| !error), "{results:?}");
+    let over = &results[1].1;
+    assert!(
+        over.contains("of its 1 KB limit") && over.contains("over"),
+        "{over}"
+    );
+    assert!(over.contains("the longest are mem:"), "{over}");
+    let memory = get(&chorus, "/api/agents/full/memory").await?;
+    assert!(memory["size"].as_u64().unwrap() > 1024, "{memory}");
+    let ids: Vec<String> = memory["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["id"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(ids.len(), 2, "{memory}");
+
+    model.push(tool_call(
+        "m3",
+        "remember",
+        json!({"text": "first and second, folded", "replaces": ids}),
+    ));
+    model.push(tool_call(
+        "m4",
+        "remember",
+        json!({"text": "never written", "replaces": ["deadbeef"]}),
+    ));
+    model.push(text("folded"));
+    let (_, thread) = talk(&chorus, "full", "fold them").await?;
+    let results = tool_results(&thread);
+    assert!(
+        !results[0].0 && results[0].1.contains("replacing"),
+        "{results:?}"
+    );
+    assert!(
+        results[1].0 && results[1].1.contains("mem:deadbeef"),
+        "{results:?}"
+    );
+    let file = std::fs::read_to_string(chorus.agent_dir("full").join("memory/MEMORY.md"))?;
+    assert!(file.contains("first and second, folded"), "{file}");
+    assert!(
+        !file.contains("never written") && !file.contains(&long),
+        "{file}"
+    );
+    assert!(
+        file.contains(&format!("folds:{},{}", ids[0], ids[1])),
+        "{file}"
+    );
+    Ok(())
+}
+
 /// With a dial-in worker the files stay with the control plane (the worker's volume
 /// holds none of them), and the worker's runs get them rendered in the assignment.
 #[tokio::test]
