@@ -1088,7 +1088,7 @@ impl Settings {
             memory_limit_bytes: in_range(
                 "[memory] limit_bytes",
                 file.memory.limit_bytes,
-                crate::memory::DEFAULT_LIMIT_BYTES,
+                crate::memory::sections::DEFAULT_LIMIT_BYTES,
                 1024..=1024 * 1024,
             )?,
             tasks: TaskSettings::from_file(&file.tasks)?,

@@ -60,19 +60,6 @@ pub struct PromptParts<'a> {
     pub relevant: Option<&'a str>,
 }
 
-impl crate::tool_loop::LiveAgent {
-    /// What this agent's system prompt is made of now.
-    pub fn prompt_parts(&self) -> PromptParts<'_> {
-        PromptParts {
-            system_prompt: &self.system_prompt,
-            identity: &self.identity,
-            docs_dir: self.docs_dir.as_deref(),
-            memory: &self.memory,
-            relevant: None,
-        }
-    }
-}
-
 impl Docs {
     /// The whole system prompt, in the order the module's documentation gives.
     pub fn compose(&mut self, parts: PromptParts) -> String {

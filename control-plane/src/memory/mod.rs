@@ -15,9 +15,9 @@
 pub mod entries;
 pub mod files;
 pub mod prompt;
+pub mod sections;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,9 +30,8 @@ use crate::runs::Runs;
 use crate::store::{AuditDecision, AuditEntry, Store};
 use entries::{Entry, Provenance};
 use files::{MEMORY_FILE, MemoryDir};
+pub use sections::{DEFAULT_LIMIT_BYTES, MemorySettings, render_sections};
 
-/// `[memory] limit_bytes`' default: how large MEMORY.md should stay.
-pub const DEFAULT_LIMIT_BYTES: usize = 16 * 1024;
 /// Most lines `memory_get` shows at once.
 pub const MAX_GET_LINES: usize = 400;
 /// Most bytes of an entry's text.
@@ -41,23 +40,6 @@ pub const MAX_ENTRY_BYTES: usize = 2048;
 pub const MAX_IDENTITY_BYTES: usize = 64 * 1024;
 /// How often hand edits are looked for.
 const WATCH_PERIOD: Duration = Duration::from_secs(2);
-
-/// Where the files are and how large long-term memory should stay.
-#[derive(Debug, Clone)]
-pub struct MemorySettings {
-    /// `<data_dir>/agents`.
-    pub agents_root: PathBuf,
-    pub limit_bytes: usize,
-}
-
-impl Default for MemorySettings {
-    fn default() -> Self {
-        MemorySettings {
-            agents_root: PathBuf::new(),
-            limit_bytes: DEFAULT_LIMIT_BYTES,
-        }
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryError {
@@ -93,40 +75,7 @@ pub struct Listing {
     pub entries: Vec<(String, Entry)>,
 }
 
-/// The identity and memory sections of the agent's prompt, from the files now.
-pub async fn render_sections(settings: &MemorySettings, agent: &str) -> (String, String) {
-    let dir = MemoryDir::new(&settings.agents_root, agent);
-    if settings.agents_root.as_os_str().is_empty() || !dir.exists() {
-        return (String::new(), String::new());
-    }
-    let read = |path: PathBuf| async move { files::read(&path).await.unwrap_or_default() };
-    let soul = read(dir.identity(IdentityFile::Soul)).await;
-    let user = read(dir.identity(IdentityFile::User)).await;
-    let long_term = read(dir.long_term()).await;
-    let today = chrono::Utc::now().date_naive();
-    let yesterday = today.pred_opt().unwrap_or(today);
-    let (today_name, yesterday_name) = (files::daily_name(today), files::daily_name(yesterday));
-    let today_text = read(dir.daily(today)).await;
-    let yesterday_text = read(dir.daily(yesterday)).await;
-    let days = [
-        prompt::Day {
-            label: "Today's",
-            file: &today_name,
-            text: &today_text,
-        },
-        prompt::Day {
-            label: "Yesterday's",
-            file: &yesterday_name,
-            text: &yesterday_text,
-        },
-    ];
-    (
-        prompt::identity_section(&soul, &user),
-        prompt::memory_section(&long_term, settings.limit_bytes, &days),
-    )
-}
-
-type Stamp = Vec<(PathBuf, u64, Option<std::time::SystemTime>, u64)>;
+type Stamp = Vec<(std::path::PathBuf, u64, Option<std::time::SystemTime>, u64)>;
 
 pub struct Memory {
     settings: MemorySettings,

@@ -38,7 +38,7 @@ pub struct RunSettings {
     /// What the offered tools' schemas are rendered with.
     pub tool_schemas: SchemaSettings,
     /// Where the agents' identity and memory files are, rendered into each run.
-    pub memory: crate::memory::MemorySettings,
+    pub memory: crate::memory::sections::MemorySettings,
 }
 
 /// What tool schemas are rendered with, for the model and for the API alike.
@@ -66,7 +66,7 @@ impl RunSettings {
             threads: settings.threads,
             context_window: settings.context.window,
             tool_schemas: schema_settings(settings),
-            memory: crate::memory::MemorySettings {
+            memory: crate::memory::sections::MemorySettings {
                 agents_root: settings.data_dir.join("agents"),
                 limit_bytes: settings.memory_limit_bytes,
             },
@@ -228,7 +228,7 @@ impl Builder<'_> {
         };
         let cli_session = self.cli_session(agent, thread).await?;
         let (identity, memory) =
-            crate::memory::render_sections(&self.settings.memory, &agent.name).await;
+            crate::memory::sections::render_sections(&self.settings.memory, &agent.name).await;
         let run = RunAssignment {
             run_id: uuid::Uuid::new_v4().to_string(),
             thread_id: thread.id,

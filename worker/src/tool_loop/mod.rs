@@ -67,6 +67,20 @@ pub struct LiveAgent {
     pub memory: String,
 }
 
+impl LiveAgent {
+    /// What this agent's system prompt is made of now (`context::Docs::compose`
+    /// puts it in order, for the loop and the CLI backends alike).
+    pub fn prompt_parts(&self) -> crate::context::PromptParts<'_> {
+        crate::context::PromptParts {
+            system_prompt: &self.system_prompt,
+            identity: &self.identity,
+            docs_dir: self.docs_dir.as_deref(),
+            memory: &self.memory,
+            relevant: None,
+        }
+    }
+}
+
 /// Makes the client for a model route.
 pub trait ClientFactory: Send + Sync {
     type Client: ModelClient;
