@@ -214,6 +214,101 @@ async fn soul_set_over_the_api_or_by_hand_reaches_the_next_model_call() -> anyho
     Ok(())
 }
 
+/// The other tools through the gate: `log_note` writes today's log (UTC) with its
+/// provenance, `self_edit_identity` rewrites USER.md (not HEARTBEAT.md), and
+/// `memory_get` reads a memory file with line numbers but nothing outside `memory/`;
+/// each call is audited under its action string.
+#[tokio::test]
+async fn log_note_self_edit_identity_and_a_jailed_memory_get() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.push(tool_call(
+        "n1",
+        "log_note",
+        json!({"text": "Deployed the site."}),
+    ));
+    model.push(tool_call(
+        "i1",
+        "self_edit_identity",
+        json!({"file": "USER.md", "content": "Ada, a physicist."}),
+    ));
+    model.push(tool_call(
+        "i2",
+        "self_edit_identity",
+        json!({"file": "HEARTBEAT.md", "content": "check mail"}),
+    ));
+    model.push(tool_call(
+        "g1",
+        "memory_get",
+        json!({"path": "memory/MEMORY.md"}),
+    ));
+    model.push(tool_call("g2", "memory_get", json!({"path": "../USER.md"})));
+    model.push(text("done"));
+    let chorus = chorus_with(&model).await?;
+    chorus.create_agent("noter").await?;
+    std::fs::write(
+        chorus.agent_dir("noter").join("memory/MEMORY.md"),
+        "# Long-term memory\n\n- first\n- second\n",
+    )?;
+    let (thread, record) = talk(&chorus, "noter", "note it").await?;
+    let results = tool_results(&record);
+    assert_eq!(results.len(), 5, "{results:?}");
+    // The day's log (UTC), named as the tool said: read from the answer, so a test
+    // across midnight does not look in the wrong file.
+    let path = results[0]
+        .1
+        .strip_prefix("Noted in ")
+        .and_then(|rest| rest.split(" as ").next())
+        .unwrap_or_else(|| panic!("{results:?}"))
+        .to_string();
+    assert!(
+        !results[0].0 && path.starts_with("memory/20") && path.ends_with(".md"),
+        "{path}"
+    );
+    let log = std::fs::read_to_string(chorus.agent_dir("noter").join(&path))?;
+    assert!(log.contains("- Deployed the site. <!-- mem:"), "{log}");
+    assert!(log.contains(&format!("thread:{thread} call:n1")), "{log}");
+    assert!(!results[1].0, "{results:?}");
+    assert_eq!(
+        std::fs::read_to_string(chorus.agent_dir("noter").join("USER.md"))?,
+        "Ada, a physicist."
+    );
+    assert!(
+        results[2].0,
+        "HEARTBEAT.md is not the agent's to edit: {results:?}"
+    );
+    assert!(
+        !results[3].0 && results[3].1.contains("    3\t- first"),
+        "{results:?}"
+    );
+    assert!(
+        results[4].0 && results[4].1.contains("not a memory file"),
+        "{results:?}"
+    );
+    // The next model call (after the tools) already had USER.md.
+    assert!(system_of(&model, 5).contains("# Who you work for (USER.md)\nAda, a physicist."));
+
+    let audit = get(&chorus, "/api/agents/noter/audit?limit=100").await?;
+    let actions: Vec<&str> = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    for expected in [
+        "tool:log_note:Deployed the site.",
+        "tool:self_edit:identity:USER.md",
+        "tool:memory_get:memory/MEMORY.md",
+        "tool:memory_get:../USER.md",
+        "agent:identity:USER.md",
+    ] {
+        assert!(
+            actions.contains(&expected),
+            "{expected} not in {actions:#?}"
+        );
+    }
+    Ok(())
+}
+
 /// Past `[memory] limit_bytes` a `remember` still writes and says by how much it is
 /// over and what to fold; folding (`replaces`) removes the entries it names, and a
 /// `replaces` naming no entry writes nothing and says so. Never an error loop.
