@@ -485,3 +485,70 @@ async fn a_claude_code_agent_is_told_its_identity_and_memory() -> anyhow::Result
     assert!(system.contains("Your long-term memory is "), "{system}");
     Ok(())
 }
+
+/// The terminal client: `chorus agent identity` sets and shows SOUL.md, `chorus
+/// memory show` lists entries with their ids and provenance and shows a file,
+/// `chorus memory forget` retracts one; a bad id is an error saying what an id is.
+#[tokio::test]
+async fn the_terminal_client_shows_sets_and_forgets() -> anyhow::Result<()> {
+    use super::cli::{client, stderr, stdout};
+    let model = FakeOpenAi::start().await;
+    let chorus = chorus_with(&model).await?;
+    chorus.create_agent("term").await?;
+    let dir = chorus.agent_dir("term");
+    let soul = dir.join("soul-draft.md");
+    std::fs::write(&soul, "You are Term, terse.")?;
+    let set = client(
+        &chorus,
+        &[
+            "agent",
+            "identity",
+            "term",
+            "soul",
+            "--set",
+            soul.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(set.status.success(), "{}", stderr(&set));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("SOUL.md"))?,
+        "You are Term, terse."
+    );
+    let shown = client(&chorus, &["agent", "identity", "term", "soul"]).await;
+    assert_eq!(stdout(&shown), "== SOUL.md ==\nYou are Term, terse.\n");
+
+    std::fs::write(
+        dir.join("memory/MEMORY.md"),
+        "# Long-term memory\n\n- Term likes tabs. <!-- mem:0a1b2c3d thread:4 call:toolu_t at:2026-11-26T21:40:00Z -->\n- hand-written\n",
+    )?;
+    let listed = client(&chorus, &["memory", "show", "term"]).await;
+    let text = stdout(&listed);
+    assert!(text.contains("0a1b2c3d  Term likes tabs."), "{text}");
+    assert!(
+        text.contains("(thread 4, toolu_t, 2026-11-26T21:40:00Z)"),
+        "{text}"
+    );
+    assert!(text.contains("--------  hand-written"), "{text}");
+    let file = client(&chorus, &["memory", "show", "term", "MEMORY.md"]).await;
+    assert!(
+        stdout(&file).contains("- hand-written"),
+        "{}",
+        stdout(&file)
+    );
+    let bad = client(&chorus, &["memory", "forget", "term", "nope"]).await;
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("not a memory entry id"),
+        "{}",
+        stderr(&bad)
+    );
+    let forgot = client(&chorus, &["memory", "forget", "term", "0a1b2c3d"]).await;
+    assert!(forgot.status.success(), "{}", stderr(&forgot));
+    let left = std::fs::read_to_string(dir.join("memory/MEMORY.md"))?;
+    assert!(
+        !left.contains("tabs") && left.contains("hand-written"),
+        "{left}"
+    );
+    Ok(())
+}
