@@ -14,6 +14,9 @@ use super::entries::{self, Entry};
 pub const LONG_TERM_BUDGET: usize = 12 * 1024;
 /// Most bytes of one daily log put into a prompt.
 pub const DAILY_BUDGET: usize = 3 * 1024;
+/// Most bytes of SOUL.md or USER.md put into a prompt (a hand edit may be larger
+/// than the API accepts).
+pub const IDENTITY_BUDGET: usize = 16 * 1024;
 
 /// The text of a file as far as the prompt cares: empty when it holds nothing but
 /// whitespace and HTML comments (a template's guidance).
@@ -40,15 +43,33 @@ pub fn meaningful(text: &str) -> &str {
 /// SOUL.md then USER.md; "" when both are empty.
 pub fn identity_section(soul: &str, user: &str) -> String {
     let mut parts = Vec::new();
-    let soul = meaningful(soul);
-    let user = meaningful(user);
-    if !soul.is_empty() {
-        parts.push(format!("# Who you are (SOUL.md)\n{soul}"));
-    }
-    if !user.is_empty() {
-        parts.push(format!("# Who you work for (USER.md)\n{user}"));
+    for (heading, text) in [
+        ("# Who you are (SOUL.md)", soul),
+        ("# Who you work for (USER.md)", user),
+    ] {
+        let text = meaningful(text);
+        if !text.is_empty() {
+            parts.push(format!("{heading}\n{}", bounded(text, IDENTITY_BUDGET)));
+        }
     }
     parts.join("\n\n")
+}
+
+/// At most `budget` bytes of `text` (cut at a character boundary), saying so when cut.
+fn bounded(text: &str, budget: usize) -> String {
+    if text.len() <= budget {
+        return text.to_string();
+    }
+    let mut end = budget;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}\n(cut here: the file is {}, more than the {} a prompt carries; keep it short)",
+        &text[..end],
+        human(text.len()),
+        human(budget)
+    )
 }
 
 /// A day's log as the prompt shows it.
@@ -200,6 +221,10 @@ mod tests {
             identity_section("Calm.", "Ada."),
             "# Who you are (SOUL.md)\nCalm.\n\n# Who you work for (USER.md)\nAda."
         );
+        let huge = "é".repeat(IDENTITY_BUDGET);
+        let section = identity_section(&huge, "");
+        assert!(section.len() < IDENTITY_BUDGET + 200, "{}", section.len());
+        assert!(section.ends_with("keep it short)"));
     }
 
     #[test]
