@@ -100,6 +100,8 @@ pub struct FileSettings {
     #[serde(default)]
     pub context: FileContext,
     #[serde(default)]
+    pub memory: FileMemory,
+    #[serde(default)]
     pub discord: FileDiscord,
     #[serde(default)]
     pub metrics: FileMetrics,
@@ -256,6 +258,15 @@ pub struct FileContext {
     pub idle_timeout_secs: Option<u64>,
 }
 
+/// `[memory]`: an agent's long-term memory (`memory/MEMORY.md`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileMemory {
+    /// How large MEMORY.md should stay, in bytes: the agent is told its size and
+    /// this limit, and a write past it still succeeds, saying how far over it is.
+    pub limit_bytes: Option<usize>,
+}
+
 /// The resolved `[context]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ContextSettings {
@@ -328,6 +339,9 @@ mod num_bounds {
     }
     impl Max for u32 {
         const MAX: u32 = u32::MAX;
+    }
+    impl Max for usize {
+        const MAX: usize = usize::MAX;
     }
 }
 
@@ -764,6 +778,8 @@ pub struct Settings {
     pub sandbox: SandboxSettings,
     pub threads: ThreadSettings,
     pub context: ContextSettings,
+    /// `[memory] limit_bytes`.
+    pub memory_limit_bytes: usize,
     /// The task board (`[tasks]`).
     pub tasks: TaskSettings,
     /// `[backends]`: the CLIs' paths, when not found on `PATH`.
@@ -1124,6 +1140,12 @@ impl Settings {
             threads: ThreadSettings::from_file(&file.threads)?,
             sandbox: SandboxSettings::from_file(file.sandbox),
             context: ContextSettings::from_file(&file.context)?,
+            memory_limit_bytes: in_range(
+                "[memory] limit_bytes",
+                file.memory.limit_bytes,
+                crate::memory::sections::DEFAULT_LIMIT_BYTES,
+                1024..=1024 * 1024,
+            )?,
             tasks: TaskSettings::from_file(&file.tasks)?,
             cli_approval_hold: approval_hold(file.backends.approval_hold_secs)?,
             backends: BackendPaths::from_file(file.backends)?,

@@ -19,6 +19,7 @@ pub mod link_tls;
 pub mod listener;
 pub mod llm_relay;
 pub mod mcp;
+pub mod memory;
 pub mod metrics;
 pub mod ownership;
 pub mod permissions;

@@ -333,7 +333,8 @@ pub async fn start(
         .with_layout(match settings.workers.launcher {
             LauncherKind::Local => crate::agents::files::Layout::Full,
             LauncherKind::Remote => crate::agents::files::Layout::Records,
-        }),
+        })
+        .with_memory_limit(settings.memory_limit_bytes),
     );
 
     tokio::spawn({
@@ -384,6 +385,8 @@ pub async fn start(
         );
     }
     let shutdown = CancellationToken::new();
+    // Hand edits of identity and memory files reach live runs at their next model call.
+    agents.memory().clone().watch(shutdown.clone());
     let sessions = Sessions::new(
         store.clone(),
         agents.agents_root().to_path_buf(),

@@ -289,6 +289,8 @@ impl From<ControlCommand> for pb::ControlMessage {
                                 .collect(),
                         },
                     }),
+                    identity: run.agent.identity,
+                    memory: run.agent.memory,
                 }),
                 model: Some(run.model.into()),
                 messages: run.messages.into_iter().map(Into::into).collect(),
@@ -361,6 +363,8 @@ impl From<ControlCommand> for pb::ControlMessage {
                     offered: change.offered.map(|specs| pb::ToolSpecList {
                         specs: specs.into_iter().map(Into::into).collect(),
                     }),
+                    identity: change.identity,
+                    memory: change.memory,
                 })
             }
             ControlCommand::ToolDecision(d) => ControlBody::ToolDecision(pb::ToolDecision {
@@ -466,6 +470,8 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                             ),
                             _ => McpReach::Any,
                         },
+                        identity: agent.identity,
+                        memory: agent.memory,
                     },
                     model: model.into(),
                     messages,
@@ -563,6 +569,8 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                     .offered
                     .map(|list| list.specs.into_iter().map(ToolSpec::try_from).collect())
                     .transpose()?,
+                identity: u.identity,
+                memory: u.memory,
             }),
             ControlBody::ToolDecision(d) => ControlCommand::ToolDecision(ToolDecision {
                 request_id: d.request_id,
@@ -1410,6 +1418,8 @@ mod tests {
                         },
                     ],
                     mcp_reach: McpReach::Prefixes(vec![("tool:mcp__files__".into(), true)]),
+                    identity: "# Who you are\nCalm.".into(),
+                    memory: "# Your memory\n- a fact".into(),
                 },
                 model: route(),
                 messages: vec![ChatMessage::user("hi")],
@@ -1483,6 +1493,8 @@ mod tests {
                 system_prompt: Some("new".into()),
                 tools: Some(vec![]),
                 offered: Some(vec![]),
+                identity: Some("# Who you are".into()),
+                memory: Some("# Your memory".into()),
             }),
             ControlCommand::UpdateAgent(AgentChange::default()),
             ControlCommand::ToolDecision(ToolDecision {

@@ -156,6 +156,12 @@ pub struct AgentSettings {
     /// Which of their tools the profile may ever allow or ask for (the others are
     /// not offered).
     pub mcp_reach: crate::mcp::McpReach,
+    /// The identity section of the system prompt (SOUL.md, USER.md), rendered by the
+    /// control plane, which keeps the files; "" when there is none.
+    pub identity: String,
+    /// The memory section of the system prompt (MEMORY.md and daily log tails, size
+    /// and limit), rendered by the control plane; "" when there is none.
+    pub memory: String,
 }
 
 /// One tool as the model is offered it: what the worker needs to offer a tool it
@@ -405,6 +411,10 @@ pub struct AgentChange {
     pub tools: Option<Vec<String>>,
     /// The tools offered from now on (set with `tools`, which older workers read).
     pub offered: Option<Vec<ToolSpec>>,
+    /// The identity section from now on.
+    pub identity: Option<String>,
+    /// The memory section from now on.
+    pub memory: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

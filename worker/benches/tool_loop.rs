@@ -127,6 +127,8 @@ async fn one_run(tools: &ToolBox, turns: usize) -> Measured {
                 .collect(),
         ),
         docs_dir: None,
+        identity: String::new(),
+        memory: String::new(),
     });
     let input = LoopInput {
         run_id: "bench",

@@ -1,7 +1,18 @@
-//! What the model is told before the conversation: the agent's system prompt, then
-//! everything in its `docs/` directory (SPEC B4). An edit (by the agent itself or a
-//! person) counts at the next model call: the files are listed and their sizes and
-//! times compared on every call, and read again only when one changed.
+//! What the model is told before the conversation, in one order for every backend
+//! ([`Docs::compose`]; the tool loop's system prompt and a CLI's instructions both):
+//!
+//! 1. the agent's system prompt;
+//! 2. its identity: SOUL.md (who it is), then USER.md (who it works for);
+//! 3. everything in its `docs/` directory (SPEC B4);
+//! 4. its memory: the tail of MEMORY.md, of today's and yesterday's logs, and the
+//!    size/limit line;
+//! 5. search hits relevant to the current message (a seam: none yet).
+//!
+//! Identity and memory come as text from the control plane, which keeps those files
+//! and sends them again whenever they change (`UpdateAgent`). Docs are the worker's
+//! files: an edit (by the agent itself or a person) counts at the next model call:
+//! the files are listed and their sizes and times compared on every call, and read
+//! again only when one changed.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -36,7 +47,37 @@ struct Stamp {
     inode: u64,
 }
 
+/// The parts of a system prompt; [`Docs::compose`] puts them in their order.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PromptParts<'a> {
+    pub system_prompt: &'a str,
+    /// SOUL.md and USER.md, rendered by the control plane ("" when none).
+    pub identity: &'a str,
+    pub docs_dir: Option<&'a Path>,
+    /// The memory section, rendered by the control plane ("" when none).
+    pub memory: &'a str,
+    /// Search hits relevant to the current message (none yet).
+    pub relevant: Option<&'a str>,
+}
+
 impl Docs {
+    /// The whole system prompt, in the order the module's documentation gives.
+    pub fn compose(&mut self, parts: PromptParts) -> String {
+        let mut out = parts.system_prompt.to_string();
+        let mut section = |text: &str| {
+            if !text.trim().is_empty() {
+                out.push_str("\n\n");
+                out.push_str(text.trim());
+            }
+        };
+        section(parts.identity);
+        let docs = self.system_prompt("", parts.docs_dir);
+        section(&docs);
+        section(parts.memory);
+        section(parts.relevant.unwrap_or_default());
+        out
+    }
+
     /// The system prompt with the docs after it.
     pub fn system_prompt(&mut self, prompt: &str, docs_dir: Option<&Path>) -> String {
         let Some(dir) = docs_dir else {
@@ -201,6 +242,32 @@ mod tests {
         let prompt = system_prompt("p", Some(dir.path()));
         assert!(prompt.contains("## docs/small.md\nfits"));
         assert!(prompt.contains("Left out to keep this prompt short: big.md"));
+    }
+
+    #[test]
+    fn the_parts_come_in_one_order_and_empty_ones_leave_no_trace() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.md"), "the docs").unwrap();
+        let mut docs = Docs::default();
+        let prompt = docs.compose(PromptParts {
+            system_prompt: "Be brief.",
+            identity: "# Who you are (SOUL.md)\nCalm.",
+            docs_dir: Some(dir.path()),
+            memory: "# Your memory\n- metric units",
+            relevant: Some("# Relevant\n- hit"),
+        });
+        let at = |s: &str| prompt.find(s).unwrap_or_else(|| panic!("{s} in {prompt}"));
+        assert!(prompt.starts_with("Be brief.\n\n# Who you are"));
+        assert!(at("Calm.") < at("# Your docs"));
+        assert!(at("the docs") < at("# Your memory"));
+        assert!(at("metric units") < at("# Relevant"));
+        // Without identity and memory the prompt is what it was before them.
+        let plain = docs.compose(PromptParts {
+            system_prompt: "p",
+            docs_dir: Some(dir.path()),
+            ..PromptParts::default()
+        });
+        assert_eq!(plain, system_prompt("p", Some(dir.path())).trim_end());
     }
 
     fn age(path: &Path, by: Duration) {

@@ -260,6 +260,8 @@ impl Runner {
             system_prompt: run.agent.system_prompt.clone(),
             tools: std::sync::Arc::new(offered_with(&run.agent.offered, &run.role_tools)),
             docs_dir: Some(self.agent_dir.join("docs")),
+            identity: run.agent.identity.clone(),
+            memory: run.agent.memory.clone(),
         });
         let inbox = Inbox::default();
         self.board.join(
@@ -587,6 +589,12 @@ fn apply(
     }
     if let Some(prompt) = change.system_prompt {
         agent.system_prompt = prompt;
+    }
+    if let Some(identity) = change.identity {
+        agent.identity = identity;
+    }
+    if let Some(memory) = change.memory {
+        agent.memory = memory;
     }
     // `change.tools` (the names alone) is for older workers.
     if let Some(offered) = change.offered {

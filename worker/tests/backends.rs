@@ -75,6 +75,8 @@ fn agent(route: ModelRoute, tools: Vec<ToolSpec>) -> watch::Receiver<LiveAgent> 
         system_prompt: "be brief".into(),
         tools: Arc::new(tools),
         docs_dir: None,
+        identity: String::new(),
+        memory: String::new(),
     });
     // The sender may go: the endpoint reads the last value.
     std::mem::forget(tx);
@@ -984,6 +986,8 @@ async fn a_runner_without_the_flavor_fails_a_cli_run_as_config() {
             offered: vec![create_file(false)],
             mcp_servers: Vec::new(),
             mcp_reach: Default::default(),
+            identity: String::new(),
+            memory: String::new(),
         },
         model: anthropic_route(),
         messages: Vec::new(),
@@ -1101,6 +1105,8 @@ async fn the_tool_list_follows_the_agent_and_open_connections_end_with_the_run()
         system_prompt: String::new(),
         tools: Arc::new(vec![create_file(false)]),
         docs_dir: None,
+        identity: String::new(),
+        memory: String::new(),
     });
     let endpoint = RunEndpoint::open(RunTools {
         gate: Arc::new(AllowAll),

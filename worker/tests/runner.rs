@@ -67,6 +67,8 @@ fn run(run_id: &str, thread_id: u64, summary: &str) -> RunAssignment {
             ],
             mcp_servers: Vec::new(),
             mcp_reach: Default::default(),
+            identity: String::new(),
+            memory: String::new(),
         },
         model: route(Wire::OpenAi),
         messages: vec![ChatMessage::user("go")],
@@ -403,6 +405,7 @@ async fn a_task_run_offers_its_role_tools_and_works_in_its_directory() {
                     .unwrap()
                     .spec(&Default::default()),
             ]),
+            ..Default::default()
         },
     ));
     hold.release();

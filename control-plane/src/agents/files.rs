@@ -10,6 +10,19 @@ use tokio::process::Command;
 
 const TEMPLATE_AGENT_JSON: &str = include_str!("../../../template/agent.json");
 const TEMPLATE_DOCS_README: &str = include_str!("../../../template/docs/README.md");
+/// The identity and memory files, kept by the control plane in every layout.
+const TEMPLATE_IDENTITY: [(&str, &str); 4] = [
+    ("SOUL.md", include_str!("../../../template/SOUL.md")),
+    ("USER.md", include_str!("../../../template/USER.md")),
+    (
+        "HEARTBEAT.md",
+        include_str!("../../../template/HEARTBEAT.md"),
+    ),
+    (
+        "memory/MEMORY.md",
+        include_str!("../../../template/memory/MEMORY.md"),
+    ),
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum FilesError {
@@ -105,22 +118,42 @@ impl AgentDir {
         self.make_root()?;
         match template_dir {
             Some(dir) if self.layout == Layout::Records => {
-                let config = dir.join("agent.json");
-                if config.is_file() {
-                    tokio::fs::copy(&config, self.config_path())
-                        .await
-                        .map_err(io("cannot copy", &config))?;
+                // The records, identity and memory stay here; the rest is the worker's.
+                let kept = std::iter::once("agent.json")
+                    .chain(TEMPLATE_IDENTITY.iter().map(|(name, _)| *name));
+                for name in kept {
+                    let from = dir.join(name);
+                    if from.is_file() {
+                        let to = self.root.join(name);
+                        if let Some(parent) = to.parent() {
+                            tokio::fs::create_dir_all(parent)
+                                .await
+                                .map_err(io("cannot create", parent))?;
+                        }
+                        tokio::fs::copy(&from, &to)
+                            .await
+                            .map_err(io("cannot copy", &from))?;
+                    }
                 }
             }
             Some(dir) => copy_dir(dir, &self.root).await?,
             None if self.layout == Layout::Records => {
                 write_new(&self.config_path(), TEMPLATE_AGENT_JSON).await?;
+                self.write_identity_template().await?;
             }
             None => {
                 write_new(&self.config_path(), TEMPLATE_AGENT_JSON).await?;
+                self.write_identity_template().await?;
                 write_new(&self.root.join("docs/README.md"), TEMPLATE_DOCS_README).await?;
                 write_new(&self.workspace().join(".gitkeep"), "").await?;
             }
+        }
+        Ok(())
+    }
+
+    async fn write_identity_template(&self) -> Result<(), FilesError> {
+        for (name, text) in TEMPLATE_IDENTITY {
+            write_new(&self.root.join(name), text).await?;
         }
         Ok(())
     }

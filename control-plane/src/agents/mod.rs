@@ -168,6 +168,8 @@ pub struct AgentService {
     runs: Arc<Runs>,
     catalog: Arc<Catalog>,
     agents_root: PathBuf,
+    /// The agents' identity and memory files.
+    memory: Arc<crate::memory::Memory>,
     template_dir: Option<PathBuf>,
     default_model: Option<String>,
     /// What our copy of each agent's directory holds (less with dial-in workers).
@@ -227,11 +229,20 @@ impl AgentService {
         template_dir: Option<PathBuf>,
         default_model: Option<String>,
     ) -> Self {
+        let memory = Arc::new(crate::memory::Memory::new(
+            store.clone(),
+            runs.clone(),
+            crate::memory::MemorySettings {
+                agents_root: agents_root.clone(),
+                limit_bytes: crate::memory::DEFAULT_LIMIT_BYTES,
+            },
+        ));
         AgentService {
             store,
             workers,
             runs,
             catalog,
+            memory,
             agents_root,
             template_dir,
             default_model,
@@ -257,6 +268,24 @@ impl AgentService {
                 format!("agents/{name}/workspace (under the dial-in workers' --data-dir)")
             }
         }
+    }
+
+    /// `[memory] limit_bytes`.
+    pub fn with_memory_limit(mut self, limit_bytes: usize) -> Self {
+        self.memory = Arc::new(crate::memory::Memory::new(
+            self.store.clone(),
+            self.runs.clone(),
+            crate::memory::MemorySettings {
+                agents_root: self.agents_root.clone(),
+                limit_bytes,
+            },
+        ));
+        self
+    }
+
+    /// The agents' identity and memory files.
+    pub fn memory(&self) -> &Arc<crate::memory::Memory> {
+        &self.memory
     }
 
     pub fn agents_root(&self) -> &Path {
@@ -719,6 +748,7 @@ impl AgentService {
                 .then(|| after.system_prompt.clone()),
             tools: None,
             offered: None,
+            ..AgentChange::default()
         };
         if change != AgentChange::default() {
             self.runs.agent_changed(name, change).await;

@@ -24,6 +24,7 @@ pub mod events;
 pub mod feed;
 pub mod follow;
 pub mod grants;
+pub mod memory;
 pub mod render;
 pub mod schedule;
 pub mod send;
@@ -224,6 +225,17 @@ pub enum ClientCommand {
         #[command(subcommand)]
         command: schedule::ScheduleCommand,
     },
+    /// An agent's memory: its entries with where each came from, a file, or
+    /// retracting an entry.
+    #[command(
+        after_help = "Examples:\n  chorus memory show coder\n  chorus memory show coder MEMORY.md\n  chorus memory forget coder 3f9a2c01"
+    )]
+    Memory {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: memory::MemoryCommand,
+    },
     /// Who the token you use acts as, and its role.
     #[command(after_help = "Example:\n  CHORUS_API_TOKEN=chorus_… chorus whoami")]
     Whoami {
@@ -307,6 +319,19 @@ pub enum AgentCommand {
         name: String,
         #[command(flatten)]
         settings: AgentSettingsArgs,
+    },
+    /// Show an agent's identity files (SOUL.md, USER.md, HEARTBEAT.md), or set one.
+    #[command(
+        after_help = "Examples:\n  chorus agent identity coder\n  chorus agent identity coder soul\n  chorus agent identity coder soul --set soul.md\n  echo \"Ada, a physicist\" | chorus agent identity coder user --set -\n\n\
+        A change applies from the agent's next model call."
+    )]
+    Identity {
+        name: String,
+        /// soul, user or heartbeat (all three when absent).
+        which: Option<String>,
+        /// Replace it with this file's content (- for stdin).
+        #[arg(long)]
+        set: Option<String>,
     },
     /// Stop an agent's worker and delete it (its files too, unless --keep-files).
     #[command(
@@ -461,6 +486,10 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<bool> {
             let list = client.get("/api/agents").await?;
             out.show(&list, |l| render::agents(l, style))
         }
+        Cmd::Agent(AgentCommand::Identity { name, which, set }) => {
+            memory::identity(&client, &name, which.as_deref(), set.as_deref(), out).await
+        }
+        Cmd::Memory(command) => memory::run(&client, command, out).await,
         Cmd::Agent(AgentCommand::Show { name }) => {
             let agent = client.get(&format!("/api/agents/{name}")).await?;
             out.show(&agent, |a| render::agent(a, style))
@@ -781,6 +810,7 @@ enum Cmd {
         command: Option<grants::GrantsCommand>,
     },
     Schedule(schedule::ScheduleCommand),
+    Memory(memory::MemoryCommand),
 }
 
 fn split(command: ClientCommand) -> (ClientArgs, Cmd) {
@@ -833,6 +863,7 @@ fn split(command: ClientCommand) -> (ClientArgs, Cmd) {
         } => (client, Cmd::Grants { agent, command }),
         ClientCommand::Task { client, command } => (client, Cmd::Task(command)),
         ClientCommand::Schedule { client, command } => (client, Cmd::Schedule(command)),
+        ClientCommand::Memory { client, command } => (client, Cmd::Memory(command)),
         ClientCommand::Worker { client, command } => (client, Cmd::Worker(command)),
     }
 }

@@ -194,6 +194,15 @@ impl Actions {
                 | Invocation::ScheduleRun(_)),
                 Some(agent),
             ) => self.schedule(&agent, invocation, &by).await,
+            (Invocation::MemoryShow, Some(agent)) => self.memory(&agent.name).await,
+            (Invocation::MemoryForget(id), Some(agent)) => self
+                .api
+                .agents
+                .memory()
+                .forget(&agent.name, &id, &by)
+                .await
+                .map(|file| format!("**{}**: forgot `{id}` (from memory/{file}).", agent.name))
+                .map_err(|e| e.to_string()),
             (_, None) => Err("this command needs the channel's agent".into()),
         };
         match result {
@@ -341,6 +350,20 @@ impl Actions {
         role: Role,
     ) -> Result<String, String> {
         let agents = &self.api.agents;
+        // soul, user, heartbeat: the agent's identity files.
+        if let Some(file) = chorus_proto::tools::IdentityFile::parse(key) {
+            return agents
+                .memory()
+                .set_identity(name, file, value, user, None)
+                .await
+                .map(|_| {
+                    format!(
+                        "**{name}**: {} set; it applies from the next model call.",
+                        file.file_name()
+                    )
+                })
+                .map_err(|e| e.to_string());
+        }
         let mut update = AgentUpdate::default();
         match key {
             "permissions" => {
@@ -374,7 +397,7 @@ impl Actions {
             other => {
                 return Err(format!(
                     "'{other}' is not a setting; use model, system_prompt, permissions, on_ask, \
-                     network, backend, idle_timeout_secs or discord_channel_id"
+                     network, backend, idle_timeout_secs, discord_channel_id, soul, user or heartbeat"
                 ));
             }
         }
@@ -384,6 +407,48 @@ impl Actions {
             .map_err(|e| e.to_string())?;
         self.api.runs.idle_configured(&agent.name).await;
         Ok(format!("**{}**: {key} set.", agent.name))
+    }
+
+    /// `/memory show`: the size and limit, and the newest entries with their ids
+    /// and where they came from (`chorus memory show` lists them all).
+    async fn memory(&self, agent: &str) -> Result<String, String> {
+        const SHOWN: usize = 20;
+        let listing = self
+            .api
+            .agents
+            .memory()
+            .list(agent)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut out = format!(
+            "**{agent}**'s long-term memory: {} of {}.\n",
+            crate::memory::prompt::human(listing.size),
+            crate::memory::prompt::human(listing.limit)
+        );
+        if listing.entries.is_empty() {
+            out.push_str("No entries yet.");
+            return Ok(out);
+        }
+        let skipped = listing.entries.len().saturating_sub(SHOWN);
+        if skipped > 0 {
+            out.push_str(&format!("({skipped} older entries not shown)\n"));
+        }
+        for (file, entry) in listing.entries.iter().skip(skipped) {
+            let p = entry.provenance.clone().unwrap_or_default();
+            let id = if p.id.is_empty() {
+                "--------".to_string()
+            } else {
+                p.id.clone()
+            };
+            let from = match (p.thread_id, &p.by) {
+                (Some(thread), _) => format!("thread {thread}"),
+                (None, Some(by)) => by.clone(),
+                (None, None) => "by hand".into(),
+            };
+            let text: String = entry.text.chars().take(200).collect();
+            out.push_str(&format!("`{id}` {text} _({file}, {from})_\n"));
+        }
+        Ok(out)
     }
 
     async fn threads(&self, agent: &AgentRecord) -> Result<String, String> {

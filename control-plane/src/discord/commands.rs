@@ -2,8 +2,8 @@
 //! (`init`, `destroy`, `list`, `configure`), `thread` (`list`, `kill`, `history`),
 //! `context` (`save`, `clear`, `restore`, `history`), and `status`, `jobs`,
 //! `settings`, the task board's `task` (`create`, `list`, `show`, `answer`,
-//! `start`), and `schedule` (`add`, `list`, `runs`, `remove`, `run`) for the
-//! channel's agent. `tasks` is `jobs` under its old name, kept registered so the command
+//! `start`), `schedule` (`add`, `list`, `runs`, `remove`, `run`) and `memory`
+//! (`show`, `forget`) for the channel's agent. `tasks` is `jobs` under its old name, kept registered so the command
 //! people know still answers.
 
 use serenity::all::{CommandOptionType, CreateCommand, CreateCommandOption};
@@ -56,7 +56,11 @@ pub fn all() -> Vec<CreateCommand> {
             .add_option(
                 sub("configure", "Change one of an agent's settings")
                     .add_sub_option(text("name", "The agent's name", true))
-                    .add_sub_option(text("key", "model, system_prompt, permissions, …", true))
+                    .add_sub_option(text(
+                        "key",
+                        "model, system_prompt, permissions, soul, user, heartbeat, …",
+                        true,
+                    ))
                     .add_sub_option(text("value", "The new value", true)),
             ),
         CreateCommand::new("thread")
@@ -155,6 +159,14 @@ pub fn all() -> Vec<CreateCommand> {
             .add_option(sub("runs", "A schedule's runs").add_sub_option(schedule_id()))
             .add_option(sub("remove", "Delete a schedule").add_sub_option(schedule_id()))
             .add_option(sub("run", "Run a schedule now").add_sub_option(schedule_id())),
+        CreateCommand::new("memory")
+            .description("This channel's agent's memory")
+            .add_option(sub("show", "Its memory entries, with where each came from"))
+            .add_option(sub("forget", "Retract one entry").add_sub_option(text(
+                "id",
+                "The entry's id, as /memory show lists it",
+                true,
+            ))),
         CreateCommand::new("status").description("Chorus's providers, agents and what to set next"),
         CreateCommand::new("jobs").description("This channel's agent's background jobs"),
         CreateCommand::new("tasks")

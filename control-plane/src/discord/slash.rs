@@ -85,6 +85,10 @@ pub enum Invocation {
     ScheduleRemove(u64),
     /// `/schedule run`: run one now, to test it.
     ScheduleRun(u64),
+    /// `/memory show`: the channel's agent's memory entries.
+    MemoryShow,
+    /// `/memory forget id:<id>`: retract one entry.
+    MemoryForget(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +115,8 @@ impl Invocation {
                 | Invocation::ScheduleRuns(_)
                 | Invocation::ScheduleRemove(_)
                 | Invocation::ScheduleRun(_)
+                | Invocation::MemoryShow
+                | Invocation::MemoryForget(_)
         )
     }
 
@@ -123,7 +129,8 @@ impl Invocation {
             Invocation::AgentConfigure { .. }
             | Invocation::ScheduleAdd { .. }
             | Invocation::ScheduleRemove(_)
-            | Invocation::ScheduleRun(_) => Act::ConfigureAgents,
+            | Invocation::ScheduleRun(_)
+            | Invocation::MemoryForget(_) => Act::ConfigureAgents,
             Invocation::ThreadKill(_) => Act::StopThreads,
             Invocation::ContextSave { .. }
             | Invocation::ContextClear
@@ -141,6 +148,7 @@ impl Invocation {
             | Invocation::Jobs
             | Invocation::ScheduleList
             | Invocation::ScheduleRuns(_)
+            | Invocation::MemoryShow
             | Invocation::Settings => Act::Look,
         }
     }
@@ -150,7 +158,10 @@ impl Invocation {
     pub fn private_answer(&self) -> bool {
         matches!(
             self,
-            Invocation::Status | Invocation::Settings | Invocation::ThreadHistory(_)
+            Invocation::Status
+                | Invocation::Settings
+                | Invocation::ThreadHistory(_)
+                | Invocation::MemoryShow
         )
     }
 }
@@ -269,6 +280,8 @@ pub fn parse(command: &str, options: &[(String, OptionValue)]) -> Result<Invocat
             Invocation::ScheduleRemove(schedule_id(&required(o, "id")?)?)
         }
         ("schedule", Some("run")) => Invocation::ScheduleRun(schedule_id(&required(o, "id")?)?),
+        ("memory", Some("show")) => Invocation::MemoryShow,
+        ("memory", Some("forget")) => Invocation::MemoryForget(required(o, "id")?),
         ("status", None) => Invocation::Status,
         ("jobs" | "tasks", None) => Invocation::Jobs,
         ("settings", None) => Invocation::Settings,
@@ -359,6 +372,19 @@ mod tests {
         assert_eq!(parse("status", &[]), Ok(Invocation::Status));
         assert_eq!(parse("jobs", &[]), Ok(Invocation::Jobs));
         assert_eq!(parse("tasks", &[]), Ok(Invocation::Jobs), "the old name");
+        assert_eq!(
+            parse("memory", &sub("show", &[])),
+            Ok(Invocation::MemoryShow)
+        );
+        let forget = parse("memory", &sub("forget", &[("id", t("3f9a2c01"))])).unwrap();
+        assert_eq!(forget, Invocation::MemoryForget("3f9a2c01".into()));
+        assert!(forget.needs_channel_agent());
+        assert_eq!(
+            forget.act(),
+            Act::ConfigureAgents,
+            "retracting is an operator's"
+        );
+        assert_eq!(Invocation::MemoryShow.act(), Act::Look);
         assert_eq!(
             parse(
                 "agent",

@@ -721,6 +721,53 @@ impl ToolGate {
         authority(&self.store, &self.settings, started_by).await
     }
 
+    /// The identity and memory tools (`crate::memory`), for the agent's own files.
+    async fn execute_memory(
+        &self,
+        name: &str,
+        check: &Check,
+        thread_id: u64,
+        by: &Principal,
+    ) -> Result<String, String> {
+        use chorus_proto::tools::{self as registry, MemoryGet, MemoryText, Remember, parse_args};
+        let memory = self.agents.memory();
+        let agent = check.agent.as_str();
+        let source = crate::memory::Source::Call {
+            thread_id,
+            call_id: check.call.id.clone(),
+        };
+        let arguments = &check.call.arguments;
+        let result = match name {
+            registry::REMEMBER => match parse_args::<Remember>(arguments) {
+                Ok(args) => {
+                    memory
+                        .remember(agent, &args.text, &args.replaces, source)
+                        .await
+                }
+                Err(_) => return Err(format!("{name} needs {{\"text\": \"…\"}}")),
+            },
+            registry::LOG_NOTE => match parse_args::<MemoryText>(arguments) {
+                Ok(args) => memory.log_note(agent, &args.text, source).await,
+                Err(_) => return Err(format!("{name} needs {{\"text\": \"…\"}}")),
+            },
+            registry::MEMORY_GET => match parse_args::<MemoryGet>(arguments) {
+                Ok(args) => memory.get(agent, &args.path, args.from, args.lines).await,
+                Err(_) => {
+                    return Err(format!(
+                        "{name} needs {{\"path\": \"MEMORY.md\"}} (from and lines optional)"
+                    ));
+                }
+            },
+            _ => {
+                let edit = registry::parse_identity_edit(arguments)?;
+                memory
+                    .set_identity(agent, edit.file, &edit.content, by, Some(thread_id))
+                    .await
+            }
+        };
+        result.map_err(|e| e.to_string())
+    }
+
     /// Executes the tools whose resource the control plane owns. `None`: the worker
     /// runs the tool itself.
     async fn execute_here(
@@ -797,6 +844,12 @@ impl ToolGate {
                     tool.name
                 )),
             },
+            registry::REMEMBER
+            | registry::LOG_NOTE
+            | registry::MEMORY_GET
+            | registry::SELF_EDIT_IDENTITY => {
+                self.execute_memory(tool.name, check, thread_id, user).await
+            }
             other => Err(format!(
                 "the control plane has no executor for {other}; the call was not run"
             )),

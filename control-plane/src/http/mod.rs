@@ -19,6 +19,7 @@ mod events;
 mod grants;
 mod health;
 mod jobs;
+mod memory;
 mod models;
 mod permissions;
 mod schedules;
@@ -94,6 +95,24 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
             agents::configure,
         ),
         declare(DELETE, "/api/agents/{name}", DestroyAgents, agents::destroy),
+        // Identity and memory files.
+        declare(GET, "/api/agents/{name}/identity", Look, memory::identity),
+        declare(
+            Method::PUT,
+            "/api/agents/{name}/identity/{file}",
+            ConfigureAgents,
+            memory::set_identity,
+        ),
+        declare(GET, "/api/agents/{name}/memory", Look, memory::list),
+        // One parameter name for both (the router needs it): a file's name to
+        // read, an entry's id to retract.
+        declare(GET, "/api/agents/{name}/memory/{item}", Look, memory::file),
+        declare(
+            DELETE,
+            "/api/agents/{name}/memory/{item}",
+            ConfigureAgents,
+            memory::forget,
+        ),
         declare(GET, "/api/agents/{name}/jobs", Look, jobs::list_jobs),
         // The same list under the path (and key) it had before jobs had their name.
         declare(

@@ -213,6 +213,15 @@ fn files_tools_and_self_edit_by_preset() {
         (&standard, "tool:self_edit:docs:README.md", Allow),
         (&standard, "tool:self_edit:permissions:open", Ask),
         (&standard, "tool:self_edit:model:gpt-4o", Ask),
+        (&standard, "tool:self_edit:identity:SOUL.md", Allow),
+        (&standard, "tool:self_edit:identity:HEARTBEAT.md", Deny),
+        (
+            &standard,
+            "tool:remember:The user prefers metric units.",
+            Allow,
+        ),
+        (&standard, "tool:memory_get:2026-11-26.md", Allow),
+        (&locked, "tool:remember:a fact", Deny),
         (&standard, "tool:web_fetch:http://x", Deny),
         (&standard, "not an action", Deny),
         (&locked, "tool:view:src/a.rs", Allow),
@@ -489,6 +498,8 @@ fn tools_that_can_never_pass_are_left_out() {
         ("file.write", false),
         ("file.delete", false),
         ("self_edit", false),
+        ("remember", false),
+        ("memory_get", false),
     ] {
         assert_eq!(locked.may_use_tool(tool), expected, "locked {tool}");
     }
@@ -506,6 +517,9 @@ fn tools_that_can_never_pass_are_left_out() {
         "file.search",
         "bash",
         "self_edit",
+        "remember",
+        "log_note",
+        "memory_get",
     ] {
         assert!(standard.may_use_tool(tool), "standard {tool}");
     }

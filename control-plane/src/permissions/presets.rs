@@ -63,7 +63,8 @@ fn locked() -> ProfileSpec {
 
 /// `standard`: files inside the workspace are read and written freely, a few read-only
 /// commands run without asking, every other command and deleting files ask, and an agent
-/// edits its own prompt and docs but asks before changing its permissions or model.
+/// edits its own prompt, docs, identity (SOUL.md, USER.md) and memory but asks before
+/// changing its permissions or model.
 fn standard() -> ProfileSpec {
     let path = rel_path();
     let write_tools = r"tool:(?:create_file|str_replace|file\.write|file\.create|file\.patch)";
@@ -149,6 +150,30 @@ fn standard() -> ProfileSpec {
                 ],
             )
             .about("self_edit of the agent's own docs, or of a path inside them"),
+            // Its own identity and memory, kept by the control plane beside docs/
+            // (memory_get is jailed to memory/ by its executor).
+            RuleSpec::with_examples(
+                r"tool:self_edit:identity:(?:SOUL|USER)\.md",
+                &[
+                    "tool:self_edit:identity:SOUL.md",
+                    "tool:self_edit:identity:USER.md",
+                ],
+                &[
+                    "tool:self_edit:identity:HEARTBEAT.md",
+                    "tool:self_edit:identity:../agent.json",
+                ],
+            )
+            .about("self_edit of the agent's own SOUL.md or USER.md"),
+            RuleSpec::with_examples(
+                r"tool:(?:remember|log_note|memory_get):(?s:.*)",
+                &[
+                    "tool:remember:The user prefers metric units.",
+                    "tool:log_note:",
+                    "tool:memory_get:MEMORY.md",
+                ],
+                &["tool:rememberx:a", "tool:bash:remember"],
+            )
+            .about("remember, log_note or memory_get: the agent's own memory files"),
         ],
         ask: vec![
             RuleSpec::with_examples(

@@ -1433,6 +1433,12 @@ impl AgentActor {
             if let Some(tools) = &change.tools {
                 assignment.agent.tools = tools.clone();
             }
+            if let Some(identity) = &change.identity {
+                assignment.agent.identity = identity.clone();
+            }
+            if let Some(memory) = &change.memory {
+                assignment.agent.memory = memory.clone();
+            }
         }
         if let Some((_, sender)) = self.shared.registry.sender(&self.agent) {
             let _ = sender.send(ControlCommand::UpdateAgent(change));

@@ -39,6 +39,8 @@ pub struct RunSettings {
     pub tool_schemas: SchemaSettings,
     /// What the agents' MCP servers' secret references resolve to, and their deadline.
     pub mcp: crate::mcp::McpSettings,
+    /// Where the agents' identity and memory files are, rendered into each run.
+    pub memory: crate::memory::sections::MemorySettings,
 }
 
 /// What tool schemas are rendered with, for the model and for the API alike.
@@ -67,6 +69,10 @@ impl RunSettings {
             context_window: settings.context.window,
             tool_schemas: schema_settings(settings),
             mcp: settings.mcp.clone(),
+            memory: crate::memory::sections::MemorySettings {
+                agents_root: settings.data_dir.join("agents"),
+                limit_bytes: settings.memory_limit_bytes,
+            },
         }
     }
 }
@@ -236,6 +242,8 @@ impl Builder<'_> {
             _ => (Vec::new(), Vec::new()),
         };
         let cli_session = self.cli_session(agent, thread).await?;
+        let (identity, memory) =
+            crate::memory::sections::render_sections(&self.settings.memory, &agent.name).await;
         let run = RunAssignment {
             run_id: uuid::Uuid::new_v4().to_string(),
             thread_id: thread.id,
@@ -248,6 +256,8 @@ impl Builder<'_> {
                 sandbox: sandbox_policy(&self.settings.sandbox, agent),
                 mcp_servers,
                 mcp_reach,
+                identity,
+                memory,
             },
             model: route,
             messages,
@@ -346,6 +356,8 @@ mod tests {
                 offered: Vec::new(),
                 mcp_servers: Vec::new(),
                 mcp_reach: Default::default(),
+                identity: String::new(),
+                memory: String::new(),
             },
             model: ModelRoute {
                 provider: "openai".into(),

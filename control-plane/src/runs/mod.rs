@@ -623,6 +623,17 @@ impl Runs {
             .is_some_and(|h| h.active.load(Ordering::Relaxed) > 0)
     }
 
+    /// The agents with a run queued or going (for the memory watcher).
+    pub fn busy_agents(&self) -> Vec<String> {
+        self.agents
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|(_, h)| h.active.load(Ordering::Relaxed) > 0)
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
     /// At start: every run the store holds as open (its control plane died or
     /// stopped under it) is resumed as a new attempt; a thread left waiting on a
     /// deferred call goes on with the call refused; a thread whose agent is gone,

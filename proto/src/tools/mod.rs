@@ -17,6 +17,7 @@ mod bash;
 mod contract;
 mod files;
 mod jobs;
+mod memory;
 mod self_edit;
 pub mod wire_names;
 
@@ -34,6 +35,10 @@ pub use files::{
     FILE_WRITE, STR_REPLACE, VIEW,
 };
 pub use jobs::{JOB_OUTPUT, JOB_STOP};
+pub use memory::{
+    IdentityEdit, IdentityFile, LOG_NOTE, MEMORY_GET, MemoryGet, MemoryText, REMEMBER, Remember,
+    SELF_EDIT_IDENTITY, parse_identity_edit,
+};
 pub use self_edit::{
     NewModel, NewProfile, NewPrompt, SELF_EDIT, SELF_EDIT_DOCS, SELF_EDIT_MODEL,
     SELF_EDIT_PERMISSIONS, SELF_EDIT_SYSTEM_PROMPT,
@@ -60,6 +65,10 @@ pub static TOOLS: &[ToolDef] = &[
     self_edit::DOCS_TOOL,
     self_edit::PERMISSIONS_TOOL,
     self_edit::MODEL_TOOL,
+    memory::IDENTITY_TOOL,
+    memory::REMEMBER_TOOL,
+    memory::LOG_NOTE_TOOL,
+    memory::MEMORY_GET_TOOL,
 ];
 
 /// The task board's control tools, offered by thread role rather than by profile

@@ -88,6 +88,7 @@ impl Plane {
             context_window: Duration::from_secs(24 * 3600),
             tool_schemas: Default::default(),
             mcp: Default::default(),
+            memory: Default::default(),
         };
         adjust(&mut settings);
         let runs = Arc::new(Runs::new(

@@ -299,8 +299,7 @@ impl<G: ToolGate + 'static> Driver<'_, '_, G> {
                 }
                 this_turn.push(input);
             }
-            let mut instructions =
-                docs.system_prompt(&live.system_prompt, live.docs_dir.as_deref());
+            let mut instructions = docs.compose(live.prompt_parts());
             if let Some(block) = self
                 .run
                 .board

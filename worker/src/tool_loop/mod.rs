@@ -62,6 +62,23 @@ pub struct LiveAgent {
     pub tools: std::sync::Arc<Vec<ToolSpec>>,
     /// The agent's docs directory, whose files follow the system prompt.
     pub docs_dir: Option<std::path::PathBuf>,
+    /// The identity and memory sections, as the control plane last sent them.
+    pub identity: String,
+    pub memory: String,
+}
+
+impl LiveAgent {
+    /// What this agent's system prompt is made of now (`context::Docs::compose`
+    /// puts it in order, for the loop and the CLI backends alike).
+    pub fn prompt_parts(&self) -> crate::context::PromptParts<'_> {
+        crate::context::PromptParts {
+            system_prompt: &self.system_prompt,
+            identity: &self.identity,
+            docs_dir: self.docs_dir.as_deref(),
+            memory: &self.memory,
+            relevant: None,
+        }
+    }
 }
 
 /// Makes the client for a model route.
@@ -521,7 +538,7 @@ pub async fn run<F: ClientFactory, G: ToolGate>(
         let selection = live.model.clone();
         let client = clients.client(&selection.route).map_err(LoopError::Model)?;
         let schemas = offered_schemas(&mut offered, &live.tools);
-        let mut system = docs.system_prompt(&live.system_prompt, live.docs_dir.as_deref());
+        let mut system = docs.compose(live.prompt_parts());
         if let Some(board) = &board {
             let next = format!("Calling LLM ({})", selection.display);
             board.next_step(input.run_id, steps.peek(), &next);

@@ -213,6 +213,8 @@ fn live_agent() -> LiveAgent {
         system_prompt: "sys".into(),
         tools: std::sync::Arc::new(every_tool()),
         docs_dir: None,
+        identity: String::new(),
+        memory: String::new(),
     }
 }
 

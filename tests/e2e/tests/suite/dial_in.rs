@@ -13,7 +13,7 @@ use chorus_test_support::{Chorus, FakeModel, FakeOpenAi, Reply, bin_path};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-const JOIN_TOKEN: &str = "join-token-0123456789abcdef";
+pub(super) const JOIN_TOKEN: &str = "join-token-0123456789abcdef";
 
 /// A `chorus-worker` started on its own, and what it has logged so far.
 pub(super) struct DialInWorker {
@@ -126,7 +126,7 @@ async fn eventually(
 
 /// A loopback address for workers to dial that stays the same across restarts of
 /// the control plane.
-fn fixed_grpc_addr() -> anyhow::Result<String> {
+pub(super) fn fixed_grpc_addr() -> anyhow::Result<String> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
@@ -135,7 +135,7 @@ fn fixed_grpc_addr() -> anyhow::Result<String> {
 
 /// A control plane for dial-in workers on `grpc_addr`, keeping its data in
 /// `data_dir`: started again with the same arguments, it is the same one.
-async fn remote_chorus(
+pub(super) async fn remote_chorus(
     model: &FakeModel,
     data_dir: &Path,
     grpc_addr: &str,
@@ -193,7 +193,11 @@ fn write_a_note(body: &Value) -> Reply {
     }
 }
 
-async fn wait_running(chorus: &Chorus, agent: &str, limit: Duration) -> anyhow::Result<()> {
+pub(super) async fn wait_running(
+    chorus: &Chorus,
+    agent: &str,
+    limit: Duration,
+) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         let state = chorus.agent(agent).await?["worker"]["state"].clone();

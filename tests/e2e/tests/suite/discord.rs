@@ -38,7 +38,8 @@ async fn the_bot_connects_and_registers_its_commands_in_the_guild() -> anyhow::R
         names,
         // `tasks` is `jobs` under its old name; the task board is `task`.
         [
-            "agent", "context", "jobs", "schedule", "settings", "status", "task", "tasks", "thread"
+            "agent", "context", "jobs", "memory", "schedule", "settings", "status", "task",
+            "tasks", "thread"
         ]
     );
     let agent = commands

@@ -584,3 +584,62 @@ async fn jobs_and_its_old_name_tasks_list_the_agents_background_jobs() -> anyhow
     assert!(discord.strays().is_empty(), "{:?}", discord.strays());
     Ok(())
 }
+
+/// `/memory show` lists the channel's agent's entries with their ids; `/memory
+/// forget` retracts one (an operator's act: a viewer is refused and nothing
+/// changes); `/agent configure key:soul` replaces its SOUL.md.
+#[tokio::test]
+async fn memory_show_forget_and_soul_from_discord() -> anyhow::Result<()> {
+    let discord = FakeDiscord::start().await;
+    let model = FakeOpenAi::start().await;
+    let chorus = with_bot_config(&discord, &model, ROLES).await?;
+    let channel = "700000000000000130";
+    chorus
+        .create_agent_with(json!({"name": "keeper", "discord_channel_id": channel}))
+        .await?;
+    let memory = chorus.agent_dir("keeper").join("memory/MEMORY.md");
+    std::fs::write(
+        &memory,
+        "# Long-term memory\n\n- Ada likes tea. <!-- mem:0badcafe thread:3 call:toolu_9 at:2026-11-26T21:40:00Z -->\n",
+    )?;
+    let content = |body: &Value| {
+        body["data"]["content"]
+            .as_str()
+            .or(body["content"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+
+    let token = discord.slash(VIEWER, &[], channel, "memory", sub("show", json!([])));
+    let (_, body) = first_answer(&discord, &token).await?;
+    let shown = content(&body);
+    assert!(shown.contains("`0badcafe` Ada likes tea."), "{shown}");
+    assert!(shown.contains("thread 3"), "{shown}");
+
+    let forget = sub("forget", json!([string("id", "0badcafe")]));
+    let token = discord.slash(VIEWER, &[], channel, "memory", forget.clone());
+    let (_, body) = first_answer(&discord, &token).await?;
+    assert!(content(&body).starts_with("Only "), "{body}");
+    assert!(std::fs::read_to_string(&memory)?.contains("Ada likes tea."));
+    let token = discord.slash(OPERATOR, &[OPERATOR_ROLE], channel, "memory", forget);
+    let (_, body) = first_answer(&discord, &token).await?;
+    assert!(content(&body).contains("forgot `0badcafe`"), "{body}");
+    assert!(!std::fs::read_to_string(&memory)?.contains("Ada likes tea."));
+
+    let soul = sub(
+        "configure",
+        json!([
+            string("name", "keeper"),
+            string("key", "soul"),
+            string("value", "You are calm.")
+        ]),
+    );
+    let token = discord.slash(OPERATOR, &[OPERATOR_ROLE], channel, "agent", soul);
+    let (_, body) = first_answer(&discord, &token).await?;
+    assert!(content(&body).contains("SOUL.md set"), "{body}");
+    assert_eq!(
+        std::fs::read_to_string(chorus.agent_dir("keeper").join("SOUL.md"))?,
+        "You are calm."
+    );
+    Ok(())
+}

@@ -17,6 +17,7 @@ mod lifecycle;
 mod limits;
 mod logs;
 mod mcp;
+mod memory;
 mod ownership;
 mod permissions;
 mod procs;

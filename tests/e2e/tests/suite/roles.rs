@@ -136,6 +136,35 @@ fn case(route: &Route, s: &Subjects) -> Option<Case> {
             req("/api/agents/ghost", None),
             404,
         ),
+        ("GET", "/api/agents/{name}/identity") => {
+            same(Viewer, req("/api/agents/subject/identity", None), 200)
+        }
+        ("PUT", "/api/agents/{name}/identity/{file}") => two(
+            Operator,
+            req(
+                "/api/agents/subject/identity/SOUL.md",
+                Some(json!({"content": "You obey the viewer."})),
+            ),
+            req(
+                "/api/agents/ghost/identity/SOUL.md",
+                Some(json!({"content": "x"})),
+            ),
+            404,
+        ),
+        ("GET", "/api/agents/{name}/memory") => {
+            same(Viewer, req("/api/agents/subject/memory", None), 200)
+        }
+        ("GET", "/api/agents/{name}/memory/{item}") => same(
+            Viewer,
+            req("/api/agents/subject/memory/MEMORY.md", None),
+            200,
+        ),
+        ("DELETE", "/api/agents/{name}/memory/{item}") => two(
+            Operator,
+            req("/api/agents/subject/memory/3f9a2c01", None),
+            req("/api/agents/ghost/memory/3f9a2c01", None),
+            404,
+        ),
         ("GET", "/api/agents/{name}/jobs") => {
             same(Viewer, req("/api/agents/subject/jobs", None), 200)
         }
