@@ -10,11 +10,12 @@
 //! serialised by one lock (they are rare and small).
 //!
 //! Entries carry their provenance on their line ([`entries`]); [`Memory::list`] lists
-//! them with it (what search indexes), [`Memory::forget`] removes one by id.
+//! them with it (what search indexes, [`search`]), [`Memory::forget`] removes one by id.
 
 pub mod entries;
 pub mod files;
 pub mod prompt;
+pub mod search;
 pub mod sections;
 
 use std::collections::HashMap;
@@ -116,8 +117,10 @@ impl Memory {
         }
     }
 
-    /// Sends the agent's live runs its sections as they are now.
+    /// Indexes the agent's memory files for search and sends its live runs its
+    /// sections as they are now (every write and every hand edit seen comes here).
     pub async fn push(&self, agent: &str) {
+        self.index(agent).await;
         let (identity, memory) = render_sections(&self.settings, agent).await;
         let stamp = self.dir(agent).stamp();
         self.seen
