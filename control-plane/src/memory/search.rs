@@ -11,6 +11,9 @@ use super::{Memory, MemoryError};
 use crate::sessions::file::SessionFile;
 use crate::store::{SearchDoc, SearchHit, SearchSource, search_terms};
 
+/// Most hits the system prompt's "relevant" section shows.
+pub const RELEVANT_HITS: usize = 3;
+
 /// Most hits a search returns.
 pub const MAX_HITS: usize = 50;
 /// Hits when none is asked.
@@ -176,4 +179,40 @@ pub fn hits_text(hits: &[SearchHit]) -> String {
         return "No matches in your memory files, saved sessions or messages.".into();
     }
     hits.iter().map(hit_line).collect::<Vec<_>>().join("\n")
+}
+
+/// The system prompt's section of the hits most relevant to `message` (the thread's
+/// latest user message): at most [`RELEVANT_HITS`], each on one bounded line saying
+/// where it is; the thread's own messages are left out (they are in the context).
+/// "" when nothing matches or the search fails (a prompt without it still works).
+pub async fn relevant_section(
+    store: &crate::store::Store,
+    agent: &str,
+    thread_id: u64,
+    message: &str,
+) -> String {
+    let terms = search_terms(message);
+    let hits = match store
+        .search(agent, &terms, RELEVANT_HITS * 4, &SearchSource::ALL)
+        .await
+    {
+        Ok(hits) => hits,
+        Err(e) => {
+            tracing::warn!(agent, error = %e, "no relevant section: the search failed");
+            return String::new();
+        }
+    };
+    let lines: Vec<String> = hits
+        .iter()
+        .filter(|h| !(h.source == SearchSource::Message && h.thread_id == Some(thread_id)))
+        .take(RELEVANT_HITS)
+        .map(|h| format!("- {}", hit_line(h)))
+        .collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!(
+        "# Relevant from your memory\nSearch hits for the latest message (memory_search finds more):\n{}",
+        lines.join("\n")
+    )
 }
