@@ -85,6 +85,8 @@ pub struct Memory {
     writing: tokio::sync::Mutex<()>,
     /// The stamps last seen of busy agents' files.
     seen: Mutex<HashMap<String, Stamp>>,
+    /// The stamps of each agent's files when they were last indexed for search.
+    indexed: Mutex<HashMap<String, Stamp>>,
 }
 
 impl Memory {
@@ -95,6 +97,7 @@ impl Memory {
             runs,
             writing: tokio::sync::Mutex::new(()),
             seen: Mutex::new(HashMap::new()),
+            indexed: Mutex::new(HashMap::new()),
         }
     }
 

@@ -1,8 +1,10 @@
 //! Keeping the search index (`crate::store`'s `search_docs`) derived from the files:
 //! an agent's memory entries are indexed again after every write the control plane
 //! makes and every hand edit the watcher sees ([`Memory::push`] is the one place both
-//! go through), and for every agent at start; a saved session is indexed when it is
-//! saved. Messages need nothing here: the database indexes them as they are stored.
+//! go through), for every agent at start, and before a search when the files'
+//! stamps (size, time, inode) differ from those last indexed (a hand edit while no
+//! run was going, which the watcher does not look at); a saved session is indexed
+//! when it is saved. Messages need nothing here: the database indexes them as they are stored.
 //! [`Memory::rebuild_index`] builds an agent's part from scratch (the same answers).
 
 use chorus_proto::domain::Role;
@@ -22,6 +24,9 @@ pub const DEFAULT_HITS: usize = 8;
 impl Memory {
     /// Indexes the entries of the agent's memory files as they are now.
     pub async fn index(&self, agent: &str) {
+        // Taken before the files are read: a write after it makes the next search
+        // index again rather than trust a stale index.
+        let stamp = self.dir(agent).stamp();
         let docs = match self.list(agent).await {
             Ok(listing) => listing
                 .entries
@@ -39,8 +44,30 @@ impl Memory {
                 return;
             }
         };
-        if let Err(e) = self.store.index_memory(agent, docs).await {
-            tracing::warn!(agent, error = %e, "cannot index the memory files");
+        match self.store.index_memory(agent, docs).await {
+            Ok(()) => {
+                self.indexed
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(agent.to_string(), stamp);
+            }
+            Err(e) => tracing::warn!(agent, error = %e, "cannot index the memory files"),
+        }
+    }
+
+    /// Indexes the agent's memory files again if they changed on disk since they
+    /// were last indexed (a hand edit while no run of the agent was going, which the
+    /// watcher does not look for).
+    pub async fn index_if_changed(&self, agent: &str) {
+        let stamp = self.dir(agent).stamp();
+        let same = self
+            .indexed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(agent)
+            .is_some_and(|last| *last == stamp);
+        if !same {
+            self.index(agent).await;
         }
     }
 
@@ -100,6 +127,7 @@ impl Memory {
         sources: &[SearchSource],
     ) -> Result<Vec<SearchHit>, MemoryError> {
         self.existing(agent)?;
+        self.index_if_changed(agent).await;
         let terms = search_terms(query);
         if terms.is_empty() {
             return Err(MemoryError::Invalid(

@@ -534,6 +534,13 @@ async fn the_terminal_client_shows_sets_and_forgets() -> anyhow::Result<()> {
         "{text}"
     );
     assert!(text.contains("--------  hand-written"), "{text}");
+    let found = client(&chorus, &["memory", "search", "term", "likes", "TABS*"]).await;
+    assert!(found.status.success(), "{}", stderr(&found));
+    let text = stdout(&found);
+    assert!(
+        text.contains("  memory/MEMORY.md:3\n      Term likes tabs."),
+        "{text}"
+    );
     let file = client(&chorus, &["memory", "show", "term", "MEMORY.md"]).await;
     assert!(
         stdout(&file).contains("- hand-written"),
@@ -640,6 +647,18 @@ async fn search_finds_facts_and_says_where_they_are() -> anyhow::Result<()> {
     let file = std::fs::read_to_string(chorus.agent_dir("finder").join("memory/MEMORY.md"))?;
     let line = file.lines().position(|l| l.contains("Pixel")).unwrap() + 1;
     assert_eq!(memory[0]["line"], line, "{file}");
+
+    // A hand edit while no run is going is found by the next search (the files are
+    // the truth, the index follows them).
+    std::fs::write(
+        chorus.agent_dir("finder").join("memory/2026-01-02.md"),
+        "# 2026-01-02\n\n- The spare key is under the blue pot.\n",
+    )?;
+    let (_, found) = search(&chorus, "finder", &[("q", "blue pot")]).await?;
+    let memory = hits_of(&found, "memory");
+    assert_eq!(memory.len(), 1, "{found:#}");
+    assert_eq!(memory[0]["path"], "memory/2026-01-02.md");
+    assert_eq!(memory[0]["line"], 3);
 
     // A later thread: its system prompt carries the relevant hits, and the model's
     // memory_search answers where they are.
