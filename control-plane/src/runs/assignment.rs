@@ -258,7 +258,7 @@ impl Builder<'_> {
         });
         let relevant = match latest {
             Some(text) => {
-                crate::memory::search::relevant_section(&self.store, &agent.name, thread.id, text)
+                crate::memory::search::relevant_section(self.store, &agent.name, thread.id, text)
                     .await
             }
             None => String::new(),
