@@ -211,3 +211,15 @@ pub(super) async fn search(
         .await?;
     Ok(Json(SearchView { hits }))
 }
+
+/// `POST /api/agents/{name}/memory/reindex`: builds the agent's search index from
+/// its files and saved sessions again (the same answers as before, unless the files
+/// changed behind it) → `{"reindexed": true}`.
+pub(super) async fn reindex(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    active_agent(&state, &name).await?;
+    state.agents.memory().rebuild_index(&name).await?;
+    Ok(Json(serde_json::json!({"reindexed": true})))
+}

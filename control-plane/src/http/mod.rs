@@ -112,6 +112,12 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
             Look,
             memory::search,
         ),
+        declare(
+            POST,
+            "/api/agents/{name}/memory/reindex",
+            ConfigureAgents,
+            memory::reindex,
+        ),
         // One parameter name for both (the router needs it): a file's name to
         // read, an entry's id to retract.
         declare(GET, "/api/agents/{name}/memory/{item}", Look, memory::file),

@@ -687,6 +687,23 @@ async fn search_finds_facts_and_says_where_they_are() -> anyhow::Result<()> {
         "{results:?}"
     );
 
+    // A rebuild from the files and saved sessions answers the same.
+    let queries = ["locker", "pixel cat", "blue pot", "4417 code"];
+    let mut before = Vec::new();
+    for q in queries {
+        before.push(search(&chorus, "finder", &[("q", q)]).await?.1);
+    }
+    let rebuilt = chorus
+        .api(Method::POST, "/api/agents/finder/memory/reindex")
+        .send()
+        .await?;
+    assert_eq!(rebuilt.status(), 200);
+    for (q, before) in queries.iter().zip(&before) {
+        let (_, after) = search(&chorus, "finder", &[("q", q)]).await?;
+        assert_eq!(&after, before, "{q}");
+        assert!(!after["hits"].as_array().unwrap().is_empty(), "{q}");
+    }
+
     // Query syntax is only words; no words, or an unknown source, is a clear 400.
     for q in [
         r#""locker"#,

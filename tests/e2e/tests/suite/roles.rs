@@ -159,6 +159,12 @@ fn case(route: &Route, s: &Subjects) -> Option<Case> {
             req("/api/agents/subject/memory/search?q=metric", None),
             200,
         ),
+        ("POST", "/api/agents/{name}/memory/reindex") => two(
+            Operator,
+            req("/api/agents/subject/memory/reindex", None),
+            req("/api/agents/ghost/memory/reindex", None),
+            404,
+        ),
         ("GET", "/api/agents/{name}/memory/{item}") => same(
             Viewer,
             req("/api/agents/subject/memory/MEMORY.md", None),
