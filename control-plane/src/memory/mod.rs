@@ -422,6 +422,7 @@ impl Memory {
                     _ = tick.tick() => {}
                 }
                 let busy = self.runs.busy_agents();
+                let mut first_seen = Vec::new();
                 let changed: Vec<String> = {
                     let mut seen = self
                         .seen
@@ -438,6 +439,7 @@ impl Memory {
                                 // the files as they were; remember them.
                                 None => {
                                     seen.insert((*agent).clone(), stamp);
+                                    first_seen.push((*agent).clone());
                                     false
                                 }
                             }
@@ -448,6 +450,11 @@ impl Memory {
                 for agent in changed {
                     tracing::debug!(agent, "identity or memory changed on disk");
                     self.push(&agent).await;
+                }
+                // A hand edit made while the agent was idle reaches the search index
+                // (and so the next run's relevant hits) once a run of it is seen.
+                for agent in first_seen {
+                    self.index_if_changed(&agent).await;
                 }
             }
         });

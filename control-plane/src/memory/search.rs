@@ -16,6 +16,11 @@ use crate::store::{SearchDoc, SearchHit, SearchSource, search_terms};
 /// Most hits the system prompt's "relevant" section shows.
 pub const RELEVANT_HITS: usize = 3;
 
+/// A relevant hit scores at least this share of the best one: a message's common
+/// words ("the", "was") match nearly everything, weakly, and those hits are noise in
+/// a prompt (an explicit search still lists them, ranked last).
+pub const RELEVANT_MIN_SHARE: f64 = 0.5;
+
 /// Most hits a search returns.
 pub const MAX_HITS: usize = 50;
 /// Hits when none is asked.
@@ -210,7 +215,8 @@ pub fn hits_text(hits: &[SearchHit]) -> String {
 
 /// The system prompt's section of the hits most relevant to `message` (the thread's
 /// latest user message): at most [`RELEVANT_HITS`], each on one bounded line saying
-/// where it is; the thread's own messages are left out (they are in the context).
+/// where it is, none far weaker than the best ([`RELEVANT_MIN_SHARE`]); the thread's
+/// own messages are left out (they are in the context).
 /// "" when nothing matches or the search fails (a prompt without it still works).
 pub async fn relevant_section(
     store: &crate::store::Store,
@@ -229,9 +235,14 @@ pub async fn relevant_section(
             return String::new();
         }
     };
-    let lines: Vec<String> = hits
+    let others: Vec<&SearchHit> = hits
         .iter()
         .filter(|h| !(h.source == SearchSource::Message && h.thread_id == Some(thread_id)))
+        .collect();
+    let best = others.first().map_or(0.0, |h| h.score);
+    let lines: Vec<String> = others
+        .into_iter()
+        .filter(|h| h.score >= best * RELEVANT_MIN_SHARE)
         .take(RELEVANT_HITS)
         .map(|h| format!("- {}", hit_line(h)))
         .collect();
