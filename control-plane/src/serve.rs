@@ -387,6 +387,17 @@ pub async fn start(
     let shutdown = CancellationToken::new();
     // Hand edits of identity and memory files reach live runs at their next model call.
     agents.memory().clone().watch(shutdown.clone());
+    // The memory files are the truth: hand edits made while chorus was down reach the
+    // search index before the first search (in the background; a search meanwhile
+    // answers from the index as it was).
+    {
+        let (memory, store) = (agents.memory().clone(), store.clone());
+        tokio::spawn(async move {
+            for agent in store.active_agents().await.unwrap_or_default() {
+                memory.index(&agent.name).await;
+            }
+        });
+    }
     let sessions = Sessions::new(
         store.clone(),
         agents.agents_root().to_path_buf(),

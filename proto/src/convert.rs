@@ -318,6 +318,7 @@ impl From<ControlCommand> for pb::ControlMessage {
                     id: session.id,
                     fork: session.fork,
                 }),
+                relevant: run.relevant,
                 resumed_call: run.resumed_call.map(|r| pb::ResumedCall {
                     call: Some(r.call.into()),
                     allowed: r.allowed,
@@ -519,6 +520,7 @@ impl TryFrom<pb::ControlMessage> for ControlCommand {
                             })
                         })
                         .transpose()?,
+                    relevant: run.relevant,
                 }))
             }
             ControlBody::InjectMessage(m) => ControlCommand::InjectMessage {
@@ -1373,6 +1375,7 @@ mod tests {
             ControlCommand::AssignRun(Box::new(RunAssignment {
                 run_id: "r".into(),
                 thread_id: 7,
+                relevant: "# Relevant\n- [memory memory/MEMORY.md:3] a fact".into(),
                 agent: AgentSettings {
                     name: "a".into(),
                     system_prompt: "be brief".into(),

@@ -306,6 +306,9 @@ pub struct RunAssignment {
     pub cli_session: Option<CliSession>,
     /// A call that was deferred for a person's approval, now answered.
     pub resumed_call: Option<ResumedCall>,
+    /// The memory search hits most relevant to the thread's latest user message, as a
+    /// prompt section ("" when none).
+    pub relevant: String,
 }
 
 /// A tool call a CLI run deferred while it waited for a person

@@ -129,6 +129,7 @@ async fn one_run(tools: &ToolBox, turns: usize) -> Measured {
         docs_dir: None,
         identity: String::new(),
         memory: String::new(),
+        relevant: String::new(),
     });
     let input = LoopInput {
         run_id: "bench",

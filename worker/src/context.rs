@@ -6,7 +6,8 @@
 //! 3. everything in its `docs/` directory (SPEC B4);
 //! 4. its memory: the tail of MEMORY.md, of today's and yesterday's logs, and the
 //!    size/limit line;
-//! 5. search hits relevant to the current message (a seam: none yet).
+//! 5. search hits relevant to the thread's latest user message (from the control
+//!    plane's memory search, found when it assigned the run).
 //!
 //! Identity and memory come as text from the control plane, which keeps those files
 //! and sends them again whenever they change (`UpdateAgent`). Docs are the worker's
@@ -56,7 +57,7 @@ pub struct PromptParts<'a> {
     pub docs_dir: Option<&'a Path>,
     /// The memory section, rendered by the control plane ("" when none).
     pub memory: &'a str,
-    /// Search hits relevant to the current message (none yet).
+    /// Search hits relevant to the current message, rendered by the control plane.
     pub relevant: Option<&'a str>,
 }
 

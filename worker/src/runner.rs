@@ -262,6 +262,7 @@ impl Runner {
             docs_dir: Some(self.agent_dir.join("docs")),
             identity: run.agent.identity.clone(),
             memory: run.agent.memory.clone(),
+            relevant: run.relevant.clone(),
         });
         let inbox = Inbox::default();
         self.board.join(

@@ -77,6 +77,7 @@ fn agent(route: ModelRoute, tools: Vec<ToolSpec>) -> watch::Receiver<LiveAgent> 
         docs_dir: None,
         identity: String::new(),
         memory: String::new(),
+        relevant: String::new(),
     });
     // The sender may go: the endpoint reads the last value.
     std::mem::forget(tx);
@@ -1008,6 +1009,7 @@ async fn a_runner_without_the_flavor_fails_a_cli_run_as_config() {
         backend: Backend::ClaudeCode,
         cli_session: None,
         resumed_call: None,
+        relevant: String::new(),
     })));
     let deadline = Instant::now() + WAIT;
     let failed = loop {
@@ -1107,6 +1109,7 @@ async fn the_tool_list_follows_the_agent_and_open_connections_end_with_the_run()
         docs_dir: None,
         identity: String::new(),
         memory: String::new(),
+        relevant: String::new(),
     });
     let endpoint = RunEndpoint::open(RunTools {
         gate: Arc::new(AllowAll),

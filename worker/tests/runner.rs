@@ -86,6 +86,7 @@ fn run(run_id: &str, thread_id: u64, summary: &str) -> RunAssignment {
         backend: Default::default(),
         cli_session: None,
         resumed_call: None,
+        relevant: String::new(),
     }
 }
 

@@ -1,5 +1,6 @@
-//! `chorus memory show|forget` and `chorus agent identity`: an agent's memory
-//! entries with where each came from, retracting one, and its identity files.
+//! `chorus memory show|search|forget` and `chorus agent identity`: an agent's memory
+//! entries with where each came from, searching its memory, retracting an entry, and
+//! its identity files.
 //! Rendering is pure (JSON in, text out).
 
 use std::io::Read;
@@ -21,6 +22,22 @@ pub enum MemoryCommand {
         agent: String,
         /// A memory file (MEMORY.md, YYYY-MM-DD.md): its text instead of the entries.
         file: Option<String>,
+    },
+    /// Search the agent's memory files, saved sessions and messages, best first.
+    #[command(
+        after_help = "Examples:\n  chorus memory search coder metric units\n  chorus memory search coder deploy --sources memory,session -k 3"
+    )]
+    Search {
+        agent: String,
+        /// The words to look for.
+        #[arg(required = true, num_args = 1..)]
+        query: Vec<String>,
+        /// How many hits (default 8, at most 50).
+        #[arg(short)]
+        k: Option<usize>,
+        /// Where to look: memory, session, message, comma-separated (default: all).
+        #[arg(long)]
+        sources: Option<String>,
     },
     /// Retract one entry, by the id `memory show` lists (audited).
     #[command(after_help = "Example:\n  chorus memory forget coder 3f9a2c01")]
@@ -46,6 +63,29 @@ pub(super) async fn run(
                 .await?;
             let text = text.as_str().unwrap_or_default().to_string();
             out.show(&json!({"path": file, "text": text}), |_| text.clone())
+        }
+        MemoryCommand::Search {
+            agent,
+            query,
+            k,
+            sources,
+        } => {
+            let mut params = vec![("q", query.join(" "))];
+            if let Some(k) = k {
+                params.push(("k", k.to_string()));
+            }
+            if let Some(sources) = sources {
+                params.push(("sources", sources));
+            }
+            // The query string encoded by reqwest's URL type (no crate of its own).
+            let url = reqwest::Url::parse_with_params("http://query.invalid/", &params)?;
+            let hits = client
+                .get(&format!(
+                    "/api/agents/{agent}/memory/search?{}",
+                    url.query().unwrap_or_default()
+                ))
+                .await?;
+            out.show(&hits, render_hits)
         }
         MemoryCommand::Forget { agent, id } => {
             client
@@ -113,6 +153,36 @@ pub(super) async fn identity(
             out.show(&shown, render_identity)
         }
     }
+}
+
+/// Search hits, one a line, each saying where it is.
+pub fn render_hits(value: &Value) -> String {
+    let hits = value["hits"].as_array().cloned().unwrap_or_default();
+    if hits.is_empty() {
+        return "No matches.\n".into();
+    }
+    let mut out = String::new();
+    for hit in hits {
+        let place = match hit["source"].as_str().unwrap_or_default() {
+            "memory" => format!(
+                "{}:{}",
+                hit["path"].as_str().unwrap_or_default(),
+                hit["line"]
+            ),
+            "session" => format!(
+                "session {} (thread {})",
+                hit["session_id"].as_str().unwrap_or_default(),
+                hit["thread_id"]
+            ),
+            _ => format!("thread {}, message {}", hit["thread_id"], hit["message_id"]),
+        };
+        let text = hit["text"].as_str().unwrap_or_default().replace('\n', " ");
+        out.push_str(&format!(
+            "{:.2}  {place}\n      {text}\n",
+            hit["score"].as_f64().unwrap_or_default()
+        ));
+    }
+    out
 }
 
 /// The identity files, each under its name.

@@ -195,6 +195,9 @@ impl Actions {
                 Some(agent),
             ) => self.schedule(&agent, invocation, &by).await,
             (Invocation::MemoryShow, Some(agent)) => self.memory(&agent.name).await,
+            (Invocation::MemorySearch(query), Some(agent)) => {
+                self.memory_search(&agent.name, &query).await
+            }
             (Invocation::MemoryForget(id), Some(agent)) => self
                 .api
                 .agents
@@ -411,6 +414,31 @@ impl Actions {
 
     /// `/memory show`: the size and limit, and the newest entries with their ids
     /// and where they came from (`chorus memory show` lists them all).
+    /// `/memory search`: the best hits, one a line, within a Discord message.
+    async fn memory_search(&self, agent: &str, query: &str) -> Result<String, String> {
+        const MAX_CHARS: usize = 1800;
+        let hits = self
+            .api
+            .agents
+            .memory()
+            .search(agent, query, None, &[])
+            .await
+            .map_err(|e| e.to_string())?;
+        if hits.is_empty() {
+            return Ok(format!("**{agent}**: nothing found for \"{query}\"."));
+        }
+        let mut out = format!("**{agent}**: {} hits for \"{query}\"\n", hits.len());
+        for hit in &hits {
+            let line = format!("{}\n", crate::memory::search::hit_line(hit));
+            if out.chars().count() + line.chars().count() > MAX_CHARS {
+                out.push_str("(more: `chorus memory search`)");
+                break;
+            }
+            out.push_str(&line);
+        }
+        Ok(out)
+    }
+
     async fn memory(&self, agent: &str) -> Result<String, String> {
         const SHOWN: usize = 20;
         let listing = self

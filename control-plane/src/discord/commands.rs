@@ -166,7 +166,11 @@ pub fn all() -> Vec<CreateCommand> {
                 "id",
                 "The entry's id, as /memory show lists it",
                 true,
-            ))),
+            )))
+            .add_option(
+                sub("search", "Search its memory, saved sessions and messages")
+                    .add_sub_option(text("query", "The words to look for", true)),
+            ),
         CreateCommand::new("status").description("Chorus's providers, agents and what to set next"),
         CreateCommand::new("jobs").description("This channel's agent's background jobs"),
         CreateCommand::new("tasks")

@@ -89,6 +89,8 @@ pub enum Invocation {
     MemoryShow,
     /// `/memory forget id:<id>`: retract one entry.
     MemoryForget(String),
+    /// `/memory search query:<words>`: the best hits, each saying where it is.
+    MemorySearch(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,6 +119,7 @@ impl Invocation {
                 | Invocation::ScheduleRun(_)
                 | Invocation::MemoryShow
                 | Invocation::MemoryForget(_)
+                | Invocation::MemorySearch(_)
         )
     }
 
@@ -149,6 +152,7 @@ impl Invocation {
             | Invocation::ScheduleList
             | Invocation::ScheduleRuns(_)
             | Invocation::MemoryShow
+            | Invocation::MemorySearch(_)
             | Invocation::Settings => Act::Look,
         }
     }
@@ -162,6 +166,7 @@ impl Invocation {
                 | Invocation::Settings
                 | Invocation::ThreadHistory(_)
                 | Invocation::MemoryShow
+                | Invocation::MemorySearch(_)
         )
     }
 }
@@ -282,6 +287,7 @@ pub fn parse(command: &str, options: &[(String, OptionValue)]) -> Result<Invocat
         ("schedule", Some("run")) => Invocation::ScheduleRun(schedule_id(&required(o, "id")?)?),
         ("memory", Some("show")) => Invocation::MemoryShow,
         ("memory", Some("forget")) => Invocation::MemoryForget(required(o, "id")?),
+        ("memory", Some("search")) => Invocation::MemorySearch(required(o, "query")?),
         ("status", None) => Invocation::Status,
         ("jobs" | "tasks", None) => Invocation::Jobs,
         ("settings", None) => Invocation::Settings,
@@ -385,6 +391,14 @@ mod tests {
             "retracting is an operator's"
         );
         assert_eq!(Invocation::MemoryShow.act(), Act::Look);
+        let search = parse("memory", &sub("search", &[("query", t("metric units"))])).unwrap();
+        assert_eq!(search, Invocation::MemorySearch("metric units".into()));
+        assert!(search.needs_channel_agent() && search.private_answer());
+        assert_eq!(
+            search.act(),
+            Act::Look,
+            "searching is a viewer's, like reading"
+        );
         assert_eq!(
             parse(
                 "agent",

@@ -729,7 +729,9 @@ impl ToolGate {
         thread_id: u64,
         by: &Principal,
     ) -> Result<String, String> {
-        use chorus_proto::tools::{self as registry, MemoryGet, MemoryText, Remember, parse_args};
+        use chorus_proto::tools::{
+            self as registry, MemoryGet, MemorySearch, MemoryText, Remember, parse_args,
+        };
         let memory = self.agents.memory();
         let agent = check.agent.as_str();
         let source = crate::memory::Source::Call {
@@ -755,6 +757,25 @@ impl ToolGate {
                 Err(_) => {
                     return Err(format!(
                         "{name} needs {{\"path\": \"MEMORY.md\"}} (from and lines optional)"
+                    ));
+                }
+            },
+            registry::MEMORY_SEARCH => match parse_args::<MemorySearch>(arguments) {
+                Ok(args) => {
+                    let mut sources = Vec::new();
+                    for s in &args.sources {
+                        sources.push(crate::store::SearchSource::parse(s).ok_or_else(|| {
+                            format!("'{s}' is not a source: use memory, session or message")
+                        })?);
+                    }
+                    memory
+                        .search(agent, &args.query, args.k, &sources)
+                        .await
+                        .map(|hits| crate::memory::search::hits_text(&hits))
+                }
+                Err(_) => {
+                    return Err(format!(
+                        "{name} needs {{\"query\": \"…\"}} (k and sources optional)"
                     ));
                 }
             },
@@ -847,6 +868,7 @@ impl ToolGate {
             registry::REMEMBER
             | registry::LOG_NOTE
             | registry::MEMORY_GET
+            | registry::MEMORY_SEARCH
             | registry::SELF_EDIT_IDENTITY => {
                 self.execute_memory(tool.name, check, thread_id, user).await
             }

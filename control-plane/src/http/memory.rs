@@ -1,16 +1,17 @@
 //! An agent's identity and memory files (`crate::memory`): read them, replace an
 //! identity file, list memory entries with their provenance, read a memory file,
-//! retract an entry. Every change is audited and reaches the agent's live runs at
+//! search the memory, retract an entry. Every change is audited and reaches the agent's live runs at
 //! their next model call.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
 use super::agents::active_agent;
 use super::{ApiError, ApiJson, AppState, Caller};
 use crate::memory::MemoryError;
+use crate::store::{SearchHit, SearchSource};
 use chorus_proto::tools::IdentityFile;
 
 impl From<MemoryError> for ApiError {
@@ -161,4 +162,64 @@ pub(super) async fn forget(
         .forget(&name, &id, &caller.principal())
         .await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SearchParams {
+    q: String,
+    #[serde(default)]
+    k: Option<usize>,
+    /// `memory,session,message` (any of them; all when absent).
+    #[serde(default)]
+    sources: Option<String>,
+}
+
+#[derive(Serialize)]
+pub(super) struct SearchView {
+    hits: Vec<SearchHit>,
+}
+
+/// Parses `sources=memory,session,message`, naming what is not a source.
+pub(super) fn parse_sources(text: &str) -> Result<Vec<SearchSource>, ApiError> {
+    text.split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            SearchSource::parse(s).ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "'{}' is not a search source: use memory, session or message",
+                    s.trim()
+                ))
+            })
+        })
+        .collect()
+}
+
+/// `GET /api/agents/{name}/memory/search?q=…&k=…&sources=…`: ranked hits, each
+/// saying where it is.
+pub(super) async fn search(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(params): Query<SearchParams>,
+) -> Result<Json<SearchView>, ApiError> {
+    active_agent(&state, &name).await?;
+    let sources = parse_sources(params.sources.as_deref().unwrap_or_default())?;
+    let hits = state
+        .agents
+        .memory()
+        .search(&name, &params.q, params.k, &sources)
+        .await?;
+    Ok(Json(SearchView { hits }))
+}
+
+/// `POST /api/agents/{name}/memory/reindex`: builds the agent's search index from
+/// its files and saved sessions again (the same answers as before, unless the files
+/// changed behind it) → `{"reindexed": true}`.
+pub(super) async fn reindex(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    active_agent(&state, &name).await?;
+    state.agents.memory().rebuild_index(&name).await?;
+    Ok(Json(serde_json::json!({"reindexed": true})))
 }

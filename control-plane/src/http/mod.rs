@@ -104,6 +104,20 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
             memory::set_identity,
         ),
         declare(GET, "/api/agents/{name}/memory", Look, memory::list),
+        // Before `{item}`: the router prefers the fixed segment (no memory file is
+        // named `search`, they end in `.md`).
+        declare(
+            GET,
+            "/api/agents/{name}/memory/search",
+            Look,
+            memory::search,
+        ),
+        declare(
+            POST,
+            "/api/agents/{name}/memory/reindex",
+            ConfigureAgents,
+            memory::reindex,
+        ),
         // One parameter name for both (the router needs it): a file's name to
         // read, an entry's id to retract.
         declare(GET, "/api/agents/{name}/memory/{item}", Look, memory::file),

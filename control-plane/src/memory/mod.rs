@@ -10,11 +10,12 @@
 //! serialised by one lock (they are rare and small).
 //!
 //! Entries carry their provenance on their line ([`entries`]); [`Memory::list`] lists
-//! them with it (what search indexes), [`Memory::forget`] removes one by id.
+//! them with it (what search indexes, [`search`]), [`Memory::forget`] removes one by id.
 
 pub mod entries;
 pub mod files;
 pub mod prompt;
+pub mod search;
 pub mod sections;
 
 use std::collections::HashMap;
@@ -84,6 +85,8 @@ pub struct Memory {
     writing: tokio::sync::Mutex<()>,
     /// The stamps last seen of busy agents' files.
     seen: Mutex<HashMap<String, Stamp>>,
+    /// The stamps of each agent's files when they were last indexed for search.
+    indexed: Mutex<HashMap<String, Stamp>>,
 }
 
 impl Memory {
@@ -94,6 +97,7 @@ impl Memory {
             runs,
             writing: tokio::sync::Mutex::new(()),
             seen: Mutex::new(HashMap::new()),
+            indexed: Mutex::new(HashMap::new()),
         }
     }
 
@@ -116,8 +120,10 @@ impl Memory {
         }
     }
 
-    /// Sends the agent's live runs its sections as they are now.
+    /// Indexes the agent's memory files for search and sends its live runs its
+    /// sections as they are now (every write and every hand edit seen comes here).
     pub async fn push(&self, agent: &str) {
+        self.index(agent).await;
         let (identity, memory) = render_sections(&self.settings, agent).await;
         let stamp = self.dir(agent).stamp();
         self.seen
@@ -416,6 +422,7 @@ impl Memory {
                     _ = tick.tick() => {}
                 }
                 let busy = self.runs.busy_agents();
+                let mut first_seen = Vec::new();
                 let changed: Vec<String> = {
                     let mut seen = self
                         .seen
@@ -432,6 +439,7 @@ impl Memory {
                                 // the files as they were; remember them.
                                 None => {
                                     seen.insert((*agent).clone(), stamp);
+                                    first_seen.push((*agent).clone());
                                     false
                                 }
                             }
@@ -442,6 +450,11 @@ impl Memory {
                 for agent in changed {
                     tracing::debug!(agent, "identity or memory changed on disk");
                     self.push(&agent).await;
+                }
+                // A hand edit made while the agent was idle reaches the search index
+                // (and so the next run's relevant hits) once a run of it is seen.
+                for agent in first_seen {
+                    self.index_if_changed(&agent).await;
                 }
             }
         });

@@ -500,6 +500,7 @@ fn tools_that_can_never_pass_are_left_out() {
         ("self_edit", false),
         ("remember", false),
         ("memory_get", false),
+        ("memory_search", false),
     ] {
         assert_eq!(locked.may_use_tool(tool), expected, "locked {tool}");
     }
@@ -520,6 +521,7 @@ fn tools_that_can_never_pass_are_left_out() {
         "remember",
         "log_note",
         "memory_get",
+        "memory_search",
     ] {
         assert!(standard.may_use_tool(tool), "standard {tool}");
     }

@@ -165,15 +165,16 @@ fn standard() -> ProfileSpec {
             )
             .about("self_edit of the agent's own SOUL.md or USER.md"),
             RuleSpec::with_examples(
-                r"tool:(?:remember|log_note|memory_get):(?s:.*)",
+                r"tool:(?:remember|log_note|memory_get|memory_search):(?s:.*)",
                 &[
                     "tool:remember:The user prefers metric units.",
                     "tool:log_note:",
                     "tool:memory_get:MEMORY.md",
+                    "tool:memory_search:metric units",
                 ],
                 &["tool:rememberx:a", "tool:bash:remember"],
             )
-            .about("remember, log_note or memory_get: the agent's own memory files"),
+            .about("remember, log_note, memory_get or memory_search: the agent's own memory"),
         ],
         ask: vec![
             RuleSpec::with_examples(

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use chorus_proto::domain::{
-    AgentSettings, Backend, CliSession, ControlCommand, Failure, FailureKind, Input, RetryPolicy,
-    RunAssignment, SandboxPolicy,
+    AgentSettings, Backend, ChatMessage, CliSession, ControlCommand, Failure, FailureKind, Input,
+    RetryPolicy, Role, RunAssignment, SandboxPolicy,
 };
 use chorus_proto::limits;
 use chorus_proto::tools::SchemaSettings;
@@ -147,6 +147,11 @@ pub struct Builder<'a> {
     pub role_hooks: Option<&'a dyn super::RoleHooks>,
 }
 
+/// The newest of the user messages no model has seen yet.
+fn inputs_latest(inputs: &[Input]) -> Option<&str> {
+    inputs.last().map(|i| i.content.as_str())
+}
+
 impl Builder<'_> {
     /// The next run of `thread` from what the store holds, or why it cannot run:
     /// the agent's configuration (`Config`) or the assignment's size (`Limit`).
@@ -230,7 +235,7 @@ impl Builder<'_> {
                 message_id,
                 content,
             })
-            .collect();
+            .collect::<Vec<_>>();
         let first_step_number = self.store.next_step_number(&agent.name, thread.id).await?;
         // A thread with a role is offered its role's tools beside the agent's (none
         // without the engine, whose gate would refuse them anyway).
@@ -244,6 +249,20 @@ impl Builder<'_> {
         let cli_session = self.cli_session(agent, thread).await?;
         let (identity, memory) =
             crate::memory::sections::render_sections(&self.settings.memory, &agent.name).await;
+        let latest = inputs_latest(&inputs).or_else(|| {
+            messages
+                .iter()
+                .rev()
+                .find(|m: &&ChatMessage| m.role == Role::User)
+                .map(|m| m.content.as_str())
+        });
+        let relevant = match latest {
+            Some(text) => {
+                crate::memory::search::relevant_section(self.store, &agent.name, thread.id, text)
+                    .await
+            }
+            None => String::new(),
+        };
         let run = RunAssignment {
             run_id: uuid::Uuid::new_v4().to_string(),
             thread_id: thread.id,
@@ -277,6 +296,7 @@ impl Builder<'_> {
             backend: agent.backend,
             cli_session,
             resumed_call: None,
+            relevant,
         };
         Ok(assignment_fits(run))
     }
@@ -381,6 +401,7 @@ mod tests {
             backend: Default::default(),
             cli_session: None,
             resumed_call: None,
+            relevant: String::new(),
         }
     }
 

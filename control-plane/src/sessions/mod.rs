@@ -222,6 +222,7 @@ impl Sessions {
             }
             return Err(e.into());
         }
+        crate::memory::search::index_session(&self.store, &session, &record.file_name).await;
         tracing::info!(agent = %agent.name, session = %record.id, trigger = trigger.as_str(), messages = record.message_count, "session saved");
         Ok((record, read_at))
     }

@@ -76,6 +76,7 @@ mod refs;
 mod run_events;
 mod runs;
 mod schedules;
+mod search;
 mod sessions;
 mod task_turns;
 mod tasks;
@@ -108,6 +109,7 @@ pub use runs::{NewRun, RunMark, RunRecord, RunStatus};
 pub use schedules::{
     GoingRun, NewSchedule, RunCause, ScheduleRecord, ScheduleRunRecord, ScheduleRunStatus,
 };
+pub use search::{MAX_TERMS, SearchDoc, SearchHit, SearchSource, search_terms};
 pub use sessions::{Cleared, SessionRecord, context_cutoff};
 pub use task_turns::ThreadUsage;
 pub use tasks::{
@@ -178,6 +180,8 @@ pub struct Store {
     writer: Writer,
     /// What the gate reads of each agent on every tool call.
     policies: std::sync::Arc<policies::Policies>,
+    /// Which database: full-text search is the one query each backend words its own way.
+    backend: Backend,
 }
 
 /// The migrations of one backend: the same versions and names, each backend's
@@ -218,12 +222,13 @@ macro_rules! migrations {
             (24, "backends", "0024_backends.sql"),
             (25, "schedules", "0025_schedules.sql"),
             (26, "mcp servers", "0026_mcp_servers.sql"),
+            (27, "memory search", "0027_memory_search.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 26] = match backend {
+    let set: [(i64, &'static str, &'static str); 27] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };
@@ -292,6 +297,7 @@ impl Store {
             pool,
             writer,
             policies: Default::default(),
+            backend: Backend::Sqlite,
         })
     }
 
@@ -310,6 +316,7 @@ impl Store {
             pool,
             writer: Writer::start(writing, Backend::Postgres.begin()),
             policies: Default::default(),
+            backend: Backend::Postgres,
         })
     }
 

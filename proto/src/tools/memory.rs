@@ -1,6 +1,7 @@
 //! The identity and memory tools: an agent writes down what it should remember
 //! (`remember` into `memory/MEMORY.md`, `log_note` into today's daily log), reads its
-//! memory files back (`memory_get`) and rewrites who it is (`self_edit_identity`).
+//! memory files back (`memory_get`), searches them, its saved sessions and its
+//! messages (`memory_search`) and rewrites who it is (`self_edit_identity`).
 //! All run in the control plane, which keeps these files (ARCHITECTURE.md, "Identity
 //! and memory"); their arguments are typed here for both sides.
 
@@ -14,6 +15,7 @@ use super::{
 pub const REMEMBER: &str = "remember";
 pub const LOG_NOTE: &str = "log_note";
 pub const MEMORY_GET: &str = "memory_get";
+pub const MEMORY_SEARCH: &str = "memory_search";
 pub const SELF_EDIT_IDENTITY: &str = "self_edit_identity";
 
 /// How much of an entry's text its action string carries.
@@ -98,6 +100,19 @@ pub struct MemoryGet {
     /// How many lines.
     #[serde(default)]
     pub lines: Option<usize>,
+}
+
+/// `memory_search`'s arguments; `sources` among `memory`, `session`, `message`
+/// (checked by the control plane, which owns the set).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySearch {
+    pub query: String,
+    /// How many hits (default 8, at most 50).
+    #[serde(default)]
+    pub k: Option<usize>,
+    #[serde(default)]
+    pub sources: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -214,6 +229,42 @@ pub(super) const MEMORY_GET_TOOL: ToolDef = ToolDef {
     },
     typical_call: r#"{"path":"MEMORY.md"}"#,
     check_args: |args| parse_args::<MemoryGet>(args).map(drop),
+};
+
+pub(super) const MEMORY_SEARCH_TOOL: ToolDef = ToolDef {
+    name: MEMORY_SEARCH,
+    aliases: &[],
+    action_name: MEMORY_SEARCH,
+    runs_in: RunsIn::ControlPlane,
+    description: |_: &SchemaSettings| {
+        "Search your memory files, saved sessions and past conversations for words, \
+         best matches first, each saying where it is (file and line, or session, thread \
+         and message). Use it before saying you do not know something you may have \
+         been told."
+            .into()
+    },
+    parameters: |_| {
+        object(
+            json!({
+                "query": {"type": "string", "description": "Words to look for"},
+                "k": {"type": "integer", "minimum": 1, "maximum": 50, "description": "How many hits (default 8)"},
+                "sources": {"type": "array", "items": {"type": "string", "enum": ["memory", "session", "message"]},
+                    "description": "Where to look (default: all)"}
+            }),
+            &["query"],
+        )
+    },
+    subject: |args| {
+        let gist = one_line(text(args, "query").unwrap_or_default(), usize::MAX);
+        let head: String = gist.chars().take(ACTION_TEXT_CHARS).collect();
+        Subject {
+            actions: Actions::Detail(head),
+            shown: Some(truncate(&gist, 80)),
+            writes: None,
+        }
+    },
+    typical_call: r#"{"query":"preferred units"}"#,
+    check_args: |args| parse_args::<MemorySearch>(args).map(drop),
 };
 
 pub(super) const IDENTITY_TOOL: ToolDef = ToolDef {

@@ -36,8 +36,8 @@ pub use files::{
 };
 pub use jobs::{JOB_OUTPUT, JOB_STOP};
 pub use memory::{
-    IdentityEdit, IdentityFile, LOG_NOTE, MEMORY_GET, MemoryGet, MemoryText, REMEMBER, Remember,
-    SELF_EDIT_IDENTITY, parse_identity_edit,
+    IdentityEdit, IdentityFile, LOG_NOTE, MEMORY_GET, MEMORY_SEARCH, MemoryGet, MemorySearch,
+    MemoryText, REMEMBER, Remember, SELF_EDIT_IDENTITY, parse_identity_edit,
 };
 pub use self_edit::{
     NewModel, NewProfile, NewPrompt, SELF_EDIT, SELF_EDIT_DOCS, SELF_EDIT_MODEL,
@@ -69,6 +69,7 @@ pub static TOOLS: &[ToolDef] = &[
     memory::REMEMBER_TOOL,
     memory::LOG_NOTE_TOOL,
     memory::MEMORY_GET_TOOL,
+    memory::MEMORY_SEARCH_TOOL,
 ];
 
 /// The task board's control tools, offered by thread role rather than by profile

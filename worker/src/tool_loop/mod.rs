@@ -65,6 +65,9 @@ pub struct LiveAgent {
     /// The identity and memory sections, as the control plane last sent them.
     pub identity: String,
     pub memory: String,
+    /// The search hits relevant to the thread's latest user message, as the
+    /// control plane found them when it assigned the run.
+    pub relevant: String,
 }
 
 impl LiveAgent {
@@ -76,7 +79,7 @@ impl LiveAgent {
             identity: &self.identity,
             docs_dir: self.docs_dir.as_deref(),
             memory: &self.memory,
-            relevant: None,
+            relevant: Some(&self.relevant),
         }
     }
 }

@@ -215,6 +215,7 @@ fn live_agent() -> LiveAgent {
         docs_dir: None,
         identity: String::new(),
         memory: String::new(),
+        relevant: String::new(),
     }
 }
 

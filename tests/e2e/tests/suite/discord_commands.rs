@@ -586,7 +586,7 @@ async fn jobs_and_its_old_name_tasks_list_the_agents_background_jobs() -> anyhow
 }
 
 /// `/memory show` lists the channel's agent's entries with their ids; `/memory
-/// forget` retracts one (an operator's act: a viewer is refused and nothing
+/// search` finds one, saying where; `/memory forget` retracts one (an operator's act: a viewer is refused and nothing
 /// changes); `/agent configure key:soul` replaces its SOUL.md.
 #[tokio::test]
 async fn memory_show_forget_and_soul_from_discord() -> anyhow::Result<()> {
@@ -615,6 +615,15 @@ async fn memory_show_forget_and_soul_from_discord() -> anyhow::Result<()> {
     let shown = content(&body);
     assert!(shown.contains("`0badcafe` Ada likes tea."), "{shown}");
     assert!(shown.contains("thread 3"), "{shown}");
+
+    let search = sub("search", json!([string("query", "TEA?")]));
+    let token = discord.slash(VIEWER, &[], channel, "memory", search);
+    let (_, body) = first_answer(&discord, &token).await?;
+    let found = content(&body);
+    assert!(
+        found.contains("[memory memory/MEMORY.md:3] Ada likes tea."),
+        "{found}"
+    );
 
     let forget = sub("forget", json!([string("id", "0badcafe")]));
     let token = discord.slash(VIEWER, &[], channel, "memory", forget.clone());

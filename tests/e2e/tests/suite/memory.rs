@@ -534,6 +534,13 @@ async fn the_terminal_client_shows_sets_and_forgets() -> anyhow::Result<()> {
         "{text}"
     );
     assert!(text.contains("--------  hand-written"), "{text}");
+    let found = client(&chorus, &["memory", "search", "term", "likes", "TABS*"]).await;
+    assert!(found.status.success(), "{}", stderr(&found));
+    let text = stdout(&found);
+    assert!(
+        text.contains("  memory/MEMORY.md:3\n      Term likes tabs."),
+        "{text}"
+    );
     let file = client(&chorus, &["memory", "show", "term", "MEMORY.md"]).await;
     assert!(
         stdout(&file).contains("- hand-written"),
@@ -553,6 +560,172 @@ async fn the_terminal_client_shows_sets_and_forgets() -> anyhow::Result<()> {
     assert!(
         !left.contains("tabs") && left.contains("hand-written"),
         "{left}"
+    );
+    Ok(())
+}
+
+/// `GET …/memory/search` with the query encoded.
+async fn search(
+    chorus: &Chorus,
+    agent: &str,
+    params: &[(&str, &str)],
+) -> anyhow::Result<(u16, Value)> {
+    let url = reqwest::Url::parse_with_params("http://query.invalid/", params)?;
+    let answer = chorus
+        .api(
+            Method::GET,
+            &format!(
+                "/api/agents/{agent}/memory/search?{}",
+                url.query().unwrap_or_default()
+            ),
+        )
+        .send()
+        .await?;
+    Ok((answer.status().as_u16(), answer.json().await?))
+}
+
+fn hits_of<'a>(answer: &'a Value, source: &str) -> Vec<&'a Value> {
+    answer["hits"]
+        .as_array()
+        .map(|hits| hits.iter().filter(|h| h["source"] == source).collect())
+        .unwrap_or_default()
+}
+
+/// Search finds a fact from an old thread (its thread and message) and from a saved
+/// session (its id), a `remember`ed fact with its file and line; the model's
+/// `memory_search` finds them too; a later thread's system prompt carries the hits
+/// relevant to its message; query syntax in people's text is not an error.
+#[tokio::test]
+async fn search_finds_facts_and_says_where_they_are() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    model.push(text("noted"));
+    model.push(tool_call(
+        "toolu_cat",
+        "remember",
+        json!({"text": "The user's cat is called Pixel."}),
+    ));
+    model.push(text("remembered"));
+    model.push(tool_call(
+        "toolu_find",
+        "memory_search",
+        json!({"query": "locker code", "sources": ["message", "session"]}),
+    ));
+    model.push(text("4417"));
+    let chorus = chorus_with(&model).await?;
+    chorus.create_agent("finder").await?;
+
+    let (old, _) = talk(&chorus, "finder", "My locker code is 4417.").await?;
+    let saved = chorus
+        .api(Method::POST, "/api/agents/finder/context/save")
+        .json(&json!({"description": "locker talk"}))
+        .send()
+        .await?;
+    assert_eq!(saved.status(), 201);
+    let saved: Value = saved.json().await?;
+    let session_id = saved["session"]["id"].as_str().unwrap().to_string();
+    talk(&chorus, "finder", "Remember my cat, Pixel.").await?;
+
+    // The old thread's message and the saved session, each saying where.
+    let (status, found) = search(&chorus, "finder", &[("q", "LOCKER")]).await?;
+    assert_eq!(status, 200, "{found}");
+    let messages = hits_of(&found, "message");
+    assert_eq!(messages.len(), 1, "{found:#}");
+    assert_eq!(messages[0]["thread_id"], old);
+    assert!(messages[0]["message_id"].as_u64().is_some(), "{found:#}");
+    assert_eq!(messages[0]["text"], "My locker code is 4417.");
+    let sessions = hits_of(&found, "session");
+    assert_eq!(sessions.len(), 1, "{found:#}");
+    assert_eq!(sessions[0]["session_id"], session_id.as_str());
+    assert_eq!(sessions[0]["thread_id"], old);
+    assert!(found["hits"][0]["score"].as_f64().unwrap() > 0.0);
+
+    // The remembered fact, with its file and line.
+    let (_, found) = search(&chorus, "finder", &[("q", "pixel"), ("sources", "memory")]).await?;
+    let memory = hits_of(&found, "memory");
+    assert_eq!(found["hits"].as_array().unwrap().len(), 1, "{found:#}");
+    assert_eq!(memory[0]["path"], "memory/MEMORY.md");
+    let file = std::fs::read_to_string(chorus.agent_dir("finder").join("memory/MEMORY.md"))?;
+    let line = file.lines().position(|l| l.contains("Pixel")).unwrap() + 1;
+    assert_eq!(memory[0]["line"], line, "{file}");
+
+    // A hand edit while no run is going is found by the next search (the files are
+    // the truth, the index follows them).
+    std::fs::write(
+        chorus.agent_dir("finder").join("memory/2026-01-02.md"),
+        "# 2026-01-02\n\n- The spare key is under the blue pot.\n",
+    )?;
+    let (_, found) = search(&chorus, "finder", &[("q", "blue pot")]).await?;
+    let memory = hits_of(&found, "memory");
+    assert_eq!(memory.len(), 1, "{found:#}");
+    assert_eq!(memory[0]["path"], "memory/2026-01-02.md");
+    assert_eq!(memory[0]["line"], 3);
+
+    // A later thread: its system prompt carries the relevant hits, and the model's
+    // memory_search answers where they are.
+    let (_, record) = talk(&chorus, "finder", "What was my locker code again?").await?;
+    let system = system_of(&model, 3);
+    let relevant = system
+        .split("# Relevant from your memory")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no relevant section in {system}"));
+    assert!(
+        relevant.contains(&format!("[message thread {old}, message ")),
+        "{relevant}"
+    );
+    assert!(relevant.contains("My locker code is 4417."), "{relevant}");
+    assert!(
+        relevant.contains(&format!("[session session {session_id}")),
+        "{relevant}"
+    );
+    let results = tool_results(&record);
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(!results[0].0, "{results:?}");
+    assert!(
+        results[0]
+            .1
+            .contains(&format!("[message thread {old}, message ")),
+        "{results:?}"
+    );
+
+    // A rebuild from the files and saved sessions answers the same.
+    let queries = ["locker", "pixel cat", "blue pot", "4417 code"];
+    let mut before = Vec::new();
+    for q in queries {
+        before.push(search(&chorus, "finder", &[("q", q)]).await?.1);
+    }
+    let rebuilt = chorus
+        .api(Method::POST, "/api/agents/finder/memory/reindex")
+        .send()
+        .await?;
+    assert_eq!(rebuilt.status(), 200);
+    for (q, before) in queries.iter().zip(&before) {
+        let (_, after) = search(&chorus, "finder", &[("q", q)]).await?;
+        assert_eq!(&after, before, "{q}");
+        assert!(!after["hits"].as_array().unwrap().is_empty(), "{q}");
+    }
+
+    // Query syntax is only words; no words, or an unknown source, is a clear 400.
+    for q in [
+        r#""locker"#,
+        "locker*",
+        "-locker",
+        "NEAR(locker code)",
+        "locker OR",
+        "a'; DROP",
+    ] {
+        let (status, answer) = search(&chorus, "finder", &[("q", q)]).await?;
+        assert_eq!(status, 200, "{q}: {answer}");
+    }
+    let (status, answer) = search(&chorus, "finder", &[("q", "* - \"")]).await?;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.to_string().contains("no words"), "{answer}");
+    let (status, answer) = search(&chorus, "finder", &[("q", "x"), ("sources", "files")]).await?;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer
+            .to_string()
+            .contains("'files' is not a search source"),
+        "{answer}"
     );
     Ok(())
 }

@@ -154,6 +154,17 @@ fn case(route: &Route, s: &Subjects) -> Option<Case> {
         ("GET", "/api/agents/{name}/memory") => {
             same(Viewer, req("/api/agents/subject/memory", None), 200)
         }
+        ("GET", "/api/agents/{name}/memory/search") => same(
+            Viewer,
+            req("/api/agents/subject/memory/search?q=metric", None),
+            200,
+        ),
+        ("POST", "/api/agents/{name}/memory/reindex") => two(
+            Operator,
+            req("/api/agents/subject/memory/reindex", None),
+            req("/api/agents/ghost/memory/reindex", None),
+            404,
+        ),
         ("GET", "/api/agents/{name}/memory/{item}") => same(
             Viewer,
             req("/api/agents/subject/memory/MEMORY.md", None),
