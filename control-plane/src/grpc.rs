@@ -639,9 +639,12 @@ impl Link {
                     server,
                     state,
                     tools,
+                    offered,
                     error,
                     ..
-                } => registry.mcp().report(&agent, &server, state, tools, error),
+                } => registry
+                    .mcp()
+                    .report(&agent, &server, state, tools, offered, error),
                 event => match runs.apply(&agent, generation, seq, event).await {
                     Err(e) if e.is_suspicious() => {
                         tracing::warn!(%agent, generation, error = %e, "worker event refused")

@@ -383,6 +383,9 @@ pub struct ServerStateView {
     pub tools: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The tools as the agent's runs are offered them (`GET …/tools` lists them).
+    #[serde(skip)]
+    pub offered: Vec<chorus_proto::domain::ToolSpec>,
 }
 
 /// The latest state of every agent's servers, as their workers report them.
@@ -398,6 +401,7 @@ impl McpStates {
         server: &str,
         state: McpState,
         tools: Vec<String>,
+        offered: Vec<chorus_proto::domain::ToolSpec>,
         error: String,
     ) {
         self.lock().insert(
@@ -406,8 +410,30 @@ impl McpStates {
                 state,
                 tools,
                 error: (!error.is_empty()).then_some(error),
+                offered,
             },
         );
+    }
+
+    /// The tools of the agent's configured servers that are running, by server, as
+    /// its runs are offered them (before the profile's reach is applied).
+    pub fn offered(
+        &self,
+        agent: &str,
+        setting: &McpServersSetting,
+    ) -> Vec<(String, chorus_proto::domain::ToolSpec)> {
+        let states = self.lock();
+        setting
+            .0
+            .keys()
+            .filter_map(|name| {
+                states
+                    .get(&(agent.to_string(), name.clone()))
+                    .filter(|s| s.state == McpState::Running)
+                    .map(|s| (name, s))
+            })
+            .flat_map(|(name, s)| s.offered.iter().map(|t| (name.clone(), t.clone())))
+            .collect()
     }
 
     /// The agent's worker is gone: its servers went with it (stdio) or will be
@@ -430,6 +456,7 @@ impl McpStates {
                     state: McpState::NotStarted,
                     tools: Vec::new(),
                     error: None,
+                    offered: Vec::new(),
                 });
             let mut entry = serde_json::to_value(state).unwrap_or_default();
             if let (Value::Object(entry), Some(Value::Object(config))) =
@@ -571,21 +598,54 @@ mod tests {
         let setting =
             parse(json!({"a": {"command": "x"}, "b": {"url": "http://h:1/mcp"}})).unwrap();
         let states = McpStates::default();
+        let echo = chorus_proto::domain::ToolSpec {
+            name: "mcp__a__echo".into(),
+            wire_name: "mcp__a__echo".into(),
+            description: "(MCP server a) Echoes.".into(),
+            schema_json: "{}".into(),
+            runs_in: chorus_proto::tools::RunsIn::Worker,
+            ends_turn: false,
+        };
         states.report(
             "ag",
             "a",
             McpState::Running,
             vec!["echo".into()],
+            vec![echo.clone()],
             String::new(),
         );
-        states.report("other", "b", McpState::Failed, vec![], "boom".into());
+        states.report(
+            "other",
+            "b",
+            McpState::Failed,
+            vec![],
+            vec![],
+            "boom".into(),
+        );
         let view = states.view("ag", &setting);
         assert_eq!(view["a"]["state"], "running");
         assert_eq!(view["a"]["tools"], json!(["echo"]));
         assert_eq!(view["a"]["command"], "x");
         assert_eq!(view["b"]["state"], "not_started");
-        states.report("ag", "b", McpState::Failed, vec![], "it died".into());
+        assert_eq!(
+            states.offered("ag", &setting),
+            vec![("a".to_string(), echo)],
+            "a running server's tools are listed as offered"
+        );
+        states.report(
+            "ag",
+            "b",
+            McpState::Failed,
+            vec![],
+            vec![],
+            "it died".into(),
+        );
         assert_eq!(states.view("ag", &setting)["b"]["error"], "it died");
+        states.report("ag", "a", McpState::Failed, vec![], vec![], "gone".into());
+        assert!(
+            states.offered("ag", &setting).is_empty(),
+            "none of a failed one"
+        );
         states.worker_gone("ag");
         assert_eq!(states.view("ag", &setting)["b"]["state"], "not_started");
     }

@@ -948,6 +948,7 @@ impl From<Sequenced> for pb::WorkerMessage {
                 server,
                 state,
                 tools,
+                offered,
                 error,
             } => WorkerBody::McpServerState(pb::McpServerState {
                 agent,
@@ -955,6 +956,7 @@ impl From<Sequenced> for pb::WorkerMessage {
                 state: state.as_str().to_owned(),
                 tools,
                 error,
+                offered: offered.into_iter().map(Into::into).collect(),
             }),
         };
         pb::WorkerMessage {
@@ -1092,6 +1094,11 @@ impl TryFrom<pb::WorkerMessage> for WorkerEvent {
                     value: m.state,
                 })?,
                 tools: m.tools,
+                offered: m
+                    .offered
+                    .into_iter()
+                    .map(ToolSpec::try_from)
+                    .collect::<Result<_, _>>()?,
                 error: m.error,
             },
         })

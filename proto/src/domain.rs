@@ -654,7 +654,10 @@ pub enum WorkerEvent {
         agent: String,
         server: String,
         state: crate::mcp::McpState,
+        /// The names the server lists.
         tools: Vec<String>,
+        /// Those tools as a run is offered them (`mcp__<server>__<tool>`).
+        offered: Vec<ToolSpec>,
         error: String,
     },
 }

@@ -141,6 +141,7 @@ fn upper_bound(event: &WorkerEvent) -> usize {
             server,
             state,
             tools,
+            offered,
             error,
         } => {
             agent.len()
@@ -148,6 +149,16 @@ fn upper_bound(event: &WorkerEvent) -> usize {
                 + state.as_str().len()
                 + error.len()
                 + tools.iter().map(|t| t.len() + FIELD).sum::<usize>()
+                + offered
+                    .iter()
+                    .map(|t| {
+                        t.name.len()
+                            + t.wire_name.len()
+                            + t.description.len()
+                            + t.schema_json.len()
+                            + 4 * FIELD
+                    })
+                    .sum::<usize>()
         }
     };
     let detail = match event {

@@ -65,9 +65,48 @@ struct ActiveRun {
     agent: watch::Sender<LiveAgent>,
     /// User messages injected into the run, taken before its next model call.
     inbox: Inbox,
-    /// Its thread's role tools (a task's), offered beside the agent's whatever
-    /// change of the agent's tools comes.
-    role_tools: Vec<chorus_proto::domain::ToolSpec>,
+    /// What the run offers, in three parts kept apart so that a change of one
+    /// (the agent's configuration, an MCP server's tool list) keeps the others.
+    tools: RunTools,
+}
+
+/// The three sources of a run's offered tools.
+struct RunTools {
+    /// The agent's own (its configuration; changed by `UpdateAgent`).
+    agent: Vec<chorus_proto::domain::ToolSpec>,
+    /// Its thread's role tools (a task's): fixed for the run.
+    role: Vec<chorus_proto::domain::ToolSpec>,
+    /// Its agent's MCP servers' tools the profile can reach (read again when a
+    /// server says its list changed).
+    mcp: Vec<chorus_proto::domain::ToolSpec>,
+}
+
+impl RunTools {
+    /// All of them, as the model and the CLI's listing see them: the agent's, then
+    /// the role's, then the MCP servers' (a later one named like an earlier one is
+    /// left out: the earlier stands).
+    fn offered(&self) -> std::sync::Arc<Vec<chorus_proto::domain::ToolSpec>> {
+        let mut all = self.agent.clone();
+        for tool in self.role.iter().chain(&self.mcp) {
+            if !all
+                .iter()
+                .any(|t| t.name == tool.name || t.wire_name == tool.wire_name)
+            {
+                all.push(tool.clone());
+            }
+        }
+        std::sync::Arc::new(all)
+    }
+}
+
+impl ActiveRun {
+    /// Offers the run's MCP tools as `mcp` from its next model call (and its CLI's
+    /// next listing) on.
+    fn offer_mcp(&mut self, mcp: Vec<chorus_proto::domain::ToolSpec>) {
+        self.tools.mcp = mcp;
+        let offered = self.tools.offered();
+        self.agent.send_modify(|live| live.tools = offered);
+    }
 }
 
 /// Tool settings of this worker process (flags or environment of `chorus-worker`).
@@ -165,9 +204,16 @@ impl Runner {
             }
             ControlCommand::UpdateAgent(change) => {
                 tracing::info!(?change.model, tools = ?change.tools, "agent changed");
-                for run in self.runs().values() {
-                    run.agent
-                        .send_modify(|agent| apply(agent, change.clone(), &run.role_tools));
+                for run in self.runs().values_mut() {
+                    // `change.tools` (the names alone) is for older workers.
+                    if let Some(offered) = change.offered.clone() {
+                        run.tools.agent = offered;
+                    }
+                    let offered = run.tools.offered();
+                    run.agent.send_modify(|agent| {
+                        apply(agent, change.clone());
+                        agent.tools = offered;
+                    });
                 }
             }
             ControlCommand::ToolDecision(decision) => {
@@ -252,13 +298,18 @@ impl Runner {
             }
         };
         let cancel = CancellationToken::new();
+        let run_tools = RunTools {
+            agent: run.agent.offered.clone(),
+            role: run.role_tools.clone(),
+            mcp: Vec::new(),
+        };
         let (agent_tx, agent_rx) = watch::channel(LiveAgent {
             model: ModelSelection {
                 display: run.agent.model.clone(),
                 route: run.model.clone(),
             },
             system_prompt: run.agent.system_prompt.clone(),
-            tools: std::sync::Arc::new(offered_with(&run.agent.offered, &run.role_tools)),
+            tools: run_tools.offered(),
             docs_dir: Some(self.agent_dir.join("docs")),
             identity: run.agent.identity.clone(),
             memory: run.agent.memory.clone(),
@@ -278,7 +329,7 @@ impl Runner {
                 cancel: cancel.clone(),
                 agent: agent_tx,
                 inbox: inbox.clone(),
-                role_tools: run.role_tools.clone(),
+                tools: run_tools,
             },
         );
         let board = self.board.clone();
@@ -322,26 +373,29 @@ impl Runner {
                 );
                 tracing::info!("run started");
                 // The agent's MCP servers, started or connected (each within its
-                // deadline): their tools join the run's offered ones, for either backend.
-                let mut mcp_tools = mcp
-                    .prepare(&run.agent.name, &run.agent.mcp_servers, &place)
-                    .await;
-                // A tool the profile always denies is not offered (its call would be
-                // refused anyway): the list is filtered again whenever it changes.
-                mcp_tools.retain(|tool| run.agent.mcp_reach.reaches(&tool.name));
-                if !mcp_tools.is_empty()
-                    && let Some(active) = runs
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .get_mut(&run.run_id)
-                {
-                    active.role_tools.extend(mcp_tools.iter().cloned());
-                    active.agent.send_modify(|live| {
-                        let mut all = (*live.tools).clone();
-                        all.extend(mcp_tools);
-                        live.tools = std::sync::Arc::new(all);
-                    });
-                }
+                // deadline): their tools join the run's offered ones, for either
+                // backend, and are read again whenever a server says its list
+                // changed, for as long as the run goes.
+                let servers = RunServers {
+                    run_id: run.run_id.clone(),
+                    agent: run.agent.name.clone(),
+                    servers: run.agent.mcp_servers.clone(),
+                    reach: run.agent.mcp_reach.clone(),
+                };
+                let changes = mcp.changes();
+                offer_mcp_tools(&mcp, &servers, &place, &runs).await;
+                let _follower = (!servers.servers.is_empty()).then(|| {
+                    tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+                        follow_mcp_changes(
+                            mcp.clone(),
+                            servers,
+                            place.clone(),
+                            runs.clone(),
+                            changes,
+                        )
+                        .instrument(tracing::Span::current()),
+                    ))
+                });
                 if run.backend != chorus_proto::domain::Backend::Api {
                     let outcome = cli_turn(
                         &run,
@@ -561,30 +615,55 @@ fn place_files(
     Ok(())
 }
 
-/// The tools a run offers: its agent's, then its thread's role tools (a role tool
-/// named like one of the agent's is left out: the agent's own stands).
-fn offered_with(
-    offered: &[chorus_proto::domain::ToolSpec],
-    role_tools: &[chorus_proto::domain::ToolSpec],
-) -> Vec<chorus_proto::domain::ToolSpec> {
-    let mut all = offered.to_vec();
-    for tool in role_tools {
-        if !all
-            .iter()
-            .any(|t| t.name == tool.name || t.wire_name == tool.wire_name)
-        {
-            all.push(tool.clone());
-        }
-    }
-    all
+/// What a run needs of its agent's MCP servers.
+struct RunServers {
+    run_id: String,
+    agent: String,
+    servers: Vec<chorus_proto::mcp::McpServer>,
+    reach: chorus_proto::mcp::McpReach,
 }
 
-/// Applies a change to what a run knows of its agent.
-fn apply(
-    agent: &mut LiveAgent,
-    change: AgentChange,
-    role_tools: &[chorus_proto::domain::ToolSpec],
+/// Reads the agent's MCP servers' tools (connecting the servers that are down) and
+/// offers those the run's profile can reach: a tool it always denies is not offered,
+/// since its call would be refused anyway; every call is still decided by the gate.
+async fn offer_mcp_tools(
+    mcp: &crate::mcp::McpHub,
+    run: &RunServers,
+    place: &crate::mcp::Place,
+    runs: &Mutex<HashMap<String, ActiveRun>>,
 ) {
+    if run.servers.is_empty() {
+        return;
+    }
+    let mut tools = mcp.prepare(&run.agent, &run.servers, place).await;
+    tools.retain(|tool| run.reach.reaches(&tool.name));
+    if let Some(active) = runs
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get_mut(&run.run_id)
+    {
+        active.offer_mcp(tools);
+    }
+}
+
+/// For the length of a run (the caller aborts it at the end): each change a server
+/// announces to its tool list is read and offered from the run's next model call.
+async fn follow_mcp_changes(
+    mcp: Arc<crate::mcp::McpHub>,
+    run: RunServers,
+    place: crate::mcp::Place,
+    runs: Arc<Mutex<HashMap<String, ActiveRun>>>,
+    mut changes: watch::Receiver<u64>,
+) {
+    while changes.changed().await.is_ok() {
+        tracing::info!("an MCP server's tool list changed; reading it again");
+        offer_mcp_tools(&mcp, &run, &place, &runs).await;
+    }
+}
+
+/// Applies a change to what a run knows of its agent, but its tools (the runner
+/// composes those, `RunTools`).
+fn apply(agent: &mut LiveAgent, change: AgentChange) {
     if let Some((display, route)) = change.model {
         agent.model = ModelSelection { display, route };
     }
@@ -596,10 +675,6 @@ fn apply(
     }
     if let Some(memory) = change.memory {
         agent.memory = memory;
-    }
-    // `change.tools` (the names alone) is for older workers.
-    if let Some(offered) = change.offered {
-        agent.tools = std::sync::Arc::new(offered_with(&offered, role_tools));
     }
 }
 

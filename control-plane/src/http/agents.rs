@@ -71,7 +71,7 @@ pub struct AgentView {
 }
 
 /// The agent's MCP servers as stored (none: empty).
-async fn mcp_setting(
+pub(super) async fn mcp_setting(
     state: &AppState,
     name: &str,
 ) -> Result<crate::mcp::McpServersSetting, ApiError> {

@@ -1,5 +1,6 @@
 //! `/api/tools` (every tool in the registry) and `/api/agents/{name}/tools` (what
-//! this agent's model is offered, with what its profile gives a typical call).
+//! this agent's model is offered, with what its profile gives a typical call: the
+//! registry's tools, then its running MCP servers' tools its profile can reach).
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -17,8 +18,9 @@ use crate::permissions::profiles::offered;
 /// One tool as the API shows it.
 #[derive(Debug, Serialize)]
 pub struct ToolView {
-    /// Chorus's name (`file.read`), as in action strings and profiles.
-    pub name: &'static str,
+    /// Chorus's name (`file.read`, `mcp__<server>__<tool>`), as in action strings and
+    /// profiles.
+    pub name: String,
     /// The name the model calls it by (`file_read`).
     pub wire_name: String,
     pub description: String,
@@ -28,6 +30,9 @@ pub struct ToolView {
     /// What the agent's profile gives a typical call (agent listing only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
+    /// The MCP server the tool comes from (its MCP tools only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mcp_server: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -39,12 +44,13 @@ pub struct ToolsView {
 fn view(tool: &ToolDef, settings: &SchemaSettings, decision: Option<Decision>) -> ToolView {
     let spec = tool.spec(settings);
     ToolView {
-        name: tool.name,
+        name: tool.name.to_string(),
         wire_name: spec.wire_name,
         description: spec.description,
         schema: serde_json::from_str(&spec.schema_json).unwrap_or(Value::Null),
         runs_in: tool.runs_in.as_str(),
         decision,
+        mcp_server: None,
     }
 }
 
@@ -85,16 +91,40 @@ pub(super) async fn of_agent(
         .into_iter()
         .map(|g| g.tool)
         .collect();
-    let tools = offered(&profile, &grants)
+    // A granted tool's every call is allowed (see `gate`).
+    let decision = |name: &str, typical_call: &str| {
+        if grants.iter().any(|g| g == name) {
+            Decision::Allow
+        } else {
+            decide_actions(&profile, &actions_for(name, typical_call)).0
+        }
+    };
+    let mut tools: Vec<ToolView> = offered(&profile, &grants)
         .map(|tool| {
-            // A granted tool's every call is allowed (see `gate`).
-            let decision = if grants.iter().any(|g| g == tool.name) {
-                Decision::Allow
-            } else {
-                decide_actions(&profile, &actions_for(tool.name, tool.typical_call)).0
-            };
-            view(tool, &settings, Some(decision))
+            view(
+                tool,
+                &settings,
+                Some(decision(tool.name, tool.typical_call)),
+            )
         })
         .collect();
+    // The MCP tools as the agent's worker last listed them, filtered as the worker
+    // filters them (a tool no rule can let through is not offered).
+    let reach = profile.mcp_reach();
+    let setting = super::agents::mcp_setting(&state, &name).await?;
+    for (server, spec) in state.workers.mcp().offered(&name, &setting) {
+        if !reach.reaches(&spec.name) {
+            continue;
+        }
+        tools.push(ToolView {
+            decision: Some(decision(&spec.name, "{}")),
+            schema: serde_json::from_str(&spec.schema_json).unwrap_or(Value::Null),
+            runs_in: spec.runs_in.as_str(),
+            wire_name: spec.wire_name,
+            description: spec.description,
+            name: spec.name,
+            mcp_server: Some(server),
+        });
+    }
     Ok(Json(ToolsView { tools }))
 }

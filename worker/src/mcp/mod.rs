@@ -23,8 +23,11 @@
 //!   retry is immediate, then 1, 2, 4 … up to 30 s, during which calls fail at once
 //!   saying when the next try is.
 //! - **Changed tool lists**: a server's `notifications/tools/list_changed` marks its
-//!   list stale; it is read again at the next run's start (and after a reconnect),
-//!   and the new tools are offered from then on, filtered again by the profile's
+//!   list stale and wakes the runs going ([`McpHub::changes`]): each reads the lists
+//!   again and offers the new tools from its next model call on (a CLI backend's
+//!   `chorus-tools` serves the new list at once, but the CLI reads its list when its
+//!   turn starts, so it sees them from its next turn); a run's start and a reconnect
+//!   read them too. They are filtered again by the profile's
 //!   reach (`AgentSettings::mcp_reach`, the runner's job: a tool no allow or ask rule
 //!   can match is not offered), each call checked by the gate like any other.
 //! - **States** go to the control plane as `McpServerState` events (starting,
@@ -76,6 +79,8 @@ pub struct McpHub {
     sink: EventSink,
     http: reqwest::Client,
     servers: Mutex<HashMap<String, Arc<Slot>>>,
+    /// Counts the tool-list changes the servers announced: runs follow it.
+    changes: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl std::fmt::Debug for McpHub {
@@ -108,15 +113,17 @@ struct Connected {
     process: Option<stdio::Process>,
 }
 
-/// The client side's handler: notes a changed tool list.
+/// The client side's handler: notes a changed tool list, and tells the runs.
 #[derive(Clone)]
 struct Watcher {
     stale: Arc<AtomicBool>,
+    changes: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl ClientHandler for Watcher {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.stale.store(true, Ordering::SeqCst);
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
 
@@ -127,7 +134,14 @@ impl McpHub {
             sink,
             http,
             servers: Mutex::new(HashMap::new()),
+            changes: Arc::new(tokio::sync::watch::channel(0).0),
         }
+    }
+
+    /// Wakes at each change a server announces to its tool list from now on (the
+    /// run then reads the lists again with [`McpHub::prepare`]).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// Makes the hub match `servers`, connects those that are down, and returns the
@@ -294,12 +308,7 @@ impl McpHub {
                     {
                         Ok(Ok(tools)) => {
                             up.tools = tools;
-                            self.report(
-                                name,
-                                McpState::Running,
-                                tool_names(&up.tools),
-                                String::new(),
-                            );
+                            self.report(name, McpState::Running, &up.tools, String::new());
                         }
                         _ => {
                             tracing::warn!(server = %name, "could not read the changed tool list of an MCP server")
@@ -316,7 +325,7 @@ impl McpHub {
                 None => String::new(),
             };
             let error = with_stderr(format!("MCP server '{name}' stopped"), &stderr);
-            self.report(name, McpState::Failed, Vec::new(), error.clone());
+            self.report(name, McpState::Failed, &[], error.clone());
             *conn = Conn::Down {
                 failures: 1,
                 retry_at: None,
@@ -344,7 +353,7 @@ impl McpHub {
                     .max(1)
             ));
         }
-        self.report(name, McpState::Starting, Vec::new(), String::new());
+        self.report(name, McpState::Starting, &[], String::new());
         // The connection's tasks outlive the run that started them: a span of their own.
         let agent = self
             .agent
@@ -354,19 +363,14 @@ impl McpHub {
         let span = tracing::info_span!(parent: None, "mcp_server", %agent, server = %name);
         match tracing::Instrument::instrument(self.connect(&slot.config, place), span).await {
             Ok(up) => {
-                self.report(
-                    name,
-                    McpState::Running,
-                    tool_names(&up.tools),
-                    String::new(),
-                );
+                self.report(name, McpState::Running, &up.tools, String::new());
                 *conn = Conn::Up(Box::new(up));
                 Ok(())
             }
             Err(e) => {
                 let failures = *failures + 1;
                 let error = format!("MCP server '{name}' could not be started: {e}");
-                self.report(name, McpState::Failed, Vec::new(), error.clone());
+                self.report(name, McpState::Failed, &[], error.clone());
                 *conn = Conn::Down {
                     failures,
                     retry_at: Some(Instant::now() + backoff(failures)),
@@ -381,6 +385,7 @@ impl McpHub {
         let stale = Arc::new(AtomicBool::new(false));
         let watcher = Watcher {
             stale: stale.clone(),
+            changes: self.changes.clone(),
         };
         let deadline = config.timeout().min(MAX_START);
         let timed_out = || format!("no answer within {} s", deadline.as_secs());
@@ -469,7 +474,7 @@ impl McpHub {
             Conn::Down { .. } => String::new(),
         };
         let error = with_stderr(format!("MCP server '{name}' failed: {why}"), &stderr);
-        self.report(name, McpState::Failed, Vec::new(), error.clone());
+        self.report(name, McpState::Failed, &[], error.clone());
         // Tried again at the next call or run.
         *conn = Conn::Down {
             failures: 1,
@@ -479,7 +484,7 @@ impl McpHub {
         error
     }
 
-    fn report(&self, server: &str, state: McpState, tools: Vec<String>, error: String) {
+    fn report(&self, server: &str, state: McpState, tools: &[Tool], error: String) {
         let agent = self
             .agent
             .lock()
@@ -498,7 +503,8 @@ impl McpHub {
             agent,
             server: server.to_string(),
             state,
-            tools,
+            tools: tool_names(tools),
+            offered: specs_of(server, tools),
             error,
         });
     }

@@ -294,6 +294,15 @@ async fn a_stdio_server_s_tools_are_gated_audited_and_reach_the_model_and_a_kill
         "{offered:?}"
     );
     assert!(requests[1].body.to_string().contains("echo: hi"));
+    // The server announced a changed tool list (add_tool): it was read again within
+    // the run, and the new tool offered from the run's next model call on.
+    let late = |request: &chorus_test_support::fake_model::RecordedRequest| {
+        request.body["tools"]
+            .to_string()
+            .contains("mcp__demo__late")
+    };
+    assert!(!late(&requests[0]), "not before add_tool");
+    assert!(late(&requests[1]), "{}", requests[1].body["tools"]);
 
     // Each call decided and audited under its action string.
     let entries = audit(&chorus, "mcpuser").await?;
@@ -309,21 +318,49 @@ async fn a_stdio_server_s_tools_are_gated_audited_and_reach_the_model_and_a_kill
     assert_eq!(row("c2")["decision"], "deny");
     assert_eq!(row("c2")["action"], "tool:mcp__demo__secret_word:");
 
-    let running = wait_state(&chorus, "mcpuser", "demo", "running").await?;
+    // The agent's status lists the server's tools as they are now.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let running = wait_state(&chorus, "mcpuser", "demo", "running").await?;
+        let tools = running["tools"].as_array().cloned().unwrap_or_default();
+        if tools.contains(&json!("late")) {
+            assert!(tools.contains(&json!("echo")), "{running}");
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the status never listed the new tool: {running}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The agent's tool listing has them as its model is offered them: with the
+    // server's description, where they come from and what the profile gives them;
+    // not the one it always denies.
+    let listed: Value = chorus
+        .api(Method::GET, "/api/agents/mcpuser/tools")
+        .send()
+        .await?
+        .json()
+        .await?;
+    let listed = listed["tools"].as_array().cloned().unwrap_or_default();
+    let tool = |name: &str| listed.iter().find(|t| t["name"] == name).cloned();
+    let echo = tool("mcp__demo__echo").expect("echo listed");
+    assert_eq!(echo["mcp_server"], "demo", "{echo}");
+    assert_eq!(echo["decision"], "allow", "{echo}");
     assert!(
-        running["tools"]
-            .as_array()
+        echo["description"]
+            .as_str()
             .unwrap()
-            .contains(&json!("echo")),
-        "{running}"
+            .contains("Echoes its text."),
+        "{echo}"
     );
+    assert_eq!(echo["schema"]["properties"]["text"]["type"], "string");
     assert!(
-        !running["tools"]
-            .as_array()
-            .unwrap()
-            .contains(&json!("late")),
-        "{running}"
+        tool("mcp__demo__late").is_some(),
+        "the changed list: {listed:?}"
     );
+    assert!(tool("mcp__demo__secret_word").is_none(), "{listed:?}");
+    assert!(tool("bash").is_some(), "the agent's own tools too");
     // The secret is in no file of the agent's.
     let dir = chorus.agent_dir("mcpuser");
     let mut stack = vec![dir];
@@ -383,7 +420,7 @@ async fn a_stdio_server_s_tools_are_gated_audited_and_reach_the_model_and_a_kill
         .wait_thread_finished("mcpuser", id, Duration::from_secs(60))
         .await?;
     assert_eq!(thread["status"], "completed", "{thread:#}");
-    // The changed tool list was read again at this run's start and offered.
+    // A new run offers it too.
     let offered = model.requests()[2].body["tools"].to_string();
     assert!(offered.contains("mcp__demo__late"), "{offered}");
     let results = tool_results(&thread);
