@@ -123,20 +123,21 @@ impl Store {
         job_id: u32,
         end: &JobEnd,
     ) -> Result<Option<String>, StoreError> {
-        Ok(sqlx::query_scalar(
+        // Through the one writer, like every write (SQLite allows one at a time).
+        let query = sqlx::query_scalar(
             "UPDATE jobs SET status = $4, exit_code = $5, detail = $6, ended_at = $7 \
              WHERE agent_name = $1 AND generation = $2 AND job_id = $3 AND status = 'running' \
              RETURNING command",
         )
-        .bind(agent)
+        .bind(agent.to_owned())
         .bind(generation as i64)
         .bind(i64::from(job_id))
         .bind(JobStatus::from(end.status).as_str())
         .bind(end.exit_code)
-        .bind(&end.detail)
-        .bind(now())
-        .fetch_optional(&self.pool)
-        .await?)
+        .bind(end.detail.clone())
+        .bind(now());
+        self.write(move |tx| Box::pin(async move { Ok(query.fetch_optional(&mut *tx).await?) }))
+            .await
     }
 
     /// Marks the running jobs of `agent`'s worker `generation` (every agent's and

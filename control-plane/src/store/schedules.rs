@@ -155,6 +155,9 @@ fn run_from_row(row: &AnyRow) -> Result<ScheduleRunRecord, StoreError> {
     })
 }
 
+/// How many runs of each schedule are kept (the newest; a running one always).
+pub const KEEP_SCHEDULE_RUNS: usize = 500;
+
 impl Store {
     pub async fn create_schedule(&self, new: NewSchedule) -> Result<ScheduleRecord, StoreError> {
         let agent = new.agent_name.clone();
@@ -284,7 +287,9 @@ impl Store {
         Ok(done.rows_affected() > 0)
     }
 
-    /// Records a run of schedule `id`; returns its id.
+    /// Records a run of schedule `id` (and forgets its ended runs past the newest
+    /// [`KEEP_SCHEDULE_RUNS`], so a schedule firing every minute does not grow the
+    /// database without end); returns its id.
     pub async fn start_schedule_run(
         &self,
         schedule_id: u64,
@@ -307,6 +312,15 @@ impl Store {
                 .bind(at)
                 .bind(ended)
                 .fetch_one(&mut *tx)
+                .await?;
+                sqlx::query(
+                    "DELETE FROM schedule_runs WHERE schedule_id = $1 AND status <> 'running' \
+                     AND id <= (SELECT id FROM schedule_runs WHERE schedule_id = $1 \
+                     ORDER BY id DESC LIMIT 1 OFFSET $2)",
+                )
+                .bind(schedule_id as i64)
+                .bind(KEEP_SCHEDULE_RUNS as i64)
+                .execute(&mut *tx)
                 .await?;
                 Ok(id as u64)
             })
@@ -461,6 +475,31 @@ mod tests {
             next_run_at: Some(next.into()),
             created_by: "api".into(),
         }
+    }
+
+    #[tokio::test]
+    async fn only_the_newest_runs_of_a_schedule_are_kept() {
+        let (store, _dir) = test_store_with_agent().await;
+        let s = store
+            .create_schedule(new("2026-01-01T10:00:00.000Z"))
+            .await
+            .unwrap();
+        let first = store
+            .start_schedule_run(s.id, RunCause::Schedule, ScheduleRunStatus::Running, None)
+            .await
+            .unwrap();
+        let mut last = 0;
+        for _ in 0..KEEP_SCHEDULE_RUNS + 5 {
+            last = store
+                .start_schedule_run(s.id, RunCause::Schedule, ScheduleRunStatus::Skipped, None)
+                .await
+                .unwrap();
+        }
+        let runs = store.schedule_runs(s.id, 10_000).await.unwrap();
+        // The newest ones, and the one still running however old.
+        assert_eq!(runs.len(), KEEP_SCHEDULE_RUNS + 1, "kept");
+        assert!(runs.iter().any(|r| r.id == first), "the running one stays");
+        assert!(runs.iter().any(|r| r.id == last), "the newest stays");
     }
 
     #[tokio::test]
