@@ -66,6 +66,7 @@ mod agents;
 mod approvals;
 mod audit;
 mod error;
+mod flushes;
 mod grants;
 mod jobs;
 mod mcp_servers;
@@ -100,6 +101,7 @@ pub use agents::{AgentIncarnation, AgentRecord, AgentStatus, AgentUpdate, NewAge
 pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval, QuestionKind};
 pub use audit::{AuditDecision, AuditEntry, AuditRecord};
 pub use error::{DISK_FULL, StoreError, is_no_space};
+pub use flushes::FlushRecord;
 pub use grants::GrantRecord;
 pub use jobs::{JobRecord, JobStatus, OrphanJob};
 pub use owner_lock::{DatabaseLock, Taken};
