@@ -236,9 +236,8 @@ pub enum Notification {
         text: String,
     },
     /// A thread's older context was summarised into the daily log and left its
-    /// window (`memory::flush`).
+    /// window (`memory::flush`); published on that thread (its `thread_id`).
     ContextFlushed {
-        thread_id: u64,
         first_message_id: u64,
         last_message_id: u64,
         /// The log (`memory/YYYY-MM-DD.md`) and its entry's id.

@@ -25,7 +25,7 @@
 //! 6. records the span in the store (`thread_flushes`): from the next run on, the
 //!    assignment leaves its messages out ([`leave_out`]) and tells the model they are
 //!    in its memory, where `memory_search` and `memory_get` find them; and tells the
-//!    person (a `context_flushed` notification on the agent's feed).
+//!    person (a `context_flushed` notification on the thread's feed).
 //!
 //! Never twice, never a loop: one flush of a thread at a time (the actor's set); a
 //! span starts after the latest recorded one and is never empty; the store records a
@@ -39,7 +39,7 @@ use std::time::Duration;
 use chorus_proto::domain::{ChatMessage, Role};
 
 use super::Memory;
-use crate::feed::{Notification, ThreadFeed};
+use crate::feed::{FeedEvent, Notification, ThreadFeed};
 use crate::providers::catalog::Catalog;
 use crate::store::{FlushRecord, Store, StoredMessage};
 use crate::summaries::{Purpose, Summarizer};
@@ -276,16 +276,16 @@ impl Flusher<'_> {
              (mem:{}) and leave its context window; they stay in the thread and in search.",
             flush.messages, flush.log_path, flush.entry_id
         );
-        self.feed.publish_agent(
+        self.feed.publish(
             agent,
-            Notification::ContextFlushed {
-                thread_id,
+            thread_id,
+            FeedEvent::Notification(Notification::ContextFlushed {
                 first_message_id: flush.first_message_id,
                 last_message_id: flush.last_message_id,
                 path: flush.log_path.clone(),
                 entry_id: flush.entry_id.clone(),
                 text,
-            },
+            }),
         );
         Ok(Some(flush))
     }

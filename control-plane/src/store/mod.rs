@@ -225,12 +225,13 @@ macro_rules! migrations {
             (25, "schedules", "0025_schedules.sql"),
             (26, "mcp servers", "0026_mcp_servers.sql"),
             (27, "memory search", "0027_memory_search.sql"),
+            (28, "memory flush", "0028_memory_flush.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 27] = match backend {
+    let set: [(i64, &'static str, &'static str); 28] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };
