@@ -1265,6 +1265,21 @@ mod tests {
             refused("[context]\nwindow_hours = 9000"),
             "[context] window_hours: 9000 is out of range; it must be from 1 to 8760"
         );
+        for bad in ["0", "1.5", "-0.5", "nan"] {
+            let said = refused(&format!("[memory]\nflush_at = {bad}"));
+            assert!(
+                said.starts_with("[memory] flush_at: ")
+                    && said.contains("a fraction of the model's context window"),
+                "{said}"
+            );
+        }
+        let accepted = |text: &str| {
+            Settings::resolve(ServeArgs::default(), file(text), |_| None)
+                .unwrap()
+                .memory_flush_at
+        };
+        assert_eq!(accepted(""), 0.75);
+        assert_eq!(accepted("[memory]\nflush_at = 1.0"), 1.0);
         assert_eq!(
             refused("[workers]\nheartbeat_interval_ms = 100"),
             "[workers] heartbeat_interval_ms: 100 is out of range; it must be at least 500"
