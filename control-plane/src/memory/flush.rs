@@ -171,8 +171,7 @@ impl Flusher<'_> {
         let store = self.store;
         // The run's last events may still be queued to the store.
         store.flush().await;
-        let text = |e: crate::store::StoreError| e.to_string();
-        let Some(record) = store.active_agent(agent).await.map_err(text)? else {
+        let Some(record) = store.active_agent(agent).await.map_err(text_of)? else {
             return Ok(None);
         };
         let Some(model) = record.model.clone().or_else(|| self.default_model.clone()) else {
@@ -185,25 +184,31 @@ impl Flusher<'_> {
         if window.is_none() {
             return Ok(None);
         }
+        let reported = store
+            .latest_input_tokens(agent, thread_id)
+            .await
+            .map_err(text_of)?;
+        // Most run ends stop here, before the thread's messages are read.
+        if reported.is_some_and(|tokens| !due(tokens, window, self.flush_at)) {
+            return Ok(None);
+        }
         let placed = store
             .thread_messages_placed(agent, thread_id)
             .await
-            .map_err(text)?;
-        let flushes = store.thread_flushes(agent, thread_id).await.map_err(text)?;
-        let through = flushes.last().map(|f| f.through_position);
-        let tokens = match store
-            .latest_input_tokens(agent, thread_id)
+            .map_err(text_of)?;
+        let flushes = store
+            .thread_flushes(agent, thread_id)
             .await
-            .map_err(text)?
-        {
-            Some(tokens) => tokens,
-            None => estimate_tokens(
+            .map_err(text_of)?;
+        let through = flushes.last().map(|f| f.through_position);
+        let tokens = reported.unwrap_or_else(|| {
+            estimate_tokens(
                 placed
                     .iter()
                     .filter(|(place, _)| through.is_none_or(|t| *place > t))
                     .map(|(_, m)| &m.message),
-            ),
-        };
+            )
+        });
         if !due(tokens, window, self.flush_at) {
             return Ok(None);
         }

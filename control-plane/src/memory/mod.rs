@@ -11,6 +11,7 @@
 //!
 //! Entries carry their provenance on their line ([`entries`]); [`Memory::list`] lists
 //! them with it (what search indexes, [`search`]), [`Memory::forget`] removes one by id.
+//! A long thread's older context is summarised into the daily log by [`flush`].
 
 pub mod entries;
 pub mod files;

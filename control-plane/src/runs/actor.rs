@@ -1,7 +1,8 @@
 //! The actor of one agent's runs: one task owns the agent's queued and going runs,
 //! and each transition is one arm of [`AgentActor::handle`]. This file is the run
 //! state machine; `seeding` has the model write titles and continuations' summaries
-//! off the actor, and `mirror` mirrors runs and steps into spans and metrics.
+//! off the actor, `mirror` mirrors runs and steps into spans and metrics, and `flush`
+//! is where every ended run leaves the table and its thread's context flush starts.
 //!
 //! Invariants:
 //! - A run belongs to one agent, and only that agent's worker connection can report
@@ -22,7 +23,7 @@
 //!   of the thread drops it, and the late answer is then ignored.
 //! - The actor never waits for the gate, a worker or a model: it only sends them
 //!   commands (a continuation's summary is awaited by a task it starts, which
-//!   reports back as `Seeded`).
+//!   reports back as `Seeded`; a context flush runs in a task of its own).
 //!   It may not touch another agent's runs.
 
 use std::collections::{HashMap, HashSet, VecDeque};
