@@ -265,6 +265,9 @@ pub struct FileMemory {
     /// How large MEMORY.md should stay, in bytes: the agent is told its size and
     /// this limit, and a write past it still succeeds, saying how far over it is.
     pub limit_bytes: Option<usize>,
+    /// The fraction of a model's context window past which a thread's older context
+    /// is summarised into the daily log and leaves the window (`memory::flush`).
+    pub flush_at: Option<f64>,
 }
 
 /// The resolved `[context]`.
@@ -305,6 +308,21 @@ impl ContextSettings {
 
 /// A number setting's value (`default` when unset), or an error naming the setting
 /// and the values it takes: an out-of-range value is refused, never quietly changed.
+/// `[memory] flush_at`: a fraction of the window, more than 0 and at most 1.
+fn flush_at(value: Option<f64>) -> Result<f64, ConfigError> {
+    let value = value.unwrap_or(crate::memory::flush::DEFAULT_FLUSH_AT);
+    if value > 0.0 && value <= 1.0 {
+        return Ok(value);
+    }
+    Err(ConfigError::Invalid {
+        name: "[memory] flush_at",
+        message: format!(
+            "{value} is out of range; it is a fraction of the model's context window, more \
+             than 0 and at most 1 (such as 0.75)"
+        ),
+    })
+}
+
 fn in_range<T>(
     name: &'static str,
     value: Option<T>,
@@ -780,6 +798,8 @@ pub struct Settings {
     pub context: ContextSettings,
     /// `[memory] limit_bytes`.
     pub memory_limit_bytes: usize,
+    /// `[memory] flush_at`, in (0, 1].
+    pub memory_flush_at: f64,
     /// The task board (`[tasks]`).
     pub tasks: TaskSettings,
     /// `[backends]`: the CLIs' paths, when not found on `PATH`.
@@ -1146,6 +1166,7 @@ impl Settings {
                 crate::memory::sections::DEFAULT_LIMIT_BYTES,
                 1024..=1024 * 1024,
             )?,
+            memory_flush_at: flush_at(file.memory.flush_at)?,
             tasks: TaskSettings::from_file(&file.tasks)?,
             cli_approval_hold: approval_hold(file.backends.approval_hold_secs)?,
             backends: BackendPaths::from_file(file.backends)?,
@@ -1244,6 +1265,21 @@ mod tests {
             refused("[context]\nwindow_hours = 9000"),
             "[context] window_hours: 9000 is out of range; it must be from 1 to 8760"
         );
+        for bad in ["0", "1.5", "-0.5", "nan"] {
+            let said = refused(&format!("[memory]\nflush_at = {bad}"));
+            assert!(
+                said.starts_with("[memory] flush_at: ")
+                    && said.contains("a fraction of the model's context window"),
+                "{said}"
+            );
+        }
+        let accepted = |text: &str| {
+            Settings::resolve(ServeArgs::default(), file(text), |_| None)
+                .unwrap()
+                .memory_flush_at
+        };
+        assert_eq!(accepted(""), 0.75);
+        assert_eq!(accepted("[memory]\nflush_at = 1.0"), 1.0);
         assert_eq!(
             refused("[workers]\nheartbeat_interval_ms = 100"),
             "[workers] heartbeat_interval_ms: 100 is out of range; it must be at least 500"

@@ -385,6 +385,8 @@ pub async fn start(
         );
     }
     let shutdown = CancellationToken::new();
+    // Long threads flush their older context into the agents' daily logs.
+    runs.set_memory(agents.memory().clone());
     // Hand edits of identity and memory files reach live runs at their next model call.
     agents.memory().clone().watch(shutdown.clone());
     // The memory files are the truth: hand edits made while chorus was down reach the

@@ -30,6 +30,9 @@ pub enum Purpose {
     Description,
     /// The earlier part of a long thread, for the model that goes on with it.
     Context,
+    /// The older part of a thread that leaves its context window, for the agent's
+    /// daily log (`memory::flush`).
+    Flush,
 }
 
 impl Purpose {
@@ -49,6 +52,12 @@ impl Purpose {
                  agent so the agent can go on without it. Write at most 300 words: the user's \
                  goals and instructions, decisions made, files and commands that matter, results \
                  so far and what was still open. Plain prose or short bullet points; no preamble."
+            }
+            Purpose::Flush => {
+                "You keep an agent's daily log. The earlier part of this conversation is leaving \
+                 the agent's context window; write what the agent needs to remember of it, in at \
+                 most 200 words on one paragraph: the user's requests and facts about them, \
+                 decisions, results, names, numbers and what is still open. No preamble."
             }
         }
     }

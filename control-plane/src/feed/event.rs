@@ -235,6 +235,16 @@ pub enum Notification {
         failures: u32,
         text: String,
     },
+    /// A thread's older context was summarised into the daily log and left its
+    /// window (`memory::flush`); published on that thread (its `thread_id`).
+    ContextFlushed {
+        first_message_id: u64,
+        last_message_id: u64,
+        /// The log (`memory/YYYY-MM-DD.md`) and its entry's id.
+        path: String,
+        entry_id: String,
+        text: String,
+    },
 }
 
 impl Notification {
@@ -243,7 +253,8 @@ impl Notification {
         match self {
             Notification::IdleSave { text, .. }
             | Notification::JobEnded { text, .. }
-            | Notification::SchedulePaused { text, .. } => text,
+            | Notification::SchedulePaused { text, .. }
+            | Notification::ContextFlushed { text, .. } => text,
         }
     }
 }

@@ -17,6 +17,9 @@ pub struct Provenance {
     pub call_id: Option<String>,
     /// The message it came from.
     pub message_id: Option<String>,
+    /// The span of a thread's messages it summarises (`<first id>-<last id>`: a
+    /// context flush, `super::flush`).
+    pub messages: Option<String>,
     /// Who wrote it when no model did (`api:<user>`).
     pub by: Option<String>,
     /// When (RFC 3339, UTC).
@@ -111,6 +114,7 @@ fn marker(inner: &str) -> Option<Provenance> {
             "thread" => p.thread_id = value.parse().ok(),
             "call" => p.call_id = Some(value.to_string()),
             "message" => p.message_id = Some(value.to_string()),
+            "messages" => p.messages = Some(value.to_string()),
             "by" => p.by = Some(value.to_string()),
             "at" => p.at = Some(value.to_string()),
             "folds" => p.folds = value.split(',').map(str::to_string).collect(),
@@ -137,6 +141,9 @@ pub fn render(text: &str, p: &Provenance) -> String {
     }
     if let Some(message) = &p.message_id {
         put("message", message);
+    }
+    if let Some(messages) = &p.messages {
+        put("messages", messages);
     }
     if let Some(by) = &p.by {
         put("by", by);

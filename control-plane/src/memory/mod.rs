@@ -11,9 +11,11 @@
 //!
 //! Entries carry their provenance on their line ([`entries`]); [`Memory::list`] lists
 //! them with it (what search indexes, [`search`]), [`Memory::forget`] removes one by id.
+//! A long thread's older context is summarised into the daily log by [`flush`].
 
 pub mod entries;
 pub mod files;
+pub mod flush;
 pub mod prompt;
 pub mod search;
 pub mod sections;
@@ -63,6 +65,12 @@ pub enum Source {
     Call { thread_id: u64, call_id: String },
     /// A person, through the API, the terminal client or Discord.
     Person(Principal),
+    /// A context flush of a thread: the span of its messages summarised (ids).
+    Flush {
+        thread_id: u64,
+        first_message_id: u64,
+        last_message_id: u64,
+    },
 }
 
 /// The memory files of an agent with their entries (what search will index).
@@ -231,6 +239,65 @@ impl Memory {
         };
         self.push(agent).await;
         Ok(format!("Noted in memory/{name} as mem:{id}."))
+    }
+
+    /// A context flush's summary, into today's log (UTC) with the span as its
+    /// provenance; returns the log's path (`memory/YYYY-MM-DD.md`) and the entry's
+    /// id. Idempotent: an entry of any log with the same thread and span (one
+    /// written before a crash, say) is returned instead of a second one. The text is
+    /// cut to fit one entry.
+    pub async fn log_flush(
+        &self,
+        agent: &str,
+        text: &str,
+        thread_id: u64,
+        first_message_id: u64,
+        last_message_id: u64,
+    ) -> Result<(String, String), MemoryError> {
+        let span = format!("{first_message_id}-{last_message_id}");
+        let already = self.list(agent).await?.entries.into_iter().find(|(_, e)| {
+            e.provenance.as_ref().is_some_and(|p| {
+                p.thread_id == Some(thread_id) && p.messages.as_deref() == Some(span.as_str())
+            })
+        });
+        if let Some((file, entry)) = already {
+            let id = entry.id().unwrap_or_default().to_string();
+            return Ok((format!("memory/{file}"), id));
+        }
+        let mut text = entries::one_line(text);
+        if text.len() > MAX_ENTRY_BYTES {
+            let mut end = MAX_ENTRY_BYTES - 3;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+            text.push_str("...");
+        }
+        let text = checked_text(&text)?;
+        let dir = self.existing(agent)?;
+        let day = chrono::Utc::now().date_naive();
+        let id = {
+            let _writing = self.writing.lock().await;
+            let path = dir.daily(day);
+            let mut current = files::read(&path)
+                .await
+                .map_err(|e| io("read the log", e))?;
+            if current.trim().is_empty() {
+                current = format!("# {}\n\n", day.format("%Y-%m-%d"));
+            }
+            let provenance = provenance(Source::Flush {
+                thread_id,
+                first_message_id,
+                last_message_id,
+            })?;
+            append(&mut current, &entries::render(&text, &provenance));
+            files::write(&path, &current)
+                .await
+                .map_err(|e| io("write the log", e))?;
+            provenance.id
+        };
+        self.push(agent).await;
+        Ok((format!("memory/{}", files::daily_name(day)), id))
     }
 
     /// `memory_get`: a memory file's lines, numbered, `lines` from `from` (1-based).
@@ -515,6 +582,14 @@ fn provenance(source: Source) -> Result<Provenance, MemoryError> {
             p.call_id = Some(call_id);
         }
         Source::Person(principal) => p.by = Some(format!("api:{}", principal.text())),
+        Source::Flush {
+            thread_id,
+            first_message_id,
+            last_message_id,
+        } => {
+            p.thread_id = Some(thread_id);
+            p.messages = Some(format!("{first_message_id}-{last_message_id}"));
+        }
     }
     Ok(p)
 }

@@ -1,7 +1,8 @@
 //! The actor of one agent's runs: one task owns the agent's queued and going runs,
 //! and each transition is one arm of [`AgentActor::handle`]. This file is the run
 //! state machine; `seeding` has the model write titles and continuations' summaries
-//! off the actor, and `mirror` mirrors runs and steps into spans and metrics.
+//! off the actor, `mirror` mirrors runs and steps into spans and metrics, and `flush`
+//! is where every ended run leaves the table and its thread's context flush starts.
 //!
 //! Invariants:
 //! - A run belongs to one agent, and only that agent's worker connection can report
@@ -22,7 +23,7 @@
 //!   of the thread drops it, and the late answer is then ignored.
 //! - The actor never waits for the gate, a worker or a model: it only sends them
 //!   commands (a continuation's summary is awaited by a task it starts, which
-//!   reports back as `Seeded`).
+//!   reports back as `Seeded`; a context flush runs in a task of its own).
 //!   It may not touch another agent's runs.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -54,6 +55,7 @@ use crate::workers::registry::Generation;
 use mirror::label;
 use seeding::SEED_BYTES;
 
+mod flush;
 mod mirror;
 mod seeding;
 
@@ -214,6 +216,8 @@ pub(super) struct AgentActor {
     /// Threads with a role that have a run here, with their last run's id: the end
     /// of their turn is told to the task engine (`roles`).
     roles: HashMap<u64, (ThreadRole, String)>,
+    /// Threads whose context flush is going (`flush`): at most one each.
+    flushing: Arc<std::sync::Mutex<HashSet<u64>>>,
     /// `runs.len() + seeding.len()`, for readers outside the actor.
     active: Arc<AtomicUsize>,
     /// This actor's own queue, for the tasks it starts to report back (weak: the
@@ -258,6 +262,7 @@ impl AgentActor {
             untitled: HashSet::new(),
             answered: HashSet::new(),
             roles: HashMap::new(),
+            flushing: Arc::default(),
             active,
             itself,
             idle: IdleClock::new(Instant::now()),
@@ -600,15 +605,23 @@ impl AgentActor {
                 })
             }
             Route::Continue { from } => {
-                let earlier = store.thread_messages(&agent.name, from).await?;
+                // What the ended thread flushed into the daily log stays out of the
+                // continuation too (`memory::flush`), named by its first message.
+                let (earlier, flushed) = crate::memory::flush::leave_out(
+                    store.thread_messages_placed(&agent.name, from).await?,
+                    &store.thread_flushes(&agent.name, from).await?,
+                );
                 let ids: Vec<u64> = earlier.iter().map(|m| m.id).collect();
                 let seed =
                     decide::seed(earlier.into_iter().map(|m| m.message).collect(), SEED_BYTES);
                 // The kept messages are copied in the store, from the first on.
                 let first_kept = (!seed.kept.is_empty()).then(|| ids[seed.left_out.len()]);
-                let note = (!seed.left_out.is_empty())
+                let note = if seed.left_out.is_empty() {
+                    flushed
+                } else {
                     // Replaced by the summary of what was left out once it is written.
-                    .then(|| decide::seed_note(seed.left_out.len(), None));
+                    Some(decide::seed_note(seed.left_out.len(), None))
+                };
                 let summary = store
                     .thread(&agent.name, from)
                     .await?
@@ -1173,7 +1186,7 @@ impl AgentActor {
         {
             return self.finish(run_id, ThreadStatus::Completed, None).await;
         }
-        let Some(run) = self.runs.remove(run_id) else {
+        let Some(run) = self.remove_run(run_id) else {
             return Ok(());
         };
         store
@@ -1197,7 +1210,7 @@ impl AgentActor {
         run_id: &str,
         thread_id: u64,
     ) -> Result<(), StoreError> {
-        let Some(run) = self.runs.remove(run_id) else {
+        let Some(run) = self.remove_run(run_id) else {
             return Ok(());
         };
         self.queue.retain(|id| id != run_id);
@@ -1297,7 +1310,7 @@ impl AgentActor {
         status: ThreadStatus,
         failure: Option<&Failure>,
     ) -> Result<(), StoreError> {
-        let Some(run) = self.runs.remove(run_id) else {
+        let Some(run) = self.remove_run(run_id) else {
             return Ok(());
         };
         self.queue.retain(|id| id != run_id);

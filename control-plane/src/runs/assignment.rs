@@ -41,6 +41,9 @@ pub struct RunSettings {
     pub mcp: crate::mcp::McpSettings,
     /// Where the agents' identity and memory files are, rendered into each run.
     pub memory: crate::memory::sections::MemorySettings,
+    /// `[memory] flush_at`: the fraction of a model's context window past which a
+    /// thread's older context is flushed into the daily log (`memory::flush`).
+    pub flush_at: f64,
 }
 
 /// What tool schemas are rendered with, for the model and for the API alike.
@@ -73,6 +76,7 @@ impl RunSettings {
                 agents_root: settings.data_dir.join("agents"),
                 limit_bytes: settings.memory_limit_bytes,
             },
+            flush_at: settings.memory_flush_at,
         }
     }
 }
@@ -218,14 +222,21 @@ impl Builder<'_> {
             .store
             .agent_context_cutoff(&agent.name, self.settings.context_window)
             .await?;
-        let stored = self
+        // Messages flushed into the daily log are out of the window (`memory::flush`).
+        let flushes = self.store.thread_flushes(&agent.name, thread.id).await?;
+        let placed = self
             .store
-            .thread_messages(&agent.name, thread.id)
-            .await?
+            .thread_messages_placed(&agent.name, thread.id)
+            .await?;
+        let (stored, flushed) = crate::memory::flush::leave_out(placed, &flushes);
+        let stored = stored
             .into_iter()
             .map(|m| (m.created_at, m.message))
             .collect();
-        let messages = super::decide::within_window(stored, &cutoff);
+        let mut messages = super::decide::within_window(stored, &cutoff);
+        if let Some(note) = flushed {
+            messages.insert(0, note);
+        }
         let inputs = self
             .store
             .pending_inputs(&agent.name, thread.id)

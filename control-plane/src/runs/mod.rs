@@ -213,6 +213,9 @@ pub(crate) struct Shared {
     /// The task engine, set once at start: threads with a role are offered its
     /// tools and tell it when their turns end (without it they are offered none).
     role_hooks: OnceLock<Arc<dyn RoleHooks>>,
+    /// The agents' memory, set once at start: where a run's end flushes a long
+    /// thread's older context (`memory::flush`; without it nothing is flushed).
+    memory: OnceLock<Arc<crate::memory::Memory>>,
     /// Set at shutdown: what workers still report is not applied (their runs stay
     /// open in the store and are resumed by the next start).
     stopping: AtomicBool,
@@ -256,6 +259,7 @@ impl Runs {
                 traces: Arc::default(),
                 idle_saver: OnceLock::new(),
                 role_hooks: OnceLock::new(),
+                memory: OnceLock::new(),
                 stopping: AtomicBool::new(false),
                 draining: AtomicBool::new(false),
             }),
@@ -438,6 +442,11 @@ impl Runs {
     /// The task engine (once, at start).
     pub fn set_role_hooks(&self, hooks: Arc<dyn RoleHooks>) {
         let _ = self.shared.role_hooks.set(hooks);
+    }
+
+    /// The agents' memory (once, at start): long threads flush into it.
+    pub fn set_memory(&self, memory: Arc<crate::memory::Memory>) {
+        let _ = self.shared.memory.set(memory);
     }
 
     /// The task engine, once set.

@@ -66,6 +66,7 @@ mod agents;
 mod approvals;
 mod audit;
 mod error;
+mod flushes;
 mod grants;
 mod jobs;
 mod mcp_servers;
@@ -100,6 +101,7 @@ pub use agents::{AgentIncarnation, AgentRecord, AgentStatus, AgentUpdate, NewAge
 pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval, QuestionKind};
 pub use audit::{AuditDecision, AuditEntry, AuditRecord};
 pub use error::{DISK_FULL, StoreError, is_no_space};
+pub use flushes::FlushRecord;
 pub use grants::GrantRecord;
 pub use jobs::{JobRecord, JobStatus, OrphanJob};
 pub use owner_lock::{DatabaseLock, Taken};
@@ -223,12 +225,13 @@ macro_rules! migrations {
             (25, "schedules", "0025_schedules.sql"),
             (26, "mcp servers", "0026_mcp_servers.sql"),
             (27, "memory search", "0027_memory_search.sql"),
+            (28, "memory flush", "0028_memory_flush.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 27] = match backend {
+    let set: [(i64, &'static str, &'static str); 28] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };

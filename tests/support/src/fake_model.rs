@@ -322,6 +322,13 @@ impl FakeModel {
 
     /// The pause between the chunks of a streamed answer (1 ms unless set; zero
     /// sends them at once, for benchmarks of Chorus rather than of the fake).
+    /// The usage every answer reports from now on (input and output tokens; 20
+    /// and 10 at start).
+    pub fn set_usage(&self, input: u64, output: u64) -> &Self {
+        self.script.lock().unwrap().usage = (input, output);
+        self
+    }
+
     pub fn set_chunk_pause(&self, pause: Duration) -> &Self {
         self.script.lock().unwrap().chunk_pause = pause;
         self

@@ -89,6 +89,7 @@ impl Plane {
             tool_schemas: Default::default(),
             mcp: Default::default(),
             memory: Default::default(),
+            flush_at: chorus_control_plane::memory::flush::DEFAULT_FLUSH_AT,
         };
         adjust(&mut settings);
         let runs = Arc::new(Runs::new(

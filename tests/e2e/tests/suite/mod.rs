@@ -12,6 +12,7 @@ mod discord;
 mod discord_commands;
 mod discord_tasks;
 mod feed;
+mod flush;
 mod grants;
 mod lifecycle;
 mod limits;
