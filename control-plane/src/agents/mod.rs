@@ -91,6 +91,8 @@ pub struct CreateAgent {
     pub idle_timeout_secs: Option<u64>,
     /// The Discord channel to bind it to (an existing channel's id).
     pub discord_channel_id: Option<String>,
+    /// Its MCP servers, checked (`crate::mcp`), as stored; none when absent.
+    pub mcp_servers: Option<String>,
 }
 
 /// What a create request gives; the rest comes from agent.json or the defaults.
@@ -103,6 +105,7 @@ struct Given {
     backend: Option<Backend>,
     idle_timeout_secs: Option<u64>,
     discord_channel_id: Option<String>,
+    mcp_servers: Option<String>,
 }
 
 /// A Discord id: a snowflake, 1 to 20 digits.
@@ -379,6 +382,7 @@ impl AgentService {
                     backend,
                     idle_timeout_secs,
                     discord_channel_id,
+                    mcp_servers: request.mcp_servers,
                 },
                 reused,
                 (role, user),
@@ -567,6 +571,7 @@ impl AgentService {
             backend,
             idle_timeout_secs,
             discord_channel_id,
+            mcp_servers,
         } = given;
         dir.ensure_layout().await?;
         let mut config = dir.read_config().await?;
@@ -665,6 +670,7 @@ impl AgentService {
                     idle_timeout_secs,
                     discord_channel_id,
                     incarnation,
+                    mcp_servers,
                 },
                 &at,
             )

@@ -180,15 +180,11 @@ pub(super) async fn create(
                 backend: body.backend,
                 idle_timeout_secs: body.idle_timeout_secs,
                 discord_channel_id: body.discord_channel_id,
+                mcp_servers,
             },
             &caller.principal(),
             caller.role,
         )
-        .await?;
-    // Always written: a new creation of a name starts with only what it was given.
-    state
-        .store
-        .set_mcp_servers(&record.name, mcp_servers)
         .await?;
     state.runs.idle_configured(&record.name).await;
     Ok((StatusCode::CREATED, Json(view(&state, record).await?)))

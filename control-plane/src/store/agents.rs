@@ -79,6 +79,9 @@ pub struct NewAgent {
     pub discord_channel_id: Option<String>,
     /// New for a new agent; the destroyed row's for an agent revived with its kept files.
     pub incarnation: String,
+    /// Its MCP servers (checked JSON), written in the same transaction: a revived
+    /// agent's incarnation never shows the old creation's servers, even for a moment.
+    pub mcp_servers: Option<String>,
 }
 
 /// Fields a configure call may change; `None` leaves the field alone.
@@ -224,6 +227,14 @@ impl Store {
                         .await?;
                     }
                 }
+                super::mcp_servers::replace_mcp_servers(
+                    tx,
+                    &agent.name,
+                    &agent.incarnation,
+                    agent.mcp_servers.as_deref(),
+                    &at,
+                )
+                .await?;
                 Ok(())
             })
         })
@@ -413,6 +424,7 @@ mod tests {
         NewAgent {
             discord_channel_id: None,
             incarnation: "i1".into(),
+            mcp_servers: None,
             name: name.into(),
             model: Some("m".into()),
             system_prompt: "p".into(),
@@ -422,6 +434,33 @@ mod tests {
             backend: Default::default(),
             idle_timeout_secs: None,
         }
+    }
+
+    /// A creation's MCP servers are written with its row: a revived agent (kept
+    /// files, the same incarnation) has only what its new creation was given.
+    #[tokio::test]
+    async fn a_creation_s_mcp_servers_are_written_with_it_and_a_revived_agent_has_only_its_own() {
+        let (store, _dir) = test_store().await;
+        let servers = r#"{"demo":{"command":"x"}}"#;
+        store
+            .register_agent(&NewAgent {
+                mcp_servers: Some(servers.into()),
+                ..new_agent("a")
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            store.mcp_servers("a").await.unwrap().as_deref(),
+            Some(servers)
+        );
+        store.mark_agent_destroyed("a", true).await.unwrap();
+        assert_eq!(store.mcp_servers("a").await.unwrap(), None, "not active");
+        store.register_agent(&new_agent("a")).await.unwrap();
+        assert_eq!(
+            store.mcp_servers("a").await.unwrap(),
+            None,
+            "revived without"
+        );
     }
 
     /// The gate's view of an agent follows every change at once: a new profile,
@@ -483,6 +522,7 @@ mod tests {
             .register_agent(&NewAgent {
                 model: Some("other".into()),
                 incarnation: "i2".into(),
+                mcp_servers: None,
                 ..new_agent("a")
             })
             .await
@@ -552,6 +592,7 @@ mod tests {
             .register_agent(&NewAgent {
                 backend: Backend::OpenCode,
                 incarnation: "i2".into(),
+                mcp_servers: None,
                 ..new_agent("a")
             })
             .await

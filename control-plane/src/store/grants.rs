@@ -151,6 +151,7 @@ mod tests {
             .register_agent(&crate::store::NewAgent {
                 discord_channel_id: None,
                 incarnation: "i2".into(),
+                mcp_servers: None,
                 name: "a".into(),
                 model: None,
                 system_prompt: "p".into(),

@@ -2,7 +2,37 @@
 //! `migrations/*/0026_mcp_servers.sql`): one row of JSON per creation of the name,
 //! holding secrets by reference only (`crate::mcp` checks it before it is written).
 
+use sqlx::AnyConnection;
+
 use super::{Store, StoreError, now};
+
+/// Replaces the servers of one creation of `agent`, in the caller's transaction.
+pub(super) async fn replace_mcp_servers(
+    tx: &mut AnyConnection,
+    agent: &str,
+    incarnation: &str,
+    servers: Option<&str>,
+    at: &str,
+) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM agent_mcp_servers WHERE agent_name = $1 AND incarnation = $2")
+        .bind(agent)
+        .bind(incarnation)
+        .execute(&mut *tx)
+        .await?;
+    if let Some(servers) = servers {
+        sqlx::query(
+            "INSERT INTO agent_mcp_servers (agent_name, incarnation, servers, updated_at) \
+             VALUES ($1, $2, $3, $4)",
+        )
+        .bind(agent)
+        .bind(incarnation)
+        .bind(servers)
+        .bind(at)
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok(())
+}
 
 impl Store {
     /// Sets the MCP servers of the active agent `name` (`None`: it has none).
@@ -24,25 +54,7 @@ impl Store {
                     let Some(incarnation) = incarnation else {
                         return Ok(false);
                     };
-                    sqlx::query(
-                        "DELETE FROM agent_mcp_servers WHERE agent_name = $1 AND incarnation = $2",
-                    )
-                    .bind(&agent)
-                    .bind(&incarnation)
-                    .execute(&mut *tx)
-                    .await?;
-                    if let Some(servers) = servers {
-                        sqlx::query(
-                            "INSERT INTO agent_mcp_servers (agent_name, incarnation, servers, updated_at) \
-                             VALUES ($1, $2, $3, $4)",
-                        )
-                        .bind(&agent)
-                        .bind(&incarnation)
-                        .bind(&servers)
-                        .bind(&at)
-                        .execute(&mut *tx)
-                        .await?;
-                    }
+                    replace_mcp_servers(tx, &agent, &incarnation, servers.as_deref(), &at).await?;
                     Ok(true)
                 })
             })

@@ -435,6 +435,7 @@ pub(crate) async fn test_store_with_agent() -> (Store, tempfile::TempDir) {
         .register_agent(&NewAgent {
             discord_channel_id: None,
             incarnation: "i1".into(),
+            mcp_servers: None,
             name: "a".into(),
             model: None,
             system_prompt: "p".into(),
@@ -501,6 +502,7 @@ mod tests {
             .register_agent(&NewAgent {
                 discord_channel_id: None,
                 incarnation: "i1".into(),
+                mcp_servers: None,
                 name: "a".into(),
                 model: None,
                 system_prompt: "p".into(),

@@ -307,6 +307,7 @@ impl Engine {
             backend: None,
             idle_timeout_secs: None,
             discord_channel_id: None,
+            mcp_servers: None,
         };
         self.agents
             .create(request, &Principal::Scheduler, PersonRole::Admin)

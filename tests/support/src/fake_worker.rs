@@ -124,6 +124,7 @@ impl Plane {
                 idle_timeout_secs: None,
                 discord_channel_id: None,
                 incarnation: format!("{name}-1"),
+                mcp_servers: None,
             })
             .await
             .expect("register the agent")
