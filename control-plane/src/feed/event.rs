@@ -235,6 +235,13 @@ pub enum Notification {
         failures: u32,
         text: String,
     },
+    /// A heartbeat's answer that was not `HEARTBEAT_OK` (`heartbeat`): what the
+    /// agent found worth a person's attention, with the thread it answered in.
+    Heartbeat {
+        heartbeat_id: u64,
+        thread_id: u64,
+        text: String,
+    },
 }
 
 impl Notification {
@@ -243,7 +250,8 @@ impl Notification {
         match self {
             Notification::IdleSave { text, .. }
             | Notification::JobEnded { text, .. }
-            | Notification::SchedulePaused { text, .. } => text,
+            | Notification::SchedulePaused { text, .. }
+            | Notification::Heartbeat { text, .. } => text,
         }
     }
 }

@@ -67,6 +67,7 @@ mod approvals;
 mod audit;
 mod error;
 mod grants;
+mod heartbeats;
 mod jobs;
 mod mcp_servers;
 mod messages;
@@ -101,6 +102,7 @@ pub use approvals::{ApprovalRecord, ApprovalStatus, NewApproval, QuestionKind};
 pub use audit::{AuditDecision, AuditEntry, AuditRecord};
 pub use error::{DISK_FULL, StoreError, is_no_space};
 pub use grants::GrantRecord;
+pub use heartbeats::{HeartbeatCause, HeartbeatOutcome, HeartbeatRecord, HeartbeatSetting};
 pub use jobs::{JobRecord, JobStatus, OrphanJob};
 pub use owner_lock::{DatabaseLock, Taken};
 pub use policies::AgentPolicy;
@@ -223,12 +225,13 @@ macro_rules! migrations {
             (25, "schedules", "0025_schedules.sql"),
             (26, "mcp servers", "0026_mcp_servers.sql"),
             (27, "memory search", "0027_memory_search.sql"),
+            (29, "heartbeat", "0029_heartbeat.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 27] = match backend {
+    let set: [(i64, &'static str, &'static str); 28] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };

@@ -13,6 +13,7 @@ mod discord_commands;
 mod discord_tasks;
 mod feed;
 mod grants;
+mod heartbeat;
 mod lifecycle;
 mod limits;
 mod logs;

@@ -1,0 +1,299 @@
+//! Heartbeats through the real binaries and the fake model (issue 30, J5): `POST
+//! /api/agents/{name}/heartbeat` runs one now; an answer with `HEARTBEAT_OK` is
+//! recorded quietly (no notification in the feed), any other answer is posted as a
+//! notification; an empty HEARTBEAT.md and the daily token cap cost no model call;
+//! the model's request carries HEARTBEAT.md's text, on `heartbeat_model` when set;
+//! the settings are checked with 400s that say what to send. The periodic timing and
+//! the "unchanged since the last quiet answer" rule are the control plane's unit
+//! tests (`heartbeat::decide`): the shortest period is a minute.
+
+use std::time::Duration;
+
+use chorus_test_support::fake_model::{Hold, Reply, Wire, text};
+use chorus_test_support::{Chorus, FakeModel, FakeOpenAi};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn start(model: &FakeModel, config: &str) -> anyhow::Result<Chorus> {
+    Chorus::builder()
+        .env("OPENAI_BASE_URL", &model.base_url())
+        .env("OPENAI_API_KEY", "sk-test-heartbeat")
+        .env("CHORUS_DEFAULT_MODEL", "fake-model")
+        .config(config)
+        .start()
+        .await
+}
+
+async fn call(
+    chorus: &Chorus,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> anyhow::Result<(u16, Value)> {
+    let mut request = chorus.api(method, path);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await?;
+    let status = response.status().as_u16();
+    let bytes = response.bytes().await?;
+    Ok((
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    ))
+}
+
+async fn set_heartbeat_file(chorus: &Chorus, agent: &str, content: &str) -> anyhow::Result<()> {
+    let (status, body) = call(
+        chorus,
+        Method::PUT,
+        &format!("/api/agents/{agent}/identity/HEARTBEAT.md"),
+        Some(json!({ "content": content })),
+    )
+    .await?;
+    anyhow::ensure!(
+        status == 200 || status == 204,
+        "PUT HEARTBEAT.md: {status} {body}"
+    );
+    Ok(())
+}
+
+/// `POST …/heartbeat`: 201 with the record.
+async fn beat(chorus: &Chorus, agent: &str) -> anyhow::Result<Value> {
+    let (status, record) = call(
+        chorus,
+        Method::POST,
+        &format!("/api/agents/{agent}/heartbeat"),
+        None,
+    )
+    .await?;
+    anyhow::ensure!(status == 201, "POST heartbeat: {status} {record}");
+    Ok(record)
+}
+
+/// Heartbeat `id` once it has ended.
+async fn ended(chorus: &Chorus, agent: &str, id: u64) -> anyhow::Result<Value> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (status, view) = call(
+            chorus,
+            Method::GET,
+            &format!("/api/agents/{agent}/heartbeat"),
+            None,
+        )
+        .await?;
+        anyhow::ensure!(status == 200, "GET heartbeat: {status} {view}");
+        let found = view["heartbeats"]
+            .as_array()
+            .and_then(|all| all.iter().find(|h| h["id"] == id).cloned());
+        if let Some(h) = found.filter(|h| h["outcome"] != "running") {
+            return Ok(h);
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "heartbeat {id} never ended: {view:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn request_text(body: &Value) -> String {
+    body["messages"].to_string()
+}
+
+/// An empty HEARTBEAT.md (the template's) costs no model call; a quiet answer posts
+/// nothing; any other answer is a notification in the feed naming its heartbeat and
+/// thread; the model is sent HEARTBEAT.md's text; one at a time (409).
+#[tokio::test]
+async fn a_quiet_answer_posts_nothing_and_any_other_answer_a_notification() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = start(&model, "").await?;
+    chorus.create_agent("pulse").await?;
+    let mut feed = chorus.open_events("?agent=pulse", None).await?;
+
+    // The template's HEARTBEAT.md says nothing: skipped, no model call.
+    let empty = beat(&chorus, "pulse").await?;
+    assert_eq!(empty["outcome"], "skipped", "{empty}");
+    assert_eq!(empty["cause"], "manual");
+    assert!(
+        empty["reason"].as_str().unwrap().contains("empty"),
+        "{empty}"
+    );
+    set_heartbeat_file(&chorus, "pulse", "# Heartbeat\n<!-- what to check -->\n\n").await?;
+    let still_empty = beat(&chorus, "pulse").await?;
+    assert_eq!(still_empty["outcome"], "skipped", "{still_empty}");
+    assert_eq!(model.requests().len(), 0, "an empty file called the model");
+
+    set_heartbeat_file(
+        &chorus,
+        "pulse",
+        "# Heartbeat\n- is the nightly build green?\n",
+    )
+    .await?;
+    // Quiet, and held so that a second one is refused while it goes.
+    let thinking = Hold::new();
+    model.push(Reply::Held(
+        thinking.clone(),
+        Box::new(text("HEARTBEAT_OK")),
+    ));
+    let quiet = beat(&chorus, "pulse").await?;
+    assert_eq!(quiet["outcome"], "running", "{quiet}");
+    assert!(quiet["thread_id"].is_u64(), "{quiet}");
+    let asked = model.wait_for_requests(1, WAIT).await;
+    assert_eq!(asked.len(), 1);
+    let sent = request_text(&asked[0].body);
+    assert!(
+        sent.contains("is the nightly build green?") && sent.contains("HEARTBEAT_OK"),
+        "the model was not sent HEARTBEAT.md: {sent}"
+    );
+    let (status, refused) =
+        call(&chorus, Method::POST, "/api/agents/pulse/heartbeat", None).await?;
+    assert_eq!(status, 409, "{refused}");
+    thinking.release();
+    let quiet_id = quiet["id"].as_u64().unwrap();
+    let quiet = ended(&chorus, "pulse", quiet_id).await?;
+    assert_eq!(quiet["outcome"], "quiet", "{quiet}");
+    assert_eq!(quiet["tokens"], 30, "{quiet}");
+
+    // Anything else is posted. Asked for, it runs though the file is unchanged.
+    model.push(text("The nightly build is red since 02:00."));
+    let loud = beat(&chorus, "pulse").await?;
+    let loud_id = loud["id"].as_u64().unwrap();
+    let loud = ended(&chorus, "pulse", loud_id).await?;
+    assert_eq!(loud["outcome"], "notified", "{loud}");
+    assert_eq!(model.requests().len(), 2);
+
+    // The feed's first heartbeat notification is the loud one's: the quiet one,
+    // which ended before it, posted nothing.
+    let notice = tokio::time::timeout(WAIT, async {
+        while let Some((kind, data)) = feed.next().await? {
+            if kind == "notification" && data["kind"] == "heartbeat" {
+                return anyhow::Ok(data);
+            }
+        }
+        anyhow::bail!("the feed ended")
+    })
+    .await??;
+    assert_eq!(notice["heartbeat_id"], loud_id, "{notice}");
+    assert_eq!(notice["thread_id"], loud["thread_id"], "{notice}");
+    assert_eq!(notice["agent"], "pulse");
+    assert!(
+        notice["text"]
+            .as_str()
+            .unwrap()
+            .contains("The nightly build is red since 02:00."),
+        "{notice}"
+    );
+    Ok(())
+}
+
+/// With `[heartbeat] daily_token_cap = 30` (one call of the fake model), the first
+/// heartbeat uses the day's tokens and the next is skipped without a model call.
+#[tokio::test]
+async fn the_daily_token_cap_stops_model_calls() -> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    let chorus = start(&model, "[heartbeat]\ndaily_token_cap = 30\n").await?;
+    chorus.create_agent("frugal").await?;
+    set_heartbeat_file(&chorus, "frugal", "- anything new in the inbox?").await?;
+    model.push(text("HEARTBEAT_OK"));
+    let first = beat(&chorus, "frugal").await?;
+    let first = ended(&chorus, "frugal", first["id"].as_u64().unwrap()).await?;
+    assert_eq!(first["outcome"], "quiet", "{first}");
+    assert_eq!(first["tokens"], 30);
+    let capped = beat(&chorus, "frugal").await?;
+    assert_eq!(capped["outcome"], "skipped", "{capped}");
+    assert!(
+        capped["reason"]
+            .as_str()
+            .unwrap()
+            .contains("daily_token_cap"),
+        "{capped}"
+    );
+    assert_eq!(model.requests().len(), 1, "the cap did not stop the call");
+    let (_, view) = call(&chorus, Method::GET, "/api/agents/frugal/heartbeat", None).await?;
+    assert_eq!(view["tokens_today"], 30, "{view}");
+    assert_eq!(view["daily_token_cap"], 30, "{view}");
+    Ok(())
+}
+
+/// `heartbeat_minutes` and `heartbeat_model` at create and PATCH: off by default,
+/// bounded and checked against the catalog with 400s that say what to send, shown in
+/// the agent's view; a heartbeat runs on its `heartbeat_model`.
+#[tokio::test]
+async fn the_heartbeat_settings_are_checked_shown_and_used() -> anyhow::Result<()> {
+    let model = FakeModel::start(Wire::OpenAi, &["fake-model", "cheap-model"]).await;
+    let chorus = start(&model, "").await?;
+    let agent = chorus.create_agent("tick").await?;
+    assert_eq!(agent["heartbeat_minutes"], 0, "off by default: {agent}");
+    assert!(agent["heartbeat_next_at"].is_null(), "{agent}");
+
+    let (status, refused) = call(
+        &chorus,
+        Method::POST,
+        "/api/agents",
+        Some(json!({"name": "hasty", "heartbeat_minutes": 1})),
+    )
+    .await?;
+    assert_eq!(status, 400, "{refused}");
+    let message = refused.to_string();
+    assert!(
+        message.contains("heartbeat_minutes") && message.contains("from 5"),
+        "{message}"
+    );
+    let (status, _) = call(&chorus, Method::GET, "/api/agents/hasty", None).await?;
+    assert_eq!(status, 404, "a refused create made the agent");
+    let (status, refused) = call(
+        &chorus,
+        Method::PATCH,
+        "/api/agents/tick",
+        Some(json!({"heartbeat_model": "no-such-model"})),
+    )
+    .await?;
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused.to_string().contains("heartbeat_model"), "{refused}");
+
+    let (status, on) = call(
+        &chorus,
+        Method::PATCH,
+        "/api/agents/tick",
+        Some(json!({"heartbeat_minutes": 30, "heartbeat_model": "cheap-model"})),
+    )
+    .await?;
+    assert_eq!(status, 200, "{on}");
+    assert_eq!(on["heartbeat_minutes"], 30);
+    assert_eq!(on["heartbeat_model"], "cheap-model");
+    let next = chrono::DateTime::parse_from_rfc3339(on["heartbeat_next_at"].as_str().unwrap())?;
+    let ahead = next.with_timezone(&chrono::Utc) - chrono::Utc::now();
+    assert!(
+        ahead > chrono::Duration::minutes(29) && ahead <= chrono::Duration::minutes(30),
+        "the next heartbeat is {ahead} ahead"
+    );
+
+    set_heartbeat_file(&chorus, "tick", "- ping the status page").await?;
+    model.push(text("HEARTBEAT_OK"));
+    let record = beat(&chorus, "tick").await?;
+    ended(&chorus, "tick", record["id"].as_u64().unwrap()).await?;
+    let asked = model.requests();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(
+        asked[0].body["model"], "cheap-model",
+        "the heartbeat's model was not used"
+    );
+
+    let (status, off) = call(
+        &chorus,
+        Method::PATCH,
+        "/api/agents/tick",
+        Some(json!({"heartbeat_minutes": 0, "heartbeat_model": null})),
+    )
+    .await?;
+    assert_eq!(status, 200, "{off}");
+    assert_eq!(off["heartbeat_minutes"], 0);
+    assert!(
+        off["heartbeat_model"].is_null() && off["heartbeat_next_at"].is_null(),
+        "{off}"
+    );
+    Ok(())
+}
