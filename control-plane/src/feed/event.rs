@@ -236,10 +236,11 @@ pub enum Notification {
         text: String,
     },
     /// A heartbeat's answer that was not `HEARTBEAT_OK` (`heartbeat`): what the
-    /// agent found worth a person's attention, with the thread it answered in.
+    /// agent found worth a person's attention, with the thread it answered in
+    /// (`thread`: an agent's event's `thread_id` on the wire is the envelope's, null).
     Heartbeat {
         heartbeat_id: u64,
-        thread_id: u64,
+        thread: u64,
         text: String,
     },
 }

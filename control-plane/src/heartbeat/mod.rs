@@ -228,7 +228,7 @@ impl Heartbeats {
             .going_heartbeats()
             .await?
             .into_iter()
-            .any(|h| h.agent == agent.name);
+            .any(|h| h.agent == agent.name && h.incarnation == agent.incarnation);
         let skipped = |reason: String| async move {
             let id = self
                 .store
@@ -415,7 +415,22 @@ impl Heartbeats {
         let agent = &heartbeat.agent;
         let thread = match self.store.thread(agent, thread_id).await {
             Ok(Some(thread)) => thread,
-            Ok(None) => return true,
+            Ok(None) => {
+                // Its agent was destroyed with its threads: it ends here.
+                if let Err(e) = self
+                    .store
+                    .end_heartbeat(
+                        heartbeat.id,
+                        HeartbeatOutcome::Failed,
+                        Some("the heartbeat's thread is gone".into()),
+                        0,
+                    )
+                    .await
+                {
+                    tracing::error!(agent = %agent, error = %e, "heartbeat: cannot record a heartbeat's end");
+                }
+                return true;
+            }
             Err(e) => {
                 tracing::error!(agent = %agent, error = %e, "heartbeat: cannot read the heartbeat's thread");
                 return false;
@@ -478,7 +493,7 @@ impl Heartbeats {
                     agent,
                     Notification::Heartbeat {
                         heartbeat_id: heartbeat.id,
-                        thread_id,
+                        thread: thread_id,
                         text: format!("Heartbeat of {agent}: {}", answer.trim()),
                     },
                 );

@@ -402,3 +402,133 @@ impl Store {
         Ok(sum.unwrap_or(0).max(0) as u64)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_store_with_agent;
+
+    #[tokio::test]
+    async fn the_setting_keeps_the_quiet_hash_a_heartbeat_ends_once_and_a_destroyed_agents_are_gone()
+     {
+        let (store, _dir) = test_store_with_agent().await;
+        assert_eq!(store.heartbeat_setting("a").await.unwrap(), None);
+        store
+            .set_heartbeat("a", 30, None, Some("2026-01-01T10:00:00.000Z".into()))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.next_heartbeat().await.unwrap().as_deref(),
+            Some("2026-01-01T10:00:00.000Z")
+        );
+        assert!(
+            store
+                .due_heartbeats("2026-01-01T09:59:59.999Z")
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let due = store
+            .due_heartbeats("2026-01-01T10:00:00.000Z")
+            .await
+            .unwrap();
+        assert_eq!(due.len(), 1);
+
+        // The quiet answer's hash stays across a change of the setting.
+        store
+            .set_heartbeat_quiet_hash("a", "i1", "h1")
+            .await
+            .unwrap();
+        store
+            .set_heartbeat("a", 60, Some("cheap".into()), None)
+            .await
+            .unwrap();
+        let s = store.heartbeat_setting("a").await.unwrap().unwrap();
+        assert_eq!(
+            (s.minutes, s.model.as_deref(), s.quiet_hash.as_deref()),
+            (60, Some("cheap"), Some("h1"))
+        );
+        assert_eq!(store.next_heartbeat().await.unwrap(), None, "off: no next");
+        // The loop's move loses to a person's change in between (minutes differ).
+        store
+            .move_heartbeat(&due[0], Some("2026-01-01T10:30:00.000Z".into()))
+            .await
+            .unwrap();
+        assert_eq!(store.next_heartbeat().await.unwrap(), None);
+
+        // An end is recorded once; tokens count from the day's start.
+        let id = store
+            .start_heartbeat(
+                "a",
+                "i1",
+                HeartbeatCause::Manual,
+                HeartbeatOutcome::Running,
+                None,
+                Some("h2".into()),
+            )
+            .await
+            .unwrap();
+        assert_eq!(store.going_heartbeats().await.unwrap().len(), 1);
+        assert!(
+            store
+                .end_heartbeat(id, HeartbeatOutcome::Quiet, None, 30)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .end_heartbeat(id, HeartbeatOutcome::Notified, None, 99)
+                .await
+                .unwrap()
+        );
+        let h = store.heartbeat(id).await.unwrap().unwrap();
+        assert_eq!((h.outcome, h.tokens), (HeartbeatOutcome::Quiet, 30));
+        assert_eq!(h.file_hash.as_deref(), Some("h2"));
+        assert!(h.ended_at.is_some());
+        let skipped = store
+            .start_heartbeat(
+                "a",
+                "i1",
+                HeartbeatCause::Periodic,
+                HeartbeatOutcome::Skipped,
+                Some("empty".into()),
+                None,
+            )
+            .await
+            .unwrap();
+        assert!(
+            store
+                .heartbeat(skipped)
+                .await
+                .unwrap()
+                .unwrap()
+                .ended_at
+                .is_some()
+        );
+        assert!(store.going_heartbeats().await.unwrap().is_empty());
+        assert_eq!(
+            store
+                .heartbeat_tokens_since("a", "i1", "2000-01-01T00:00:00.000Z")
+                .await
+                .unwrap(),
+            30
+        );
+        assert_eq!(
+            store
+                .heartbeat_tokens_since("a", "i1", "2999-01-01T00:00:00.000Z")
+                .await
+                .unwrap(),
+            0
+        );
+        assert_eq!(store.heartbeats("a", 10).await.unwrap().len(), 2);
+
+        store
+            .set_heartbeat("a", 30, None, Some("2026-01-01T10:00:00.000Z".into()))
+            .await
+            .unwrap();
+        store.mark_agent_destroyed("a", true).await.unwrap();
+        assert_eq!(store.next_heartbeat().await.unwrap(), None);
+        assert_eq!(store.heartbeat_setting("a").await.unwrap(), None);
+        assert!(store.heartbeats("a", 10).await.unwrap().is_empty());
+    }
+}

@@ -177,7 +177,7 @@ async fn a_quiet_answer_posts_nothing_and_any_other_answer_a_notification() -> a
     })
     .await??;
     assert_eq!(notice["heartbeat_id"], loud_id, "{notice}");
-    assert_eq!(notice["thread_id"], loud["thread_id"], "{notice}");
+    assert_eq!(notice["thread"], loud["thread_id"], "{notice}");
     assert_eq!(notice["agent"], "pulse");
     assert!(
         notice["text"]
@@ -190,19 +190,26 @@ async fn a_quiet_answer_posts_nothing_and_any_other_answer_a_notification() -> a
 }
 
 /// With `[heartbeat] daily_token_cap = 30` (one call of the fake model), the first
-/// heartbeat uses the day's tokens and the next is skipped without a model call.
+/// heartbeat uses the day's tokens and the next is skipped without a model call;
+/// `chorus agent heartbeat` runs one, waits for its end and says what came of it.
 #[tokio::test]
 async fn the_daily_token_cap_stops_model_calls() -> anyhow::Result<()> {
+    use super::cli::{client, stderr, stdout};
     let model = FakeOpenAi::start().await;
     let chorus = start(&model, "[heartbeat]\ndaily_token_cap = 30\n").await?;
     chorus.create_agent("frugal").await?;
     set_heartbeat_file(&chorus, "frugal", "- anything new in the inbox?").await?;
     model.push(text("HEARTBEAT_OK"));
-    let first = beat(&chorus, "frugal").await?;
-    let first = ended(&chorus, "frugal", first["id"].as_u64().unwrap()).await?;
-    assert_eq!(first["outcome"], "quiet", "{first}");
-    assert_eq!(first["tokens"], 30);
-    let capped = beat(&chorus, "frugal").await?;
+    let first = client(&chorus, &["agent", "heartbeat", "frugal"]).await;
+    assert!(first.status.success(), "{}", stderr(&first));
+    let said = stdout(&first);
+    assert!(
+        said.contains("HEARTBEAT_OK, nothing to post; 30 tokens"),
+        "{said}"
+    );
+    let capped = client(&chorus, &["agent", "heartbeat", "frugal", "--json"]).await;
+    assert!(capped.status.success(), "{}", stderr(&capped));
+    let capped: Value = serde_json::from_slice(&capped.stdout)?;
     assert_eq!(capped["outcome"], "skipped", "{capped}");
     assert!(
         capped["reason"]
@@ -215,6 +222,34 @@ async fn the_daily_token_cap_stops_model_calls() -> anyhow::Result<()> {
     let (_, view) = call(&chorus, Method::GET, "/api/agents/frugal/heartbeat", None).await?;
     assert_eq!(view["tokens_today"], 30, "{view}");
     assert_eq!(view["daily_token_cap"], 30, "{view}");
+    let outcomes: Vec<&str> = view["heartbeats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["skipped", "quiet"], "{view:#}");
+    let skipped = client(&chorus, &["agent", "heartbeat", "frugal"]).await;
+    assert!(
+        stdout(&skipped).contains("skipped, no model call"),
+        "{}",
+        stdout(&skipped)
+    );
+    let on = client(
+        &chorus,
+        &[
+            "agent",
+            "configure",
+            "frugal",
+            "--heartbeat-minutes",
+            "10",
+            "--json",
+        ],
+    )
+    .await;
+    assert!(on.status.success(), "{}", stderr(&on));
+    let on: Value = serde_json::from_slice(&on.stdout)?;
+    assert_eq!(on["heartbeat_minutes"], 10, "{on}");
     Ok(())
 }
 
