@@ -3,9 +3,10 @@
 //! recorded quietly (no notification in the feed), any other answer is posted as a
 //! notification; an empty HEARTBEAT.md and the daily token cap cost no model call;
 //! the model's request carries HEARTBEAT.md's text, on `heartbeat_model` when set;
-//! the settings are checked with 400s that say what to send. The periodic timing and
-//! the "unchanged since the last quiet answer" rule are the control plane's unit
-//! tests (`heartbeat::decide`): the shortest period is a minute.
+//! the settings are checked with 400s that say what to send. The periodic heartbeat
+//! is shown across restarts: its next time moved into the past while chorus is down
+//! (the store written directly, standing for the time that passed), one heartbeat runs
+//! at the start, never a burst, and an unchanged HEARTBEAT.md costs no model call.
 
 use std::time::Duration;
 
@@ -17,13 +18,58 @@ use serde_json::{Value, json};
 const WAIT: Duration = Duration::from_secs(60);
 
 async fn start(model: &FakeModel, config: &str) -> anyhow::Result<Chorus> {
+    builder(model, config).start().await
+}
+
+fn builder(model: &FakeModel, config: &str) -> chorus_test_support::chorus::ChorusBuilder {
     Chorus::builder()
         .env("OPENAI_BASE_URL", &model.base_url())
         .env("OPENAI_API_KEY", "sk-test-heartbeat")
         .env("CHORUS_DEFAULT_MODEL", "fake-model")
         .config(config)
-        .start()
-        .await
+}
+
+/// Stops chorus, moves every periodic heartbeat's next time to long ago (as if chorus
+/// had been down for years), and starts it again on the same store.
+async fn down_past_due(chorus: Chorus, model: &FakeModel) -> anyhow::Result<Chorus> {
+    let (dir, url) = (chorus.data_dir.clone(), chorus.database_url.clone());
+    chorus.stop().await?;
+    let moved = Chorus::write_store(
+        &dir,
+        url.as_deref(),
+        "UPDATE agent_heartbeats SET next_at = '2000-01-01T00:00:00.000Z' WHERE minutes > 0",
+    )
+    .await?;
+    anyhow::ensure!(moved == 1, "{moved} heartbeats moved");
+    let mut again = builder(model, "").data_dir(&dir);
+    if let Some(url) = &url {
+        again = again.database_url(url);
+    }
+    again.start().await
+}
+
+/// The agent's heartbeats, newest first, once there are `n` and none is going.
+async fn settled(chorus: &Chorus, agent: &str, n: usize) -> anyhow::Result<Value> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (status, view) = call(
+            chorus,
+            Method::GET,
+            &format!("/api/agents/{agent}/heartbeat"),
+            None,
+        )
+        .await?;
+        anyhow::ensure!(status == 200, "GET heartbeat: {status} {view}");
+        let all = view["heartbeats"].as_array().cloned().unwrap_or_default();
+        if all.len() == n && all.iter().all(|h| h["outcome"] != "running") {
+            return Ok(view);
+        }
+        anyhow::ensure!(
+            all.len() <= n && tokio::time::Instant::now() < deadline,
+            "never {n} settled heartbeats: {view:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 async fn call(
@@ -329,6 +375,74 @@ async fn the_heartbeat_settings_are_checked_shown_and_used() -> anyhow::Result<(
     assert!(
         off["heartbeat_model"].is_null() && off["heartbeat_next_at"].is_null(),
         "{off}"
+    );
+    Ok(())
+}
+
+/// The periodic heartbeat: one due while chorus was down (for years) runs once at the
+/// start, on its own, and the next is a period later (no burst); after a quiet answer
+/// an unchanged HEARTBEAT.md costs no model call; a changed one is read again.
+#[tokio::test]
+async fn a_periodic_heartbeat_runs_once_when_due_and_an_unchanged_file_costs_no_call()
+-> anyhow::Result<()> {
+    let model = FakeOpenAi::start().await;
+    // A directory of its own: the settings file is written beside the data directory.
+    let temp = tempfile::tempdir()?;
+    let data = temp.path().join("data");
+    let chorus = builder(&model, "").data_dir(&data).start().await?;
+    chorus
+        .create_agent_with(json!({"name": "watch", "heartbeat_minutes": 5}))
+        .await?;
+    set_heartbeat_file(&chorus, "watch", "- is the disk full?").await?;
+
+    model.push(text("HEARTBEAT_OK"));
+    let chorus = down_past_due(chorus, &model).await?;
+    let view = settled(&chorus, "watch", 1).await?;
+    let first = &view["heartbeats"][0];
+    assert_eq!(
+        (first["cause"].as_str(), first["outcome"].as_str()),
+        (Some("periodic"), Some("quiet")),
+        "{view:#}"
+    );
+    let next = chrono::DateTime::parse_from_rfc3339(view["next_at"].as_str().unwrap())?;
+    let ahead = next.with_timezone(&chrono::Utc) - chrono::Utc::now();
+    assert!(
+        ahead > chrono::Duration::minutes(4),
+        "the next heartbeat is a period after this one, not a catch-up: {ahead}"
+    );
+    assert_eq!(model.requests().len(), 1);
+
+    // Unchanged since the quiet answer: recorded, no model call.
+    let chorus = down_past_due(chorus, &model).await?;
+    let view = settled(&chorus, "watch", 2).await?;
+    let unchanged = &view["heartbeats"][0];
+    assert_eq!(unchanged["outcome"], "skipped", "{view:#}");
+    assert!(
+        unchanged["reason"].as_str().unwrap().contains("unchanged"),
+        "{unchanged}"
+    );
+    assert_eq!(
+        model.requests().len(),
+        1,
+        "an unchanged file called the model"
+    );
+
+    // Changed: read again, and this answer is posted.
+    set_heartbeat_file(
+        &chorus,
+        "watch",
+        "- is the disk full?\n- is the backup fresh?",
+    )
+    .await?;
+    model.push(text("The backup is two days old."));
+    let chorus = down_past_due(chorus, &model).await?;
+    let view = settled(&chorus, "watch", 3).await?;
+    assert_eq!(view["heartbeats"][0]["outcome"], "notified", "{view:#}");
+    let asked = model.requests();
+    assert_eq!(asked.len(), 2);
+    assert!(
+        request_text(&asked[1].body).contains("is the backup fresh?"),
+        "the changed file was not sent"
     );
     Ok(())
 }
