@@ -446,3 +446,54 @@ async fn a_periodic_heartbeat_runs_once_when_due_and_an_unchanged_file_costs_no_
     );
     Ok(())
 }
+
+/// Discord posts a heartbeat's notification in the agent's channel, and nothing for
+/// a quiet answer.
+#[tokio::test]
+async fn a_heartbeat_notification_is_posted_in_the_agents_discord_channel() -> anyhow::Result<()> {
+    use chorus_test_support::FakeDiscord;
+    let discord = FakeDiscord::start().await;
+    let model = FakeOpenAi::start().await;
+    let chorus = super::discord::with_bot_config(&discord, &model, "").await?;
+    let channel = "700000000000000031";
+    chorus
+        .create_agent_with(json!({"name": "herald", "discord_channel_id": channel}))
+        .await?;
+    set_heartbeat_file(&chorus, "herald", "- any new issue?").await?;
+    model.push(text("HEARTBEAT_OK"));
+    let quiet = beat(&chorus, "herald").await?;
+    ended(&chorus, "herald", quiet["id"].as_u64().unwrap()).await?;
+    model.push(text("Issue 42 was opened an hour ago."));
+    let loud = beat(&chorus, "herald").await?;
+    ended(&chorus, "herald", loud["id"].as_u64().unwrap()).await?;
+    let heartbeat_posts = |d: &FakeDiscord| -> Vec<String> {
+        d.posted()
+            .into_iter()
+            .filter(|m| m["channel_id"] == channel)
+            .filter_map(|m| m["content"].as_str().map(str::to_string))
+            .filter(|c| c.starts_with("Heartbeat of herald"))
+            .collect()
+    };
+    discord
+        .wait_for("the heartbeat's post", WAIT, |d| {
+            heartbeat_posts(d).into_iter().next()
+        })
+        .await?;
+    let posts = heartbeat_posts(&discord);
+    assert_eq!(
+        posts.len(),
+        1,
+        "the quiet answer was posted too: {posts:#?}"
+    );
+    assert!(
+        posts[0].contains("Issue 42 was opened an hour ago."),
+        "{posts:#?}"
+    );
+    let anything_quiet: Vec<Value> = discord
+        .posted()
+        .into_iter()
+        .filter(|m| m["content"].as_str().unwrap_or("").contains("HEARTBEAT_OK"))
+        .collect();
+    assert!(anything_quiet.is_empty(), "{anything_quiet:#?}");
+    Ok(())
+}
