@@ -296,6 +296,13 @@ async fn the_daily_token_cap_stops_model_calls() -> anyhow::Result<()> {
     assert!(on.status.success(), "{}", stderr(&on));
     let on: Value = serde_json::from_slice(&on.stdout)?;
     assert_eq!(on["heartbeat_minutes"], 10, "{on}");
+    let shown = stdout(&client(&chorus, &["agent", "show", "frugal"]).await);
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.contains("heartbeat:") && l.contains("every 10 min, next ")),
+        "{shown}"
+    );
     Ok(())
 }
 
