@@ -117,6 +117,8 @@ pub struct FileSettings {
     pub backends: FileBackends,
     #[serde(default)]
     pub schedules: FileSchedules,
+    #[serde(default)]
+    pub heartbeat: FileHeartbeat,
     /// Agents' MCP servers: the call deadline and the secrets references name.
     #[serde(default)]
     pub mcp: FileMcp,
@@ -601,6 +603,55 @@ pub struct FileSchedules {
     pub pause_after_failures: Option<u32>,
 }
 
+/// `[heartbeat]`: agents' heartbeats (`heartbeat`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileHeartbeat {
+    /// Tokens an agent's heartbeats may use per UTC day; past it they make no model call.
+    pub daily_token_cap: Option<u64>,
+    /// The shortest `heartbeat_minutes` an agent may set (default 5).
+    pub min_minutes: Option<u32>,
+}
+
+/// The resolved `[heartbeat]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeartbeatSettings {
+    pub daily_token_cap: u64,
+    pub min_minutes: u32,
+}
+
+impl HeartbeatSettings {
+    fn from_file(file: &FileHeartbeat) -> Result<Self, ConfigError> {
+        let max = crate::heartbeat::decide::MAX_MINUTES;
+        Ok(HeartbeatSettings {
+            daily_token_cap: in_range(
+                "[heartbeat] daily_token_cap",
+                file.daily_token_cap,
+                DEFAULT_HEARTBEAT_CAP,
+                1..=u64::MAX,
+            )?,
+            min_minutes: in_range(
+                "[heartbeat] min_minutes",
+                file.min_minutes,
+                crate::heartbeat::decide::MIN_MINUTES,
+                1..=max,
+            )?,
+        })
+    }
+}
+
+/// Tokens per agent per UTC day for heartbeats unless `[heartbeat] daily_token_cap` says.
+pub const DEFAULT_HEARTBEAT_CAP: u64 = 50_000;
+
+impl Default for HeartbeatSettings {
+    fn default() -> Self {
+        HeartbeatSettings {
+            daily_token_cap: DEFAULT_HEARTBEAT_CAP,
+            min_minutes: crate::heartbeat::decide::MIN_MINUTES,
+        }
+    }
+}
+
 /// The resolved `[schedules]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScheduleSettings {
@@ -806,6 +857,8 @@ pub struct Settings {
     pub backends: BackendPaths,
     /// `[schedules]`.
     pub schedules: ScheduleSettings,
+    /// `[heartbeat]`.
+    pub heartbeat: HeartbeatSettings,
     /// `None`: no Discord front end (no `DISCORD_TOKEN`).
     pub discord: Option<DiscordSettings>,
     /// `[mcp]`, with the `CHORUS_MCP_SECRET_*` variables added at start (`main`).
@@ -1171,6 +1224,7 @@ impl Settings {
             cli_approval_hold: approval_hold(file.backends.approval_hold_secs)?,
             backends: BackendPaths::from_file(file.backends)?,
             schedules: ScheduleSettings::from_file(&file.schedules)?,
+            heartbeat: HeartbeatSettings::from_file(&file.heartbeat)?,
             mcp: crate::mcp::McpSettings {
                 call_timeout: Duration::from_secs(in_range(
                     "[mcp] call_timeout_secs",
@@ -1412,6 +1466,28 @@ mod tests {
         assert_eq!(s.tasks, TaskSettings::default());
         assert_eq!(s.backends, BackendPaths::default());
         assert_eq!(s.schedules, ScheduleSettings::default());
+    }
+
+    #[test]
+    fn heartbeats_are_capped_per_day_and_their_period_bounded() {
+        let resolve = |text: &str| {
+            let file: FileSettings = toml::from_str(text).unwrap();
+            Settings::resolve(ServeArgs::default(), file, |_| None)
+        };
+        let s = resolve("").unwrap().heartbeat;
+        assert_eq!(s, HeartbeatSettings::default());
+        assert_eq!((s.daily_token_cap, s.min_minutes), (50_000, 5));
+        let set = resolve("[heartbeat]\ndaily_token_cap = 30\nmin_minutes = 1\n").unwrap();
+        assert_eq!(
+            (set.heartbeat.daily_token_cap, set.heartbeat.min_minutes),
+            (30, 1)
+        );
+        for bad in ["daily_token_cap = 0", "min_minutes = 0"] {
+            let e = resolve(&format!("[heartbeat]\n{bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("[heartbeat]"), "{e}");
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod environ;
 pub mod feed;
 pub mod gate;
 pub mod grpc;
+pub mod heartbeat;
 pub mod http;
 pub mod jobs;
 pub mod link_tls;

@@ -424,6 +424,14 @@ pub async fn start(
     // Agents' schedules; started below, once the threads left going are settled.
     let schedules =
         crate::schedules::Scheduler::new(store.clone(), runs.clone(), settings.schedules);
+    // Agents' heartbeats; started with the schedules.
+    let heartbeats = crate::heartbeat::Heartbeats::new(
+        store.clone(),
+        runs.clone(),
+        catalog.clone(),
+        settings.heartbeat,
+        agents.agents_root().to_path_buf(),
+    );
     let connections = TaskTracker::new();
     let mut worker_routes = tonic::service::Routes::new(
         WorkerLinkService::new(
@@ -474,6 +482,7 @@ pub async fn start(
         tasks: board,
         engine: engine.clone(),
         schedules: schedules.clone(),
+        heartbeats: heartbeats.clone(),
         api_token,
         sandbox,
         thread_retention: settings.threads.retention,
@@ -567,6 +576,7 @@ pub async fn start(
         );
     }
     schedules.start(shutdown.clone());
+    heartbeats.start(shutdown.clone());
     let started = agents.start_all_workers().await?;
     tracing::info!(%http_addr, %grpc_addr, data_dir = %data_dir.display(), agents = started, "chorus is up");
     Ok(Running {

@@ -29,6 +29,8 @@ pub struct Services {
     pub engine: Arc<crate::tasks::engine::Engine>,
     /// Agents' schedules (`schedules`).
     pub schedules: Arc<crate::schedules::Scheduler>,
+    /// Agents' heartbeats (`heartbeat`).
+    pub heartbeats: Arc<crate::heartbeat::Heartbeats>,
     pub api_token: Secret,
     /// How tool processes are confined on this host (`sandbox_probe`).
     pub sandbox: String,

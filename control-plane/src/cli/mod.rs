@@ -24,6 +24,7 @@ pub mod events;
 pub mod feed;
 pub mod follow;
 pub mod grants;
+pub mod heartbeat;
 pub mod memory;
 pub mod render;
 pub mod schedule;
@@ -333,6 +334,12 @@ pub enum AgentCommand {
         #[arg(long)]
         set: Option<String>,
     },
+    /// Run one heartbeat now (the agent reads its HEARTBEAT.md) and say what came of it.
+    #[command(after_help = "Example:\n  chorus agent heartbeat helper\n\n\
+        It runs whether or not the periodic heartbeat (--heartbeat-minutes) is on. An answer\n\
+        beginning or ending with HEARTBEAT_OK is quiet; any other is posted as a notification.\n\
+        An empty HEARTBEAT.md, or the day's [heartbeat] daily_token_cap reached, costs no model call.")]
+    Heartbeat { name: String },
     /// Stop an agent's worker and delete it (its files too, unless --keep-files).
     #[command(
         after_help = "Examples:\n  chorus agent destroy reviewer\n  chorus agent destroy reviewer --keep-files --yes\n\n\
@@ -376,6 +383,12 @@ pub struct AgentSettingsArgs {
     /// Bind the agent to this Discord channel (its id).
     #[arg(long)]
     discord_channel_id: Option<String>,
+    /// Minutes between heartbeats, when it reads its HEARTBEAT.md (0: off).
+    #[arg(long)]
+    heartbeat_minutes: Option<u32>,
+    /// The model heartbeats use (e.g. a cheaper one); the agent's when not set.
+    #[arg(long)]
+    heartbeat_model: Option<String>,
 }
 
 impl AgentSettingsArgs {
@@ -405,6 +418,11 @@ impl AgentSettingsArgs {
         put(
             "discord_channel_id",
             self.discord_channel_id.clone().map(Value::from),
+        );
+        put("heartbeat_minutes", self.heartbeat_minutes.map(Value::from));
+        put(
+            "heartbeat_model",
+            self.heartbeat_model.clone().map(Value::from),
         );
         Value::Object(body)
     }
@@ -498,7 +516,7 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<bool> {
             let body = settings.body();
             if body.as_object().is_some_and(serde_json::Map::is_empty) {
                 anyhow::bail!(
-                    "nothing to change: give at least one of --model, --system-prompt, --permissions, --on-ask, --network, --backend, --idle-timeout-secs"
+                    "nothing to change: give at least one of --model, --system-prompt, --permissions, --on-ask, --network, --backend, --idle-timeout-secs, --heartbeat-minutes, --heartbeat-model"
                 );
             }
             let agent = client
@@ -506,6 +524,7 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<bool> {
                 .await?;
             out.show(&agent, |a| render::agent(a, style))
         }
+        Cmd::Agent(AgentCommand::Heartbeat { name }) => heartbeat::run(&client, &name, out).await,
         Cmd::Agent(AgentCommand::Destroy {
             name,
             keep_files,

@@ -275,6 +275,7 @@ pub fn agent(a: &Value, style: Style) -> String {
         ("sandbox", cell(&a["sandbox"])),
         ("worker", worker_line),
         ("idle save after", idle),
+        ("heartbeat", heartbeat_line(a)),
         ("workspace", cell(&a["workspace"])),
         ("created", cell(&a["created_at"])),
     ] {
@@ -292,6 +293,23 @@ pub fn agent(a: &Value, style: Style) -> String {
         ));
     }
     out
+}
+
+/// `off`, or how often the agent reads its HEARTBEAT.md, on which model, and when next.
+fn heartbeat_line(a: &Value) -> String {
+    match a["heartbeat_minutes"].as_u64() {
+        None | Some(0) => "off".into(),
+        Some(minutes) => {
+            let mut line = format!("every {minutes} min");
+            if let Some(model) = a["heartbeat_model"].as_str() {
+                line.push_str(&format!(" on {model}"));
+            }
+            if let Some(next) = a["heartbeat_next_at"].as_str() {
+                line.push_str(&format!(", next {next}"));
+            }
+            line
+        }
+    }
 }
 
 pub fn threads(list: &Value, style: Style) -> String {

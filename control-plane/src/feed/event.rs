@@ -245,6 +245,14 @@ pub enum Notification {
         entry_id: String,
         text: String,
     },
+    /// A heartbeat's answer that was not `HEARTBEAT_OK` (`heartbeat`): what the
+    /// agent found worth a person's attention, with the thread it answered in
+    /// (`thread`: an agent's event's `thread_id` on the wire is the envelope's, null).
+    Heartbeat {
+        heartbeat_id: u64,
+        thread: u64,
+        text: String,
+    },
 }
 
 impl Notification {
@@ -254,7 +262,8 @@ impl Notification {
             Notification::IdleSave { text, .. }
             | Notification::JobEnded { text, .. }
             | Notification::SchedulePaused { text, .. }
-            | Notification::ContextFlushed { text, .. } => text,
+            | Notification::ContextFlushed { text, .. }
+            | Notification::Heartbeat { text, .. } => text,
         }
     }
 }

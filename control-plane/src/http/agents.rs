@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{ApiError, ApiJson, AppState, Caller};
 use crate::agents::CreateAgent;
+use crate::heartbeat::HeartbeatChange;
 use crate::permissions::PermissionsSetting;
 use crate::store::{AgentRecord, AgentUpdate};
 use crate::workers::WorkerStatus;
@@ -68,6 +69,12 @@ pub struct AgentView {
     /// `state` (`not_started`, `starting`, `running` with its `tools`, `failed` with
     /// the `error`), as its worker last reported.
     mcp_servers: serde_json::Value,
+    /// Minutes between heartbeats (0: off, the default).
+    heartbeat_minutes: u32,
+    /// The model heartbeats use; null: the agent's.
+    heartbeat_model: Option<String>,
+    /// The next periodic heartbeat (UTC); null: off.
+    heartbeat_next_at: Option<String>,
 }
 
 /// The agent's MCP servers as stored (none: empty).
@@ -109,7 +116,11 @@ async fn view(state: &AppState, agent: AgentRecord) -> Result<AgentView, ApiErro
         .workers
         .mcp()
         .view(&agent.name, &mcp_setting(state, &agent.name).await?);
+    let heartbeat = state.heartbeats.setting(&agent.name).await?;
     Ok(AgentView {
+        heartbeat_minutes: heartbeat.as_ref().map_or(0, |h| h.minutes),
+        heartbeat_next_at: heartbeat.as_ref().and_then(|h| h.next_at.clone()),
+        heartbeat_model: heartbeat.and_then(|h| h.model),
         mcp_servers,
         backend_status,
         usage,
@@ -153,6 +164,10 @@ pub(super) struct CreateBody {
     discord_channel_id: Option<String>,
     /// `{"<name>": {"command", "args", "env"}}` or `{"<name>": {"url", "headers"}}`.
     mcp_servers: Option<serde_json::Value>,
+    /// Minutes between heartbeats; 0 or absent: off.
+    heartbeat_minutes: Option<u32>,
+    /// The model heartbeats use; absent: the agent's.
+    heartbeat_model: Option<String>,
 }
 
 pub(super) async fn create(
@@ -167,6 +182,11 @@ pub(super) async fn create(
         .map(|value| checked_mcp(&state, value))
         .transpose()?
         .flatten();
+    let heartbeat = HeartbeatChange {
+        minutes: Some(body.heartbeat_minutes.unwrap_or(0)),
+        model: Some(body.heartbeat_model),
+    };
+    state.heartbeats.check(&heartbeat).await?;
     let record = state
         .agents
         .create(
@@ -186,6 +206,7 @@ pub(super) async fn create(
             caller.role,
         )
         .await?;
+    state.heartbeats.configure(&record.name, heartbeat).await?;
     state.runs.idle_configured(&record.name).await;
     Ok((StatusCode::CREATED, Json(view(&state, record).await?)))
 }
@@ -232,6 +253,11 @@ pub(super) struct ConfigureBody {
     /// The whole set of MCP servers (`{}` or null: none); it replaces the old one.
     #[serde(default, deserialize_with = "present")]
     mcp_servers: Option<Option<serde_json::Value>>,
+    /// Minutes between heartbeats (0: off).
+    heartbeat_minutes: Option<u32>,
+    /// The model heartbeats use, or null for the agent's.
+    #[serde(default, deserialize_with = "present")]
+    heartbeat_model: Option<Option<String>>,
 }
 
 /// A field that is present (even as null) is `Some`; an absent one (`default`) is `None`.
@@ -268,6 +294,11 @@ pub(super) async fn configure(
         Some(None) => Some(None),
         Some(Some(value)) => Some(checked_mcp(&state, value)?),
     };
+    let heartbeat = HeartbeatChange {
+        minutes: body.heartbeat_minutes,
+        model: body.heartbeat_model,
+    };
+    state.heartbeats.check(&heartbeat).await?;
     // What the change grants, as a whole, before any of it is made: a refused
     // change changes nothing.
     state
@@ -305,6 +336,9 @@ pub(super) async fn configure(
     // stops servers to match.
     if let Some(servers) = mcp_servers {
         state.store.set_mcp_servers(&name, servers).await?;
+    }
+    if heartbeat.minutes.is_some() || heartbeat.model.is_some() {
+        state.heartbeats.configure(&name, heartbeat).await?;
     }
     state.runs.idle_configured(&name).await;
     Ok(Json(view(&state, record).await?))

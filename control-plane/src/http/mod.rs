@@ -18,6 +18,7 @@ mod error;
 mod events;
 mod grants;
 mod health;
+mod heartbeat;
 mod jobs;
 mod memory;
 mod models;
@@ -188,6 +189,14 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
             "/api/agents/{name}/schedules/{id}/run",
             ConfigureAgents,
             schedules::run_now,
+        ),
+        // The heartbeat: reading is looking; running one now is like "run now".
+        declare(GET, "/api/agents/{name}/heartbeat", Look, heartbeat::show),
+        declare(
+            POST,
+            "/api/agents/{name}/heartbeat",
+            ConfigureAgents,
+            heartbeat::run_now,
         ),
         // Threads.
         declare(

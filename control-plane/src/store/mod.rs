@@ -68,6 +68,7 @@ mod audit;
 mod error;
 mod flushes;
 mod grants;
+mod heartbeats;
 mod jobs;
 mod mcp_servers;
 mod messages;
@@ -103,6 +104,7 @@ pub use audit::{AuditDecision, AuditEntry, AuditRecord};
 pub use error::{DISK_FULL, StoreError, is_no_space};
 pub use flushes::FlushRecord;
 pub use grants::GrantRecord;
+pub use heartbeats::{HeartbeatCause, HeartbeatOutcome, HeartbeatRecord, HeartbeatSetting};
 pub use jobs::{JobRecord, JobStatus, OrphanJob};
 pub use owner_lock::{DatabaseLock, Taken};
 pub use policies::AgentPolicy;
@@ -226,12 +228,13 @@ macro_rules! migrations {
             (26, "mcp servers", "0026_mcp_servers.sql"),
             (27, "memory search", "0027_memory_search.sql"),
             (28, "memory flush", "0028_memory_flush.sql"),
+            (29, "heartbeat", "0029_heartbeat.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 28] = match backend {
+    let set: [(i64, &'static str, &'static str); 29] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };

@@ -434,6 +434,28 @@ impl Chorus {
         Ok(out)
     }
 
+    /// Runs one writing statement on the store of a *stopped* chorus (its data
+    /// directory and `database_url`), e.g. to stand for time that passed while it was
+    /// down.
+    pub async fn write_store(
+        data_dir: &Path,
+        database_url: Option<&str>,
+        sql: &str,
+    ) -> anyhow::Result<u64> {
+        use sqlx::Connection;
+        sqlx::any::install_default_drivers();
+        let url = match database_url {
+            Some(url) => url.to_string(),
+            None => format!("sqlite://{}", data_dir.join("chorus.db").display()),
+        };
+        let mut conn = sqlx::AnyConnection::connect(&url).await?;
+        let done = sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
+            .execute(&mut conn)
+            .await?;
+        let _ = conn.close().await;
+        Ok(done.rows_affected())
+    }
+
     pub fn agent_dir(&self, name: &str) -> PathBuf {
         self.data_dir.join("agents").join(name)
     }

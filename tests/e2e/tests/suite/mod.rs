@@ -14,6 +14,7 @@ mod discord_tasks;
 mod feed;
 mod flush;
 mod grants;
+mod heartbeat;
 mod lifecycle;
 mod limits;
 mod logs;

@@ -255,6 +255,15 @@ fn case(route: &Route, s: &Subjects) -> Option<Case> {
             req("/api/agents/ghost/schedules/1/run", None),
             404,
         ),
+        ("GET", "/api/agents/{name}/heartbeat") => {
+            same(Viewer, req("/api/agents/subject/heartbeat", None), 200)
+        }
+        ("POST", "/api/agents/{name}/heartbeat") => two(
+            Operator,
+            req("/api/agents/subject/heartbeat", None),
+            req("/api/agents/ghost/heartbeat", None),
+            404,
+        ),
         ("POST", "/api/agents/{name}/messages") => two(
             Viewer,
             req(
