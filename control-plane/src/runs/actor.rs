@@ -568,7 +568,13 @@ impl AgentActor {
                 let (thread_id, message_id) = store
                     .start_thread(&agent.name, &ChatMessage::user(content), user, None)
                     .await?;
-                if self.shared.settings.threads.titles {
+                // The scheduler's threads (schedules, heartbeats) keep their request's
+                // first line: a model-written title would cost a call each firing,
+                // beyond the heartbeat's daily cap, with nobody there to read it.
+                if self.shared.settings.threads.titles
+                    && crate::principal::Principal::parse(user)
+                        != crate::principal::Principal::Scheduler
+                {
                     self.untitled.insert(thread_id);
                 }
                 self.thread_created(agent, thread_id, user, None).await?;
