@@ -82,6 +82,7 @@ mod task_turns;
 mod tasks;
 mod threads;
 mod user_tokens;
+mod vectors;
 mod worker_trust;
 mod writer;
 
@@ -121,6 +122,7 @@ pub use threads::{
     Progress, StepRecord, StoredMessage, ThreadRecord, ThreadRole, ThreadStatus, summary_of,
 };
 pub use user_tokens::{NewUserToken, UserTokenRecord};
+pub use vectors::{StoredVector, VectorKind};
 pub use worker_trust::{CredentialLookup, Placed, WorkerCredentialRecord};
 pub use writer::Pending;
 use writer::Writer;
@@ -223,12 +225,13 @@ macro_rules! migrations {
             (25, "schedules", "0025_schedules.sql"),
             (26, "mcp servers", "0026_mcp_servers.sql"),
             (27, "memory search", "0027_memory_search.sql"),
+            (30, "memory vectors", "0030_memory_vectors.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 27] = match backend {
+    let set: [(i64, &'static str, &'static str); 28] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };
