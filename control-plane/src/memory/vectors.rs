@@ -568,6 +568,104 @@ mod tests {
         assert_eq!(fuse(&[vec![a, b], vec![c]], 1).len(), 1);
     }
 
+    /// No embedding model, or a provider without embeddings: lexical, saying why. The
+    /// first use records the model; another one pauses until reindex, which records
+    /// it; embeddings that cannot be reached leave the lexical hits (on SQLite, or
+    /// Postgres with `CHORUS_TEST_POSTGRES`).
+    #[tokio::test]
+    async fn vectors_follow_the_providers_model_and_pause_on_a_change() {
+        use crate::providers::ProviderKind;
+        use crate::store::SearchDoc;
+        let (store, _dir) = crate::store::test_store_with_agent().await;
+        let endpoint = |kind, model: Option<&str>| ProviderEndpoint {
+            kind,
+            // Nothing listens there: every embedding fails at once.
+            base_url: "http://127.0.0.1:9".into(),
+            api_key: None,
+            configured: true,
+            embedding_model: model.map(Into::into),
+        };
+        let catalog = |model| {
+            Catalog::uncached(vec![
+                endpoint(ProviderKind::OpenAi, model),
+                endpoint(ProviderKind::Anthropic, None),
+            ])
+        };
+        let openai = || Ok("openai".to_string());
+        let none = catalog(None);
+        let why = plan(&store, &none, "a", openai())
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert!(why.contains("no embedding model is configured"), "{why}");
+        let why = plan(&store, &none, "a", Ok("anthropic".into()))
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert!(why.contains("offers no embeddings"), "{why}");
+        let why = plan(&store, &none, "a", Err("no model".into()))
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(why, "no model");
+        assert_eq!(store.embedding_model("a").await.unwrap(), None);
+
+        let e1 = catalog(Some("e1"));
+        let first = plan(&store, &e1, "a", openai()).await.unwrap().unwrap();
+        assert_eq!(first.key, "openai/e1");
+        assert_eq!(
+            store.embedding_model("a").await.unwrap(),
+            Some(("openai/e1".into(), 0))
+        );
+        let e2 = catalog(Some("e2"));
+        let why = plan(&store, &e2, "a", openai()).await.unwrap().unwrap_err();
+        assert!(
+            why.contains("paused") && why.contains("'openai/e1'") && why.contains("'openai/e2'"),
+            "{why}"
+        );
+
+        store
+            .index_memory(
+                "a",
+                vec![SearchDoc {
+                    text: "a crimson sedan".into(),
+                    path: "memory/MEMORY.md".into(),
+                    line: 3,
+                    thread_id: None,
+                }],
+            )
+            .await
+            .unwrap();
+        let answer = reindex(&store, &e2, "a", openai()).await.unwrap();
+        assert_eq!(answer.ranking, Ranking::Lexical);
+        assert_eq!(answer.embedding_model.as_deref(), Some("openai/e2"));
+        let note = answer.ranking_note.unwrap();
+        assert!(note.contains("embedding failed after 0 texts"), "{note}");
+        assert_eq!(
+            store.embedding_model("a").await.unwrap(),
+            Some(("openai/e2".into(), 0))
+        );
+        let terms = crate::store::search_terms("crimson");
+        let answer = search(
+            &store,
+            &e2,
+            "a",
+            openai(),
+            "crimson",
+            &terms,
+            5,
+            &SearchSource::ALL,
+        )
+        .await
+        .unwrap();
+        assert_eq!(answer.ranking, Ranking::Lexical);
+        assert_eq!(answer.hits.len(), 1);
+        assert!(
+            answer.ranking_note.unwrap().contains("embedding failed"),
+            "a search never fails because embeddings do"
+        );
+    }
+
     #[test]
     fn cosine_of_normalized_vectors() {
         let a = normalized(vec![3.0, 4.0]);

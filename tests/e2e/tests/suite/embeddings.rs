@@ -209,3 +209,48 @@ async fn vectors_find_a_fact_by_meaning_never_mixing_models() -> anyhow::Result<
     assert!(!output.contains(KEY), "the key reached the log");
     Ok(())
 }
+
+/// Ollama's own endpoint (`/api/embed`, no key); an agent on another provider with
+/// no embedding model (Anthropic has none) searches lexically, saying why.
+#[tokio::test]
+async fn ollama_embeds_at_its_own_endpoint_and_other_providers_stay_lexical() -> anyhow::Result<()>
+{
+    let ollama = FakeOpenAi::start().await;
+    ollama.set_models(&["llama3.2:latest"]);
+    let anthropic = chorus_test_support::FakeAnthropic::start().await;
+    let chorus = Chorus::builder()
+        .config("[providers.ollama]\nembedding_model = \"fake-embed\"\n")
+        .env("OLLAMA_BASE_URL", &ollama.host_url())
+        .env("ANTHROPIC_BASE_URL", &anthropic.host_url())
+        .env("ANTHROPIC_API_KEY", "sk-ant-test")
+        .start()
+        .await?;
+    for (agent, model) in [("local", "ollama/llama3.2"), ("hosted", "claude-fake")] {
+        let created = chorus
+            .api(Method::POST, "/api/agents")
+            .json(&serde_json::json!({"name": agent, "model": model}))
+            .send()
+            .await?;
+        assert_eq!(created.status(), 201, "{}", created.text().await?);
+        std::fs::write(
+            chorus.agent_dir(agent).join("memory/2026-01-03.md"),
+            format!("# 2026-01-03\n\n- {FACT}\n"),
+        )?;
+    }
+    let found = search(&chorus, "local", BY_MEANING, true).await?;
+    assert_eq!(found["ranking"], "hybrid", "{found:#}");
+    assert_eq!(texts(&found), [FACT], "{found:#}");
+    let asked = ollama.embedding_requests();
+    assert!(!asked.is_empty());
+    assert!(asked.iter().all(|r| r.path == "/api/embed"
+        && r.body["model"] == "fake-embed"
+        && !r.headers.contains_key("authorization")));
+
+    let found = search(&chorus, "hosted", BY_MEANING, true).await?;
+    assert_eq!(found["ranking"], "lexical", "{found:#}");
+    assert!(texts(&found).is_empty(), "{found:#}");
+    let note = found["ranking_note"].as_str().unwrap_or_default();
+    assert!(note.contains("(anthropic) offers no embeddings"), "{note}");
+    assert!(anthropic.stray_requests().is_empty());
+    Ok(())
+}
