@@ -411,6 +411,35 @@ mod tests {
         store.delete_message_vectors("a", id).await.unwrap();
         assert_eq!(store.vectors("a", "openai/e1").await.unwrap().len(), 1);
 
+        // A new agent of the same name starts without the old one's vectors.
+        store.mark_agent_destroyed("a", false).await.unwrap();
+        let again = store.agent("a").await.unwrap().unwrap();
+        store
+            .register_agent(&crate::store::NewAgent {
+                discord_channel_id: None,
+                incarnation: "i2".into(),
+                name: "a".into(),
+                model: None,
+                system_prompt: again.system_prompt,
+                permissions: "standard".into(),
+                on_ask: crate::switches::OnAsk::Prompt,
+                network: crate::switches::Network::On,
+                backend: Default::default(),
+                idle_timeout_secs: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(store.embedding_model("a").await.unwrap(), None);
+        assert!(store.vectors("a", "ollama/e2").await.unwrap().is_empty());
+        store
+            .set_embedding_model("a", "openai/e1", 3)
+            .await
+            .unwrap();
+        store
+            .put_vectors("a", "openai/e1", vec![v(VectorKind::Doc, 2.0)])
+            .await
+            .unwrap();
+
         store.clear_vectors("a").await.unwrap();
         assert!(store.vectors("a", "openai/e1").await.unwrap().is_empty());
         assert!(store.vectors("a", "ollama/e2").await.unwrap().is_empty());
