@@ -51,16 +51,23 @@ pub fn decode_vector(text: &str) -> Option<Vec<f32>> {
     if !text.len().is_multiple_of(8) || !text.is_ascii() {
         return None;
     }
-    let bytes: Option<Vec<u8>> = (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
-        .collect();
-    Some(
-        bytes?
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-    )
+    // A loop over bytes, not a parse per pair: a search decodes every vector.
+    fn nibble(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        }
+    }
+    let mut out = Vec::with_capacity(text.len() / 8);
+    for chunk in text.as_bytes().chunks_exact(8) {
+        let mut bytes = [0u8; 4];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = (nibble(chunk[2 * i])? << 4) | nibble(chunk[2 * i + 1])?;
+        }
+        out.push(f32::from_le_bytes(bytes));
+    }
+    Some(out)
 }
 
 impl Store {
