@@ -244,6 +244,10 @@ pub async fn relevant_section(
     message: &str,
 ) -> String {
     let terms = search_terms(message);
+    if terms.is_empty() {
+        // Nothing to match by word, and too little to mean anything.
+        return String::new();
+    }
     let hits = match vectors::search(
         store,
         catalog,
