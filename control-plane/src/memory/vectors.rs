@@ -15,6 +15,9 @@
 //! their text (an unchanged entry keeps its vector when lines move); messages by id,
 //! and a message whose text changed since is embedded again.
 //!
+//! A server that cannot be reached (no answer within the deadline, connection refused)
+//! is not asked again for [`RETRY_AFTER`]; searches meanwhile are lexical, saying so.
+//!
 //! **Never mixed**: vectors are stored per model (`<provider>/<model>`) and the agent's
 //! record (`memory_embedding`) names the model its vectors were made with. Another
 //! model configured since pauses vector search for the agent (lexical, with a note
@@ -28,6 +31,8 @@
 //! database (sqlite-vec, pgvector) is the next step.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -207,6 +212,36 @@ pub fn fuse(lists: &[Vec<SearchHit>], k: usize) -> Vec<SearchHit> {
     fused
 }
 
+/// How long a server that could not be reached (no answer in time, connection
+/// refused) is not asked again: a provider that hangs costs one deadline per this,
+/// not one per search (and every run starts with a search). A server that answered
+/// with an error is asked again at once (that costs little).
+pub const RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// Servers not reached lately: (base URL, not asked before, why).
+type Unreachable = Vec<(String, Instant, String)>;
+
+fn unreachable_list() -> std::sync::MutexGuard<'static, Unreachable> {
+    static LIST: Mutex<Unreachable> = Mutex::new(Vec::new());
+    LIST.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Why `server` is not asked now, if it was not reached lately.
+fn unreachable_now(server: &str) -> Option<String> {
+    let now = Instant::now();
+    let mut list = unreachable_list();
+    list.retain(|(_, until, _)| *until > now);
+    list.iter()
+        .find(|(s, _, _)| s == server)
+        .map(|(_, until, why)| {
+            format!(
+                "{why} (not asked again for {} s)",
+                until.saturating_duration_since(now).as_secs().max(1)
+            )
+        })
+}
+
 /// A thing to embed: what its vector is of, its text's hash and its text.
 struct Pending {
     kind: VectorKind,
@@ -242,14 +277,31 @@ async fn embed_and_store(
     if texts.is_empty() {
         return Ok(None);
     }
-    let vectors = embeddings::embed(
+    let server = embedding.endpoint.base_url.clone();
+    if let Some(why) = unreachable_now(&server) {
+        return Err(VectorError::Embed(why));
+    }
+    let vectors = match embeddings::embed(
         catalog.http(),
         &embedding.endpoint,
         &embedding.model,
         &texts,
     )
     .await
-    .map_err(|e| VectorError::Embed(e.to_string()))?;
+    {
+        Ok(vectors) => {
+            unreachable_list().retain(|(s, _, _)| *s != server);
+            vectors
+        }
+        Err(e @ embeddings::EmbedError::Failed { .. }) => {
+            let why = e.to_string();
+            let mut list = unreachable_list();
+            list.retain(|(s, _, _)| *s != server);
+            list.push((server, Instant::now() + RETRY_AFTER, why.clone()));
+            return Err(VectorError::Embed(why));
+        }
+        Err(e) => return Err(VectorError::Embed(e.to_string())),
+    };
     let dims = vectors.first().map_or(0, Vec::len) as u64;
     if embedding.dims != 0 && dims != embedding.dims {
         return Err(VectorError::Embed(format!(
@@ -662,10 +714,14 @@ mod tests {
         .unwrap();
         assert_eq!(answer.ranking, Ranking::Lexical);
         assert_eq!(answer.hits.len(), 1);
+        let note = answer.ranking_note.unwrap();
         assert!(
-            answer.ranking_note.unwrap().contains("embedding failed"),
-            "a search never fails because embeddings do"
+            note.contains("embedding failed"),
+            "a search never fails because embeddings do: {note}"
         );
+        // The server was not reached: not asked again for a while (a hung one would
+        // cost every search its deadline).
+        assert!(note.contains("not asked again for "), "{note}");
     }
 
     #[test]
