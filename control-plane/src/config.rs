@@ -402,6 +402,9 @@ pub struct FileProvider {
     pub api_key: Option<Secret>,
     /// Local servers are probed by default; `enabled = false` stops that.
     pub enabled: Option<bool>,
+    /// The embedding model memory search uses for agents of this provider (hybrid
+    /// ranking); unset: lexical ranking only.
+    pub embedding_model: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -1102,6 +1105,30 @@ impl Settings {
                 ProviderKind::Anthropic | ProviderKind::OpenRouter => key.is_some(),
                 ProviderKind::Ollama | ProviderKind::LmStudio => from_file.enabled.unwrap_or(true),
             };
+            let embedding_model = match from_file.embedding_model {
+                Some(m) if m.trim().is_empty() => {
+                    return Err(ConfigError::Invalid {
+                        name: "[providers.*] embedding_model",
+                        message: format!(
+                            "empty for {}: name the provider's embedding model, or leave the \
+                             line out for lexical search only",
+                            kind.name()
+                        ),
+                    });
+                }
+                Some(_) if !kind.offers_embeddings() => {
+                    return Err(ConfigError::Invalid {
+                        name: "[providers.*] embedding_model",
+                        message: format!(
+                            "{} offers no embeddings endpoint; set embedding_model on an \
+                             OpenAI-compatible provider or Ollama, or leave it out (memory \
+                             search is then lexical for agents of this provider)",
+                            kind.name()
+                        ),
+                    });
+                }
+                other => other.map(|m| m.trim().to_string()),
+            };
             if enabled {
                 let configured = !kind.is_local()
                     || base.is_some()
@@ -1115,6 +1142,7 @@ impl Settings {
                         .trim_end_matches('/')
                         .to_string(),
                     api_key: key,
+                    embedding_model,
                 });
             }
         }
@@ -1735,6 +1763,42 @@ mod tests {
             resolve("", &[("DATABASE_URL", " ")]),
             Err(ConfigError::EmptyVariable { .. })
         ));
+    }
+
+    #[test]
+    fn an_embedding_model_is_set_per_provider_and_refused_where_there_is_none() {
+        let parse = |text: &str| {
+            let file: FileSettings = toml::from_str(text).unwrap();
+            Settings::resolve(
+                ServeArgs::default(),
+                file,
+                env_of(&[("OPENAI_API_KEY", "k"), ("ANTHROPIC_API_KEY", "k")]),
+            )
+        };
+        let s =
+            parse("[providers.openai]\nembedding_model = \"text-embedding-3-small\"\n").unwrap();
+        let openai = provider(&s, ProviderKind::OpenAi).unwrap();
+        assert_eq!(
+            openai.embedding_model.as_deref(),
+            Some("text-embedding-3-small")
+        );
+        assert_eq!(
+            provider(&s, ProviderKind::Anthropic)
+                .unwrap()
+                .embedding_model,
+            None
+        );
+        let err = parse("[providers.anthropic]\nembedding_model = \"x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("anthropic offers no embeddings endpoint"),
+            "{err}"
+        );
+        let err = parse("[providers.ollama]\nembedding_model = \" \"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("empty for ollama"), "{err}");
     }
 
     #[test]

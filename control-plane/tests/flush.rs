@@ -92,6 +92,8 @@ async fn setup() -> Setup {
             agents_root: dir.path().to_path_buf(),
             limit_bytes: 16384,
         },
+        std::sync::Arc::new(catalog(None)),
+        None,
     );
     Setup {
         plane,

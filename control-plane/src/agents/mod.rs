@@ -239,6 +239,8 @@ impl AgentService {
                 agents_root: agents_root.clone(),
                 limit_bytes: crate::memory::DEFAULT_LIMIT_BYTES,
             },
+            catalog.clone(),
+            default_model.clone(),
         ));
         AgentService {
             store,
@@ -282,6 +284,8 @@ impl AgentService {
                 agents_root: self.agents_root.clone(),
                 limit_bytes,
             },
+            self.catalog.clone(),
+            self.default_model.clone(),
         ));
         self
     }

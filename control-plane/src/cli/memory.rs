@@ -158,8 +158,15 @@ pub(super) async fn identity(
 /// Search hits, one a line, each saying where it is.
 pub fn render_hits(value: &Value) -> String {
     let hits = value["hits"].as_array().cloned().unwrap_or_default();
+    let hybrid = value["ranking"] == "hybrid";
+    // Why the ranking is lexical (or what hybrid ranking has not covered), last.
+    let note = match value["ranking_note"].as_str() {
+        Some(note) if hybrid => format!("({note})\n"),
+        Some(note) => format!("(lexical ranking: {note})\n"),
+        None => String::new(),
+    };
     if hits.is_empty() {
-        return "No matches.\n".into();
+        return format!("No matches.\n{note}");
     }
     let mut out = String::new();
     for hit in hits {
@@ -177,11 +184,16 @@ pub fn render_hits(value: &Value) -> String {
             _ => format!("thread {}, message {}", hit["thread_id"], hit["message_id"]),
         };
         let text = hit["text"].as_str().unwrap_or_default().replace('\n', " ");
-        out.push_str(&format!(
-            "{:.2}  {place}\n      {text}\n",
-            hit["score"].as_f64().unwrap_or_default()
-        ));
+        // Fused scores are small (1/61 is the best rank in one list).
+        let score = hit["score"].as_f64().unwrap_or_default();
+        let score = if hybrid {
+            format!("{score:.4}")
+        } else {
+            format!("{score:.2}")
+        };
+        out.push_str(&format!("{score}  {place}\n      {text}\n"));
     }
+    out.push_str(&note);
     out
 }
 
@@ -272,5 +284,22 @@ mod tests {
         );
         let identity = render_identity(&json!({"soul": "Calm.", "user": ""}));
         assert_eq!(identity, "== SOUL.md ==\nCalm.\n== USER.md ==\n(empty)\n");
+    }
+
+    #[test]
+    fn hits_say_which_ranking_and_why_it_is_lexical() {
+        let hit = json!({"text": "a crimson sedan", "source": "memory",
+                         "path": "memory/MEMORY.md", "line": 3, "score": 0.032786});
+        let hybrid = render_hits(&json!({"hits": [hit], "ranking": "hybrid"}));
+        assert_eq!(
+            hybrid,
+            "0.0328  memory/MEMORY.md:3\n      a crimson sedan\n"
+        );
+        let lexical = render_hits(&json!({"hits": [], "ranking": "lexical",
+                                          "ranking_note": "vector search is paused"}));
+        assert_eq!(
+            lexical,
+            "No matches.\n(lexical ranking: vector search is paused)\n"
+        );
     }
 }

@@ -423,7 +423,8 @@ impl Actions {
             .memory()
             .search(agent, query, None, &[])
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.to_string())?
+            .hits;
         if hits.is_empty() {
             return Ok(format!("**{agent}**: nothing found for \"{query}\"."));
         }

@@ -771,7 +771,7 @@ impl ToolGate {
                     memory
                         .search(agent, &args.query, args.k, &sources)
                         .await
-                        .map(|hits| crate::memory::search::hits_text(&hits))
+                        .map(|answer| crate::memory::search::hits_text(&answer.hits))
                 }
                 Err(_) => {
                     return Err(format!(

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use super::agents::active_agent;
 use super::{ApiError, ApiJson, AppState, Caller};
 use crate::memory::MemoryError;
-use crate::store::{SearchHit, SearchSource};
+use crate::memory::vectors::{ReindexAnswer, SearchAnswer};
+use crate::store::SearchSource;
 use chorus_proto::tools::IdentityFile;
 
 impl From<MemoryError> for ApiError {
@@ -175,11 +176,6 @@ pub(super) struct SearchParams {
     sources: Option<String>,
 }
 
-#[derive(Serialize)]
-pub(super) struct SearchView {
-    hits: Vec<SearchHit>,
-}
-
 /// Parses `sources=memory,session,message`, naming what is not a source.
 pub(super) fn parse_sources(text: &str) -> Result<Vec<SearchSource>, ApiError> {
     text.split(',')
@@ -196,30 +192,32 @@ pub(super) fn parse_sources(text: &str) -> Result<Vec<SearchSource>, ApiError> {
 }
 
 /// `GET /api/agents/{name}/memory/search?q=…&k=…&sources=…`: ranked hits, each
-/// saying where it is.
+/// saying where it is, and which ranking gave them (`"ranking": "hybrid"|"lexical"`,
+/// with `ranking_note` saying why it is lexical).
 pub(super) async fn search(
     State(state): State<AppState>,
     Path(name): Path<String>,
     Query(params): Query<SearchParams>,
-) -> Result<Json<SearchView>, ApiError> {
+) -> Result<Json<SearchAnswer>, ApiError> {
     active_agent(&state, &name).await?;
     let sources = parse_sources(params.sources.as_deref().unwrap_or_default())?;
-    let hits = state
+    let answer = state
         .agents
         .memory()
         .search(&name, &params.q, params.k, &sources)
         .await?;
-    Ok(Json(SearchView { hits }))
+    Ok(Json(answer))
 }
 
 /// `POST /api/agents/{name}/memory/reindex`: builds the agent's search index from
 /// its files and saved sessions again (the same answers as before, unless the files
-/// changed behind it) → `{"reindexed": true}`.
+/// changed behind it), and its vectors with the embedding model configured now →
+/// `{"reindexed": true, "ranking", "embedding_model"?, "embedded", "ranking_note"?}`.
 pub(super) async fn reindex(
     State(state): State<AppState>,
     Path(name): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<ReindexAnswer>, ApiError> {
     active_agent(&state, &name).await?;
-    state.agents.memory().rebuild_index(&name).await?;
-    Ok(Json(serde_json::json!({"reindexed": true})))
+    let answer = state.agents.memory().rebuild_index(&name).await?;
+    Ok(Json(answer))
 }

@@ -19,6 +19,7 @@ pub mod flush;
 pub mod prompt;
 pub mod search;
 pub mod sections;
+pub mod vectors;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -95,10 +96,20 @@ pub struct Memory {
     seen: Mutex<HashMap<String, Stamp>>,
     /// The stamps of each agent's files when they were last indexed for search.
     indexed: Mutex<HashMap<String, Stamp>>,
+    /// Resolves an agent's model to its provider, whose embedding model search uses.
+    catalog: Arc<crate::providers::catalog::Catalog>,
+    /// The model of agents that name none (`CHORUS_DEFAULT_MODEL`).
+    default_model: Option<String>,
 }
 
 impl Memory {
-    pub fn new(store: Store, runs: Arc<Runs>, settings: MemorySettings) -> Self {
+    pub fn new(
+        store: Store,
+        runs: Arc<Runs>,
+        settings: MemorySettings,
+        catalog: Arc<crate::providers::catalog::Catalog>,
+        default_model: Option<String>,
+    ) -> Self {
         Memory {
             settings,
             store,
@@ -106,7 +117,26 @@ impl Memory {
             writing: tokio::sync::Mutex::new(()),
             seen: Mutex::new(HashMap::new()),
             indexed: Mutex::new(HashMap::new()),
+            catalog,
+            default_model,
         }
+    }
+
+    /// The provider of the agent's model (whose embedding model its search uses), or
+    /// why it is not known.
+    pub async fn provider(&self, agent: &str) -> Result<String, String> {
+        let named = match self.store.agent(agent).await {
+            Ok(record) => record.and_then(|r| r.model),
+            Err(e) => return Err(format!("cannot read the agent: {e}")),
+        };
+        let Some(model) = named.or_else(|| self.default_model.clone()) else {
+            return Err("the agent has no model, so no provider to embed with".into());
+        };
+        self.catalog
+            .resolve(&model)
+            .await
+            .map(|route| route.provider)
+            .map_err(|e| format!("the agent's model has no provider now: {e}"))
     }
 
     pub fn settings(&self) -> &MemorySettings {

@@ -9,6 +9,7 @@
 
 use chorus_proto::domain::Role;
 
+use super::vectors::{self, ReindexAnswer, SearchAnswer};
 use super::{Memory, MemoryError};
 use crate::sessions::file::SessionFile;
 use crate::store::{SearchDoc, SearchHit, SearchSource, search_terms};
@@ -78,8 +79,9 @@ impl Memory {
 
     /// Builds the agent's index from scratch: its memory files and its saved sessions
     /// (its messages are indexed by the database in the transaction that stores
-    /// them; `store::search`'s test rebuilds that index too, with the same answers).
-    pub async fn rebuild_index(&self, agent: &str) -> Result<(), MemoryError> {
+    /// them; `store::search`'s test rebuilds that index too, with the same answers),
+    /// then its vectors with the embedding model configured now ([`vectors::reindex`]).
+    pub async fn rebuild_index(&self, agent: &str) -> Result<ReindexAnswer, MemoryError> {
         let store_error = |e: crate::store::StoreError| MemoryError::Io(e.to_string());
         self.store
             .clear_search_docs(agent)
@@ -118,18 +120,22 @@ impl Memory {
                 }
             }
         }
-        Ok(())
+        let provider = self.provider(agent).await;
+        vectors::reindex(&self.store, &self.catalog, agent, provider)
+            .await
+            .map_err(store_error)
     }
 
-    /// Ranked full-text search over the agent's memory files, saved sessions and
-    /// messages (all three when `sources` is empty).
+    /// Ranked search over the agent's memory files, saved sessions and messages (all
+    /// three when `sources` is empty): full-text, fused with vector search when the
+    /// agent's provider has an embedding model ([`vectors`]).
     pub async fn search(
         &self,
         agent: &str,
         query: &str,
         k: Option<usize>,
         sources: &[SearchSource],
-    ) -> Result<Vec<SearchHit>, MemoryError> {
+    ) -> Result<SearchAnswer, MemoryError> {
         self.existing(agent)?;
         self.index_if_changed(agent).await;
         let terms = search_terms(query);
@@ -144,10 +150,19 @@ impl Memory {
         } else {
             sources
         };
-        self.store
-            .search(agent, &terms, k, sources)
-            .await
-            .map_err(|e| MemoryError::Io(format!("cannot search: {e}")))
+        let provider = self.provider(agent).await;
+        vectors::search(
+            &self.store,
+            &self.catalog,
+            agent,
+            provider,
+            query,
+            &terms,
+            k,
+            sources,
+        )
+        .await
+        .map_err(|e| MemoryError::Io(format!("cannot search: {e}")))
     }
 }
 
@@ -217,19 +232,35 @@ pub fn hits_text(hits: &[SearchHit]) -> String {
 /// latest user message): at most [`RELEVANT_HITS`], each on one bounded line saying
 /// where it is, none far weaker than the best ([`RELEVANT_MIN_SHARE`]); the thread's
 /// own messages are left out (they are in the context).
+/// The same search as `memory_search` (hybrid when the agent's provider, `provider`,
+/// has an embedding model; then the share is of the fused score).
 /// "" when nothing matches or the search fails (a prompt without it still works).
 pub async fn relevant_section(
     store: &crate::store::Store,
+    catalog: &crate::providers::catalog::Catalog,
+    provider: &str,
     agent: &str,
     thread_id: u64,
     message: &str,
 ) -> String {
     let terms = search_terms(message);
-    let hits = match store
-        .search(agent, &terms, RELEVANT_HITS * 4, &SearchSource::ALL)
-        .await
+    if terms.is_empty() {
+        // Nothing to match by word, and too little to mean anything.
+        return String::new();
+    }
+    let hits = match vectors::search(
+        store,
+        catalog,
+        agent,
+        Ok(provider.to_string()),
+        message,
+        &terms,
+        RELEVANT_HITS * 4,
+        &SearchSource::ALL,
+    )
+    .await
     {
-        Ok(hits) => hits,
+        Ok(answer) => answer.hits,
         Err(e) => {
             tracing::warn!(agent, error = %e, "no relevant section: the search failed");
             return String::new();

@@ -325,6 +325,12 @@ impl Catalog {
         catalog
     }
 
+    /// The client the catalogue asks providers with (no redirects, short timeouts),
+    /// for the control plane's other calls to them (embeddings).
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
     pub fn endpoint(&self, provider: &str) -> Option<&ProviderEndpoint> {
         self.endpoints.iter().find(|e| e.kind.name() == provider)
     }

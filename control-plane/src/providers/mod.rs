@@ -2,6 +2,7 @@
 //! catalogue of their models (discovery, cache, resolving a model name to a provider).
 
 pub mod catalog;
+pub mod embeddings;
 
 use crate::secrets::Secret;
 
@@ -51,6 +52,11 @@ impl ProviderKind {
             ProviderKind::Anthropic => API_ANTHROPIC_MESSAGES,
             _ => API_OPENAI_CHAT,
         }
+    }
+
+    /// Whether the provider's API has an embeddings endpoint (Anthropic's has none).
+    pub fn offers_embeddings(self) -> bool {
+        self != ProviderKind::Anthropic
     }
 
     /// Local servers need no key and may simply not be running.
@@ -103,6 +109,9 @@ pub struct ProviderEndpoint {
     /// Someone asked for it (a key, a base URL, `enabled = true`); false: a local
     /// server probed at its default address, whose absence is no news.
     pub configured: bool,
+    /// The model memory search embeds with (`[providers.<name>] embedding_model`);
+    /// `None`: search is lexical for the agents of this provider.
+    pub embedding_model: Option<String>,
 }
 
 impl ProviderEndpoint {
@@ -159,6 +168,7 @@ mod tests {
             base_url: kind.default_base().into(),
             api_key: key.map(Secret::new),
             configured: true,
+            embedding_model: None,
         };
         let anthropic = endpoint(ProviderKind::Anthropic, Some("sk-ant"));
         assert!(

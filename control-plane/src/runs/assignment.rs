@@ -269,8 +269,15 @@ impl Builder<'_> {
         });
         let relevant = match latest {
             Some(text) => {
-                crate::memory::search::relevant_section(self.store, &agent.name, thread.id, text)
-                    .await
+                crate::memory::search::relevant_section(
+                    self.store,
+                    self.catalog,
+                    &route.provider,
+                    &agent.name,
+                    thread.id,
+                    text,
+                )
+                .await
             }
             None => String::new(),
         };

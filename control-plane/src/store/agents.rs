@@ -205,6 +205,17 @@ impl Store {
                         .bind(agent.backend.as_str())
                         .execute(&mut *tx)
                         .await?;
+                        // The name's earlier agent's vectors and embedding model are
+                        // not this one's (a model recorded then would pause its search).
+                        for sql in [
+                            "DELETE FROM memory_vectors WHERE agent_name = $1",
+                            "DELETE FROM memory_embedding WHERE agent_name = $1",
+                        ] {
+                            sqlx::query(sql)
+                                .bind(&agent.name)
+                                .execute(&mut *tx)
+                                .await?;
+                        }
                     }
                     None => {
                         sqlx::query(

@@ -84,6 +84,7 @@ mod task_turns;
 mod tasks;
 mod threads;
 mod user_tokens;
+mod vectors;
 mod worker_trust;
 mod writer;
 
@@ -125,6 +126,7 @@ pub use threads::{
     Progress, StepRecord, StoredMessage, ThreadRecord, ThreadRole, ThreadStatus, summary_of,
 };
 pub use user_tokens::{NewUserToken, UserTokenRecord};
+pub use vectors::{StoredVector, VectorKind};
 pub use worker_trust::{CredentialLookup, Placed, WorkerCredentialRecord};
 pub use writer::Pending;
 use writer::Writer;
@@ -229,12 +231,13 @@ macro_rules! migrations {
             (27, "memory search", "0027_memory_search.sql"),
             (28, "memory flush", "0028_memory_flush.sql"),
             (29, "heartbeat", "0029_heartbeat.sql"),
+            (30, "memory vectors", "0030_memory_vectors.sql"),
         )
     };
 }
 
 fn migrator(backend: Backend) -> Migrator {
-    let set: [(i64, &'static str, &'static str); 29] = match backend {
+    let set: [(i64, &'static str, &'static str); 30] = match backend {
         Backend::Sqlite => migrations!("sqlite"),
         Backend::Postgres => migrations!("postgres"),
     };

@@ -115,6 +115,31 @@ fn match_text(backend: Backend, terms: &[String]) -> String {
     }
 }
 
+/// A row of `search_docs` (text, source, path, line, session_id, thread_id) as a
+/// hit; `None` for a source this build does not know.
+pub(super) fn doc_hit(
+    row: &sqlx::any::AnyRow,
+    score: f64,
+) -> Result<Option<SearchHit>, StoreError> {
+    let source: String = row.try_get("source")?;
+    let Some(source) = SearchSource::parse(&source) else {
+        return Ok(None);
+    };
+    let session_id: String = row.try_get("session_id")?;
+    let thread_id: i64 = row.try_get("thread_id")?;
+    let line: i64 = row.try_get("line")?;
+    Ok(Some(SearchHit {
+        text: row.try_get("text")?,
+        source,
+        path: Some(row.try_get("path")?),
+        line: (source == SearchSource::Memory).then_some(line.max(0) as u64),
+        session_id: (!session_id.is_empty()).then_some(session_id),
+        thread_id: (thread_id > 0).then_some(thread_id as u64),
+        message_id: None,
+        score,
+    }))
+}
+
 const INSERT_DOC: &str = "INSERT INTO search_docs (agent_name, source, path, line, session_id, thread_id, text) \
      VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
@@ -245,26 +270,12 @@ impl Store {
                 .fetch_all(&self.pool)
                 .await?;
             for row in rows {
-                let source: String = row.try_get("source")?;
-                let Some(source) = SearchSource::parse(&source) else {
+                let Some(hit) = doc_hit(&row, row.try_get("score")?)? else {
                     continue;
                 };
-                if !files.contains(&source.as_str()) {
-                    continue;
+                if files.contains(&hit.source.as_str()) {
+                    hits.push(hit);
                 }
-                let session_id: String = row.try_get("session_id")?;
-                let thread_id: i64 = row.try_get("thread_id")?;
-                let line: i64 = row.try_get("line")?;
-                hits.push(SearchHit {
-                    text: row.try_get("text")?,
-                    source,
-                    path: Some(row.try_get("path")?),
-                    line: (source == SearchSource::Memory).then_some(line.max(0) as u64),
-                    session_id: (!session_id.is_empty()).then_some(session_id),
-                    thread_id: (thread_id > 0).then_some(thread_id as u64),
-                    message_id: None,
-                    score: row.try_get("score")?,
-                });
             }
         }
         if sources.contains(&SearchSource::Message) {

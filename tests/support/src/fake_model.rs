@@ -158,6 +158,12 @@ struct Script {
     answered: u64,
     /// The path prefix the API is served under (`/llm`), empty for none.
     prefix: String,
+    /// The embedding models served (`crate::fake_embed`).
+    embedding_models: Vec<String>,
+    /// How embedding requests are answered.
+    embed_mode: crate::fake_embed::EmbedMode,
+    /// Embedding requests, apart from the model calls.
+    embeddings: Vec<RecordedRequest>,
 }
 
 type Shared = Arc<Mutex<Script>>;
@@ -270,13 +276,18 @@ impl FakeModel {
             title_reply: None,
             answered: 0,
             prefix: prefix.to_string(),
+            embedding_models: vec!["fake-embed".to_string()],
+            embed_mode: crate::fake_embed::EmbedMode::Normal,
+            embeddings: Vec::new(),
         }));
         let api = Router::new()
             .route("/v1/chat/completions", post(answer))
             .route("/v1/messages", post(answer))
             .route("/v1/models", get(list_models))
             .route("/api/tags", get(ollama_tags))
-            .route("/v1/key", get(openrouter_key));
+            .route("/v1/key", get(openrouter_key))
+            .route("/v1/embeddings", post(embed_openai))
+            .route("/api/embed", post(embed_ollama));
         let app = if prefix.is_empty() {
             api
         } else {
@@ -393,6 +404,24 @@ impl FakeModel {
         self.script.lock().unwrap().strays.clone()
     }
 
+    /// The embedding models served (`fake-embed` unless set).
+    pub fn set_embedding_models(&self, models: &[&str]) -> &Self {
+        self.script.lock().unwrap().embedding_models =
+            models.iter().map(ToString::to_string).collect();
+        self
+    }
+
+    /// How embedding requests are answered from now on (fail on demand).
+    pub fn set_embed_mode(&self, mode: crate::fake_embed::EmbedMode) -> &Self {
+        self.script.lock().unwrap().embed_mode = mode;
+        self
+    }
+
+    /// Embedding requests so far (not in [`FakeModel::requests`]).
+    pub fn embedding_requests(&self) -> Vec<RecordedRequest> {
+        self.script.lock().unwrap().embeddings.clone()
+    }
+
     /// Waits until at least `n` requests arrived.
     pub async fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<RecordedRequest> {
         let deadline = tokio::time::Instant::now() + timeout;
@@ -403,6 +432,81 @@ impl FakeModel {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+}
+
+async fn embed_openai(
+    State(script): State<Shared>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    embed(script, uri, headers, body, false)
+}
+
+async fn embed_ollama(
+    State(script): State<Shared>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    embed(script, uri, headers, body, true)
+}
+
+/// An embeddings request, checked strictly and answered as the mode says.
+fn embed(
+    script: Shared,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: String,
+    ollama: bool,
+) -> Response {
+    use crate::fake_embed::{EmbedMode, answer, error_body, inputs, problems};
+    let body: Value = serde_json::from_str(&body).unwrap_or(Value::String(body));
+    let mut script = script.lock().unwrap();
+    script.embeddings.push(RecordedRequest {
+        at: std::time::Instant::now(),
+        method: "POST".into(),
+        path: uri.path().to_string(),
+        query: uri.query().unwrap_or("").to_string(),
+        headers: headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_string(),
+                    v.to_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect(),
+        body: body.clone(),
+    });
+    let problems = problems(&body, ollama, &script.embedding_models);
+    if !problems.is_empty() {
+        script
+            .violations
+            .extend(problems.iter().map(|p| format!("POST {}: {p}", uri.path())));
+        let message = problems.join("; ");
+        let error = if ollama {
+            json!({"error": message})
+        } else {
+            json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": null}})
+        };
+        return (StatusCode::BAD_REQUEST, axum::Json(error)).into_response();
+    }
+    let model = body["model"].as_str().unwrap_or_default();
+    match script.embed_mode {
+        EmbedMode::Status(status) => (
+            StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            axum::Json(error_body(status, ollama)),
+        )
+            .into_response(),
+        mode => axum::Json(answer(
+            &inputs(&body),
+            model,
+            ollama,
+            mode == EmbedMode::WrongDims,
+        ))
+        .into_response(),
     }
 }
 

@@ -6,6 +6,7 @@
 pub mod chorus;
 pub mod closing;
 pub mod fake_discord;
+pub mod fake_embed;
 pub mod fake_model;
 pub mod fake_worker;
 pub mod otlp;

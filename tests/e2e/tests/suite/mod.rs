@@ -11,6 +11,7 @@ mod dial_in;
 mod discord;
 mod discord_commands;
 mod discord_tasks;
+mod embeddings;
 mod feed;
 mod flush;
 mod grants;
