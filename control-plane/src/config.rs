@@ -310,9 +310,13 @@ impl ContextSettings {
 
 /// A number setting's value (`default` when unset), or an error naming the setting
 /// and the values it takes: an out-of-range value is refused, never quietly changed.
+/// `[memory] flush_at` when unset: three quarters of the model's window
+/// (`memory::flush`).
+pub const DEFAULT_FLUSH_AT: f64 = 0.75;
+
 /// `[memory] flush_at`: a fraction of the window, more than 0 and at most 1.
 fn flush_at(value: Option<f64>) -> Result<f64, ConfigError> {
-    let value = value.unwrap_or(crate::memory::flush::DEFAULT_FLUSH_AT);
+    let value = value.unwrap_or(DEFAULT_FLUSH_AT);
     if value > 0.0 && value <= 1.0 {
         return Ok(value);
     }

@@ -93,6 +93,8 @@ pub struct CreateAgent {
     pub discord_channel_id: Option<String>,
     /// Its MCP servers, checked (`crate::mcp`), as stored; none when absent.
     pub mcp_servers: Option<String>,
+    /// Its heartbeat setting, checked (`crate::heartbeat`); none: off.
+    pub heartbeat: Option<crate::store::InitialHeartbeat>,
 }
 
 /// What a create request gives; the rest comes from agent.json or the defaults.
@@ -106,6 +108,7 @@ struct Given {
     idle_timeout_secs: Option<u64>,
     discord_channel_id: Option<String>,
     mcp_servers: Option<String>,
+    heartbeat: Option<crate::store::InitialHeartbeat>,
 }
 
 /// A Discord id: a snowflake, 1 to 20 digits.
@@ -387,6 +390,7 @@ impl AgentService {
                     idle_timeout_secs,
                     discord_channel_id,
                     mcp_servers: request.mcp_servers,
+                    heartbeat: request.heartbeat,
                 },
                 reused,
                 (role, user),
@@ -576,6 +580,7 @@ impl AgentService {
             idle_timeout_secs,
             discord_channel_id,
             mcp_servers,
+            heartbeat,
         } = given;
         dir.ensure_layout().await?;
         let mut config = dir.read_config().await?;
@@ -675,6 +680,7 @@ impl AgentService {
                     discord_channel_id,
                     incarnation,
                     mcp_servers,
+                    heartbeat,
                 },
                 &at,
             )

@@ -81,6 +81,17 @@ pub struct HeartbeatChange {
     pub model: Option<Option<String>>,
 }
 
+/// A new agent's heartbeat setting from its checked create request (none: off).
+pub fn initial(change: &HeartbeatChange) -> Option<crate::store::InitialHeartbeat> {
+    let minutes = change.minutes.unwrap_or(0);
+    let model = change.model.clone().flatten();
+    (minutes > 0 || model.is_some()).then(|| crate::store::InitialHeartbeat {
+        minutes,
+        model,
+        next_at: (minutes > 0).then(|| format_time(decide::next_after(Utc::now(), minutes))),
+    })
+}
+
 fn parse_time(text: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(text)
         .ok()

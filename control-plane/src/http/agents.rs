@@ -187,6 +187,7 @@ pub(super) async fn create(
         model: Some(body.heartbeat_model),
     };
     state.heartbeats.check(&heartbeat).await?;
+    let heartbeat = crate::heartbeat::initial(&heartbeat);
     let record = state
         .agents
         .create(
@@ -201,12 +202,13 @@ pub(super) async fn create(
                 idle_timeout_secs: body.idle_timeout_secs,
                 discord_channel_id: body.discord_channel_id,
                 mcp_servers,
+                heartbeat,
             },
             &caller.principal(),
             caller.role,
         )
         .await?;
-    state.heartbeats.configure(&record.name, heartbeat).await?;
+    state.heartbeats.changed();
     state.runs.idle_configured(&record.name).await;
     Ok((StatusCode::CREATED, Json(view(&state, record).await?)))
 }

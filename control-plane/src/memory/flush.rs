@@ -44,8 +44,6 @@ use crate::providers::catalog::Catalog;
 use crate::store::{FlushRecord, Store, StoredMessage};
 use crate::summaries::{Purpose, Summarizer};
 
-/// `[memory] flush_at` when unset: three quarters of the model's window.
-pub const DEFAULT_FLUSH_AT: f64 = 0.75;
 /// The latest exchanges a flush keeps in the window, whole.
 pub const KEEP_EXCHANGES: usize = 2;
 /// How long a flush waits for the model's summary before it writes the fallback.

@@ -30,7 +30,6 @@ use chorus_proto::tools::IdentityFile;
 use tokio_util::sync::CancellationToken;
 
 use crate::principal::Principal;
-use crate::runs::Runs;
 use crate::store::{AuditDecision, AuditEntry, Store};
 use entries::{Entry, Provenance};
 use files::{MEMORY_FILE, MemoryDir};
@@ -87,10 +86,23 @@ pub struct Listing {
 
 type Stamp = Vec<(std::path::PathBuf, u64, Option<std::time::SystemTime>, u64)>;
 
+/// What memory needs of the agents' runs (`runs::Runs` is it): told of a change, so
+/// live runs use it from their next model call, and which agents have runs (whose
+/// files the watcher looks at). A seam, so that the runs may use memory (a run's end
+/// flushes a long thread into it) without the two modules using each other.
+pub trait LiveRuns: Send + Sync {
+    fn agent_changed<'a>(
+        &'a self,
+        agent: &'a str,
+        change: AgentChange,
+    ) -> futures::future::BoxFuture<'a, ()>;
+    fn busy_agents(&self) -> Vec<String>;
+}
+
 pub struct Memory {
     settings: MemorySettings,
     store: Store,
-    runs: Arc<Runs>,
+    runs: Arc<dyn LiveRuns>,
     writing: tokio::sync::Mutex<()>,
     /// The stamps last seen of busy agents' files.
     seen: Mutex<HashMap<String, Stamp>>,
@@ -105,7 +117,7 @@ pub struct Memory {
 impl Memory {
     pub fn new(
         store: Store,
-        runs: Arc<Runs>,
+        runs: Arc<dyn LiveRuns>,
         settings: MemorySettings,
         catalog: Arc<crate::providers::catalog::Catalog>,
         default_model: Option<String>,

@@ -235,6 +235,20 @@ pub struct Runs {
     agents: Mutex<HashMap<String, Handle>>,
 }
 
+impl crate::memory::LiveRuns for Runs {
+    fn agent_changed<'a>(
+        &'a self,
+        agent: &'a str,
+        change: AgentChange,
+    ) -> futures::future::BoxFuture<'a, ()> {
+        Box::pin(Runs::agent_changed(self, agent, change))
+    }
+
+    fn busy_agents(&self) -> Vec<String> {
+        Runs::busy_agents(self)
+    }
+}
+
 impl Runs {
     pub fn new(
         store: Store,

@@ -82,6 +82,8 @@ pub struct NewAgent {
     /// Its MCP servers (checked JSON), written in the same transaction: a revived
     /// agent's incarnation never shows the old creation's servers, even for a moment.
     pub mcp_servers: Option<String>,
+    /// Its heartbeat setting (none: off), written in the same transaction too.
+    pub heartbeat: Option<super::heartbeats::InitialHeartbeat>,
 }
 
 /// Fields a configure call may change; `None` leaves the field alone.
@@ -243,6 +245,14 @@ impl Store {
                     &agent.name,
                     &agent.incarnation,
                     agent.mcp_servers.as_deref(),
+                    &at,
+                )
+                .await?;
+                super::heartbeats::replace_heartbeat(
+                    tx,
+                    &agent.name,
+                    &agent.incarnation,
+                    agent.heartbeat.as_ref(),
                     &at,
                 )
                 .await?;
@@ -436,6 +446,7 @@ mod tests {
             discord_channel_id: None,
             incarnation: "i1".into(),
             mcp_servers: None,
+            heartbeat: None,
             name: name.into(),
             model: Some("m".into()),
             system_prompt: "p".into(),
@@ -450,12 +461,18 @@ mod tests {
     /// A creation's MCP servers are written with its row: a revived agent (kept
     /// files, the same incarnation) has only what its new creation was given.
     #[tokio::test]
-    async fn a_creation_s_mcp_servers_are_written_with_it_and_a_revived_agent_has_only_its_own() {
+    async fn a_creation_s_mcp_servers_and_heartbeat_are_written_with_it_and_a_revived_agent_has_only_its_own()
+     {
         let (store, _dir) = test_store().await;
         let servers = r#"{"demo":{"command":"x"}}"#;
         store
             .register_agent(&NewAgent {
                 mcp_servers: Some(servers.into()),
+                heartbeat: Some(crate::store::InitialHeartbeat {
+                    minutes: 30,
+                    model: None,
+                    next_at: Some("2026-01-01T10:00:00.000Z".into()),
+                }),
                 ..new_agent("a")
             })
             .await
@@ -464,6 +481,14 @@ mod tests {
             store.mcp_servers("a").await.unwrap().as_deref(),
             Some(servers)
         );
+        assert_eq!(
+            store
+                .heartbeat_setting("a")
+                .await
+                .unwrap()
+                .map(|h| h.minutes),
+            Some(30)
+        );
         store.mark_agent_destroyed("a", true).await.unwrap();
         assert_eq!(store.mcp_servers("a").await.unwrap(), None, "not active");
         store.register_agent(&new_agent("a")).await.unwrap();
@@ -471,6 +496,14 @@ mod tests {
             store.mcp_servers("a").await.unwrap(),
             None,
             "revived without"
+        );
+        assert!(
+            store
+                .heartbeat_setting("a")
+                .await
+                .unwrap()
+                .is_none_or(|h| h.minutes == 0),
+            "revived with its heartbeat off"
         );
     }
 
@@ -534,6 +567,7 @@ mod tests {
                 model: Some("other".into()),
                 incarnation: "i2".into(),
                 mcp_servers: None,
+                heartbeat: None,
                 ..new_agent("a")
             })
             .await
@@ -604,6 +638,7 @@ mod tests {
                 backend: Backend::OpenCode,
                 incarnation: "i2".into(),
                 mcp_servers: None,
+                heartbeat: None,
                 ..new_agent("a")
             })
             .await

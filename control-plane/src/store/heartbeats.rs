@@ -121,6 +121,46 @@ const SETTING: &str = "SELECT h.agent_name, h.incarnation, h.minutes, h.model, h
 const RECORD: &str = "SELECT h.id, h.agent_name, h.cause, h.outcome, h.reason, h.thread_id, h.tokens, \
      h.started_at, h.ended_at, h.incarnation, h.file_hash FROM heartbeats h";
 
+/// A new creation's heartbeat setting, written in the transaction that creates it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitialHeartbeat {
+    pub minutes: u32,
+    pub model: Option<String>,
+    pub next_at: Option<String>,
+}
+
+/// Replaces the heartbeat setting of one creation of `agent` (none: off), in the
+/// caller's transaction: a revived agent (its kept incarnation) starts with only what
+/// its new creation was given.
+pub(super) async fn replace_heartbeat(
+    tx: &mut sqlx::AnyConnection,
+    agent: &str,
+    incarnation: &str,
+    initial: Option<&InitialHeartbeat>,
+    at: &str,
+) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM agent_heartbeats WHERE agent_name = $1 AND incarnation = $2")
+        .bind(agent)
+        .bind(incarnation)
+        .execute(&mut *tx)
+        .await?;
+    if let Some(h) = initial {
+        sqlx::query(
+            "INSERT INTO agent_heartbeats (agent_name, incarnation, minutes, model, next_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(agent)
+        .bind(incarnation)
+        .bind(i64::from(h.minutes))
+        .bind(h.model.clone())
+        .bind(h.next_at.clone())
+        .bind(at)
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok(())
+}
+
 impl Store {
     /// Sets the heartbeat of the active agent `name` (its minutes, model and next
     /// heartbeat); the hash of the last quiet answer stays.

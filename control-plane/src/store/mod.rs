@@ -105,7 +105,9 @@ pub use audit::{AuditDecision, AuditEntry, AuditRecord};
 pub use error::{DISK_FULL, StoreError, is_no_space};
 pub use flushes::FlushRecord;
 pub use grants::GrantRecord;
-pub use heartbeats::{HeartbeatCause, HeartbeatOutcome, HeartbeatRecord, HeartbeatSetting};
+pub use heartbeats::{
+    HeartbeatCause, HeartbeatOutcome, HeartbeatRecord, HeartbeatSetting, InitialHeartbeat,
+};
 pub use jobs::{JobRecord, JobStatus, OrphanJob};
 pub use owner_lock::{DatabaseLock, Taken};
 pub use policies::AgentPolicy;
@@ -442,6 +444,7 @@ pub(crate) async fn test_store_with_agent() -> (Store, tempfile::TempDir) {
             discord_channel_id: None,
             incarnation: "i1".into(),
             mcp_servers: None,
+            heartbeat: None,
             name: "a".into(),
             model: None,
             system_prompt: "p".into(),
@@ -509,6 +512,7 @@ mod tests {
                 discord_channel_id: None,
                 incarnation: "i1".into(),
                 mcp_servers: None,
+                heartbeat: None,
                 name: "a".into(),
                 model: None,
                 system_prompt: "p".into(),

@@ -426,6 +426,7 @@ mod tests {
                 discord_channel_id: None,
                 incarnation: "i2".into(),
                 mcp_servers: None,
+                heartbeat: None,
                 name: "a".into(),
                 model: None,
                 system_prompt: again.system_prompt,

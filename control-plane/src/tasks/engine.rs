@@ -308,6 +308,7 @@ impl Engine {
             idle_timeout_secs: None,
             discord_channel_id: None,
             mcp_servers: None,
+            heartbeat: None,
         };
         self.agents
             .create(request, &Principal::Scheduler, PersonRole::Admin)

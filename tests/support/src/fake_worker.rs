@@ -89,7 +89,7 @@ impl Plane {
             tool_schemas: Default::default(),
             mcp: Default::default(),
             memory: Default::default(),
-            flush_at: chorus_control_plane::memory::flush::DEFAULT_FLUSH_AT,
+            flush_at: chorus_control_plane::config::DEFAULT_FLUSH_AT,
         };
         adjust(&mut settings);
         let runs = Arc::new(Runs::new(
@@ -125,6 +125,7 @@ impl Plane {
                 discord_channel_id: None,
                 incarnation: format!("{name}-1"),
                 mcp_servers: None,
+                heartbeat: None,
             })
             .await
             .expect("register the agent")

@@ -188,16 +188,27 @@ async fn a_worker_credential_reaches_only_model_endpoints_and_dies_with_its_conn
         .send()
         .await?;
     assert_eq!(claude.status(), 200);
-    // The fake serves no embeddings: the provider's own 404, not a relay refusal.
+    // Embeddings are a model endpoint: passed through to the provider, with the
+    // provider's key in place of the worker's credential.
     let embeddings = relay
         .post(url("/llm/openai/embeddings"))
         .bearer_auth(&credential)
-        .json(&json!({"model": "fake-model", "input": "x"}))
+        .json(&json!({"model": "fake-embed", "input": "x"}))
         .send()
         .await?;
-    assert_eq!(embeddings.status(), 404);
+    assert_eq!(embeddings.status(), 200);
     assert!(!embeddings.headers().contains_key(RELAY_ERROR_HEADER));
-    assert_eq!(openai.stray_requests(), vec!["POST /v1/embeddings"]);
+    let embedded = openai.embedding_requests();
+    assert_eq!(embedded.len(), 1, "{embedded:?}");
+    assert_eq!(embedded[0].path, "/v1/embeddings");
+    assert!(
+        !embedded[0]
+            .headers
+            .iter()
+            .any(|(_, v)| v.contains(&credential)),
+        "the worker's credential went upstream"
+    );
+    assert!(openai.stray_requests().is_empty());
     openai.push(text("hello"));
     let chat = relay
         .post(url("/llm/openai/chat/completions"))
