@@ -161,6 +161,9 @@ pub(super) async fn replace_heartbeat(
     Ok(())
 }
 
+/// How many heartbeat records an agent keeps (the newest), and all of today's.
+pub const KEEP_HEARTBEATS: usize = 1000;
+
 impl Store {
     /// Sets the heartbeat of the active agent `name` (its minutes, model and next
     /// heartbeat); the hash of the last quiet answer stays.
@@ -320,7 +323,10 @@ impl Store {
         .await
     }
 
-    /// Records a heartbeat: `Running`, or ended at once (`Skipped`, `Failed`).
+    /// Records a heartbeat: `Running`, or ended at once (`Skipped`, `Failed`). An
+    /// agent keeps its newest [`KEEP_HEARTBEATS`] records and all of today's (UTC;
+    /// the daily token cap counts them): a skipped heartbeat every five minutes would
+    /// otherwise grow the database without end.
     pub async fn start_heartbeat(
         &self,
         agent: &str,
@@ -338,7 +344,7 @@ impl Store {
                     "INSERT INTO heartbeats (agent_name, incarnation, cause, outcome, reason, file_hash, started_at, ended_at) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
                 )
-                .bind(agent)
+                .bind(&agent)
                 .bind(incarnation)
                 .bind(cause.as_str())
                 .bind(outcome.as_str())
@@ -347,6 +353,19 @@ impl Store {
                 .bind(now())
                 .bind(ended)
                 .fetch_one(&mut *tx)
+                .await?;
+                let today = chrono::Utc::now()
+                    .format("%Y-%m-%dT00:00:00.000Z")
+                    .to_string();
+                sqlx::query(
+                    "DELETE FROM heartbeats WHERE agent_name = $1 AND outcome <> 'running' \
+                     AND started_at < $3 AND id <= (SELECT id FROM heartbeats \
+                     WHERE agent_name = $1 ORDER BY id DESC LIMIT 1 OFFSET $2)",
+                )
+                .bind(&agent)
+                .bind(KEEP_HEARTBEATS as i64)
+                .bind(today)
+                .execute(&mut *tx)
                 .await?;
                 Ok(id as u64)
             })
@@ -447,6 +466,40 @@ impl Store {
 mod tests {
     use super::*;
     use crate::store::test_store_with_agent;
+
+    #[tokio::test]
+    async fn an_agent_keeps_its_newest_heartbeats_and_all_of_today_s() {
+        let (store, _dir) = test_store_with_agent().await;
+        let skip = || {
+            store.start_heartbeat(
+                "a",
+                "i1",
+                HeartbeatCause::Periodic,
+                HeartbeatOutcome::Skipped,
+                Some("unchanged".into()),
+                None,
+            )
+        };
+        for _ in 0..KEEP_HEARTBEATS + 5 {
+            skip().await.unwrap();
+        }
+        let count = |store: &Store| {
+            let store = store.clone();
+            async move { store.heartbeats("a", 100_000).await.unwrap().len() }
+        };
+        assert_eq!(count(&store).await, KEEP_HEARTBEATS + 5, "today's all stay");
+        store
+            .execute(sqlx::query(
+                "UPDATE heartbeats SET started_at = '2000-01-01T00:00:00.000Z'",
+            ))
+            .await
+            .unwrap();
+        let newest = skip().await.unwrap();
+        let kept = store.heartbeats("a", 100_000).await.unwrap();
+        // The newest ones, the new one among them, up to the bound.
+        assert_eq!(kept.len(), KEEP_HEARTBEATS, "older ones pruned");
+        assert_eq!(kept[0].id, newest);
+    }
 
     #[tokio::test]
     async fn the_setting_keeps_the_quiet_hash_a_heartbeat_ends_once_and_a_destroyed_agents_are_gone()

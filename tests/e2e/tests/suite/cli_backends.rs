@@ -105,6 +105,18 @@ async fn create_coder(chorus: &Chorus, backend: &str) -> anyhow::Result<Value> {
     .await
 }
 
+/// Agent `careful` on `backend`: `view` allowed, `create_file` asked of a person.
+async fn create_careful(chorus: &Chorus, backend: &str) -> anyhow::Result<Value> {
+    ok(
+        chorus,
+        Method::POST,
+        "/api/agents",
+        Some(json!({"name": "careful", "backend": backend,
+                    "permissions": {"allow": ["tool:view:.*"], "ask": ["tool:create_file:.*"]}})),
+    )
+    .await
+}
+
 async fn wait_task(chorus: &Chorus, id: u64, status: &str) -> anyhow::Result<Value> {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
@@ -144,6 +156,16 @@ async fn tool_decisions(
                 r["result"].as_str().unwrap_or_default().to_string(),
             )
         })
+        .collect())
+}
+
+/// The tool decisions of `agent`'s audit log, oldest first, one line each:
+/// `<action> <decision> <result>`.
+async fn decision_lines(chorus: &Chorus, agent: &str) -> anyhow::Result<Vec<String>> {
+    Ok(tool_decisions(chorus, agent)
+        .await?
+        .into_iter()
+        .map(|(action, decision, result)| format!("{action} {decision} {result}"))
         .collect())
 }
 
@@ -792,14 +814,7 @@ async fn a_session_the_cli_lost_starts_again_with_the_thread_as_context() -> any
 #[tokio::test]
 async fn a_cli_call_that_asks_waits_for_a_person_and_runs_once_approved() -> anyhow::Result<()> {
     let (model, chorus) = start("claude-code").await?;
-    ok(
-        &chorus,
-        Method::POST,
-        "/api/agents",
-        Some(json!({"name": "careful", "backend": "claude-code",
-                    "permissions": {"allow": ["tool:view:.*"], "ask": ["tool:create_file:.*"]}})),
-    )
-    .await?;
+    create_careful(&chorus, "claude-code").await?;
     model.push(tool_call(
         "c1",
         "create_file",
@@ -889,14 +904,7 @@ async fn an_approval_slower_than_the_hold_ends_the_cli_turn_and_its_answer_resum
         });
         let (model, chorus) =
             start_configured(backend, "[backends]\napproval_hold_secs = 1\n").await?;
-        ok(
-            &chorus,
-            Method::POST,
-            "/api/agents",
-            Some(json!({"name": "careful", "backend": backend,
-                        "permissions": {"allow": ["tool:view:.*"], "ask": ["tool:create_file:.*"]}})),
-        )
-        .await?;
+        create_careful(&chorus, backend).await?;
         for (decision, file) in [("approve", "a.txt"), ("deny", "b.txt")] {
             model.push(tool_call(
                 "c1",
@@ -1007,11 +1015,7 @@ async fn an_approval_slower_than_the_hold_ends_the_cli_turn_and_its_answer_resum
             );
         }
         // One row per call, with how the call went once it was answered.
-        let decisions: Vec<String> = tool_decisions(&chorus, "careful")
-            .await?
-            .into_iter()
-            .map(|(action, decision, result)| format!("{action} {decision} {result}"))
-            .collect();
+        let decisions: Vec<String> = decision_lines(&chorus, "careful").await?;
         assert_eq!(
             decisions,
             [
@@ -1035,14 +1039,7 @@ async fn a_restart_while_a_deferred_call_waits_resumes_the_session_with_the_call
     let model = FakeAnthropic::start().await;
     let data = tempfile::tempdir()?;
     let chorus = claude_chorus(&model, HOLD, Some(data.path())).await?;
-    ok(
-        &chorus,
-        Method::POST,
-        "/api/agents",
-        Some(json!({"name": "careful", "backend": "claude-code",
-                    "permissions": {"allow": ["tool:view:.*"], "ask": ["tool:create_file:.*"]}})),
-    )
-    .await?;
+    create_careful(&chorus, "claude-code").await?;
     model.push(tool_call(
         "c1",
         "create_file",
@@ -1089,11 +1086,7 @@ async fn a_restart_while_a_deferred_call_waits_resumes_the_session_with_the_call
         ),
         "{resumed}"
     );
-    let decisions: Vec<String> = tool_decisions(&chorus, "careful")
-        .await?
-        .into_iter()
-        .map(|(action, decision, result)| format!("{action} {decision} {result}"))
-        .collect();
+    let decisions: Vec<String> = decision_lines(&chorus, "careful").await?;
     assert_eq!(
         decisions,
         ["tool:create_file:a.txt ask_expired error"],
