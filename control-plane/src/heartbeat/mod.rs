@@ -15,8 +15,8 @@
 //! `POST …/heartbeat` runs one even when the heartbeat is off and the file unchanged.
 //!
 //! **The loop** reads the earliest next heartbeat of every active agent and sleeps
-//! until it (at most [`RECHECK`]), or until a setting changes ([`Heartbeats::changed`]);
-//! it never polls. A due heartbeat's next one is stored first (a crash loses at most
+//! until it, or until a setting changes ([`Heartbeats::changed`]), with the schedules'
+//! wait (`schedules::wait_for_next`, at most ten minutes); it never polls. A due heartbeat's next one is stored first (a crash loses at most
 //! that one, never repeats it), a period after it was taken: one due while chorus was
 //! down is taken once at start, never made up for in a burst.
 //!
@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use chorus_proto::domain::Role;
 use chorus_proto::tools::IdentityFile;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio::sync::broadcast::error::RecvError;
@@ -54,10 +54,6 @@ use crate::store::{
     StoreError, ThreadStatus, format_time,
 };
 use decide::Skip;
-
-/// The longest the loop sleeps before it reads the next heartbeat again: a change of
-/// the wall clock is seen within this.
-pub const RECHECK: Duration = Duration::from_secs(600);
 
 /// Heartbeats listed by `GET …/heartbeat`, newest first.
 const LISTED: u32 = 50;
@@ -90,12 +86,6 @@ pub fn initial(change: &HeartbeatChange) -> Option<crate::store::InitialHeartbea
         model,
         next_at: (minutes > 0).then(|| format_time(decide::next_after(Utc::now(), minutes))),
     })
-}
-
-fn parse_time(text: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(text)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
 }
 
 pub struct Heartbeats {
@@ -160,23 +150,9 @@ impl Heartbeats {
 
     async fn run_loop(self: &Arc<Self>) {
         loop {
-            let next = match self.store.next_heartbeat().await {
-                Ok(next) => next.as_deref().and_then(parse_time),
-                Err(e) => {
-                    tracing::error!(error = %e, "heartbeat: cannot read the next heartbeat; trying again soon");
-                    Some(Utc::now() + chrono::Duration::seconds(30))
-                }
-            };
-            let sleep = match next {
-                Some(next) => (next - Utc::now())
-                    .to_std()
-                    .unwrap_or(Duration::ZERO)
-                    .min(RECHECK),
-                None => RECHECK,
-            };
-            tokio::select! {
-                _ = self.wake.notified() => continue,
-                _ = tokio::time::sleep(sleep) => {}
+            let next = self.store.next_heartbeat().await;
+            if !crate::schedules::wait_for_next(next, &self.wake, "heartbeat").await {
+                continue;
             }
             if self.runs.draining() {
                 // Shutting down: what is due stays due, and the next start takes it.

@@ -112,10 +112,39 @@ fn when_of(s: &ScheduleRecord) -> Result<When, String> {
     )
 }
 
-fn parse_time(text: &str) -> Option<DateTime<Utc>> {
+pub(crate) fn parse_time(text: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(text)
         .ok()
         .map(|t| t.with_timezone(&Utc))
+}
+
+/// The wait of a timing loop (this one's and the heartbeats'): until `next` (as the
+/// store read it), at most [`RECHECK`] so a wall-clock jump is seen, or until `wake`
+/// is notified. True when the time came; false when woken (read `next` again). A store
+/// error is logged, naming `what`, and tried again in 30 s.
+pub(crate) async fn wait_for_next(
+    next: Result<Option<String>, crate::store::StoreError>,
+    wake: &Notify,
+    what: &str,
+) -> bool {
+    let next = match next {
+        Ok(next) => next.as_deref().and_then(parse_time),
+        Err(e) => {
+            tracing::error!(error = %e, "{what}: cannot read the next time; trying again soon");
+            Some(Utc::now() + chrono::Duration::seconds(30))
+        }
+    };
+    let sleep = match next {
+        Some(next) => (next - Utc::now())
+            .to_std()
+            .unwrap_or(Duration::ZERO)
+            .min(RECHECK),
+        None => RECHECK,
+    };
+    tokio::select! {
+        _ = wake.notified() => false,
+        _ = tokio::time::sleep(sleep) => true,
+    }
 }
 
 fn check_prompt(prompt: &str) -> Result<String, ScheduleError> {
@@ -200,23 +229,9 @@ impl Scheduler {
 
     async fn run_loop(&self) {
         loop {
-            let next = match self.store.next_schedule_firing().await {
-                Ok(next) => next.as_deref().and_then(parse_time),
-                Err(e) => {
-                    tracing::error!(error = %e, "schedules: cannot read the next firing; trying again soon");
-                    Some(Utc::now() + chrono::Duration::seconds(30))
-                }
-            };
-            let sleep = match next {
-                Some(next) => (next - Utc::now())
-                    .to_std()
-                    .unwrap_or(Duration::ZERO)
-                    .min(RECHECK),
-                None => RECHECK,
-            };
-            tokio::select! {
-                _ = self.wake.notified() => continue,
-                _ = tokio::time::sleep(sleep) => {}
+            let next = self.store.next_schedule_firing().await;
+            if !wait_for_next(next, &self.wake, "schedules").await {
+                continue;
             }
             if self.runs.draining() {
                 // Shutting down: no run would start. What is due stays due, and the
