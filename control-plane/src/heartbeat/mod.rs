@@ -339,6 +339,9 @@ impl Heartbeats {
     /// threads were resumed) or failed (no thread started).
     async fn reconcile(self: &Arc<Self>) {
         let ends = self.runs.feed().subscribe();
+        // A beat of this control plane (the loop's first, or one asked for) records
+        // its heartbeat before its thread starts: not taken for one left without.
+        let _one = self.beating.lock().await;
         let going = match self.store.going_heartbeats().await {
             Ok(going) => going,
             Err(e) => {

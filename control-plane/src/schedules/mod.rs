@@ -397,6 +397,9 @@ impl Scheduler {
 
     /// At start (and after the feed lagged): every going run's thread, read from the store.
     async fn reconcile(&self) {
+        // A firing going now records its run before its thread starts: not taken
+        // for one left without.
+        let _one = self.firing.lock().await;
         let runs = match self.store.going_schedule_runs().await {
             Ok(runs) => runs,
             Err(e) => {

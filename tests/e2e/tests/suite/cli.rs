@@ -833,6 +833,22 @@ async fn models_jobs_audit_events_and_approval_prefixes_from_the_terminal_client
     chorus
         .create_agent_with(json!({"name": "devops", "permissions": "open"}))
         .await?;
+    // The server's own parts follow the feed too (the scheduler's watcher): the
+    // client's connection is one more than before it started.
+    let subscribers = || async {
+        let metrics = chorus
+            .api(reqwest::Method::GET, "/metrics")
+            .send()
+            .await?
+            .text()
+            .await?;
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("chorus_feed_subscribers "))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .ok_or_else(|| anyhow::anyhow!("no chorus_feed_subscribers in /metrics"))
+    };
+    let before = subscribers().await?;
     let mut events = tokio::process::Command::new(bin_path("chorus"))
         .args(["events", "--agent", "devops", "--json"])
         .env("CHORUS_URL", &chorus.http_url)
@@ -852,16 +868,7 @@ async fn models_jobs_audit_events_and_approval_prefixes_from_the_terminal_client
     // The message goes once the feed is open (the server counts its subscribers).
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let metrics = chorus
-            .api(reqwest::Method::GET, "/metrics")
-            .send()
-            .await?
-            .text()
-            .await?;
-        if metrics
-            .lines()
-            .any(|l| l.starts_with("chorus_feed_subscribers 1"))
-        {
+        if subscribers().await? > before {
             break;
         }
         anyhow::ensure!(Instant::now() < deadline, "chorus events never connected");
