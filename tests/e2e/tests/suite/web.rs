@@ -416,6 +416,26 @@ async fn web_login_fleet_and_logout_in_chromium() -> anyhow::Result<()> {
         );
     }
 
+    // The browser sends the cookie, but a change without the CSRF token is refused;
+    // with the token the page reads from GET /api/session, it goes through.
+    let create = "const [name, withToken] = arguments; \
+                  const headers = {'Content-Type': 'application/json'}; \
+                  if (withToken) headers['X-CSRF-Token'] = \
+                      (await (await fetch('/api/session')).json()).csrf_token; \
+                  const r = await fetch('/api/agents', {method: 'POST', headers, \
+                      body: JSON.stringify({name})}); \
+                  return r.status;";
+    let refused = browser
+        .execute(create, vec![json!("forged"), json!(false)])
+        .await?;
+    assert_eq!(refused, json!(403));
+    let missing = chorus.api(Method::GET, "/api/agents/forged").send().await?;
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    let made = browser
+        .execute(create, vec![json!("invited"), json!(true)])
+        .await?;
+    assert_eq!(made, json!(201));
+
     // The CSP holds in the browser: an inline script added to the page does not run
     // (positive control below: the same script runs on a page without the policy).
     let inline = "const s = document.createElement('script'); \
