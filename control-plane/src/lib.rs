@@ -44,4 +44,5 @@ pub mod telemetry;
 pub mod token_bucket;
 pub mod user_tokens;
 pub mod views;
+pub mod web;
 pub mod workers;

@@ -499,6 +499,7 @@ pub async fn start(
         discord_state: Arc::new(
             tokio::sync::watch::channel(crate::discord::connection::DiscordState::Connecting).0,
         ),
+        web: Arc::default(),
     };
     // Discord is one more front end: if it cannot start, the HTTP API still runs.
     let discord = match settings.discord.clone() {
@@ -514,7 +515,7 @@ pub async fn start(
         }
         None => None,
     };
-    let api_router = http::router(api_state);
+    let api_router = crate::web::around(http::router(api_state.clone()), api_state);
     let grpc_tls = link_tls.is_some();
     let worker_server = match link_tls {
         Some(acceptor) => {

@@ -44,4 +44,6 @@ pub struct Services {
     pub setup: Arc<crate::doctor::ServerSetup>,
     /// How the Discord bot's connection stands (its front end keeps it current).
     pub discord_state: Arc<tokio::sync::watch::Sender<crate::discord::connection::DiscordState>>,
+    /// The web page's login sessions and login limit (`web`).
+    pub web: Arc<crate::web::sessions::Web>,
 }

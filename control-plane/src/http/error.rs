@@ -45,6 +45,17 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
+    /// A request authenticated by the web page's cookie that would change
+    /// something without the session's CSRF token.
+    pub fn csrf() -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "csrf",
+            "a request authenticated by the session cookie that changes something must send \
+             the session's CSRF token (from GET /api/session) in the X-CSRF-Token header",
+        )
+    }
+
     pub fn unauthorized() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,

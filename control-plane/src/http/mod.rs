@@ -83,6 +83,7 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
     const DELETE: Method = Method::DELETE;
     vec![
         declare(GET, "/api/whoami", Look, users::whoami),
+        declare(GET, "/api/session", Look, users::session),
         declare(GET, "/api/status", Look, status::status),
         declare(GET, "/api/tools", Look, tools::list),
         // Agents.

@@ -18,6 +18,19 @@ pub(super) async fn whoami(caller: Caller) -> Json<serde_json::Value> {
     Json(json!({ "user": caller.user, "role": caller.role.as_str() }))
 }
 
+/// `GET /api/session`: the caller's user and role, and the CSRF token of the web
+/// session the request came with (null with a bearer token, which needs none).
+pub(super) async fn session(
+    caller: Caller,
+    csrf: Option<axum::Extension<super::access::CsrfToken>>,
+) -> Json<serde_json::Value> {
+    Json(json!({
+        "user": caller.user,
+        "role": caller.role.as_str(),
+        "csrf_token": csrf.map(|axum::Extension(t)| t.0),
+    }))
+}
+
 /// A token as listed: never its secret, with the role it has now.
 #[derive(Serialize)]
 struct TokenView {

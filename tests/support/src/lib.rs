@@ -3,6 +3,7 @@
 //! for the control plane's runs in-process.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod browser;
 pub mod chorus;
 pub mod closing;
 pub mod fake_discord;

@@ -41,4 +41,5 @@ mod telemetry;
 mod threads;
 mod tool_loop;
 mod tools;
+mod web;
 mod workers;

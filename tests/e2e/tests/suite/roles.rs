@@ -113,6 +113,7 @@ fn case(route: &Route, s: &Subjects) -> Option<Case> {
     };
     match (route.method.as_str(), route.path) {
         ("GET", "/api/whoami") => same(Viewer, req("/api/whoami", None), 200),
+        ("GET", "/api/session") => same(Viewer, req("/api/session", None), 200),
         ("GET", "/api/agents") => same(Viewer, req("/api/agents", None), 200),
         ("POST", "/api/agents") => two(
             Operator,
