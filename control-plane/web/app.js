@@ -1,58 +1,40 @@
-// The shell: who is logged in, the navigation, and the Fleet view. Every request goes
-// to this origin with the session cookie; a state-changing one carries the session's
-// CSRF token (read from GET /api/session) in the X-CSRF-Token header.
+// The shell: who is logged in, the navigation, and the router. The URL's hash names
+// the view and what it shows, so a reload shows the same thing:
+//   #fleet                 every agent at once
+//   #chat/<agent>[/<id>]   an agent's threads, and one thread
+//   #board[/<task id>]     the task board, and one task
+//   #agents[/<name>]       creating and configuring agents
+// Each view is a module with `show(section, params)` (called on every visit, with
+// the hash's parts after the view's name) and, optionally, `hide()`.
 
-let csrf = null;
+import { api, loadSession, session, showError, clearError } from "./api.js";
+import * as live from "./live.js";
+import * as fleet from "./fleet.js";
+import * as chat from "./chat.js";
+import * as board from "./board.js";
+import * as agents from "./agents.js";
 
-async function api(method, path) {
-  const headers = {};
-  if (method !== "GET" && csrf) headers["X-CSRF-Token"] = csrf;
-  const response = await fetch(path, { method, headers, credentials: "same-origin" });
-  if (response.status === 401) {
-    window.location.assign("/login");
-    throw new Error("logged out");
-  }
-  if (!response.ok) {
-    let message = `${method} ${path}: ${response.status}`;
-    try { message = (await response.json()).error.message; } catch (_) { /* not JSON */ }
-    throw new Error(message);
-  }
-  return response.status === 204 ? null : response.json();
-}
+const views = { fleet, chat, board, agents };
+let current = null;
 
-function showError(error) {
-  const box = document.getElementById("error");
-  box.textContent = error.message;
-  box.hidden = false;
-}
-
-function cell(text) {
-  const td = document.createElement("td");
-  td.textContent = text ?? "";
-  return td;
-}
-
-async function showFleet() {
-  const agents = await api("GET", "/api/agents");
-  const body = document.querySelector("#agents tbody");
-  body.replaceChildren(...agents.map((agent) => {
-    const row = document.createElement("tr");
-    row.dataset.agent = agent.name;
-    row.append(cell(agent.name), cell(agent.backend), cell(agent.model), cell(agent.worker.state));
-    return row;
-  }));
-  document.getElementById("no-agents").hidden = agents.length > 0;
+/** The view and its parameters the hash names (`#chat/scout/4` → ["chat", ["scout", "4"]]). */
+function parseHash(hash) {
+  const [name, ...params] = hash.replace(/^#/, "").split("/").map(decodeURIComponent);
+  return views[name] ? [name, params.filter((p) => p !== "")] : ["fleet", []];
 }
 
 function route() {
-  const view = window.location.hash === "#board" ? "board" : "fleet";
-  for (const name of ["fleet", "board"]) {
-    document.getElementById(name).hidden = name !== view;
-    const link = document.getElementById(`nav-${name}`);
-    if (name === view) link.setAttribute("aria-current", "page");
+  const [name, params] = parseHash(window.location.hash);
+  clearError();
+  if (current && current !== name) views[current].hide?.();
+  current = name;
+  for (const view of Object.keys(views)) {
+    document.getElementById(`view-${view}`).hidden = view !== name;
+    const link = document.getElementById(`nav-${view}`);
+    if (view === name) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
   }
-  if (view === "fleet") showFleet().catch(showError);
+  Promise.resolve(views[name].show(document.getElementById(`view-${name}`), params)).catch((e) => showError(e));
 }
 
 async function logOut() {
@@ -61,13 +43,16 @@ async function logOut() {
 }
 
 async function start() {
-  const session = await api("GET", "/api/session");
-  csrf = session.csrf_token;
+  await loadSession();
   document.getElementById("who-name").textContent = session.user;
   document.getElementById("who-role").textContent = session.role;
-  document.getElementById("logout").addEventListener("click", () => logOut().catch(showError));
+  document.getElementById("logout").addEventListener("click", () => logOut().catch((e) => showError(e)));
+  for (const view of Object.values(views)) view.init?.();
   window.addEventListener("hashchange", route);
+  // After a reset, the view on screen reads what it shows again.
+  live.onResync(() => route());
   route();
+  live.start();
 }
 
-start().catch(showError);
+start().catch((e) => showError(e));

@@ -172,6 +172,14 @@ impl ThreadFeed {
         let _ = self.sender.send(event);
     }
 
+    /// The newest event's id (`<boot>.0` before the first). A front end that takes
+    /// it, then reads what it shows from the store, then subscribes after it, misses
+    /// nothing (and may see again what the store already had: it applies events by
+    /// their ids).
+    pub fn position(&self) -> String {
+        format!("{}.{}", self.boot, self.ring().next_seq - 1)
+    }
+
     /// Live events from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<ThreadEvent>> {
         self.sender.subscribe()
@@ -260,6 +268,26 @@ mod tests {
         // The newest id: nothing missed.
         let (replay, _) = feed.subscribe_after(&format!("{boot}.6"));
         assert!(matches!(replay, Replay::Missed(m) if m.is_empty()));
+    }
+
+    #[test]
+    fn a_subscriber_after_the_position_gets_every_later_event() {
+        let feed = ThreadFeed::default();
+        let before = feed.position();
+        assert!(before.ends_with(".0"), "{before}");
+        let (replay, _) = feed.subscribe_after(&before);
+        assert!(matches!(replay, Replay::Missed(ref m) if m.is_empty()), "{replay:?}");
+        feed.publish("a", 1, text(1));
+        let mid = feed.position();
+        feed.publish("a", 1, text(2));
+        let Replay::Missed(missed) = feed.subscribe_after(&before).0 else {
+            panic!("a reset");
+        };
+        assert_eq!(missed.len(), 2);
+        let Replay::Missed(missed) = feed.subscribe_after(&mid).0 else {
+            panic!("a reset");
+        };
+        assert_eq!(ids(&missed), [feed.position()]);
     }
 
     #[test]

@@ -42,6 +42,40 @@ pub enum Act {
 }
 
 impl Act {
+    /// Every act, in the order above.
+    pub const ALL: [Act; 12] = [
+        Act::Look,
+        Act::Talk,
+        Act::StopThreads,
+        Act::ManageContext,
+        Act::AnswerApprovals,
+        Act::ConfigureAgents,
+        Act::CreateAgents,
+        Act::DestroyAgents,
+        Act::RefreshModels,
+        Act::ManageTokens,
+        Act::ManageWorkers,
+        Act::ManageTasks,
+    ];
+
+    /// Its name where a front end reads it (`GET /api/session`'s `may`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Act::Look => "look",
+            Act::Talk => "talk",
+            Act::StopThreads => "stop_threads",
+            Act::ManageContext => "manage_context",
+            Act::AnswerApprovals => "answer_approvals",
+            Act::ConfigureAgents => "configure_agents",
+            Act::CreateAgents => "create_agents",
+            Act::DestroyAgents => "destroy_agents",
+            Act::RefreshModels => "refresh_models",
+            Act::ManageTokens => "manage_tokens",
+            Act::ManageWorkers => "manage_workers",
+            Act::ManageTasks => "manage_tasks",
+        }
+    }
+
     /// The least trusted role that may do it.
     pub fn needs(self) -> Role {
         match self {
@@ -102,20 +136,7 @@ mod tests {
     fn viewers_look_and_talk_operators_change_admins_manage_access() {
         let viewer_may = [Act::Look, Act::Talk];
         let admin_only = [Act::ManageTokens, Act::ManageWorkers];
-        let all = [
-            Act::Look,
-            Act::Talk,
-            Act::StopThreads,
-            Act::ManageContext,
-            Act::AnswerApprovals,
-            Act::ConfigureAgents,
-            Act::CreateAgents,
-            Act::DestroyAgents,
-            Act::RefreshModels,
-            Act::ManageTokens,
-            Act::ManageWorkers,
-            Act::ManageTasks,
-        ];
+        let all = Act::ALL;
         for act in all {
             assert!(allowed(Role::Admin, act), "{act:?}");
             assert_eq!(

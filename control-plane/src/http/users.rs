@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::{ApiError, AppState, Caller};
+use crate::gate::policy::{Act, allowed};
 use crate::store::UserTokenRecord;
 use crate::user_tokens;
 
@@ -18,16 +19,27 @@ pub(super) async fn whoami(caller: Caller) -> Json<serde_json::Value> {
     Json(json!({ "user": caller.user, "role": caller.role.as_str() }))
 }
 
-/// `GET /api/session`: the caller's user and role, and the CSRF token of the web
-/// session the request came with (null with a bearer token, which needs none).
+/// `GET /api/session`: the caller's user and role, what that role may do (`may`:
+/// the page shows only those controls), the CSRF token of the web session the
+/// request came with (null with a bearer token, which needs none), and the feed's
+/// position (`event_id`): the page reads what it shows after taking it, then
+/// follows `GET /api/events` from it, so nothing in between is lost.
 pub(super) async fn session(
+    State(state): State<AppState>,
     caller: Caller,
     csrf: Option<axum::Extension<super::access::CsrfToken>>,
 ) -> Json<serde_json::Value> {
+    let may: Vec<&str> = Act::ALL
+        .into_iter()
+        .filter(|act| allowed(caller.role, *act))
+        .map(Act::as_str)
+        .collect();
     Json(json!({
         "user": caller.user,
         "role": caller.role.as_str(),
+        "may": may,
         "csrf_token": csrf.map(|axum::Extension(t)| t.0),
+        "event_id": state.runs.feed().position(),
     }))
 }
 

@@ -210,6 +210,49 @@ impl Browser {
         }
     }
 
+    /// Logs in at `origin`'s login page with `token` and waits for the shell.
+    pub async fn log_in(&self, origin: &str, token: &str) -> anyhow::Result<()> {
+        self.goto(&format!("{origin}/login")).await?;
+        self.find("#token").await?.type_text(token).await?;
+        self.find("button[type=submit]").await?.click().await?;
+        self.wait_for("location.pathname === '/' && document.getElementById('who-name').textContent !== ''")
+            .await
+    }
+
+    /// Every address the page has requested since it was loaded (the document, its
+    /// files, its fetches and its event stream), from the browser's own record.
+    pub async fn requested(&self) -> anyhow::Result<Vec<String>> {
+        let urls = self
+            .execute(
+                "return performance.getEntriesByType('navigation')\
+                 .concat(performance.getEntriesByType('resource')).map(e => e.name);",
+                vec![],
+            )
+            .await?;
+        Ok(serde_json::from_value(urls)?)
+    }
+
+    /// Sets the window's size in CSS pixels (390 wide is a phone).
+    pub async fn resize(&self, width: u32, height: u32) -> anyhow::Result<()> {
+        self.call(
+            reqwest::Method::POST,
+            "/window/rect",
+            Some(json!({"width": width, "height": height})),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// A PNG of what the window shows, written to `path`.
+    pub async fn screenshot(&self, path: &std::path::Path) -> anyhow::Result<()> {
+        use base64::Engine as _;
+        let png = self.call(reqwest::Method::GET, "/screenshot", None).await?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(png.as_str().unwrap_or_default())?;
+        std::fs::write(path, bytes)?;
+        Ok(())
+    }
+
     /// Ends the session (and Chromium), then chromedriver.
     pub async fn close(self) -> anyhow::Result<()> {
         self.http.delete(&self.session).send().await?;

@@ -42,4 +42,7 @@ mod threads;
 mod tool_loop;
 mod tools;
 mod web;
+mod web_board;
+mod web_chat;
+mod web_fleet;
 mod workers;

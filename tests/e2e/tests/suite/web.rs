@@ -205,6 +205,11 @@ async fn web_session_cookie_needs_csrf_to_change_and_ends_at_logout() -> anyhow:
         .json()
         .await?;
     assert_eq!(bearer["csrf_token"], Value::Null);
+    // The admin may do everything; the feed's position is an event id of it.
+    let may = bearer["may"].as_array().expect("may");
+    assert!(may.len() >= 12 && may.contains(&json!("manage_tokens")), "{may:?}");
+    let position = bearer["event_id"].as_str().expect("event_id");
+    assert!(position.split_once('.').is_some(), "{position}");
 
     // Logout: refused without the CSRF token, then the session is gone.
     let no_csrf = with_cookie(&chorus, &cookie, Method::POST, "/logout")
@@ -249,6 +254,8 @@ async fn web_session_cookie_needs_csrf_to_change_and_ends_at_logout() -> anyhow:
         (session["user"].as_str(), session["role"].as_str()),
         (Some("vera"), Some("viewer"))
     );
+    // What the page may show her: looking and talking, no other control.
+    assert_eq!(session["may"], json!(["look", "talk"]));
     let csrf = session["csrf_token"]
         .as_str()
         .expect("a CSRF token")

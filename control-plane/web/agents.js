@@ -1,0 +1,5 @@
+// The agents view (not built yet).
+
+export function show(section) {
+  section.querySelector("p").textContent = "Not built yet.";
+}

@@ -1,0 +1,1 @@
+//! The web page's board, in a real Chromium (filled in by its lane).
