@@ -276,7 +276,10 @@ mod tests {
         let before = feed.position();
         assert!(before.ends_with(".0"), "{before}");
         let (replay, _) = feed.subscribe_after(&before);
-        assert!(matches!(replay, Replay::Missed(ref m) if m.is_empty()), "{replay:?}");
+        assert!(
+            matches!(replay, Replay::Missed(ref m) if m.is_empty()),
+            "{replay:?}"
+        );
         feed.publish("a", 1, text(1));
         let mid = feed.position();
         feed.publish("a", 1, text(2));

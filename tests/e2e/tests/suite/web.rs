@@ -207,7 +207,10 @@ async fn web_session_cookie_needs_csrf_to_change_and_ends_at_logout() -> anyhow:
     assert_eq!(bearer["csrf_token"], Value::Null);
     // The admin may do everything; the feed's position is an event id of it.
     let may = bearer["may"].as_array().expect("may");
-    assert!(may.len() >= 12 && may.contains(&json!("manage_tokens")), "{may:?}");
+    assert!(
+        may.len() >= 12 && may.contains(&json!("manage_tokens")),
+        "{may:?}"
+    );
     let position = bearer["event_id"].as_str().expect("event_id");
     assert!(position.split_once('.').is_some(), "{position}");
 
@@ -457,6 +460,68 @@ async fn web_login_fleet_and_logout_in_chromium() -> anyhow::Result<()> {
     browser.wait_for("location.pathname === '/login'").await?;
     browser.goto("about:blank").await?;
     assert_eq!(browser.execute(inline, vec![]).await?, Value::Bool(true));
+    browser.close().await?;
+    Ok(())
+}
+
+/// Every main view at a desktop's width and a phone's (390 px): nothing is wider
+/// than the screen, and every control can be reached with the keyboard. With
+/// `CHORUS_SCREENSHOTS=<dir>` each is also saved as `<view>-<width>.png` there (how
+/// `docs/screenshots/` is made).
+#[tokio::test]
+async fn web_every_view_fits_a_phone_and_a_desktop() -> anyhow::Result<()> {
+    let Some(browser) = Browser::start().await? else {
+        return Ok(());
+    };
+    let chorus = Chorus::builder().start().await?;
+    chorus.create_agent("scout").await?;
+    let origin = chorus.http_url.trim_end_matches('/').to_string();
+    browser.log_in(&origin, chorus.token()).await?;
+    let shots = std::env::var_os("CHORUS_SCREENSHOTS").map(std::path::PathBuf::from);
+    for (width, height) in [(1280, 900), (390, 844)] {
+        browser.resize(width, height).await?;
+        for (view, hash) in [
+            ("fleet", "#fleet"),
+            ("chat", "#chat/scout"),
+            ("board", "#board"),
+            ("agents", "#agents/scout"),
+        ] {
+            browser.goto(&format!("{origin}/{hash}")).await?;
+            browser
+                .wait_for(&format!(
+                    "!document.getElementById('view-{view}').hidden && \
+                     document.getElementById('live').dataset.state === 'live'"
+                ))
+                .await?;
+            let fits = browser
+                .execute(
+                    "return [document.documentElement.scrollWidth, window.innerWidth];",
+                    vec![],
+                )
+                .await?;
+            let [wide, screen] = [fits[0].as_u64(), fits[1].as_u64()];
+            assert!(wide <= screen, "{view} at {width} px is {wide:?} wide");
+            // Every control on show is a real control the keyboard reaches.
+            let unreachable = browser
+                .execute(
+                    "return [...document.querySelectorAll('button, a, input, select, textarea, summary')]\
+                       .filter(e => e.offsetParent !== null && e.tabIndex < 0)\
+                       .map(e => e.outerHTML.slice(0, 80));",
+                    vec![],
+                )
+                .await?;
+            assert_eq!(unreachable, json!([]), "{view} at {width} px");
+            if let Some(dir) = &shots {
+                std::fs::create_dir_all(dir)?;
+                browser
+                    .screenshot(&dir.join(format!("{view}-{width}.png")))
+                    .await?;
+            }
+        }
+    }
+    for url in browser.requested().await? {
+        assert!(url.starts_with(&format!("{origin}/")), "{url}");
+    }
     browser.close().await?;
     Ok(())
 }
