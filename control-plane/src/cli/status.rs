@@ -116,6 +116,17 @@ fn with_verdict(diagnosis: &Diagnosis) -> anyhow::Result<Value> {
     Ok(body)
 }
 
+/// How long `chorus status` waits for the server's status.
+const STATUS_WAIT: Duration = Duration::from_secs(30);
+
+/// Whether a Chorus answers its health check at `url`.
+async fn healthy(http: &reqwest::Client, url: &str) -> bool {
+    http.get(format!("{url}/healthz"))
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+}
+
 async fn ask(url: &str, token: Option<&str>) -> Answer {
     let Ok(http) = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
@@ -123,12 +134,21 @@ async fn ask(url: &str, token: Option<&str>) -> Answer {
     else {
         return Answer::Absent;
     };
-    let mut request = http.get(format!("{url}/api/status"));
+    // The server's status probes its providers and the CLIs on this host, which a
+    // loaded machine may take a while to do: it gets longer than a health check.
+    let mut request = http.get(format!("{url}/api/status")).timeout(STATUS_WAIT);
     if let Some(token) = token {
         request = request.bearer_auth(token);
     }
-    let Ok(response) = request.send().await else {
-        return Answer::Absent;
+    let response = match request.send().await {
+        Ok(response) => response,
+        Err(e) if e.is_timeout() && healthy(&http, url).await => {
+            return Answer::Unreadable(format!(
+                "it did not give its status within {} s",
+                STATUS_WAIT.as_secs()
+            ));
+        }
+        Err(_) => return Answer::Absent,
     };
     let status = response.status();
     let body: Value = response.json().await.unwrap_or(Value::Null);
@@ -141,12 +161,7 @@ async fn ask(url: &str, token: Option<&str>) -> Answer {
         };
     }
     // Something answered: a Chorus only if its health check says so.
-    let healthy = http
-        .get(format!("{url}/healthz"))
-        .send()
-        .await
-        .is_ok_and(|r| r.status().is_success());
-    if !healthy {
+    if !healthy(&http, url).await {
         return Answer::Absent;
     }
     Answer::Unreadable(match status {
