@@ -531,7 +531,6 @@ impl Memory {
                     _ = tick.tick() => {}
                 }
                 let busy = self.runs.busy_agents();
-                let mut first_seen = Vec::new();
                 let changed: Vec<String> = {
                     let mut seen = self
                         .seen
@@ -542,14 +541,24 @@ impl Memory {
                         .filter(|agent| {
                             let stamp = self.dir(agent).stamp();
                             match seen.get(*agent) {
-                                Some(last) if *last == stamp => false,
-                                Some(_) => true,
-                                // First seen busy: its assignment was rendered from
-                                // the files as they were; remember them.
+                                Some(last) => *last != stamp,
+                                // First seen busy (up to a period after its run
+                                // began). Files as they were last indexed are
+                                // what its assignment was rendered from; any
+                                // other state may be an edit made since (while
+                                // idle, or in the run's first moments): send the
+                                // sections again, which also indexes them.
                                 None => {
-                                    seen.insert((*agent).clone(), stamp);
-                                    first_seen.push((*agent).clone());
-                                    false
+                                    let indexed = self
+                                        .indexed
+                                        .lock()
+                                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                        .get(*agent)
+                                        .is_some_and(|last| *last == stamp);
+                                    if indexed {
+                                        seen.insert((*agent).clone(), stamp);
+                                    }
+                                    !indexed
                                 }
                             }
                         })
@@ -559,11 +568,6 @@ impl Memory {
                 for agent in changed {
                     tracing::debug!(agent, "identity or memory changed on disk");
                     self.push(&agent).await;
-                }
-                // A hand edit made while the agent was idle reaches the search index
-                // (and so the next run's relevant hits) once a run of it is seen.
-                for agent in first_seen {
-                    self.index_if_changed(&agent).await;
                 }
             }
         });
