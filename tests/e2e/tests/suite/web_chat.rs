@@ -311,6 +311,11 @@ async fn web_chat_approve_and_deny_in_the_thread() -> anyhow::Result<()> {
     };
     assert_eq!(decision_of("c1").as_deref(), Some("ask_approved"));
     assert_eq!(decision_of("c2").as_deref(), Some("ask_denied"));
+    // Readable on a phone: nothing of the chat is wider than the screen.
+    browser.resize(390, 800).await?;
+    browser
+        .wait_for("window.innerWidth <= 400 && document.getElementById('view-chat').scrollWidth <= document.documentElement.clientWidth")
+        .await?;
     only_this_origin(&browser, &origin).await?;
     browser.close().await
 }
