@@ -523,3 +523,31 @@ async fn web_chat_long_history_draws_a_window_and_pages_the_rest() -> anyhow::Re
     only_this_origin(&browser, &origin).await?;
     browser.close().await
 }
+
+#[tokio::test]
+async fn web_chat_kills_a_running_thread() -> anyhow::Result<()> {
+    let Some(browser) = Browser::start().await? else {
+        return Ok(());
+    };
+    let model = FakeOpenAi::start().await;
+    let hold = Hold::new();
+    model.push(Reply::Held(hold.clone(), Box::new(text("never shown"))));
+    let chorus = chorus_with(&model).await?;
+    chorus.create_agent("scout").await?;
+    let id = chorus.send_message("scout", "think long").await?;
+    let origin = origin(&chorus);
+    browser.log_in(&origin, chorus.token()).await?;
+    browser.goto(&format!("{origin}/#chat/scout/{id}")).await?;
+    browser
+        .wait_for("document.querySelector('#chat-thread-status').textContent === 'running'")
+        .await?;
+    browser.find("#chat-kill").await?.click().await?;
+    browser
+        .wait_for("document.querySelector('#chat-thread-status').textContent === 'killed' && document.querySelector('#chat-kill').hidden")
+        .await?;
+    let thread = chorus.thread("scout", id).await?;
+    assert_eq!(thread["status"], "killed", "{thread:#}");
+    hold.release();
+    only_this_origin(&browser, &origin).await?;
+    browser.close().await
+}
