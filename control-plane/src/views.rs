@@ -247,6 +247,9 @@ pub struct ThreadView {
     pub usage: Option<Usage>,
     /// The next page of messages and steps, when there is more.
     pub next: Option<String>,
+    /// What the model is streaming now in its open step, and the feed's position
+    /// then (`event_id`: later `text` events follow it); null when nothing is.
+    pub live: Option<crate::feed::Streaming>,
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ mod event;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use chorus_proto::domain::StepKind;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
@@ -61,6 +62,16 @@ impl ThreadEvent {
         data["thread_id"] = Value::from(self.thread_id);
         data
     }
+}
+
+/// The text a thread's model is streaming in its open step ([`ThreadFeed::streaming`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Streaming {
+    /// The feed's position when the text was read: later `text` events follow it.
+    pub event_id: String,
+    /// The model step the text belongs to.
+    pub step: u32,
+    pub text: String,
 }
 
 /// What a subscriber that names the last event it saw gets first.
@@ -178,6 +189,43 @@ impl ThreadFeed {
     /// their ids).
     pub fn position(&self) -> String {
         format!("{}.{}", self.boot, self.ring().next_seq - 1)
+    }
+
+    /// What `thread_id`'s model is streaming now: the text of its newest model step
+    /// that has not ended (the `text` events since that step's `step_started`,
+    /// joined), with the feed's position when it was read. A page shows this text,
+    /// then appends only the `text` events after `event_id`, so nothing streamed is
+    /// lost or shown twice. `None` when no model step of the thread is open (or its
+    /// start is no longer in the ring).
+    pub fn streaming(&self, agent: &str, thread_id: u64) -> Option<Streaming> {
+        let ring = self.ring();
+        let mut open: Option<(u32, String)> = None;
+        for (_, _, event) in ring.events.iter() {
+            if event.thread_id != Some(thread_id) || event.agent != agent {
+                continue;
+            }
+            match &event.event {
+                FeedEvent::StepStarted(started) if started.kind == StepKind::LlmCall => {
+                    open = Some((started.number, String::new()));
+                }
+                FeedEvent::StepEnded(ended)
+                    if open.as_ref().is_some_and(|(step, _)| *step == ended.number) =>
+                {
+                    open = None;
+                }
+                FeedEvent::Text { step, text } => match open.as_mut() {
+                    Some((open_step, streamed)) if open_step == step => streamed.push_str(text),
+                    _ => {}
+                },
+                event if event.is_final() => open = None,
+                _ => {}
+            }
+        }
+        open.map(|(step, text)| Streaming {
+            event_id: format!("{}.{}", self.boot, ring.next_seq - 1),
+            step,
+            text,
+        })
     }
 
     /// Live events from now on.
@@ -370,6 +418,76 @@ mod tests {
         assert_eq!((second.thread_id, second.kind()), (None, "notification"));
         assert!(!second.is_final());
         assert_eq!(seq_of(&second.id), seq_of(&first.id) + 1);
+    }
+
+    fn started(number: u32, kind: StepKind) -> FeedEvent {
+        FeedEvent::StepStarted(StepStarted {
+            number,
+            kind,
+            description: "d".into(),
+            started_at: String::new(),
+            runs_in: None,
+        })
+    }
+
+    fn ended(number: u32) -> FeedEvent {
+        FeedEvent::StepEnded(StepEnded {
+            number,
+            duration_ms: 1,
+            failed: false,
+            usage: None,
+        })
+    }
+
+    fn streamed(step: u32, text: &str) -> FeedEvent {
+        FeedEvent::Text {
+            step,
+            text: text.into(),
+        }
+    }
+
+    #[test]
+    fn streaming_is_the_open_model_steps_text_and_the_position_it_was_read_at() {
+        let feed = ThreadFeed::default();
+        assert_eq!(feed.streaming("a", 1), None, "nothing yet");
+        feed.publish("a", 1, started(1, StepKind::LlmCall));
+        assert_eq!(
+            feed.streaming("a", 1).map(|s| (s.step, s.text)),
+            Some((1, String::new())),
+            "a model step that streamed nothing yet"
+        );
+        feed.publish("a", 1, streamed(1, "Hel"));
+        // Another thread's and another agent's text is not mixed in.
+        feed.publish("a", 2, started(1, StepKind::LlmCall));
+        feed.publish("a", 2, streamed(1, "other"));
+        feed.publish("b", 1, started(1, StepKind::LlmCall));
+        feed.publish("b", 1, streamed(1, "agent b"));
+        feed.publish("a", 1, streamed(1, "lo"));
+        let now = feed.streaming("a", 1).unwrap();
+        assert_eq!((now.step, now.text.as_str()), (1, "Hello"));
+        assert_eq!(now.event_id, feed.position());
+        assert_eq!(feed.streaming("a", 2).unwrap().text, "other");
+        assert_eq!(feed.streaming("b", 1).unwrap().text, "agent b");
+
+        // An ended step's text is not returned; a tool step streams nothing.
+        feed.publish("a", 1, ended(1));
+        assert_eq!(feed.streaming("a", 1), None);
+        feed.publish("a", 1, started(2, StepKind::Tool));
+        assert_eq!(feed.streaming("a", 1), None);
+        feed.publish("a", 1, ended(2));
+
+        // A later step replaces an earlier one.
+        feed.publish("a", 1, started(3, StepKind::LlmCall));
+        feed.publish("a", 1, streamed(3, "Second"));
+        let now = feed.streaming("a", 1).unwrap();
+        assert_eq!((now.step, now.text.as_str()), (3, "Second"));
+        // A thread's final status closes whatever was open.
+        feed.publish(
+            "a",
+            1,
+            FeedEvent::Status(StatusChange::new(crate::store::ThreadStatus::Killed, None)),
+        );
+        assert_eq!(feed.streaming("a", 1), None);
     }
 
     fn seq_of(id: &str) -> u64 {

@@ -214,7 +214,11 @@ pub(super) async fn show_thread(
             agent.name, cursor.message, cursor.step
         )
     });
+    // Read after the store, so the open step's text is at least as new as what the
+    // store said (the page drops it once that step ends).
+    let live = state.runs.feed().streaming(&agent.name, id);
     Ok(Json(ThreadView {
+        live,
         agent: agent.name,
         summary: ThreadSummary::new(thread, progress),
         messages: messages
