@@ -398,7 +398,7 @@ function questionsPart(task) {
       : el("div", { class: "questions", id: "task-questions" }, fields));
   }
   if (answered.length) {
-    nodes.push(el("dl", { class: "answered" }, answered.map((q) => [
+    nodes.push(el("dl", { class: "answered" }, answered.flatMap((q) => [
       el("dt", {}, q.question),
       el("dd", {}, q.answer, el("span", { class: "meta" }, ` (${q.answered_by ?? ""})`)),
     ])));
