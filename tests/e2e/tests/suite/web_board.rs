@@ -361,6 +361,14 @@ async fn web_board_task_created_answered_started_and_completed_live() -> anyhow:
         .join(format!("tasks/{id}/greeting.txt"));
     assert_eq!(std::fs::read_to_string(&written)?, "hello");
 
+    // At phone width the board and the task fit the screen (the columns scroll
+    // inside their own box).
+    browser.resize(390, 844).await?;
+    browser
+        .wait_for(
+            "window.innerWidth <= 400 && document.documentElement.scrollWidth <= window.innerWidth",
+        )
+        .await?;
     only_this_origin(&browser, &origin).await?;
     browser.close().await?;
     Ok(())
