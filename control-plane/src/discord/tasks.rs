@@ -422,6 +422,8 @@ mod tests {
                 time_secs: 3600,
                 model_calls: 200,
             },
+            actions: Vec::new(),
+            plan_editable: false,
         }
     }
 

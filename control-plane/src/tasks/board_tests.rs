@@ -161,7 +161,13 @@ async fn moves_follow_the_table_and_the_history_says_who() {
 #[tokio::test]
 async fn pause_blocks_with_who_paused_and_buttons_refuse_where_they_do_not_apply() {
     let f = fixture().await;
-    let id = f.board.create(task("t"), &alice()).await.unwrap().id;
+    let created = f.board.create(task("t"), &alice()).await.unwrap();
+    let id = created.id;
+    // The view says which buttons are valid, and whether the plan may be edited.
+    assert_eq!(
+        (created.actions, created.plan_editable),
+        (vec!["fail"], true)
+    );
     let (message, allowed) = conflict_allowed(
         f.board
             .press(id, Button::Pause, &alice())
@@ -179,8 +185,15 @@ async fn pause_blocks_with_who_paused_and_buttons_refuse_where_they_do_not_apply
     let paused = f.board.press(id, Button::Pause, &alice()).await.unwrap();
     assert_eq!(paused.status, TaskStatus::Blocked);
     assert_eq!(paused.blocked_reason.as_deref(), Some("paused by alice"));
+    // No assignee: nothing to retry with.
+    assert_eq!(
+        (paused.actions, paused.plan_editable),
+        (vec!["resume", "complete", "fail"], false)
+    );
     let done = f.board.press(id, Button::Complete, &alice()).await.unwrap();
     assert_eq!(done.status, TaskStatus::Completed);
+    assert_eq!(done.actions, ["reopen"]);
+    assert_eq!(f.board.get(id).await.unwrap().actions, ["reopen"]);
     // Reopened with an assignee: back to its plan; without: to the planner.
     let reopened = f.board.press(id, Button::Reopen, &alice()).await.unwrap();
     assert_eq!(reopened.status, TaskStatus::Planning);

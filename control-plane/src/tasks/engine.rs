@@ -27,7 +27,7 @@ use super::board::{Board, BoardError, CreateTask};
 use super::brief;
 use super::contract::{self, Call, TurnDecision};
 use super::history::TaskEventKind;
-use super::status::TaskStatus;
+use super::status::{Button, TaskStatus};
 use super::view::TaskView;
 use crate::agents::{AgentService, CreateAgent};
 use crate::permissions::PermissionsSetting;
@@ -399,7 +399,7 @@ impl Engine {
     pub async fn start(&self, task_id: u64, by: &Principal) -> Result<TaskView, EngineError> {
         let _turn = self.turn.lock().await;
         let task = self.board.get(task_id).await?;
-        if task.status != TaskStatus::Planned {
+        if !Button::Start.applies_to().contains(&task.status) {
             return Err(refused(
                 &task,
                 "start is for planned tasks (retry a failed or blocked one)",
@@ -418,7 +418,7 @@ impl Engine {
     pub async fn retry(&self, task_id: u64, by: &Principal) -> Result<TaskView, EngineError> {
         let _turn = self.turn.lock().await;
         let task = self.board.get(task_id).await?;
-        if !matches!(task.status, TaskStatus::Failed | TaskStatus::Blocked) {
+        if !Button::Retry.applies_to().contains(&task.status) {
             return Err(refused(&task, "retry is for failed or blocked tasks"));
         }
         let Some(assignee) = task.assignee.clone() else {
@@ -576,10 +576,9 @@ impl Engine {
     pub async fn press(
         &self,
         task_id: u64,
-        button: super::status::Button,
+        button: Button,
         by: &Principal,
     ) -> Result<TaskView, EngineError> {
-        use super::status::Button;
         let _turn = self.turn.lock().await;
         let task = self.board.press(task_id, button, by).await?;
         match button {

@@ -175,7 +175,9 @@ impl Button {
                 Blocked,
                 Review,
             ],
-            Button::Reopen | Button::Retry => &[Completed, Failed],
+            Button::Reopen => &[Completed, Failed],
+            // A new attempt: after a failure, or a report that it cannot go on.
+            Button::Retry => &[Failed, Blocked],
             Button::Accept | Button::SendBack => &[Review],
         }
     }
@@ -198,6 +200,17 @@ impl Button {
         // Every button's move is one of the table's (a unit test checks it for all).
         may_go(from, to).then_some(to)
     }
+}
+
+/// The buttons valid for a task in `status` (the API's `actions`, which the front
+/// ends show and nothing else): those that apply there; Start and Retry only when
+/// the task has an assignee to work it.
+pub fn actions(status: TaskStatus, has_assignee: bool) -> Vec<Button> {
+    Button::ALL
+        .into_iter()
+        .filter(|b| b.leads_to(status, has_assignee).is_some())
+        .filter(|b| has_assignee || !matches!(b, Button::Start | Button::Retry))
+        .collect()
 }
 
 impl std::fmt::Display for Button {
@@ -280,6 +293,7 @@ mod tests {
             (Button::Fail, Planning, Failed),
             (Button::Fail, Waiting, Failed),
             (Button::Retry, Failed, Active),
+            (Button::Retry, Blocked, Active),
             (Button::Accept, Review, Completed),
             (Button::SendBack, Review, Active),
         ];
@@ -299,6 +313,11 @@ mod tests {
         assert_eq!(Button::Accept.leads_to(Active, true), None);
         assert_eq!(Button::Fail.leads_to(Completed, true), None);
         assert_eq!(Button::Reopen.leads_to(Active, true), None);
+        assert_eq!(
+            Button::Retry.leads_to(Completed, true),
+            None,
+            "a completed task is reopened, not retried"
+        );
         // Every button, from everywhere: where it leads is a move of the table, and
         // where it applies it leads somewhere.
         for button in Button::ALL {
@@ -309,6 +328,40 @@ mod tests {
                         None => assert!(!button.applies_to().contains(&from), "{button} {from}"),
                     }
                 }
+            }
+        }
+    }
+
+    /// What a front end shows for each status: the buttons of the seed, from the
+    /// one table, and nothing a person could not press.
+    #[test]
+    fn the_actions_of_each_status_are_the_buttons_that_apply() {
+        let words = |status, plan| -> Vec<&str> {
+            actions(status, plan)
+                .into_iter()
+                .map(Button::as_str)
+                .collect()
+        };
+        assert_eq!(words(Planning, false), ["fail"]);
+        assert_eq!(words(AwaitingInput, false), ["fail"]);
+        assert_eq!(words(Planned, true), ["start", "fail"]);
+        assert_eq!(words(Planned, false), ["fail"], "no assignee to start");
+        assert_eq!(words(Active, true), ["pause", "complete", "fail"]);
+        assert_eq!(words(Waiting, true), ["pause", "complete", "fail"]);
+        assert_eq!(
+            words(Blocked, true),
+            ["resume", "complete", "fail", "retry"]
+        );
+        assert_eq!(
+            words(Review, true),
+            ["complete", "fail", "accept", "send-back"]
+        );
+        assert_eq!(words(Completed, true), ["reopen"]);
+        assert_eq!(words(Failed, true), ["reopen", "retry"]);
+        assert_eq!(words(Failed, false), ["reopen"]);
+        for status in TaskStatus::ALL {
+            for button in actions(status, true) {
+                assert!(button.applies_to().contains(&status), "{button} {status}");
             }
         }
     }

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::status::TaskStatus;
+use super::status::{TaskStatus, actions};
 use crate::store::{
     ChainEntry, QuestionRecord, TaskAttachment, TaskRecord, TaskReport, TaskRun, WaitingOn,
 };
@@ -39,6 +39,12 @@ pub struct TaskView {
     pub planner_thread: Option<u64>,
     pub planner_agent: Option<String>,
     pub limits: Limits,
+    /// The buttons valid in its status (their route words: `start`, `send-back`, …),
+    /// from the one table (`status::actions`): what a front end shows.
+    pub actions: Vec<&'static str>,
+    /// Whether the plan (summary, requirements, acceptance criteria, steps,
+    /// assignee) may be edited: before Start.
+    pub plan_editable: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -54,7 +60,14 @@ impl TaskView {
         attachments: Vec<TaskAttachment>,
         runs: Option<Vec<TaskRun>>,
     ) -> TaskView {
+        let actions = actions(task.status, task.assignee.is_some())
+            .into_iter()
+            .map(super::status::Button::as_str)
+            .collect();
+        let plan_editable = task.status.before_start();
         TaskView {
+            actions,
+            plan_editable,
             id: task.id,
             title: task.title,
             description: task.description,
