@@ -215,8 +215,10 @@ impl Browser {
         self.goto(&format!("{origin}/login")).await?;
         self.find("#token").await?.type_text(token).await?;
         self.find("button[type=submit]").await?.click().await?;
-        self.wait_for("location.pathname === '/' && document.getElementById('who-name').textContent !== ''")
-            .await
+        self.wait_for(
+            "location.pathname === '/' && document.getElementById('who-name').textContent !== ''",
+        )
+        .await
     }
 
     /// Every address the page has requested since it was loaded (the document, its
@@ -247,8 +249,8 @@ impl Browser {
     pub async fn screenshot(&self, path: &std::path::Path) -> anyhow::Result<()> {
         use base64::Engine as _;
         let png = self.call(reqwest::Method::GET, "/screenshot", None).await?;
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(png.as_str().unwrap_or_default())?;
+        let bytes =
+            base64::engine::general_purpose::STANDARD.decode(png.as_str().unwrap_or_default())?;
         std::fs::write(path, bytes)?;
         Ok(())
     }

@@ -207,7 +207,10 @@ async fn web_session_cookie_needs_csrf_to_change_and_ends_at_logout() -> anyhow:
     assert_eq!(bearer["csrf_token"], Value::Null);
     // The admin may do everything; the feed's position is an event id of it.
     let may = bearer["may"].as_array().expect("may");
-    assert!(may.len() >= 12 && may.contains(&json!("manage_tokens")), "{may:?}");
+    assert!(
+        may.len() >= 12 && may.contains(&json!("manage_tokens")),
+        "{may:?}"
+    );
     let position = bearer["event_id"].as_str().expect("event_id");
     assert!(position.split_once('.').is_some(), "{position}");
 
