@@ -58,6 +58,11 @@ async fn controls_seen(browser: &Browser) -> anyhow::Result<Value> {
         .await
 }
 
+/// JavaScript: the element `css` selects in the fleet's row of `agent`.
+fn in_row(agent: &str, css: &str) -> String {
+    format!("document.querySelector('#agents tr[data-agent=\"{agent}\"] {css}')")
+}
+
 /// JavaScript: whether the fleet has a row for `name`.
 fn row_of(name: &str) -> String {
     format!("document.querySelector('#agents tr[data-agent=\"{name}\"]')")
@@ -250,7 +255,7 @@ async fn web_the_fleet_shows_a_running_step_and_a_pending_approval_live_with_the
     let thinking = Hold::new();
     model.push(Reply::Held(thinking.clone(), Box::new(text("done"))));
     let busy = chorus.send_message("busy", "think hard").await?;
-    let busy_item = format!("{} li[data-thread=\"{busy}\"]", row_of("busy"));
+    let busy_item = in_row("busy", &format!("li[data-thread=\"{busy}\"]"));
     browser
         .wait_for(&format!(
             "{busy_item} && {busy_item}.textContent.includes('step 1')"
@@ -303,7 +308,7 @@ async fn web_the_fleet_shows_a_running_step_and_a_pending_approval_live_with_the
         }
     };
     let approval_id = approval["id"].as_str().unwrap().to_string();
-    let waiting = format!("{} li[data-approval=\"{approval_id}\"]", row_of("careful"));
+    let waiting = in_row("careful", &format!("li[data-approval=\"{approval_id}\"]"));
     browser.wait_for(&waiting).await?;
     let text = browser
         .find(&format!(
@@ -318,7 +323,7 @@ async fn web_the_fleet_shows_a_running_step_and_a_pending_approval_live_with_the
     );
     assert!(text.contains("since ") && text.contains(" s"), "{text}");
     assert!(text.contains(&format!("#{careful}")), "{text}");
-    let thread_item = format!("{} li[data-thread=\"{careful}\"]", row_of("careful"));
+    let thread_item = in_row("careful", &format!("li[data-thread=\"{careful}\"]"));
     browser
         .wait_for(&format!(
             "{thread_item} && {thread_item}.textContent.includes('waiting_for_permission')"
