@@ -352,7 +352,6 @@ export async function show(target, params) {
     body = el("div", { id: "agents-body" });
     section.replaceChildren(section.querySelector("h1"), body);
   }
-  section.querySelector("h1").textContent = name ? `Agent ${name}` : "Agents";
   if (name) await showAgent(body, name, tab);
   else await showList(body);
 }
