@@ -433,6 +433,28 @@ async fn web_a_viewer_sees_no_create_configure_destroy_or_retract_button() -> an
         json!([false, true, true, true]),
         "the admin on the agent's page"
     );
+    // The other tabs read what the API has.
+    for (tab, expected) in [
+        ("tools", "remember"),
+        ("audit", "agent:create"),
+        ("identity", "SOUL.md"),
+        ("jobs", "No jobs."),
+        ("schedules", "No schedules."),
+        ("mcp", "No MCP servers."),
+    ] {
+        browser
+            .execute(
+                &format!("location.hash = '#agents/keeper/{tab}'; return true;"),
+                vec![],
+            )
+            .await?;
+        browser
+            .wait_for(&format!(
+                "document.querySelector('.tabs a[data-tab=\"{tab}\"][aria-current=page]') && \
+                 document.getElementById('agent-tab').textContent.includes('{expected}')"
+            ))
+            .await?;
+    }
     browser.find("#logout").await?.click().await?;
     browser.wait_for("location.pathname === '/login'").await?;
 
