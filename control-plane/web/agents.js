@@ -16,6 +16,7 @@ const TABS = [
 ];
 
 let section = null;
+let visits = 0; // each show() is a visit; an older one that finishes late shows nothing
 let stopWatching = null;
 let uid = 0;
 
@@ -121,12 +122,14 @@ async function createForm() {
   return form;
 }
 
-async function showList(body) {
+async function showList(body, mine) {
   const list = el("ul", { id: "agent-list", class: "agent-list" });
+  const form = may("create_agents") ? await createForm() : null;
+  if (mine !== visits) return;
   renderList(list);
   stopWatching = fleet.onChange(() => renderList(list));
   body.replaceChildren(list);
-  if (may("create_agents")) body.append(await createForm());
+  if (form) body.append(form);
 }
 
 // One agent.
@@ -314,19 +317,22 @@ const TAB_BODIES = {
   },
 };
 
-async function showAgent(body, name, tab) {
+async function showAgent(body, name, tab, mine) {
   let agent;
   try {
     agent = await api("GET", path(name));
   } catch (e) {
     if (e.status !== 404) throw e;
+    if (mine !== visits) return;
     body.replaceChildren(el("p", {}, `No agent named ${name}. `, el("a", { href: "#agents" }, "All agents")));
     return;
   }
   const head = el("div", { class: "agent-head" }, el("h2", { id: "agent-name" }, agent.name), summary(agent));
   const tabBody = el("div", { id: "agent-tab", class: "tab-body" });
+  const settings = await configureForm(agent);
+  if (mine !== visits) return;
   body.replaceChildren(el("p", {}, el("a", { href: "#agents" }, "← All agents")), head,
-    await configureForm(agent), may("destroy_agents") ? destroyBlock(agent) : null,
+    settings, may("destroy_agents") ? destroyBlock(agent) : null,
     tab ? tabsNav(name, tab) : tabsNav(name, null), tabBody);
   stopWatching = fleet.onChange(() => {
     const now = fleet.agents().find((a) => a.name === name);
@@ -352,8 +358,11 @@ export async function show(target, params) {
     body = el("div", { id: "agents-body" });
     section.replaceChildren(section.querySelector("h1"), body);
   }
-  if (name) await showAgent(body, name, tab);
-  else await showList(body);
+  // What a previous visit showed goes at once (its controls are of another state).
+  body.replaceChildren(el("p", { class: "hint" }, "Loading…"));
+  const mine = ++visits;
+  if (name) await showAgent(body, name, tab, mine);
+  else await showList(body, mine);
 }
 
 export function hide() {
