@@ -319,6 +319,7 @@ pub async fn start(
         launcher,
         settings.workers.clone(),
         lost_tx,
+        runs.feed().clone(),
     ));
     let agents = Arc::new(
         AgentService::new(

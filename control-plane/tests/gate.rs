@@ -69,6 +69,7 @@ async fn setup() -> Setup {
             tls: None,
         },
         lost,
+        plane.runs.feed().clone(),
     ));
     let catalog = Arc::new(Catalog::fixed(CatalogSnapshot::default()));
     let agents = Arc::new(AgentService::new(

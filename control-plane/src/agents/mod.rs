@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
+use crate::feed::AgentChangeKind;
 use crate::permissions::grants::{Role, granted, may_grant};
 use crate::permissions::profiles::{setting_name, to_stored};
 use crate::permissions::{PermissionsSetting, Profile};
@@ -417,6 +418,7 @@ impl AgentService {
             )),
         )
         .await;
+        self.changed(&record.name, AgentChangeKind::Created, user);
         let files = match reused {
             true => AgentFiles::MayExist,
             false => AgentFiles::New,
@@ -531,6 +533,7 @@ impl AgentService {
         )
         .await;
         self.offer_tools(name, &profile).await;
+        self.changed(name, AgentChangeKind::Changed, user);
         Ok(setting_name(&setting)
             .unwrap_or("a custom profile")
             .to_string())
@@ -835,6 +838,7 @@ impl AgentService {
             )
             .await;
         }
+        self.changed(name, AgentChangeKind::Changed, user);
         Ok(after)
     }
 
@@ -880,6 +884,7 @@ impl AgentService {
             Some(format!("keep_files={keep_files}")),
         )
         .await;
+        self.changed(name, AgentChangeKind::Destroyed, user);
         tracing::info!(agent = name, keep_files, "agent destroyed");
         if !keep_files {
             self.purge(name).await.map(drop).map_err(|e| {
@@ -993,6 +998,14 @@ impl AgentService {
             tracing::warn!("start-up repair: {line}");
         }
         Ok(done)
+    }
+
+    /// Tells the feed that agent `name` was created, changed or destroyed (the
+    /// `agent` event): the one place each is told, after it is done.
+    pub fn changed(&self, name: &str, change: AgentChangeKind, user: &Principal) {
+        self.runs
+            .feed()
+            .publish_agent_change(name, change, &user.to_string());
     }
 
     async fn audit(&self, agent: &str, action: &str, user: &Principal, detail: Option<String>) {

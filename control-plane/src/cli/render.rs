@@ -717,6 +717,18 @@ pub fn feed_line(kind: &str, data: &Value, style: Style) -> Option<String> {
             change.by,
             style.status(change.status.as_str())
         ),
+        FeedEvent::Agent(change) => format!("agent {} by {}", change.change.as_str(), change.by),
+        FeedEvent::Worker(worker) => {
+            let state = serde_json::to_value(worker.state).unwrap_or_default();
+            let state = state.as_str().unwrap_or("?");
+            match (&worker.dial_in_worker, &worker.last_exit) {
+                (Some(who), _) => format!("worker {} ({who})", style.status(state)),
+                (None, Some(exit)) if worker.state != crate::workers::WorkerState::Running => {
+                    format!("worker {}: {}", style.status(state), one_line(exit, 100))
+                }
+                _ => format!("worker {}", style.status(state)),
+            }
+        }
     };
     Some(format!("{head} {body}\n"))
 }
@@ -821,6 +833,26 @@ mod tests {
                 PLAIN
             ),
             None
+        );
+    }
+
+    #[test]
+    fn chorus_events_shows_agent_and_worker_changes() {
+        let line = |kind: &str, data: Value| feed_line(kind, &data, PLAIN);
+        assert_eq!(
+            line(
+                "agent",
+                json!({"agent": "scout", "thread_id": null, "change": "destroyed", "by": "api"})
+            )
+            .as_deref(),
+            Some("scout agent destroyed by api\n")
+        );
+        let worker = json!({"agent": "scout", "thread_id": null, "state": "restarting",
+            "pid": null, "dial_in_worker": null, "dial_in_credential": null, "restarts": 2,
+            "last_exit": "exited with status 1"});
+        assert_eq!(
+            line("worker", worker).as_deref(),
+            Some("scout worker restarting: exited with status 1\n")
         );
     }
 

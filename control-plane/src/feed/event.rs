@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use crate::store::ThreadStatus;
 use crate::tasks::history::TaskEventKind;
 use crate::tasks::status::TaskStatus;
+use crate::workers::WorkerStatus;
 
 /// One event of the feed, by kind. Serialised as `{"kind": …, "data": {…}}`; the
 /// SSE streams send the kind as the event name and the data as its payload.
@@ -54,6 +55,38 @@ pub enum FeedEvent {
     /// An event of a task's history (no thread: published under the agent it
     /// concerns, `tasks::board`).
     Task(TaskChange),
+    /// The agent was created, configured or destroyed (no thread; `agents`).
+    Agent(AgentChange),
+    /// The agent's worker changed state (no thread; `workers`): its `worker` as
+    /// `GET /api/agents/{name}` shows it.
+    Worker(WorkerStatus),
+}
+
+/// What happened to an agent, and who did it (`agent` on the wire names it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentChange {
+    pub change: AgentChangeKind,
+    /// Who did it (a principal's text).
+    pub by: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentChangeKind {
+    Created,
+    /// Its settings changed (`GET /api/agents/{name}` shows them).
+    Changed,
+    Destroyed,
+}
+
+impl AgentChangeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentChangeKind::Created => "created",
+            AgentChangeKind::Changed => "changed",
+            AgentChangeKind::Destroyed => "destroyed",
+        }
+    }
 }
 
 /// One event of a task's history as the feed tells it, with the task's status after it.
@@ -284,6 +317,8 @@ impl FeedEvent {
             FeedEvent::Summary { .. } => "summary",
             FeedEvent::Notification(_) => "notification",
             FeedEvent::Task(_) => "task",
+            FeedEvent::Agent(_) => "agent",
+            FeedEvent::Worker(_) => "worker",
         }
     }
 
@@ -314,6 +349,17 @@ impl FeedEvent {
     /// Whether this is a thread's last event (its final status).
     pub fn is_final(&self) -> bool {
         self.status().is_some_and(|s| s.status.is_finished())
+    }
+
+    /// Whether this kind belongs to no thread (an agent's event).
+    pub fn is_agents(&self) -> bool {
+        matches!(
+            self,
+            FeedEvent::Notification(_)
+                | FeedEvent::Task(_)
+                | FeedEvent::Agent(_)
+                | FeedEvent::Worker(_)
+        )
     }
 }
 
@@ -365,17 +411,15 @@ mod tests {
                 expected(kind, data).to_string(),
                 "{kind}"
             );
-            // Only notifications and task events belong to no thread.
-            assert_eq!(
-                !thread,
-                matches!(event, FeedEvent::Notification(_) | FeedEvent::Task(_))
-            );
+            // Only notifications, task, agent and worker events belong to no thread.
+            assert_eq!(!thread, event.is_agents());
             kinds.insert(event.kind());
         }
         // Every kind was recorded.
         assert_eq!(
             kinds.into_iter().collect::<Vec<_>>(),
             [
+                "agent",
                 "approval",
                 "approval_answered",
                 "input_taken",
@@ -388,8 +432,53 @@ mod tests {
                 "task",
                 "text",
                 "thread_created",
+                "worker",
             ]
         );
+    }
+
+    /// The agent and worker events the page follows: their wire shape, and back.
+    #[test]
+    fn agent_and_worker_events_are_written_as_the_api_names_them() {
+        let created = FeedEvent::Agent(AgentChange {
+            change: AgentChangeKind::Created,
+            by: "user:ana".into(),
+        });
+        assert_eq!(created.kind(), "agent");
+        assert_eq!(
+            created.data().to_string(),
+            r#"{"by":"user:ana","change":"created"}"#
+        );
+        let worker = FeedEvent::Worker(WorkerStatus {
+            state: crate::workers::WorkerState::Running,
+            pid: Some(42),
+            dial_in_worker: None,
+            dial_in_credential: None,
+            restarts: 1,
+            last_exit: Some("exited with status 1".into()),
+        });
+        assert_eq!(worker.kind(), "worker");
+        assert_eq!(
+            worker.data(),
+            json!({"state": "running", "pid": 42, "dial_in_worker": null,
+                   "dial_in_credential": null, "restarts": 1,
+                   "last_exit": "exited with status 1"})
+        );
+        for event in [created, worker] {
+            assert!(event.is_agents());
+            assert_eq!(
+                FeedEvent::from_wire(event.kind(), event.data()).unwrap(),
+                event
+            );
+        }
+        for change in ["changed", "destroyed"] {
+            let read = FeedEvent::from_wire("agent", json!({"change": change, "by": "api"}));
+            assert!(
+                matches!(read, Ok(FeedEvent::Agent(AgentChange { .. }))),
+                "{change}"
+            );
+        }
+        assert!(FeedEvent::from_wire("agent", json!({"change": "renamed", "by": "api"})).is_err());
     }
 
     /// `runs_in` is additive: a tool step carries it, and it reads back.

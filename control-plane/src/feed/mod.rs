@@ -28,8 +28,8 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 pub use event::{
-    Answer, ApprovalAnswered, ApprovalAsked, FeedEvent, Notification, StatusChange, StatusDetail,
-    StepEnded, StepStarted, TaskChange, ThreadCreated, ThreadOrigin,
+    AgentChange, AgentChangeKind, Answer, ApprovalAnswered, ApprovalAsked, FeedEvent, Notification,
+    StatusChange, StatusDetail, StepEnded, StepStarted, TaskChange, ThreadCreated, ThreadOrigin,
 };
 
 /// One event of one thread, or of an agent (`thread_id` `None`).
@@ -157,6 +157,17 @@ impl ThreadFeed {
     /// An event of a task's history, under the agent it concerns (no thread).
     pub fn publish_task(&self, agent: &str, change: TaskChange) {
         self.publish_event(agent, None, FeedEvent::Task(change));
+    }
+
+    /// The agent was created, configured or destroyed (no thread).
+    pub fn publish_agent_change(&self, agent: &str, change: AgentChangeKind, by: &str) {
+        let by = by.to_string();
+        self.publish_event(agent, None, FeedEvent::Agent(AgentChange { change, by }));
+    }
+
+    /// The agent's worker is now as `status` says (no thread).
+    pub fn publish_worker(&self, agent: &str, status: crate::workers::WorkerStatus) {
+        self.publish_event(agent, None, FeedEvent::Worker(status));
     }
 
     fn publish_event(&self, agent: &str, thread_id: Option<u64>, event: FeedEvent) {

@@ -336,11 +336,19 @@ pub(super) async fn configure(
     }
     // The next run's assignment carries the new set; its worker starts, restarts or
     // stops servers to match.
+    let mcp_changed = mcp_servers.is_some();
     if let Some(servers) = mcp_servers {
         state.store.set_mcp_servers(&name, servers).await?;
     }
-    if heartbeat.minutes.is_some() || heartbeat.model.is_some() {
+    let heartbeat_changed = heartbeat.minutes.is_some() || heartbeat.model.is_some();
+    if heartbeat_changed {
         state.heartbeats.configure(&name, heartbeat).await?;
+    }
+    if mcp_changed || heartbeat_changed {
+        // What `agents.configure` told left these out: told again, now whole.
+        state
+            .agents
+            .changed(&name, crate::feed::AgentChangeKind::Changed, user);
     }
     state.runs.idle_configured(&name).await;
     Ok(Json(view(&state, record).await?))

@@ -13,12 +13,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::WorkerSettings;
+use crate::feed::ThreadFeed;
 use crate::secrets::random_token;
 use launcher::{Launcher, Worker};
 use registry::{Generation, LinkState, Registry};
@@ -35,7 +36,7 @@ pub struct WorkerLost {
     pub attached: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WorkerState {
     /// Launched, not yet connected.
@@ -47,7 +48,9 @@ pub enum WorkerState {
     Stopped,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// An agent's worker as the API shows it (`worker` of an agent) and the feed tells
+/// its changes (the `worker` event).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerStatus {
     pub state: WorkerState,
     pub pid: Option<u32>,
@@ -85,6 +88,8 @@ pub struct WorkerManager {
     settings: WorkerSettings,
     lost: mpsc::UnboundedSender<WorkerLost>,
     supervised: Mutex<HashMap<String, Supervised>>,
+    /// Where each change of a worker's state is told (the `worker` event).
+    feed: ThreadFeed,
 }
 
 /// Delay before restart number `attempt` (0-based): doubling from `initial`, capped.
@@ -109,6 +114,7 @@ impl WorkerManager {
         launcher: Launcher,
         settings: WorkerSettings,
         lost: mpsc::UnboundedSender<WorkerLost>,
+        feed: ThreadFeed,
     ) -> Self {
         WorkerManager {
             registry,
@@ -116,6 +122,7 @@ impl WorkerManager {
             settings,
             lost,
             supervised: Mutex::new(HashMap::new()),
+            feed,
         }
     }
 
@@ -136,10 +143,12 @@ impl WorkerManager {
             return;
         }
         let stop = CancellationToken::new();
-        let (status_tx, status) = watch::channel(WorkerStatus {
+        let starting = WorkerStatus {
             state: WorkerState::Starting,
             ..WorkerStatus::stopped()
-        });
+        };
+        self.feed.publish_worker(agent, starting.clone());
+        let (status_tx, status) = watch::channel(starting);
         let supervisor = Supervisor {
             agent: agent.to_string(),
             registry: self.registry.clone(),
@@ -150,6 +159,7 @@ impl WorkerManager {
             stop: stop.clone(),
             incarnation: incarnation.to_string(),
             files,
+            feed: self.feed.clone(),
         };
         let task = tokio::spawn(supervisor.run());
         supervised.insert(agent.to_string(), Supervised { stop, task, status });
@@ -273,13 +283,19 @@ impl WorkerManager {
         else {
             return WorkerStatus::stopped();
         };
-        match status.state {
-            WorkerState::Starting if self.registry.is_attached(agent) => WorkerStatus {
-                state: WorkerState::Running,
-                ..status
-            },
-            _ => status,
-        }
+        shown(status, self.registry.is_attached(agent))
+    }
+}
+
+/// A supervisor's status as people see it: `starting` is `running` once its worker
+/// attached.
+fn shown(status: WorkerStatus, attached: bool) -> WorkerStatus {
+    match status.state {
+        WorkerState::Starting if attached => WorkerStatus {
+            state: WorkerState::Running,
+            ..status
+        },
+        _ => status,
     }
 }
 
@@ -304,6 +320,7 @@ struct Supervisor {
     /// Which creation of the agent this is.
     incarnation: String,
     files: AgentFiles,
+    feed: ThreadFeed,
 }
 
 /// Whether an agent's files may be on a dial-in worker's volume already.
@@ -330,6 +347,20 @@ enum Attach {
 }
 
 impl Supervisor {
+    /// Sets the worker's status and tells the feed.
+    fn set(&self, status: WorkerStatus) {
+        self.status.send_replace(status);
+        self.announce();
+    }
+
+    /// Tells the feed the worker's status as people see it now.
+    fn announce(&self) {
+        let status = self.status.borrow().clone();
+        let attached = self.registry.is_attached(&self.agent);
+        self.feed
+            .publish_worker(&self.agent, shown(status, attached));
+    }
+
     async fn run(self) {
         let mut attempt = 0u32;
         let mut restarts = 0u32;
@@ -356,7 +387,7 @@ impl Supervisor {
             restarts += 1;
             crate::metrics::worker_restarted();
             tracing::warn!(agent = %self.agent, %reason, ?delay, "worker ended; restarting");
-            self.status.send_replace(WorkerStatus {
+            self.set(WorkerStatus {
                 state: WorkerState::Restarting,
                 pid: None,
                 dial_in_worker: None,
@@ -374,6 +405,7 @@ impl Supervisor {
             s.state = WorkerState::Stopped;
             s.pid = None;
         });
+        self.announce();
     }
 
     /// Launches one worker and watches it until it ends or we are told to stop.
@@ -389,6 +421,7 @@ impl Supervisor {
             Err(e) => return Ended::Exited(format!("could not create a credential: {e}")),
         };
         let (generation, detached) = self.registry.expect(&self.agent, credential.clone());
+        let attached = self.registry.attached_signal(&self.agent, generation);
         let launched = tokio::select! {
             launched = self.launcher.launch(
                 &self.agent,
@@ -424,7 +457,7 @@ impl Supervisor {
         }
         let who = worker.describe();
         tracing::info!(agent = %self.agent, worker = %who, generation, "worker launched");
-        self.status.send_replace(WorkerStatus {
+        self.set(WorkerStatus {
             state: WorkerState::Starting,
             pid: worker.pid(),
             dial_in_worker: worker.dial_in_name(),
@@ -436,8 +469,14 @@ impl Supervisor {
         let attach_by = tokio::time::Instant::now() + self.settings.attach_timeout;
         let mut awaiting_attach = true;
         let mut attach = Attach::NotMissed;
+        let mut announced = false;
         let reason = loop {
             tokio::select! {
+                () = attached.notified(), if !announced => {
+                    // Running now: the page follows the feed, not the status.
+                    announced = true;
+                    self.announce();
+                }
                 report = worker.wait() => {
                     // Its socket closed with it; let the connection drain its last events.
                     let deadline = Instant::now() + SETTLE;

@@ -58,6 +58,8 @@ struct Slot {
     link: Link,
     /// Signalled when this generation's connection ends.
     detached: Arc<Notify>,
+    /// Signalled when this generation's worker attaches.
+    attached: Arc<Notify>,
     /// Why the control plane ended the connection, when it did (a hung worker).
     detach_reason: Option<String>,
     /// The worker process, as the launcher started it (never as the worker says).
@@ -124,6 +126,7 @@ impl Registry {
                 credential,
                 link: Link::Waiting,
                 detached: detached.clone(),
+                attached: Arc::new(Notify::new()),
                 detach_reason: None,
                 pid: None,
                 join_credential: None,
@@ -151,6 +154,7 @@ impl Registry {
             Link::Waiting => {
                 let (tx, rx) = mpsc::unbounded_channel();
                 slot.link = Link::Attached(tx);
+                slot.attached.notify_one();
                 Ok(Attachment {
                     generation: slot.generation,
                     commands: rx,
@@ -159,6 +163,15 @@ impl Registry {
             Link::Attached(_) => Err(AttachError::AlreadyAttached(agent.to_string())),
             Link::Spent => Err(AttachError::Spent(agent.to_string())),
         }
+    }
+
+    /// What is signalled when `generation` attaches (a signal that never comes when
+    /// it is no longer the current one).
+    pub fn attached_signal(&self, agent: &str, generation: Generation) -> Arc<Notify> {
+        self.slots()
+            .get(agent)
+            .filter(|s| s.generation == generation)
+            .map_or_else(|| Arc::new(Notify::new()), |s| s.attached.clone())
     }
 
     /// Ends `generation`'s connection and tells its supervisor; `reason` says why

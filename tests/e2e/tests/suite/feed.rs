@@ -16,6 +16,10 @@ async fn until_done(
     let mut seen = Vec::new();
     let read = async {
         while let Some((kind, data)) = stream.next().await? {
+            // The agent's own events (its worker attaching) belong to no thread.
+            if kind == "worker" || kind == "agent" {
+                continue;
+            }
             let id = stream.last_id().unwrap_or_default().to_string();
             let done = kind == "status"
                 && data["thread_id"] == thread
