@@ -319,7 +319,10 @@ pub async fn start(
         launcher,
         settings.workers.clone(),
         lost_tx,
-        runs.feed().clone(),
+        {
+            let feed = runs.feed().clone();
+            Arc::new(move |agent: &str, status| feed.publish_worker(agent, status))
+        },
     ));
     let agents = Arc::new(
         AgentService::new(

@@ -69,7 +69,10 @@ async fn setup() -> Setup {
             tls: None,
         },
         lost,
-        plane.runs.feed().clone(),
+        {
+            let feed = plane.runs.feed().clone();
+            Arc::new(move |agent: &str, status| feed.publish_worker(agent, status))
+        },
     ));
     let catalog = Arc::new(Catalog::fixed(CatalogSnapshot::default()));
     let agents = Arc::new(AgentService::new(

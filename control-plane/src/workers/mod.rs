@@ -19,7 +19,6 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::WorkerSettings;
-use crate::feed::ThreadFeed;
 use crate::secrets::random_token;
 use launcher::{Launcher, Worker};
 use registry::{Generation, LinkState, Registry};
@@ -88,9 +87,13 @@ pub struct WorkerManager {
     settings: WorkerSettings,
     lost: mpsc::UnboundedSender<WorkerLost>,
     supervised: Mutex<HashMap<String, Supervised>>,
-    /// Where each change of a worker's state is told (the `worker` event).
-    feed: ThreadFeed,
+    /// Where each change of a worker's state is told.
+    told: StatusSink,
 }
+
+/// Told each change of an agent's worker as people see it (`serve` makes it the
+/// feed's `worker` event; this module knows nothing of the feed).
+pub type StatusSink = Arc<dyn Fn(&str, WorkerStatus) + Send + Sync>;
 
 /// Delay before restart number `attempt` (0-based): doubling from `initial`, capped.
 pub fn restart_delay(attempt: u32, initial: Duration, max: Duration) -> Duration {
@@ -114,7 +117,7 @@ impl WorkerManager {
         launcher: Launcher,
         settings: WorkerSettings,
         lost: mpsc::UnboundedSender<WorkerLost>,
-        feed: ThreadFeed,
+        told: StatusSink,
     ) -> Self {
         WorkerManager {
             registry,
@@ -122,7 +125,7 @@ impl WorkerManager {
             settings,
             lost,
             supervised: Mutex::new(HashMap::new()),
-            feed,
+            told,
         }
     }
 
@@ -147,7 +150,7 @@ impl WorkerManager {
             state: WorkerState::Starting,
             ..WorkerStatus::stopped()
         };
-        self.feed.publish_worker(agent, starting.clone());
+        (self.told)(agent, starting.clone());
         let (status_tx, status) = watch::channel(starting);
         let supervisor = Supervisor {
             agent: agent.to_string(),
@@ -159,7 +162,7 @@ impl WorkerManager {
             stop: stop.clone(),
             incarnation: incarnation.to_string(),
             files,
-            feed: self.feed.clone(),
+            told: self.told.clone(),
         };
         let task = tokio::spawn(supervisor.run());
         supervised.insert(agent.to_string(), Supervised { stop, task, status });
@@ -320,7 +323,7 @@ struct Supervisor {
     /// Which creation of the agent this is.
     incarnation: String,
     files: AgentFiles,
-    feed: ThreadFeed,
+    told: StatusSink,
 }
 
 /// Whether an agent's files may be on a dial-in worker's volume already.
@@ -347,18 +350,17 @@ enum Attach {
 }
 
 impl Supervisor {
-    /// Sets the worker's status and tells the feed.
+    /// Sets the worker's status and tells it ([`StatusSink`]).
     fn set(&self, status: WorkerStatus) {
         self.status.send_replace(status);
         self.announce();
     }
 
-    /// Tells the feed the worker's status as people see it now.
+    /// Tells the worker's status as people see it now.
     fn announce(&self) {
         let status = self.status.borrow().clone();
         let attached = self.registry.is_attached(&self.agent);
-        self.feed
-            .publish_worker(&self.agent, shown(status, attached));
+        (self.told)(&self.agent, shown(status, attached));
     }
 
     async fn run(self) {

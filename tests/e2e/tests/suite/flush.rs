@@ -75,7 +75,8 @@ fn flush_entries(chorus: &Chorus, agent: &str) -> Vec<(String, String)> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name == "MEMORY.md" {
+        // A file being written is a `.tmp-<pid>` until its rename: not a log yet.
+        if name == "MEMORY.md" || !name.ends_with(".md") {
             continue;
         }
         let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
