@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
-use chorus_test_support::Chorus;
 use chorus_test_support::browser::Browser;
+use chorus_test_support::fake_model::{text, tool_call};
+use chorus_test_support::{Chorus, FakeOpenAi};
 use reqwest::{Method, StatusCode, header};
 use serde_json::{Value, json};
 
@@ -473,16 +474,48 @@ async fn web_every_view_fits_a_phone_and_a_desktop() -> anyhow::Result<()> {
     let Some(browser) = Browser::start().await? else {
         return Ok(());
     };
-    let chorus = Chorus::builder().start().await?;
-    chorus.create_agent("scout").await?;
+    // Something to show: a thread with a tool step and an answer, and a task.
+    let model = FakeOpenAi::start().await;
+    model.push(tool_call(
+        "c1",
+        "create_file",
+        json!({"path": "notes.md", "content": "# Notes\n"}),
+    ));
+    model.push(text("I wrote notes.md with a heading."));
+    let chorus = Chorus::builder().openai_fake(&model).start().await?;
+    chorus
+        .create_agent_with(json!({"name": "scout", "permissions": "standard"}))
+        .await?;
+    let thread = chorus
+        .send_message("scout", "Start a notes file, please.")
+        .await?;
+    chorus
+        .wait_thread_finished("scout", thread, Duration::from_secs(60))
+        .await?;
+    // The planner plans it for scout; anything after is a plain answer.
+    model.push(tool_call(
+        "p1",
+        "submit_plan",
+        json!({"summary": "Release notes for 0.2", "requirements": ["every change listed"],
+               "acceptance_criteria": ["notes.md has a 0.2 section"],
+               "steps": ["read the log", "write the section"], "assignee": "scout"}),
+    ));
+    model.set_fallback(|_| text("Done."));
+    let task = chorus
+        .api(Method::POST, "/api/tasks")
+        .json(&json!({"title": "Write the release notes", "description": "For 0.2."}))
+        .send()
+        .await?;
+    assert_eq!(task.status(), StatusCode::CREATED);
     let origin = chorus.http_url.trim_end_matches('/').to_string();
     browser.log_in(&origin, chorus.token()).await?;
+    let chat = format!("#chat/scout/{thread}");
     let shots = std::env::var_os("CHORUS_SCREENSHOTS").map(std::path::PathBuf::from);
     for (width, height) in [(1280, 900), (390, 844)] {
         browser.resize(width, height).await?;
         for (view, hash) in [
             ("fleet", "#fleet"),
-            ("chat", "#chat/scout"),
+            ("chat", chat.as_str()),
             ("board", "#board"),
             ("agents", "#agents/scout"),
         ] {
