@@ -253,7 +253,9 @@ impl Builder<'_> {
         let (role_tools, files) = match (thread.role, self.role_hooks) {
             (Some(role), Some(hooks)) => (
                 hooks.offered(role),
-                hooks.files(&agent.name, thread.id, role).await,
+                hooks
+                    .files(&agent.name, role, thread.workdir.as_deref())
+                    .await,
             ),
             _ => (Vec::new(), Vec::new()),
         };

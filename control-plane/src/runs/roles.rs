@@ -53,13 +53,13 @@ pub trait RoleHooks: Send + Sync {
         tool: &str,
         arguments: &str,
     ) -> Result<String, String>;
-    /// The files a run of the thread is given in its working directory (a task's
-    /// attachments), read when its assignment is built.
+    /// The files a run of the thread is given in its working directory `workdir` (a
+    /// task's attachments), read when its assignment is built.
     async fn files(
         &self,
         _agent: &str,
-        _thread_id: u64,
         _role: ThreadRole,
+        _workdir: Option<&str>,
     ) -> Vec<chorus_proto::domain::TemplateFile> {
         Vec::new()
     }

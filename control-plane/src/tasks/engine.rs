@@ -1223,6 +1223,11 @@ pub fn workdir_of(task_id: u64) -> String {
     format!("tasks/{task_id}")
 }
 
+/// The task whose directory `workdir` is ([`workdir_of`]'s inverse).
+pub fn task_of_workdir(workdir: &str) -> Option<u64> {
+    workdir.strip_prefix("tasks/")?.parse().ok()
+}
+
 /// A task's text for its briefs.
 fn text_of(task: &TaskView) -> brief::TaskText {
     brief::TaskText {
@@ -1319,20 +1324,22 @@ impl RoleHooks for Engine {
     /// host its worker runs); an attachment that cannot be read is left out, logged.
     async fn files(
         &self,
-        agent: &str,
-        thread_id: u64,
+        _agent: &str,
         role: ThreadRole,
+        workdir: Option<&str>,
     ) -> Vec<chorus_proto::domain::TemplateFile> {
         if role != ThreadRole::Worker {
             return Vec::new();
         }
-        let Ok(Some(run)) = self.board.run_of_thread(agent, thread_id).await else {
+        // From the thread's own directory, not its run's record: the thread starts
+        // (and its first assignment is built) before `work` records the run.
+        let Some(task_id) = workdir.and_then(task_of_workdir) else {
             return Vec::new();
         };
-        let Ok(attachments) = self.board.attachments(run.task_id).await else {
+        let Ok(attachments) = self.board.attachments(task_id).await else {
             return Vec::new();
         };
-        let dir = self.board.attachments_dir(run.task_id);
+        let dir = self.board.attachments_dir(task_id);
         let mut files = Vec::new();
         for attachment in attachments {
             match tokio::fs::read(dir.join(&attachment.name)).await {
@@ -1342,7 +1349,7 @@ impl RoleHooks for Engine {
                     executable: false,
                 }),
                 Err(e) => {
-                    tracing::warn!(task_id = run.task_id, name = %attachment.name, error = %e, "a task's attachment cannot be read; its run goes without it")
+                    tracing::warn!(task_id, name = %attachment.name, error = %e, "a task's attachment cannot be read; its run goes without it")
                 }
             }
         }
@@ -1485,5 +1492,27 @@ impl Engine {
             }
         }
         Ok(told)
+    }
+}
+
+#[cfg(test)]
+mod workdir_tests {
+    use super::*;
+
+    #[test]
+    fn a_tasks_directory_names_the_task_and_nothing_else_does() {
+        for id in [1, 42, u64::MAX] {
+            assert_eq!(task_of_workdir(&workdir_of(id)), Some(id));
+        }
+        for other in [
+            "",
+            "tasks/",
+            "tasks/x",
+            "task/3",
+            "tasks/3/sub",
+            "other/tasks/3",
+        ] {
+            assert_eq!(task_of_workdir(other), None, "{other}");
+        }
     }
 }

@@ -353,13 +353,20 @@ async fn web_board_task_created_answered_started_and_completed_live() -> anyhow:
         json!(true),
         "the page was not reloaded"
     );
-    // The effect: the agent worked the task in its directory (the attachment is
-    // checked through the API above).
-    let written = chorus
+    // The effect: the agent worked the task in its directory, where the attachment
+    // uploaded from the page was given to it.
+    let task_dir = chorus
         .agent_dir("coder")
         .join("workspace")
-        .join(format!("tasks/{id}/greeting.txt"));
-    assert_eq!(std::fs::read_to_string(&written)?, "hello");
+        .join(format!("tasks/{id}"));
+    assert_eq!(
+        std::fs::read_to_string(task_dir.join("greeting.txt"))?,
+        "hello"
+    );
+    assert_eq!(
+        std::fs::read_to_string(task_dir.join("notes.md"))?,
+        "say hello"
+    );
 
     // At phone width the board and the task fit the screen (the columns scroll
     // inside their own box).
