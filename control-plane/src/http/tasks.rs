@@ -77,7 +77,8 @@ pub(super) async fn create(
         )
         .await?;
     state.tasks.created(task.id);
-    Ok((StatusCode::CREATED, Json(task)))
+    // The engine's view: what GET answers, with what the task waits on.
+    Ok((StatusCode::CREATED, Json(state.engine.view(task.id).await?)))
 }
 
 #[derive(Deserialize)]
@@ -162,12 +163,9 @@ pub(super) async fn update(
         steps: body.steps,
         assignee: body.assignee,
     };
-    Ok(Json(
-        state
-            .tasks
-            .update(task_id(&id)?, fields, &caller.principal())
-            .await?,
-    ))
+    let id = task_id(&id)?;
+    state.tasks.update(id, fields, &caller.principal()).await?;
+    Ok(Json(state.engine.view(id).await?))
 }
 
 pub(super) async fn delete(

@@ -13,6 +13,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
+/// `s` as a JavaScript string literal, for checks built with `format!`.
+pub fn js(s: &str) -> String {
+    serde_json::to_string(s).expect("a string is JSON")
+}
+
 /// The key W3C WebDriver names an element reference by.
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
@@ -232,6 +237,52 @@ impl Browser {
             )
             .await?;
         Ok(serde_json::from_value(urls)?)
+    }
+
+    /// Asserts that the page asked something, and only of `origin` (no CDN, no font
+    /// service): every address in the browser's own record of requests.
+    pub async fn assert_only_origin(&self, origin: &str) -> anyhow::Result<()> {
+        let requested = self.requested().await?;
+        anyhow::ensure!(!requested.is_empty(), "the page requested nothing");
+        let prefix = format!("{origin}/");
+        let strays: Vec<&String> = requested
+            .iter()
+            .filter(|url| !url.starts_with(&prefix))
+            .collect();
+        anyhow::ensure!(strays.is_empty(), "requests not of {origin}: {strays:?}");
+        Ok(())
+    }
+
+    /// How many elements `css` selects in the page.
+    pub async fn count(&self, css: &str) -> anyhow::Result<u64> {
+        let n = self
+            .execute(
+                "return document.querySelectorAll(arguments[0]).length;",
+                vec![json!(css)],
+            )
+            .await?;
+        Ok(n.as_u64().unwrap_or_default())
+    }
+
+    /// The text of everything `css` selects, joined by `|`, as the page has it.
+    pub async fn text_of(&self, css: &str) -> anyhow::Result<String> {
+        let text = self
+            .execute(
+                "return [...document.querySelectorAll(arguments[0])].map(e => e.textContent).join('|');",
+                vec![json!(css)],
+            )
+            .await?;
+        Ok(text.as_str().unwrap_or_default().to_string())
+    }
+
+    /// Reloads the page (its address keeps the view) and waits for the new shell.
+    pub async fn reload(&self) -> anyhow::Result<()> {
+        self.execute("window.before_reload = true; location.reload();", vec![])
+            .await?;
+        self.wait_for(
+            "!window.before_reload && document.getElementById('who-name').textContent !== ''",
+        )
+        .await
     }
 
     /// Sets the window's size in CSS pixels (390 wide is a phone).

@@ -386,6 +386,47 @@ impl Chorus {
             .bearer_auth(self.token())
     }
 
+    /// The web page's origin, `http://127.0.0.1:<port>` (no trailing slash).
+    pub fn origin(&self) -> String {
+        self.http_url.trim_end_matches('/').to_string()
+    }
+
+    /// `method` on `path` with the token (and `body` as JSON): the status and the
+    /// answer, as JSON or else as a string of its text.
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<(u16, Value)> {
+        let mut request = self.api(method, path);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        let text = response.text().await?;
+        Ok((
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        ))
+    }
+
+    /// [`Chorus::call`] that must succeed (a 2xx status): its answer.
+    pub async fn ok(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
+        let (status, answer) = self.call(method.clone(), path, body).await?;
+        anyhow::ensure!(
+            (200..300).contains(&status),
+            "{method} {path}: {status} {answer:#}"
+        );
+        Ok(answer)
+    }
+
     /// A request without any token.
     pub fn anonymous(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         self.client

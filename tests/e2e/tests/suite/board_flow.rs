@@ -36,41 +36,10 @@ async fn agents(chorus: &Chorus, names: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn call(
-    chorus: &Chorus,
-    method: Method,
-    path: &str,
-    body: Option<Value>,
-) -> anyhow::Result<(u16, Value)> {
-    let mut request = chorus.api(method, path);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await?;
-    let status = response.status().as_u16();
-    let text = response.text().await?;
-    Ok((
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    ))
-}
-
-async fn ok(
-    chorus: &Chorus,
-    method: Method,
-    path: &str,
-    body: Option<Value>,
-) -> anyhow::Result<Value> {
-    let (status, answer) = call(chorus, method.clone(), path, body).await?;
-    anyhow::ensure!(
-        (200..300).contains(&status),
-        "{method} {path}: {status} {answer:#}"
-    );
-    Ok(answer)
-}
-
 async fn task(chorus: &Chorus, id: u64) -> anyhow::Result<Value> {
-    ok(chorus, Method::GET, &format!("/api/tasks/{id}"), None).await
+    chorus
+        .ok(Method::GET, &format!("/api/tasks/{id}"), None)
+        .await
 }
 
 /// Polls the task until it is in `status` (failing at once if it ends elsewhere).
@@ -90,24 +59,20 @@ async fn wait_status(chorus: &Chorus, id: u64, status: &str) -> anyhow::Result<V
 }
 
 async fn history(chorus: &Chorus, id: u64) -> anyhow::Result<Vec<Value>> {
-    let history = ok(
-        chorus,
-        Method::GET,
-        &format!("/api/tasks/{id}/history"),
-        None,
-    )
-    .await?;
+    let history = chorus
+        .ok(Method::GET, &format!("/api/tasks/{id}/history"), None)
+        .await?;
     Ok(history["events"].as_array().cloned().unwrap_or_default())
 }
 
 async fn thread(chorus: &Chorus, agent: &str, id: u64) -> anyhow::Result<Value> {
-    ok(
-        chorus,
-        Method::GET,
-        &format!("/api/agents/{agent}/threads/{id}"),
-        None,
-    )
-    .await
+    chorus
+        .ok(
+            Method::GET,
+            &format!("/api/agents/{agent}/threads/{id}"),
+            None,
+        )
+        .await
 }
 
 fn user_messages(thread: &Value) -> Vec<String> {
@@ -182,15 +147,17 @@ async fn a_task_is_planned_after_questions_worked_with_help_and_completed_by_its
     model.push(tool_call("p1", "ask_questions", json!({"questions": [
         {"id": "q1", "question": "Which greeting?", "options": [{"label": "hello", "description": "plain"}, {"label": "hi"}]},
         {"id": "q2", "question": "Which file name?"}]})));
-    let created = ok(
-        &chorus,
-        Method::POST,
-        "/api/tasks",
-        Some(json!({"title": "Greet", "description": "Write a greeting file"})),
-    )
-    .await?;
+    let created = chorus
+        .ok(
+            Method::POST,
+            "/api/tasks",
+            Some(json!({"title": "Greet", "description": "Write a greeting file"})),
+        )
+        .await?;
     let id = created["id"].as_u64().unwrap();
     assert_eq!(created["status"], "planning");
+    // The answer is the task as GET shows it: waiting on its planner.
+    assert_eq!(created["waiting_on"]["kind"], "planner", "{created:#}");
 
     let asked = wait_status(&chorus, id, "awaiting_input").await?;
     let questions = asked["questions"].as_array().unwrap();
@@ -202,13 +169,13 @@ async fn a_task_is_planned_after_questions_worked_with_help_and_completed_by_its
     // An assignee that is not an agent is refused back to the planner, with the list.
     model.push(tool_call("p2", "submit_plan", plan("nobody")));
     model.push(tool_call("p3", "submit_plan", plan("coder")));
-    ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/answers"),
-        Some(json!({"answers": {"q1": "hello", "q2": "greeting.txt"}})),
-    )
-    .await?;
+    chorus
+        .ok(
+            Method::POST,
+            &format!("/api/tasks/{id}/answers"),
+            Some(json!({"answers": {"q1": "hello", "q2": "greeting.txt"}})),
+        )
+        .await?;
     let planned = wait_status(&chorus, id, "planned").await?;
     assert_eq!(planned["assignee"], "coder");
     assert_eq!(planned["summary"], "Write a greeting file");
@@ -272,13 +239,9 @@ async fn a_task_is_planned_after_questions_worked_with_help_and_completed_by_its
         json!({"status": "complete", "summary": "checked", "output": "wrote review.md and notes.txt"}),
     ));
     model.push(tool_call("c4", "completion_report", json!({"status": "complete", "summary": "wrote greeting.txt", "output": "greeting.txt: hello"})));
-    ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/start"),
-        None,
-    )
-    .await?;
+    chorus
+        .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
+        .await?;
     let done = wait_status(&chorus, id, "completed").await?;
 
     assert_eq!(done["report"]["status"], "complete", "{done:#}");
@@ -301,7 +264,9 @@ async fn a_task_is_planned_after_questions_worked_with_help_and_completed_by_its
     assert!(done["waiting_on"].is_null(), "{done:#}");
 
     // The sub-task: a child task of reviewer, reported complete, its chain coder → reviewer.
-    let children = ok(&chorus, Method::GET, "/api/tasks?agent=reviewer", None).await?;
+    let children = chorus
+        .ok(Method::GET, "/api/tasks?agent=reviewer", None)
+        .await?;
     let child = children["tasks"]
         .as_array()
         .unwrap()
@@ -410,7 +375,7 @@ async fn planned_task(
     assignee: &str,
 ) -> anyhow::Result<u64> {
     model.push(tool_call("plan", "submit_plan", plan(assignee)));
-    let created = ok(chorus, Method::POST, "/api/tasks", Some(body)).await?;
+    let created = chorus.ok(Method::POST, "/api/tasks", Some(body)).await?;
     let id = created["id"].as_u64().unwrap();
     wait_status(chorus, id, "planned").await?;
     Ok(id)
@@ -436,23 +401,15 @@ async fn a_reviewed_task_is_sent_back_into_the_same_thread_then_accepted() -> an
         "completion_report",
         json!({"status": "complete", "summary": "first", "output": "o"}),
     ));
-    ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/start"),
-        None,
-    )
-    .await?;
+    chorus
+        .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
+        .await?;
     let review = wait_status(&chorus, id, "review").await?;
     assert_eq!(review["report"]["summary"], "first");
     assert_eq!(review["waiting_on"]["kind"], "person");
-    let (status, refused) = call(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/start"),
-        None,
-    )
-    .await?;
+    let (status, refused) = chorus
+        .call(Method::POST, &format!("/api/tasks/{id}/start"), None)
+        .await?;
     assert_eq!(status, 409, "{refused:#}");
     assert!(
         refused["error"]["message"]
@@ -467,13 +424,13 @@ async fn a_reviewed_task_is_sent_back_into_the_same_thread_then_accepted() -> an
         "completion_report",
         json!({"status": "complete", "summary": "second", "output": "o!"}),
     ));
-    ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/send-back"),
-        Some(json!({"message": "add an exclamation mark"})),
-    )
-    .await?;
+    chorus
+        .ok(
+            Method::POST,
+            &format!("/api/tasks/{id}/send-back"),
+            Some(json!({"message": "add an exclamation mark"})),
+        )
+        .await?;
     let again = wait_status(&chorus, id, "review").await?;
     assert_eq!(again["report"]["summary"], "second", "{again:#}");
     let workers = runs_in_role(&again, "worker");
@@ -486,13 +443,9 @@ async fn a_reviewed_task_is_sent_back_into_the_same_thread_then_accepted() -> an
         "{coder:#}"
     );
 
-    let accepted = ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/accept"),
-        None,
-    )
-    .await?;
+    let accepted = chorus
+        .ok(Method::POST, &format!("/api/tasks/{id}/accept"), None)
+        .await?;
     assert_eq!(accepted["status"], "completed");
     let events = history(&chorus, id).await?;
     in_order(
@@ -540,13 +493,9 @@ async fn a_silent_worker_gets_one_follow_up_then_fails_and_a_delegate_never_gets
     ));
     model.push(text("I think I am done."));
     model.push(text("Really, all done."));
-    ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/start"),
-        None,
-    )
-    .await?;
+    chorus
+        .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
+        .await?;
     let failed = wait_status(&chorus, id, "failed").await?;
     assert_eq!(
         failed["report"]["status"], "protocol_violation",
@@ -579,7 +528,9 @@ async fn a_silent_worker_gets_one_follow_up_then_fails_and_a_delegate_never_gets
         nudges[0]
     );
 
-    let children = ok(&chorus, Method::GET, "/api/tasks?agent=reviewer", None).await?;
+    let children = chorus
+        .ok(Method::GET, "/api/tasks?agent=reviewer", None)
+        .await?;
     let child = &children["tasks"][0];
     let child = task(&chorus, child["id"].as_u64().unwrap()).await?;
     let reviewer = thread(
@@ -611,13 +562,13 @@ async fn a_question_survives_a_crash_and_its_answer_continues_the_same_thread() 
         "ask_questions",
         json!({"questions": [{"id": "q1", "question": "Which port?"}]}),
     ));
-    let created = ok(
-        &chorus,
-        Method::POST,
-        "/api/tasks",
-        Some(json!({"title": "Serve", "description": "d"})),
-    )
-    .await?;
+    let created = chorus
+        .ok(
+            Method::POST,
+            "/api/tasks",
+            Some(json!({"title": "Serve", "description": "d"})),
+        )
+        .await?;
     let id = created["id"].as_u64().unwrap();
     let asked = wait_status(&chorus, id, "awaiting_input").await?;
     let planner_thread = asked["runs"][0]["thread_id"].as_u64().unwrap();
@@ -633,13 +584,13 @@ async fn a_question_survives_a_crash_and_its_answer_continues_the_same_thread() 
     assert_eq!(still["status"], "awaiting_input");
     assert!(still["questions"][0]["answer"].is_null());
     model.push(tool_call("p2", "submit_plan", plan("coder")));
-    ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/answers"),
-        Some(json!({"answers": {"q1": "8080"}})),
-    )
-    .await?;
+    chorus
+        .ok(
+            Method::POST,
+            &format!("/api/tasks/{id}/answers"),
+            Some(json!({"answers": {"q1": "8080"}})),
+        )
+        .await?;
     let planned = wait_status(&chorus, id, "planned").await?;
     assert_eq!(planned["runs"].as_array().unwrap().len(), 1, "{planned:#}");
     let planner = thread(&chorus, "planner", planner_thread).await?;
@@ -682,13 +633,9 @@ async fn loops_and_chains_past_the_bound_are_refused_with_a_clear_error() -> any
         "completion_report",
         json!({"status": "complete", "summary": "s", "output": ""}),
     ));
-    ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/start"),
-        None,
-    )
-    .await?;
+    chorus
+        .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
+        .await?;
     let done = wait_status(&chorus, id, "completed").await?;
     let answerer = done["runs"]
         .as_array()
@@ -750,16 +697,14 @@ async fn a_chain_past_the_bound_is_refused_and_a_task_past_its_limit_fails() -> 
         "completion_report",
         json!({"status": "complete", "summary": "done", "output": ""}),
     ));
-    ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/start"),
-        None,
-    )
-    .await?;
+    chorus
+        .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
+        .await?;
     let done = wait_status(&chorus, id, "completed").await?;
-    let child =
-        ok(&chorus, Method::GET, "/api/tasks?agent=reviewer", None).await?["tasks"][0].clone();
+    let child = chorus
+        .ok(Method::GET, "/api/tasks?agent=reviewer", None)
+        .await?["tasks"][0]
+        .clone();
     let child = task(&chorus, child["id"].as_u64().unwrap()).await?;
     let reviewer = thread(
         &chorus,
@@ -774,7 +719,9 @@ async fn a_chain_past_the_bound_is_refused_and_a_task_past_its_limit_fails() -> 
             && r.contains("max_delegation_depth")),
         "{results:#?}"
     );
-    let everyone = ok(&chorus, Method::GET, "/api/tasks?agent=tester", None).await?;
+    let everyone = chorus
+        .ok(Method::GET, "/api/tasks?agent=tester", None)
+        .await?;
     assert_eq!(everyone["tasks"], json!([]), "no sub-task for tester");
     assert_eq!(done["report"]["summary"], "done");
 
@@ -792,13 +739,9 @@ async fn a_chain_past_the_bound_is_refused_and_a_task_past_its_limit_fails() -> 
     // The seventh call waits: the task is over its limit while it does.
     let waiting = Hold::new();
     model.push(Reply::Held(waiting.clone(), Box::new(text("never seen"))));
-    ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/start"),
-        None,
-    )
-    .await?;
+    chorus
+        .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
+        .await?;
     let failed = wait_status(&chorus, id, "failed").await?;
     let why = failed["report"]["summary"].as_str().unwrap();
     assert!(
@@ -838,13 +781,9 @@ async fn a_task_past_its_time_limit_fails_with_the_reason() -> anyhow::Result<()
 
     let waiting = Hold::new();
     model.push(Reply::Held(waiting.clone(), Box::new(text("never seen"))));
-    ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/start"),
-        None,
-    )
-    .await?;
+    chorus
+        .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
+        .await?;
     let failed = wait_status(&chorus, id, "failed").await?;
     let why = failed["report"]["summary"].as_str().unwrap();
     assert!(why.contains("over its limit of 1 s"), "{failed:#}");
@@ -880,13 +819,9 @@ async fn resume_pause_and_retry_go_on_with_the_work() -> anyhow::Result<()> {
         "completion_report",
         json!({"status": "blocked", "summary": "need a key", "output": "", "blocked_reason": "no API key"}),
     ));
-    ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/start"),
-        None,
-    )
-    .await?;
+    chorus
+        .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
+        .await?;
     let blocked = wait_status(&chorus, id, "blocked").await?;
     assert_eq!(blocked["blocked_reason"], "no API key", "{blocked:#}");
     model.push(tool_call(
@@ -894,13 +829,9 @@ async fn resume_pause_and_retry_go_on_with_the_work() -> anyhow::Result<()> {
         "completion_report",
         json!({"status": "complete", "summary": "done with the key", "output": ""}),
     ));
-    ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/resume"),
-        None,
-    )
-    .await?;
+    chorus
+        .ok(Method::POST, &format!("/api/tasks/{id}/resume"), None)
+        .await?;
     let done = wait_status(&chorus, id, "completed").await?;
     let workers = runs_in_role(&done, "worker");
     assert_eq!(workers.len(), 1, "the same run went on: {done:#}");
@@ -922,13 +853,9 @@ async fn resume_pause_and_retry_go_on_with_the_work() -> anyhow::Result<()> {
     .await?;
     let thinking = Hold::new();
     model.push(Reply::Held(thinking.clone(), Box::new(text("thinking"))));
-    ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/start"),
-        None,
-    )
-    .await?;
+    chorus
+        .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
+        .await?;
     let started = wait_status(&chorus, id, "active").await?;
     let thread_id = started["runs"]
         .as_array()
@@ -948,13 +875,9 @@ async fn resume_pause_and_retry_go_on_with_the_work() -> anyhow::Result<()> {
             })
         })
         .await?;
-    let paused = ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/pause"),
-        None,
-    )
-    .await?;
+    let paused = chorus
+        .ok(Method::POST, &format!("/api/tasks/{id}/pause"), None)
+        .await?;
     assert_eq!(paused["status"], "blocked");
     assert_eq!(paused["blocked_reason"], "paused by api");
     chorus
@@ -965,13 +888,9 @@ async fn resume_pause_and_retry_go_on_with_the_work() -> anyhow::Result<()> {
         "completion_report",
         json!({"status": "complete", "summary": "after the pause", "output": ""}),
     ));
-    ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/resume"),
-        None,
-    )
-    .await?;
+    chorus
+        .ok(Method::POST, &format!("/api/tasks/{id}/resume"), None)
+        .await?;
     let done = wait_status(&chorus, id, "completed").await?;
     assert_eq!(done["report"]["summary"], "after the pause");
     let workers = runs_in_role(&done, "worker");
@@ -994,26 +913,18 @@ async fn resume_pause_and_retry_go_on_with_the_work() -> anyhow::Result<()> {
         "completion_report",
         json!({"status": "failed", "summary": "the build broke", "output": "error: E0308"}),
     ));
-    ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/start"),
-        None,
-    )
-    .await?;
+    chorus
+        .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
+        .await?;
     wait_status(&chorus, id, "failed").await?;
     model.push(tool_call(
         "r2",
         "completion_report",
         json!({"status": "complete", "summary": "fixed", "output": ""}),
     ));
-    ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/retry"),
-        None,
-    )
-    .await?;
+    chorus
+        .ok(Method::POST, &format!("/api/tasks/{id}/retry"), None)
+        .await?;
     let done = wait_status(&chorus, id, "completed").await?;
     let workers = runs_in_role(&done, "worker");
     assert_eq!(workers.len(), 2, "a new attempt: {done:#}");

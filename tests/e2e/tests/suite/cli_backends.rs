@@ -72,55 +72,37 @@ async fn start_openai(config: &str) -> anyhow::Result<(FakeModel, Chorus)> {
     Ok((model, chorus))
 }
 
-async fn ok(
-    chorus: &Chorus,
-    method: Method,
-    path: &str,
-    body: Option<Value>,
-) -> anyhow::Result<Value> {
-    let mut request = chorus.api(method.clone(), path);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await?;
-    let status = response.status().as_u16();
-    let text = response.text().await?;
-    anyhow::ensure!(
-        (200..300).contains(&status),
-        "{method} {path}: {status} {text}"
-    );
-    Ok(serde_json::from_str(&text).unwrap_or(Value::String(text)))
-}
-
 async fn create_coder(chorus: &Chorus, backend: &str) -> anyhow::Result<Value> {
-    ok(
-        chorus,
-        Method::POST,
-        "/api/agents",
-        Some(
-            json!({"name": "coder", "backend": backend, "permissions": profile(),
+    chorus
+        .ok(
+            Method::POST,
+            "/api/agents",
+            Some(
+                json!({"name": "coder", "backend": backend, "permissions": profile(),
                     "system_prompt": "You are coder."}),
-        ),
-    )
-    .await
+            ),
+        )
+        .await
 }
 
 /// Agent `careful` on `backend`: `view` allowed, `create_file` asked of a person.
 async fn create_careful(chorus: &Chorus, backend: &str) -> anyhow::Result<Value> {
-    ok(
-        chorus,
-        Method::POST,
-        "/api/agents",
-        Some(json!({"name": "careful", "backend": backend,
+    chorus
+        .ok(
+            Method::POST,
+            "/api/agents",
+            Some(json!({"name": "careful", "backend": backend,
                     "permissions": {"allow": ["tool:view:.*"], "ask": ["tool:create_file:.*"]}})),
-    )
-    .await
+        )
+        .await
 }
 
 async fn wait_task(chorus: &Chorus, id: u64, status: &str) -> anyhow::Result<Value> {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let task = ok(chorus, Method::GET, &format!("/api/tasks/{id}"), None).await?;
+        let task = chorus
+            .ok(Method::GET, &format!("/api/tasks/{id}"), None)
+            .await?;
         if task["status"] == status {
             return Ok(task);
         }
@@ -137,13 +119,13 @@ async fn tool_decisions(
     chorus: &Chorus,
     agent: &str,
 ) -> anyhow::Result<Vec<(String, String, String)>> {
-    let page = ok(
-        chorus,
-        Method::GET,
-        &format!("/api/agents/{agent}/audit?limit=1000"),
-        None,
-    )
-    .await?;
+    let page = chorus
+        .ok(
+            Method::GET,
+            &format!("/api/agents/{agent}/audit?limit=1000"),
+            None,
+        )
+        .await?;
     let mut rows: Vec<Value> = page["entries"].as_array().cloned().unwrap_or_default();
     rows.sort_by_key(|r| r["id"].as_i64());
     Ok(rows
@@ -217,13 +199,13 @@ async fn scenario(backend: &str) -> anyhow::Result<Outcome> {
         json!({"summary": "Write hello.txt", "requirements": ["hello.txt says hello"],
                "acceptance_criteria": ["the file exists"], "steps": ["write it"], "assignee": "coder"}),
     ));
-    let created = ok(
-        &chorus,
-        Method::POST,
-        "/api/tasks",
-        Some(json!({"title": "Hello", "description": "Write hello.txt"})),
-    )
-    .await?;
+    let created = chorus
+        .ok(
+            Method::POST,
+            "/api/tasks",
+            Some(json!({"title": "Hello", "description": "Write hello.txt"})),
+        )
+        .await?;
     let id = created["id"].as_u64().expect("task id");
     wait_task(&chorus, id, "planned").await?;
 
@@ -243,13 +225,9 @@ async fn scenario(backend: &str) -> anyhow::Result<Outcome> {
         "completion_report",
         json!({"status": "complete", "summary": "wrote hello.txt", "output": "hello.txt: hello"}),
     ));
-    ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/start"),
-        None,
-    )
-    .await?;
+    chorus
+        .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
+        .await?;
     let done = wait_task(&chorus, id, "completed").await?;
     let worker_thread = done["runs"]
         .as_array()
@@ -261,20 +239,16 @@ async fn scenario(backend: &str) -> anyhow::Result<Outcome> {
         .and_then(|runs| runs.iter().find(|r| r["role"] == "worker"))
         .map(|r| r["backend"].clone());
     assert_eq!(runs_backend, Some(json!(backend)), "{done:#}");
-    let thread = ok(
-        &chorus,
-        Method::GET,
-        &format!("/api/agents/coder/threads/{worker_thread}"),
-        None,
-    )
-    .await?;
-    let history = ok(
-        &chorus,
-        Method::GET,
-        &format!("/api/tasks/{id}/history"),
-        None,
-    )
-    .await?;
+    let thread = chorus
+        .ok(
+            Method::GET,
+            &format!("/api/agents/coder/threads/{worker_thread}"),
+            None,
+        )
+        .await?;
+    let history = chorus
+        .ok(Method::GET, &format!("/api/tasks/{id}/history"), None)
+        .await?;
     let history_tools = history["events"]
         .as_array()
         .cloned()
@@ -568,13 +542,13 @@ async fn a_reply_forks_the_cli_session_and_a_kill_leaves_no_cli_process() -> any
         assert_eq!(answer["content"], "The capital is Paris.", "{backend}");
 
         model.push(text("About 2.1 million."));
-        let reply = ok(
-            &chorus,
-            Method::POST,
-            "/api/agents/coder/messages",
-            Some(json!({"content": "And its population?", "reply_to": answer["id"]})),
-        )
-        .await?;
+        let reply = chorus
+            .ok(
+                Method::POST,
+                "/api/agents/coder/messages",
+                Some(json!({"content": "And its population?", "reply_to": answer["id"]})),
+            )
+            .await?;
         assert_eq!(
             reply["routed"],
             format!("continued_from:{first}"),
@@ -658,13 +632,13 @@ async fn a_task_question_ends_the_cli_turn_and_the_answer_resumes_its_session() 
             json!({"summary": "Greet", "requirements": [], "acceptance_criteria": [],
                    "steps": ["ask, then write"], "assignee": "coder"}),
         ));
-        let created = ok(
-            &chorus,
-            Method::POST,
-            "/api/tasks",
-            Some(json!({"title": "Greet", "description": "Write a greeting"})),
-        )
-        .await?;
+        let created = chorus
+            .ok(
+                Method::POST,
+                "/api/tasks",
+                Some(json!({"title": "Greet", "description": "Write a greeting"})),
+            )
+            .await?;
         let id = created["id"].as_u64().expect("task id");
         wait_task(&chorus, id, "planned").await?;
         model.push(tool_call(
@@ -672,13 +646,9 @@ async fn a_task_question_ends_the_cli_turn_and_the_answer_resumes_its_session() 
             "ask_question",
             json!({"question": "Which greeting do you want?"}),
         ));
-        ok(
-            &chorus,
-            Method::POST,
-            &format!("/api/tasks/{id}/start"),
-            None,
-        )
-        .await?;
+        chorus
+            .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
+            .await?;
         let waiting = wait_task(&chorus, id, "waiting").await?;
         let question = waiting["questions"]
             .as_array()
@@ -697,13 +667,13 @@ async fn a_task_question_ends_the_cli_turn_and_the_answer_resumes_its_session() 
             "completion_report",
             json!({"status": "complete", "summary": "greeted", "output": "hello"}),
         ));
-        ok(
-            &chorus,
-            Method::POST,
-            &format!("/api/tasks/{id}/answers"),
-            Some(json!({"answers": {question: "Say hello there"}})),
-        )
-        .await?;
+        chorus
+            .ok(
+                Method::POST,
+                &format!("/api/tasks/{id}/answers"),
+                Some(json!({"answers": {question: "Say hello there"}})),
+            )
+            .await?;
         let done = wait_task(&chorus, id, "completed").await?;
         let threads: Vec<u64> = done["runs"]
             .as_array()
@@ -771,13 +741,13 @@ async fn a_session_the_cli_lost_starts_again_with_the_thread_as_context() -> any
     std::fs::remove_dir_all(&sessions)?;
 
     model.push(text("About 2.1 million."));
-    let reply = ok(
-        &chorus,
-        Method::POST,
-        "/api/agents/coder/messages",
-        Some(json!({"content": "And its population?", "reply_to": answer["id"]})),
-    )
-    .await?;
+    let reply = chorus
+        .ok(
+            Method::POST,
+            "/api/agents/coder/messages",
+            Some(json!({"content": "And its population?", "reply_to": answer["id"]})),
+        )
+        .await?;
     let next = reply["thread_id"].as_u64().expect("thread id");
     let thread = chorus.wait_thread_finished("coder", next, WAIT).await?;
     assert_eq!(thread["status"], "completed", "{thread:#}");
@@ -831,7 +801,7 @@ async fn a_cli_call_that_asks_waits_for_a_person_and_runs_once_approved() -> any
     for (decision, file) in [("approve", "a.txt"), ("deny", "b.txt")] {
         let deadline = tokio::time::Instant::now() + WAIT;
         let approval = loop {
-            let pending = ok(&chorus, Method::GET, "/api/approvals", None).await?;
+            let pending = chorus.ok(Method::GET, "/api/approvals", None).await?;
             if let Some(first) = pending.as_array().and_then(|p| p.first()).cloned() {
                 break first;
             }
@@ -849,16 +819,16 @@ async fn a_cli_call_that_asks_waits_for_a_person_and_runs_once_approved() -> any
         );
         let waiting = chorus.thread("careful", id).await?;
         assert_eq!(waiting["status"], "waiting_for_permission", "{waiting:#}");
-        ok(
-            &chorus,
-            Method::POST,
-            &format!(
-                "/api/approvals/{}",
-                approval["id"].as_str().unwrap_or_default()
-            ),
-            Some(json!({"decision": decision})),
-        )
-        .await?;
+        chorus
+            .ok(
+                Method::POST,
+                &format!(
+                    "/api/approvals/{}",
+                    approval["id"].as_str().unwrap_or_default()
+                ),
+                Some(json!({"decision": decision})),
+            )
+            .await?;
         if decision == "approve" {
             let written = chorus.agent_dir("careful").join("workspace/a.txt");
             until("the approved file is written", || written.is_file()).await?;
@@ -949,7 +919,7 @@ async fn an_approval_slower_than_the_hold_ends_the_cli_turn_and_its_answer_resum
                 processes_of(&program, &chorus.agent_dir("careful")).is_empty()
             })
             .await?;
-            let pending = ok(&chorus, Method::GET, "/api/approvals", None).await?;
+            let pending = chorus.ok(Method::GET, "/api/approvals", None).await?;
             let approval = pending
                 .as_array()
                 .and_then(|p| p.first())
@@ -968,16 +938,16 @@ async fn an_approval_slower_than_the_hold_ends_the_cli_turn_and_its_answer_resum
                 "it was refused"
             };
             model.push(text(answer));
-            ok(
-                &chorus,
-                Method::POST,
-                &format!(
-                    "/api/approvals/{}",
-                    approval["id"].as_str().unwrap_or_default()
-                ),
-                Some(json!({"decision": decision})),
-            )
-            .await?;
+            chorus
+                .ok(
+                    Method::POST,
+                    &format!(
+                        "/api/approvals/{}",
+                        approval["id"].as_str().unwrap_or_default()
+                    ),
+                    Some(json!({"decision": decision})),
+                )
+                .await?;
             let thread = chorus.wait_thread_finished("careful", id, WAIT).await?;
             assert_eq!(thread["status"], "completed", "{backend}: {thread:#}");
             let written = chorus.agent_dir("careful").join("workspace").join(file);
@@ -1092,7 +1062,7 @@ async fn a_restart_while_a_deferred_call_waits_resumes_the_session_with_the_call
         ["tool:create_file:a.txt ask_expired error"],
         "{decisions:#?}"
     );
-    let pending = ok(&chorus, Method::GET, "/api/approvals", None).await?;
+    let pending = chorus.ok(Method::GET, "/api/approvals", None).await?;
     assert_eq!(pending, json!([]), "nothing left to answer");
     Ok(())
 }

@@ -52,13 +52,9 @@ async fn down_past_due(chorus: Chorus, model: &FakeModel) -> anyhow::Result<Chor
 async fn settled(chorus: &Chorus, agent: &str, n: usize) -> anyhow::Result<Value> {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let (status, view) = call(
-            chorus,
-            Method::GET,
-            &format!("/api/agents/{agent}/heartbeat"),
-            None,
-        )
-        .await?;
+        let (status, view) = chorus
+            .call(Method::GET, &format!("/api/agents/{agent}/heartbeat"), None)
+            .await?;
         anyhow::ensure!(status == 200, "GET heartbeat: {status} {view}");
         let all = view["heartbeats"].as_array().cloned().unwrap_or_default();
         if all.len() == n && all.iter().all(|h| h["outcome"] != "running") {
@@ -72,33 +68,14 @@ async fn settled(chorus: &Chorus, agent: &str, n: usize) -> anyhow::Result<Value
     }
 }
 
-async fn call(
-    chorus: &Chorus,
-    method: Method,
-    path: &str,
-    body: Option<Value>,
-) -> anyhow::Result<(u16, Value)> {
-    let mut request = chorus.api(method, path);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await?;
-    let status = response.status().as_u16();
-    let bytes = response.bytes().await?;
-    Ok((
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    ))
-}
-
 async fn set_heartbeat_file(chorus: &Chorus, agent: &str, content: &str) -> anyhow::Result<()> {
-    let (status, body) = call(
-        chorus,
-        Method::PUT,
-        &format!("/api/agents/{agent}/identity/HEARTBEAT.md"),
-        Some(json!({ "content": content })),
-    )
-    .await?;
+    let (status, body) = chorus
+        .call(
+            Method::PUT,
+            &format!("/api/agents/{agent}/identity/HEARTBEAT.md"),
+            Some(json!({ "content": content })),
+        )
+        .await?;
     anyhow::ensure!(
         status == 200 || status == 204,
         "PUT HEARTBEAT.md: {status} {body}"
@@ -108,13 +85,13 @@ async fn set_heartbeat_file(chorus: &Chorus, agent: &str, content: &str) -> anyh
 
 /// `POST …/heartbeat`: 201 with the record.
 async fn beat(chorus: &Chorus, agent: &str) -> anyhow::Result<Value> {
-    let (status, record) = call(
-        chorus,
-        Method::POST,
-        &format!("/api/agents/{agent}/heartbeat"),
-        None,
-    )
-    .await?;
+    let (status, record) = chorus
+        .call(
+            Method::POST,
+            &format!("/api/agents/{agent}/heartbeat"),
+            None,
+        )
+        .await?;
     anyhow::ensure!(status == 201, "POST heartbeat: {status} {record}");
     Ok(record)
 }
@@ -123,13 +100,9 @@ async fn beat(chorus: &Chorus, agent: &str) -> anyhow::Result<Value> {
 async fn ended(chorus: &Chorus, agent: &str, id: u64) -> anyhow::Result<Value> {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let (status, view) = call(
-            chorus,
-            Method::GET,
-            &format!("/api/agents/{agent}/heartbeat"),
-            None,
-        )
-        .await?;
+        let (status, view) = chorus
+            .call(Method::GET, &format!("/api/agents/{agent}/heartbeat"), None)
+            .await?;
         anyhow::ensure!(status == 200, "GET heartbeat: {status} {view}");
         let found = view["heartbeats"]
             .as_array()
@@ -194,8 +167,9 @@ async fn a_quiet_answer_posts_nothing_and_any_other_answer_a_notification() -> a
         sent.contains("is the nightly build green?") && sent.contains("HEARTBEAT_OK"),
         "the model was not sent HEARTBEAT.md: {sent}"
     );
-    let (status, refused) =
-        call(&chorus, Method::POST, "/api/agents/pulse/heartbeat", None).await?;
+    let (status, refused) = chorus
+        .call(Method::POST, "/api/agents/pulse/heartbeat", None)
+        .await?;
     assert_eq!(status, 409, "{refused}");
     thinking.release();
     let quiet_id = quiet["id"].as_u64().unwrap();
@@ -265,7 +239,9 @@ async fn the_daily_token_cap_stops_model_calls() -> anyhow::Result<()> {
         "{capped}"
     );
     assert_eq!(model.requests().len(), 1, "the cap did not stop the call");
-    let (_, view) = call(&chorus, Method::GET, "/api/agents/frugal/heartbeat", None).await?;
+    let (_, view) = chorus
+        .call(Method::GET, "/api/agents/frugal/heartbeat", None)
+        .await?;
     assert_eq!(view["tokens_today"], 30, "{view}");
     assert_eq!(view["daily_token_cap"], 30, "{view}");
     let outcomes: Vec<&str> = view["heartbeats"]
@@ -317,38 +293,38 @@ async fn the_heartbeat_settings_are_checked_shown_and_used() -> anyhow::Result<(
     assert_eq!(agent["heartbeat_minutes"], 0, "off by default: {agent}");
     assert!(agent["heartbeat_next_at"].is_null(), "{agent}");
 
-    let (status, refused) = call(
-        &chorus,
-        Method::POST,
-        "/api/agents",
-        Some(json!({"name": "hasty", "heartbeat_minutes": 1})),
-    )
-    .await?;
+    let (status, refused) = chorus
+        .call(
+            Method::POST,
+            "/api/agents",
+            Some(json!({"name": "hasty", "heartbeat_minutes": 1})),
+        )
+        .await?;
     assert_eq!(status, 400, "{refused}");
     let message = refused.to_string();
     assert!(
         message.contains("heartbeat_minutes") && message.contains("from 5"),
         "{message}"
     );
-    let (status, _) = call(&chorus, Method::GET, "/api/agents/hasty", None).await?;
+    let (status, _) = chorus.call(Method::GET, "/api/agents/hasty", None).await?;
     assert_eq!(status, 404, "a refused create made the agent");
-    let (status, refused) = call(
-        &chorus,
-        Method::PATCH,
-        "/api/agents/tick",
-        Some(json!({"heartbeat_model": "no-such-model"})),
-    )
-    .await?;
+    let (status, refused) = chorus
+        .call(
+            Method::PATCH,
+            "/api/agents/tick",
+            Some(json!({"heartbeat_model": "no-such-model"})),
+        )
+        .await?;
     assert_eq!(status, 400, "{refused}");
     assert!(refused.to_string().contains("heartbeat_model"), "{refused}");
 
-    let (status, on) = call(
-        &chorus,
-        Method::PATCH,
-        "/api/agents/tick",
-        Some(json!({"heartbeat_minutes": 30, "heartbeat_model": "cheap-model"})),
-    )
-    .await?;
+    let (status, on) = chorus
+        .call(
+            Method::PATCH,
+            "/api/agents/tick",
+            Some(json!({"heartbeat_minutes": 30, "heartbeat_model": "cheap-model"})),
+        )
+        .await?;
     assert_eq!(status, 200, "{on}");
     assert_eq!(on["heartbeat_minutes"], 30);
     assert_eq!(on["heartbeat_model"], "cheap-model");
@@ -370,13 +346,13 @@ async fn the_heartbeat_settings_are_checked_shown_and_used() -> anyhow::Result<(
         "the heartbeat's model was not used"
     );
 
-    let (status, off) = call(
-        &chorus,
-        Method::PATCH,
-        "/api/agents/tick",
-        Some(json!({"heartbeat_minutes": 0, "heartbeat_model": null})),
-    )
-    .await?;
+    let (status, off) = chorus
+        .call(
+            Method::PATCH,
+            "/api/agents/tick",
+            Some(json!({"heartbeat_minutes": 0, "heartbeat_model": null})),
+        )
+        .await?;
     assert_eq!(status, 200, "{off}");
     assert_eq!(off["heartbeat_minutes"], 0);
     assert!(

@@ -34,57 +34,38 @@ async fn start(
     builder.start().await
 }
 
-async fn call(
-    chorus: &Chorus,
-    method: Method,
-    path: &str,
-    body: Option<Value>,
-) -> anyhow::Result<(u16, Value)> {
-    let mut request = chorus.api(method, path);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await?;
-    let status = response.status().as_u16();
-    let bytes = response.bytes().await?;
-    Ok((
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    ))
-}
-
 async fn create(chorus: &Chorus, agent: &str, body: Value) -> anyhow::Result<Value> {
-    let (status, made) = call(
-        chorus,
-        Method::POST,
-        &format!("/api/agents/{agent}/schedules"),
-        Some(body),
-    )
-    .await?;
+    let (status, made) = chorus
+        .call(
+            Method::POST,
+            &format!("/api/agents/{agent}/schedules"),
+            Some(body),
+        )
+        .await?;
     anyhow::ensure!(status == 201, "create: {status} {made}");
     Ok(made)
 }
 
 async fn schedule(chorus: &Chorus, agent: &str, id: u64) -> anyhow::Result<Value> {
-    let (status, s) = call(
-        chorus,
-        Method::GET,
-        &format!("/api/agents/{agent}/schedules/{id}"),
-        None,
-    )
-    .await?;
+    let (status, s) = chorus
+        .call(
+            Method::GET,
+            &format!("/api/agents/{agent}/schedules/{id}"),
+            None,
+        )
+        .await?;
     anyhow::ensure!(status == 200, "{status} {s}");
     Ok(s)
 }
 
 async fn runs(chorus: &Chorus, agent: &str, id: u64) -> anyhow::Result<Vec<Value>> {
-    let (status, runs) = call(
-        chorus,
-        Method::GET,
-        &format!("/api/agents/{agent}/schedules/{id}/runs"),
-        None,
-    )
-    .await?;
+    let (status, runs) = chorus
+        .call(
+            Method::GET,
+            &format!("/api/agents/{agent}/schedules/{id}/runs"),
+            None,
+        )
+        .await?;
     anyhow::ensure!(status == 200, "{status} {runs}");
     Ok(runs["runs"].as_array().cloned().unwrap_or_default())
 }
@@ -230,24 +211,24 @@ async fn bad_requests_are_400s_that_say_what_to_send() -> anyhow::Result<()> {
             "run_once",
         ),
     ] {
-        let (status, answer) = call(
-            &chorus,
-            Method::POST,
-            "/api/agents/picky/schedules",
-            Some(body.clone()),
-        )
-        .await?;
+        let (status, answer) = chorus
+            .call(
+                Method::POST,
+                "/api/agents/picky/schedules",
+                Some(body.clone()),
+            )
+            .await?;
         assert_eq!(status, 400, "{body}: {answer}");
         let message = answer["error"]["message"].as_str().unwrap_or_default();
         assert!(message.contains(says), "{body}: {message}");
     }
-    let (status, _) = call(
-        &chorus,
-        Method::POST,
-        "/api/agents/picky/schedules",
-        Some(json!({"prompt": "p", "cron": "* * * * *", "timezone": "UTC", "colour": "red"})),
-    )
-    .await?;
+    let (status, _) = chorus
+        .call(
+            Method::POST,
+            "/api/agents/picky/schedules",
+            Some(json!({"prompt": "p", "cron": "* * * * *", "timezone": "UTC", "colour": "red"})),
+        )
+        .await?;
     assert_eq!(status, 400, "an unknown field is refused");
     assert!(runs(&chorus, "picky", 1).await.is_err(), "nothing was made");
 
@@ -266,21 +247,21 @@ async fn bad_requests_are_400s_that_say_what_to_send() -> anyhow::Result<()> {
         "07:30 in New York is 11:30 or 12:30 UTC: {made}"
     );
     let path = format!("/api/agents/picky/schedules/{id}");
-    let (status, answer) = call(
-        &chorus,
-        Method::PATCH,
-        &path,
-        Some(json!({"timezone": "Nowhere/Land"})),
-    )
-    .await?;
+    let (status, answer) = chorus
+        .call(
+            Method::PATCH,
+            &path,
+            Some(json!({"timezone": "Nowhere/Land"})),
+        )
+        .await?;
     assert_eq!(status, 400, "{answer}");
-    let (status, moved) = call(
-        &chorus,
-        Method::PATCH,
-        &path,
-        Some(json!({"timezone": "Europe/Berlin"})),
-    )
-    .await?;
+    let (status, moved) = chorus
+        .call(
+            Method::PATCH,
+            &path,
+            Some(json!({"timezone": "Europe/Berlin"})),
+        )
+        .await?;
     assert_eq!(status, 200, "{moved}");
     assert_eq!(moved["cron"], "30 7 * * *");
     assert_eq!(moved["timezone"], "Europe/Berlin");
@@ -289,29 +270,30 @@ async fn bad_requests_are_400s_that_say_what_to_send() -> anyhow::Result<()> {
         ["05", "06"].contains(&next.format("%H").to_string().as_str()),
         "{moved}"
     );
-    let (status, paused) =
-        call(&chorus, Method::PATCH, &path, Some(json!({"paused": true}))).await?;
+    let (status, paused) = chorus
+        .call(Method::PATCH, &path, Some(json!({"paused": true})))
+        .await?;
     assert_eq!(status, 200);
     assert!(
         paused["paused"] == true && paused["next_run_at"].is_null(),
         "{paused}"
     );
-    let (status, answer) = call(
-        &chorus,
-        Method::GET,
-        "/api/agents/picky/schedules/999",
-        None,
-    )
-    .await?;
+    let (status, answer) = chorus
+        .call(Method::GET, "/api/agents/picky/schedules/999", None)
+        .await?;
     assert_eq!(status, 404, "{answer}");
-    let (status, _) = call(&chorus, Method::GET, "/api/agents/ghost/schedules", None).await?;
+    let (status, _) = chorus
+        .call(Method::GET, "/api/agents/ghost/schedules", None)
+        .await?;
     assert_eq!(status, 404);
-    let (status, listed) = call(&chorus, Method::GET, "/api/agents/picky/schedules", None).await?;
+    let (status, listed) = chorus
+        .call(Method::GET, "/api/agents/picky/schedules", None)
+        .await?;
     assert_eq!(status, 200);
     assert_eq!(listed["schedules"].as_array().unwrap().len(), 1);
-    let (status, _) = call(&chorus, Method::DELETE, &path, None).await?;
+    let (status, _) = chorus.call(Method::DELETE, &path, None).await?;
     assert_eq!(status, 204);
-    let (status, _) = call(&chorus, Method::DELETE, &path, None).await?;
+    let (status, _) = chorus.call(Method::DELETE, &path, None).await?;
     assert_eq!(status, 404);
     Ok(())
 }
@@ -391,12 +373,12 @@ async fn a_firing_while_the_last_run_goes_is_skipped_and_recorded() -> anyhow::R
         .as_u64()
         .unwrap();
     let run_path = format!("/api/agents/busy/schedules/{id}/run");
-    let (status, first) = call(&chorus, Method::POST, &run_path, None).await?;
+    let (status, first) = chorus.call(Method::POST, &run_path, None).await?;
     assert_eq!(status, 201, "{first}");
     assert_eq!(first["cause"], "manual");
     assert_eq!(first["status"], "running");
     assert_eq!(model.wait_for_requests(1, WAIT).await.len(), 1);
-    let (status, refused) = call(&chorus, Method::POST, &run_path, None).await?;
+    let (status, refused) = chorus.call(Method::POST, &run_path, None).await?;
     assert_eq!(status, 409, "{refused}");
     assert!(
         refused["error"]["message"]
@@ -442,7 +424,7 @@ async fn failures_in_a_row_pause_the_schedule_with_a_notification() -> anyhow::R
     let run_path = format!("/api/agents/flaky/schedules/{id}/run");
     for n in 1..=2 {
         model.push(error(400, "invalid_request_error", "the model refuses"));
-        let (status, run) = call(&chorus, Method::POST, &run_path, None).await?;
+        let (status, run) = chorus.call(Method::POST, &run_path, None).await?;
         assert_eq!(status, 201, "{run}");
         let runs = wait_runs(&chorus, "flaky", id, |r| ended(r, n)).await?;
         assert_eq!(runs[0]["status"], "failed", "{runs:#?}");
@@ -472,13 +454,13 @@ async fn failures_in_a_row_pause_the_schedule_with_a_notification() -> anyhow::R
         "{notice}"
     );
     // Resumed: counted afresh, and it has a next firing again.
-    let (status, resumed) = call(
-        &chorus,
-        Method::PATCH,
-        &format!("/api/agents/flaky/schedules/{id}"),
-        Some(json!({"paused": false})),
-    )
-    .await?;
+    let (status, resumed) = chorus
+        .call(
+            Method::PATCH,
+            &format!("/api/agents/flaky/schedules/{id}"),
+            Some(json!({"paused": false})),
+        )
+        .await?;
     assert_eq!(status, 200);
     assert!(
         resumed["paused"] == false
@@ -513,13 +495,13 @@ async fn a_scheduled_run_never_waits_for_a_person() -> anyhow::Result<()> {
         json!({"path": "plan.md", "content": "step 1"}),
     ));
     model.push(text("I could not write the plan."));
-    let (status, run) = call(
-        &chorus,
-        Method::POST,
-        &format!("/api/agents/careful/schedules/{id}/run"),
-        None,
-    )
-    .await?;
+    let (status, run) = chorus
+        .call(
+            Method::POST,
+            &format!("/api/agents/careful/schedules/{id}/run"),
+            None,
+        )
+        .await?;
     assert_eq!(status, 201, "{run}");
     let runs = wait_runs(&chorus, "careful", id, |r| ended(r, 1)).await?;
     assert_eq!(runs[0]["status"], "completed", "{runs:#?}");
@@ -758,13 +740,13 @@ async fn a_run_going_through_a_crash_ends_as_its_thread_does_after_the_restart()
         .unwrap();
     // The model call in flight when chorus dies is never answered.
     model.push(Reply::Silent);
-    let (status, run) = call(
-        &chorus,
-        Method::POST,
-        &format!("/api/agents/steady/schedules/{id}/run"),
-        None,
-    )
-    .await?;
+    let (status, run) = chorus
+        .call(
+            Method::POST,
+            &format!("/api/agents/steady/schedules/{id}/run"),
+            None,
+        )
+        .await?;
     assert_eq!(status, 201, "{run}");
     model.wait_for_requests(1, WAIT).await;
     chorus.kill().await?;
