@@ -147,7 +147,8 @@ async function configureForm(agent) {
   const prompt = el("textarea", { id: "configure-prompt", rows: 5, readonly: !editable });
   prompt.value = agent.system_prompt;
   const backend = select("configure-backend", BACKENDS.map((b) => [b, b]), agent.backend);
-  const models = await modelOptions();
+  // A model once set can be changed, not unset (the API has no "back to the default").
+  const models = (await modelOptions()).filter(([v]) => v || !agent.model);
   if (agent.model && !models.some(([v]) => v === agent.model)) models.push([agent.model, agent.model]);
   const model = select("configure-model", models, agent.model ?? "");
   backend.disabled = model.disabled = !editable;
@@ -300,9 +301,9 @@ const TAB_BODIES = {
           try {
             const answer = await api("GET", path(agent.name, "schedules", s.id, "runs"));
             runs.replaceChildren(el("h3", {}, `Runs of schedule ${s.id}`), table(answer.runs, [
-              ["Run", (r) => r.id], ["Started", (r) => r.started_at ?? r.at], ["Status", (r) => r.status],
-              ["Thread", (r) => (r.thread_id ? el("a", { href: hashFor("chat", agent.name, r.thread_id) }, `#${r.thread_id}`) : "")],
-              ["Detail", (r) => r.error ?? r.detail]], "No runs yet."));
+              ["Run", (r) => r.id], ["Why", (r) => r.cause], ["Started", (r) => r.started], ["Status", (r) => r.status],
+              ["Thread", (r) => (r.thread ? el("a", { href: hashFor("chat", agent.name, r.thread) }, `#${r.thread}`) : "")],
+              ["Error", (r) => r.error]], "No runs yet."));
           } catch (e) { showError(e, button); }
         });
         return button;

@@ -43,6 +43,8 @@ let drawn = new Map(); // key -> {node, rev}
 let revs = new Map(); // key -> a number that changes when the item changes
 let drawQueued = false;
 let stickToBottom = true;
+/** Where draw() last scrolled the history to (as the browser clamped it). */
+let ownTop = null;
 
 function timeOf(text) {
   const t = Date.parse(text ?? "");
@@ -87,6 +89,12 @@ function queueDraw() {
   });
 }
 
+/** Scrolls `box` to `top`: where it landed. */
+function scrollTo(box, top) {
+  box.scrollTop = top;
+  return box.scrollTop;
+}
+
 function draw() {
   const box = history();
   const spacer = box.querySelector(".chat-spacer");
@@ -94,10 +102,14 @@ function draw() {
   offsets[0] = 0;
   for (let i = 0; i < rows.length; i++) offsets[i + 1] = offsets[i] + (heights.get(rows[i].key) ?? ROW_ESTIMATE);
   const total = offsets[rows.length];
-  spacer.style.height = `${total}px`;
+  // The streamed text is the history's last row, so it grows inside the box: nothing
+  // outside it (the approvals, the composer) moves while the model writes.
+  const stream = box.querySelector("#chat-streaming");
+  stream.style.top = `${total}px`;
+  spacer.style.height = `${total + (stream.hidden ? 0 : stream.offsetHeight)}px`;
   // Follow the end only once the whole history is read (else it would read every page).
   const follow = stickToBottom && !state.next;
-  if (follow) box.scrollTop = total;
+  if (follow) ownTop = scrollTo(box, total);
   const top = box.scrollTop - OVERSCAN;
   const bottom = box.scrollTop + box.clientHeight + OVERSCAN;
   const keep = new Map();
@@ -128,13 +140,17 @@ function draw() {
     }
   }
   if (remeasure) queueDraw();
-  else if (follow) box.scrollTop = box.scrollHeight;
+  else if (follow) ownTop = scrollTo(box, box.scrollHeight);
   // Near the end of what is read: read the next page.
   if (state.next && !state.loading && box.scrollTop + box.clientHeight >= total - OVERSCAN) readNextPage();
 }
 
 function onScroll() {
-  stickToBottom = atBottom(history());
+  const box = history();
+  // Only the person's own scrolling decides whether the history follows the end: the
+  // event of a scroll draw() made can come after a new row grew the box, when the
+  // box is briefly not at its end.
+  if (box.scrollTop !== ownTop) stickToBottom = atBottom(box);
   queueDraw();
 }
 
@@ -257,7 +273,12 @@ async function readNextPage() {
 let tailQueued = false;
 /** Reads what is new after the cursor (a message event carries no id to key it by). */
 function readTail() {
-  if (threadId === null || state.next) return;
+  if (threadId === null) return;
+  if (state.next) {
+    // The end is not read yet (an older page is on screen): an ended stream goes.
+    if (state.stream?.ended) { state.stream = null; showStream(); }
+    return;
+  }
   if (state.loading) { tailQueued = true; return; }
   const mine = generation;
   state.loading = true;
@@ -343,8 +364,8 @@ function apply(kind, data, id) {
         if (data.error) state.thread.error = data.error;
       }
       if (FINISHED.has(data.status)) {
-        state.stream = null;
-        showStream();
+        // The streamed text stays until the message that holds it is read (no blink).
+        if (state.stream) state.stream.ended = true;
         readTail();
       }
       showHead();
@@ -376,7 +397,8 @@ function showStream() {
   const text = s ? s.text : "";
   box.hidden = !s || text === "";
   box.dataset.step = s ? s.step : "";
-  box.textContent = text;
+  if (box.textContent !== text) box.textContent = text;
+  queueDraw();
 }
 
 function showHead() {
@@ -386,13 +408,13 @@ function showHead() {
   const metrics = section.querySelector("#chat-thread-metrics");
   const kill = section.querySelector("#chat-kill");
   if (!t) {
-    title.textContent = "New thread";
+    title.textContent = title.title = "New thread";
     status.textContent = "";
     metrics.textContent = "";
     kill.hidden = true;
     return;
   }
-  title.textContent = `Thread ${t.id}${t.summary ? `: ${t.summary}` : ""}`;
+  title.textContent = title.title = `Thread ${t.id}${t.summary ? `: ${t.summary}` : ""}`;
   status.textContent = t.status;
   status.dataset.status = t.status;
   const usage = t.usage ? ` · ${t.usage.input_tokens} in / ${t.usage.output_tokens} out tokens` : "";

@@ -22,6 +22,8 @@ const state = {
   workerMeanwhile: new Map(), // name -> a worker event for an agent being read
 };
 let loading = null;
+/** Events that came while `load()` read the snapshot: applied after it, so none is lost. */
+let queued = null;
 let section = null;
 let ticker = null;
 
@@ -52,15 +54,31 @@ async function threadsOf(name) {
 
 /** Reads everything again (at start, and after the feed was reset). */
 export function load() {
+  queued = [];
   loading = (async () => {
-    const [list, approvals] = await Promise.all([api("GET", "/api/agents"), api("GET", "/api/approvals")]);
-    const threads = await Promise.all(list.map((agent) => threadsOf(agent.name).catch(() => new Map())));
-    state.agents = new Map(list.map((agent) => [agent.name, agent]));
-    state.threads = new Map(list.map((agent, i) => [agent.name, threads[i]]));
-    state.approvals = new Map(approvals.filter((a) => a.status === "pending").map((a) => [a.id, a]));
-    changed();
+    try {
+      const [list, approvals] = await Promise.all([api("GET", "/api/agents"), api("GET", "/api/approvals")]);
+      const threads = await Promise.all(list.map((agent) => threadsOf(agent.name).catch(() => new Map())));
+      state.agents = new Map(list.map((agent) => [agent.name, agent]));
+      state.threads = new Map(list.map((agent, i) => [agent.name, threads[i]]));
+      state.approvals = new Map(approvals.filter((a) => a.status === "pending").map((a) => [a.id, a]));
+    } finally {
+      // The handlers are idempotent: an event the snapshot already holds changes nothing.
+      const meanwhile = queued ?? [];
+      queued = null;
+      for (const apply of meanwhile) apply();
+      changed();
+    }
   })();
   return loading;
+}
+
+/** `handler`, or, while the snapshot is read, `handler` queued until it is in. */
+function follow(kind, handler) {
+  live.on(kind, (data) => {
+    if (queued) queued.push(() => handler(data));
+    else handler(data);
+  });
 }
 
 async function refreshAgent(name) {
@@ -94,7 +112,7 @@ function threadOf(data) {
 }
 
 export function init() {
-  live.on("agent", (data) => {
+  follow("agent", (data) => {
     if (data.change === "destroyed") {
       forget(data.agent);
       changed();
@@ -102,7 +120,7 @@ export function init() {
       refreshAgent(data.agent).catch((e) => console.error("agent", e));
     }
   });
-  live.on("worker", (data) => {
+  follow("worker", (data) => {
     const { agent: name, thread_id: _thread, ...worker } = data;
     if (state.reading.has(name)) state.workerMeanwhile.set(name, worker);
     const agent = state.agents.get(name);
@@ -110,7 +128,7 @@ export function init() {
     agent.worker = worker;
     changed();
   });
-  live.on("thread_created", (data) => {
+  follow("thread_created", (data) => {
     if (!RUNNING.has(data.status)) return;
     const threads = threadOf(data);
     if (!threads.has(data.thread_id)) {
@@ -121,7 +139,7 @@ export function init() {
     }
     changed();
   });
-  live.on("status", (data) => {
+  follow("status", (data) => {
     const threads = threadOf(data);
     const thread = threads.get(data.thread_id);
     if (RUNNING.has(data.status)) {
@@ -139,14 +157,14 @@ export function init() {
     }
     changed();
   });
-  live.on("step_started", (data) => {
+  follow("step_started", (data) => {
     const thread = threadOf(data).get(data.thread_id);
     if (!thread || data.number < thread.step_number) return;
     thread.step_number = data.number;
     thread.current_step = data.description;
     changed();
   });
-  live.on("step_ended", (data) => {
+  follow("step_ended", (data) => {
     const thread = threadOf(data).get(data.thread_id);
     if (thread && thread.step_number === data.number) thread.current_step = null;
     const key = `${data.agent}.${data.thread_id}.${data.number}`;
@@ -161,7 +179,7 @@ export function init() {
     }
     changed();
   });
-  live.on("approval", (data) => {
+  follow("approval", (data) => {
     if (state.approvals.has(data.approval_id)) return;
     state.approvals.set(data.approval_id, {
       id: data.approval_id, agent: data.agent, thread_id: data.thread_id, tool: data.tool,
@@ -177,7 +195,7 @@ export function init() {
       changed();
     }).catch((e) => console.error("approval", e));
   });
-  live.on("approval_answered", (data) => {
+  follow("approval_answered", (data) => {
     if (state.approvals.delete(data.approval_id)) changed();
   });
   live.onResync(() => load().catch((e) => console.error("fleet", e)));
@@ -245,7 +263,11 @@ function row(agent) {
 
 function render() {
   const list = agents();
-  section.querySelector("#agents tbody").replaceChildren(...list.map(row));
+  const body = section.querySelector("#agents tbody");
+  // A link that had the keyboard's focus keeps it through the redraw.
+  const focused = body.contains(document.activeElement) ? document.activeElement.getAttribute("href") : null;
+  body.replaceChildren(...list.map(row));
+  if (focused) body.querySelector(`a[href="${CSS.escape(focused)}"]`)?.focus();
   section.querySelector("#no-agents").hidden = list.length > 0;
 }
 

@@ -355,7 +355,7 @@ async fn web_login_fleet_and_logout_in_chromium() -> anyhow::Result<()> {
     };
     let chorus = Chorus::builder().start().await?;
     chorus.create_agent("scout").await?;
-    let origin = chorus.http_url.trim_end_matches('/').to_string();
+    let origin = chorus.origin();
 
     // Logged out: `/` goes to the login page.
     browser.goto(&format!("{origin}/")).await?;
@@ -405,13 +405,8 @@ async fn web_login_fleet_and_logout_in_chromium() -> anyhow::Result<()> {
     );
 
     // Every request the page made went to this origin (no CDN, no font service).
-    let requested = browser
-        .execute(
-            "return performance.getEntriesByType('resource').concat(performance.getEntriesByType('navigation')).map(e => e.name);",
-            vec![],
-        )
-        .await?;
-    let requested: Vec<String> = serde_json::from_value(requested)?;
+    browser.assert_only_origin(&origin).await?;
+    let requested = browser.requested().await?;
     assert!(
         requested.iter().any(|u| u.ends_with("/api/agents")),
         "{requested:?}"
@@ -420,12 +415,6 @@ async fn web_login_fleet_and_logout_in_chromium() -> anyhow::Result<()> {
         requested.iter().any(|u| u.ends_with("/assets/app.js")),
         "{requested:?}"
     );
-    for url in &requested {
-        assert!(
-            url.starts_with(&format!("{origin}/")),
-            "{url} is not of {origin}"
-        );
-    }
 
     // The browser sends the cookie, but a change without the CSRF token is refused;
     // with the token the page reads from GET /api/session, it goes through.
@@ -507,7 +496,7 @@ async fn web_every_view_fits_a_phone_and_a_desktop() -> anyhow::Result<()> {
         .send()
         .await?;
     assert_eq!(task.status(), StatusCode::CREATED);
-    let origin = chorus.http_url.trim_end_matches('/').to_string();
+    let origin = chorus.origin();
     browser.log_in(&origin, chorus.token()).await?;
     let chat = format!("#chat/scout/{thread}");
     let shots = std::env::var_os("CHORUS_SCREENSHOTS").map(std::path::PathBuf::from);
@@ -552,9 +541,7 @@ async fn web_every_view_fits_a_phone_and_a_desktop() -> anyhow::Result<()> {
             }
         }
     }
-    for url in browser.requested().await? {
-        assert!(url.starts_with(&format!("{origin}/")), "{url}");
-    }
+    browser.assert_only_origin(&origin).await?;
     browser.close().await?;
     Ok(())
 }

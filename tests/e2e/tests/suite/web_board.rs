@@ -21,28 +21,13 @@ async fn start(model: &FakeModel, config: Option<&str>) -> anyhow::Result<Chorus
     builder.start().await
 }
 
-async fn ok(
-    chorus: &Chorus,
-    method: Method,
-    path: &str,
-    body: Option<Value>,
-) -> anyhow::Result<Value> {
-    let mut request = chorus.api(method.clone(), path);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await?;
-    let status = response.status();
-    let text = response.text().await?;
-    anyhow::ensure!(status.is_success(), "{method} {path}: {status} {text}");
-    Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
-}
-
 /// Polls the task through the API until it is in `status`.
 async fn wait_status(chorus: &Chorus, id: u64, status: &str) -> anyhow::Result<Value> {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let task = ok(chorus, Method::GET, &format!("/api/tasks/{id}"), None).await?;
+        let task = chorus
+            .ok(Method::GET, &format!("/api/tasks/{id}"), None)
+            .await?;
         if task["status"] == status {
             return Ok(task);
         }
@@ -54,13 +39,9 @@ async fn wait_status(chorus: &Chorus, id: u64, status: &str) -> anyhow::Result<V
 }
 
 async fn history_ids(chorus: &Chorus, id: u64) -> anyhow::Result<Vec<u64>> {
-    let history = ok(
-        chorus,
-        Method::GET,
-        &format!("/api/tasks/{id}/history"),
-        None,
-    )
-    .await?;
+    let history = chorus
+        .ok(Method::GET, &format!("/api/tasks/{id}/history"), None)
+        .await?;
     Ok(history["events"]
         .as_array()
         .map(|events| events.iter().filter_map(|e| e["id"].as_u64()).collect())
@@ -123,18 +104,6 @@ async fn wait_buttons(browser: &Browser, actions: &[&str]) -> anyhow::Result<()>
     Ok(())
 }
 
-async fn only_this_origin(browser: &Browser, origin: &str) -> anyhow::Result<()> {
-    let requested = browser.requested().await?;
-    assert!(!requested.is_empty());
-    for url in &requested {
-        assert!(
-            url.starts_with(&format!("{origin}/")),
-            "{url} is not of {origin}"
-        );
-    }
-    Ok(())
-}
-
 fn plan(assignee: &str) -> Reply {
     tool_call(
         "plan",
@@ -159,7 +128,7 @@ async fn web_board_task_created_answered_started_and_completed_live() -> anyhow:
         .create_agent_with(json!({"name": "coder", "permissions": "standard",
             "system_prompt": "You are coder."}))
         .await?;
-    let origin = chorus.http_url.trim_end_matches('/').to_string();
+    let origin = chorus.origin();
     let dir = tempfile::tempdir()?;
     let attachment = dir.path().join("notes.md");
     std::fs::write(&attachment, "say hello")?;
@@ -206,13 +175,9 @@ async fn web_board_task_created_answered_started_and_completed_live() -> anyhow:
     let id: u64 = hash.as_str().unwrap_or_default()["#board/".len()..].parse()?;
 
     // The task and its attachment, through the API and in the page.
-    let attachments = ok(
-        &chorus,
-        Method::GET,
-        &format!("/api/tasks/{id}/attachments"),
-        None,
-    )
-    .await?;
+    let attachments = chorus
+        .ok(Method::GET, &format!("/api/tasks/{id}/attachments"), None)
+        .await?;
     assert_eq!(
         attachments["attachments"][0]["name"], "notes.md",
         "{attachments:#}"
@@ -376,7 +341,7 @@ async fn web_board_task_created_answered_started_and_completed_live() -> anyhow:
             "window.innerWidth <= 400 && document.documentElement.scrollWidth <= window.innerWidth",
         )
         .await?;
-    only_this_origin(&browser, &origin).await?;
+    browser.assert_only_origin(&origin).await?;
     browser.close().await?;
     Ok(())
 }
@@ -392,15 +357,15 @@ async fn web_board_buttons_follow_the_status_and_a_viewer_sees_none() -> anyhow:
     let model = FakeOpenAi::start().await;
     let chorus = start(&model, Some("[roles]\nvera = \"viewer\"\n")).await?;
     chorus.create_agent("coder").await?;
-    let origin = chorus.http_url.trim_end_matches('/').to_string();
+    let origin = chorus.origin();
     model.push(plan("coder"));
-    let created = ok(
-        &chorus,
-        Method::POST,
-        "/api/tasks",
-        Some(json!({"title": "Greet", "description": "Write a greeting file"})),
-    )
-    .await?;
+    let created = chorus
+        .ok(
+            Method::POST,
+            "/api/tasks",
+            Some(json!({"title": "Greet", "description": "Write a greeting file"})),
+        )
+        .await?;
     let id = created["id"].as_u64().unwrap();
     let planned = wait_status(&chorus, id, "planned").await?;
     assert_eq!(planned["actions"], json!(["start", "fail"]));
@@ -422,7 +387,9 @@ async fn web_board_buttons_follow_the_status_and_a_viewer_sees_none() -> anyhow:
     browser.find("#task-plan-save").await?.click().await?;
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let task = ok(&chorus, Method::GET, &format!("/api/tasks/{id}"), None).await?;
+        let task = chorus
+            .ok(Method::GET, &format!("/api/tasks/{id}"), None)
+            .await?;
         if task["steps"] == json!(["write greeting.txt", "say it twice"]) {
             break;
         }
@@ -433,13 +400,9 @@ async fn web_board_buttons_follow_the_status_and_a_viewer_sees_none() -> anyhow:
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // A change made elsewhere shows at once: failed, the buttons are Reopen and Retry.
-    ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/fail"),
-        None,
-    )
-    .await?;
+    chorus
+        .ok(Method::POST, &format!("/api/tasks/{id}/fail"), None)
+        .await?;
     browser
         .wait_for("document.querySelector('#task-actions button[data-action=retry]')")
         .await?;
@@ -457,16 +420,16 @@ async fn web_board_buttons_follow_the_status_and_a_viewer_sees_none() -> anyhow:
             "document.querySelector('ul[data-status=failed] li[data-task=\"{id}\"]')"
         ))
         .await?;
-    only_this_origin(&browser, &origin).await?;
+    browser.assert_only_origin(&origin).await?;
 
     // A viewer: the same task, its status and plan, and no button at all.
-    let issued = ok(
-        &chorus,
-        Method::POST,
-        "/api/users/vera/tokens",
-        Some(json!({"label": "web"})),
-    )
-    .await?;
+    let issued = chorus
+        .ok(
+            Method::POST,
+            "/api/users/vera/tokens",
+            Some(json!({"label": "web"})),
+        )
+        .await?;
     browser.find("#logout").await?.click().await?;
     browser.wait_for("location.pathname === '/login'").await?;
     browser
@@ -488,7 +451,7 @@ async fn web_board_buttons_follow_the_status_and_a_viewer_sees_none() -> anyhow:
         .await?;
     assert_eq!(visible, json!([]), "a viewer sees no control");
     assert_eq!(buttons(&browser).await?, Vec::<String>::new());
-    only_this_origin(&browser, &origin).await?;
+    browser.assert_only_origin(&origin).await?;
     browser.close().await?;
     Ok(())
 }
@@ -503,19 +466,19 @@ async fn web_board_reload_keeps_the_open_task_and_its_history_once() -> anyhow::
     let model = FakeOpenAi::start().await;
     let chorus = start(&model, None).await?;
     chorus.create_agent("coder").await?;
-    let origin = chorus.http_url.trim_end_matches('/').to_string();
+    let origin = chorus.origin();
     model.push(tool_call(
         "ask",
         "ask_questions",
         json!({"questions": [{"id": "q1", "question": "Which greeting?"}]}),
     ));
-    let created = ok(
-        &chorus,
-        Method::POST,
-        "/api/tasks",
-        Some(json!({"title": "Keep me open", "description": "after a reload"})),
-    )
-    .await?;
+    let created = chorus
+        .ok(
+            Method::POST,
+            "/api/tasks",
+            Some(json!({"title": "Keep me open", "description": "after a reload"})),
+        )
+        .await?;
     let id = created["id"].as_u64().unwrap();
     wait_status(&chorus, id, "awaiting_input").await?;
 
@@ -528,9 +491,7 @@ async fn web_board_reload_keeps_the_open_task_and_its_history_once() -> anyhow::
     let before = page_history(&browser).await?;
     assert!(before.len() >= 3, "{before:?}");
 
-    browser
-        .execute("location.reload(); return true;", vec![])
-        .await?;
+    browser.reload().await?;
     browser
         .wait_for("document.getElementById('task-title')?.textContent.includes('Keep me open')")
         .await?;
@@ -555,24 +516,24 @@ async fn web_board_reload_keeps_the_open_task_and_its_history_once() -> anyhow::
     );
 
     // Events after the reload are added once each: an edit, then the answer.
-    ok(
-        &chorus,
-        Method::PATCH,
-        &format!("/api/tasks/{id}"),
-        Some(json!({"title": "Kept open"})),
-    )
-    .await?;
+    chorus
+        .ok(
+            Method::PATCH,
+            &format!("/api/tasks/{id}"),
+            Some(json!({"title": "Kept open"})),
+        )
+        .await?;
     browser
         .wait_for("document.getElementById('task-title').textContent.includes('Kept open')")
         .await?;
     model.push(plan("coder"));
-    ok(
-        &chorus,
-        Method::POST,
-        &format!("/api/tasks/{id}/answers"),
-        Some(json!({"answers": {"q1": "hello"}})),
-    )
-    .await?;
+    chorus
+        .ok(
+            Method::POST,
+            &format!("/api/tasks/{id}/answers"),
+            Some(json!({"answers": {"q1": "hello"}})),
+        )
+        .await?;
     browser
         .wait_for("document.getElementById('task-status').textContent === 'planned'")
         .await?;
@@ -590,7 +551,7 @@ async fn web_board_reload_keeps_the_open_task_and_its_history_once() -> anyhow::
             "document.querySelector('ul[data-status=planned] li[data-task=\"{id}\"]')"
         ))
         .await?;
-    only_this_origin(&browser, &origin).await?;
+    browser.assert_only_origin(&origin).await?;
     browser.close().await?;
     Ok(())
 }

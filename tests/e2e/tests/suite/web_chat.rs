@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use chorus_test_support::browser::Browser;
+use chorus_test_support::browser::{Browser, js};
 use chorus_test_support::fake_model::{Reply, text, tool_call};
 use chorus_test_support::{Chorus, FakeModel, FakeOpenAi, Hold};
 use reqwest::Method;
@@ -18,32 +18,6 @@ async fn chorus_with(model: &FakeModel) -> anyhow::Result<Chorus> {
         .env("CHORUS_DEFAULT_MODEL", "fake-model")
         .start()
         .await
-}
-
-fn origin(chorus: &Chorus) -> String {
-    chorus.http_url.trim_end_matches('/').to_string()
-}
-
-/// How many elements `css` selects in the page.
-async fn count(browser: &Browser, css: &str) -> anyhow::Result<u64> {
-    let n = browser
-        .execute(
-            "return document.querySelectorAll(arguments[0]).length;",
-            vec![json!(css)],
-        )
-        .await?;
-    Ok(n.as_u64().unwrap_or_default())
-}
-
-/// The text of what `css` selects (all of it, joined), as the page has it.
-async fn text_of(browser: &Browser, css: &str) -> anyhow::Result<String> {
-    let text = browser
-        .execute(
-            "return [...document.querySelectorAll(arguments[0])].map(e => e.textContent).join('|');",
-            vec![json!(css)],
-        )
-        .await?;
-    Ok(text.as_str().unwrap_or_default().to_string())
 }
 
 /// The thread the page shows (from its address), once it shows one.
@@ -72,19 +46,6 @@ async fn send_from_page(browser: &Browser, content: &str) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// Every address the page requested is of this Chorus.
-async fn only_this_origin(browser: &Browser, origin: &str) -> anyhow::Result<()> {
-    let requested = browser.requested().await?;
-    assert!(!requested.is_empty());
-    for url in &requested {
-        assert!(
-            url.starts_with(&format!("{origin}/")),
-            "{url} is not of {origin}"
-        );
-    }
-    Ok(())
-}
-
 async fn audit(chorus: &Chorus, agent: &str) -> anyhow::Result<Vec<Value>> {
     let page: Value = chorus
         .api(Method::GET, &format!("/api/agents/{agent}/audit?limit=100"))
@@ -95,40 +56,75 @@ async fn audit(chorus: &Chorus, agent: &str) -> anyhow::Result<Vec<Value>> {
     Ok(page["entries"].as_array().cloned().unwrap_or_default())
 }
 
-/// Reloads the page (the address keeps the view) and waits for the new one's shell.
-async fn reload(browser: &Browser) -> anyhow::Result<()> {
-    browser
-        .execute("window.before_reload = true; location.reload();", vec![])
-        .await?;
-    browser
-        .wait_for("!window.before_reload && document.getElementById('who-name').textContent !== ''")
-        .await
+/// A Chorus on the fake model (which lists `fake-model` and `fake-model-2`) with one
+/// agent, and Chromium logged in as the admin on that agent's chat.
+struct ChatPage {
+    browser: Browser,
+    model: FakeModel,
+    chorus: Chorus,
+    origin: String,
 }
 
-/// A JS string literal of `s`.
-fn js(s: &str) -> String {
-    serde_json::to_string(s).unwrap()
+/// The page for an agent made with `agent` (`{"name": …, …}`), or `None` when there
+/// is no browser (see `Browser::start`).
+async fn chat_page(agent: Value) -> anyhow::Result<Option<ChatPage>> {
+    let Some(browser) = Browser::start().await? else {
+        return Ok(None);
+    };
+    let model = FakeOpenAi::start().await;
+    model.set_models(&["fake-model", "fake-model-2"]);
+    let chorus = chorus_with(&model).await?;
+    let name = agent["name"].as_str().unwrap_or_default().to_string();
+    chorus.create_agent_with(agent).await?;
+    let origin = chorus.origin();
+    browser.log_in(&origin, chorus.token()).await?;
+    browser.goto(&format!("{origin}/#chat/{name}")).await?;
+    browser
+        .wait_for(&format!(
+            "document.querySelector('#chat-agent').value === {}",
+            js(&name)
+        ))
+        .await?;
+    Ok(Some(ChatPage {
+        browser,
+        model,
+        chorus,
+        origin,
+    }))
+}
+
+/// Where the composer, the approvals and the history are on the screen, and how far
+/// the history is scrolled from its end: `[input top, approvals top, history top,
+/// history height, px below the history's visible end]`.
+async fn layout(browser: &Browser) -> anyhow::Result<Vec<f64>> {
+    let at = browser
+        .execute(
+            "const top = (id) => document.getElementById(id).getBoundingClientRect().top; \
+             const h = document.getElementById('chat-history'); \
+             return [top('chat-input'), top('chat-approvals'), top('chat-history'), \
+                     h.getBoundingClientRect().height, h.scrollHeight - h.scrollTop - h.clientHeight];",
+            vec![],
+        )
+        .await?;
+    Ok(serde_json::from_value(at)?)
 }
 
 #[tokio::test]
 async fn web_chat_sends_a_message_and_streams_the_answer_and_its_steps() -> anyhow::Result<()> {
-    let Some(browser) = Browser::start().await? else {
+    let Some(ChatPage {
+        browser,
+        model,
+        chorus,
+        origin,
+    }) = chat_page(json!({"name": "scout"})).await?
+    else {
         return Ok(());
     };
-    let model = FakeOpenAi::start().await;
     // The answer comes in three pieces, seconds apart: the page shows the first
     // alone before the rest arrives.
     let answer = "Alpha beta gamma delta epsilon zeta";
     let hold = Hold::new();
     model.push(Reply::Held(hold.clone(), Box::new(text(answer))));
-    let chorus = chorus_with(&model).await?;
-    chorus.create_agent("scout").await?;
-    let origin = origin(&chorus);
-    browser.log_in(&origin, chorus.token()).await?;
-    browser.goto(&format!("{origin}/#chat/scout")).await?;
-    browser
-        .wait_for("document.querySelector('#chat-agent').value === 'scout'")
-        .await?;
     // The answer streams in pieces seconds apart (from the request on).
     model.set_chunk_pause(Duration::from_secs(4));
     let target = browser.find("#chat-target").await?.text().await?;
@@ -175,9 +171,9 @@ async fn web_chat_sends_a_message_and_streams_the_answer_and_its_steps() -> anyh
         .wait_for("document.querySelector('#chat-streaming').hidden")
         .await?;
     model.set_chunk_pause(Duration::from_millis(1));
-    assert_eq!(count(&browser, ".chat-assistant").await?, 1);
-    assert_eq!(count(&browser, ".chat-step").await?, 1);
-    let step = text_of(&browser, ".chat-step[data-step=\"1\"]").await?;
+    assert_eq!(browser.count(".chat-assistant").await?, 1);
+    assert_eq!(browser.count(".chat-step").await?, 1);
+    let step = browser.text_of(".chat-step[data-step=\"1\"]").await?;
     assert!(
         step.contains("llm_call") && step.contains("20 in / 10 out tokens"),
         "{step}"
@@ -195,16 +191,23 @@ async fn web_chat_sends_a_message_and_streams_the_answer_and_its_steps() -> anyh
     // In the thread, a message goes to it, and the page says so.
     let target = browser.find("#chat-target").await?.text().await?;
     assert!(target.contains(&format!("goes to thread {id}")), "{target}");
-    only_this_origin(&browser, &origin).await?;
+    browser.assert_only_origin(&origin).await?;
     browser.close().await
 }
 
 #[tokio::test]
 async fn web_chat_approve_and_deny_in_the_thread() -> anyhow::Result<()> {
-    let Some(browser) = Browser::start().await? else {
+    let Some(ChatPage {
+        browser,
+        model,
+        chorus,
+        origin,
+    }) = chat_page(json!({"name": "careful", "permissions":
+            {"allow": ["tool:view:.*"], "ask": ["tool:create_file:.*"]}}))
+    .await?
+    else {
         return Ok(());
     };
-    let model = FakeOpenAi::start().await;
     model.push(tool_call(
         "c1",
         "create_file",
@@ -217,17 +220,6 @@ async fn web_chat_approve_and_deny_in_the_thread() -> anyhow::Result<()> {
         json!({"path": "b.txt", "content": "b"}),
     ));
     model.push(text("not written"));
-    let chorus = chorus_with(&model).await?;
-    chorus
-        .create_agent_with(json!({"name": "careful", "permissions":
-            {"allow": ["tool:view:.*"], "ask": ["tool:create_file:.*"]}}))
-        .await?;
-    let origin = origin(&chorus);
-    browser.log_in(&origin, chorus.token()).await?;
-    browser.goto(&format!("{origin}/#chat/careful")).await?;
-    browser
-        .wait_for("document.querySelector('#chat-agent').value === 'careful'")
-        .await?;
 
     // Approve: the outcome shows at once, the tool runs, the same thread completes.
     send_from_page(&browser, "write the plan").await?;
@@ -240,7 +232,7 @@ async fn web_chat_approve_and_deny_in_the_thread() -> anyhow::Result<()> {
     browser
         .wait_for("document.querySelector('.chat-approval[data-status=\"approved\"]')")
         .await?;
-    let outcome = text_of(&browser, ".chat-approval").await?;
+    let outcome = browser.text_of(".chat-approval").await?;
     assert!(
         outcome.contains("create_file") && outcome.contains("approved by api"),
         "{outcome}"
@@ -257,8 +249,8 @@ async fn web_chat_approve_and_deny_in_the_thread() -> anyhow::Result<()> {
         "step 1"
     );
     // The tool call and its result are in the history, collapsed.
-    assert!(count(&browser, "details.chat-tool").await? >= 2);
-    assert_eq!(count(&browser, "details.chat-tool[open]").await?, 0);
+    assert!(browser.count("details.chat-tool").await? >= 2);
+    assert_eq!(browser.count("details.chat-tool[open]").await?, 0);
     let thread = chorus.thread("careful", first).await?;
     assert_eq!(thread["status"], "completed");
     assert!(
@@ -292,7 +284,8 @@ async fn web_chat_approve_and_deny_in_the_thread() -> anyhow::Result<()> {
         .wait_for("document.querySelector('.chat-approval[data-status=\"denied\"]')")
         .await?;
     assert!(
-        text_of(&browser, ".chat-approval")
+        browser
+            .text_of(".chat-approval")
             .await?
             .contains("denied by api")
     );
@@ -316,16 +309,21 @@ async fn web_chat_approve_and_deny_in_the_thread() -> anyhow::Result<()> {
     browser
         .wait_for("window.innerWidth <= 400 && document.getElementById('view-chat').scrollWidth <= document.documentElement.clientWidth")
         .await?;
-    only_this_origin(&browser, &origin).await?;
+    browser.assert_only_origin(&origin).await?;
     browser.close().await
 }
 
 #[tokio::test]
 async fn web_chat_reload_mid_run_loses_and_repeats_nothing() -> anyhow::Result<()> {
-    let Some(browser) = Browser::start().await? else {
+    let Some(ChatPage {
+        browser,
+        model,
+        chorus,
+        origin,
+    }) = chat_page(json!({"name": "scout"})).await?
+    else {
         return Ok(());
     };
-    let model = FakeOpenAi::start().await;
     let first = "Checking the workspace now";
     let (start, last) = (Hold::new(), Hold::new());
     model.push(Reply::Held(
@@ -336,14 +334,6 @@ async fn web_chat_reload_mid_run_loses_and_repeats_nothing() -> anyhow::Result<(
         }),
     ));
     model.push(Reply::Held(last.clone(), Box::new(text("All done here"))));
-    let chorus = chorus_with(&model).await?;
-    chorus.create_agent("scout").await?;
-    let origin = origin(&chorus);
-    browser.log_in(&origin, chorus.token()).await?;
-    browser.goto(&format!("{origin}/#chat/scout")).await?;
-    browser
-        .wait_for("document.querySelector('#chat-agent').value === 'scout'")
-        .await?;
     // The first answer streams in pieces (its text, then its tool call) seconds apart.
     model.set_chunk_pause(Duration::from_secs(2));
     send_from_page(&browser, "look around").await?;
@@ -363,14 +353,14 @@ async fn web_chat_reload_mid_run_loses_and_repeats_nothing() -> anyhow::Result<(
         .await?;
     // The next call answers at once.
     model.set_chunk_pause(Duration::from_millis(1));
-    reload(&browser).await?;
+    browser.reload().await?;
     assert_eq!(shown_thread(&browser, "scout").await?, id);
     // Shown again from the snapshot's `live`; then only what came after it.
     browser
         .wait_for("document.querySelector('#chat-streaming').textContent !== ''")
         .await?;
     for _ in 0..3 {
-        let streamed = text_of(&browser, "#chat-streaming").await?;
+        let streamed = browser.text_of("#chat-streaming").await?;
         assert!(
             first.starts_with(&streamed) || streamed.is_empty(),
             "{streamed:?} is not a part of {first:?} shown once"
@@ -387,7 +377,7 @@ async fn web_chat_reload_mid_run_loses_and_repeats_nothing() -> anyhow::Result<(
     browser
         .wait_for("document.querySelector('.chat-step[data-step=\"3\"]')")
         .await?;
-    reload(&browser).await?;
+    browser.reload().await?;
     assert_eq!(shown_thread(&browser, "scout").await?, id);
     browser
         .wait_for("document.querySelector('.chat-step[data-step=\"3\"]')")
@@ -417,10 +407,10 @@ async fn web_chat_reload_mid_run_loses_and_repeats_nothing() -> anyhow::Result<(
         )
         .await?;
     assert_eq!(said, json!([first, "All done here"]));
-    assert_eq!(count(&browser, ".chat-user").await?, 1);
+    assert_eq!(browser.count(".chat-user").await?, 1);
     let thread = chorus.thread("scout", id).await?;
     assert_eq!(thread["steps"].as_array().unwrap().len(), 3, "{thread:#}");
-    only_this_origin(&browser, &origin).await?;
+    browser.assert_only_origin(&origin).await?;
     browser.close().await
 }
 
@@ -476,22 +466,22 @@ async fn web_chat_long_history_draws_a_window_and_pages_the_rest() -> anyhow::Re
         again = again.database_url(url);
     }
     let chorus = again.start().await?;
-    let origin = origin(&chorus);
+    let origin = chorus.origin();
     browser.log_in(&origin, chorus.token()).await?;
     browser.goto(&format!("{origin}/#chat/scout/{id}")).await?;
     browser
         .wait_for("document.querySelector('.chat-msg[data-message]')")
         .await?;
     // Only a window of the rows is drawn; the first page (100) is read, not all.
-    let drawn = count(&browser, ".chat-row").await?;
+    let drawn = browser.count(".chat-row").await?;
     assert!((1..60).contains(&drawn), "{drawn} rows drawn");
-    assert!(text_of(&browser, ".chat-msg").await?.contains("start"));
+    assert!(browser.text_of(".chat-msg").await?.contains("start"));
     // Scrolling down reads the following pages, still drawing only a window.
     let scroll = "const h = document.getElementById('chat-history'); h.scrollTop = h.scrollHeight;";
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         browser.execute(scroll, vec![]).await?;
-        let last = text_of(&browser, ".chat-msg .chat-text").await?;
+        let last = browser.text_of(".chat-msg .chat-text").await?;
         if last.contains("note 320") {
             break;
         }
@@ -501,9 +491,9 @@ async fn web_chat_long_history_draws_a_window_and_pages_the_rest() -> anyhow::Re
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let drawn = count(&browser, ".chat-row").await?;
+    let drawn = browser.count(".chat-row").await?;
     assert!((1..60).contains(&drawn), "{drawn} rows drawn at the end");
-    assert!(!text_of(&browser, ".chat-msg").await?.contains("start"));
+    assert!(!browser.text_of(".chat-msg").await?.contains("start"));
     // Every page was read once: the page holds each message once.
     let read = browser
         .execute(
@@ -520,7 +510,7 @@ async fn web_chat_long_history_draws_a_window_and_pages_the_rest() -> anyhow::Re
         .filter(|u| u.contains(&format!("/threads/{id}?after=")))
         .count();
     assert!(pages >= 3, "{requested:?}");
-    only_this_origin(&browser, &origin).await?;
+    browser.assert_only_origin(&origin).await?;
     browser.close().await
 }
 
@@ -535,7 +525,7 @@ async fn web_chat_kills_a_running_thread() -> anyhow::Result<()> {
     let chorus = chorus_with(&model).await?;
     chorus.create_agent("scout").await?;
     let id = chorus.send_message("scout", "think long").await?;
-    let origin = origin(&chorus);
+    let origin = chorus.origin();
     browser.log_in(&origin, chorus.token()).await?;
     browser.goto(&format!("{origin}/#chat/scout/{id}")).await?;
     browser
@@ -548,6 +538,161 @@ async fn web_chat_kills_a_running_thread() -> anyhow::Result<()> {
     let thread = chorus.thread("scout", id).await?;
     assert_eq!(thread["status"], "killed", "{thread:#}");
     hold.release();
-    only_this_origin(&browser, &origin).await?;
+    browser.assert_only_origin(&origin).await?;
+    browser.close().await
+}
+
+/// The model's text streams into the history's last row: the composer and the
+/// approvals do not move while it grows, the history follows its end, and the
+/// finished answer takes the streamed text's place without a jump.
+#[tokio::test]
+async fn web_chat_streamed_text_moves_nothing_around_it() -> anyhow::Result<()> {
+    let Some(ChatPage {
+        browser,
+        model,
+        chorus,
+        origin,
+    }) = chat_page(json!({"name": "scout"})).await?
+    else {
+        return Ok(());
+    };
+    // Thirty lines in three pieces, seconds apart: more than the history shows.
+    let answer: String = (1..=30)
+        .map(|i| format!("Line {i} of the answer.\n"))
+        .collect();
+    let answer = answer.trim_end().to_string();
+    let hold = Hold::new();
+    model.push(Reply::Held(hold.clone(), Box::new(text(&answer))));
+    model.set_chunk_pause(Duration::from_secs(3));
+    send_from_page(&browser, "Thirty lines, please").await?;
+    let id = shown_thread(&browser, "scout").await?;
+    browser
+        .wait_for("document.querySelector('.chat-step[data-step=\"1\"]')")
+        .await?;
+    let before = layout(&browser).await?;
+    hold.release();
+    let mut seen: Vec<(usize, Vec<f64>)> = Vec::new();
+    for _ in 0..2 {
+        // The next piece: more text than the last sample held.
+        let shown = seen.last().map_or(0, |(len, _)| *len);
+        browser
+            .wait_for(&format!(
+                "document.querySelector('#chat-streaming').textContent.length > {shown}"
+            ))
+            .await?;
+        let now = layout(&browser).await?;
+        let streamed = browser.text_of("#chat-streaming").await?;
+        assert!(answer.starts_with(&streamed), "{streamed:?}");
+        seen.push((streamed.len(), now));
+    }
+    assert!(seen[1].0 > seen[0].0, "the text grew: {seen:?}");
+    for (_, now) in &seen {
+        assert_eq!(
+            now[..4],
+            before[..4],
+            "the page moved while text streamed: {seen:?}"
+        );
+        // The newest text is in view: the history is at its end.
+        assert!(
+            now[4] <= 2.0,
+            "the history does not follow the text: {now:?}"
+        );
+    }
+    model.set_chunk_pause(Duration::from_millis(1));
+    browser
+        .wait_for("document.querySelector('#chat-thread-status').textContent === 'completed' && document.querySelector('#chat-streaming').hidden")
+        .await?;
+    browser
+        .wait_for("document.querySelector('.chat-assistant .chat-text')?.textContent.startsWith('Line 1 ')")
+        .await?;
+    let after = layout(&browser).await?;
+    assert_eq!(
+        after[..4],
+        before[..4],
+        "the page moved when the answer came: {after:?} {before:?}"
+    );
+    browser
+        .wait_for("(() => { const h = document.getElementById('chat-history'); return h.scrollHeight - h.scrollTop - h.clientHeight <= 2; })()")
+        .await?;
+    let thread = chorus.thread("scout", id).await?;
+    assert_eq!(thread["status"], "completed", "{thread:#}");
+    browser.assert_only_origin(&origin).await?;
+    browser.close().await
+}
+
+/// Change model: the agent's next call goes to the new model; a model the providers
+/// do not list is refused, with the API's reason shown beside the button, and the
+/// agent keeps its model.
+#[tokio::test]
+async fn web_chat_changes_the_model_and_shows_a_refusal_beside_the_button() -> anyhow::Result<()> {
+    let Some(ChatPage {
+        browser,
+        model,
+        chorus,
+        origin,
+    }) = chat_page(json!({"name": "scout", "model": "fake-model"})).await?
+    else {
+        return Ok(());
+    };
+    let set_model = "document.getElementById('chat-model').value = arguments[0]; \
+                     document.getElementById('chat-model-save').click(); return true;";
+    let refused_box = "document.querySelector('#chat-model-save + .error')";
+
+    // Refused: the reason beside the button (not in the page's own error line).
+    browser
+        .execute(set_model, vec![json!("no-such-model")])
+        .await?;
+    browser
+        .wait_for(&format!("{refused_box} && !{refused_box}.hidden"))
+        .await?;
+    let reason = browser.text_of("#chat-model-save + .error").await?;
+    assert!(reason.contains("no-such-model"), "{reason}");
+    assert_eq!(
+        browser
+            .execute("return document.getElementById('error').hidden;", vec![])
+            .await?,
+        json!(true)
+    );
+    assert_eq!(chorus.agent("scout").await?["model"], "fake-model");
+
+    // Accepted: the refusal goes, the agent's model is the new one, and its next
+    // model call asks for it.
+    browser
+        .execute(set_model, vec![json!("fake-model-2")])
+        .await?;
+    browser.wait_for(&format!("{refused_box}.hidden")).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while chorus.agent("scout").await?["model"] != "fake-model-2" {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the model did not change: {}",
+            chorus.agent("scout").await?
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        browser
+            .execute(
+                "return document.getElementById('chat-model').value;",
+                vec![]
+            )
+            .await?,
+        json!("fake-model-2")
+    );
+    model.push(text("answered by the second model"));
+    send_from_page(&browser, "Which model are you?").await?;
+    let id = shown_thread(&browser, "scout").await?;
+    browser
+        .wait_for("[...document.querySelectorAll('.chat-assistant .chat-text')].some(e => e.textContent === 'answered by the second model')")
+        .await?;
+    let asked: Vec<Value> = model
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/chat/completions"))
+        .map(|r| r.body["model"].clone())
+        .collect();
+    assert_eq!(asked.last(), Some(&json!("fake-model-2")), "{asked:?}");
+    assert_eq!(chorus.thread("scout", id).await?["status"], "completed");
+    browser.assert_only_origin(&origin).await?;
     browser.close().await
 }

@@ -13,24 +13,6 @@ use chorus_test_support::{Chorus, EventStream, FakeOpenAi};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-/// The page's origin (no trailing slash).
-fn origin_of(chorus: &Chorus) -> String {
-    chorus.http_url.trim_end_matches('/').to_string()
-}
-
-/// Every address the page requested is of the Chorus origin.
-async fn only_chorus_was_asked(browser: &Browser, origin: &str) -> anyhow::Result<()> {
-    let requested = browser.requested().await?;
-    assert!(!requested.is_empty());
-    for url in &requested {
-        assert!(
-            url.starts_with(&format!("{origin}/")),
-            "{url} is not of {origin}"
-        );
-    }
-    Ok(())
-}
-
 /// The next event of `kind` about `agent` on the feed (within 30 s).
 async fn next_of(stream: &mut EventStream, kind: &str, agent: &str) -> anyhow::Result<Value> {
     let read = async {
@@ -76,7 +58,7 @@ async fn web_an_agent_created_on_the_agents_page_joins_the_fleet_live_and_leaves
     };
     let model = FakeOpenAi::start().await;
     let chorus = Chorus::builder().openai_fake(&model).start().await?;
-    let origin = origin_of(&chorus);
+    let origin = chorus.origin();
     let mut feed = chorus.open_events("", None).await?;
     browser.log_in(&origin, chorus.token()).await?;
     // Set once: still there at the end means the page never reloaded.
@@ -215,7 +197,7 @@ async fn web_an_agent_created_on_the_agents_page_joins_the_fleet_live_and_leaves
         Value::Bool(true),
         "the page was reloaded"
     );
-    only_chorus_was_asked(&browser, &origin).await?;
+    browser.assert_only_origin(&origin).await?;
     browser.close().await?;
     Ok(())
 }
@@ -237,7 +219,7 @@ async fn web_the_fleet_shows_a_running_step_and_a_pending_approval_live_with_the
         .create_agent_with(json!({"name": "careful",
             "permissions": {"allow": ["tool:view:.*"], "ask": ["tool:create_file:.*"]}}))
         .await?;
-    let origin = origin_of(&chorus);
+    let origin = chorus.origin();
     browser.log_in(&origin, chorus.token()).await?;
     browser.wait_for(&row_of("careful")).await?;
     // Nothing pending yet: no badge.
@@ -375,7 +357,7 @@ async fn web_the_fleet_shows_a_running_step_and_a_pending_approval_live_with_the
     browser
         .wait_for("document.documentElement.scrollWidth <= window.innerWidth")
         .await?;
-    only_chorus_was_asked(&browser, &origin).await?;
+    browser.assert_only_origin(&origin).await?;
     browser.close().await?;
     Ok(())
 }
@@ -403,7 +385,7 @@ async fn web_a_viewer_sees_no_create_configure_destroy_or_retract_button() -> an
         .wait_thread_finished("keeper", thread, Duration::from_secs(20))
         .await?;
     assert_eq!(done["status"], "completed", "{done:#}");
-    let origin = origin_of(&chorus);
+    let origin = chorus.origin();
 
     // Positive control: the admin (the API token) sees every control.
     browser.log_in(&origin, chorus.token()).await?;
@@ -501,7 +483,7 @@ async fn web_a_viewer_sees_no_create_configure_destroy_or_retract_button() -> an
         )
         .await?;
     assert_eq!(buttons, json!(["Search"]), "the viewer's buttons");
-    only_chorus_was_asked(&browser, &origin).await?;
+    browser.assert_only_origin(&origin).await?;
     browser.close().await?;
     Ok(())
 }
