@@ -5,11 +5,9 @@
 // only when the person's role may use it. The list follows the fleet's state (kept
 // current from the feed by fleet.js).
 
-import { api, el, hashFor, may, showError, clearError, since } from "./api.js";
+import { api, el, hashFor, may, session, showError, clearError, since } from "./api.js";
 import * as fleet from "./fleet.js";
 
-const BACKENDS = ["api", "claude-code", "opencode"];
-const PRESETS = ["standard", "locked", "open"];
 const TABS = [
   ["tools", "Tools"], ["jobs", "Jobs"], ["audit", "Audit log"], ["identity", "Identity"],
   ["memory", "Memory"], ["schedules", "Schedules"], ["mcp", "MCP servers"],
@@ -45,7 +43,7 @@ async function modelOptions() {
 /** The permissions controls: a preset, or a custom profile (JSON) tried with explain. */
 function permissionsFields(prefix, current) {
   const custom = typeof current === "object" && current !== null;
-  const choice = select(`${prefix}-permissions`, [...PRESETS.map((p) => [p, p]), ["custom", "custom profile"]],
+  const choice = select(`${prefix}-permissions`, [...session.presets.map((p) => [p, p]), ["custom", "custom profile"]],
     custom ? "custom" : (current ?? "standard"));
   const profile = el("textarea", { id: `${prefix}-profile`, rows: 6, spellcheck: "false" });
   profile.value = custom ? JSON.stringify(current, null, 2) : '{\n  "allow": [],\n  "ask": []\n}';
@@ -95,7 +93,7 @@ function renderList(list) {
 async function createForm() {
   const name = el("input", { id: "create-name", type: "text", required: true, autocomplete: "off" });
   const prompt = el("textarea", { id: "create-prompt", rows: 4 });
-  const backend = select("create-backend", BACKENDS.map((b) => [b, b]), "api");
+  const backend = select("create-backend", session.backends.map((b) => [b, b]), "api");
   const model = select("create-model", await modelOptions(), "");
   const permissions = permissionsFields("create");
   const submit = el("button", { type: "submit", id: "create-submit" }, "Create");
@@ -146,7 +144,7 @@ async function configureForm(agent) {
   const editable = may("configure_agents");
   const prompt = el("textarea", { id: "configure-prompt", rows: 5, readonly: !editable });
   prompt.value = agent.system_prompt;
-  const backend = select("configure-backend", BACKENDS.map((b) => [b, b]), agent.backend);
+  const backend = select("configure-backend", session.backends.map((b) => [b, b]), agent.backend);
   // A model once set can be changed, not unset (the API has no "back to the default").
   const models = (await modelOptions()).filter(([v]) => v || !agent.model);
   if (agent.model && !models.some(([v]) => v === agent.model)) models.push([agent.model, agent.model]);

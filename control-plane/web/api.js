@@ -2,8 +2,9 @@
 // goes to this origin with the session cookie; a state-changing one carries the
 // session's CSRF token (from GET /api/session) in the X-CSRF-Token header.
 
-/** Who is logged in: `{user, role, may: [act…], csrf_token, event_id}` (GET /api/session). */
-export const session = { user: null, role: null, may: [], csrf_token: null, event_id: null };
+/** Who is logged in: `{user, role, may: [act…], csrf_token, event_id}`, and the closed
+ * sets forms offer, `backends` and `presets` (GET /api/session). */
+export const session = { user: null, role: null, may: [], csrf_token: null, event_id: null, backends: [], presets: [] };
 
 /** Whether the person's role allows `act` (an act of `may`: "talk", "manage_tasks", …). */
 export function may(act) {

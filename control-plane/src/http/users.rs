@@ -9,6 +9,8 @@ use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use chorus_proto::domain::Backend;
+
 use super::{ApiError, AppState, Caller};
 use crate::gate::policy::{Act, allowed};
 use crate::store::UserTokenRecord;
@@ -23,7 +25,8 @@ pub(super) async fn whoami(caller: Caller) -> Json<serde_json::Value> {
 /// the page shows only those controls), the CSRF token of the web session the
 /// request came with (null with a bearer token, which needs none), and the feed's
 /// position (`event_id`): the page reads what it shows after taking it, then
-/// follows `GET /api/events` from it, so nothing in between is lost.
+/// follows `GET /api/events` from it, so nothing in between is lost. With them, the
+/// closed sets a form offers: the agent backends and the permission presets.
 pub(super) async fn session(
     State(state): State<AppState>,
     caller: Caller,
@@ -40,6 +43,8 @@ pub(super) async fn session(
         "may": may,
         "csrf_token": csrf.map(|axum::Extension(t)| t.0),
         "event_id": state.runs.feed().position(),
+        "backends": Backend::ALL.map(Backend::as_str),
+        "presets": crate::permissions::PRESETS,
     }))
 }
 

@@ -161,6 +161,12 @@ async fn web_session_cookie_needs_csrf_to_change_and_ends_at_logout() -> anyhow:
         .json()
         .await?;
     assert_eq!(session["user"], "api");
+    // The closed sets the page's forms offer come from the server's own definitions.
+    assert_eq!(
+        session["backends"],
+        json!(["api", "claude-code", "opencode"])
+    );
+    assert_eq!(session["presets"], json!(["open", "standard", "locked"]));
     let csrf = session["csrf_token"]
         .as_str()
         .expect("a CSRF token")

@@ -93,6 +93,22 @@ async fn web_an_agent_created_on_the_agents_page_joins_the_fleet_live_and_leaves
         .await?;
     let model_id = model_id.as_str().unwrap_or_default().to_string();
     assert!(model_id.ends_with("fake-model"), "{model_id}");
+    // The backends and presets offered are the server's (GET /api/session).
+    assert_eq!(
+        browser.text_of("#create-backend option").await?,
+        "api|claude-code|opencode"
+    );
+    assert_eq!(
+        browser.text_of("#create-permissions option").await?,
+        "open|standard|locked|custom profile"
+    );
+    let preset = browser
+        .execute(
+            "return document.querySelector('#create-permissions').value;",
+            vec![],
+        )
+        .await?;
+    assert_eq!(preset, "standard");
     browser.find("#create-submit").await?.click().await?;
     // The page goes to the new agent; the API has it, with the model chosen.
     browser
