@@ -4,6 +4,7 @@
 //! their next model call.
 
 use axum::Json;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -197,8 +198,14 @@ pub(super) fn parse_sources(text: &str) -> Result<Vec<SearchSource>, ApiError> {
 pub(super) async fn search(
     State(state): State<AppState>,
     Path(name): Path<String>,
-    Query(params): Query<SearchParams>,
+    params: Result<Query<SearchParams>, QueryRejection>,
 ) -> Result<Json<SearchAnswer>, ApiError> {
+    let Query(params) = params.map_err(|e| {
+        ApiError::bad_request(format!(
+            "{}; this endpoint takes ?q=<words>, ?k=<how many> and ?sources=memory,session,message",
+            e.body_text()
+        ))
+    })?;
     active_agent(&state, &name).await?;
     let sources = parse_sources(params.sources.as_deref().unwrap_or_default())?;
     let answer = state

@@ -727,5 +727,14 @@ async fn search_finds_facts_and_says_where_they_are() -> anyhow::Result<()> {
             .contains("'files' is not a search source"),
         "{answer}"
     );
+    // No query, or a count that is not one, is the API's JSON error naming what to send.
+    for params in [&[("k", "3")][..], &[("q", "locker"), ("k", "many")]] {
+        let (status, answer) = search(&chorus, "finder", params).await?;
+        assert_eq!(status, 400, "{params:?}: {answer}");
+        assert!(
+            answer["error"].to_string().contains("?q=<words>"),
+            "{answer}"
+        );
+    }
     Ok(())
 }
