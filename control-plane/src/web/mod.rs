@@ -5,7 +5,8 @@
 //! The files live in `control-plane/web/` and are embedded in release builds; debug
 //! builds read them from disk at each request, so a developer reloads without
 //! recompiling. Each file has a strong ETag (its SHA-256), and `If-None-Match` gets
-//! a 304. Text is compressed (gzip or brotli) when the browser asks for it.
+//! a 304. Text is compressed (gzip or brotli) when the browser asks for it, and a
+//! compressed body's tag names its encoding ([`tag_encoding`]).
 //!
 //! Logging in checks the token with the API's own check (`http::access::verify_token`)
 //! and opens a [`sessions::Session`]; the cookie holds only the random session id.
@@ -84,6 +85,73 @@ fn routes() -> Router<AppState> {
         .route("/logout", post(logout))
         .route("/assets/{file}", get(asset))
         .layer(CompressionLayer::new().gzip(true).br(true))
+        .layer(axum::middleware::from_fn(tag_encoding))
+}
+
+/// The encodings the compression layer may answer with, as `Content-Encoding` names them.
+const ENCODINGS: [&str; 2] = ["gzip", "br"];
+
+/// A strong ETag names one representation (RFC 9110, 8.8.1), and a compressed body is
+/// another one: it gets its encoding in its tag (`"<sha256>-br"`). `If-None-Match` is
+/// compared by the content's tag, and a 304 answers with the tag the browser sent.
+async fn tag_encoding(mut request: Request, next: Next) -> Response {
+    let sent: Vec<String> = request
+        .headers()
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .collect();
+    if !sent.is_empty() {
+        let contents: Vec<String> = sent.iter().map(|t| content_tag(t)).collect();
+        if let Ok(value) = HeaderValue::from_str(&contents.join(", ")) {
+            request.headers_mut().insert(header::IF_NONE_MATCH, value);
+        }
+    }
+    let mut response = next.run(request).await;
+    let Some(tag) = response
+        .headers()
+        .get(header::ETAG)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+    else {
+        return response;
+    };
+    let tagged = if response.status() == StatusCode::NOT_MODIFIED {
+        sent.into_iter().find(|t| content_tag(t) == tag)
+    } else {
+        response
+            .headers()
+            .get(header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .map(|encoding| encoded_tag(&tag, encoding))
+    };
+    if let Some(value) = tagged.and_then(|t| HeaderValue::from_str(&t).ok()) {
+        response.headers_mut().insert(header::ETAG, value);
+    }
+    response
+}
+
+/// `"<hash>"` with `encoding` in it: `"<hash>-<encoding>"`.
+fn encoded_tag(tag: &str, encoding: &str) -> String {
+    match tag.strip_suffix('"') {
+        Some(open) => format!("{open}-{encoding}\""),
+        None => tag.to_string(),
+    }
+}
+
+/// The content's tag of a representation's tag (`"<hash>-br"` → `"<hash>"`).
+fn content_tag(tag: &str) -> String {
+    ENCODINGS
+        .iter()
+        .find_map(|encoding| {
+            tag.strip_suffix('"')
+                .and_then(|t| t.strip_suffix(encoding))
+                .and_then(|t| t.strip_suffix('-'))
+        })
+        .map_or_else(|| tag.to_string(), |open| format!("{open}\""))
 }
 
 /// Adds the page's security headers to every response.
@@ -349,6 +417,16 @@ mod tests {
         );
         assert!(matches(&headers, "\"y\""));
         assert!(!matches(&headers, "\"z\""));
+    }
+
+    #[test]
+    fn a_compressed_representation_has_its_own_tag_and_its_content_tag_back() {
+        assert_eq!(encoded_tag("\"ab12\"", "br"), "\"ab12-br\"");
+        assert_eq!(content_tag("\"ab12-br\""), "\"ab12\"");
+        assert_eq!(content_tag("\"ab12-gzip\""), "\"ab12\"");
+        for kept in ["\"ab12\"", "*", "\"ab12-zstd\"", "\"-br\"x"] {
+            assert_eq!(content_tag(kept), kept);
+        }
     }
 
     #[test]
