@@ -6,17 +6,22 @@
 //! only: a long body upload, a streamed answer (the live feed) or a gRPC stream is
 //! not cut. HTTP/2 connections (gRPC) keep hyper's own handling.
 //!
+//! Each request carries its client's address as axum's `ConnectInfo` (what
+//! `into_make_service_with_connect_info` would give), for the login form's limit.
+//!
 //! Shutdown is graceful like axum's: no new connection is taken, each open one is
 //! asked to finish what it is doing, and serving ends when all have closed.
 
 use std::time::Duration;
 
+use axum::extract::ConnectInfo;
 use axum::serve::Listener;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tower_layer::Layer;
 
 /// How long a client has to send a whole request head.
 pub const HEADER_DEADLINE: Duration = Duration::from_secs(60);
@@ -30,14 +35,16 @@ pub async fn serve<L>(
     header_deadline: Duration,
 ) where
     L: Listener,
+    L::Addr: Clone + Send + Sync + 'static,
 {
     let connections = TaskTracker::new();
     loop {
-        let (io, _remote) = tokio::select! {
+        let (io, remote) = tokio::select! {
             accepted = listener.accept() => accepted,
             () = shutdown.cancelled() => break,
         };
-        let service = TowerToHyperService::new(router.clone());
+        let service =
+            TowerToHyperService::new(axum::Extension(ConnectInfo(remote)).layer(router.clone()));
         let shutdown = shutdown.clone();
         connections.spawn(async move {
             let mut builder = Builder::new(TokioExecutor::new());

@@ -18,10 +18,11 @@
 
 pub mod sessions;
 
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use axum::Router;
-use axum::extract::{Form, Path, Request, State};
+use axum::extract::{ConnectInfo, Form, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -294,6 +295,7 @@ const TOO_MANY: &str =
 /// cookie); a wrong one gets the login page again with [`WRONG_TOKEN`] (401).
 async fn login(
     State(state): State<AppState>,
+    client: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
@@ -305,7 +307,8 @@ async fn login(
         );
     }
     let now = Instant::now();
-    if state.web.login_limit.exhausted(now) {
+    let client = client.map(|axum::Extension(ConnectInfo(at))| at.ip());
+    if state.web.login_limit.exhausted(client, now) {
         return login_with(StatusCode::TOO_MANY_REQUESTS, TOO_MANY);
     }
     let verified = match crate::http::access::verify_token(&state, form.token.trim()).await {
@@ -313,7 +316,7 @@ async fn login(
         Err(e) => return e.into_response(),
     };
     let Some(verified) = verified else {
-        state.web.login_limit.charge(now);
+        state.web.login_limit.charge(client, now);
         return login_with(StatusCode::UNAUTHORIZED, WRONG_TOKEN);
     };
     let opened = match state

@@ -10,7 +10,8 @@
 //! HTTP API or the page's routes, so both may use it.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::net::IpAddr;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, Method, header};
@@ -30,31 +31,52 @@ pub struct Web {
     pub login_limit: LoginLimit,
 }
 
-/// Wrong tokens at the login form: a bucket of 10, refilled one a second. When it
-/// is empty the form refuses every token for a moment (429) without checking it.
-pub struct LoginLimit(Mutex<TokenBucket>);
+/// Wrong tokens at the login form, counted by the client's address: a bucket of 10
+/// for each, refilled one a second. When a client's is empty the form refuses its
+/// every token for a moment (429) without checking it; other clients are not held
+/// back by it. At most [`LoginLimit::CLIENTS`] buckets are kept: a full one is
+/// forgotten first, and past that the clients without one share a bucket.
+pub struct LoginLimit(Mutex<HashMap<Option<IpAddr>, TokenBucket>>);
 
 impl Default for LoginLimit {
     fn default() -> Self {
-        LoginLimit(Mutex::new(TokenBucket::full(1.0, 10.0, Instant::now())))
+        LoginLimit(Mutex::new(HashMap::new()))
     }
 }
 
 impl LoginLimit {
-    pub fn exhausted(&self, now: Instant) -> bool {
-        let bucket = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        bucket.clone().take_up_to(1, now) == 0
+    /// How many clients' buckets are kept.
+    pub const CLIENTS: usize = 4096;
+    const RATE: f64 = 1.0;
+    const CAPACITY: f64 = 10.0;
+
+    /// Whether `client` (None: unknown, such as a test's in-process request) has
+    /// no wrong try left just now.
+    pub fn exhausted(&self, client: Option<IpAddr>, now: Instant) -> bool {
+        let buckets = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        buckets
+            .get(&client)
+            .is_some_and(|bucket| bucket.clone().take_up_to(1, now) == 0)
     }
 
-    pub fn charge(&self, now: Instant) {
-        let mut bucket = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        bucket.take_up_to(1, now);
+    /// Counts a wrong token from `client`.
+    pub fn charge(&self, client: Option<IpAddr>, now: Instant) {
+        let mut buckets = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if !buckets.contains_key(&client) && buckets.len() >= Self::CLIENTS {
+            // A bucket that refilled says nothing any more.
+            buckets.retain(|_, bucket| {
+                bucket.clone().take_up_to(Self::CAPACITY as u64, now) < Self::CAPACITY as u64
+            });
+        }
+        let key = if buckets.contains_key(&client) || buckets.len() < Self::CLIENTS {
+            client
+        } else {
+            None
+        };
+        buckets
+            .entry(key)
+            .or_insert_with(|| TokenBucket::full(Self::RATE, Self::CAPACITY, now))
+            .take_up_to(1, now);
     }
 }
 
@@ -168,6 +190,45 @@ impl Sessions {
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
+
+    #[test]
+    fn wrong_tokens_hold_back_only_the_client_that_sent_them() {
+        let limit = LoginLimit::default();
+        let now = Instant::now();
+        let (one, other): (IpAddr, IpAddr) =
+            ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
+        for _ in 0..10 {
+            assert!(!limit.exhausted(Some(one), now));
+            limit.charge(Some(one), now);
+        }
+        assert!(limit.exhausted(Some(one), now));
+        assert!(!limit.exhausted(Some(other), now));
+        assert!(!limit.exhausted(None, now));
+        // A second later, one more try.
+        assert!(!limit.exhausted(Some(one), now + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn past_the_cap_refilled_buckets_go_and_then_newcomers_share_one() {
+        let limit = LoginLimit::default();
+        let now = Instant::now();
+        let client = |i: usize| Some(IpAddr::from([10, (i >> 16) as u8, (i >> 8) as u8, i as u8]));
+        for i in 0..LoginLimit::CLIENTS {
+            limit.charge(client(i), now);
+        }
+        // All still counting: a newcomer shares the overflow bucket (None's).
+        let newcomer = client(LoginLimit::CLIENTS);
+        for _ in 0..10 {
+            limit.charge(newcomer, now);
+        }
+        assert!(limit.exhausted(None, now));
+        assert!(!limit.exhausted(client(0), now));
+        // Once they refilled, they are forgotten and a newcomer gets its own.
+        let later = now + Duration::from_secs(20);
+        limit.charge(newcomer, later);
+        assert!(!limit.exhausted(None, later));
+        assert_eq!(limit.0.lock().unwrap().len(), 1);
+    }
 
     #[test]
     fn the_cookie_is_found_among_others() {

@@ -354,6 +354,18 @@ async fn web_login_refuses_for_a_moment_after_many_wrong_tokens() -> anyhow::Res
     let limited = limited.expect("the right token refused while the bucket is empty");
     assert!(limited.headers().get(header::SET_COOKIE).is_none());
     assert!(limited.text().await?.contains("Too many wrong tokens"));
+    // Meanwhile another address (127.0.0.2, also loopback) is let in: one client's
+    // wrong tokens lock no one else out.
+    let elsewhere = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .local_address("127.0.0.2".parse::<std::net::IpAddr>()?)
+        .timeout(Duration::from_secs(30))
+        .build()?
+        .post(format!("{}/login", chorus.http_url))
+        .form(&[("token", chorus.token())])
+        .send()
+        .await?;
+    assert_eq!(elsewhere.status(), StatusCode::SEE_OTHER);
     // It refills: within a few seconds the right token is let in again.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
