@@ -129,6 +129,13 @@ function onTask(event) {
   refresh(id);
 }
 
+function onTaskDeleted(event) {
+  if (state.stale) return;
+  // While the list is read, the task is read again after it (and found gone).
+  if (state.buffered) state.buffered.add(event.task_id);
+  else dropTask(event.task_id);
+}
+
 function eventOf(change) {
   return { id: change.event_id, at: change.at, kind: change.kind, by: change.by, data: change.data };
 }
@@ -208,6 +215,7 @@ function threadOfTask(agent, thread) {
 
 export function init() {
   live.on("task", (data) => onTask(data));
+  live.on("task_deleted", (data) => onTaskDeleted(data));
   live.on("approval", (data) => onApproval(data));
   live.on("approval_answered", (data) => onApprovalAnswered(data));
   // After a reset, everything is read again (app.js then shows the view anew).

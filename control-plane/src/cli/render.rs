@@ -717,6 +717,9 @@ pub fn feed_line(kind: &str, data: &Value, style: Style) -> Option<String> {
             change.by,
             style.status(change.status.as_str())
         ),
+        FeedEvent::TaskDeleted(deleted) => {
+            format!("task {} deleted by {}", deleted.task_id, deleted.by)
+        }
         FeedEvent::Agent(change) => format!("agent {} by {}", change.change.as_str(), change.by),
         FeedEvent::Worker(worker) => {
             let state = serde_json::to_value(worker.state).unwrap_or_default();

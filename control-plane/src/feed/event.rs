@@ -55,6 +55,9 @@ pub enum FeedEvent {
     /// An event of a task's history (no thread: published under the agent it
     /// concerns, `tasks::board`).
     Task(TaskChange),
+    /// A task was deleted, with its history (no thread; published under the agent
+    /// it concerned, as its `task` events were).
+    TaskDeleted(TaskDeleted),
     /// The agent was created, configured or destroyed (no thread; `agents`).
     Agent(AgentChange),
     /// The agent's worker changed state (no thread; `workers`): its `worker` as
@@ -101,6 +104,14 @@ pub struct TaskChange {
     pub by: String,
     pub status: TaskStatus,
     pub data: Value,
+}
+
+/// A task that no longer is, and who deleted it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskDeleted {
+    pub task_id: u64,
+    /// Who deleted it (a principal's text).
+    pub by: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -317,6 +328,7 @@ impl FeedEvent {
             FeedEvent::Summary { .. } => "summary",
             FeedEvent::Notification(_) => "notification",
             FeedEvent::Task(_) => "task",
+            FeedEvent::TaskDeleted(_) => "task_deleted",
             FeedEvent::Agent(_) => "agent",
             FeedEvent::Worker(_) => "worker",
         }
@@ -357,6 +369,7 @@ impl FeedEvent {
             self,
             FeedEvent::Notification(_)
                 | FeedEvent::Task(_)
+                | FeedEvent::TaskDeleted(_)
                 | FeedEvent::Agent(_)
                 | FeedEvent::Worker(_)
         )

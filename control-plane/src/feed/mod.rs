@@ -29,7 +29,8 @@ use tokio::sync::broadcast;
 
 pub use event::{
     AgentChange, AgentChangeKind, Answer, ApprovalAnswered, ApprovalAsked, FeedEvent, Notification,
-    StatusChange, StatusDetail, StepEnded, StepStarted, TaskChange, ThreadCreated, ThreadOrigin,
+    StatusChange, StatusDetail, StepEnded, StepStarted, TaskChange, TaskDeleted, ThreadCreated,
+    ThreadOrigin,
 };
 
 /// One event of one thread, or of an agent (`thread_id` `None`).
@@ -157,6 +158,16 @@ impl ThreadFeed {
     /// An event of a task's history, under the agent it concerns (no thread).
     pub fn publish_task(&self, agent: &str, change: TaskChange) {
         self.publish_event(agent, None, FeedEvent::Task(change));
+    }
+
+    /// A task was deleted, under the agent it concerned (no thread).
+    pub fn publish_task_deleted(&self, agent: &str, task_id: u64, by: &str) {
+        let by = by.to_string();
+        self.publish_event(
+            agent,
+            None,
+            FeedEvent::TaskDeleted(TaskDeleted { task_id, by }),
+        );
     }
 
     /// The agent was created, configured or destroyed (no thread).

@@ -150,18 +150,22 @@ impl Board {
         self.store.task(id).await?.ok_or_else(|| not_found(id))
     }
 
+    /// The agent a task's feed events go under: its assignee, else its planner.
+    fn agent_of(&self, task: &TaskRecord) -> String {
+        task.assignee
+            .clone()
+            .or_else(|| task.planner_agent.clone())
+            .unwrap_or_else(|| self.settings.planner.clone())
+    }
+
     /// Puts a history event on the live feed, under the agent it concerns.
     async fn publish(&self, event: TaskEvent) {
         // Deleted meanwhile, or unreadable: the history has it; the feed is live only.
         let Ok(Some(task)) = self.store.task(event.task_id).await else {
             return;
         };
-        let agent = task
-            .assignee
-            .or(task.planner_agent)
-            .unwrap_or_else(|| self.settings.planner.clone());
         self.feed.publish_task(
-            &agent,
+            &self.agent_of(&task),
             TaskChange {
                 task_id: event.task_id,
                 event_id: event.id,
@@ -328,8 +332,8 @@ impl Board {
     }
 
     /// Deletes a task (see the module doc). 409 while one of its runs is going.
-    pub async fn delete(&self, id: u64) -> Result<(), BoardError> {
-        self.record_of(id).await?;
+    pub async fn delete(&self, id: u64, by: &Principal) -> Result<(), BoardError> {
+        let task = self.record_of(id).await?;
         let runs = self.store.task_runs(id).await?;
         if let Some(run) = runs.iter().find(|r| r.ended_at.is_none()) {
             let thread = run
@@ -355,6 +359,8 @@ impl Board {
         {
             tracing::warn!(task = id, error = %e, "could not remove a deleted task's files");
         }
+        self.feed
+            .publish_task_deleted(&self.agent_of(&task), id, &by.text());
         Ok(())
     }
 

@@ -500,7 +500,7 @@ async fn runs_and_the_chain_are_recorded_and_a_going_run_holds_off_delete() {
     let chain = f.board.push_chain(id, "a", id, &chorus).await.unwrap();
     assert_eq!(chain.len(), 1);
     assert!(chain[0].ended_at.is_none());
-    let (message, _) = conflict_allowed(f.board.delete(id).await.unwrap_err());
+    let (message, _) = conflict_allowed(f.board.delete(id, &alice()).await.unwrap_err());
     assert!(
         message.contains("DELETE /api/agents/a/threads/9"),
         "{message}"
@@ -538,7 +538,19 @@ async fn runs_and_the_chain_are_recorded_and_a_going_run_holds_off_delete() {
         (Some(RunOutcome::Completed), 10, 2)
     );
     assert_eq!(view.chain, chain);
-    f.board.delete(id).await.unwrap();
+    let mut live = f.feed.subscribe();
+    f.board.delete(id, &alice()).await.unwrap();
+    // The feed says so, under the agent the task's events went under (its planner:
+    // it has no assignee).
+    let event = live.try_recv().unwrap();
+    assert_eq!((event.agent.as_str(), event.thread_id), ("planner", None));
+    assert_eq!(
+        event.event,
+        FeedEvent::TaskDeleted(crate::feed::TaskDeleted {
+            task_id: id,
+            by: "alice".into()
+        })
+    );
     assert!(matches!(
         f.board.get(id).await.unwrap_err(),
         BoardError::NotFound(_)

@@ -616,7 +616,7 @@ impl Engine {
         let task = self.board.get(task_id).await?;
         let why = format!("the task was deleted by {}", by.text());
         self.end_open_runs(&task, RunOutcome::Killed, &why).await?;
-        Ok(self.board.delete(task_id).await?)
+        Ok(self.board.delete(task_id, by).await?)
     }
 
     /// Ends the task's going runs and kills their threads.

@@ -243,6 +243,14 @@ impl TaskFollow {
                     reread: true,
                 };
             }
+            "task_deleted" if data["task_id"].as_u64() == Some(self.task_id) => {
+                // The read that follows finds it gone, and following ends.
+                let by = data["by"].as_str().unwrap_or("?");
+                return Step {
+                    print: vec![format!("* deleted by {by}\n")],
+                    reread: true,
+                };
+            }
             _ => {}
         }
         let (Some(agent), Some(thread_id)) = (data["agent"].as_str(), data["thread_id"].as_u64())
@@ -416,6 +424,11 @@ mod tests {
         );
         assert!(tool.print.is_empty() && tool.reread);
         assert!(f.on_feed("reset", &json!({})).reread);
+        let other = f.on_feed("task_deleted", &json!({"task_id": 8, "by": "alice"}));
+        assert!(other.print.is_empty() && !other.reread);
+        let deleted = f.on_feed("task_deleted", &json!({"task_id": 7, "by": "alice"}));
+        assert_eq!(deleted.print, vec!["* deleted by alice\n"]);
+        assert!(deleted.reread);
     }
 
     #[test]

@@ -551,6 +551,16 @@ async fn web_board_reload_keeps_the_open_task_and_its_history_once() -> anyhow::
             "document.querySelector('ul[data-status=planned] li[data-task=\"{id}\"]')"
         ))
         .await?;
+    // Deleted elsewhere (the API here): its card goes and the detail closes, live.
+    let (status, _) = chorus
+        .call(Method::DELETE, &format!("/api/tasks/{id}"), None)
+        .await?;
+    assert_eq!(status, 204);
+    browser
+        .wait_for(&format!(
+            "!document.querySelector('li.card[data-task=\"{id}\"]') && location.hash === '#board'"
+        ))
+        .await?;
     browser.assert_only_origin(&origin).await?;
     browser.close().await?;
     Ok(())
