@@ -833,22 +833,6 @@ async fn models_jobs_audit_events_and_approval_prefixes_from_the_terminal_client
     chorus
         .create_agent_with(json!({"name": "devops", "permissions": "open"}))
         .await?;
-    // The server's own parts follow the feed too (the scheduler's watcher): the
-    // client's connection is one more than before it started.
-    let subscribers = || async {
-        let metrics = chorus
-            .api(reqwest::Method::GET, "/metrics")
-            .send()
-            .await?
-            .text()
-            .await?;
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix("chorus_feed_subscribers "))
-            .and_then(|n| n.trim().parse::<u64>().ok())
-            .ok_or_else(|| anyhow::anyhow!("no chorus_feed_subscribers in /metrics"))
-    };
-    let before = subscribers().await?;
     let mut events = tokio::process::Command::new(bin_path("chorus"))
         .args(["events", "--agent", "devops", "--json"])
         .env("CHORUS_URL", &chorus.http_url)
@@ -865,15 +849,29 @@ async fn models_jobs_audit_events_and_approval_prefixes_from_the_terminal_client
         json!({"command": format!("sleep {marker}"), "run_in_background": true}),
     ));
     model.push(text("started"));
-    // The message goes once the feed is open (the server counts its subscribers).
+    // The message goes once the feed is open: the agent's unchanged prompt, set
+    // again, is told on the feed (`agent` changed) until the client prints it. (The
+    // server's subscriber count cannot tell: its own parts come and go, such as the
+    // heartbeats' check at start.)
+    let prompt = chorus.agent("devops").await?["system_prompt"].clone();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if subscribers().await? > before {
-            break;
+        chorus
+            .ok(
+                reqwest::Method::PATCH,
+                "/api/agents/devops",
+                Some(json!({ "system_prompt": prompt })),
+            )
+            .await?;
+        if let Ok(line) = tokio::time::timeout(Duration::from_millis(500), lines.next_line()).await
+        {
+            let line = line?.ok_or_else(|| anyhow::anyhow!("chorus events exited"))?;
+            let event: Value = serde_json::from_str(&line)?;
+            if event["kind"] == "agent" {
+                break;
+            }
         }
         anyhow::ensure!(Instant::now() < deadline, "chorus events never connected");
-        anyhow::ensure!(events.try_wait()?.is_none(), "chorus events exited");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let thread = chorus.send_message("devops", "start the job").await?;
     let seen = read_events_until(&mut lines, |e| {
