@@ -427,6 +427,46 @@ impl Chorus {
         Ok(answer)
     }
 
+    /// `GET /api/tasks/{id}`: the task as the API shows it.
+    pub async fn task(&self, id: u64) -> anyhow::Result<Value> {
+        self.ok(reqwest::Method::GET, &format!("/api/tasks/{id}"), None)
+            .await
+    }
+
+    /// Creates a task (`POST /api/tasks` with `body`): its id and the answer.
+    pub async fn create_task(&self, body: Value) -> anyhow::Result<(u64, Value)> {
+        let created = self
+            .ok(reqwest::Method::POST, "/api/tasks", Some(body))
+            .await?;
+        let id = created["id"]
+            .as_u64()
+            .ok_or_else(|| anyhow::anyhow!("a task without an id: {created:#}"))?;
+        Ok((id, created))
+    }
+
+    /// Waits until task `id` is `status`: the task then. Fails at once when it
+    /// ended in another status (completed or failed), else after `timeout`.
+    pub async fn wait_task(
+        &self,
+        id: u64,
+        status: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<Value> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let task = self.task(id).await?;
+            if task["status"] == status {
+                return Ok(task);
+            }
+            let ended =
+                ["completed", "failed"].contains(&task["status"].as_str().unwrap_or_default());
+            if ended || tokio::time::Instant::now() >= deadline {
+                bail!("task {id} is not {status}: {task:#}\n{}", self.output());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// A request without any token.
     pub fn anonymous(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         self.client

@@ -36,28 +36,6 @@ async fn agents(chorus: &Chorus, names: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn task(chorus: &Chorus, id: u64) -> anyhow::Result<Value> {
-    chorus
-        .ok(Method::GET, &format!("/api/tasks/{id}"), None)
-        .await
-}
-
-/// Polls the task until it is in `status` (failing at once if it ends elsewhere).
-async fn wait_status(chorus: &Chorus, id: u64, status: &str) -> anyhow::Result<Value> {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let task = task(chorus, id).await?;
-        if task["status"] == status {
-            return Ok(task);
-        }
-        let ended = ["completed", "failed"].contains(&task["status"].as_str().unwrap_or_default());
-        if ended || tokio::time::Instant::now() >= deadline {
-            anyhow::bail!("task {id} is not {status}: {task:#}\n{}", chorus.output());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn history(chorus: &Chorus, id: u64) -> anyhow::Result<Vec<Value>> {
     let history = chorus
         .ok(Method::GET, &format!("/api/tasks/{id}/history"), None)
@@ -147,19 +125,14 @@ async fn a_task_is_planned_after_questions_worked_with_help_and_completed_by_its
     model.push(tool_call("p1", "ask_questions", json!({"questions": [
         {"id": "q1", "question": "Which greeting?", "options": [{"label": "hello", "description": "plain"}, {"label": "hi"}]},
         {"id": "q2", "question": "Which file name?"}]})));
-    let created = chorus
-        .ok(
-            Method::POST,
-            "/api/tasks",
-            Some(json!({"title": "Greet", "description": "Write a greeting file"})),
-        )
+    let (id, created) = chorus
+        .create_task(json!({"title": "Greet", "description": "Write a greeting file"}))
         .await?;
-    let id = created["id"].as_u64().unwrap();
     assert_eq!(created["status"], "planning");
     // The answer is the task as GET shows it: waiting on its planner.
     assert_eq!(created["waiting_on"]["kind"], "planner", "{created:#}");
 
-    let asked = wait_status(&chorus, id, "awaiting_input").await?;
+    let asked = chorus.wait_task(id, "awaiting_input", WAIT).await?;
     let questions = asked["questions"].as_array().unwrap();
     assert_eq!(questions.len(), 2, "{asked:#}");
     assert_eq!(questions[0]["options"][0]["label"], "hello");
@@ -176,7 +149,7 @@ async fn a_task_is_planned_after_questions_worked_with_help_and_completed_by_its
             Some(json!({"answers": {"q1": "hello", "q2": "greeting.txt"}})),
         )
         .await?;
-    let planned = wait_status(&chorus, id, "planned").await?;
+    let planned = chorus.wait_task(id, "planned", WAIT).await?;
     assert_eq!(planned["assignee"], "coder");
     assert_eq!(planned["summary"], "Write a greeting file");
     let planner_runs = runs_in_role(&planned, "planner");
@@ -242,7 +215,7 @@ async fn a_task_is_planned_after_questions_worked_with_help_and_completed_by_its
     chorus
         .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
         .await?;
-    let done = wait_status(&chorus, id, "completed").await?;
+    let done = chorus.wait_task(id, "completed", WAIT).await?;
 
     assert_eq!(done["report"]["status"], "complete", "{done:#}");
     assert_eq!(done["report"]["summary"], "wrote greeting.txt");
@@ -274,7 +247,7 @@ async fn a_task_is_planned_after_questions_worked_with_help_and_completed_by_its
         .find(|t| t["parent_id"] == id)
         .cloned()
         .unwrap_or_else(|| panic!("a child task: {children:#}"));
-    let child = task(&chorus, child["id"].as_u64().unwrap()).await?;
+    let child = chorus.task(child["id"].as_u64().unwrap()).await?;
     assert_eq!(child["status"], "completed", "{child:#}");
     let chain: Vec<&str> = done["chain"]
         .as_array()
@@ -377,7 +350,7 @@ async fn planned_task(
     model.push(tool_call("plan", "submit_plan", plan(assignee)));
     let created = chorus.ok(Method::POST, "/api/tasks", Some(body)).await?;
     let id = created["id"].as_u64().unwrap();
-    wait_status(chorus, id, "planned").await?;
+    chorus.wait_task(id, "planned", WAIT).await?;
     Ok(id)
 }
 
@@ -404,7 +377,7 @@ async fn a_reviewed_task_is_sent_back_into_the_same_thread_then_accepted() -> an
     chorus
         .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
         .await?;
-    let review = wait_status(&chorus, id, "review").await?;
+    let review = chorus.wait_task(id, "review", WAIT).await?;
     assert_eq!(review["report"]["summary"], "first");
     assert_eq!(review["waiting_on"]["kind"], "person");
     let (status, refused) = chorus
@@ -431,7 +404,7 @@ async fn a_reviewed_task_is_sent_back_into_the_same_thread_then_accepted() -> an
             Some(json!({"message": "add an exclamation mark"})),
         )
         .await?;
-    let again = wait_status(&chorus, id, "review").await?;
+    let again = chorus.wait_task(id, "review", WAIT).await?;
     assert_eq!(again["report"]["summary"], "second", "{again:#}");
     let workers = runs_in_role(&again, "worker");
     assert_eq!(workers.len(), 1, "the same run goes on: {again:#}");
@@ -496,7 +469,7 @@ async fn a_silent_worker_gets_one_follow_up_then_fails_and_a_delegate_never_gets
     chorus
         .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
         .await?;
-    let failed = wait_status(&chorus, id, "failed").await?;
+    let failed = chorus.wait_task(id, "failed", WAIT).await?;
     assert_eq!(
         failed["report"]["status"], "protocol_violation",
         "{failed:#}"
@@ -532,7 +505,7 @@ async fn a_silent_worker_gets_one_follow_up_then_fails_and_a_delegate_never_gets
         .ok(Method::GET, "/api/tasks?agent=reviewer", None)
         .await?;
     let child = &children["tasks"][0];
-    let child = task(&chorus, child["id"].as_u64().unwrap()).await?;
+    let child = chorus.task(child["id"].as_u64().unwrap()).await?;
     let reviewer = thread(
         &chorus,
         "reviewer",
@@ -562,25 +535,20 @@ async fn a_question_survives_a_crash_and_its_answer_continues_the_same_thread() 
         "ask_questions",
         json!({"questions": [{"id": "q1", "question": "Which port?"}]}),
     ));
-    let created = chorus
-        .ok(
-            Method::POST,
-            "/api/tasks",
-            Some(json!({"title": "Serve", "description": "d"})),
-        )
+    let (id, _) = chorus
+        .create_task(json!({"title": "Serve", "description": "d"}))
         .await?;
-    let id = created["id"].as_u64().unwrap();
-    let asked = wait_status(&chorus, id, "awaiting_input").await?;
+    let asked = chorus.wait_task(id, "awaiting_input", WAIT).await?;
     let planner_thread = asked["runs"][0]["thread_id"].as_u64().unwrap();
     // The planner's worker is SIGKILLed, then the control plane: the question stays.
     let worker = chorus.wait_worker_running("planner", WAIT).await?;
     chorus_test_support::process::signal(worker, nix::sys::signal::Signal::SIGKILL);
-    let still = task(&chorus, id).await?;
+    let still = chorus.task(id).await?;
     assert_eq!(still["status"], "awaiting_input", "{still:#}");
     chorus.kill().await?;
 
     let chorus = start(&model, Some(data.path())).await?;
-    let still = task(&chorus, id).await?;
+    let still = chorus.task(id).await?;
     assert_eq!(still["status"], "awaiting_input");
     assert!(still["questions"][0]["answer"].is_null());
     model.push(tool_call("p2", "submit_plan", plan("coder")));
@@ -591,7 +559,7 @@ async fn a_question_survives_a_crash_and_its_answer_continues_the_same_thread() 
             Some(json!({"answers": {"q1": "8080"}})),
         )
         .await?;
-    let planned = wait_status(&chorus, id, "planned").await?;
+    let planned = chorus.wait_task(id, "planned", WAIT).await?;
     assert_eq!(planned["runs"].as_array().unwrap().len(), 1, "{planned:#}");
     let planner = thread(&chorus, "planner", planner_thread).await?;
     let said = user_messages(&planner);
@@ -636,7 +604,7 @@ async fn loops_and_chains_past_the_bound_are_refused_with_a_clear_error() -> any
     chorus
         .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
         .await?;
-    let done = wait_status(&chorus, id, "completed").await?;
+    let done = chorus.wait_task(id, "completed", WAIT).await?;
     let answerer = done["runs"]
         .as_array()
         .unwrap()
@@ -700,12 +668,12 @@ async fn a_chain_past_the_bound_is_refused_and_a_task_past_its_limit_fails() -> 
     chorus
         .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
         .await?;
-    let done = wait_status(&chorus, id, "completed").await?;
+    let done = chorus.wait_task(id, "completed", WAIT).await?;
     let child = chorus
         .ok(Method::GET, "/api/tasks?agent=reviewer", None)
         .await?["tasks"][0]
         .clone();
-    let child = task(&chorus, child["id"].as_u64().unwrap()).await?;
+    let child = chorus.task(child["id"].as_u64().unwrap()).await?;
     let reviewer = thread(
         &chorus,
         "reviewer",
@@ -742,7 +710,7 @@ async fn a_chain_past_the_bound_is_refused_and_a_task_past_its_limit_fails() -> 
     chorus
         .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
         .await?;
-    let failed = wait_status(&chorus, id, "failed").await?;
+    let failed = chorus.wait_task(id, "failed", WAIT).await?;
     let why = failed["report"]["summary"].as_str().unwrap();
     assert!(
         why.contains("model calls") && why.contains("limit of 6"),
@@ -784,7 +752,7 @@ async fn a_task_past_its_time_limit_fails_with_the_reason() -> anyhow::Result<()
     chorus
         .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
         .await?;
-    let failed = wait_status(&chorus, id, "failed").await?;
+    let failed = chorus.wait_task(id, "failed", WAIT).await?;
     let why = failed["report"]["summary"].as_str().unwrap();
     assert!(why.contains("over its limit of 1 s"), "{failed:#}");
     let run = failed["runs"]
@@ -822,7 +790,7 @@ async fn resume_pause_and_retry_go_on_with_the_work() -> anyhow::Result<()> {
     chorus
         .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
         .await?;
-    let blocked = wait_status(&chorus, id, "blocked").await?;
+    let blocked = chorus.wait_task(id, "blocked", WAIT).await?;
     assert_eq!(blocked["blocked_reason"], "no API key", "{blocked:#}");
     model.push(tool_call(
         "b2",
@@ -832,7 +800,7 @@ async fn resume_pause_and_retry_go_on_with_the_work() -> anyhow::Result<()> {
     chorus
         .ok(Method::POST, &format!("/api/tasks/{id}/resume"), None)
         .await?;
-    let done = wait_status(&chorus, id, "completed").await?;
+    let done = chorus.wait_task(id, "completed", WAIT).await?;
     let workers = runs_in_role(&done, "worker");
     assert_eq!(workers.len(), 1, "the same run went on: {done:#}");
     let coder = thread(&chorus, "coder", workers[0]["thread_id"].as_u64().unwrap()).await?;
@@ -856,7 +824,7 @@ async fn resume_pause_and_retry_go_on_with_the_work() -> anyhow::Result<()> {
     chorus
         .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
         .await?;
-    let started = wait_status(&chorus, id, "active").await?;
+    let started = chorus.wait_task(id, "active", WAIT).await?;
     let thread_id = started["runs"]
         .as_array()
         .unwrap()
@@ -891,7 +859,7 @@ async fn resume_pause_and_retry_go_on_with_the_work() -> anyhow::Result<()> {
     chorus
         .ok(Method::POST, &format!("/api/tasks/{id}/resume"), None)
         .await?;
-    let done = wait_status(&chorus, id, "completed").await?;
+    let done = chorus.wait_task(id, "completed", WAIT).await?;
     assert_eq!(done["report"]["summary"], "after the pause");
     let workers = runs_in_role(&done, "worker");
     assert_eq!(workers.len(), 1, "{done:#}");
@@ -916,7 +884,7 @@ async fn resume_pause_and_retry_go_on_with_the_work() -> anyhow::Result<()> {
     chorus
         .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
         .await?;
-    wait_status(&chorus, id, "failed").await?;
+    chorus.wait_task(id, "failed", WAIT).await?;
     model.push(tool_call(
         "r2",
         "completion_report",
@@ -925,7 +893,7 @@ async fn resume_pause_and_retry_go_on_with_the_work() -> anyhow::Result<()> {
     chorus
         .ok(Method::POST, &format!("/api/tasks/{id}/retry"), None)
         .await?;
-    let done = wait_status(&chorus, id, "completed").await?;
+    let done = chorus.wait_task(id, "completed", WAIT).await?;
     let workers = runs_in_role(&done, "worker");
     assert_eq!(workers.len(), 2, "a new attempt: {done:#}");
     assert_eq!(workers[0]["outcome"], "failed");

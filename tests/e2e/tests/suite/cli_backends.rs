@@ -97,23 +97,6 @@ async fn create_careful(chorus: &Chorus, backend: &str) -> anyhow::Result<Value>
         .await
 }
 
-async fn wait_task(chorus: &Chorus, id: u64, status: &str) -> anyhow::Result<Value> {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let task = chorus
-            .ok(Method::GET, &format!("/api/tasks/{id}"), None)
-            .await?;
-        if task["status"] == status {
-            return Ok(task);
-        }
-        let ended = ["completed", "failed"].contains(&task["status"].as_str().unwrap_or_default());
-        if ended || tokio::time::Instant::now() >= deadline {
-            anyhow::bail!("task {id} is not {status}: {task:#}\n{}", chorus.output());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// The tool decisions of `agent`'s audit log, oldest first: (action, decision, result).
 async fn tool_decisions(
     chorus: &Chorus,
@@ -199,15 +182,10 @@ async fn scenario(backend: &str) -> anyhow::Result<Outcome> {
         json!({"summary": "Write hello.txt", "requirements": ["hello.txt says hello"],
                "acceptance_criteria": ["the file exists"], "steps": ["write it"], "assignee": "coder"}),
     ));
-    let created = chorus
-        .ok(
-            Method::POST,
-            "/api/tasks",
-            Some(json!({"title": "Hello", "description": "Write hello.txt"})),
-        )
+    let (id, _) = chorus
+        .create_task(json!({"title": "Hello", "description": "Write hello.txt"}))
         .await?;
-    let id = created["id"].as_u64().expect("task id");
-    wait_task(&chorus, id, "planned").await?;
+    chorus.wait_task(id, "planned", WAIT).await?;
 
     model.push(tool_call(
         "c1",
@@ -228,7 +206,7 @@ async fn scenario(backend: &str) -> anyhow::Result<Outcome> {
     chorus
         .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
         .await?;
-    let done = wait_task(&chorus, id, "completed").await?;
+    let done = chorus.wait_task(id, "completed", WAIT).await?;
     let worker_thread = done["runs"]
         .as_array()
         .and_then(|runs| runs.iter().find(|r| r["role"] == "worker"))
@@ -632,15 +610,10 @@ async fn a_task_question_ends_the_cli_turn_and_the_answer_resumes_its_session() 
             json!({"summary": "Greet", "requirements": [], "acceptance_criteria": [],
                    "steps": ["ask, then write"], "assignee": "coder"}),
         ));
-        let created = chorus
-            .ok(
-                Method::POST,
-                "/api/tasks",
-                Some(json!({"title": "Greet", "description": "Write a greeting"})),
-            )
+        let (id, _) = chorus
+            .create_task(json!({"title": "Greet", "description": "Write a greeting"}))
             .await?;
-        let id = created["id"].as_u64().expect("task id");
-        wait_task(&chorus, id, "planned").await?;
+        chorus.wait_task(id, "planned", WAIT).await?;
         model.push(tool_call(
             "c1",
             "ask_question",
@@ -649,7 +622,7 @@ async fn a_task_question_ends_the_cli_turn_and_the_answer_resumes_its_session() 
         chorus
             .ok(Method::POST, &format!("/api/tasks/{id}/start"), None)
             .await?;
-        let waiting = wait_task(&chorus, id, "waiting").await?;
+        let waiting = chorus.wait_task(id, "waiting", WAIT).await?;
         let question = waiting["questions"]
             .as_array()
             .and_then(|q| {
@@ -674,7 +647,7 @@ async fn a_task_question_ends_the_cli_turn_and_the_answer_resumes_its_session() 
                 Some(json!({"answers": {question: "Say hello there"}})),
             )
             .await?;
-        let done = wait_task(&chorus, id, "completed").await?;
+        let done = chorus.wait_task(id, "completed", WAIT).await?;
         let threads: Vec<u64> = done["runs"]
             .as_array()
             .cloned()

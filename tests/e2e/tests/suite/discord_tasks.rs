@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use chorus_test_support::fake_model::tool_call;
-use chorus_test_support::{Chorus, FakeDiscord, FakeOpenAi};
+use chorus_test_support::{FakeDiscord, FakeOpenAi};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -66,32 +66,6 @@ fn tasks_posts(discord: &FakeDiscord) -> Vec<String> {
         .filter(|m| m["channel_id"] == TASKS)
         .map(|m| m["content"].as_str().unwrap_or_default().to_string())
         .collect()
-}
-
-async fn task(chorus: &Chorus, id: u64) -> anyhow::Result<Value> {
-    Ok(chorus
-        .api(Method::GET, &format!("/api/tasks/{id}"))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?)
-}
-
-async fn wait_status(chorus: &Chorus, id: u64, status: &str) -> anyhow::Result<Value> {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let task = task(chorus, id).await?;
-        if task["status"] == status {
-            return Ok(task);
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "task {id} is not {status}: {task:#}\n{}",
-            chorus.output()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// A task made with `/task create`: the planner's questions are posted in the tasks
@@ -176,7 +150,7 @@ async fn a_task_is_created_answered_and_started_from_discord_and_its_questions_a
         asked.contains("/task answer id:1 question:<id> answer:"),
         "{asked}"
     );
-    wait_status(&chorus, 1, "awaiting_input").await?;
+    chorus.wait_task(1, "awaiting_input", WAIT).await?;
 
     // One answer is kept until the other comes; then both go to the planner.
     let answer = |q: &str, a: &str| {
@@ -187,7 +161,7 @@ async fn a_task_is_created_answered_and_started_from_discord_and_its_questions_a
     };
     let (said, _) = run(&discord, OPERATOR, &[OPERATOR_ROLE], answer("q1", "1")).await?;
     assert!(said.contains("Still open: q2"), "{said}");
-    let waiting = task(&chorus, 1).await?;
+    let waiting = chorus.task(1).await?;
     assert_eq!(waiting["status"], "awaiting_input", "{waiting:#}");
     assert!(waiting["questions"][0]["answer"].is_null(), "{waiting:#}");
     let (said, _) = run(&discord, VIEWER, &[], answer("q2", "greeting.txt")).await?;
@@ -214,7 +188,7 @@ async fn a_task_is_created_answered_and_started_from_discord_and_its_questions_a
         said.contains("Answered `q1`, `q2` of task **#1**"),
         "{said}"
     );
-    let planned = wait_status(&chorus, 1, "planned").await?;
+    let planned = chorus.wait_task(1, "planned", WAIT).await?;
     assert_eq!(
         planned["questions"][0]["answer"], "hello",
         "option 1 by its number"
@@ -271,7 +245,7 @@ async fn a_task_is_created_answered_and_started_from_discord_and_its_questions_a
         asked.contains("/task answer id:1 question:q3 answer:"),
         "{asked}"
     );
-    wait_status(&chorus, 1, "waiting").await?;
+    chorus.wait_task(1, "waiting", WAIT).await?;
     let (said, _) = run(
         &discord,
         OPERATOR,
@@ -295,7 +269,7 @@ async fn a_task_is_created_answered_and_started_from_discord_and_its_questions_a
         done.contains("**Report** (complete): wrote greeting.txt"),
         "{done}"
     );
-    let done_task = task(&chorus, 1).await?;
+    let done_task = chorus.task(1).await?;
     assert_eq!(done_task["status"], "completed");
     assert_eq!(
         done_task["questions"][2]["answer"], "no",
@@ -366,7 +340,7 @@ async fn a_review_and_a_block_are_posted_with_the_report_and_the_reason() -> any
         )
         .await?;
         assert!(said.contains(&format!("Created task **#{id}**")), "{said}");
-        wait_status(&chorus, id, "planned").await?;
+        chorus.wait_task(id, "planned", WAIT).await?;
         model.push(tool_call("w", "completion_report", report));
         run(
             &discord,
@@ -404,6 +378,6 @@ async fn a_review_and_a_block_are_posted_with_the_report_and_the_reason() -> any
         "{blocked}"
     );
     assert!(blocked.contains("Why: the disk is full"), "{blocked}");
-    assert_eq!(task(&chorus, 2).await?["status"], "blocked");
+    assert_eq!(chorus.task(2).await?["status"], "blocked");
     Ok(())
 }

@@ -9,7 +9,7 @@ use chorus_test_support::browser::Browser;
 use chorus_test_support::fake_model::{Reply, tool_call};
 use chorus_test_support::{Chorus, FakeModel, FakeOpenAi};
 use reqwest::Method;
-use serde_json::{Value, json};
+use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -19,23 +19,6 @@ async fn start(model: &FakeModel, config: Option<&str>) -> anyhow::Result<Chorus
         builder = builder.config(config);
     }
     builder.start().await
-}
-
-/// Polls the task through the API until it is in `status`.
-async fn wait_status(chorus: &Chorus, id: u64, status: &str) -> anyhow::Result<Value> {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let task = chorus
-            .ok(Method::GET, &format!("/api/tasks/{id}"), None)
-            .await?;
-        if task["status"] == status {
-            return Ok(task);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            anyhow::bail!("task {id} is not {status}: {task:#}\n{}", chorus.output());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn history_ids(chorus: &Chorus, id: u64) -> anyhow::Result<Vec<u64>> {
@@ -226,7 +209,7 @@ async fn web_board_task_created_answered_started_and_completed_live() -> anyhow:
     browser
         .wait_for("document.querySelector('#task-actions button[data-action=start]')")
         .await?;
-    let planned = wait_status(&chorus, id, "planned").await?;
+    let planned = chorus.wait_task(id, "planned", WAIT).await?;
     let answers: Vec<(&str, &str)> = planned["questions"]
         .as_array()
         .unwrap()
@@ -359,15 +342,10 @@ async fn web_board_buttons_follow_the_status_and_a_viewer_sees_none() -> anyhow:
     chorus.create_agent("coder").await?;
     let origin = chorus.origin();
     model.push(plan("coder"));
-    let created = chorus
-        .ok(
-            Method::POST,
-            "/api/tasks",
-            Some(json!({"title": "Greet", "description": "Write a greeting file"})),
-        )
+    let (id, _) = chorus
+        .create_task(json!({"title": "Greet", "description": "Write a greeting file"}))
         .await?;
-    let id = created["id"].as_u64().unwrap();
-    let planned = wait_status(&chorus, id, "planned").await?;
+    let planned = chorus.wait_task(id, "planned", WAIT).await?;
     assert_eq!(planned["actions"], json!(["start", "fail"]));
     assert_eq!(planned["plan_editable"], json!(true));
 
@@ -472,15 +450,10 @@ async fn web_board_reload_keeps_the_open_task_and_its_history_once() -> anyhow::
         "ask_questions",
         json!({"questions": [{"id": "q1", "question": "Which greeting?"}]}),
     ));
-    let created = chorus
-        .ok(
-            Method::POST,
-            "/api/tasks",
-            Some(json!({"title": "Keep me open", "description": "after a reload"})),
-        )
+    let (id, _) = chorus
+        .create_task(json!({"title": "Keep me open", "description": "after a reload"}))
         .await?;
-    let id = created["id"].as_u64().unwrap();
-    wait_status(&chorus, id, "awaiting_input").await?;
+    chorus.wait_task(id, "awaiting_input", WAIT).await?;
 
     browser.log_in(&origin, chorus.token()).await?;
     browser.goto(&format!("{origin}/#board/{id}")).await?;
