@@ -96,14 +96,8 @@ const ENCODINGS: [&str; 2] = ["gzip", "br"];
 /// another one: it gets its encoding in its tag (`"<sha256>-br"`). `If-None-Match` is
 /// compared by the content's tag, and a 304 answers with the tag the browser sent.
 async fn tag_encoding(mut request: Request, next: Next) -> Response {
-    let sent: Vec<String> = request
-        .headers()
-        .get_all(header::IF_NONE_MATCH)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|t| t.trim().to_string())
-        .filter(|t| !t.is_empty())
+    let sent: Vec<String> = if_none_match(request.headers())
+        .map(str::to_string)
         .collect();
     if !sent.is_empty() {
         let contents: Vec<String> = sent.iter().map(|t| content_tag(t)).collect();
@@ -181,15 +175,20 @@ fn etag(hash: &[u8; 32]) -> String {
     format!("\"{hex}\"")
 }
 
-/// Whether `If-None-Match` names `tag` (or is `*`).
-fn matches(headers: &HeaderMap, tag: &str) -> bool {
+/// The tags `If-None-Match` lists.
+fn if_none_match(headers: &HeaderMap) -> impl Iterator<Item = &str> {
     headers
         .get_all(header::IF_NONE_MATCH)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .map(str::trim)
-        .any(|t| t == tag || t == "*")
+        .filter(|t| !t.is_empty())
+}
+
+/// Whether `If-None-Match` names `tag` (or is `*`).
+fn matches(headers: &HeaderMap, tag: &str) -> bool {
+    if_none_match(headers).any(|t| t == tag || t == "*")
 }
 
 /// A file of the page with its ETag, or 304 when the browser has it.
